@@ -1,0 +1,629 @@
+package kvindex
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Default bounds of the applier's tables (see parity_cache.go).
+const (
+	// DefaultDigestCacheSize is the per-model digest cache (engine hash -> our
+	// 32-byte digest): ~42 bytes per entry, so ~11 MB per model.
+	DefaultDigestCacheSize = 1 << 18
+	// DefaultAliasCacheSize is the per-pod alias table (engine hash -> our key),
+	// allocated only for pods that need it (parity mismatch, SGLang): ~18 bytes
+	// per entry, so ~4.7 MB per such pod.
+	DefaultAliasCacheSize = 1 << 18
+)
+
+// ApplierConfig wires an Applier.
+type ApplierConfig struct {
+	Index    Index
+	Interner *Interner
+	Hashers  *HasherSet
+	// DigestCacheSize bounds each model's digest cache (entries; 0 = default).
+	DigestCacheSize int
+	Metrics         *Metrics     // nil = private, unregistered metrics
+	Logger          *slog.Logger // nil = discard
+	// AliasCacheSize bounds each aliased pod's engine-hash -> own-key table
+	// (entries; 0 = default). An addition to the shared contract.
+	AliasCacheSize int
+}
+
+// PodStats is one (pod, DP rank)'s view from the applier.
+type PodStats struct {
+	Pod                                               string
+	DPRank                                            int
+	Model                                             string
+	Engine                                            Engine
+	EventsApplied, BlocksStored, BlocksRemoved        uint64
+	Clears                                            uint64
+	LastEvent                                         time.Time
+	ParityMatches, ParityMismatches, ParityUnverified uint64
+	ParityHint                                        string
+	IndexErrors                                       uint64
+	Untrusted                                         bool
+}
+
+// Applier applies decoded engine batches to an Index (it is the BatchSink of
+// kvevents). For each BlockStored that carries token ids it recomputes the
+// block keys and compares them with the engine's hashes (live parity check):
+//
+//   - match: the block is indexed under the engine hash (= our key);
+//   - mismatch on a pod that never matched (its seed, algorithm or block size
+//     differs): the block is indexed under OUR key, so routers that hash
+//     prompts with our configuration still find it, and the engine hash is
+//     aliased to our key so BlockRemoved (which carries only engine hashes)
+//     still removes it. The pod gets a parity hint naming the likely cause.
+//   - mismatch on a pod whose other blocks match: the engine hashed extra keys
+//     it did not publish (multimodal, cache_salt); its hash is indexed as is.
+//   - unverified (no token ids, parent digest unknown, extra keys unknown):
+//     indexed under the engine hash, or under our key if it is aliased.
+//
+// SGLang hashes are never vLLM's, so SGLang blocks are always indexed under
+// our key computed from their token ids (and aliased); blocks we cannot key
+// are not indexed.
+//
+// Error contract: an Index error is counted, the pod is marked untrusted and
+// the rest of the batch is dropped. Before the next batch of an untrusted pod
+// the applier clears the pod in the index; only when that succeeds is the pod
+// trusted again and its state rebuilt from new events.
+//
+// Memory is bounded: per model one digest cache (DigestCacheSize entries), per
+// aliased pod one alias table (AliasCacheSize entries), per pod a key scratch
+// buffer as large as its largest event, and a few alternate Hashers for
+// diagnosis (at most three per distinct KeyConfig).
+type Applier struct {
+	idx      Index
+	in       *Interner
+	hashers  *HasherSet
+	m        *Metrics
+	log      *slog.Logger
+	dcSize   int
+	aliasCap int
+
+	mu      sync.RWMutex
+	pods    map[podKey]*podState
+	digests map[ModelID]*digestCache
+
+	altMu sync.Mutex
+	alt   map[KeyConfig]*Hasher
+
+	// untrustedIDs mirrors the pods whose index state is not trusted, so the
+	// read path can leave them out of scores (Trusted) without touching the
+	// per-pod state; nUntrusted lets it skip the lookup when there are none.
+	untrustedMu  sync.RWMutex
+	untrustedIDs map[PodID]struct{}
+	nUntrusted   atomic.Int32
+}
+
+type podKey struct {
+	name string
+	rank int
+}
+
+// podState: the fields above mu belong to the goroutine applying the pod's
+// batches (kvevents applies one pod's batches one at a time, in order); st is
+// what PodStats reads, updated under mu once per batch.
+type podState struct {
+	id   PodID
+	name string
+	rank int
+
+	modelName string
+	modelID   ModelID
+	hasher    *Hasher
+	dc        *digestCache
+
+	untrusted bool
+	alias     *aliasTable // nil until the pod first needs aliasing
+	keys      []Key       // scratch for Add/Remove
+	buf       []byte      // scratch for serialisation
+	hintFinal bool        // the parity hint names a definite cause
+	// everMatched: some block of this pod matched, so a mismatch means unseen
+	// extra keys, not a configuration difference.
+	everMatched bool
+	loggedHint  string
+
+	// applyMu serialises Apply and Recover on one pod: it guards the fields
+	// above mu. kvevents already applies a pod's batches one at a time, so
+	// the lock is uncontended except while Recover runs.
+	applyMu sync.Mutex
+
+	mu sync.Mutex
+	st PodStats
+}
+
+// batchDelta counts one batch, added to the pod's stats and the metrics at once.
+type batchDelta struct {
+	events                          [AllBlocksCleared + 1]uint64
+	stored, removed, unkeyed        uint64
+	matches, mismatches, unverified uint64
+	indexErrors, unresolved         uint64
+	recoveries                      uint64
+	hint                            string
+}
+
+// NewApplier returns an Applier. Index, Interner and Hashers are required.
+func NewApplier(cfg ApplierConfig) *Applier {
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.DigestCacheSize <= 0 {
+		cfg.DigestCacheSize = DefaultDigestCacheSize
+	}
+	if cfg.AliasCacheSize <= 0 {
+		cfg.AliasCacheSize = DefaultAliasCacheSize
+	}
+	a := &Applier{
+		idx: cfg.Index, in: cfg.Interner, hashers: cfg.Hashers, m: cfg.Metrics, log: cfg.Logger,
+		dcSize: cfg.DigestCacheSize, aliasCap: cfg.AliasCacheSize,
+		pods: map[podKey]*podState{}, digests: map[ModelID]*digestCache{}, alt: map[KeyConfig]*Hasher{},
+		untrustedIDs: map[PodID]struct{}{},
+	}
+	return a
+}
+
+func (a *Applier) pod(b *Batch) *podState {
+	k := podKey{b.Pod, b.DPRank}
+	a.mu.RLock()
+	ps := a.pods[k]
+	a.mu.RUnlock()
+	if ps != nil {
+		return ps
+	}
+	id := a.in.Pod(b.Pod, b.DPRank)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ps = a.pods[k]; ps == nil {
+		ps = &podState{id: id, name: b.Pod, rank: b.DPRank}
+		ps.st.Pod, ps.st.DPRank = b.Pod, b.DPRank
+		a.pods[k] = ps
+	}
+	return ps
+}
+
+// bindModel caches the model's id, hasher and digest cache on the pod.
+func (a *Applier) bindModel(ps *podState, model string) {
+	if ps.hasher != nil && ps.modelName == model {
+		return
+	}
+	id := a.in.Model(model)
+	a.mu.Lock()
+	dc := a.digests[id]
+	if dc == nil {
+		dc = newDigestCache(a.dcSize)
+		a.digests[id] = dc
+	}
+	a.mu.Unlock()
+	if ps.hasher != nil { // the pod now serves another model: start parity afresh
+		ps.resetParity()
+	}
+	ps.modelName, ps.modelID, ps.hasher, ps.dc = model, id, a.hashers.For(model), dc
+}
+
+// resetParity forgets what the pod's parity check concluded. Called when the
+// pod's cache is wiped (AllBlocksCleared: often an engine restart, maybe with
+// a new seed) or it changes model, so a stale hint does not outlive its cause.
+func (ps *podState) resetParity() {
+	ps.hintFinal, ps.everMatched, ps.alias = false, false, nil
+	ps.mu.Lock()
+	ps.st.ParityHint = ""
+	ps.mu.Unlock()
+}
+
+// Apply implements BatchSink.
+func (a *Applier) Apply(b *Batch) {
+	start := time.Now()
+	ps := a.pod(b)
+	ps.applyMu.Lock()
+	defer ps.applyMu.Unlock()
+	a.bindModel(ps, b.Model)
+	ctx := context.Background()
+	var d batchDelta
+	wasUntrusted := ps.untrusted
+	if ps.untrusted {
+		if err := a.idx.ClearPod(ctx, ps.id); err != nil {
+			d.indexErrors++
+			a.log.Debug("index still failing; dropping batch of untrusted pod", "pod", ps.name, "dp_rank", ps.rank, "err", err)
+			a.finish(ps, b, &d, start, wasUntrusted)
+			return
+		}
+		ps.untrusted = false
+		d.recoveries++
+		a.log.Info("pod cleared after index error; trusted again, rebuilding from new events", "pod", ps.name, "dp_rank", ps.rank)
+	}
+	for i := range b.Events {
+		ev := &b.Events[i]
+		var err error
+		switch ev.Kind {
+		case BlockStored:
+			err = a.stored(ctx, ps, b.Engine, ev, &d)
+		case BlockRemoved:
+			err = a.removed(ctx, ps, b.Engine, ev, &d)
+		case AllBlocksCleared:
+			if err = a.idx.ClearPod(ctx, ps.id); err == nil {
+				d.hint = ""
+				ps.resetParity()
+			}
+		default:
+			continue // decoders do not produce other kinds; nothing to apply
+		}
+		if err != nil {
+			d.indexErrors++
+			ps.untrusted = true
+			a.log.Warn("index error: pod marked untrusted, rest of batch dropped; it is cleared and rebuilt on its next batch",
+				"pod", ps.name, "dp_rank", ps.rank, "event", ev.Kind.String(), "dropped_events", len(b.Events)-i-1, "err", err)
+			break
+		}
+		d.events[ev.Kind]++
+	}
+	a.finish(ps, b, &d, start, wasUntrusted)
+}
+
+func (a *Applier) finish(ps *podState, b *Batch, d *batchDelta, start time.Time, wasUntrusted bool) {
+	var n uint64
+	for _, c := range d.events {
+		n += c
+	}
+	ps.mu.Lock()
+	st := &ps.st
+	st.Model, st.Engine = b.Model, b.Engine
+	st.EventsApplied += n
+	st.BlocksStored += d.stored
+	st.BlocksRemoved += d.removed
+	st.Clears += d.events[AllBlocksCleared]
+	st.LastEvent = start
+	st.ParityMatches += d.matches
+	st.ParityMismatches += d.mismatches
+	st.ParityUnverified += d.unverified
+	if d.hint != "" {
+		st.ParityHint = d.hint
+	}
+	st.IndexErrors += d.indexErrors
+	st.Untrusted = ps.untrusted
+	ps.mu.Unlock()
+	if ps.untrusted != wasUntrusted {
+		a.setUntrusted(ps, ps.untrusted)
+	}
+	if d.hint != "" && d.hint != ps.loggedHint {
+		ps.loggedHint = d.hint
+		a.log.Warn("block hash parity mismatch: indexing this pod under kvindex's own keys",
+			"pod", ps.name, "dp_rank", ps.rank, "model", b.Model, "hint", d.hint)
+	}
+	a.m.flush(d, time.Since(start))
+}
+
+func groupOf(g int) uint8 {
+	switch {
+	case g < 0:
+		return 0
+	case g > 255:
+		return 255
+	}
+	return uint8(g)
+}
+
+// eventExtras sets ek to block i's extra keys. ok=false means they cannot be
+// known: a LoRA request whose engine sent its id but neither lora_name nor
+// extra_keys (vLLM v0.12 to early 2026 hashed the name).
+func eventExtras(ek *extraKeys, ev *Event, engine Engine, i int) bool {
+	if len(ev.ExtraKeys) > 0 {
+		ek.n = 0
+		ek.generic = nil
+		if i < len(ev.ExtraKeys) {
+			ek.generic = ev.ExtraKeys[i] // empty = None: vLLM never hashes an empty tuple
+		}
+		return true
+	}
+	if ev.LoraName == "" && ev.HasLoraID && ev.LoraID != 0 {
+		return false
+	}
+	x := RequestExtras{LoraName: ev.LoraName}
+	if engine == EngineSGLang {
+		x.CacheSalt = ev.CacheSalt
+	}
+	// cache_salt only enters a request's first block: the one without parent.
+	ek.forRequest(x, i == 0 && !ev.HasParent)
+	return true
+}
+
+func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *Event, d *batchDelta) error {
+	n := len(ev.BlockHashes)
+	if n == 0 {
+		return nil
+	}
+	h := ps.hasher
+	bs, dlen := h.cfg.BlockSize, h.dlen
+	sglang := engine == EngineSGLang
+	keys := ps.keys[:0]
+
+	haveTokens := len(ev.TokenIDs) > 0
+	bsWrong := haveTokens && ev.BlockSize > 0 && ev.BlockSize != bs
+	canHash := haveTokens && !bsWrong && len(ev.TokenIDs) == n*bs
+	if bsWrong {
+		if !sglang {
+			d.mismatches += uint64(n) // counted here, not again as unverified below
+		}
+		if !ps.hintFinal {
+			ps.hintFinal = true
+			d.hint = fmt.Sprintf("block size: engine publishes block_size=%d but kvindex is configured with %d; "+
+				"set the engine's --block-size or kvindex's block size (per model) to agree", ev.BlockSize, bs)
+		}
+	}
+
+	var parent [32]byte
+	parentOK := true
+	if !ev.HasParent {
+		parent = h.none
+	} else {
+		parentOK = ps.dc.get(ev.ParentHash, &parent)
+	}
+	var ek extraKeys
+	for i, eh := range ev.BlockHashes {
+		if canHash && parentOK && eventExtras(&ek, ev, engine, i) {
+			var dg [32]byte
+			var err error
+			ps.buf, dg, err = h.digest(ps.buf, parent[:dlen], ev.TokenIDs[i*bs:(i+1)*bs], &ek)
+			if err == nil {
+				k := keyOf(&dg, dlen)
+				ps.dc.put(eh, &dg)
+				parent = dg
+				keys = append(keys, k)
+				switch {
+				case sglang:
+					a.aliasPut(ps, eh, k)
+				case uint64(k) == eh:
+					d.matches++
+					ps.everMatched = true
+				case ps.everMatched:
+					// Other blocks of this pod match, so its seed, algorithm and
+					// block size are right: the engine hashed extra keys it did not
+					// publish (multimodal items, cache_salt without extra_keys).
+					// Its hash is then the truth for this block; ours is not.
+					d.mismatches++
+					keys[len(keys)-1] = Key(eh)
+					if !ps.hintFinal {
+						ps.hintFinal = true
+						d.hint = "extra keys: some blocks match and others differ; the engine hashes extra keys " +
+							"(multimodal, cache_salt, LoRA) it does not publish in extra_keys; those blocks are " +
+							"indexed under the engine's hashes"
+					}
+				default:
+					d.mismatches++
+					a.aliasPut(ps, eh, k)
+					if !ps.hintFinal {
+						a.diagnose(ps, ev, engine, i, eh, d)
+					}
+				}
+				continue
+			}
+			// unsupported extra-key value: fall through, unverifiable
+		}
+		// Not computable here; the chain may resume if we know this block.
+		parentOK = ps.dc.get(eh, &parent)
+		k, aliased := Key(eh), false
+		if ps.alias != nil {
+			k, aliased = ps.alias.get(eh)
+		}
+		if !bsWrong || sglang {
+			d.unverified++
+		}
+		switch {
+		case aliased:
+			keys = append(keys, k)
+		case sglang:
+			d.unkeyed++ // an SGLang hash is useless to routers
+		default:
+			keys = append(keys, Key(eh))
+		}
+	}
+	ps.keys = keys
+	if len(keys) == 0 {
+		return nil
+	}
+	if err := a.idx.Add(ctx, ps.modelID, ps.id, ev.Medium, groupOf(ev.GroupIdx), keys); err != nil {
+		return err
+	}
+	d.stored += uint64(len(keys))
+	return nil
+}
+
+func (a *Applier) aliasPut(ps *podState, eh uint64, k Key) {
+	if ps.alias == nil {
+		ps.alias = newAliasTable(a.aliasCap)
+	}
+	ps.alias.put(eh, k)
+}
+
+func (a *Applier) removed(ctx context.Context, ps *podState, engine Engine, ev *Event, d *batchDelta) error {
+	keys := ps.keys[:0]
+	for _, eh := range ev.BlockHashes {
+		if ps.alias != nil {
+			if k, ok := ps.alias.get(eh); ok {
+				// Keep the alias: the block may still be held on another tier.
+				keys = append(keys, k)
+				continue
+			}
+			d.unresolved++
+		}
+		if engine == EngineSGLang {
+			if ps.alias == nil {
+				d.unresolved++
+			}
+			continue
+		}
+		keys = append(keys, Key(eh))
+	}
+	ps.keys = keys
+	if len(keys) == 0 {
+		return nil
+	}
+	if err := a.idx.Remove(ctx, ps.modelID, ps.id, ev.Medium, groupOf(ev.GroupIdx), keys); err != nil {
+		return err
+	}
+	d.removed += uint64(len(keys))
+	return nil
+}
+
+// diagnose names the likely cause of a parity mismatch. On a request's first
+// block (parent = NONE_HASH) it can tell algorithm from seed: it rehashes the
+// block with the other algorithms and the same seed.
+func (a *Applier) diagnose(ps *podState, ev *Event, engine Engine, i int, eh uint64, d *batchDelta) {
+	h := ps.hasher
+	cfg := h.cfg
+	if ev.HasParent || i != 0 {
+		d.hint = fmt.Sprintf("engine block hashes differ from kvindex's (%s): seed or algorithm; "+
+			"waiting for a request's first block to tell which", cfg)
+		return
+	}
+	var ek extraKeys
+	eventExtras(&ek, ev, engine, 0)
+	toks := ev.TokenIDs[:cfg.BlockSize]
+	for _, algo := range HashAlgos {
+		if algo == cfg.Algo {
+			continue
+		}
+		alt := a.altHasher(KeyConfig{Algo: algo, Seed: cfg.Seed, BlockSize: cfg.BlockSize})
+		if alt == nil {
+			continue
+		}
+		var dg [32]byte
+		var err error
+		ps.buf, dg, err = alt.digest(ps.buf, alt.none[:alt.dlen], toks, &ek)
+		if err == nil && uint64(keyOf(&dg, alt.dlen)) == eh {
+			ps.hintFinal = true
+			d.hint = fmt.Sprintf("hash algorithm: the engine hashes with %s but kvindex is configured with %s; "+
+				"set --prefix-caching-hash-algo or kvindex's algorithm to agree", algo, cfg.Algo)
+			return
+		}
+	}
+	ps.hintFinal = true
+	d.hint = fmt.Sprintf("seed: a request's first block differs with every algorithm at seed %q; the engine's "+
+		"PYTHONHASHSEED differs or is unset (vLLM then uses a random NONE_HASH); set PYTHONHASHSEED=%s on the engine "+
+		"or kvindex's seed to the engine's (less likely: LoRA/cache_salt/multimodal extra keys not published)", cfg.Seed, cfg.Seed)
+}
+
+func (a *Applier) altHasher(cfg KeyConfig) *Hasher {
+	a.altMu.Lock()
+	defer a.altMu.Unlock()
+	if h := a.alt[cfg]; h != nil {
+		return h
+	}
+	h, err := NewHasher(cfg)
+	if err != nil { // cannot happen: cfg comes from a valid Hasher
+		return nil
+	}
+	a.alt[cfg] = h
+	return h
+}
+
+// PodStats returns every (pod, DP rank) seen, sorted by pod then rank.
+func (a *Applier) PodStats() []PodStats {
+	a.mu.RLock()
+	out := make([]PodStats, 0, len(a.pods))
+	for _, ps := range a.pods {
+		ps.mu.Lock()
+		out = append(out, ps.st)
+		ps.mu.Unlock()
+	}
+	a.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Pod != out[j].Pod {
+			return out[i].Pod < out[j].Pod
+		}
+		return out[i].DPRank < out[j].DPRank
+	})
+	return out
+}
+
+// setUntrusted records a pod's trust transition for Trusted and the gauge.
+func (a *Applier) setUntrusted(ps *podState, untrusted bool) {
+	a.untrustedMu.Lock()
+	if untrusted {
+		a.untrustedIDs[ps.id] = struct{}{}
+		a.m.untrustedPods.Inc()
+	} else {
+		delete(a.untrustedIDs, ps.id)
+		a.m.untrustedPods.Dec()
+	}
+	a.nUntrusted.Store(int32(len(a.untrustedIDs)))
+	a.untrustedMu.Unlock()
+}
+
+// Trusted reports whether what the index holds for pod can be served. A pod
+// is untrusted from an index error until the applier has cleared it: scores
+// must leave it out meanwhile, or entries written before a lost removal would
+// be served as if they were still cached.
+func (a *Applier) Trusted(pod PodID) bool {
+	if a.nUntrusted.Load() == 0 {
+		return true
+	}
+	a.untrustedMu.RLock()
+	_, bad := a.untrustedIDs[pod]
+	a.untrustedMu.RUnlock()
+	return !bad
+}
+
+// Recover clears every untrusted pod in the index and trusts it again when
+// the clear succeeds. Apply does the same before an untrusted pod's next
+// batch; Recover covers pods that stay quiet after the index comes back.
+// It returns how many pods were recovered and the last index error.
+func (a *Applier) Recover(ctx context.Context) (int, error) {
+	if a.nUntrusted.Load() == 0 {
+		return 0, nil
+	}
+	a.mu.RLock()
+	var todo []*podState
+	for _, ps := range a.pods {
+		if !a.Trusted(ps.id) {
+			todo = append(todo, ps)
+		}
+	}
+	a.mu.RUnlock()
+	var n int
+	var lastErr error
+	for _, ps := range todo {
+		ps.applyMu.Lock()
+		if ps.untrusted {
+			if err := a.idx.ClearPod(ctx, ps.id); err != nil {
+				lastErr = err
+			} else {
+				ps.untrusted = false
+				ps.mu.Lock()
+				ps.st.Untrusted = false
+				ps.mu.Unlock()
+				a.setUntrusted(ps, false)
+				a.m.recoveryClears.Inc()
+				n++
+				a.log.Info("pod cleared after index error; trusted again, rebuilding from new events", "pod", ps.name, "dp_rank", ps.rank)
+			}
+		}
+		ps.applyMu.Unlock()
+	}
+	return n, lastErr
+}
+
+// RunRecovery calls Recover every interval until ctx is done.
+func (a *Applier) RunRecovery(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := a.Recover(ctx); err != nil {
+				a.log.Debug("index still failing; untrusted pods wait", "err", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package kvindex
+
+import (
+	"context"
+	"fmt"
+	"testing"
+)
+
+// nopIndex measures the applier alone.
+type nopIndex struct{}
+
+func (nopIndex) Add(context.Context, ModelID, PodID, Tier, uint8, []Key) error    { return nil }
+func (nopIndex) Remove(context.Context, ModelID, PodID, Tier, uint8, []Key) error { return nil }
+func (nopIndex) ClearPod(context.Context, PodID) error                            { return nil }
+func (nopIndex) Lookup(context.Context, ModelID, []Key, Visitor) error            { return nil }
+func (nopIndex) PodBlocks(context.Context, PodID) (int64, error)                  { return 0, nil }
+func (nopIndex) Stats() IndexStats                                                { return IndexStats{} }
+
+// applierBenchBatches precomputes batches of one BlockStored of 16 blocks of
+// 16 tokens each, chained, as an engine with cfg would publish them.
+func applierBenchBatches(b *testing.B, cfg KeyConfig, engineCfg KeyConfig, nBatches int) []Batch {
+	toks := make([]uint32, nBatches*16*16)
+	for i := range toks {
+		toks[i] = uint32(i*7919) % 151936
+	}
+	eh := engineKeys(&testing.T{}, engineCfg, toks, RequestExtras{})
+	out := make([]Batch, nBatches)
+	for i := range out {
+		ev := stored(eh, toks, 16, i*16, (i+1)*16)
+		out[i] = Batch{Pod: "p", Model: "m", Events: []Event{ev}}
+	}
+	return out
+}
+
+// BenchmarkApplierApply reports blocks/s through Apply (parity check
+// included) for a matching pod, a mismatching pod (alias path), and a pod
+// whose events carry no token ids (nothing to verify).
+func BenchmarkApplierApply(b *testing.B) {
+	cfg := KeyConfig{Algo: AlgoSHA256CBOR, Seed: "0", BlockSize: 16}
+	other := cfg
+	other.Seed = "1"
+	for _, idxName := range []string{"nop", "memory"} {
+		for _, c := range []struct {
+			name     string
+			engine   KeyConfig
+			noTokens bool
+		}{{"match", cfg, false}, {"mismatch", other, false}, {"no-tokens", cfg, true}} {
+			b.Run(fmt.Sprintf("%s/%s", idxName, c.name), func(b *testing.B) {
+				var idx Index = nopIndex{}
+				if idxName == "memory" {
+					idx = NewMemoryIndex(MemoryConfig{Capacity: 1 << 22})
+				}
+				hs, _ := NewHasherSet(cfg, nil)
+				a := NewApplier(ApplierConfig{Index: idx, Interner: NewInterner(), Hashers: hs, DigestCacheSize: 1 << 16, AliasCacheSize: 1 << 16})
+				batches := applierBenchBatches(b, cfg, c.engine, 256)
+				if c.noTokens {
+					for i := range batches {
+						batches[i].Events[0].TokenIDs = nil
+						batches[i].Events[0].BlockSize = 0
+					}
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				blocks := 0
+				for i := 0; i < b.N; i++ {
+					bt := &batches[i%len(batches)]
+					a.Apply(bt)
+					blocks += len(bt.Events[0].BlockHashes)
+				}
+				b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
+			})
+		}
+	}
+}

@@ -1,0 +1,292 @@
+package kvindex
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/zeebo/xxh3"
+)
+
+// HashAlgo names vLLM's --prefix-caching-hash-algo choices.
+type HashAlgo string
+
+const (
+	AlgoSHA256     HashAlgo = "sha256"      // pickle protocol 5 + SHA-256 (vLLM default since v0.10.2)
+	AlgoSHA256CBOR HashAlgo = "sha256_cbor" // canonical CBOR + SHA-256
+	AlgoXXHash     HashAlgo = "xxhash"      // pickle protocol 5 + xxh3_128
+	AlgoXXHashCBOR HashAlgo = "xxhash_cbor" // canonical CBOR + xxh3_128
+)
+
+// HashAlgos lists every supported algorithm.
+var HashAlgos = []HashAlgo{AlgoSHA256, AlgoSHA256CBOR, AlgoXXHash, AlgoXXHashCBOR}
+
+// ParseHashAlgo accepts the names vLLM accepts (case-insensitive).
+func ParseHashAlgo(s string) (HashAlgo, error) {
+	for _, a := range HashAlgos {
+		if strings.EqualFold(s, string(a)) {
+			return a, nil
+		}
+	}
+	return "", fmt.Errorf("unknown hash algorithm %q (want sha256, sha256_cbor, xxhash or xxhash_cbor)", s)
+}
+
+// MaxBlockSize bounds KeyConfig.BlockSize; it only guards against nonsense.
+const MaxBlockSize = 1 << 20
+
+// KeyConfig is what must equal the engine's settings for our keys to equal its
+// block hashes: --prefix-caching-hash-algo, PYTHONHASHSEED and --block-size.
+type KeyConfig struct {
+	Algo      HashAlgo
+	Seed      string // the engine's PYTHONHASHSEED string; vLLM hashes it as a str
+	BlockSize int
+}
+
+func (c KeyConfig) String() string {
+	return fmt.Sprintf("algo=%s seed=%q block_size=%d", c.Algo, c.Seed, c.BlockSize)
+}
+
+// Hasher computes vLLM block hashes for one KeyConfig. It is immutable after
+// NewHasher and safe for concurrent use.
+type Hasher struct {
+	cfg  KeyConfig
+	cbor bool // serialisation: canonical CBOR (true) or pickle protocol 5
+	xxh  bool // digest: xxh3_128 (true) or SHA-256
+	dlen int  // digest length: 32 (SHA-256) or 16 (xxh3_128)
+	none [32]byte
+}
+
+// NewHasher validates cfg and precomputes NONE_HASH = H(seed as a str), the
+// parent of every request's first block (vllm/v1/core/kv_cache_utils.py
+// init_none_hash). An unset PYTHONHASHSEED makes vLLM use random bytes instead,
+// which no one can reproduce: the engine must set it.
+func NewHasher(cfg KeyConfig) (*Hasher, error) {
+	algo, err := ParseHashAlgo(string(cfg.Algo))
+	if err != nil {
+		return nil, err
+	}
+	if cfg.BlockSize < 1 || cfg.BlockSize > MaxBlockSize {
+		return nil, fmt.Errorf("block size %d out of range [1, %d]", cfg.BlockSize, MaxBlockSize)
+	}
+	cfg.Algo = algo
+	h := &Hasher{cfg: cfg}
+	switch algo {
+	case AlgoSHA256:
+	case AlgoSHA256CBOR:
+		h.cbor = true
+	case AlgoXXHash:
+		h.xxh = true
+	case AlgoXXHashCBOR:
+		h.cbor, h.xxh = true, true
+	}
+	h.dlen = 32
+	if h.xxh {
+		h.dlen = 16
+	}
+	var in []byte
+	if h.cbor {
+		in = appendCBORString(nil, cfg.Seed)
+	} else {
+		in = appendPickleString(nil, cfg.Seed)
+	}
+	h.none = h.sum(in)
+	return h, nil
+}
+
+// Config returns the (normalised) configuration.
+func (h *Hasher) Config() KeyConfig { return h.cfg }
+
+// NoneHash returns NONE_HASH, the parent digest of a request's first block.
+func (h *Hasher) NoneHash() []byte { return append([]byte(nil), h.none[:h.dlen]...) }
+
+// DigestLen is the length of this algorithm's digests (32 or 16).
+func (h *Hasher) DigestLen() int { return h.dlen }
+
+func (h *Hasher) sum(in []byte) (d [32]byte) {
+	if h.xxh {
+		v := xxh3.Hash128(in)
+		binary.BigEndian.PutUint64(d[0:], v.Hi) // xxh3_128_digest: canonical big-endian
+		binary.BigEndian.PutUint64(d[8:], v.Lo)
+		return d
+	}
+	return sha256.Sum256(in)
+}
+
+// keyOf is the wire form: int.from_bytes(digest, "big") & (2**64-1).
+func keyOf(d *[32]byte, dlen int) Key {
+	return Key(binary.BigEndian.Uint64(d[dlen-8 : dlen]))
+}
+
+// extraKeys is one block's extra-keys tuple without boxing the common cases:
+// either generic values from an event (exactly as the engine hashed them), or
+// up to two strings (LoRA name, cache_salt) in vLLM's order. Empty = None.
+type extraKeys struct {
+	generic []any
+	n       int
+	s       [2]string
+}
+
+// forRequest builds vLLM's extra keys for a text-only request's block:
+// (lora_name,) + (cache_salt,) on the first block only
+// (kv_cache_utils.generate_block_hash_extra_keys: lora + mm + salt + embeds;
+// an empty salt is falsy there and skipped).
+func (e *extraKeys) forRequest(x RequestExtras, first bool) {
+	e.generic, e.n = nil, 0
+	if x.LoraName != "" {
+		e.s[e.n] = x.LoraName
+		e.n++
+	}
+	if first && x.CacheSalt != "" {
+		e.s[e.n] = x.CacheSalt
+		e.n++
+	}
+}
+
+func (e *extraKeys) pickle(p *pickler) error {
+	if len(e.generic) > 0 {
+		// The tuple is written here rather than via p.value(e.generic): boxing
+		// the slice into an interface would allocate per block.
+		p.tupleStart(len(e.generic))
+		for _, v := range e.generic {
+			if err := p.value(v, 1); err != nil {
+				return err
+			}
+		}
+		p.tupleEnd(len(e.generic))
+		return nil
+	}
+	if e.n == 0 {
+		p.op(pkNone)
+		p.boundary()
+		return nil
+	}
+	p.tupleStart(e.n)
+	for i := 0; i < e.n; i++ {
+		p.blob(e.s[i], nil, true)
+	}
+	p.tupleEnd(e.n)
+	return nil
+}
+
+func (e *extraKeys) cbor(b []byte) ([]byte, error) {
+	if len(e.generic) > 0 {
+		b = cborHead(b, cborArray, uint64(len(e.generic)))
+		var err error
+		for _, v := range e.generic {
+			if b, err = cborValue(b, v, 1); err != nil {
+				return b, err
+			}
+		}
+		return b, nil
+	}
+	if e.n == 0 {
+		return append(b, cborNull), nil
+	}
+	b = append(b, cborArray|byte(e.n))
+	for i := 0; i < e.n; i++ {
+		b = append(cborHead(b, cborText, uint64(len(e.s[i]))), e.s[i]...)
+	}
+	return b, nil
+}
+
+// digest computes H((parent, tuple(tokens), extra)) (kv_cache_utils.hash_block_tokens)
+// using buf as scratch; it returns the (possibly grown) buffer for reuse.
+func (h *Hasher) digest(buf []byte, parent []byte, tokens []uint32, ek *extraKeys) ([]byte, [32]byte, error) {
+	var err error
+	if h.cbor {
+		buf, err = appendCBORBlock(buf[:0], parent, tokens, ek)
+	} else {
+		buf, err = appendPickleBlock(buf[:0], parent, tokens, ek)
+	}
+	if err != nil {
+		return buf, [32]byte{}, err
+	}
+	return buf, h.sum(buf), nil
+}
+
+// RequestExtras are the per-request inputs of vLLM's extra keys that a router
+// knows: the LoRA adapter's name (empty = base model) and cache_salt.
+type RequestExtras struct {
+	LoraName  string
+	CacheSalt string
+}
+
+// scratchPool holds serialisation buffers. A pool rather than a stack array
+// because the (recursive) encoders make escape analysis move any buffer they
+// touch to the heap; a pooled buffer costs one Get/Put per call, not per block,
+// and keeps whatever capacity large block sizes needed.
+var scratchPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+func getScratch() *[]byte { return scratchPool.Get().(*[]byte) }
+
+func putScratch(p *[]byte, b []byte) {
+	if cap(b) > 1<<20 { // do not pin buffers of pathological block sizes
+		return
+	}
+	*p = b[:0]
+	scratchPool.Put(p)
+}
+
+// Keys appends the 64-bit wire keys of every FULL block of tokens to dst.
+// Safe for concurrent use. It allocates only when dst must grow.
+func (h *Hasher) Keys(dst []Key, tokens []uint32, extras RequestExtras) []Key {
+	sp := getScratch()
+	buf := *sp
+	defer func() { putScratch(sp, buf) }()
+	parent := h.none
+	var ek extraKeys
+	bs := h.cfg.BlockSize
+	for i := 0; i+bs <= len(tokens); i += bs {
+		ek.forRequest(extras, i == 0)
+		var d [32]byte
+		// String extras cannot fail to serialise, so err is always nil here.
+		buf, d, _ = h.digest(buf, parent[:h.dlen], tokens[i:i+bs], &ek)
+		dst = append(dst, keyOf(&d, h.dlen))
+		parent = d
+	}
+	return dst
+}
+
+// HasherSet is the default KeyConfig plus per-model overrides (fleets where
+// models run with different block sizes or algorithms). Immutable after
+// construction and safe for concurrent use.
+type HasherSet struct {
+	def      *Hasher
+	perModel map[string]*Hasher
+}
+
+// NewHasherSet builds one Hasher per distinct config.
+func NewHasherSet(def KeyConfig, perModel map[string]KeyConfig) (*HasherSet, error) {
+	d, err := NewHasher(def)
+	if err != nil {
+		return nil, fmt.Errorf("default key config: %w", err)
+	}
+	s := &HasherSet{def: d, perModel: make(map[string]*Hasher, len(perModel))}
+	names := make([]string, 0, len(perModel))
+	for m := range perModel {
+		names = append(names, m)
+	}
+	sort.Strings(names) // deterministic first error
+	for _, m := range names {
+		h, err := NewHasher(perModel[m])
+		if err != nil {
+			return nil, fmt.Errorf("key config for model %q: %w", m, err)
+		}
+		s.perModel[m] = h
+	}
+	return s, nil
+}
+
+// For returns the model's Hasher, or the default one.
+func (s *HasherSet) For(model string) *Hasher {
+	if h, ok := s.perModel[model]; ok {
+		return h
+	}
+	return s.def
+}
+
+// Default returns the default Hasher.
+func (s *HasherSet) Default() *Hasher { return s.def }
