@@ -1,0 +1,230 @@
+#!/usr/bin/python3
+"""kvpublisher.py: a vLLM/SGLang KV-event publisher on real libzmq (pyzmq).
+
+Used by kvindex's interop and end-to-end tests, and handy to poke a running
+kvindexd by hand. Needs Debian's python3-zmq and python3-msgpack; run it with
+/usr/bin/python3.
+
+Usage:
+  /usr/bin/python3 hack/kvpublisher.py --endpoint tcp://127.0.0.1:PORT --mode connect|bind
+                                       [--replay-endpoint tcp://127.0.0.1:PORT] [--replay-legacy]
+
+  --mode bind     the publisher binds ENDPOINT and kvindexd connects (per-pod topology,
+                  like vLLM with endpoint "tcp://*:5557")
+  --mode connect  the publisher connects to ENDPOINT where kvindexd's SUB is bound
+                  (central topology, like vLLM with endpoint "tcp://indexer:5557")
+  --replay-endpoint  also bind a ROUTER serving vLLM's replay protocol for everything
+                  published: request [b"", start_seq(8B BE)], replies
+                  [b"", topic, seq8, payload] (vLLM >= 0.26) or, with --replay-legacy,
+                  [b"", seq8, payload] (vLLM <= 0.25), then an end marker seq8 = ff*8 with
+                  an empty payload (and an empty topic in the >= 0.26 format).
+
+The socket is an XPUB so the script knows when a subscriber is attached: it prints
+"ready" on stdout once the first subscription arrives (nothing is lost to the ZeroMQ
+slow-joiner problem), then reads JSON lines on stdin, one action per line:
+
+  {"topic": "kv@pod-a@model", "seq": 0, "form": "array"|"map"|"sglang",
+   "bytes_hashes": false, "ts": 0.0, "dp_rank": 0 | null, "omit_dp_rank": false,
+   "skip_live": false,
+   "events": [
+     {"type": "BlockStored", "block_hashes": [...], "parent_block_hash": null,
+      "token_ids": [...], "block_size": 16, "medium": "GPU", "lora_name": null,
+      "lora_id": null, "extra_keys": null, "group_idx": null, "cache_salt": null},
+     {"type": "BlockRemoved", "block_hashes": [...], "medium": null},
+     {"type": "AllBlocksCleared"}]}
+      publish one batch as [topic, seq (8B BE), msgpack payload].
+      form "array": vLLM <= 0.23 tagged arrays; "map": vLLM >= 0.24 maps; "sglang":
+      SGLang arrays (hashes as signed int64, {"cache_salt": ...} 8th element).
+      Like vLLM's msgspec omit_defaults, None-valued trailing array fields and
+      None-valued map fields are left out.
+      Hashes are ints (any size/sign) or hex strings (sent as bytes). With
+      "bytes_hashes": true int hashes go out as 32-byte digests whose last 8 bytes
+      are the value (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0).
+      "skip_live": true records the batch for replay but does not publish it
+      (simulates a message lost on the live stream).
+  {"sleep": seconds}
+  {"raw_frames": ["hex", ...]}   send these frames as one multipart message
+                                 (malformed-input tests)
+
+When stdin ends it flushes, prints "done" and exits.
+"""
+
+import argparse
+import json
+import queue
+import sys
+import threading
+import time
+
+import msgpack
+import zmq
+
+END_SEQ = b"\xff" * 8
+U64 = (1 << 64) - 1
+
+
+def vllm_hash(h, bytes_hashes):
+    if isinstance(h, str):
+        return bytes.fromhex(h)
+    if bytes_hashes:
+        return (h & U64).to_bytes(32, "big")
+    if h >= (1 << 64) or h < -(1 << 63):
+        return h & U64  # msgpack ints are 64-bit; vLLM sends digest & (2**64-1)
+    return h
+
+
+def sglang_hash(h):
+    if isinstance(h, str):
+        return bytes.fromhex(h)
+    h &= U64
+    return h - (1 << 64) if h >= (1 << 63) else h
+
+
+def trim(fields):
+    while fields and fields[-1] is None:
+        fields.pop()
+    return fields
+
+
+def encode_event(ev, form, bytes_hashes):
+    kind = ev["type"]
+    if form == "sglang":
+        hashes = [sglang_hash(h) for h in ev.get("block_hashes", [])]
+        if kind == "BlockStored":
+            parent = ev.get("parent_block_hash")
+            out = [kind, hashes, None if parent is None else sglang_hash(parent),
+                   ev.get("token_ids", []), ev.get("block_size", 0), ev.get("lora_id"),
+                   ev.get("medium")]
+            if ev.get("cache_salt") is not None:
+                out.append({"cache_salt": ev["cache_salt"]})
+            return out
+        if kind == "BlockRemoved":
+            return [kind, hashes, ev.get("medium")]
+        return [kind]
+    hashes = [vllm_hash(h, bytes_hashes) for h in ev.get("block_hashes", [])]
+    if kind == "BlockStored":
+        parent = ev.get("parent_block_hash")
+        names = ["block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
+                 "medium", "lora_name", "extra_keys", "group_idx"]
+        values = [hashes, None if parent is None else vllm_hash(parent, bytes_hashes),
+                  ev.get("token_ids", []), ev.get("block_size", 0), ev.get("lora_id"),
+                  ev.get("medium"), ev.get("lora_name"), ev.get("extra_keys"), ev.get("group_idx")]
+    elif kind == "BlockRemoved":
+        names = ["block_hashes", "medium", "group_idx"]
+        values = [hashes, ev.get("medium"), ev.get("group_idx")]
+    else:
+        names, values = [], []
+    if form == "map":
+        out = {"type": kind}
+        for n, v in zip(names, values):
+            if v is not None or n == "parent_block_hash" and kind == "BlockStored":
+                out[n] = v
+        return out
+    return [kind] + trim(values)
+
+
+def encode_batch(msg):
+    form = msg.get("form", "array")
+    events = [encode_event(e, form, msg.get("bytes_hashes", False)) for e in msg.get("events", [])]
+    batch = [float(msg.get("ts", time.time())), events]
+    if not msg.get("omit_dp_rank", False):
+        batch.append(msg.get("dp_rank", 0))
+    return msgpack.packb(batch, use_bin_type=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--endpoint", required=True)
+    ap.add_argument("--mode", choices=["connect", "bind"], required=True)
+    ap.add_argument("--replay-endpoint")
+    ap.add_argument("--replay-legacy", action="store_true")
+    args = ap.parse_args()
+
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.XPUB)
+    pub.setsockopt(zmq.SNDHWM, 100000)
+    if args.mode == "bind":
+        pub.bind(args.endpoint)
+    else:
+        pub.connect(args.endpoint)
+    router = None
+    if args.replay_endpoint:
+        router = ctx.socket(zmq.ROUTER)
+        router.bind(args.replay_endpoint)
+
+    buffered = []  # (seq, topic, payload), like vLLM's replay buffer
+
+    def serve_replay():
+        while router is not None and router.poll(0):
+            frames = router.recv_multipart()
+            if len(frames) != 3:
+                print("replay: ignoring %d-frame request" % len(frames), file=sys.stderr)
+                continue
+            client, _, start = frames
+            start_seq = int.from_bytes(start, "big")
+            for seq, topic, payload in buffered:
+                if seq >= start_seq:
+                    s8 = seq.to_bytes(8, "big")
+                    if args.replay_legacy:
+                        router.send_multipart([client, b"", s8, payload])
+                    else:
+                        router.send_multipart([client, b"", topic, s8, payload])
+            if args.replay_legacy:
+                router.send_multipart([client, b"", END_SEQ, b""])
+            else:
+                router.send_multipart([client, b"", b"", END_SEQ, b""])
+
+    # Wait for the first subscription (XPUB delivers it as b"\x01<prefix>").
+    while True:
+        if pub.poll(50):
+            sub = pub.recv()
+            if sub[:1] == b"\x01":
+                break
+    print("ready", flush=True)
+
+    lines = queue.Queue()
+
+    def reader():
+        for line in sys.stdin:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=reader, daemon=True).start()
+    while True:
+        serve_replay()
+        try:
+            line = lines.get(timeout=0.01)
+        except queue.Empty:
+            continue
+        if line is None:
+            break
+        line = line.strip()
+        if not line:
+            continue
+        msg = json.loads(line)
+        if "sleep" in msg:
+            end = time.time() + float(msg["sleep"])
+            while time.time() < end:
+                serve_replay()
+                time.sleep(0.005)
+            continue
+        if "raw_frames" in msg:
+            pub.send_multipart([bytes.fromhex(f) for f in msg["raw_frames"]])
+            continue
+        topic = msg["topic"].encode()
+        seq = int(msg["seq"])
+        payload = encode_batch(msg)
+        buffered.append((seq, topic, payload))
+        del buffered[:-10000]  # vLLM's default buffer_steps
+        if not msg.get("skip_live", False):
+            pub.send_multipart([topic, seq.to_bytes(8, "big"), payload])
+
+    pub.close(linger=5000)
+    if router is not None:
+        router.close(linger=1000)
+    ctx.term()
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+package kvevents
+
+import (
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/kvindex/kvindex/kvindex"
+)
+
+// realisticBatch is one busy engine step: a request's 32 new full blocks of
+// 16 tokens (512 tokens, hashes spread over the whole uint64 range so most
+// take 9 bytes, as vLLM's do) and 16 evictions.
+func realisticBatch() (*kvindex.Batch, int) {
+	const blocks, bs = 32, 16
+	b := &kvindex.Batch{DPRank: 0, Timestamp: 1.7e9}
+	st := kvindex.Event{Kind: kvindex.BlockStored, BlockSize: bs, HasParent: true, ParentHash: 0x9e3779b97f4a7c15, Medium: kvindex.TierGPU}
+	x := uint64(0x243f6a8885a308d3)
+	for i := 0; i < blocks; i++ {
+		x = x*6364136223846793005 + 1442695040888963407
+		st.BlockHashes = append(st.BlockHashes, x)
+		for j := 0; j < bs; j++ {
+			st.TokenIDs = append(st.TokenIDs, uint32((x>>uint(j))%151000))
+		}
+	}
+	rm := kvindex.Event{Kind: kvindex.BlockRemoved, Medium: kvindex.TierGPU}
+	for i := 0; i < 16; i++ {
+		x = x*6364136223846793005 + 1442695040888963407
+		rm.BlockHashes = append(rm.BlockHashes, x)
+	}
+	b.Events = []kvindex.Event{st, rm}
+	return b, blocks + 16
+}
+
+// BenchmarkDecodeVLLM measures decode throughput in block hashes per second
+// (the hashes/s metric) for realistic vLLM batches in each wire form.
+func BenchmarkDecodeVLLM(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		opt  VLLMEncodeOptions
+	}{
+		{"array_int", VLLMEncodeOptions{}},
+		{"map_int", VLLMEncodeOptions{MapForm: true}},
+		{"map_bytes32", VLLMEncodeOptions{MapForm: true, BytesHashes: true}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			batch, hashes := realisticBatch()
+			p, err := EncodeVLLMBatch(batch, tc.opt)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var out kvindex.Batch
+			b.SetBytes(int64(len(p)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := Decode(p, kvindex.EngineVLLM, &out); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(hashes)*float64(b.N)/b.Elapsed().Seconds(), "hashes/s")
+		})
+	}
+}
+
+// BenchmarkDecodeVLLMGeneric is the baseline the hand-written decoder is
+// measured against: vmihailenco/msgpack's generic decoding of the same
+// payload into interface values (what a reflection-based decoder costs
+// before even converting to kvindex.Event).
+func BenchmarkDecodeVLLMGeneric(b *testing.B) {
+	batch, hashes := realisticBatch()
+	p, err := EncodeVLLMBatch(batch, VLLMEncodeOptions{MapForm: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(p)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var v any
+		if err := msgpack.Unmarshal(p, &v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(hashes)*float64(b.N)/b.Elapsed().Seconds(), "hashes/s")
+}
+
+// decodeApplyStream is one engine's steady state as payloads: batch i stores
+// chunk i (32 new blocks of 16 tokens, chained to chunk i-1 as vLLM chains
+// them, hashes computed by the same hasher so the parity check matches) and
+// evicts the last 16 blocks of chunk i-8, so the index stays bounded while
+// the benchmark cycles through the payloads.
+func decodeApplyStream(b *testing.B, h *kvindex.Hasher, withTokens bool) (payloads [][]byte, blocksPerBatch int) {
+	const chunks, perChunk, evict, lag, bs = 64, 32, 16, 8, 16
+	tokens := make([]uint32, chunks*perChunk*bs)
+	x := uint64(0x243f6a8885a308d3)
+	for i := range tokens {
+		x = x*6364136223846793005 + 1442695040888963407
+		tokens[i] = uint32((x >> 33) % 151000)
+	}
+	keys := h.Keys(nil, tokens, kvindex.RequestExtras{})
+	for c := 0; c < chunks; c++ {
+		st := kvindex.Event{Kind: kvindex.BlockStored, BlockSize: bs, Medium: kvindex.TierGPU}
+		for _, k := range keys[c*perChunk : (c+1)*perChunk] {
+			st.BlockHashes = append(st.BlockHashes, uint64(k))
+		}
+		if c > 0 {
+			st.ParentHash, st.HasParent = uint64(keys[c*perChunk-1]), true
+		}
+		if withTokens {
+			st.TokenIDs = tokens[c*perChunk*bs : (c+1)*perChunk*bs]
+		}
+		old := (c - lag + chunks) % chunks
+		rm := kvindex.Event{Kind: kvindex.BlockRemoved, Medium: kvindex.TierGPU}
+		for _, k := range keys[(old+1)*perChunk-evict : (old+1)*perChunk] {
+			rm.BlockHashes = append(rm.BlockHashes, uint64(k))
+		}
+		p, err := EncodeVLLMBatch(&kvindex.Batch{Timestamp: 1.7e9, Events: []kvindex.Event{st, rm}}, VLLMEncodeOptions{MapForm: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		payloads = append(payloads, p)
+	}
+	return payloads, perChunk + evict
+}
+
+// BenchmarkDecodeApply is the write path after the socket: Decode then the
+// kvindex.Applier into the in-memory index, in block keys (stored + removed)
+// per second. with_tokens carries token ids, so the applier re-hashes every
+// stored block (live parity check, sha256); without them the engine's hashes
+// are used as they are.
+func BenchmarkDecodeApply(b *testing.B) {
+	for _, withTokens := range []bool{true, false} {
+		name := "without_tokens"
+		if withTokens {
+			name = "with_tokens"
+		}
+		b.Run(name, func(b *testing.B) {
+			cfg := kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 16}
+			h, err := kvindex.NewHasher(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			hs, err := kvindex.NewHasherSet(cfg, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			payloads, blocks := decodeApplyStream(b, h, withTokens)
+			m := kvindex.NewMetrics(nil)
+			ap := kvindex.NewApplier(kvindex.ApplierConfig{Index: kvindex.NewMemoryIndex(kvindex.MemoryConfig{}),
+				Interner: kvindex.NewInterner(), Hashers: hs, Metrics: m})
+			var batch kvindex.Batch
+			step := func(i int) {
+				if _, err := Decode(payloads[i%len(payloads)], kvindex.EngineVLLM, &batch); err != nil {
+					b.Fatal(err)
+				}
+				batch.Pod, batch.Model, batch.Engine, batch.Seq = "pod-0", "bench/model", kvindex.EngineVLLM, uint64(i)
+				ap.Apply(&batch)
+			}
+			for i := range payloads { // warm up: index, digest cache and buffers at steady state
+				step(i)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				step(i)
+			}
+			b.ReportMetric(float64(blocks)*float64(b.N)/b.Elapsed().Seconds(), "keys/s")
+			b.StopTimer()
+			st := ap.PodStats()
+			if len(st) != 1 || st[0].IndexErrors != 0 || st[0].ParityMismatches != 0 || (withTokens && st[0].ParityMatches == 0) {
+				b.Fatalf("applier did not take the batches as valid: %+v", st)
+			}
+		})
+	}
+}

@@ -1,0 +1,342 @@
+package kvevents
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/kvindex/kvindex/kvindex"
+)
+
+// sampleBatch exercises every field the encoders write.
+func sampleBatch() *kvindex.Batch {
+	return &kvindex.Batch{
+		DPRank:    1,
+		Timestamp: 1234.5,
+		Events: []kvindex.Event{
+			{Kind: kvindex.BlockStored, BlockHashes: []uint64{3236607068019569386, 0xfedcba9876543210, 1},
+				ParentHash: 0x8000000000000000, HasParent: true, TokenIDs: []uint32{1, 2, 3, 70000, 1 << 31, 0xffffffff},
+				BlockSize: 2, LoraID: 7, HasLoraID: true, LoraName: "sql-lora", Medium: kvindex.TierCPU,
+				ExtraKeys: [][]any{{"sql-lora", int64(5), []byte{0xde, 0xad}, []any{"img-1", int64(3)}}, nil, {"salt"}},
+				GroupIdx:  2},
+			{Kind: kvindex.BlockStored, BlockHashes: []uint64{42}, TokenIDs: []uint32{9, 9}, BlockSize: 2, Medium: kvindex.TierGPU},
+			{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{0xfedcba9876543210, 5}, Medium: kvindex.TierDisk, GroupIdx: 1},
+			{Kind: kvindex.AllBlocksCleared},
+		},
+	}
+}
+
+func mustDecode(t *testing.T, payload []byte, engine kvindex.Engine) (*kvindex.Batch, DecodeStats) {
+	t.Helper()
+	var b kvindex.Batch
+	st, err := Decode(payload, engine, &b)
+	if err != nil {
+		t.Fatalf("Decode: %v (payload %x)", err, payload)
+	}
+	return &b, st
+}
+
+func TestDecodeVLLMRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  VLLMEncodeOptions
+	}{
+		{"array_int", VLLMEncodeOptions{}},
+		{"map_int", VLLMEncodeOptions{MapForm: true}},
+		{"array_bytes32", VLLMEncodeOptions{BytesHashes: true}},
+		{"map_bytes16", VLLMEncodeOptions{MapForm: true, BytesHashes: true, HashBytesLen: 16}},
+		{"array_bytes64", VLLMEncodeOptions{BytesHashes: true, HashBytesLen: 64}},
+		{"map_batch", VLLMEncodeOptions{MapForm: true, MapBatch: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := sampleBatch()
+			p, err := EncodeVLLMBatch(want, tc.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, st := mustDecode(t, p, kvindex.EngineVLLM)
+			if st.EventErrors != 0 || !st.HasDPRank {
+				t.Fatalf("stats %+v", st)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("decoded\n%+v\nwant\n%+v", got, want)
+			}
+		})
+	}
+	t.Run("two_element_batch", func(t *testing.T) {
+		want := sampleBatch()
+		p, _ := EncodeVLLMBatch(want, VLLMEncodeOptions{OmitDPRank: true})
+		got, st := mustDecode(t, p, kvindex.EngineVLLM)
+		want.DPRank = 0
+		if st.HasDPRank || !reflect.DeepEqual(got, want) {
+			t.Fatalf("got %+v (stats %+v)", got, st)
+		}
+	})
+}
+
+func TestDecodeSGLangRoundTrip(t *testing.T) {
+	want := &kvindex.Batch{DPRank: 3, Timestamp: 1, Events: []kvindex.Event{
+		{Kind: kvindex.BlockStored, BlockHashes: []uint64{0xffffffffffffffff, 0x8000000000000001, 12},
+			ParentHash: 0xabcdef0123456789, HasParent: true, TokenIDs: []uint32{1, 2, 3, 4, 5, 6}, BlockSize: 2,
+			Medium: kvindex.TierGPU, CacheSalt: "tenant-7"},
+		{Kind: kvindex.BlockStored, BlockHashes: []uint64{13}, TokenIDs: []uint32{7, 8}, BlockSize: 2, LoraID: 3, HasLoraID: true, Medium: kvindex.TierCPU},
+		{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{0x8000000000000001}, Medium: kvindex.TierGPU},
+		{Kind: kvindex.AllBlocksCleared},
+	}}
+	p, err := EncodeSGLangBatch(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The wire really carries negative int64s for hashes with the top bit set.
+	if !bytes.Contains(p, []byte{0xd3, 0x80, 0, 0, 0, 0, 0, 0, 1}) {
+		t.Fatalf("expected a signed int64 hash on the wire: %x", p)
+	}
+	got, _ := mustDecode(t, p, kvindex.EngineSGLang)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("decoded\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// encodeWith builds a payload by hand so tests control every msgpack width.
+func encodeWith(t *testing.T, f func(e *msgpack.Encoder) error) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := f(msgpack.NewEncoder(&buf)); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestDecodeHashIntWidths(t *testing.T) {
+	type enc func(e *msgpack.Encoder) error
+	cases := []struct {
+		name string
+		put  enc
+		want uint64
+	}{
+		{"fixint", func(e *msgpack.Encoder) error { return e.EncodeUint(7) }, 7},
+		{"neg_fixint", func(e *msgpack.Encoder) error { return e.EncodeInt(-3) }, 0xfffffffffffffffd},
+		{"uint8", func(e *msgpack.Encoder) error { return e.EncodeUint8(200) }, 200},
+		{"uint16", func(e *msgpack.Encoder) error { return e.EncodeUint16(60000) }, 60000},
+		{"uint32", func(e *msgpack.Encoder) error { return e.EncodeUint32(4000000000) }, 4000000000},
+		{"uint64_small", func(e *msgpack.Encoder) error { return e.EncodeUint64(5) }, 5},
+		// spec test vector: block 0 of tokens 1..16, sha256_cbor, seed "0"
+		{"uint64_spec_vector", func(e *msgpack.Encoder) error { return e.EncodeUint64(3236607068019569386) }, 3236607068019569386},
+		{"uint64_high_bit", func(e *msgpack.Encoder) error { return e.EncodeUint64(0xcf00000000000001) }, 0xcf00000000000001},
+		{"int8", func(e *msgpack.Encoder) error { return e.EncodeInt8(-1) }, 0xffffffffffffffff},
+		{"int8_pos", func(e *msgpack.Encoder) error { return e.EncodeInt8(100) }, 100},
+		{"int16", func(e *msgpack.Encoder) error { return e.EncodeInt16(-300) }, uint64(0xfffffffffffffed4)},
+		{"int32", func(e *msgpack.Encoder) error { return e.EncodeInt32(-70000) }, uint64(0xfffffffffffeee90)},
+		{"int64_neg", func(e *msgpack.Encoder) error { return e.EncodeInt64(-0x7fffffffffffffff) }, 0x8000000000000001},
+		{"int64_pos", func(e *msgpack.Encoder) error { return e.EncodeInt64(0x1234567890) }, 0x1234567890},
+		{"bytes_spec_digest", func(e *msgpack.Encoder) error {
+			d, _ := hex.DecodeString("202da172482d928bbc42ab25b0151e2b895f13f41002e27b2ceabcfae6d332ea")
+			return e.EncodeBytes(d)
+		}, 3236607068019569386},
+		{"bytes_short", func(e *msgpack.Encoder) error { return e.EncodeBytes([]byte{1, 2}) }, 0x0102},
+	}
+	for _, engine := range []kvindex.Engine{kvindex.EngineVLLM, kvindex.EngineSGLang} {
+		for _, tc := range cases {
+			t.Run(engine.String()+"/"+tc.name, func(t *testing.T) {
+				if engine == kvindex.EngineSGLang && tc.name == "bytes_spec_digest" {
+					t.Skip("SGLang reduces bytes to their first 8 bytes; covered below")
+				}
+				p := encodeWith(t, func(e *msgpack.Encoder) error {
+					e.EncodeArrayLen(3)
+					e.EncodeFloat64(0)
+					e.EncodeArrayLen(1)
+					e.EncodeArrayLen(3)
+					e.EncodeString("BlockRemoved")
+					e.EncodeArrayLen(1)
+					if err := tc.put(e); err != nil {
+						return err
+					}
+					e.EncodeNil()
+					return e.EncodeNil()
+				})
+				got, _ := mustDecode(t, p, engine)
+				if len(got.Events) != 1 || got.Events[0].BlockHashes[0] != tc.want {
+					t.Fatalf("got %+v, want hash %#x", got.Events, tc.want)
+				}
+			})
+		}
+	}
+	d, _ := hex.DecodeString("202da172482d928bbc42ab25b0151e2b895f13f41002e27b2ceabcfae6d332ea")
+	if v, _ := normaliseHashBytes(d, kvindex.EngineSGLang); v != 0x202da172482d928b {
+		t.Fatalf("sglang bytes: %#x", v)
+	}
+}
+
+func TestDecodeFieldVariants(t *testing.T) {
+	// Short arrays (older vLLM, msgspec omit_defaults), extra trailing fields
+	// (newer vLLM: kv_cache_spec_kind, sliding window, ...), media spellings,
+	// a map event with its type key last and unknown keys.
+	p := encodeWith(t, func(e *msgpack.Encoder) error {
+		e.EncodeArrayLen(4)
+		e.EncodeFloat32(2.5)
+		e.EncodeArrayLen(5)
+		// 1: minimal BlockStored (no lora_id/medium/...) -> GPU
+		e.Encode([]any{"BlockStored", []uint64{1}, nil, []int{5, 6}, 2})
+		// 2: every field plus unknown trailing ones
+		e.Encode([]any{"BlockStored", []uint64{2}, uint64(1), []int{7, 8}, 2, nil, "cpu_pinned", nil, nil, nil,
+			"sliding_window", 4096, map[string]any{"x": 1}, "session"})
+		// 3: map form, type last, unknown keys, medium OBJ
+		e.EncodeMapLen(5)
+		e.EncodeString("block_hashes")
+		e.Encode([]uint64{3, 4})
+		e.EncodeString("kv_cache_spec_kind")
+		e.EncodeString("full_attention")
+		e.EncodeString("medium")
+		e.EncodeString("obj")
+		e.EncodeString("group_idx")
+		e.EncodeInt(3)
+		e.EncodeString("type")
+		e.EncodeString("BlockRemoved")
+		// 4: BlockRemoved without medium, with FS medium via trailing fields
+		e.Encode([]any{"BlockRemoved", []uint64{9}, "FS", 1, "locality", "ownership"})
+		// 5: AllBlocksCleared with stray fields
+		e.Encode([]any{"AllBlocksCleared", 1, 2})
+		e.EncodeNil() // dp rank nil
+		return e.EncodeString("future-field")
+	})
+	got, st := mustDecode(t, p, kvindex.EngineVLLM)
+	if st.EventErrors != 0 || st.HasDPRank || got.Timestamp != 2.5 {
+		t.Fatalf("stats %+v ts %v", st, got.Timestamp)
+	}
+	want := []kvindex.Event{
+		{Kind: kvindex.BlockStored, BlockHashes: []uint64{1}, TokenIDs: []uint32{5, 6}, BlockSize: 2},
+		{Kind: kvindex.BlockStored, BlockHashes: []uint64{2}, ParentHash: 1, HasParent: true, TokenIDs: []uint32{7, 8}, BlockSize: 2, Medium: kvindex.TierCPU},
+		{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{3, 4}, Medium: kvindex.TierExternal, GroupIdx: 3},
+		{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{9}, Medium: kvindex.TierDisk, GroupIdx: 1},
+		{Kind: kvindex.AllBlocksCleared},
+	}
+	if !reflect.DeepEqual(got.Events, want) {
+		t.Fatalf("got\n%+v\nwant\n%+v", got.Events, want)
+	}
+}
+
+func TestDecodeMalformedEventDropsOnlyThatEvent(t *testing.T) {
+	bad := map[string]any{
+		"negative_token":   []any{"BlockStored", []uint64{1}, nil, []int{1, -2}, 2},
+		"token_too_big":    []any{"BlockStored", []uint64{1}, nil, []uint64{1 << 32}, 1},
+		"float_hash":       []any{"BlockRemoved", []any{1.5}},
+		"nil_hash":         []any{"BlockRemoved", []any{nil}},
+		"empty_bytes_hash": []any{"BlockRemoved", []any{[]byte{}}},
+		"unknown_type":     []any{"BlockTeleported", []uint64{1}},
+		"empty_array":      []any{},
+		"tag_not_string":   []any{7, []uint64{1}},
+		"not_array_or_map": "BlockStored",
+		"map_without_type": map[string]any{"block_hashes": []uint64{1}},
+		"medium_int":       []any{"BlockRemoved", []uint64{1}, 5},
+		"extra_keys_float": []any{"BlockStored", []uint64{1}, nil, []int{1}, 1, nil, nil, nil, []any{[]any{1.5}}},
+		"extra_keys_flat":  []any{"BlockStored", []uint64{1}, nil, []int{1}, 1, nil, nil, nil, []any{"x"}},
+		"group_negative":   []any{"BlockRemoved", []uint64{1}, nil, -1},
+		"lora_id_str":      []any{"BlockStored", []uint64{1}, nil, []int{1}, 1, "x"},
+		"block_size_neg":   []any{"BlockStored", []uint64{1}, nil, []int{1}, -16},
+		"deep_extra_keys":  []any{"BlockStored", []uint64{1}, nil, []int{1}, 1, nil, nil, nil, []any{deepList(40)}},
+	}
+	for name, ev := range bad {
+		t.Run(name, func(t *testing.T) {
+			p := encodeWith(t, func(e *msgpack.Encoder) error {
+				e.EncodeArrayLen(3)
+				e.EncodeFloat64(0)
+				e.EncodeArrayLen(3)
+				e.Encode([]any{"BlockStored", []uint64{10}, nil, []int{1}, 1})
+				e.Encode(ev)
+				e.Encode([]any{"BlockRemoved", []uint64{11}})
+				return e.EncodeInt(2)
+			})
+			got, st := mustDecode(t, p, kvindex.EngineVLLM)
+			if st.EventErrors != 1 || st.FirstEventError == nil {
+				t.Fatalf("stats %+v", st)
+			}
+			var ee *EventError
+			if !errors.As(st.FirstEventError, &ee) || ee.Index != 1 {
+				t.Fatalf("first error %v", st.FirstEventError)
+			}
+			if len(got.Events) != 2 || got.Events[0].BlockHashes[0] != 10 || got.Events[1].BlockHashes[0] != 11 || got.DPRank != 2 {
+				t.Fatalf("got %+v", got)
+			}
+		})
+	}
+}
+
+func deepList(n int) any {
+	var v any = "x"
+	for i := 0; i < n; i++ {
+		v = []any{v}
+	}
+	return v
+}
+
+func TestDecodeMalformedBatch(t *testing.T) {
+	good, _ := EncodeVLLMBatch(sampleBatch(), VLLMEncodeOptions{})
+	cases := map[string][]byte{
+		"empty":          {},
+		"not_array":      {0xa1, 'x'},
+		"one_element":    encodeWith(t, func(e *msgpack.Encoder) error { return e.Encode([]any{1.0}) }),
+		"events_not_arr": encodeWith(t, func(e *msgpack.Encoder) error { return e.Encode([]any{1.0, "x", 0}) }),
+		"ts_string":      encodeWith(t, func(e *msgpack.Encoder) error { return e.Encode([]any{"now", []any{}, 0}) }),
+		"rank_negative":  encodeWith(t, func(e *msgpack.Encoder) error { return e.Encode([]any{1.0, []any{}, -1}) }),
+		"truncated":      good[:len(good)-3],
+		"trailing":       append(append([]byte{}, good...), 0x01),
+		"huge_array_len": {0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0xdd, 0xff, 0xff, 0xff, 0xff},
+		"map_no_events":  encodeWith(t, func(e *msgpack.Encoder) error { return e.Encode(map[string]any{"ts": 1.0}) }),
+		"reserved_code":  {0x92, 0xc1, 0x90},
+	}
+	for name, p := range cases {
+		t.Run(name, func(t *testing.T) {
+			var b kvindex.Batch
+			_, err := Decode(p, kvindex.EngineVLLM, &b)
+			var be *BatchError
+			if !errors.As(err, &be) {
+				t.Fatalf("want BatchError, got %v", err)
+			}
+		})
+	}
+}
+
+// Every prefix of a valid payload must fail cleanly, never panic.
+func TestDecodeEveryTruncation(t *testing.T) {
+	for _, form := range []VLLMEncodeOptions{{}, {MapForm: true, BytesHashes: true}} {
+		p, _ := EncodeVLLMBatch(sampleBatch(), form)
+		for i := 0; i < len(p); i++ {
+			var b kvindex.Batch
+			if _, err := Decode(p[:i], kvindex.EngineVLLM, &b); err == nil {
+				t.Fatalf("prefix %d of %d decoded without error", i, len(p))
+			}
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, opt := range []VLLMEncodeOptions{{}, {MapForm: true}, {BytesHashes: true}} {
+		p, _ := EncodeVLLMBatch(sampleBatch(), opt)
+		f.Add(p)
+	}
+	p, _ := EncodeSGLangBatch(sampleBatch())
+	f.Add(p)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var b kvindex.Batch
+		_, _ = Decode(data, kvindex.EngineVLLM, &b)
+	})
+}
+
+func TestParseTopic(t *testing.T) {
+	for _, tc := range []struct{ topic, pod, model string }{
+		{"kv@pod-a@meta-llama/Llama-3.1-8B", "pod-a", "meta-llama/Llama-3.1-8B"},
+		{"kv@10.0.0.7:8000@org/m@v2", "10.0.0.7:8000", "org/m@v2"},
+		{"kv@pod-b", "pod-b", ""},
+		{"kv@", "", ""},
+		{"plain", "", ""},
+	} {
+		p, m := parseTopic([]byte(tc.topic))
+		if string(p) != tc.pod || string(m) != tc.model {
+			t.Errorf("%q: got (%q, %q) want (%q, %q)", tc.topic, p, m, tc.pod, tc.model)
+		}
+	}
+}

@@ -1,0 +1,276 @@
+package kvevents
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/kvindex/kvindex/kvindex"
+)
+
+// VLLMEncodeOptions chooses which of vLLM's wire variants EncodeVLLMBatch
+// produces.
+type VLLMEncodeOptions struct {
+	// MapForm encodes events as maps {"type": ..., field: ...} (vLLM >= 0.24)
+	// instead of tagged arrays (vLLM <= 0.23).
+	MapForm bool
+	// BytesHashes sends hashes as msgpack bin digests (vLLM with
+	// VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0) instead of unsigned ints. The
+	// hash value becomes the LAST 8 bytes; the bytes before it are filler.
+	BytesHashes bool
+	// HashBytesLen is the digest length for BytesHashes (default 32; 16 is
+	// xxh3-128, 64 appears on some hybrid versions).
+	HashBytesLen int
+	// OmitDPRank writes the 2-element batch [ts, events] of older engines.
+	OmitDPRank bool
+	// MapBatch writes the batch itself as a map (not seen from vLLM, but the
+	// decoder tolerates it).
+	MapBatch bool
+}
+
+func tierWireName(t kvindex.Tier) string {
+	switch t {
+	case kvindex.TierCPU:
+		return "CPU"
+	case kvindex.TierDisk:
+		return "DISK"
+	case kvindex.TierExternal:
+		return "EXTERNAL"
+	}
+	return "GPU"
+}
+
+type encoder struct {
+	buf bytes.Buffer
+	enc *msgpack.Encoder
+	err error
+}
+
+func newEncoder() *encoder {
+	e := &encoder{}
+	e.enc = msgpack.NewEncoder(&e.buf)
+	return e
+}
+
+// do records the first error so the encoders read as straight-line code.
+func (e *encoder) do(err error) {
+	if e.err == nil && err != nil {
+		e.err = err
+	}
+}
+
+func (e *encoder) hash(h uint64, opt VLLMEncodeOptions) {
+	if !opt.BytesHashes {
+		e.do(e.enc.EncodeUint(h))
+		return
+	}
+	n := opt.HashBytesLen
+	if n == 0 {
+		n = 32
+	}
+	d := make([]byte, n)
+	for i := 0; i < n-8; i++ {
+		d[i] = byte(0xa0 + i) // filler: decoders must ignore it
+	}
+	if n >= 8 {
+		binary.BigEndian.PutUint64(d[n-8:], h)
+	} else {
+		var full [8]byte
+		binary.BigEndian.PutUint64(full[:], h)
+		copy(d, full[8-n:])
+	}
+	e.do(e.enc.EncodeBytes(d))
+}
+
+func (e *encoder) header(ts float64, n int, dpRank int, opt VLLMEncodeOptions) {
+	switch {
+	case opt.MapBatch:
+		e.do(e.enc.EncodeMapLen(3))
+		e.do(e.enc.EncodeString("ts"))
+		e.do(e.enc.EncodeFloat64(ts))
+		e.do(e.enc.EncodeString("data_parallel_rank"))
+		e.do(e.enc.EncodeInt(int64(dpRank)))
+		e.do(e.enc.EncodeString("events"))
+	case opt.OmitDPRank:
+		e.do(e.enc.EncodeArrayLen(2))
+		e.do(e.enc.EncodeFloat64(ts))
+	default:
+		e.do(e.enc.EncodeArrayLen(3))
+		e.do(e.enc.EncodeFloat64(ts))
+	}
+	e.do(e.enc.EncodeArrayLen(n))
+}
+
+// EncodeVLLMBatch encodes b as vLLM's KVEventBatch msgpack payload
+// [ts, events, data_parallel_rank]. It is used by tests and the demo
+// publisher; the field order follows vllm/distributed/kv_events.py.
+func EncodeVLLMBatch(b *kvindex.Batch, opt VLLMEncodeOptions) ([]byte, error) {
+	e := newEncoder()
+	e.header(b.Timestamp, len(b.Events), b.DPRank, opt)
+	for i := range b.Events {
+		ev := &b.Events[i]
+		switch ev.Kind {
+		case kvindex.BlockStored:
+			e.head("BlockStored", 10, opt)
+			e.key("block_hashes", opt)
+			e.hashes(ev.BlockHashes, opt)
+			e.key("parent_block_hash", opt)
+			if ev.HasParent {
+				e.hash(ev.ParentHash, opt)
+			} else {
+				e.do(e.enc.EncodeNil())
+			}
+			e.key("token_ids", opt)
+			e.tokens(ev.TokenIDs)
+			e.key("block_size", opt)
+			e.do(e.enc.EncodeInt(int64(ev.BlockSize)))
+			e.key("lora_id", opt)
+			if ev.HasLoraID {
+				e.do(e.enc.EncodeInt(ev.LoraID))
+			} else {
+				e.do(e.enc.EncodeNil())
+			}
+			e.key("medium", opt)
+			e.do(e.enc.EncodeString(tierWireName(ev.Medium)))
+			e.key("lora_name", opt)
+			if ev.LoraName != "" {
+				e.do(e.enc.EncodeString(ev.LoraName))
+			} else {
+				e.do(e.enc.EncodeNil())
+			}
+			e.key("extra_keys", opt)
+			e.extraKeys(ev.ExtraKeys)
+			e.key("group_idx", opt)
+			e.do(e.enc.EncodeInt(int64(ev.GroupIdx)))
+		case kvindex.BlockRemoved:
+			e.head("BlockRemoved", 4, opt)
+			e.key("block_hashes", opt)
+			e.hashes(ev.BlockHashes, opt)
+			e.key("medium", opt)
+			e.do(e.enc.EncodeString(tierWireName(ev.Medium)))
+			e.key("group_idx", opt)
+			e.do(e.enc.EncodeInt(int64(ev.GroupIdx)))
+		case kvindex.AllBlocksCleared:
+			e.head("AllBlocksCleared", 1, opt)
+		default:
+			return nil, fmt.Errorf("kvevents: cannot encode event kind %d", ev.Kind)
+		}
+	}
+	if !opt.OmitDPRank && !opt.MapBatch {
+		e.do(e.enc.EncodeInt(int64(b.DPRank)))
+	}
+	if e.err != nil {
+		return nil, e.err
+	}
+	return e.buf.Bytes(), nil
+}
+
+// head starts an event of n fields (the tag included): {"type": tag, ...}
+// in map form, [tag, ...] otherwise.
+func (e *encoder) head(tag string, n int, opt VLLMEncodeOptions) {
+	if opt.MapForm {
+		e.do(e.enc.EncodeMapLen(n))
+		e.do(e.enc.EncodeString("type"))
+	} else {
+		e.do(e.enc.EncodeArrayLen(n))
+	}
+	e.do(e.enc.EncodeString(tag))
+}
+
+func (e *encoder) hashes(hs []uint64, opt VLLMEncodeOptions) {
+	e.do(e.enc.EncodeArrayLen(len(hs)))
+	for _, h := range hs {
+		e.hash(h, opt)
+	}
+}
+
+// signedHashes writes hashes as SGLang does: int64, negative when the top
+// bit is set.
+func (e *encoder) signedHashes(hs []uint64) {
+	e.do(e.enc.EncodeArrayLen(len(hs)))
+	for _, h := range hs {
+		e.do(e.enc.EncodeInt(int64(h)))
+	}
+}
+
+func (e *encoder) tokens(ids []uint32) {
+	e.do(e.enc.EncodeArrayLen(len(ids)))
+	for _, t := range ids {
+		e.do(e.enc.EncodeUint(uint64(t)))
+	}
+}
+
+func (e *encoder) key(name string, opt VLLMEncodeOptions) {
+	if opt.MapForm {
+		e.do(e.enc.EncodeString(name))
+	}
+}
+
+func (e *encoder) extraKeys(keys [][]any) {
+	if keys == nil {
+		e.do(e.enc.EncodeNil())
+		return
+	}
+	e.do(e.enc.EncodeArrayLen(len(keys)))
+	for _, k := range keys {
+		if k == nil {
+			e.do(e.enc.EncodeNil())
+			continue
+		}
+		e.do(e.enc.Encode(k))
+	}
+}
+
+// EncodeSGLangBatch encodes b as SGLang's KVEventBatch: events in array form
+// only, hashes as signed int64 (SGLang's hash is the first 8 digest bytes as
+// a signed integer, so values with the top bit set go out negative), and a
+// trailing {"cache_salt": ...} map on salted BlockStored events.
+func EncodeSGLangBatch(b *kvindex.Batch) ([]byte, error) {
+	e := newEncoder()
+	e.header(b.Timestamp, len(b.Events), b.DPRank, VLLMEncodeOptions{})
+	for i := range b.Events {
+		ev := &b.Events[i]
+		switch ev.Kind {
+		case kvindex.BlockStored:
+			n := 7
+			if ev.CacheSalt != "" {
+				n = 8
+			}
+			e.head("BlockStored", n, VLLMEncodeOptions{})
+			e.signedHashes(ev.BlockHashes)
+			if ev.HasParent {
+				e.do(e.enc.EncodeInt(int64(ev.ParentHash)))
+			} else {
+				e.do(e.enc.EncodeNil())
+			}
+			e.tokens(ev.TokenIDs)
+			e.do(e.enc.EncodeInt(int64(ev.BlockSize)))
+			if ev.HasLoraID {
+				e.do(e.enc.EncodeInt(ev.LoraID))
+			} else {
+				e.do(e.enc.EncodeNil())
+			}
+			e.do(e.enc.EncodeString(tierWireName(ev.Medium)))
+			if ev.CacheSalt != "" {
+				e.do(e.enc.EncodeMapLen(1))
+				e.do(e.enc.EncodeString("cache_salt"))
+				e.do(e.enc.EncodeString(ev.CacheSalt))
+			}
+		case kvindex.BlockRemoved:
+			e.head("BlockRemoved", 3, VLLMEncodeOptions{})
+			e.signedHashes(ev.BlockHashes)
+			e.do(e.enc.EncodeString(tierWireName(ev.Medium)))
+		case kvindex.AllBlocksCleared:
+			e.head("AllBlocksCleared", 1, VLLMEncodeOptions{})
+		default:
+			return nil, fmt.Errorf("kvevents: cannot encode event kind %d", ev.Kind)
+		}
+	}
+	e.do(e.enc.EncodeInt(int64(b.DPRank)))
+	if e.err != nil {
+		return nil, e.err
+	}
+	return e.buf.Bytes(), nil
+}

@@ -1,0 +1,106 @@
+package kvevents
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// Publisher is a pure-Go ZeroMQ PUB socket that speaks the engines' framing
+// [topic, seq(8B BE), payload]. Tests and the demo use it; interop with real
+// libzmq is covered by hack/kvpublisher.py.
+type Publisher struct {
+	sock   zmq4.Socket
+	cancel context.CancelFunc
+	addr   string
+}
+
+// NewPublisher binds (bind=true) or connects endpoint. A bound "tcp://host:0"
+// picks a free port; Addr reports it.
+func NewPublisher(endpoint string, bind bool) (*Publisher, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sock := zmq4.NewPub(ctx, zmq4.WithLogger(log.New(io.Discard, "", 0)))
+	p := &Publisher{sock: sock, cancel: cancel, addr: endpoint}
+	var err error
+	if bind {
+		err = sock.Listen(endpoint)
+		if err == nil {
+			p.addr = dialable(endpoint, sock.Addr())
+		}
+	} else {
+		err = sock.Dial(endpoint)
+	}
+	if err != nil {
+		sock.Close()
+		cancel()
+		return nil, fmt.Errorf("kvevents: publisher %s: %w", endpoint, err)
+	}
+	return p, nil
+}
+
+// dialable turns a bound tcp endpoint into one a local peer can connect to:
+// the listener's real address (port 0 resolved) with a wildcard host
+// (tcp://*:N, 0.0.0.0, ::) replaced by 127.0.0.1. Other transports are
+// returned as they are.
+func dialable(endpoint string, a net.Addr) string {
+	if !strings.HasPrefix(endpoint, "tcp://") || a == nil {
+		return endpoint
+	}
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return endpoint
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "tcp://" + net.JoinHostPort(host, port)
+}
+
+// Addr is the endpoint (for a bound socket: with the port actually chosen).
+func (p *Publisher) Addr() string { return p.addr }
+
+// Publish sends one engine message.
+func (p *Publisher) Publish(topic string, seq uint64, payload []byte) error {
+	var s [8]byte
+	binary.BigEndian.PutUint64(s[:], seq)
+	return p.SendFrames([]byte(topic), s[:], payload)
+}
+
+// SendFrames sends an arbitrary multipart message (malformed-input tests).
+func (p *Publisher) SendFrames(frames ...[]byte) error {
+	return p.sock.SendMulti(zmq4.NewMsgFrom(frames...))
+}
+
+// WaitSubscribed blocks until a subscriber whose filter matches topic is
+// attached (ZeroMQ drops what a PUB sends before that: the slow joiner).
+func (p *Publisher) WaitSubscribed(ctx context.Context, topic string) error {
+	t, ok := p.sock.(zmq4.Topics)
+	if !ok {
+		return fmt.Errorf("kvevents: socket does not report subscriptions")
+	}
+	for {
+		for _, sub := range t.Topics() {
+			if strings.HasPrefix(topic, sub) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// Close closes the socket.
+func (p *Publisher) Close() {
+	p.sock.Close()
+	p.cancel()
+}
