@@ -1,0 +1,196 @@
+package redisindex
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
+)
+
+const benchModel = "meta-llama/Llama-3.1-8B-Instruct"
+
+func benchPod(i int) string { return fmt.Sprintf("vllm-llama-7f9c4-%02d", i) }
+
+// benchIndex builds an index with a round-trip counter attached.
+func benchIndex(b *testing.B, url string, walk ...bool) (*Index, *kvindex.Interner, *redistest.RoundTrips) {
+	in := kvindex.NewInterner()
+	cfg := Config{URL: url, Namespace: uniqueNS(b), Interner: in, StatsRefresh: time.Hour, ServerWalk: len(walk) > 0 && walk[0]}
+	c, err := NewClient(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rt := &redistest.RoundTrips{}
+	rt.Attach(c)
+	idx, err := NewWithClient(c, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { idx.Close(); c.Close() })
+	return idx, in, rt
+}
+
+// fill512x8: 8 pods holding prefixes of a 512-block prompt (pod i holds the
+// first 64*(i+1) blocks), so a score walks all 512 keys with 1..8 holders.
+func fill512x8(b *testing.B, idx kvindex.Index, in *kvindex.Interner) (kvindex.ModelID, []kvindex.Key) {
+	return fillPrefixes(b, idx, in, 64)
+}
+
+// fillPrefixes: pod i holds the first step*(i+1) of 512 blocks.
+func fillPrefixes(b *testing.B, idx kvindex.Index, in *kvindex.Interner, step int) (kvindex.ModelID, []kvindex.Key) {
+	ctx := context.Background()
+	m := in.Model(benchModel)
+	keys := seqKeys(512, 0x9e3779b97f4a7c15)
+	for p := range 8 {
+		if err := idx.Add(ctx, m, in.Pod(benchPod(p), 0), kvindex.TierGPU, 0, keys[:step*(p+1)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return m, keys
+}
+
+// BenchmarkScore512x8 is score latency through kvindex.Scorer for 512 keys
+// and 8 pods: memory vs Redis (single node, 3-master cluster).
+func BenchmarkScore512x8(b *testing.B) { benchScore(b, 64) }
+
+// BenchmarkScore512x8Miss: the same 512-key prompt, but the pods hold only
+// its first 4..32 blocks (a prompt that is mostly new).
+func BenchmarkScore512x8Miss(b *testing.B) { benchScore(b, 4) }
+
+func benchScore(b *testing.B, step int) {
+	run := func(b *testing.B, idx kvindex.Index, in *kvindex.Interner, rt *redistest.RoundTrips) {
+		m, keys := fillPrefixes(b, idx, in, step)
+		sc := kvindex.NewScorer(idx, kvindex.DefaultTierWeights())
+		var res kvindex.ScoreResult
+		ctx := context.Background()
+		if err := sc.Score(ctx, m, keys, nil, &res); err != nil || len(res.Pods) != 8 {
+			b.Fatalf("warm-up: %v %d pods", err, len(res.Pods))
+		}
+		if rt != nil {
+			rt.Reset()
+		}
+		b.ResetTimer()
+		for b.Loop() {
+			if err := sc.Score(ctx, m, keys, nil, &res); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if rt != nil {
+			b.ReportMetric(float64(rt.Load())/float64(b.N), "roundtrips/op")
+		}
+	}
+	b.Run("memory", func(b *testing.B) {
+		in := kvindex.NewInterner()
+		run(b, kvindex.NewMemoryIndex(kvindex.MemoryConfig{}), in, nil)
+	})
+	b.Run("redis", func(b *testing.B) {
+		s := redistest.Start(b)
+		idx, in, rt := benchIndex(b, s.URL())
+		run(b, idx, in, rt)
+	})
+	b.Run("redis-server-walk", func(b *testing.B) {
+		s := redistest.Start(b)
+		idx, in, rt := benchIndex(b, s.URL(), true)
+		run(b, idx, in, rt)
+	})
+	b.Run("redis-cluster3", func(b *testing.B) {
+		c := redistest.StartCluster(b, 3)
+		idx, in, rt := benchIndex(b, c.URL())
+		run(b, idx, in, rt)
+	})
+}
+
+// BenchmarkApply is write throughput: Add of 64-key batches (a typical
+// BlockStored event of a long prompt) from 8 concurrent pods, reported as
+// block keys per second.
+func BenchmarkApply(b *testing.B) {
+	run := func(b *testing.B, url string) {
+		idx, in, rt := benchIndex(b, url)
+		m := in.Model(benchModel)
+		var next atomic.Uint64
+		var podSeq atomic.Int32
+		ctx := context.Background()
+		rt.Reset()
+		start := time.Now()
+		b.SetParallelism(4) // 8 writers on 2 cores: the daemon's per-pod workers
+		b.RunParallel(func(pb *testing.PB) {
+			p := in.Pod(benchPod(int(podSeq.Add(1))), 0)
+			keys := make([]kvindex.Key, 64)
+			for pb.Next() {
+				base := next.Add(64)
+				for i := range keys {
+					keys[i] = kvindex.Key(base + uint64(i))
+				}
+				if err := idx.Add(ctx, m, p, kvindex.TierGPU, 0, keys); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		el := time.Since(start)
+		b.ReportMetric(float64(b.N*64)/el.Seconds(), "keys/s")
+		b.ReportMetric(float64(rt.Load())/float64(b.N), "roundtrips/op")
+	}
+	b.Run("redis", func(b *testing.B) { run(b, redistest.Start(b).URL()) })
+	b.Run("redis-cluster3", func(b *testing.B) { run(b, redistest.StartCluster(b, 3).URL()) })
+}
+
+// BenchmarkBytesPerEntry measures Redis memory (INFO memory used_memory
+// before/after) for 1M (block, pod) entries, in two shapes: 125k blocks
+// each held by 8 pods, and 1M blocks each held by one pod. Run with
+// -benchtime=1x; the work does not depend on b.N.
+func BenchmarkBytesPerEntry(b *testing.B) {
+	for _, shape := range []struct {
+		name       string
+		blocks     int
+		podsPerKey int
+	}{{"125kx8pods", 125_000, 8}, {"1Mx1pod", 1_000_000, 1}} {
+		b.Run(shape.name, func(b *testing.B) {
+			for b.Loop() {
+				s := redistest.Start(b)
+				in := kvindex.NewInterner()
+				idx, err := New(context.Background(), Config{URL: s.URL(), Namespace: "kvindex", Interner: in, StatsRefresh: time.Hour})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx := context.Background()
+				m := in.Model(benchModel)
+				_ = idx.Add(ctx, m, in.Pod(benchPod(0), 0), 0, 0, seqKeys(1, 1<<62)) // scripts + pods hash exist before "before"
+				before := usedMemory(b, s)
+				const batch = 1000
+				keys := make([]kvindex.Key, batch)
+				for p := range shape.podsPerKey {
+					pod := in.Pod(benchPod(p), 0)
+					for off := 0; off < shape.blocks; off += batch {
+						for i := range keys {
+							keys[i] = kvindex.Key(uint64(off+i)*0x9e3779b97f4a7c15 + 1)
+						}
+						if err := idx.Add(ctx, m, pod, kvindex.TierGPU, 0, keys); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				after := usedMemory(b, s)
+				entries := shape.blocks * shape.podsPerKey
+				b.ReportMetric(float64(after-before)/float64(entries), "bytes/entry")
+				b.ReportMetric(float64(after-before)/float64(shape.blocks), "bytes/key")
+				idx.Close()
+			}
+		})
+	}
+}
+
+func usedMemory(b *testing.B, s *redistest.Server) int64 {
+	v, err := s.InfoField("memory", "used_memory")
+	if err != nil {
+		b.Fatal(err)
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
+}

@@ -1,0 +1,63 @@
+package redisindex
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
+)
+
+var nsSeq atomic.Int64
+
+// uniqueNS gives each index its own namespace so subtests share a server
+// without seeing each other's keys.
+func uniqueNS(t testing.TB) string {
+	return fmt.Sprintf("t%d-%s", nsSeq.Add(1), strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
+}
+
+func newTestIndex(t testing.TB, url string, mod func(*Config)) (*Index, *kvindex.Interner) {
+	t.Helper()
+	in := kvindex.NewInterner()
+	cfg := Config{URL: url, Namespace: uniqueNS(t), Interner: in, StatsRefresh: time.Hour}
+	if mod != nil {
+		mod(&cfg)
+	}
+	idx, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { idx.Close() })
+	return idx, in
+}
+
+// statsFresh wraps an Index so Stats() reflects Redis now (the real one
+// refreshes in the background), which the conformance table checks.
+type statsFresh struct{ *Index }
+
+func (s statsFresh) Stats() kvindex.IndexStats {
+	_ = s.loadEpochs(context.Background())
+	return s.Index.Stats()
+}
+
+func redisFactory(url string, walk bool) factory {
+	return func(t *testing.T) (kvindex.Index, *kvindex.Interner) {
+		idx, in := newTestIndex(t, url, func(c *Config) { c.ServerWalk = walk })
+		return statsFresh{idx}, in
+	}
+}
+
+func TestConformanceRedis(t *testing.T) {
+	s := redistest.Start(t)
+	t.Run("pipeline", func(t *testing.T) { runConformance(t, redisFactory(s.URL(), false)) })
+	t.Run("server-walk", func(t *testing.T) { runConformance(t, redisFactory(s.URL(), true)) })
+}
+
+func TestConformanceRedisCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	runConformance(t, redisFactory(c.URL(), false))
+}

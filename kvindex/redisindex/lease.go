@@ -1,0 +1,281 @@
+package redisindex
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// LeaseManager divides a shared list of engine endpoints between several
+// daemons (the "connect" topology, where daemons subscribe to engines):
+// every endpoint is subscribed by exactly one live daemon, via a lease held
+// in Redis.
+//
+//	<ns>:lease:<endpoint>  STRING daemon id, PX ttl      (who owns it)
+//	<ns>:daemons           ZSET daemon id -> expiry (ms) (who is alive)
+//
+// Every ttl/3 each daemon: heartbeats into the daemons set (server time, so
+// daemon clocks do not matter) and reads how many daemons are alive; renews
+// its leases (compare-and-extend in Lua: only if the value is still its id);
+// gives up leases beyond its fair share ceil(endpoints/daemons) so a new
+// daemon gets work; and takes free leases (SET if absent, or re-take its own)
+// up to its share. A daemon that dies stops renewing: its leases expire
+// after ttl and the others take its endpoints over. A daemon that cannot
+// reach Redis drops (calls release for) its leases before they can expire,
+// so two daemons never apply the same endpoint's events for long: at most
+// one tick of overlap.
+type LeaseManager struct {
+	c    redis.UniversalClient
+	ns   string
+	id   string
+	ttl  time.Duration
+	tick time.Duration
+	log  *slog.Logger
+
+	mu   sync.Mutex
+	held map[string]time.Time // endpoint -> when the last successful renewal was sent
+
+	// crashed makes Run return without releasing anything (tests simulate
+	// a daemon that dies).
+	crashed bool
+}
+
+// NewLeaseManager makes a manager for daemonID (unique per daemon, e.g. pod
+// name) with leases of ttl (minimum 300ms; typical 10s).
+func NewLeaseManager(c redis.UniversalClient, namespace, daemonID string, ttl time.Duration) *LeaseManager {
+	if namespace == "" {
+		namespace = DefaultNamespace
+	}
+	ttl = max(ttl, 300*time.Millisecond)
+	return &LeaseManager{
+		c: c, ns: namespace, id: daemonID, ttl: ttl, tick: ttl / 3,
+		log:  slog.Default(),
+		held: map[string]time.Time{},
+	}
+}
+
+// SetLogger replaces the logger (default slog.Default()).
+func (m *LeaseManager) SetLogger(l *slog.Logger) { m.log = l }
+
+// Held lists the endpoints this daemon holds now.
+func (m *LeaseManager) Held() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]string, 0, len(m.held))
+	for ep := range m.held {
+		out = append(out, ep)
+	}
+	slices.Sort(out)
+	return out
+}
+
+var leaseAcquire = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v == false or v == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+`)
+
+var leaseRenew = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+`)
+
+var leaseRelease = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+`)
+
+// heartbeat: ZADD self with expiry = server now + ttl, drop expired
+// daemons, return how many are alive.
+var leaseHeartbeat = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+return redis.call('ZCARD', KEYS[1])
+`)
+
+func (m *LeaseManager) leaseKey(ep string) string {
+	if strings.ContainsAny(ep, "{}%") {
+		ep = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(ep)
+	}
+	return m.ns + ":lease:" + ep
+}
+
+// Run manages leases until ctx is done, then releases everything it holds
+// (calling release for each) and returns. endpoints is called every tick and
+// must return the full, shared endpoint list (the same on every daemon).
+// acquire and release are called from Run's goroutine, one at a time; wire
+// them to kvevents.Subscriber.AddEndpoint / RemoveEndpoint.
+func (m *LeaseManager) Run(ctx context.Context, endpoints func() []string, acquire, release func(ep string)) error {
+	t := time.NewTicker(m.tick)
+	defer t.Stop()
+	for {
+		m.step(ctx, endpoints(), acquire, release)
+		select {
+		case <-ctx.Done():
+			if !m.crashed {
+				m.releaseAll(release)
+			}
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (m *LeaseManager) step(ctx context.Context, eps []string, acquire, release func(string)) {
+	ttlMS := m.ttl.Milliseconds()
+	eps = slices.Compact(slices.Sorted(slices.Values(eps)))
+	want := map[string]bool{}
+	for _, ep := range eps {
+		want[ep] = true
+	}
+	start := time.Now()
+
+	live, err := leaseHeartbeat.Run(ctx, m.c, []string{m.ns + ":daemons"}, m.id, ttlMS).Int64()
+	if err != nil {
+		live = 0
+	}
+
+	// Renew what we hold (one pipeline).
+	m.mu.Lock()
+	held := make([]string, 0, len(m.held))
+	for ep := range m.held {
+		held = append(held, ep)
+	}
+	m.mu.Unlock()
+	slices.Sort(held)
+	if len(held) > 0 {
+		pipe := m.c.Pipeline()
+		cmds := make([]*redis.Cmd, len(held))
+		for i, ep := range held {
+			cmds[i] = leaseRenew.EvalSha(ctx, pipe, []string{m.leaseKey(ep)}, m.id, ttlMS)
+		}
+		_, _ = pipe.Exec(ctx)
+		for i, ep := range held {
+			n, err := cmds[i].Int64()
+			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				n, err = leaseRenew.Run(ctx, m.c, []string{m.leaseKey(ep)}, m.id, ttlMS).Int64()
+			}
+			switch {
+			case err == nil && n == 1:
+				m.mu.Lock()
+				m.held[ep] = start
+				m.mu.Unlock()
+			case err == nil:
+				m.log.Warn("lease lost to another daemon", "endpoint", ep, "daemon", m.id)
+				m.drop(ep, release)
+			default:
+				m.mu.Lock()
+				last := m.held[ep]
+				m.mu.Unlock()
+				// Give the endpoint up before the lease can expire in Redis
+				// and be taken by someone else.
+				if time.Since(last) > m.ttl-m.tick {
+					m.log.Warn("lease not renewable (redis unreachable), releasing endpoint", "endpoint", ep, "daemon", m.id, "err", err)
+					m.drop(ep, release)
+				}
+			}
+		}
+	}
+	if live == 0 {
+		return // Redis unreachable: take nothing new.
+	}
+
+	// Endpoints that left the list.
+	for _, ep := range m.Held() {
+		if !want[ep] {
+			m.releaseOne(ctx, ep, release)
+		}
+	}
+	share := int(math.Ceil(float64(len(eps)) / float64(live)))
+	// Over our share (a daemon joined): hand the surplus back.
+	if cur := m.Held(); len(cur) > share {
+		for _, ep := range cur[share:] {
+			m.releaseOne(ctx, ep, release)
+		}
+		return
+	}
+	n := len(m.Held())
+	if n >= share {
+		return
+	}
+	// Take free endpoints, starting at a daemon-specific offset so that
+	// daemons starting together do not race for the same ones.
+	off := 0
+	if len(eps) > 0 {
+		h := fnv.New32a()
+		h.Write([]byte(m.id))
+		off = int(h.Sum32() % uint32(len(eps)))
+	}
+	for i := range eps {
+		if n >= share {
+			break
+		}
+		ep := eps[(off+i)%len(eps)]
+		m.mu.Lock()
+		_, mine := m.held[ep]
+		m.mu.Unlock()
+		if mine {
+			continue
+		}
+		ok, err := leaseAcquire.Run(ctx, m.c, []string{m.leaseKey(ep)}, m.id, ttlMS).Int64()
+		if err != nil {
+			return
+		}
+		if ok == 1 {
+			m.mu.Lock()
+			m.held[ep] = start
+			m.mu.Unlock()
+			n++
+			m.log.Info("lease acquired", "endpoint", ep, "daemon", m.id)
+			acquire(ep)
+		}
+	}
+}
+
+// drop forgets ep locally and calls release.
+func (m *LeaseManager) drop(ep string, release func(string)) {
+	m.mu.Lock()
+	_, ok := m.held[ep]
+	delete(m.held, ep)
+	m.mu.Unlock()
+	if ok {
+		release(ep)
+	}
+}
+
+// releaseOne stops using ep, then deletes the lease if it is still ours.
+// Stop first: once the key is gone another daemon may start on it.
+func (m *LeaseManager) releaseOne(ctx context.Context, ep string, release func(string)) {
+	m.drop(ep, release)
+	if err := leaseRelease.Run(ctx, m.c, []string{m.leaseKey(ep)}, m.id).Err(); err != nil && !errors.Is(err, context.Canceled) {
+		m.log.Warn("lease release failed; it will expire", "endpoint", ep, "err", err)
+	}
+}
+
+func (m *LeaseManager) releaseAll(release func(string)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, ep := range m.Held() {
+		m.releaseOne(ctx, ep, release)
+	}
+	_ = m.c.ZRem(ctx, m.ns+":daemons", m.id).Err()
+}
