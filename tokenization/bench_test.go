@@ -1,0 +1,123 @@
+package tokenization
+
+import (
+	"compress/gzip"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// benchText is the shared 90 KB mixed text (prose, code, CJK, emoji, digits,
+// whitespace runs) that hack/tokenizers/bench.mjs also feeds to the Rust
+// reference, so the two timings compare.
+func benchText(b *testing.B) string {
+	f, err := os.Open(filepath.Join("testdata", "bench_mixed_90k.txt.gz"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		b.Fatal(err)
+	}
+	data, err := io.ReadAll(zr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return string(data)
+}
+
+// BenchmarkEncode90KB: go test ./tokenization -run '^$' -bench Encode90KB -benchtime 20x
+func BenchmarkEncode90KB(b *testing.B) {
+	text := benchText(b)
+	for _, model := range encModels {
+		b.Run(model, func(b *testing.B) {
+			tk := encLoad(b, model)
+			if _, err := tk.Encode(text, true); err != nil { // warm the word cache like a server
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(text)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := tk.Encode(text, true); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkLoad measures model load time (JSON parse + tables).
+func BenchmarkLoad(b *testing.B) {
+	for _, model := range encModels {
+		b.Run(model, func(b *testing.B) {
+			encLoad(b, model) // skip when absent
+			tj, cj, err := ReadTokenizerFiles(encFixtureDir(model))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := Load(tj, cj); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkEncodeSuffix is the prefix-store hit path: a ~8k-token prompt
+// whose first ~7k tokens are known, so only the text after the last
+// boundary before 7/8 of the ids is encoded.
+// go test ./tokenization -run '^$' -bench 'EncodeSuffix|PromptFull' -benchtime 50x
+func BenchmarkEncodeSuffix(b *testing.B) {
+	tk, text, from := suffixSetup(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := tk.EncodeSuffix(text, from, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPromptFull is the same prompt encoded from scratch.
+func BenchmarkPromptFull(b *testing.B) {
+	tk, text, _ := suffixSetup(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := tk.Encode(text, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func suffixSetup(b *testing.B) (*Tokenizer, string, int) {
+	tk := encLoad(b, "qwen3")
+	text := benchText(b)
+	ids, bs, err := tk.EncodeBoundaries(text, true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// cut the text at ~8k tokens
+	end := len(text)
+	for _, bd := range bs {
+		if bd.Tokens >= 8000 {
+			end = bd.Offset
+			break
+		}
+	}
+	text = text[:end]
+	ids, bs, _ = tk.EncodeBoundaries(text, true)
+	from := 0
+	for _, bd := range bs {
+		if bd.Tokens > len(ids)*7/8 {
+			break
+		}
+		from = bd.Offset
+	}
+	return tk, text, from
+}

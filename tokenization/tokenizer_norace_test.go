@@ -1,0 +1,5 @@
+//go:build !race
+
+package tokenization
+
+const raceEnabled = false
