@@ -1,0 +1,5 @@
+//go:build !race
+
+package prefixstore
+
+const raceEnabled = false

@@ -1,0 +1,393 @@
+// Package prefixstore caches prompt-prefix -> token ids per model so that long
+// shared prefixes (system prompts, conversation history) are not re-tokenized on
+// every request, while producing exactly the ids full tokenization would.
+//
+// The prompt is cut into fixed-size byte chunks; chunk i is keyed by a hash chained
+// over chunks 0..i, so a key names a whole prefix. Each cached chunk stores the exact
+// chunk bytes (compared on lookup, so a hash collision cannot return wrong ids), one
+// "safe" tokenizer boundary inside the prefix it ends, and the ids between the previous
+// chunk's boundary and its own. A request reuses the ids up to the last safe boundary of
+// its longest cached chunk chain and tokenizes only the rest (Tokenizer.EncodeSuffix).
+//
+// Safe boundary. A boundary B of text T (where T's pre-tokenization split, from
+// Tokenizer.EncodeBoundaries) is reused for any prompt Q that shares T's first E bytes.
+// That is exact only if nothing after E can change the splits before B. We keep B at or
+// before safeLimit(E):
+//   - at least margin bytes before E, margin >= 2x the longest added token + 16, so an
+//     added token (leftmost-longest match) that would straddle E cannot start before B;
+//   - then two whole character-class runs (classes: Unicode whitespace, \p{N}, other)
+//     further back. Greedy regex pieces of every supported pre-tokenizer (\s+(?!\S),
+//     \s*[\r\n]+, \p{L}+, [\p{L}\p{M}]+, [^\s\p{L}\p{N}]+[\r\n]*, \p{N}{1,3}, ...) stay
+//     inside one such run, plus a trailing newline run and one character of lookahead,
+//     so the pieces ending at or before B are decided by bytes before E, and so are
+//     normalizers (NFC/NFKC reach back only to the last stable starter, which the
+//     whitespace/number run provides).
+//
+// This is the issue's "stop before the last pre-tokenizer split boundary inside the
+// matched prefix", made precise. The property tests check it against full tokenization.
+package prefixstore
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/kvindex/kvindex/tokenization"
+	"github.com/zeebo/xxh3"
+)
+
+// Defaults for Config zero values.
+const (
+	DefaultChunkBytes = 256
+	DefaultCapacity   = 32768 // chunks per model: 8 MiB of distinct prompt text
+)
+
+// Config configures a Store.
+type Config struct {
+	ChunkBytes int // bytes per chunk; 0 = DefaultChunkBytes
+	Capacity   int // max cached chunks per model (LRU beyond); 0 = DefaultCapacity
+}
+
+// Store is the prefix cache for all models. Safe for concurrent use.
+type Store struct {
+	cfg Config
+	reg *tokenization.Registry
+	m   *Metrics
+
+	mu sync.Mutex
+	// One cache per tokenizer, not per model name: names that resolve to the
+	// same tokenizer ("org/x" and "x", any "*/x" found in a tokenizers dir)
+	// share it, so request-chosen names cannot multiply the memory bound.
+	models map[*tokenization.Tokenizer]*modelStore
+}
+
+// New returns a Store that loads tokenizers from reg. m may be nil (no metrics).
+func New(cfg Config, reg *tokenization.Registry, m *Metrics) *Store {
+	if cfg.ChunkBytes <= 0 {
+		cfg.ChunkBytes = DefaultChunkBytes
+	}
+	if cfg.Capacity <= 0 {
+		cfg.Capacity = DefaultCapacity
+	}
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	return &Store{cfg: cfg, reg: reg, m: m, models: map[*tokenization.Tokenizer]*modelStore{}}
+}
+
+// Stats is a snapshot of one tokenizer's cache.
+type Stats struct {
+	Model     string // the first model name served from this cache
+	Chunks    int
+	Evictions uint64
+}
+
+// Stats lists every model's cache size, sorted by model.
+func (s *Store) Stats() []Stats {
+	s.mu.Lock()
+	out := make([]Stats, 0, len(s.models))
+	for _, ms := range s.models {
+		ms.mu.Lock()
+		out = append(out, Stats{Model: ms.name, Chunks: len(ms.nodes), Evictions: ms.evictions})
+		ms.mu.Unlock()
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Model < out[j].Model })
+	return out
+}
+
+// TokenizePrompt returns the ids of prompt for model with /v1/completions semantics
+// (add_special_tokens=true, so BOS where the model's post-processor adds it). The
+// result always equals the tokenizer's Encode(prompt, true).
+func (s *Store) TokenizePrompt(ctx context.Context, model, prompt string) ([]uint32, error) {
+	start := time.Now()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	tok, err := s.reg.Get(model)
+	if err != nil {
+		s.m.errors.Inc()
+		return nil, err
+	}
+	ms := s.modelStore(tok, model)
+	margin := 2*tok.MaxAddedTokenBytes() + 16
+
+	c := s.cfg.ChunkBytes
+	nChunks := len(prompt) / c
+	hashes := make([]uint64, nChunks)
+	var h uint64
+	for i := range hashes {
+		h = xxh3.HashStringSeed(prompt[i*c:(i+1)*c], h)
+		hashes[i] = h
+	}
+
+	matched, bound, segs := ms.lookup(prompt, c, hashes)
+	var ids []uint32
+	hit := bound.Offset > 0
+	if hit {
+		ids = make([]uint32, 0, bound.Tokens+(len(prompt)-bound.Offset)/3+8)
+		for _, sg := range segs {
+			ids = append(ids, sg...)
+		}
+		if len(ids) != bound.Tokens {
+			// Cannot happen if the invariants hold; never return ids we cannot vouch for.
+			s.m.inconsistent.Inc()
+			hit = false
+		}
+	}
+	if !hit {
+		s.m.misses.Inc()
+		full, bounds, err := tok.EncodeBoundaries(prompt, true)
+		if err != nil {
+			s.m.errors.Inc()
+			return nil, fmt.Errorf("tokenize prompt for model %q: %w", model, err)
+		}
+		if nChunks > 0 {
+			ms.insert(prompt, c, margin, hashes, 0, tokenization.Boundary{}, full, bounds)
+		}
+		s.observe(start, len(full), 0)
+		return full, nil
+	}
+
+	s.m.hits.Inc()
+	reused := len(ids)
+	// the suffix's boundaries let the prompt's new chunks be cached too
+	suffix, sb, err := tok.EncodeSuffixBoundaries(prompt, bound.Offset, true)
+	if err != nil {
+		s.m.errors.Inc()
+		return nil, fmt.Errorf("tokenize prompt for model %q: %w", model, err)
+	}
+	ids = append(ids, suffix...)
+	if matched < nChunks {
+		ms.insert(prompt, c, margin, hashes, matched, bound, ids, sb)
+	}
+	s.observe(start, len(ids), reused)
+	return ids, nil
+}
+
+func (s *Store) observe(start time.Time, tokens, reused int) {
+	s.m.latency.Observe(time.Since(start).Seconds())
+	s.m.tokensPerRequest.Observe(float64(tokens))
+	s.m.tokens.Add(float64(tokens))
+	s.m.reusedTokens.Add(float64(reused))
+}
+
+func (s *Store) modelStore(tok *tokenization.Tokenizer, model string) *modelStore {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ms, ok := s.models[tok]
+	if !ok {
+		ms = newModelStore(model, s.cfg.Capacity, s.m)
+		s.models[tok] = ms
+	}
+	return ms
+}
+
+// node is one cached chunk. Immutable after insertion except for the LRU links, so
+// seg may be read after the store lock is released.
+type node struct {
+	hash, parent uint64
+	index        int    // chunk index in the prompt
+	chunk        string // exact bytes of the chunk (owned copy, not a prompt substring)
+	// boundary is the last safe boundary at or before this chunk's end (Offset 0 =
+	// none yet); seg holds the ids from the previous chunk's boundary to this one.
+	boundary   tokenization.Boundary
+	seg        []uint32
+	prev, next *node // LRU list, most recent first
+}
+
+type modelStore struct {
+	name      string
+	m         *Metrics
+	mu        sync.Mutex
+	capacity  int
+	nodes     map[uint64]*node
+	lru       node // sentinel: lru.next = most recent, lru.prev = least recent
+	evictions uint64
+}
+
+func newModelStore(name string, capacity int, m *Metrics) *modelStore {
+	ms := &modelStore{name: name, m: m, capacity: capacity, nodes: map[uint64]*node{}}
+	ms.lru.next, ms.lru.prev = &ms.lru, &ms.lru
+	return ms
+}
+
+// lookup walks the chunk chain from the first chunk and returns how many chunks match,
+// the boundary to reuse up to and the id segments that precede it (their concatenation
+// has bound.Tokens ids).
+func (ms *modelStore) lookup(prompt string, c int, hashes []uint64) (matched int, bound tokenization.Boundary, segs [][]uint32) {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	var parent uint64
+	var path []*node
+	for i, h := range hashes {
+		n := ms.nodes[h]
+		if n == nil || n.parent != parent || n.index != i || n.chunk != prompt[i*c:(i+1)*c] {
+			break
+		}
+		path = append(path, n)
+		parent = h
+	}
+	// Touch deepest first so parents end up more recent than children: LRU then
+	// evicts leaves before the chunks other prefixes depend on.
+	for i := len(path) - 1; i >= 0; i-- {
+		ms.touch(path[i])
+	}
+	if len(path) == 0 {
+		return 0, tokenization.Boundary{}, nil
+	}
+	bound = path[len(path)-1].boundary
+	if bound.Offset == 0 {
+		return len(path), tokenization.Boundary{}, nil
+	}
+	segs = make([][]uint32, 0, len(path))
+	for _, n := range path {
+		if len(n.seg) > 0 {
+			segs = append(segs, n.seg)
+		}
+	}
+	return len(path), bound, segs
+}
+
+// insert caches chunks from..len(hashes)-1 of prompt. ids are the prompt's full ids;
+// bounds are boundaries of ids after prev (the matched chain's boundary, zero when
+// from == 0); for from > 0 their Tokens count from prev.Tokens.
+func (ms *modelStore) insert(prompt string, c, margin int, hashes []uint64, from int, prev tokenization.Boundary, ids []uint32, bounds []tokenization.Boundary) {
+	base := 0
+	if from > 0 {
+		base = prev.Tokens
+	}
+	// floor only rises: safeLimit is monotonic in the end offset, and prev.Offset is at
+	// or below every later limit, so each walk-back stops at the previous result and the
+	// whole loop is linear in the new text even inside very long runs.
+	floor := prev.Offset
+	newNodes := make([]*node, 0, len(hashes)-from)
+	bi := 0
+	cur := prev
+	for i := from; i < len(hashes); i++ {
+		lo := cur.Tokens // the previous chunk's boundary: this chunk's ids start there
+		limit := safeLimit(prompt, (i+1)*c, margin, floor)
+		floor = limit
+		for bi < len(bounds) && bounds[bi].Offset <= limit {
+			if b := bounds[bi]; b.Offset > cur.Offset {
+				cur = tokenization.Boundary{Offset: b.Offset, Tokens: base + b.Tokens}
+			}
+			bi++
+		}
+		var parent uint64
+		if i > 0 {
+			parent = hashes[i-1]
+		}
+		n := &node{hash: hashes[i], parent: parent, index: i, boundary: cur}
+		if cur.Tokens > len(ids) || lo > cur.Tokens {
+			ms.m.inconsistent.Inc()
+			return
+		}
+		if cur.Tokens > lo {
+			n.seg = append([]uint32(nil), ids[lo:cur.Tokens]...)
+		}
+		newNodes = append(newNodes, n)
+	}
+
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	for i := len(newNodes) - 1; i >= 0; i-- {
+		n := newNodes[i]
+		if old := ms.nodes[n.hash]; old != nil {
+			ms.touch(old) // same prefix already cached (or a collision: keep the old one)
+			continue
+		}
+		n.chunk = strings.Clone(prompt[n.index*c : (n.index+1)*c]) // do not pin the prompt
+		ms.nodes[n.hash] = n
+		ms.pushFront(n)
+		ms.m.chunks.Inc()
+	}
+	for len(ms.nodes) > ms.capacity {
+		old := ms.lru.prev
+		ms.unlink(old)
+		delete(ms.nodes, old.hash)
+		ms.evictions++
+		ms.m.evictions.Inc()
+		ms.m.chunks.Dec()
+	}
+}
+
+func (ms *modelStore) unlink(n *node) {
+	n.prev.next, n.next.prev = n.next, n.prev
+	n.prev, n.next = nil, nil
+}
+
+func (ms *modelStore) pushFront(n *node) {
+	n.prev, n.next = &ms.lru, ms.lru.next
+	ms.lru.next.prev = n
+	ms.lru.next = n
+}
+
+func (ms *modelStore) touch(n *node) {
+	if ms.lru.next == n {
+		return
+	}
+	ms.unlink(n)
+	ms.pushFront(n)
+}
+
+// Character classes for safeLimit. Every greedy piece of the supported pre-tokenizer
+// regexes stays within one run of one class (see the package comment).
+const (
+	classSpace = iota
+	classNumber
+	classOther
+)
+
+func class(r rune) int {
+	if r < utf8.RuneSelf {
+		switch {
+		case r == ' ' || (r >= '\t' && r <= '\r'):
+			return classSpace
+		case r >= '0' && r <= '9':
+			return classNumber
+		}
+		return classOther
+	}
+	switch {
+	case unicode.IsSpace(r):
+		return classSpace
+	case unicode.IsNumber(r):
+		return classNumber
+	}
+	return classOther
+}
+
+// safeLimit is the last offset a reused boundary may have when only s[:end] is known:
+// end - margin, moved back over the run containing the character before it and over
+// one more whole run. 0 means nothing is safe. floor must be a lower bound of the
+// result (an earlier result or an already safe boundary); the walk stops there.
+func safeLimit(s string, end, margin, floor int) int {
+	p := end - margin
+	// Never start inside a character: a partial UTF-8 sequence would decode as a
+	// separate "other" run. Moving back only makes the result more conservative.
+	for p > floor && p < len(s) && !utf8.RuneStart(s[p]) {
+		p--
+	}
+	if p <= floor {
+		return floor
+	}
+	for run := 0; run < 2; run++ {
+		r, sz := utf8.DecodeLastRuneInString(s[:p])
+		c := class(r)
+		for p -= sz; p > floor; p -= sz {
+			if r, sz = utf8.DecodeLastRuneInString(s[:p]); class(r) != c {
+				break
+			}
+		}
+		if p <= floor {
+			return floor
+		}
+	}
+	return p
+}
