@@ -1,0 +1,413 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"encoding/xml"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/kvindex/kvindex/sim/cache"
+)
+
+// recRouter always picks pod 0 and records the KV events it is handed.
+type recRouter struct {
+	got []recEv
+}
+
+type recEv struct {
+	pod int
+	t   float64
+	ops []KVOp
+}
+
+func (*recRouter) Name() string              { return "rec" }
+func (*recRouter) Route(*Request, *View) int { return 0 }
+func (r *recRouter) OnKVEvents(p int, ops []KVOp, t float64) {
+	r.got = append(r.got, recEv{p, t, ops})
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// One pod, B=1, prefill 1 ms/token, decode 10 ms/token, lag 0.5 s.
+//
+//	r1 t=0: L=1024 [1,2], out 10: prefill 1.024 s -> TTFT 1.024; decode to 1.124.
+//	r2 t=0: waits for the slot until 1.124; [1,2] cached -> hit 1024, prefill 0,
+//	        TTFT 1.124.
+//	r3 t=0: [3], L=512 at 1.124 (r2's decode ends 1.224): capacity 2 LRU holds
+//	        [1,2] (2 most recent) -> evicts 1, stores 3: ops Removed[1], Stored[3].
+//	        prefill 0.512 -> ends 1.736, TTFT 1.736.
+//
+// Events: r1's Stored[1,2] at 1.024+0.5; r3's at 1.736+0.5; r2 stores nothing.
+func TestSimulateServiceModelByHand(t *testing.T) {
+	reqs := []Request{
+		{Timestamp: 0, InputLength: 1024, OutputLength: 10, HashIDs: []uint64{1, 2}},
+		{Timestamp: 0, InputLength: 1024, OutputLength: 10, HashIDs: []uint64{1, 2}},
+		{Timestamp: 0, InputLength: 512, OutputLength: 10, HashIDs: []uint64{3}},
+	}
+	cfg := FleetConfig{Pods: 1, Cache: cache.Config{Policy: "lru", Capacity: 2}, BlockSize: 512, Speedup: 1, EventLag: 0.5,
+		Service: ServiceModel{MaxBatch: 1, PrefillPerToken: 0.001, DecodePerToken: 0.01}}
+	rr := &recRouter{}
+	res, err := Simulate(cfg, reqs, rr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTTFT := []float64{1.024, 1.124, 1.736}
+	for i, w := range wantTTFT {
+		if !near(res.TTFTs[i], w) {
+			t.Fatalf("TTFTs %v, want %v", res.TTFTs, wantTTFT)
+		}
+	}
+	if res.HitTokens != 1024 || res.PromptTokens != 2560 || !near(res.HitRate, 1024.0/2560) {
+		t.Fatalf("hit %d/%d rate %v", res.HitTokens, res.PromptTokens, res.HitRate)
+	}
+	if !near(res.TTFTp50, 1.124) || !near(res.TTFTp99, 1.736) || res.PerPodMax != 3 || res.CacheBlocksUsed != 2 {
+		t.Fatalf("p50 %v p99 %v max %d blocks %d", res.TTFTp50, res.TTFTp99, res.PerPodMax, res.CacheBlocksUsed)
+	}
+	if !near(res.Makespan, 1.736+0.1) {
+		t.Fatalf("makespan %v, want 1.836", res.Makespan)
+	}
+	want := []recEv{
+		{0, 1.524, []KVOp{{false, []uint64{1, 2}}}},
+		{0, 2.236, []KVOp{{true, []uint64{1}}, {false, []uint64{3}}}},
+	}
+	if len(rr.got) != len(want) {
+		t.Fatalf("events %+v, want %+v", rr.got, want)
+	}
+	for i := range want {
+		if rr.got[i].pod != want[i].pod || !near(rr.got[i].t, want[i].t) || !reflect.DeepEqual(rr.got[i].ops, want[i].ops) {
+			t.Fatalf("event %d: %+v, want %+v", i, rr.got[i], want[i])
+		}
+	}
+}
+
+// B=2 lets two requests in, but prefill is serialised: the second waits for
+// the first's prefill, not for its decode.
+func TestSimulatePrefillSerialisedDecodeConcurrent(t *testing.T) {
+	reqs := []Request{
+		{Timestamp: 0, InputLength: 1000, OutputLength: 100, HashIDs: []uint64{1, 2}},
+		{Timestamp: 0, InputLength: 1000, OutputLength: 100, HashIDs: []uint64{7, 8}},
+	}
+	cfg := FleetConfig{Pods: 1, Cache: cache.Config{Policy: "lru", Capacity: 10}, BlockSize: 512, Speedup: 1,
+		Service: ServiceModel{MaxBatch: 2, PrefillPerToken: 0.001, DecodePerToken: 0.01}}
+	res, err := Simulate(cfg, reqs, &recRouter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// r1 prefill 0..1, r2 prefill 1..2 (TTFT 2), decodes end 2 and 3.
+	if !near(res.TTFTs[0], 1) || !near(res.TTFTs[1], 2) || !near(res.Makespan, 3) {
+		t.Fatalf("TTFTs %v makespan %v", res.TTFTs, res.Makespan)
+	}
+}
+
+func TestSimulateSpeedup(t *testing.T) {
+	reqs := []Request{
+		{Timestamp: 1000, InputLength: 100, HashIDs: []uint64{1}},
+		{Timestamp: 5000, InputLength: 100, HashIDs: []uint64{2}},
+	}
+	cfg := FleetConfig{Pods: 1, Cache: cache.Config{Policy: "lru", Capacity: 10}, BlockSize: 512, Speedup: 4,
+		Service: ServiceModel{MaxBatch: 1, PrefillPerToken: 0.001}}
+	res, err := Simulate(cfg, reqs, &recRouter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Second arrival at (5000-1000)/1000/4 = 1 s; its prefill ends at 1.1.
+	if !near(res.Makespan, 1.1) {
+		t.Fatalf("makespan %v, want 1.1", res.Makespan)
+	}
+}
+
+func view(load ...int) *View { return &View{Load: load, BlockSize: 512} }
+
+func TestLeastLoadedAndRoundRobin(t *testing.T) {
+	ll := &LeastLoadedRouter{}
+	v := view(0, 0, 0)
+	var got []int
+	for i := 0; i < 4; i++ {
+		got = append(got, ll.Route(nil, v))
+	}
+	if !reflect.DeepEqual(got, []int{0, 1, 2, 0}) {
+		t.Fatalf("idle ties %v, want rotation", got)
+	}
+	if p := ll.Route(nil, view(3, 1, 2)); p != 1 {
+		t.Fatalf("picked %d, want 1", p)
+	}
+	rr := &RoundRobinRouter{}
+	got = got[:0]
+	for i := 0; i < 4; i++ {
+		got = append(got, rr.Route(nil, v))
+	}
+	if !reflect.DeepEqual(got, []int{0, 1, 2, 0}) {
+		t.Fatalf("round robin %v", got)
+	}
+}
+
+func TestCHWBL(t *testing.T) {
+	r := NewCHWBLRouter(4, 256, 1, 1.25)
+	a := &Request{HashIDs: []uint64{42, 1}}
+	b := &Request{HashIDs: []uint64{42, 2}}
+	p := r.Route(a, view(0, 0, 0, 0))
+	if q := r.Route(b, view(0, 0, 0, 0)); q != p {
+		t.Fatalf("same head went to %d and %d", p, q)
+	}
+	// Bounded load: total 4, mean after +1 = 5/4, threshold 1.5625: the home
+	// pod at load 4 fails (5 > 1.56), an idle pod passes.
+	load := []int{0, 0, 0, 0}
+	load[p] = 4
+	if q := r.Route(a, view(load...)); q == p {
+		t.Fatalf("overloaded home pod %d still chosen", p)
+	}
+}
+
+func TestApproxRouterFollowsHistoryWithGuard(t *testing.T) {
+	r := NewApproxRouter(3, 100, LoadGuard{Abs: 2}, 0)
+	first := r.Route(&Request{InputLength: 1024, HashIDs: []uint64{1, 2}}, view(0, 0, 0))
+	if p := r.Route(&Request{InputLength: 1024, HashIDs: []uint64{1, 3}}, view(1, 1, 1)); p != first {
+		t.Fatalf("shared prefix went to %d, want %d", p, first)
+	}
+	load := []int{0, 0, 0}
+	load[first] = 3 // min 0 + guard 2 < 3: not eligible
+	if p := r.Route(&Request{InputLength: 1024, HashIDs: []uint64{1, 4}}, view(load...)); p == first {
+		t.Fatal("load guard ignored")
+	}
+}
+
+func TestAIBrixRouter(t *testing.T) {
+	r := NewAIBrixRouter(16, 2, 1000)
+	p0 := r.Route(&Request{HashIDs: []uint64{1, 2, 3, 4}}, view(0, 0, 0))
+	// Balanced fleet (stddev 0): the matching pod is within mean + 2*0 (<=).
+	if p := r.Route(&Request{HashIDs: []uint64{1, 2, 9, 9}}, view(1, 1, 1)); p != p0 {
+		t.Fatalf("prefix match went to %d, want %d", p, p0)
+	}
+	// Imbalance gate: max-min = 17 > 16 -> least loaded, even though p0 matches.
+	load := []int{5, 5, 5}
+	load[p0] = 0
+	load[(p0+1)%3] = 17
+	load[(p0+2)%3] = 1
+	if p := r.Route(&Request{HashIDs: []uint64{1, 2, 3, 4}}, view(load...)); p != p0 {
+		t.Fatalf("least loaded is %d; got %d", p0, p)
+	}
+	// mean + 2*stddev guard: loads [10, 0, 0] (mean 3.33, sd 4.71 -> 12.76): 10 passes;
+	// loads with a hot matching pod above the bound fall back to least loaded.
+	r2 := NewAIBrixRouter(100, 0, 1000) // k=0: only pods at or below the mean
+	h := r2.Route(&Request{HashIDs: []uint64{5}}, view(0, 0, 0))
+	load = []int{1, 1, 1}
+	load[h] = 4 // mean 2 < 4
+	if p := r2.Route(&Request{HashIDs: []uint64{5}}, view(load...)); p == h {
+		t.Fatal("mean+k*stddev guard ignored")
+	}
+}
+
+func TestSGLangRouter(t *testing.T) {
+	r := NewSGLangRouter(3, 0.3, 64, 1.5, 1000)
+	p := r.Route(&Request{InputLength: 2048, HashIDs: []uint64{1, 2, 3, 4}}, view(0, 0, 0))
+	// match 2/4 blocks = 0.5 > 0.3: follow the cache.
+	if q := r.Route(&Request{InputLength: 2048, HashIDs: []uint64{1, 2, 8, 9}}, view(0, 0, 0)); q != p {
+		t.Fatalf("match 0.5 went to %d, want %d", q, p)
+	}
+	// match 1/4 = 0.25 <= 0.3: smallest tree, which is not p (p has 6 blocks).
+	if q := r.Route(&Request{InputLength: 2048, HashIDs: []uint64{1, 5, 6, 7}}, view(0, 0, 0)); q == p {
+		t.Fatal("low match still followed the cache")
+	}
+	// Imbalanced (100-0 > 64 and 100 > 1.5*0): shortest queue.
+	load := []int{100, 100, 100}
+	load[(p+1)%3] = 0
+	if q := r.Route(&Request{InputLength: 2048, HashIDs: []uint64{1, 2, 3, 4}}, view(load...)); q != (p+1)%3 {
+		t.Fatalf("imbalanced: got %d", q)
+	}
+}
+
+func TestGenWorkloadShape(t *testing.T) {
+	reqs, err := GenWorkload(DefaultWorkload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reqs) != 1150 {
+		t.Fatalf("%d requests, want 230*5", len(reqs))
+	}
+	// 9000 tokens = 18 blocks; 8000/512 = 15 blocks wholly inside the system prompt.
+	a, b, c := reqs[0], reqs[230], reqs[1]
+	if len(a.HashIDs) != 18 || a.InputLength != 9000 || a.OutputLength != 1000 {
+		t.Fatalf("request shape %d blocks %d in %d out", len(a.HashIDs), a.InputLength, a.OutputLength)
+	}
+	if !reflect.DeepEqual(a.HashIDs[:15], b.HashIDs[:15]) || a.HashIDs[15] == b.HashIDs[15] {
+		t.Fatal("same group must share exactly the 15 system blocks")
+	}
+	if a.HashIDs[0] == c.HashIDs[0] {
+		t.Fatal("different groups share block 0")
+	}
+	// Ceiling by hand: the first request of each group misses; the other 4 of 5
+	// hit 15 blocks = 7680 of 9000 tokens: 0.8 * 7680/9000.
+	h, tot := UnboundedHitRate(reqs, 512)
+	if want := 0.8 * 7680 / 9000; !near(float64(h)/float64(tot), want) {
+		t.Fatalf("ceiling %v, want %v", float64(h)/float64(tot), want)
+	}
+	var buf bytes.Buffer
+	if err := RunGenWorkload([]string{"--groups", "2", "--prompts", "1"}, nil, &buf, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadTrace(&buf)
+	if err != nil || len(back) != 2 {
+		t.Fatalf("round trip: %v, %d", err, len(back))
+	}
+}
+
+func TestSimulateCommandOutputs(t *testing.T) {
+	dir := t.TempDir()
+	var out bytes.Buffer
+	args := []string{"--gen-workload", "--gen-groups", "20", "--gen-rate", "50", "--pods", "4", "--capacity", "200",
+		"--routers", "random,round-robin,least-loaded,chwbl,approx-prefix,aibrix,sglang",
+		"--out", filepath.Join(dir, "r.json"), "--svg", filepath.Join(dir, "c.svg"), "--markdown"}
+	if err := RunSimulate(args, nil, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "| aibrix |") || !strings.Contains(out.String(), "unbounded-cache hit rate 68.3%") {
+		t.Fatalf("table:\n%s", out.String())
+	}
+	var rep Report
+	f, _ := os.ReadFile(filepath.Join(dir, "r.json"))
+	if err := json.Unmarshal(f, &rep); err != nil || len(rep.Results) != 7 || rep.Results[4].Policy != "approx-prefix" {
+		t.Fatalf("json: %v %+v", err, rep)
+	}
+	s, _ := os.ReadFile(filepath.Join(dir, "c.svg"))
+	d := xml.NewDecoder(bytes.NewReader(s))
+	for {
+		if _, err := d.Token(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("svg is not well-formed: %v", err)
+		}
+	}
+	if err := RunSimulate(append(args[:len(args)-5:len(args)-5], "--out", filepath.Join(dir, "r.csv")), nil, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(mustOpen(t, filepath.Join(dir, "r.csv"))).ReadAll()
+	if err != nil || len(rows) != 8 || rows[0][0] != "policy" {
+		t.Fatalf("csv: %v %v", err, rows)
+	}
+	for _, bad := range [][]string{{}, {"--gen-workload", "--routers", "nope"}, {"--gen-workload", "--capacity", "0"},
+		{"--gen-workload", "--speedup", "NaN"}, {"--gen-workload", "--event-lag", "-1"}, {"--gen-workload", "--pods", "0"},
+		{"--gen-workload", "--policy", "s3fifo", "--small-ratio", "0"}, {"--gen-workload", "--router-replicas", "0"},
+		{"--trace", "/nonexistent/trace.jsonl"}, {"--gen-workload", "--trace", "x"},
+		// Router parameters that would leave a ring or a table empty are errors, not panics.
+		{"--gen-workload", "--chwbl-replication", "0"}, {"--gen-workload", "--chwbl-head-blocks", "0"},
+		{"--gen-workload", "--aibrix-blocks", "0"}, {"--gen-workload", "--sglang-tree-blocks", "0"},
+		{"--gen-workload", "--approx-capacity", "-5"}} {
+		if err := RunSimulate(bad, nil, io.Discard, io.Discard); err == nil {
+			t.Errorf("accepted %v", bad)
+		}
+	}
+}
+
+func mustOpen(t *testing.T, p string) io.Reader {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.NewReader(b)
+}
+
+// Whole conversation trace, 8 pods: deterministic, and cache-aware routing
+// must beat cache-blind routing on hit rate (not a timing test).
+func TestSimulateConversationTrace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("reads the real trace")
+	}
+	reqs := loadTestTrace(t, "conversation_trace")
+	cfg := FleetConfig{Pods: 8, Cache: cache.Config{Policy: "lru", Capacity: 1000}, BlockSize: 512, Speedup: 1, EventLag: 0.1,
+		Service: DefaultServiceModel()}
+	run := func(name string) Result {
+		r, err := NewRouter(name, DefaultRouterParams(8, 512, 1000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Simulate(cfg, reqs, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	a, b := run("random"), run("random")
+	a.WallSeconds, b.WallSeconds = 0, 0
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("random routing is not deterministic for a seed")
+	}
+	ceiling := 0.374
+	for _, name := range []string{"approx-prefix", "sglang", "aibrix"} {
+		r := run(name)
+		if r.HitRate <= a.HitRate || r.HitRate > ceiling {
+			t.Errorf("%s hit rate %.3f, random %.3f, ceiling %.3f", name, r.HitRate, a.HitRate, ceiling)
+		}
+	}
+}
+
+type badRouter struct{ noEvents }
+
+func (badRouter) Name() string              { return "bad" }
+func (badRouter) Route(*Request, *View) int { return 7 }
+
+func TestSimulateRejectsBadInput(t *testing.T) {
+	reqs := []Request{{InputLength: 10, HashIDs: []uint64{1}}}
+	ok := FleetConfig{Pods: 2, Cache: cache.Config{Policy: "lru", Capacity: 4}, BlockSize: 512, Service: DefaultServiceModel()}
+	if _, err := Simulate(ok, reqs, badRouter{}); err == nil || !strings.Contains(err.Error(), "returned pod 7") {
+		t.Fatalf("out-of-range pod: err %v", err)
+	}
+	for _, mut := range []func(*FleetConfig){
+		func(c *FleetConfig) { c.Pods = 0 },
+		func(c *FleetConfig) { c.Service.MaxBatch = 0 },
+		func(c *FleetConfig) { c.BlockSize = 0 },
+		func(c *FleetConfig) { c.Cache.Capacity = 0 },
+	} {
+		c := ok
+		mut(&c)
+		if _, err := Simulate(c, reqs, &RoundRobinRouter{}); err == nil {
+			t.Errorf("accepted %+v", c)
+		}
+	}
+	// Requests without blocks or tokens are served, not a crash.
+	empty := []Request{{}, {InputLength: 5}}
+	for _, name := range RouterOrder {
+		r, err := NewRouter(name, RouterParams{Pods: 2, BlockSize: 512, ApproxCapacity: 4, CHWBLHead: 1, CHWBLLoad: 1.25,
+			CHWBLReplicas: 4, AIBrixImbalance: 16, AIBrixStdFactor: 2, AIBrixBlocks: 10, SGLCacheThresh: 0.3, SGLBalanceAbs: 64,
+			SGLBalanceRel: 1.5, SGLTreeBlocks: 10, SpecTTL: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := Simulate(ok, empty, r); err != nil || res.HitTokens != 0 {
+			t.Errorf("%s on empty requests: %v %+v", name, err, res)
+		}
+	}
+	if _, err := ReadTrace(strings.NewReader(`{"input_length": -1}`)); err == nil {
+		t.Error("negative input_length accepted")
+	}
+}
+
+// The choice approx-prefix and precise share, by hand: guard, ties, MinMatch.
+func TestAffinityChoice(t *testing.T) {
+	q := &Request{InputLength: 1536, HashIDs: []uint64{1, 2, 3}}
+	for _, tc := range []struct {
+		matched, load []int
+		guard         int
+		minMatch      float64
+		want          int
+	}{
+		{[]int{0, 2, 2}, []int{0, 3, 1}, 4, 0, 2},   // tie on 2 blocks: the less loaded
+		{[]int{0, 2, 2}, []int{0, 1, 1}, 4, 0, 1},   // full tie: the lower index
+		{[]int{0, 1, 2}, []int{0, 1, 3}, 2, 0, 1},   // pod 2 (load 3 > 0+2) is not eligible
+		{[]int{0, 1, 2}, []int{0, 1, 3}, -1, 0, 2},  // guard off
+		{[]int{0, 2, 0}, []int{0, 0, 1}, 4, 0.6, 1}, // 1024/1536 = 0.67 >= 0.6: follow pod 1
+		{[]int{0, 2, 0}, []int{0, 0, 1}, 4, 0.8, 0}, // 0.67 < 0.8: least loaded (pods 0, 1 tie: 0)
+		{[]int{0, 0, 0}, []int{2, 1, 0}, 4, 0, 2},   // nothing matches: least loaded
+	} {
+		next := 0
+		if got := affinityChoice(tc.matched, q, view(tc.load...), LoadGuard{tc.guard}, tc.minMatch, &next); got != tc.want {
+			t.Errorf("affinityChoice(%v, load %v, guard %d, min %v) = %d, want %d", tc.matched, tc.load, tc.guard, tc.minMatch, got, tc.want)
+		}
+	}
+}

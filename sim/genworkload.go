@@ -1,0 +1,111 @@
+package sim
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+)
+
+// WorkloadConfig is the seed-003 benchmark shape: Groups groups of users each
+// sharing a long system prompt, Prompts distinct user prompts per group,
+// requests cycling through the groups ("alternated among 230 prompt groups,
+// each containing 5 unique user prompts; 8,000-token system prompt + 1,000-
+// token user prompt, 1,000 output tokens"), Poisson arrivals at Rate req/s.
+type WorkloadConfig struct {
+	Groups, Prompts                        int
+	SystemTokens, UserTokens, OutputTokens int
+	Rate                                   float64 // requests per second
+	Rounds                                 int     // times every (group, prompt) is sent
+	BlockSize                              int
+	Seed                                   uint64
+}
+
+// DefaultWorkload is seed 003's shape at 10 requests/s, each prompt once.
+func DefaultWorkload() WorkloadConfig {
+	return WorkloadConfig{Groups: 230, Prompts: 5, SystemTokens: 8000, UserTokens: 1000, OutputTokens: 1000,
+		Rate: 10, Rounds: 1, BlockSize: 512, Seed: 1}
+}
+
+// GenWorkload builds the trace. Request i goes to group i%Groups, prompt
+// (i/Groups)%Prompts. Block hash_ids are prefix-chained like Mooncake's: the
+// blocks lying wholly inside the system prompt are shared by the group; every
+// later block (the one straddling system and user text, and the user's) is
+// specific to (group, prompt).
+func GenWorkload(c WorkloadConfig) ([]Request, error) {
+	if c.Groups < 1 || c.Prompts < 1 || c.Rounds < 1 || c.BlockSize < 1 || c.SystemTokens < 0 || c.UserTokens < 0 ||
+		c.OutputTokens < 0 || !(c.Rate > 0) || math.IsInf(c.Rate, 0) || c.SystemTokens+c.UserTokens < 1 {
+		return nil, errors.New("genworkload: groups, prompts, rounds, block size, rate and prompt length must be positive")
+	}
+	total := c.SystemTokens + c.UserTokens
+	nBlocks := (total + c.BlockSize - 1) / c.BlockSize
+	shared := c.SystemTokens / c.BlockSize
+	var next uint64
+	groupIDs := make([][]uint64, c.Groups)
+	promptIDs := make(map[[2]int][]uint64)
+	rng := rand.New(rand.NewPCG(c.Seed, 0x5eed))
+	n := c.Groups * c.Prompts * c.Rounds
+	out := make([]Request, 0, n)
+	t := 0.0
+	for i := 0; i < n; i++ {
+		g, p := i%c.Groups, (i/c.Groups)%c.Prompts
+		if groupIDs[g] == nil {
+			groupIDs[g] = make([]uint64, shared)
+			for b := range groupIDs[g] {
+				groupIDs[g][b] = next
+				next++
+			}
+		}
+		tail, ok := promptIDs[[2]int{g, p}]
+		if !ok {
+			tail = make([]uint64, nBlocks-shared)
+			for b := range tail {
+				tail[b] = next
+				next++
+			}
+			promptIDs[[2]int{g, p}] = tail
+		}
+		ids := make([]uint64, 0, nBlocks)
+		ids = append(append(ids, groupIDs[g]...), tail...)
+		out = append(out, Request{Timestamp: int64(t * 1000), InputLength: total, OutputLength: c.OutputTokens, HashIDs: ids})
+		t += rng.ExpFloat64() / c.Rate
+	}
+	return out, nil
+}
+
+func (c *WorkloadConfig) flags(fs *flag.FlagSet, prefix string) {
+	fs.IntVar(&c.Groups, prefix+"groups", c.Groups, "workload: groups sharing one system prompt")
+	fs.IntVar(&c.Prompts, prefix+"prompts", c.Prompts, "workload: distinct user prompts per group")
+	fs.IntVar(&c.SystemTokens, prefix+"system-tokens", c.SystemTokens, "workload: system prompt tokens")
+	fs.IntVar(&c.UserTokens, prefix+"user-tokens", c.UserTokens, "workload: user prompt tokens")
+	fs.IntVar(&c.OutputTokens, prefix+"output-tokens", c.OutputTokens, "workload: output tokens")
+	fs.Float64Var(&c.Rate, prefix+"rate", c.Rate, "workload: mean arrival rate, requests/s (Poisson)")
+	fs.IntVar(&c.Rounds, prefix+"rounds", c.Rounds, "workload: times each (group, prompt) is sent")
+	fs.Uint64Var(&c.Seed, prefix+"seed", c.Seed, "workload: arrival seed")
+}
+
+// RunGenWorkload implements `kvindexd genworkload`: writes Mooncake JSONL.
+func RunGenWorkload(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("genworkload", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := DefaultWorkload()
+	c.flags(fs, "")
+	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "tokens per block")
+	out := fs.String("out", "-", "output file (- = stdout)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("genworkload: unexpected arguments %v", fs.Args())
+	}
+	reqs, err := GenWorkload(c)
+	if err != nil {
+		return err
+	}
+	if *out == "-" {
+		return WriteTrace(stdout, reqs)
+	}
+	return writeFile(*out, func(w io.Writer) error { return WriteTrace(w, reqs) })
+}

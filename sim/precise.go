@@ -1,0 +1,195 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/kvindex/kvindex/kvindex"
+)
+
+// PreciseRouter routes on the product itself: the real kvindex.MemoryIndex
+// and kvindex.Scorer, fed by the simulated pods' KV events through the real
+// kvindex.Applier (the daemon's apply path). Events carry the trace hash_ids
+// as engine block hashes and no token ids, so the applier indexes them as our
+// keys and reports parity "unverified", which is expected here.
+//
+// Choice: among pods passing the load guard (load <= minLoad + Guard.Abs),
+// the one with the longest indexed prefix (ties: less loaded, then lower
+// index); least-loaded when no eligible pod matches MinMatch of the prompt.
+//
+// With Speculative, the router also records, at routing time, that the chosen
+// pod will hold the request's blocks, for TTL seconds. A speculative entry
+// counts like an indexed block for the chosen pod until the pod's real events
+// for that block arrive (which replace it) or the TTL passes. This covers the
+// event lag: without it, a burst of requests sharing a new prefix scatters
+// before the first one's BlockStored reaches the index.
+type PreciseRouter struct {
+	Guard       LoadGuard
+	MinMatch    float64
+	Speculative bool
+	TTL         float64
+
+	in      *kvindex.Interner
+	idx     *kvindex.MemoryIndex
+	scorer  *kvindex.Scorer
+	app     *kvindex.Applier
+	model   kvindex.ModelID
+	pods    []kvindex.PodID
+	podIdx  map[kvindex.PodID]int
+	names   []string
+	seq     []uint64
+	keys    []kvindex.Key
+	res     kvindex.ScoreResult
+	matched []int
+	next    int
+	batch   kvindex.Batch
+	bs      int
+
+	spec     map[specKey]float64 // (pod, block) -> expiry
+	specFIFO []specEntry         // in expiry order (constant TTL)
+}
+
+type specKey struct {
+	pod int
+	h   uint64
+}
+
+type specEntry struct {
+	k   specKey
+	exp float64
+}
+
+// NewPreciseRouter builds the index, scorer and applier for a fleet of pods.
+func NewPreciseRouter(pods, blockSize int, guard LoadGuard, minMatch float64, speculative bool, ttl float64) (*PreciseRouter, error) {
+	hs, err := kvindex.NewHasherSet(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: blockSize}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("precise: %w", err)
+	}
+	r := &PreciseRouter{Guard: guard, MinMatch: minMatch, Speculative: speculative, TTL: ttl,
+		in: kvindex.NewInterner(), idx: kvindex.NewMemoryIndex(kvindex.MemoryConfig{}),
+		podIdx: make(map[kvindex.PodID]int), seq: make([]uint64, pods), matched: make([]int, pods), bs: blockSize}
+	r.scorer = kvindex.NewScorer(r.idx, kvindex.DefaultTierWeights())
+	r.app = kvindex.NewApplier(kvindex.ApplierConfig{Index: r.idx, Interner: r.in, Hashers: hs,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	r.model = r.in.Model("sim")
+	for p := 0; p < pods; p++ {
+		name := fmt.Sprintf("pod-%d", p)
+		id := r.in.Pod(name, 0)
+		r.pods = append(r.pods, id)
+		r.podIdx[id] = p
+		r.names = append(r.names, name)
+	}
+	if speculative {
+		r.spec = make(map[specKey]float64)
+	}
+	return r, nil
+}
+
+func (r *PreciseRouter) Name() string {
+	if r.Speculative {
+		return "precise+spec"
+	}
+	return "precise"
+}
+
+// Applier exposes the applier (tests check its per-pod counters).
+func (r *PreciseRouter) Applier() *kvindex.Applier { return r.app }
+
+// Index exposes the index.
+func (r *PreciseRouter) Index() *kvindex.MemoryIndex { return r.idx }
+
+func (r *PreciseRouter) Route(q *Request, v *View) int {
+	r.keys = r.keys[:0]
+	for _, h := range q.HashIDs {
+		r.keys = append(r.keys, kvindex.Key(h))
+	}
+	clear(r.matched)
+	if len(r.keys) > 0 {
+		// Score cannot fail here (in-memory index, no deadline); were it to,
+		// no pod matches and the request goes least-loaded.
+		if err := r.scorer.Score(context.Background(), r.model, r.keys, nil, &r.res); err == nil {
+			for _, ps := range r.res.Pods {
+				if p, ok := r.podIdx[ps.Pod]; ok {
+					r.matched[p] = ps.MatchedBlocks
+				}
+			}
+		}
+	}
+	if r.Speculative {
+		r.expire(v.Now)
+		for p := range r.matched {
+			k := 0
+			for k < len(q.HashIDs) && (k < r.matched[p] || r.specLive(p, q.HashIDs[k], v.Now)) {
+				k++
+			}
+			r.matched[p] = k
+		}
+	}
+	best := affinityChoice(r.matched, q, v, r.Guard, r.MinMatch, &r.next)
+	if r.Speculative {
+		exp := v.Now + r.TTL
+		for _, h := range q.HashIDs {
+			k := specKey{best, h}
+			r.spec[k] = exp
+			r.specFIFO = append(r.specFIFO, specEntry{k, exp})
+		}
+	}
+	return best
+}
+
+func (r *PreciseRouter) specLive(p int, h uint64, now float64) bool {
+	exp, ok := r.spec[specKey{p, h}]
+	return ok && exp > now
+}
+
+// expire drops speculative entries whose TTL passed; the FIFO is in expiry
+// order because the TTL is constant. An entry refreshed later has a later
+// expiry in the map, so the stale FIFO record must not delete it.
+func (r *PreciseRouter) expire(now float64) {
+	i := 0
+	for ; i < len(r.specFIFO) && r.specFIFO[i].exp <= now; i++ {
+		e := r.specFIFO[i]
+		if exp, ok := r.spec[e.k]; ok && exp <= now {
+			delete(r.spec, e.k)
+		}
+	}
+	if i > 0 {
+		r.specFIFO = append(r.specFIFO[:0], r.specFIFO[i:]...)
+	}
+}
+
+// SpecEntries is the number of live speculative entries (tests).
+func (r *PreciseRouter) SpecEntries() int { return len(r.spec) }
+
+// OnKVEvents feeds one pod's events to the applier as an engine batch, and
+// drops the speculative entries the real events now answer for.
+func (r *PreciseRouter) OnKVEvents(pod int, ops []KVOp, now float64) {
+	r.seq[pod]++
+	b := &r.batch
+	*b = kvindex.Batch{Pod: r.names[pod], Model: "sim", Engine: kvindex.EngineVLLM, Seq: r.seq[pod], Timestamp: now,
+		Events: b.Events[:0]}
+	for _, op := range ops {
+		kind := kvindex.BlockStored
+		if op.Removed {
+			kind = kvindex.BlockRemoved
+		}
+		b.Events = append(b.Events, kvindex.Event{Kind: kind, BlockHashes: op.Blocks, BlockSize: r.bs})
+		if r.Speculative {
+			for _, h := range op.Blocks {
+				delete(r.spec, specKey{pod, h})
+			}
+		}
+	}
+	r.app.Apply(b)
+}
+
+func init() {
+	routerFactories["precise"] = func(p RouterParams) (Router, error) {
+		return NewPreciseRouter(p.Pods, p.BlockSize, LoadGuard{p.GuardAbs}, p.MinMatch, false, 0)
+	}
+	routerFactories["precise+spec"] = func(p RouterParams) (Router, error) {
+		return NewPreciseRouter(p.Pods, p.BlockSize, LoadGuard{p.GuardAbs}, p.MinMatch, true, p.SpecTTL)
+	}
+}
