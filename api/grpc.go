@@ -1,0 +1,164 @@
+package api
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	indexerv1 "github.com/kvindex/kvindex/proto/indexer/v1"
+	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+)
+
+func (e *Error) grpc() error { return status.Error(e.Code, e.Msg) }
+
+// Score implements kvindex.v1.Indexer/Score.
+func (s *Server) Score(ctx context.Context, req *kvindexv1.ScoreRequest) (*kvindexv1.ScoreResponse, error) {
+	// q stays on the stack (score does not retain it): no pool needed.
+	q := scoreQuery{model: req.GetModel(), loraName: req.GetLoraName(), cacheSalt: req.GetCacheSalt(), pods: req.GetPods()}
+	switch in := req.GetInput().(type) {
+	case *kvindexv1.ScoreRequest_TokenIds:
+		q.kind, q.tokens = inputTokens, in.TokenIds.GetIds()
+	case *kvindexv1.ScoreRequest_BlockHashes:
+		q.kind, q.hashes = inputHashes, in.BlockHashes.GetHashes()
+	case *kvindexv1.ScoreRequest_Prompt:
+		q.kind, q.prompt = inputPrompt, in.Prompt
+	}
+	a, err := s.score(ctx, &q)
+	if err != nil {
+		return nil, err.grpc()
+	}
+	defer putAnswer(a)
+	return toProtoScore(a), nil
+}
+
+func toProtoScore(a *scoreAnswer) *kvindexv1.ScoreResponse {
+	resp := &kvindexv1.ScoreResponse{TotalBlocks: int32(a.TotalBlocks), Pods: make([]*kvindexv1.PodScore, len(a.Pods))}
+	// One backing array per kind keeps allocations per response constant in
+	// the number of pods.
+	pods := make([]kvindexv1.PodScore, len(a.Pods))
+	nRanks := 0
+	for i := range a.Pods {
+		nRanks += len(a.Pods[i].Ranks)
+	}
+	ranks := make([]kvindexv1.DPRankScore, nRanks)
+	tiers := make([]kvindexv1.TierCounts, len(a.Pods)+nRanks)
+	rankPtrs := make([]*kvindexv1.DPRankScore, nRanks)
+	r, t := 0, 0
+	for i := range a.Pods {
+		p := &a.Pods[i]
+		ps := &pods[i]
+		ps.Pod = p.Pod
+		ps.MatchedBlocks = int32(p.MatchedBlocks)
+		ps.MatchedTokens = p.MatchedTokens
+		ps.Score = p.Score
+		ps.Tiers = fillTiers(&tiers[t], &p.Tiers)
+		t++
+		ps.DpRanks = rankPtrs[r : r : r+len(p.Ranks)]
+		for j := range p.Ranks {
+			rs := &p.Ranks[j]
+			pr := &ranks[r]
+			pr.DpRank = int32(rs.DPRank)
+			pr.MatchedBlocks = int32(rs.MatchedBlocks)
+			pr.Score = rs.Score
+			pr.Tiers = fillTiers(&tiers[t], &rs.Tiers)
+			t++
+			ps.DpRanks = append(ps.DpRanks, pr)
+			r++
+		}
+		resp.Pods[i] = ps
+	}
+	return resp
+}
+
+func fillTiers(dst *kvindexv1.TierCounts, t *TierCounts) *kvindexv1.TierCounts {
+	dst.Gpu, dst.Cpu, dst.Disk, dst.External = t[0], t[1], t[2], t[3]
+	return dst
+}
+
+// ListPods implements kvindex.v1.Indexer/ListPods.
+func (s *Server) ListPods(ctx context.Context, _ *kvindexv1.ListPodsRequest) (*kvindexv1.ListPodsResponse, error) {
+	pods := s.listPods(ctx)
+	resp := &kvindexv1.ListPodsResponse{Pods: make([]*kvindexv1.PodInfo, len(pods))}
+	for i, p := range pods {
+		resp.Pods[i] = &kvindexv1.PodInfo{
+			Pod: p.Pod, DpRank: int32(p.DPRank), Model: p.Model, Endpoint: p.Endpoint, Engine: p.Engine,
+			Blocks: p.Blocks, EventsApplied: p.EventsApplied, LastEventUnix: p.LastEventUnix,
+			SeqGaps: p.SeqGaps, Restarts: p.Restarts, ParityMatches: p.ParityMatches,
+			ParityMismatches: p.ParityMismatches, ParityUnverified: p.ParityUnverified, ParityHint: p.ParityHint,
+			Untrusted: p.Untrusted, BlocksStored: p.BlocksStored, BlocksRemoved: p.BlocksRemoved, Clears: p.Clears,
+			IndexErrors: p.IndexErrors, LastSeq: p.LastSeq, Batches: p.Batches, MissedBatches: p.MissedBatches,
+			DecodeErrors: p.DecodeErrors, Overflows: p.Overflows,
+		}
+	}
+	return resp, nil
+}
+
+// AddEndpoint implements kvindex.v1.Indexer/AddEndpoint.
+func (s *Server) AddEndpoint(_ context.Context, req *kvindexv1.AddEndpointRequest) (*kvindexv1.AddEndpointResponse, error) {
+	ep := req.GetEndpoint()
+	if ep == nil {
+		return nil, status.Error(codes.InvalidArgument, "endpoint is required")
+	}
+	if err := s.addEndpoint(EndpointInfo{Address: ep.Address, Pod: ep.Pod, Model: ep.Model, Engine: ep.Engine,
+		ReplayAddress: ep.ReplayAddress}); err != nil {
+		return nil, err.grpc()
+	}
+	return &kvindexv1.AddEndpointResponse{}, nil
+}
+
+// RemoveEndpoint implements kvindex.v1.Indexer/RemoveEndpoint.
+func (s *Server) RemoveEndpoint(_ context.Context, req *kvindexv1.RemoveEndpointRequest) (*kvindexv1.RemoveEndpointResponse, error) {
+	if err := s.removeEndpoint(req.GetAddress()); err != nil {
+		return nil, err.grpc()
+	}
+	return &kvindexv1.RemoveEndpointResponse{}, nil
+}
+
+// ListEndpoints implements kvindex.v1.Indexer/ListEndpoints.
+func (s *Server) ListEndpoints(context.Context, *kvindexv1.ListEndpointsRequest) (*kvindexv1.ListEndpointsResponse, error) {
+	eps, err := s.listEndpoints()
+	if err != nil {
+		return nil, err.grpc()
+	}
+	resp := &kvindexv1.ListEndpointsResponse{}
+	for _, ep := range eps {
+		resp.Endpoints = append(resp.Endpoints, &kvindexv1.Endpoint{Address: ep.Address, Pod: ep.Pod, Model: ep.Model,
+			Engine: ep.Engine, ReplayAddress: ep.ReplayAddress, Connected: ep.Connected, Bound: ep.Bound})
+	}
+	return resp, nil
+}
+
+// llmdService implements llm-d's indexer.v1.IndexerService on top of the
+// same scoring path. llm-d keys scores by pod name; a pod with data-parallel
+// ranks is reported once with its best rank in data_parallel_rank.
+type llmdService struct {
+	indexerv1.UnimplementedIndexerServiceServer
+	s *Server
+}
+
+func (l *llmdService) GetPodScores(ctx context.Context, req *indexerv1.GetPodScoresRequest) (*indexerv1.GetPodScoresResponse, error) {
+	q := &scoreQuery{kind: inputPrompt, model: req.GetModelName(), prompt: req.GetPrompt(), pods: req.GetPodIdentifiers()}
+	a, err := l.s.score(ctx, q)
+	if err != nil {
+		return nil, err.grpc()
+	}
+	defer putAnswer(a)
+	resp := &indexerv1.GetPodScoresResponse{Scores: make([]*indexerv1.PodScore, len(a.Pods))}
+	for i := range a.Pods {
+		p := &a.Pods[i]
+		ps := &indexerv1.PodScore{Pod: p.Pod, Score: p.Score}
+		best := p.Ranks[0].DPRank
+		if best != 0 || len(p.Ranks) > 1 || l.s.hasRanks(p.Pod) {
+			r := int32(best)
+			ps.DataParallelRank = &r
+		}
+		resp.Scores[i] = ps
+	}
+	return resp, nil
+}
+
+// hasRanks reports whether a pod publishes from more than one DP rank.
+func (s *Server) hasRanks(pod string) bool {
+	return len(s.cfg.Interner.PodsNamed(pod)) > 1
+}

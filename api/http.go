@@ -1,0 +1,301 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
+
+	"github.com/kvindex/kvindex/kvindex"
+)
+
+// maxBodyBytes bounds a request body (a 1M-token request is ~8 MB of JSON).
+const maxBodyBytes = 64 << 20
+
+// Handler returns the HTTP/JSON surface.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/score", s.handleScore)
+	mux.HandleFunc("GET /v1/pods", s.handlePods)
+	mux.HandleFunc("GET /v1/endpoints", s.handleListEndpoints)
+	mux.HandleFunc("POST /v1/endpoints", s.handleAddEndpoint)
+	mux.HandleFunc("DELETE /v1/endpoints", s.handleRemoveEndpoint)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{Registry: s.cfg.Registry}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if ok, why := s.Ready(); !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, "not ready: "+why+"\n")
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	return mux
+}
+
+// httpStatus maps a gRPC code to the HTTP status of the same meaning.
+func httpStatus(c codes.Code) int {
+	switch c {
+	case codes.OK:
+		return http.StatusOK
+	case codes.InvalidArgument, codes.OutOfRange:
+		return http.StatusBadRequest
+	case codes.FailedPrecondition:
+		return http.StatusUnprocessableEntity
+	case codes.NotFound:
+		return http.StatusNotFound
+	case codes.Unimplemented:
+		return http.StatusNotImplemented
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case codes.Canceled:
+		return 499 // client closed request (nginx convention)
+	}
+	return http.StatusInternalServerError
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(httpStatus(e.Code))
+	_ = json.NewEncoder(w).Encode(struct {
+		Error string `json:"error"`
+		Code  string `json:"code"`
+	}{e.Msg, e.Code.String()})
+}
+
+// writeJSON sets the headers before the status: after WriteHeader they
+// would be dropped.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// httpScratch holds the per-request buffers of the HTTP score path.
+type httpScratch struct {
+	body scoreBody
+	out  []byte
+	buf  bytes.Buffer
+}
+
+var httpPool = sync.Pool{New: func() any { return new(httpScratch) }}
+
+func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
+	sc := httpPool.Get().(*httpScratch)
+	defer func() {
+		// Keep pooled buffers bounded: one huge request must not pin memory.
+		if sc.buf.Cap() <= 4<<20 && cap(sc.out) <= 1<<20 && cap(sc.body.tokens) <= 1<<20 {
+			httpPool.Put(sc)
+		}
+	}()
+	q, perr := sc.parse(w, r)
+	if perr != nil {
+		s.metrics.observeRequest(inputNone, perr.Code, 0)
+		writeError(w, perr)
+		return
+	}
+	a, err := s.score(r.Context(), &q)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	sc.out = appendScoreJSON(sc.out[:0], a)
+	putAnswer(a)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(sc.out)))
+	_, _ = w.Write(sc.out)
+}
+
+func (sc *httpScratch) parse(w http.ResponseWriter, r *http.Request) (scoreQuery, *Error) {
+	sc.buf.Reset()
+	if _, err := sc.buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes)); err != nil {
+		return scoreQuery{}, errorf(codes.InvalidArgument, "read body: %v", err)
+	}
+	b := &sc.body
+	if err := parseScoreBody(sc.buf.Bytes(), b); err != nil {
+		return scoreQuery{}, errorf(codes.InvalidArgument, "%v", err)
+	}
+	q := scoreQuery{model: b.model, loraName: b.loraName, cacheSalt: b.cacheSalt, pods: b.pods}
+	n := 0
+	if b.hasTokens {
+		n++
+		q.kind, q.tokens = inputTokens, b.tokens
+	}
+	if b.hasHashes {
+		n++
+		q.kind, q.hashes = inputHashes, b.hashes
+	}
+	if b.hasPrompt {
+		n++
+		q.kind, q.prompt = inputPrompt, b.prompt
+	}
+	if n > 1 {
+		return q, errorf(codes.InvalidArgument, "give exactly one of token_ids, block_hashes or prompt")
+	}
+	return q, nil
+}
+
+// parseHash accepts a block hash as vLLM publishes it (uint64) or as a
+// signed int64 (SGLang, Python hash()), which is taken as its two's complement.
+func parseHash(s string) (uint64, error) {
+	if u, err := strconv.ParseUint(s, 10, 64); err == nil {
+		return u, nil
+	}
+	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return uint64(i), nil
+	}
+	return 0, fmt.Errorf("%s is not a 64-bit integer", s)
+}
+
+// appendScoreJSON writes the score answer without reflection: this is the
+// hot path and its shape is fixed.
+func appendScoreJSON(b []byte, a *scoreAnswer) []byte {
+	b = append(b, `{"total_blocks":`...)
+	b = strconv.AppendInt(b, int64(a.TotalBlocks), 10)
+	b = append(b, `,"pods":[`...)
+	for i := range a.Pods {
+		p := &a.Pods[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"pod":`...)
+		b = appendString(b, p.Pod)
+		b = append(b, `,"matched_blocks":`...)
+		b = strconv.AppendInt(b, int64(p.MatchedBlocks), 10)
+		b = append(b, `,"matched_tokens":`...)
+		b = strconv.AppendInt(b, p.MatchedTokens, 10)
+		b = append(b, `,"score":`...)
+		b = appendFloat(b, p.Score)
+		b = append(b, `,"tiers":`...)
+		b = appendTiers(b, &p.Tiers)
+		b = append(b, `,"dp_ranks":[`...)
+		for j := range p.Ranks {
+			r := &p.Ranks[j]
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"dp_rank":`...)
+			b = strconv.AppendInt(b, int64(r.DPRank), 10)
+			b = append(b, `,"matched_blocks":`...)
+			b = strconv.AppendInt(b, int64(r.MatchedBlocks), 10)
+			b = append(b, `,"score":`...)
+			b = appendFloat(b, r.Score)
+			b = append(b, `,"tiers":`...)
+			b = appendTiers(b, &r.Tiers)
+			b = append(b, '}')
+		}
+		b = append(b, "]}"...)
+	}
+	return append(b, "]}\n"...)
+}
+
+func appendTiers(b []byte, t *TierCounts) []byte {
+	b = append(b, '{')
+	for i := kvindex.Tier(0); i < kvindex.NumTiers; i++ {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, i.String()...)
+		b = append(b, `":`...)
+		b = strconv.AppendInt(b, int64(t[i]), 10)
+	}
+	return append(b, '}')
+}
+
+func appendFloat(b []byte, f float64) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return append(b, '0')
+	}
+	return strconv.AppendFloat(b, f, 'g', -1, 64)
+}
+
+// appendString quotes s as a JSON string; pod names are usually plain ASCII
+// so the common case is a copy.
+func appendString(b []byte, s string) []byte {
+	plain := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	}
+	q, _ := json.Marshal(s)
+	return append(b, q...)
+}
+
+func (s *Server) handlePods(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, struct {
+		Pods []PodInfo `json:"pods"`
+	}{s.listPods(r.Context())})
+}
+
+func (s *Server) handleListEndpoints(w http.ResponseWriter, _ *http.Request) {
+	eps, err := s.listEndpoints()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Endpoints []EndpointInfo `json:"endpoints"`
+	}{eps})
+}
+
+func (s *Server) handleAddEndpoint(w http.ResponseWriter, r *http.Request) {
+	var ep EndpointInfo
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&ep); err != nil {
+		writeError(w, errorf(codes.InvalidArgument, "invalid JSON body: %v", err))
+		return
+	}
+	if err := s.addEndpoint(ep); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, ep)
+}
+
+// handleRemoveEndpoint takes the address from ?address= or a JSON body
+// {"address": ...}.
+func (s *Server) handleRemoveEndpoint(w http.ResponseWriter, r *http.Request) {
+	addr := r.URL.Query().Get("address")
+	if addr == "" {
+		var body struct {
+			Address string `json:"address"`
+		}
+		err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&body)
+		if err != nil && !errors.Is(err, io.EOF) {
+			writeError(w, errorf(codes.InvalidArgument, "invalid JSON body: %v", err))
+			return
+		}
+		addr = strings.TrimSpace(body.Address)
+	}
+	if err := s.removeEndpoint(addr); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,201 @@
+// Package api is what routers call: the kvindex.v1.Indexer gRPC service, the
+// llm-d compatible indexer.v1.IndexerService, grpc.health.v1 and reflection,
+// and the HTTP/JSON surface (/v1/score, /v1/pods, /v1/endpoints, /metrics,
+// /healthz, /readyz). It composes the lower layers and owns none of their
+// logic: keys come from kvindex.HasherSet, matches from kvindex.Scorer.
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/kvindex"
+	indexerv1 "github.com/kvindex/kvindex/proto/indexer/v1"
+	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+)
+
+// PodStatsSource is the applier's per-(pod, rank) view (*kvindex.Applier).
+type PodStatsSource interface {
+	PodStats() []kvindex.PodStats
+}
+
+// Subscriber is the event subscriber's management surface
+// (*kvevents.Subscriber).
+type Subscriber interface {
+	AddEndpoint(ep kvevents.EndpointConfig) error
+	RemoveEndpoint(address string) error
+	Endpoints() []kvevents.EndpointStatus
+	Streams() []kvevents.StreamStats
+}
+
+// Config wires the server to the daemon's parts.
+type Config struct {
+	Index    kvindex.Index
+	Interner *kvindex.Interner
+	Hashers  *kvindex.HasherSet
+	Scorer   *kvindex.Scorer
+	// Applier provides per-pod statistics; nil lists no applier data.
+	Applier PodStatsSource
+	// Subscriber provides stream statistics and endpoint management; nil
+	// turns /v1/endpoints into 501 / Unimplemented.
+	Subscriber Subscriber
+	// Tokenizer scores prompts; nil = prompt scoring answers an error.
+	Tokenizer PromptTokenizer
+	// Registry is the daemon's one Prometheus registry: the server registers
+	// its metrics there and serves it on /metrics. nil = a private registry.
+	Registry *prometheus.Registry
+	Logger   *slog.Logger
+}
+
+// Server implements both gRPC services and the HTTP handler.
+type Server struct {
+	kvindexv1.UnimplementedIndexerServer
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+	health  kvindex.HealthChecker // nil when the index cannot fail
+	// trust, when the applier provides it, tells which pods' entries may be
+	// served: a pod is untrusted from an index write failure until it has
+	// been cleared, and scores leave it out meanwhile.
+	trust interface{ Trusted(kvindex.PodID) bool }
+
+	healthSrv *health.Server
+	ready     atomic.Bool
+	readyErr  atomic.Pointer[string]
+	// stopping wins over ready: a health check still running when Shutdown
+	// is called must not report ready again while requests drain.
+	stopping atomic.Bool
+	llmd     llmdService
+}
+
+// New checks the config and registers the metrics.
+func New(cfg Config) (*Server, error) {
+	if cfg.Index == nil || cfg.Interner == nil || cfg.Hashers == nil || cfg.Scorer == nil {
+		return nil, errors.New("api: Index, Interner, Hashers and Scorer are required")
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, healthSrv: health.NewServer()}
+	if hc, ok := cfg.Index.(kvindex.HealthChecker); ok {
+		s.health = hc
+	}
+	s.llmd.s = s
+	if t, ok := cfg.Applier.(interface{ Trusted(kvindex.PodID) bool }); ok {
+		s.trust = t
+	}
+	m, err := newMetrics(cfg.Registry, s)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	// Until the first health check ran, an index that can fail is not ready.
+	s.ready.Store(s.health == nil)
+	s.setServing(s.health == nil)
+	return s, nil
+}
+
+// RegisterGRPC adds kvindex.v1.Indexer, indexer.v1.IndexerService,
+// grpc.health.v1 and reflection to gs.
+func (s *Server) RegisterGRPC(gs *grpc.Server) {
+	kvindexv1.RegisterIndexerServer(gs, s)
+	indexerv1.RegisterIndexerServiceServer(gs, &s.llmd)
+	healthpb.RegisterHealthServer(gs, s.healthSrv)
+	reflection.Register(gs)
+}
+
+// NewGRPCServer returns a grpc.Server with every service registered.
+func (s *Server) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
+	gs := grpc.NewServer(opts...)
+	s.RegisterGRPC(gs)
+	return gs
+}
+
+// Shutdown marks every service NOT_SERVING so load balancers drain first.
+func (s *Server) Shutdown() {
+	s.stopping.Store(true)
+	s.ready.Store(false)
+	s.healthSrv.Shutdown() // also ignores later SetServingStatus calls
+}
+
+// CheckHealth runs the index health check once and publishes the result to
+// /readyz and grpc.health.v1.
+func (s *Server) CheckHealth(ctx context.Context) error {
+	if s.health == nil {
+		return nil
+	}
+	err := s.health.Healthy(ctx)
+	ok := err == nil
+	if ok {
+		s.readyErr.Store(nil)
+	} else {
+		msg := err.Error()
+		s.readyErr.Store(&msg)
+	}
+	if s.ready.Swap(ok) != ok {
+		if ok {
+			s.log.Info("index healthy: ready")
+		} else {
+			s.log.Warn("index unhealthy: not ready", "err", err)
+		}
+	}
+	s.setServing(ok)
+	return err
+}
+
+// WatchHealth calls CheckHealth every interval until ctx is done.
+func (s *Server) WatchHealth(ctx context.Context, interval time.Duration) {
+	if s.health == nil {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, interval)
+		_ = s.CheckHealth(cctx)
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Ready reports whether the daemon should receive traffic, with the reason
+// when it should not.
+func (s *Server) Ready() (bool, string) {
+	if s.stopping.Load() {
+		return false, "shutting down"
+	}
+	if s.ready.Load() {
+		return true, ""
+	}
+	if p := s.readyErr.Load(); p != nil {
+		return false, "index unhealthy: " + *p
+	}
+	return false, "index health not checked yet"
+}
+
+func (s *Server) setServing(ok bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ok {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	for _, name := range []string{"", kvindexv1.Indexer_ServiceDesc.ServiceName, indexerv1.IndexerService_ServiceDesc.ServiceName} {
+		s.healthSrv.SetServingStatus(name, st)
+	}
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvindex/kvindex/kvindex"
+)
+
+func TestConfigPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "kvindexd.yaml")
+	err := os.WriteFile(file, []byte(`
+http_addr: ":9000"
+grpc_addr: ":9001"
+hash_seed: "42"
+block_size: 32
+endpoints:
+  - {address: "tcp://10.0.0.1:5557", pod: p1, model: m1}
+models:
+  big/model: {hash_algo: sha256_cbor, block_size: 64, tokenizer: /models/big}
+tokenizers: {small/model: /models/small}
+`), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"KVINDEX_HTTP_ADDR": ":9100", "KVINDEX_BLOCK_SIZE": "64",
+		"KVINDEX_ENDPOINT": "tcp://10.0.0.2:5557,pod=p2;tcp://10.0.0.3:5557,engine=sglang"}
+	cfg, err := loadConfig([]string{"--config", file, "--http-addr", ":9200", "--endpoint", "tcp://10.0.0.4:5557,pod=p4,replay=tcp://10.0.0.4:5558"},
+		func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// flag > env > file > default
+	if cfg.HTTPAddr != ":9200" || cfg.GRPCAddr != ":9001" || cfg.BlockSize != 64 || cfg.HashSeed != "42" || cfg.ZMQBind != "tcp://*:5557" {
+		t.Fatalf("precedence: %+v", cfg)
+	}
+	var eps []string
+	for _, e := range cfg.Endpoints {
+		eps = append(eps, e.Address+"|"+e.Pod+"|"+e.Model+"|"+e.Engine+"|"+e.Replay)
+	}
+	want := "tcp://10.0.0.1:5557|p1|m1||,tcp://10.0.0.2:5557|p2|||,tcp://10.0.0.3:5557|||sglang|,tcp://10.0.0.4:5557|p4|||tcp://10.0.0.4:5558"
+	if got := strings.Join(eps, ","); got != want {
+		t.Fatalf("endpoints:\n got %s\nwant %s", got, want)
+	}
+	def, per, err := cfg.keyConfigs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if def != (kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "42", BlockSize: 64}) {
+		t.Errorf("default key config %+v", def)
+	}
+	if per["big/model"] != (kvindex.KeyConfig{Algo: kvindex.AlgoSHA256CBOR, Seed: "42", BlockSize: 64}) {
+		t.Errorf("per-model key config %+v", per["big/model"])
+	}
+}
+
+func TestConfigJSONFileAndErrors(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.json")
+	if err := os.WriteFile(file, []byte(`{"index": "memory", "tier_weights": "gpu=1,cpu=0.5"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig([]string{"--config=" + file}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ := parseTierWeights(cfg.TierWeights)
+	if w[kvindex.TierCPU] != 0.5 || w[kvindex.TierDisk] != kvindex.DefaultTierWeights()[kvindex.TierDisk] {
+		t.Errorf("tier weights %v", w)
+	}
+	bad := filepath.Join(dir, "bad.json")
+	_ = os.WriteFile(bad, []byte(`{"grpc_adr": ":1"}`), 0o644)
+	for _, args := range [][]string{
+		{"--hash-algo", "md5"},
+		{"--block-size", "0"},
+		{"--tier-weights", "gpu=x"},
+		{"--tier-weights", "tpu=1"},
+		{"--endpoint", "tcp://a:1,color=blue"},
+		{"--endpoint", "tcp://a:1,engine=tgi"},
+		{"--log-format", "xml"},
+		{"--config", bad},
+		{"--grpc-addr", "", "--http-addr", ""},
+		{"stray"},
+	} {
+		if _, err := loadConfig(args, func(string) string { return "" }, io.Discard); err == nil {
+			t.Errorf("%q: no error", args)
+		}
+	}
+	if _, err := loadConfig(nil, func(k string) string {
+		if k == "KVINDEX_WORKERS" {
+			return "many"
+		}
+		return ""
+	}, io.Discard); err == nil || !strings.Contains(err.Error(), "KVINDEX_WORKERS") {
+		t.Errorf("bad env: %v", err)
+	}
+}
+
+func TestHelpListsSubcommands(t *testing.T) {
+	var out bytes.Buffer
+	if code := run([]string{"help"}, nil, &out, &out); code != 0 {
+		t.Fatalf("exit %d: %s", code, out.String())
+	}
+	for name := range subcommands {
+		if !strings.Contains(out.String(), "  "+name+" ") {
+			t.Errorf("help lacks %q:\n%s", name, out.String())
+		}
+	}
+	out.Reset()
+	if code := run([]string{"no-such"}, nil, &out, &out); code != 2 {
+		t.Errorf("unknown subcommand exit %d", code)
+	}
+	out.Reset()
+	if code := run([]string{"help", "serve"}, nil, &out, &out); code != 0 || !strings.Contains(out.String(), "-grpc-addr") {
+		t.Errorf("help serve: %d %s", code, out.String())
+	}
+}

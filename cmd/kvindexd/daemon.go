@@ -1,0 +1,331 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+
+	"github.com/kvindex/kvindex/api"
+	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvindex/redisindex"
+	"github.com/kvindex/kvindex/prefixstore"
+	"github.com/kvindex/kvindex/tokenization"
+)
+
+// shutdownGrace bounds how long in-flight requests may finish on shutdown.
+const shutdownGrace = 5 * time.Second
+
+// daemon is the wired process: one registry, one interner shared by the
+// index, applier and scorer, the subscriber feeding the applier, and the API
+// in front of it all.
+type daemon struct {
+	cfg Config
+	log *slog.Logger
+	reg *prometheus.Registry
+
+	interner *kvindex.Interner
+	index    kvindex.Index
+	hashers  *kvindex.HasherSet
+	scorer   *kvindex.Scorer
+	applier  *kvindex.Applier
+	sub      *kvevents.Subscriber
+	api      *api.Server
+	// leases, when set, runs the connect-topology lease loop (Redis only).
+	leases func(ctx context.Context) error
+
+	grpcLn, httpLn net.Listener
+	grpcSrv        *grpc.Server
+	httpSrv        *http.Server
+	closers        []func() error
+}
+
+// newDaemon builds every part and opens the listeners (so their addresses
+// are known before Run, which tests rely on with port 0).
+func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, err error) {
+	// d is not the named result: `return nil, err` must not nil it before
+	// the deferred close releases what was opened so far.
+	d := &daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
+	defer func() {
+		if err != nil {
+			d.close()
+		}
+	}()
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	def, perModel, err := cfg.keyConfigs()
+	if err != nil {
+		return nil, err
+	}
+	if d.hashers, err = kvindex.NewHasherSet(def, perModel); err != nil {
+		return nil, err
+	}
+	weights, err := parseTierWeights(cfg.TierWeights)
+	if err != nil {
+		return nil, err
+	}
+	d.interner = kvindex.NewInterner()
+	if err := d.openIndex(ctx); err != nil {
+		return nil, err
+	}
+	d.scorer = kvindex.NewScorer(d.index, weights)
+	d.applier = kvindex.NewApplier(kvindex.ApplierConfig{
+		Index: d.index, Interner: d.interner, Hashers: d.hashers, DigestCacheSize: cfg.DigestCacheSize,
+		Metrics: kvindex.NewMetrics(d.reg), Logger: log.With("component", "applier"),
+	})
+
+	bindEngine, _ := kvindex.ParseEngine(cfg.BindEngine)
+	subCfg := kvevents.Config{Bind: cfg.ZMQBind, BindEngine: bindEngine, TopicFilter: cfg.TopicFilter,
+		AllTopics: cfg.AllTopics, Workers: cfg.Workers, QueueSize: cfg.QueueSize}
+	for _, ep := range cfg.Endpoints {
+		subCfg.Endpoints = append(subCfg.Endpoints, ep.kvevents())
+	}
+	if cfg.Leases {
+		// With leases the endpoint list is divided between daemons; the lease
+		// loop adds and removes the endpoints this daemon owns at runtime.
+		if err := d.setupLeases(subCfg.Endpoints); err != nil {
+			return nil, err
+		}
+		subCfg.Endpoints = nil
+	}
+	d.sub, err = kvevents.NewSubscriber(subCfg, d.applier, kvevents.NewMetrics(d.reg), log)
+	if err != nil {
+		return nil, err
+	}
+	// The bind socket is open from here on: a failure below must release it.
+	d.closers = append(d.closers, d.sub.Close)
+
+	d.api, err = api.New(api.Config{
+		Index: d.index, Interner: d.interner, Hashers: d.hashers, Scorer: d.scorer,
+		Applier: d.applier, Subscriber: d.sub, Tokenizer: d.promptTokenizer(),
+		Registry: d.reg, Logger: log.With("component", "api"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.GRPCAddr != "" {
+		if d.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+			return nil, fmt.Errorf("--grpc-addr: %w", err)
+		}
+		// A 1M-token request is ~5 MB of protobuf: above gRPC's 4 MB default.
+		d.grpcSrv = d.api.NewGRPCServer(grpc.MaxRecvMsgSize(64 << 20))
+	}
+	if cfg.HTTPAddr != "" {
+		if d.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return nil, fmt.Errorf("--http-addr: %w", err)
+		}
+		d.httpSrv = &http.Server{Handler: d.api.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	}
+	return d, nil
+}
+
+// openIndex builds the --index backend. A Redis that is down at start does
+// not fail the daemon: it starts not-ready and the backend retries.
+func (d *daemon) openIndex(ctx context.Context) error {
+	flag, err := redisindex.ParseIndexFlag(d.cfg.Index)
+	if err != nil {
+		return err
+	}
+	if flag.Memory {
+		mem := kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: d.cfg.Capacity})
+		d.index = mem
+		d.log.Info("index: in-memory", "capacity_entries", mem.Capacity())
+		return nil
+	}
+	rc := flag.Redis
+	rc.Interner = d.interner
+	rc.Logger = d.log.With("component", "redisindex")
+	idx, err := redisindex.New(ctx, rc)
+	if err != nil {
+		return fmt.Errorf("--index: %w", err)
+	}
+	d.index = idx
+	d.closers = append(d.closers, idx.Close)
+	d.log.Info("index: redis", "namespace", idx.Namespace())
+	return nil
+}
+
+// promptTokenizer returns the prefix store over the tokenizer registry.
+// It is always on: a model with no tokenizer is an error to the caller that
+// names where the daemon looked, never an empty score.
+func (d *daemon) promptTokenizer() api.PromptTokenizer {
+	models := map[string]string{}
+	for name, m := range d.cfg.Models {
+		if m.Tokenizer != "" {
+			models[name] = m.Tokenizer
+		}
+	}
+	for name, path := range d.cfg.Tokenizers {
+		models[name] = path
+	}
+	reg := tokenization.NewRegistry(tokenization.RegistryConfig{Models: models, HFCacheDir: d.cfg.HFCacheDir, Dirs: d.cfg.TokenizersDir})
+	return prefixstore.New(prefixstore.Config{ChunkBytes: d.cfg.PrefixChunkBytes, Capacity: d.cfg.PrefixCapacity}, reg,
+		prefixstore.NewMetrics(d.reg))
+}
+
+func (e EndpointSpec) kvevents() kvevents.EndpointConfig {
+	eng, _ := kvindex.ParseEngine(e.Engine)
+	return kvevents.EndpointConfig{Address: e.Address, Pod: e.Pod, Model: e.Model, Engine: eng, ReplayAddress: e.Replay}
+}
+
+// GRPCAddr and HTTPAddr are the bound addresses ("" when off).
+func (d *daemon) GRPCAddr() string {
+	if d.grpcLn == nil {
+		return ""
+	}
+	return d.grpcLn.Addr().String()
+}
+
+func (d *daemon) HTTPAddr() string {
+	if d.httpLn == nil {
+		return ""
+	}
+	return d.httpLn.Addr().String()
+}
+
+// Run serves until ctx is done, then shuts down gracefully: health goes
+// NOT_SERVING, in-flight requests finish (bounded), the subscriber stops,
+// the index closes.
+func (d *daemon) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	fail := func(what string, err error) {
+		if err != nil && ctx.Err() == nil {
+			errc <- fmt.Errorf("%s: %w", what, err)
+			cancel()
+		}
+	}
+
+	if err := d.api.CheckHealth(ctx); err != nil {
+		d.log.Warn("index not healthy at start; serving not-ready and retrying", "err", err)
+	}
+	wg.Go(func() { d.api.WatchHealth(ctx, time.Second) })
+	// Pods marked untrusted by an index error are cleared once the index
+	// is back, even if they publish nothing more.
+	wg.Go(func() { d.applier.RunRecovery(ctx, time.Second) })
+	// The subscriber and the lease loop get their own contexts so shutdown
+	// can order them: leases are released (their endpoints removed and their
+	// pods' clears queued on the still-running subscriber) before the
+	// subscriber stops. A clear still queued when it stops is dropped; the
+	// daemon taking over clears the pod on acquiring the lease anyway.
+	subCtx, subCancel := context.WithCancel(context.Background())
+	defer subCancel()
+	wg.Go(func() { fail("kvevents", d.sub.Run(subCtx)) })
+	leaseCtx, leaseCancel := context.WithCancel(context.Background())
+	defer leaseCancel()
+	leasesDone := make(chan struct{})
+	if d.leases != nil {
+		go func() { defer close(leasesDone); fail("leases", d.leases(leaseCtx)) }()
+	} else {
+		close(leasesDone)
+	}
+	if d.grpcSrv != nil {
+		wg.Go(func() { fail("grpc", d.grpcSrv.Serve(d.grpcLn)) })
+		d.log.Info("gRPC listening", "addr", d.GRPCAddr())
+	}
+	if d.httpSrv != nil {
+		wg.Go(func() {
+			if err := d.httpSrv.Serve(d.httpLn); !errors.Is(err, http.ErrServerClosed) {
+				fail("http", err)
+			}
+		})
+		d.log.Info("HTTP listening", "addr", d.HTTPAddr())
+	}
+	if d.cfg.HashSeed == "" {
+		d.log.Warn("--hash-seed is empty: this matches only engines started with PYTHONHASHSEED set to the empty string; " +
+			"vLLM without PYTHONHASHSEED uses a random seed that no indexer can reproduce (parity mismatches in /v1/pods)")
+	}
+	d.log.Info("kvindexd running", "zmq_bind", d.cfg.ZMQBind, "endpoints", len(d.cfg.Endpoints),
+		"hash_algo", d.cfg.HashAlgo, "block_size", d.cfg.BlockSize, "index", redactIndex(d.cfg.Index))
+
+	<-ctx.Done()
+	d.log.Info("shutting down")
+	d.api.Shutdown()
+	leaseCancel()
+	<-leasesDone
+	subCancel()
+	sctx, scancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer scancel()
+	if d.httpSrv != nil {
+		_ = d.httpSrv.Shutdown(sctx)
+	}
+	if d.grpcSrv != nil {
+		done := make(chan struct{})
+		go func() { d.grpcSrv.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-sctx.Done():
+			d.grpcSrv.Stop()
+		}
+	}
+	wg.Wait()
+	d.close()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+func (d *daemon) close() {
+	// After Serve the servers closed them already; before (a failed start)
+	// nobody did. A second Close is harmless.
+	if d.grpcLn != nil {
+		_ = d.grpcLn.Close()
+	}
+	if d.httpLn != nil {
+		_ = d.httpLn.Close()
+	}
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		if err := d.closers[i](); err != nil {
+			d.log.Warn("close", "err", err)
+		}
+	}
+	d.closers = nil
+}
+
+// redactIndex hides a password in the --index URL for logs.
+func redactIndex(s string) string {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return s
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		return scheme + "://***@" + rest[at+1:]
+	}
+	return s
+}
+
+func parseLogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return l, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func newLogger(cfg Config, w io.Writer) (*slog.Logger, error) {
+	level, err := parseLogLevel(cfg.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(w, opts)), nil
+}

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/e2e"
+	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
+	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+)
+
+// waitFor polls cond until it holds; the test waits for a state, not a time.
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still %s", what, last)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+func (e *e2eDaemon) get(path string) (int, string) { return e.do("GET", path, "") }
+
+// TestRedisDownAndBack: the daemon starts while Redis is down (not ready,
+// scores Unavailable with the reason), becomes ready when Redis appears,
+// reports Unavailable again when Redis is lost, and recovers without restart.
+func TestRedisDownAndBack(t *testing.T) {
+	// Persistence on, so the data written before the outage comes back with
+	// Redis: the pod that missed a write must then be cleared, not served.
+	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
+	srv.Kill()
+	e := startDaemon(t, func(c *Config) { c.Index = srv.URL() })
+	q := query{model: e2eModel, tokens: make([]uint32, 2*e2eBlock)}
+
+	if code, body := e.get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "index unhealthy") {
+		t.Fatalf("readyz with Redis down: %d %s", code, body)
+	}
+	if code, body := e.do("POST", "/v1/score", q.httpBody()); code != http.StatusServiceUnavailable || !strings.Contains(body, "unavailable") {
+		t.Fatalf("score with Redis down: %d %s", code, body)
+	}
+	if _, err := e.grpc.Score(context.Background(), q.grpcReq()); err == nil || !strings.Contains(err.Error(), "Unavailable") {
+		t.Fatalf("gRPC score with Redis down: %v", err)
+	}
+
+	srv.Restart()
+	waitFor(t, "ready after Redis started", func() (bool, string) {
+		code, body := e.get("/readyz")
+		return code == http.StatusOK, body
+	})
+	// Publish and score through Redis.
+	h, _ := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
+	keys := h.Keys(nil, q.tokens, kvindex.RequestExtras{})
+	pub := e2e.StartPublisher(t, e.bind, false)
+	pub.WaitReady(waitLimit)
+	pub.Send(e2e.Batch{Topic: "kv@pod-r@" + e2eModel, Seq: 0, Form: "map", DPRank: e2e.Rank(0),
+		Events: []e2e.Event{stored(keys, q.tokens, 0, 2, "")}})
+	e.expect("score through Redis", q, "pod-r=2")
+
+	srv.Kill()
+	waitFor(t, "not ready after Redis lost", func() (bool, string) {
+		code, body := e.get("/readyz")
+		return code == http.StatusServiceUnavailable, body
+	})
+	if code, body := e.do("POST", "/v1/score", q.httpBody()); code != http.StatusServiceUnavailable {
+		t.Fatalf("score with Redis lost: %d %s (want 503, never an empty score)", code, body)
+	}
+	// An event that cannot be written makes the pod untrusted...
+	pub.Send(e2e.Batch{Topic: "kv@pod-r@" + e2eModel, Seq: 1, Form: "map", DPRank: e2e.Rank(0),
+		Events: []e2e.Event{{Type: "BlockRemoved", BlockHashes: hashesOf(keys[1:2])}}})
+	untrusted := func() (bool, string) {
+		lp, err := e.grpc.ListPods(context.Background(), &kvindexv1.ListPodsRequest{})
+		if err != nil || len(lp.Pods) != 1 {
+			return false, fmt.Sprintf("%v %v", lp, err)
+		}
+		return lp.Pods[0].Untrusted, fmt.Sprintf("%+v", lp.Pods[0])
+	}
+	waitFor(t, "pod untrusted after a failed write", untrusted)
+	srv.Restart() // same port; pod-r's two blocks come back from the AOF
+	waitFor(t, "ready after Redis is back", func() (bool, string) {
+		code, body := e.get("/readyz")
+		return code == http.StatusOK, body
+	})
+	// ...and is cleared and trusted again once Redis is back, without a new event.
+	waitFor(t, "pod trusted again after recovery", func() (bool, string) {
+		bad, s := untrusted()
+		return !bad && strings.Contains(s, "index_errors:1"), s
+	})
+	// pod-r's restored entries predate a lost removal: cleared, not served.
+	e.expect("nothing stale served", q, "")
+	// New events rebuild the pod's state.
+	pub.Send(e2e.Batch{Topic: "kv@pod-r@" + e2eModel, Seq: 2, Form: "map", DPRank: e2e.Rank(0),
+		Events: []e2e.Event{stored(keys, q.tokens, 0, 1, "")}})
+	e.expect("rebuilt after Redis is back", q, "pod-r=1")
+	pub.Close()
+}
+
+// TestLeasesTakeover: two daemons share one endpoint list through leases in
+// Redis; each endpoint is subscribed by exactly one of them, both serve
+// scores from the shared index, and when one stops the other takes its
+// endpoints over.
+func TestLeasesTakeover(t *testing.T) {
+	srv := redistest.Start(t)
+	addrs := []string{fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t)), fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))}
+	pubs := []*e2e.Publisher{e2e.StartPublisher(t, addrs[0], true), e2e.StartPublisher(t, addrs[1], true)}
+	mutate := func(id string) func(*Config) {
+		return func(c *Config) {
+			// A TTL well above scheduling hiccups under -race: a late renewal
+			// would hand the endpoint over (and reset its pod) mid-test.
+			c.Index, c.Leases, c.LeaseTTL, c.DaemonID, c.ZMQBind = srv.URL(), true, "3s", id, ""
+			c.Endpoints = []EndpointSpec{{Address: addrs[0], Pod: "pod-0", Model: e2eModel}, {Address: addrs[1], Pod: "pod-1", Model: e2eModel}}
+		}
+	}
+	ctxA, stopA := context.WithCancel(context.Background())
+	a := startDaemonCtx(t, ctxA, mutate("daemon-a"))
+	b := startDaemon(t, mutate("daemon-b"))
+
+	held := func(e *e2eDaemon) []string {
+		resp, err := e.grpc.ListEndpoints(context.Background(), &kvindexv1.ListEndpointsRequest{})
+		if err != nil {
+			return []string{"error: " + err.Error()}
+		}
+		var out []string
+		for _, ep := range resp.Endpoints {
+			out = append(out, ep.Address)
+		}
+		slices.Sort(out)
+		return out
+	}
+	waitFor(t, "each daemon holds one endpoint", func() (bool, string) {
+		ha, hb := held(a), held(b)
+		return len(ha) == 1 && len(hb) == 1 && ha[0] != hb[0], fmt.Sprintf("a=%v b=%v", ha, hb)
+	})
+	for _, p := range pubs {
+		p.WaitReady(waitLimit)
+	}
+	h, _ := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
+	tokens := make([]uint32, 4*e2eBlock)
+	for i := range tokens {
+		tokens[i] = uint32(i + 1)
+	}
+	keys := h.Keys(nil, tokens, kvindex.RequestExtras{})
+	seq := []uint64{0, 0}
+	send := func(i, blocks int) {
+		pubs[i].Send(e2e.Batch{Topic: "kv@x@x", Seq: seq[i], Form: "map", DPRank: e2e.Rank(0),
+			Events: []e2e.Event{stored(keys, tokens, 0, blocks, "")}})
+		seq[i]++
+	}
+	send(0, 2)
+	send(1, 3)
+	q := query{model: e2eModel, tokens: tokens}
+	// Either daemon answers from the shared index.
+	a.expect("daemon a sees both pods", q, "pod-1=3 pod-0=2")
+	b.expect("daemon b sees both pods", q, "pod-1=3 pod-0=2")
+
+	// Daemon a stops: it releases its lease (clearing its endpoint's pod so
+	// nothing stale is served) and b takes the endpoint over.
+	stopA()
+	waitFor(t, "daemon b holds both endpoints", func() (bool, string) {
+		hb := held(b)
+		return len(hb) == 2, fmt.Sprintf("b=%v", hb)
+	})
+	// Events on the taken-over endpoint now reach the index through b. The
+	// new subscription may miss a message published before it is attached:
+	// republish (idempotent) until it is seen.
+	waitFor(t, "taken-over endpoint applied through b", func() (bool, string) {
+		send(0, 4)
+		send(1, 3)
+		hs, gs := b.scores(q)
+		return hs == "pod-0=4 pod-1=3" && gs == hs, hs + " / " + gs
+	})
+	for _, p := range pubs {
+		p.Close()
+	}
+}

@@ -1,0 +1,96 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestBinaryServeAndGracefulStop builds the real kvindexd binary, runs it
+// the way an operator does (flags + KVINDEX_* env), checks it serves, and
+// that SIGTERM stops it cleanly (exit status 0).
+func TestBinaryServeAndGracefulStop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "kvindexd")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/kvindexd")
+	build.Dir = RepoRoot(t)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+
+	out, err := exec.Command(bin, "help").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "serve") || !strings.Contains(string(out), "blockhash") {
+		t.Fatalf("kvindexd help: %v\n%s", err, out)
+	}
+
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+	cmd := exec.Command(bin, "--grpc-addr", fmt.Sprintf("127.0.0.1:%d", FreePort(t)),
+		"--zmq-bind", fmt.Sprintf("tcp://127.0.0.1:%d", FreePort(t)), "--log-format", "json")
+	cmd.Env = append(cmd.Environ(), "KVINDEX_HTTP_ADDR="+httpAddr, "KVINDEX_HASH_SEED=0")
+	logs := &lockedWriter{w: &bytes.Buffer{}}
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && strings.TrimSpace(string(body)) == "ok" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon not ready: %v\n%s", err, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	resp, err := http.Post("http://"+httpAddr+"/v1/score", "application/json",
+		strings.NewReader(`{"model":"m","token_ids":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "{\"total_blocks\":1,\"pods\":[]}\n" {
+		t.Fatalf("score: %d %q", resp.StatusCode, body)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+		if waitErr != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", waitErr, logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit after SIGTERM\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), `"msg":"shutting down"`) {
+		t.Errorf("no shutdown log:\n%s", logs.String())
+	}
+}
