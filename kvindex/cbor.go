@@ -51,6 +51,12 @@ func cborInt(b []byte, v int64) []byte {
 }
 
 func cborValue(b []byte, v any, depth int) ([]byte, error) {
+	if i, u, unsigned, ok := intValue(v); ok {
+		if unsigned {
+			return cborHead(b, cborUint, u), nil
+		}
+		return cborInt(b, i), nil
+	}
 	switch x := v.(type) {
 	case nil:
 		return append(b, cborNull), nil
@@ -63,26 +69,6 @@ func cborValue(b []byte, v any, depth int) ([]byte, error) {
 			return append(b, cborTrue), nil
 		}
 		return append(b, cborFalse), nil
-	case int64:
-		return cborInt(b, x), nil
-	case int:
-		return cborInt(b, int64(x)), nil
-	case int32:
-		return cborInt(b, int64(x)), nil
-	case int16:
-		return cborInt(b, int64(x)), nil
-	case int8:
-		return cborInt(b, int64(x)), nil
-	case uint64:
-		return cborHead(b, cborUint, x), nil
-	case uint32:
-		return cborHead(b, cborUint, uint64(x)), nil
-	case uint16:
-		return cborHead(b, cborUint, uint64(x)), nil
-	case uint8:
-		return cborHead(b, cborUint, uint64(x)), nil
-	case uint:
-		return cborHead(b, cborUint, uint64(x)), nil
 	case []any:
 		if depth >= pkMaxDepth {
 			return b, fmt.Errorf("extra keys nested deeper than %d", pkMaxDepth)

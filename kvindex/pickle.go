@@ -318,6 +318,14 @@ func pickleTokens(b []byte, t []uint32) []byte {
 
 // value saves one generic extra-key value.
 func (p *pickler) value(v any, depth int) error {
+	if i, u, unsigned, ok := intValue(v); ok {
+		if unsigned {
+			p.uint(u)
+		} else {
+			p.int(i)
+		}
+		return nil
+	}
 	switch x := v.(type) {
 	case nil:
 		p.op(pkNone)
@@ -333,26 +341,6 @@ func (p *pickler) value(v any, depth int) error {
 			p.op(pkNewFalse)
 		}
 		p.boundary()
-	case int64:
-		p.int(x)
-	case int:
-		p.int(int64(x))
-	case int32:
-		p.int(int64(x))
-	case int16:
-		p.int(int64(x))
-	case int8:
-		p.int(int64(x))
-	case uint64:
-		p.uint(x)
-	case uint32:
-		p.uint(uint64(x))
-	case uint16:
-		p.uint(uint64(x))
-	case uint8:
-		p.uint(uint64(x))
-	case uint:
-		p.uint(uint64(x))
 	case []any:
 		if depth >= pkMaxDepth {
 			return fmt.Errorf("extra keys nested deeper than %d", pkMaxDepth)
@@ -391,4 +379,33 @@ func appendPickleString(buf []byte, s string) []byte {
 	p.op(pkStop)
 	p.commit()
 	return p.buf
+}
+
+// intValue reports v as an integer when it has one of Go's integer types:
+// signed types as i, unsigned ones as u (unsigned set). Both serialisers
+// (pickle and CBOR) encode extra-key integers by value, whatever the width.
+func intValue(v any) (i int64, u uint64, unsigned, ok bool) {
+	switch x := v.(type) {
+	case int64:
+		return x, 0, false, true
+	case int:
+		return int64(x), 0, false, true
+	case int32:
+		return int64(x), 0, false, true
+	case int16:
+		return int64(x), 0, false, true
+	case int8:
+		return int64(x), 0, false, true
+	case uint64:
+		return 0, x, true, true
+	case uint32:
+		return 0, uint64(x), true, true
+	case uint16:
+		return 0, uint64(x), true, true
+	case uint8:
+		return 0, uint64(x), true, true
+	case uint:
+		return 0, uint64(x), true, true
+	}
+	return 0, 0, false, false
 }

@@ -1,9 +1,6 @@
 package tokenization
 
 import (
-	"compress/gzip"
-	"io"
-	"os"
 	"path/filepath"
 	"testing"
 )
@@ -12,16 +9,7 @@ import (
 // whitespace runs) that hack/tokenizers/bench.mjs also feeds to the Rust
 // reference, so the two timings compare.
 func benchText(b *testing.B) string {
-	f, err := os.Open(filepath.Join("testdata", "bench_mixed_90k.txt.gz"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		b.Fatal(err)
-	}
-	data, err := io.ReadAll(zr)
+	data, err := readGz(filepath.Join("testdata", "bench_mixed_90k.txt.gz"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,10 +1,8 @@
 package tokenization
 
 import (
-	"compress/gzip"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,16 +30,7 @@ const tinyText = "ab a b<x>ab"
 // qwen3Files returns the fixture's tokenizer.json (decompressed) and config.
 func qwen3Files(t testing.TB) (tj, cfg []byte) {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", "qwen3", "tokenizer.json.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tj, err = io.ReadAll(zr)
+	tj, err := readGz(filepath.Join("testdata", "qwen3", "tokenizer.json.gz"))
 	if err != nil {
 		t.Fatal(err)
 	}
