@@ -100,7 +100,7 @@ func (st *stack) store(pod string, rank int, medium kvindex.Tier, tokens []uint3
 	for _, k := range keys[:nBlocks] {
 		ev.BlockHashes = append(ev.BlockHashes, uint64(k))
 	}
-	st.applier.Apply(&kvindex.Batch{Pod: pod, Model: testModel, DPRank: rank, Events: []kvindex.Event{ev}})
+	st.applier.Apply(context.Background(), &kvindex.Batch{Pod: pod, Model: testModel, DPRank: rank, Events: []kvindex.Event{ev}})
 }
 
 type httpScore struct {

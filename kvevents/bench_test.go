@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"context"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -155,7 +156,7 @@ func BenchmarkDecodeApply(b *testing.B) {
 					b.Fatal(err)
 				}
 				batch.Pod, batch.Model, batch.Engine, batch.Seq = "pod-0", "bench/model", kvindex.EngineVLLM, uint64(i)
-				ap.Apply(&batch)
+				ap.Apply(context.Background(), &batch)
 			}
 			for i := range payloads { // warm up: index, digest cache and buffers at steady state
 				step(i)

@@ -343,7 +343,7 @@ func (s *Subscriber) work(ctx context.Context, q chan *kvindex.Batch) {
 	for {
 		select {
 		case b := <-q:
-			s.sink.Apply(b)
+			s.sink.Apply(ctx, b)
 		case <-ctx.Done():
 			return
 		}

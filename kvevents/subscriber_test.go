@@ -28,7 +28,7 @@ type collectSink struct {
 
 func newCollectSink() *collectSink { return &collectSink{notify: make(chan struct{}, 1)} }
 
-func (c *collectSink) Apply(b *kvindex.Batch) {
+func (c *collectSink) Apply(_ context.Context, b *kvindex.Batch) {
 	c.mu.Lock()
 	c.batches = append(c.batches, b)
 	c.mu.Unlock()

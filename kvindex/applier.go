@@ -221,13 +221,12 @@ func (ps *podState) resetParity() {
 }
 
 // Apply implements BatchSink.
-func (a *Applier) Apply(b *Batch) {
+func (a *Applier) Apply(ctx context.Context, b *Batch) {
 	start := time.Now()
 	ps := a.pod(b)
 	ps.applyMu.Lock()
 	defer ps.applyMu.Unlock()
 	a.bindModel(ps, b.Model)
-	ctx := context.Background()
 	var d batchDelta
 	wasUntrusted := ps.untrusted
 	if ps.untrusted {

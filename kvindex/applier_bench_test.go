@@ -64,7 +64,7 @@ func BenchmarkApplierApply(b *testing.B) {
 				blocks := 0
 				for i := 0; i < b.N; i++ {
 					bt := &batches[i%len(batches)]
-					a.Apply(bt)
+					a.Apply(context.Background(), bt)
 					blocks += len(bt.Events[0].BlockHashes)
 				}
 				b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "blocks/s")

@@ -93,7 +93,7 @@ func stored(hashes []uint64, tokens []uint32, bs, from, to int) Event {
 }
 
 func (e *applierEnv) apply(pod string, rank int, engine Engine, evs ...Event) {
-	e.a.Apply(&Batch{Pod: pod, Model: testModel, DPRank: rank, Engine: engine, Events: evs})
+	e.a.Apply(context.Background(), &Batch{Pod: pod, Model: testModel, DPRank: rank, Engine: engine, Events: evs})
 }
 
 func (e *applierEnv) pod(name string, rank int) PodStats {
@@ -588,8 +588,8 @@ func TestApplierSteadyStateDoesNotAllocate(t *testing.T) {
 		evs[1].LoraName = ""
 		evs[1].ExtraKeys = [][]any{{"x"}, {"x"}, {"x"}, {"x"}} // generic path, same keys
 		b := &Batch{Pod: "p-" + engine.Seed, Model: "m", Events: evs}
-		a.Apply(b) // warm: pod state, tables, scratch buffers
-		if n := testing.AllocsPerRun(50, func() { a.Apply(b) }); n != 0 {
+		a.Apply(context.Background(), b) // warm: pod state, tables, scratch buffers
+		if n := testing.AllocsPerRun(50, func() { a.Apply(context.Background(), b) }); n != 0 {
 			t.Errorf("seed %s: %v allocs per batch", engine.Seed, n)
 		}
 	}

@@ -188,9 +188,11 @@ type Batch struct {
 }
 
 // BatchSink consumes decoded batches. kvevents calls Apply for a given pod
-// from one goroutine at a time, in the order the engine published them.
+// from one goroutine at a time, in the order the engine published them. ctx
+// ends when the subscriber shuts down, so index writes (Redis) can be
+// cancelled instead of outliving the daemon.
 type BatchSink interface {
-	Apply(b *Batch)
+	Apply(ctx context.Context, b *Batch)
 }
 
 // HealthChecker is implemented by index backends that can be unavailable

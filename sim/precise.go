@@ -182,7 +182,7 @@ func (r *PreciseRouter) OnKVEvents(pod int, ops []KVOp, now float64) {
 			}
 		}
 	}
-	r.app.Apply(b)
+	r.app.Apply(context.Background(), b)
 }
 
 func init() {

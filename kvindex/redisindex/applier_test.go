@@ -63,7 +63,7 @@ func TestApplierRecoversAfterRedisLoss(t *testing.T) {
 
 	t1 := tokens(32, 1)
 	k1 := h.Keys(nil, t1, kvindex.RequestExtras{})
-	ap.Apply(&kvindex.Batch{Pod: "p", Model: "m", Seq: 0, Events: []kvindex.Event{storedEvent(k1, t1)}})
+	ap.Apply(context.Background(), &kvindex.Batch{Pod: "p", Model: "m", Seq: 0, Events: []kvindex.Event{storedEvent(k1, t1)}})
 	pod, _ := in.LookupPod("p", 0)
 	var res kvindex.ScoreResult
 	if err := sc.Score(ctx, m, k1, nil, &res); err != nil || len(res.Pods) != 1 || res.Pods[0].MatchedBlocks != 8 {
@@ -79,7 +79,7 @@ func TestApplierRecoversAfterRedisLoss(t *testing.T) {
 	for i := range hs8 {
 		hs8[i] = uint64(k1[4+i])
 	}
-	ap.Apply(&kvindex.Batch{Pod: "p", Model: "m", Seq: 1, Events: []kvindex.Event{{Kind: kvindex.BlockRemoved, BlockHashes: hs8}}})
+	ap.Apply(context.Background(), &kvindex.Batch{Pod: "p", Model: "m", Seq: 1, Events: []kvindex.Event{{Kind: kvindex.BlockRemoved, BlockHashes: hs8}}})
 	if err := sc.Score(ctx, m, k1, nil, &res); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("score with redis down = %v, want ErrUnavailable", err)
 	}
@@ -94,7 +94,7 @@ func TestApplierRecoversAfterRedisLoss(t *testing.T) {
 	// The pod's next batch: the applier clears it first, then applies.
 	t2 := tokens(8, 2)
 	k2 := h.Keys(nil, t2, kvindex.RequestExtras{})
-	ap.Apply(&kvindex.Batch{Pod: "p", Model: "m", Seq: 2, Events: []kvindex.Event{storedEvent(k2, t2)}})
+	ap.Apply(context.Background(), &kvindex.Batch{Pod: "p", Model: "m", Seq: 2, Events: []kvindex.Event{storedEvent(k2, t2)}})
 	st = podStats(ap, "p")
 	if st.Untrusted {
 		t.Fatalf("pod still untrusted after Redis is back: %+v", st)
@@ -160,9 +160,9 @@ func TestScorerRedisMatchesMemory(t *testing.T) {
 			apply := func(pod string, evs ...kvindex.Event) {
 				b := kvindex.Batch{Pod: pod, Model: "m", Seq: seq[pod], Events: evs}
 				seq[pod]++
-				apM.Apply(&b)
+				apM.Apply(context.Background(), &b)
 				b2 := b
-				apR.Apply(&b2)
+				apR.Apply(context.Background(), &b2)
 			}
 			for step := range 250 {
 				pod := pods[rng.Intn(len(pods))]
