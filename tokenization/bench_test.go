@@ -86,7 +86,7 @@ func BenchmarkPromptFull(b *testing.B) {
 func suffixSetup(b *testing.B) (*Tokenizer, string, int) {
 	tk := encLoad(b, "qwen3")
 	text := benchText(b)
-	ids, bs, err := tk.EncodeBoundaries(text, true)
+	_, bs, err := tk.EncodeBoundaries(text, true)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func suffixSetup(b *testing.B) (*Tokenizer, string, int) {
 		}
 	}
 	text = text[:end]
-	ids, bs, _ = tk.EncodeBoundaries(text, true)
+	ids, bs, _ := tk.EncodeBoundaries(text, true)
 	from := 0
 	for _, bd := range bs {
 		if bd.Tokens > len(ids)*7/8 {

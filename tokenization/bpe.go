@@ -167,7 +167,6 @@ type bpeMerge struct {
 type bpeWork struct {
 	syms []bpeSym
 	heap []bpeMerge
-	ids  []uint32
 }
 
 // encodeWord appends the ids of one pre-tokenized word.

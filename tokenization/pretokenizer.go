@@ -122,7 +122,7 @@ func parsePreTokenizer(raw json.RawMessage) ([]preTokenizer, error) {
 		if j.Replacement != "" {
 			r, n := utf8.DecodeRuneInString(j.Replacement)
 			if n != len(j.Replacement) {
-				return nil, fmt.Errorf("Metaspace replacement %q is not one character", j.Replacement)
+				return nil, fmt.Errorf("metaspace pre-tokenizer: replacement %q is not one character", j.Replacement)
 			}
 			ms.replacement = r
 		}
@@ -133,7 +133,7 @@ func parsePreTokenizer(raw json.RawMessage) ([]preTokenizer, error) {
 			ms.scheme = "never"
 		}
 		if ms.scheme != "always" && ms.scheme != "first" && ms.scheme != "never" {
-			return nil, fmt.Errorf("Metaspace prepend_scheme %q unsupported", ms.scheme)
+			return nil, fmt.Errorf("metaspace pre-tokenizer: prepend_scheme %q unsupported", ms.scheme)
 		}
 		if j.Split != nil {
 			ms.doSplit = *j.Split

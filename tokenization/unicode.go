@@ -77,14 +77,6 @@ func isCat(name string, tab *unicode.RangeTable, r rune) bool {
 	return false
 }
 
-var (
-	addL = unicodeAdditions["L"]
-	addN = unicodeAdditions["N"]
-	addM = unicodeAdditions["M"]
-	addP = unicodeAdditions["P"]
-	addS = unicodeAdditions["S"]
-)
-
 // augmentUnicodeClasses rewrites \p{X} in a regex so regexp2 (which uses
 // Go's Unicode 15 tables) also matches the reference's Unicode 16 members:
 // the extra ranges are appended as literal character ranges.
