@@ -23,7 +23,7 @@
 //     normalizers (NFC/NFKC reach back only to the last stable starter, which the
 //     whitespace/number run provides).
 //
-// This is the issue's "stop before the last pre-tokenizer split boundary inside the
+// This is "stop before the last pre-tokenizer split boundary inside the
 // matched prefix", made precise. The property tests check it against full tokenization.
 package prefixstore
 
