@@ -6,6 +6,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -38,15 +39,15 @@ func realisticBatch() (*kvindex.Batch, int) {
 func BenchmarkDecodeVLLM(b *testing.B) {
 	for _, tc := range []struct {
 		name string
-		opt  VLLMEncodeOptions
+		opt  enginepub.VLLMEncodeOptions
 	}{
-		{"array_int", VLLMEncodeOptions{}},
-		{"map_int", VLLMEncodeOptions{MapForm: true}},
-		{"map_bytes32", VLLMEncodeOptions{MapForm: true, BytesHashes: true}},
+		{"array_int", enginepub.VLLMEncodeOptions{}},
+		{"map_int", enginepub.VLLMEncodeOptions{MapForm: true}},
+		{"map_bytes32", enginepub.VLLMEncodeOptions{MapForm: true, BytesHashes: true}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			batch, hashes := realisticBatch()
-			p, err := EncodeVLLMBatch(batch, tc.opt)
+			p, err := enginepub.EncodeVLLMBatch(batch, tc.opt)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -70,7 +71,7 @@ func BenchmarkDecodeVLLM(b *testing.B) {
 // before even converting to kvindex.Event).
 func BenchmarkDecodeVLLMGeneric(b *testing.B) {
 	batch, hashes := realisticBatch()
-	p, err := EncodeVLLMBatch(batch, VLLMEncodeOptions{MapForm: true})
+	p, err := enginepub.EncodeVLLMBatch(batch, enginepub.VLLMEncodeOptions{MapForm: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func decodeApplyStream(b *testing.B, h *kvindex.Hasher, withTokens bool) (payloa
 		for _, k := range keys[(old+1)*perChunk-evict : (old+1)*perChunk] {
 			rm.BlockHashes = append(rm.BlockHashes, uint64(k))
 		}
-		p, err := EncodeVLLMBatch(&kvindex.Batch{Timestamp: 1.7e9, Events: []kvindex.Event{st, rm}}, VLLMEncodeOptions{MapForm: true})
+		p, err := enginepub.EncodeVLLMBatch(&kvindex.Batch{Timestamp: 1.7e9, Events: []kvindex.Event{st, rm}}, enginepub.VLLMEncodeOptions{MapForm: true})
 		if err != nil {
 			b.Fatal(err)
 		}

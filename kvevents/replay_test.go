@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 
+	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -62,7 +63,7 @@ func TestReplayPartialAndUnreachable(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t)
-			pub, err := NewPublisher("tcp://127.0.0.1:0", true)
+			pub, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
 			if err != nil {
 				t.Fatal(err)
 			}

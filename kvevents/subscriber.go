@@ -10,6 +10,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"net"
 	"runtime"
 	"sort"
 	"strings"
@@ -797,4 +798,22 @@ func (s *Subscriber) replay(ctx context.Context, st *stream, src *source, from, 
 		got++
 		s.enqueue(st, b)
 	}
+}
+
+// dialable turns a bound tcp endpoint into one a local peer can connect to:
+// the listener's real address (port 0 resolved) with a wildcard host
+// (tcp://*:N, 0.0.0.0, ::) replaced by 127.0.0.1. Other transports are
+// returned as they are.
+func dialable(endpoint string, a net.Addr) string {
+	if !strings.HasPrefix(endpoint, "tcp://") || a == nil {
+		return endpoint
+	}
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return endpoint
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "tcp://" + net.JoinHostPort(host, port)
 }
