@@ -249,7 +249,7 @@ func TestQueueOverflowClearsBeforeNextBatch(t *testing.T) {
 	if got := metricValue(m.QueueOverflows); got != 2 {
 		t.Fatalf("overflows %v", got)
 	}
-	q := s.queues[0]
+	q := s.work.queues[0]
 	if b := <-q; b.Seq != 0 || len(b.Events) != 1 {
 		t.Fatalf("first %s", describe([]*kvindex.Batch{b}))
 	}
@@ -319,7 +319,7 @@ func TestConnectTopologyAddRemoveEndpoint(t *testing.T) {
 	if err := s.RemoveEndpoint(pubB.Addr()); err != nil {
 		t.Fatal(err)
 	}
-	bs = sink.waitFor(t, "clear for pod-b", func(bs []*kvindex.Batch) bool {
+	sink.waitFor(t, "clear for pod-b", func(bs []*kvindex.Batch) bool {
 		b := bs[len(bs)-1]
 		return b.Pod == "pod-b" && len(b.Events) == 1 && b.Events[0].Kind == kvindex.AllBlocksCleared
 	})
