@@ -109,23 +109,29 @@ func (d *dispatcher) work(q chan *kvindex.Batch) {
 	for {
 		select {
 		case b := <-q:
-			d.sink.Apply(d.applyCtx, b)
+			d.apply(b)
 		case <-d.draining:
 			for {
 				select {
 				case b := <-q:
-					if d.applyCtx.Err() != nil {
-						d.dropped.Inc()
-						d.lost.Add(1)
-						continue
-					}
-					d.sink.Apply(d.applyCtx, b)
+					d.apply(b)
 				default:
 					return
 				}
 			}
 		}
 	}
+}
+
+// apply hands b to the sink, or drops and counts it once the drain bound
+// has passed (Apply's context is only ever cancelled by stop).
+func (d *dispatcher) apply(b *kvindex.Batch) {
+	if d.applyCtx.Err() != nil {
+		d.dropped.Inc()
+		d.lost.Add(1)
+		return
+	}
+	d.sink.Apply(d.applyCtx, b)
 }
 
 // stop refuses new batches, lets the workers apply what is queued for at
