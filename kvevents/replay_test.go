@@ -244,3 +244,51 @@ func TestReplayStalledPeerTimesOut(t *testing.T) {
 		t.Fatalf("stream %+v", st[0])
 	}
 }
+
+// Removing an endpoint abandons its replay in progress: RemoveEndpoint waits
+// for the endpoint's reader, which must not sit out the replay timeout.
+func TestRemoveEndpointAbandonsReplay(t *testing.T) {
+	const topic = "kv@pod-rm@m"
+	ctx := testCtx(t)
+	pub, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	p := map[uint64][]byte{0: payload(t, storedBatch(50)), 3: payload(t, storedBatch(53))}
+	replay, requested, release := slowReplay(t, ctx, topic, p)
+	defer close(release)
+	sink := newCollectSink()
+	m := NewMetrics(nil)
+	// far longer than the test's own deadline: only cancellation can end it
+	s := startSub(t, Config{ReplayTimeout: 10 * testTimeout,
+		Endpoints: []EndpointConfig{{Address: pub.Addr(), ReplayAddress: replay}}}, sink, m)
+	pub.WaitSubscribed(ctx, topic)
+	pub.Publish(topic, 0, p[0])
+	pub.Publish(topic, 3, p[3])
+	select {
+	case <-requested:
+	case <-ctx.Done():
+		t.Fatal("no replay request")
+	}
+	removed := make(chan error, 1)
+	go func() { removed <- s.RemoveEndpoint(pub.Addr()) }()
+	select {
+	case err := <-removed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("RemoveEndpoint waited for the replay exchange")
+	}
+	bs := sink.waitFor(t, "clear for pod-rm", func(bs []*kvindex.Batch) bool {
+		b := bs[len(bs)-1]
+		return b.Pod == "pod-rm" && len(b.Events) == 1 && b.Events[0].Kind == kvindex.AllBlocksCleared
+	})
+	if hasSeq("pod-rm", 3)(bs) {
+		t.Fatalf("the live batch behind an abandoned replay was applied: %s", describe(bs))
+	}
+	if v := metricValue(m.Replays.WithLabelValues("error")); v != 1 {
+		t.Fatalf("replays{error} = %v", v)
+	}
+}

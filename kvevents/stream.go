@@ -137,6 +137,11 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 			"last_seq", last, "seq", b.Seq, "missed", missed, "replay", replay)
 		if replay {
 			s.replay(ctx, st, src, b.Model, last+1, b.Seq)
+			if ctx.Err() != nil {
+				// The endpoint is being removed (its clear follows) or the
+				// subscriber is stopping: the live batch goes with the replay.
+				return
+			}
 		}
 	case restart:
 		s.m.Restarts.Inc()

@@ -63,11 +63,7 @@ type Config struct {
 // Subscriber receives engine KV events over ZeroMQ, decodes them and hands
 // them to a BatchSink, in order per (pod, dp rank).
 //
-// The work is split by role, one file each: endpoint.go keeps the sockets
-// (the bind socket, connect endpoints with reconnect and backoff);
-// message.go turns a message into a batch; stream.go tracks each stream's
-// sequence numbers and statistics; replay.go fetches missed batches from an
-// engine's replay socket; dispatch.go runs the ordered per-stream workers.
+// The package documentation lists which file holds which role.
 //
 // Ordering: every message is decoded and sequence-checked by the goroutine
 // that reads its socket, then queued to the worker owning its stream, so a
@@ -84,8 +80,8 @@ type Config struct {
 //
 // A forward gap (lost messages) is counted and logged; when the endpoint
 // has a ReplayAddress the missing batches are fetched and applied, in order,
-// before the live one. The exchange holds up only that stream's reader:
-// Streams and Endpoints never wait on the network.
+// before the live one. The exchange holds up only the reader of the socket
+// the gap arrived on: Streams and Endpoints never wait on the network.
 //
 // Shutdown: the sockets close first, then the workers apply what is still
 // queued for at most DrainTimeout; the rest is dropped and counted.
