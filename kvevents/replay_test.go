@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,11 +17,12 @@ import (
 )
 
 // serveReplay answers vLLM replay requests (>= 0.26 format) from buf on a
-// pure-Go ROUTER until ctx ends.
-func serveReplay(t *testing.T, ctx context.Context, topic string, buf map[uint64][]byte, order []uint64) string {
+// pure-Go ROUTER bound to endpoint until ctx ends; it returns the address
+// to connect to.
+func serveReplay(t *testing.T, ctx context.Context, endpoint, topic string, buf map[uint64][]byte, order []uint64) string {
 	t.Helper()
 	router := zmq4.NewRouter(ctx, zmq4.WithLogger(discardZMQLog))
-	if err := router.Listen("tcp://127.0.0.1:0"); err != nil {
+	if err := router.Listen(endpoint); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { router.Close() })
@@ -46,7 +49,10 @@ func serveReplay(t *testing.T, ctx context.Context, topic string, buf map[uint64
 			router.SendMulti(zmq4.NewMsgFrom(id, nil, []byte(topic), endSeq[:], nil))
 		}
 	}()
-	return "tcp://" + router.Addr().String()
+	if strings.HasPrefix(endpoint, "tcp://") {
+		return "tcp://" + router.Addr().String()
+	}
+	return endpoint
 }
 
 func TestReplayPartialAndUnreachable(t *testing.T) {
@@ -54,14 +60,17 @@ func TestReplayPartialAndUnreachable(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		serve      bool
+		listen     string
 		wantSeqs   []uint64
 		wantResult string
 		replayed   uint64
 	}{
 		// the engine's buffer no longer has seq 2: seq 1 is recovered, the
 		// gap is reported as partial, and the live batch still applies
-		{"partial", true, []uint64{0, 1, 3}, "partial", 1},
-		{"unreachable", false, []uint64{0, 3}, "error", 0},
+		{"partial", true, "tcp://127.0.0.1:0", []uint64{0, 1, 3}, "partial", 1},
+		// vLLM's replay endpoint may be a unix socket
+		{"partial_ipc", true, "ipc://" + filepath.Join(t.TempDir(), "replay.sock"), []uint64{0, 1, 3}, "partial", 1},
+		{"unreachable", false, "", []uint64{0, 3}, "error", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t)
@@ -76,7 +85,7 @@ func TestReplayPartialAndUnreachable(t *testing.T) {
 			}
 			replay := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
 			if tc.serve {
-				replay = serveReplay(t, ctx, topic, p, []uint64{1, 3})
+				replay = serveReplay(t, ctx, tc.listen, topic, p, []uint64{1, 3})
 			}
 			sink := newCollectSink()
 			m := NewMetrics(nil)

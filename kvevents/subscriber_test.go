@@ -390,6 +390,12 @@ func TestConfigErrors(t *testing.T) {
 	if _, err := NewSubscriber(Config{Endpoints: []EndpointConfig{{Address: "nowhere"}}}, newCollectSink(), nil, nil); err == nil {
 		t.Fatal("address without transport accepted")
 	}
+	for _, replay := range []string{"tcp://", "inproc://x", "10.0.0.7:5558"} {
+		ep := EndpointConfig{Address: "tcp://127.0.0.1:1", ReplayAddress: replay}
+		if _, err := NewSubscriber(Config{Endpoints: []EndpointConfig{ep}}, newCollectSink(), nil, nil); err == nil {
+			t.Fatalf("replay address %q accepted", replay)
+		}
+	}
 	s := startSub(t, Config{Bind: "tcp://127.0.0.1:0"}, newCollectSink(), nil)
 	if _, err := NewSubscriber(Config{Bind: s.BindAddr()}, newCollectSink(), nil, nil); err == nil {
 		t.Fatal("second bind on the same port accepted")
