@@ -2,10 +2,12 @@ package kvevents
 
 import (
 	"context"
+	"encoding/binary"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -38,15 +40,15 @@ func realisticBatch() (*kvindex.Batch, int) {
 func BenchmarkDecodeVLLM(b *testing.B) {
 	for _, tc := range []struct {
 		name string
-		opt  VLLMEncodeOptions
+		opt  enginepub.VLLMEncodeOptions
 	}{
-		{"array_int", VLLMEncodeOptions{}},
-		{"map_int", VLLMEncodeOptions{MapForm: true}},
-		{"map_bytes32", VLLMEncodeOptions{MapForm: true, BytesHashes: true}},
+		{"array_int", enginepub.VLLMEncodeOptions{}},
+		{"map_int", enginepub.VLLMEncodeOptions{MapForm: true}},
+		{"map_bytes32", enginepub.VLLMEncodeOptions{MapForm: true, BytesHashes: true}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			batch, hashes := realisticBatch()
-			p, err := EncodeVLLMBatch(batch, tc.opt)
+			p, err := enginepub.EncodeVLLMBatch(batch, tc.opt)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -70,7 +72,7 @@ func BenchmarkDecodeVLLM(b *testing.B) {
 // before even converting to kvindex.Event).
 func BenchmarkDecodeVLLMGeneric(b *testing.B) {
 	batch, hashes := realisticBatch()
-	p, err := EncodeVLLMBatch(batch, VLLMEncodeOptions{MapForm: true})
+	p, err := enginepub.EncodeVLLMBatch(batch, enginepub.VLLMEncodeOptions{MapForm: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -116,7 +118,7 @@ func decodeApplyStream(b *testing.B, h *kvindex.Hasher, withTokens bool) (payloa
 		for _, k := range keys[(old+1)*perChunk-evict : (old+1)*perChunk] {
 			rm.BlockHashes = append(rm.BlockHashes, uint64(k))
 		}
-		p, err := EncodeVLLMBatch(&kvindex.Batch{Timestamp: 1.7e9, Events: []kvindex.Event{st, rm}}, VLLMEncodeOptions{MapForm: true})
+		p, err := enginepub.EncodeVLLMBatch(&kvindex.Batch{Timestamp: 1.7e9, Events: []kvindex.Event{st, rm}}, enginepub.VLLMEncodeOptions{MapForm: true})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -175,3 +177,43 @@ func BenchmarkDecodeApply(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHandleMessage is a socket reader's share of one live message:
+// frame checks, decode, sequence check and queueing (no apply), the path
+// every engine step takes before its stream's worker sees it.
+func BenchmarkHandleMessage(b *testing.B) {
+	m := NewMetrics(nil)
+	s, err := NewSubscriber(Config{Workers: 1, QueueSize: 1024}, discardSink{}, m, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	q := s.work.queues[0]
+	batch, _ := realisticBatch()
+	p, err := enginepub.EncodeVLLMBatch(batch, enginepub.VLLMEncodeOptions{MapForm: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	src := &source{addr: "bench", msgs: m.MessagesReceived.WithLabelValues("connect")}
+	topic := []byte("kv@pod-bench@m")
+	var seq [8]byte
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		binary.BigEndian.PutUint64(seq[:], uint64(i))
+		s.handle(ctx, src, [][]byte{topic, seq[:], p})
+		if len(q) == cap(q) { // stand in for the worker, inline so the reader's cost is all that is timed
+			for len(q) > 0 {
+				<-q
+			}
+		}
+	}
+	b.StopTimer()
+	if st := s.Streams()[0]; st.SeqGaps != 0 || st.Overflows != 0 {
+		b.Fatalf("stream %+v", st)
+	}
+}
+
+type discardSink struct{}
+
+func (discardSink) Apply(context.Context, *kvindex.Batch) {}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -43,18 +44,18 @@ func mustDecode(t *testing.T, payload []byte, engine kvindex.Engine) (*kvindex.B
 func TestDecodeVLLMRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		opt  VLLMEncodeOptions
+		opt  enginepub.VLLMEncodeOptions
 	}{
-		{"array_int", VLLMEncodeOptions{}},
-		{"map_int", VLLMEncodeOptions{MapForm: true}},
-		{"array_bytes32", VLLMEncodeOptions{BytesHashes: true}},
-		{"map_bytes16", VLLMEncodeOptions{MapForm: true, BytesHashes: true, HashBytesLen: 16}},
-		{"array_bytes64", VLLMEncodeOptions{BytesHashes: true, HashBytesLen: 64}},
-		{"map_batch", VLLMEncodeOptions{MapForm: true, MapBatch: true}},
+		{"array_int", enginepub.VLLMEncodeOptions{}},
+		{"map_int", enginepub.VLLMEncodeOptions{MapForm: true}},
+		{"array_bytes32", enginepub.VLLMEncodeOptions{BytesHashes: true}},
+		{"map_bytes16", enginepub.VLLMEncodeOptions{MapForm: true, BytesHashes: true, HashBytesLen: 16}},
+		{"array_bytes64", enginepub.VLLMEncodeOptions{BytesHashes: true, HashBytesLen: 64}},
+		{"map_batch", enginepub.VLLMEncodeOptions{MapForm: true, MapBatch: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := sampleBatch()
-			p, err := EncodeVLLMBatch(want, tc.opt)
+			p, err := enginepub.EncodeVLLMBatch(want, tc.opt)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,7 +70,7 @@ func TestDecodeVLLMRoundTrip(t *testing.T) {
 	}
 	t.Run("two_element_batch", func(t *testing.T) {
 		want := sampleBatch()
-		p, _ := EncodeVLLMBatch(want, VLLMEncodeOptions{OmitDPRank: true})
+		p, _ := enginepub.EncodeVLLMBatch(want, enginepub.VLLMEncodeOptions{OmitDPRank: true})
 		got, st := mustDecode(t, p, kvindex.EngineVLLM)
 		want.DPRank = 0
 		if st.HasDPRank || !reflect.DeepEqual(got, want) {
@@ -87,7 +88,7 @@ func TestDecodeSGLangRoundTrip(t *testing.T) {
 		{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{0x8000000000000001}, Medium: kvindex.TierGPU},
 		{Kind: kvindex.AllBlocksCleared},
 	}}
-	p, err := EncodeSGLangBatch(want)
+	p, err := enginepub.EncodeSGLangBatch(want)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +275,7 @@ func deepList(n int) any {
 }
 
 func TestDecodeMalformedBatch(t *testing.T) {
-	good, _ := EncodeVLLMBatch(sampleBatch(), VLLMEncodeOptions{})
+	good, _ := enginepub.EncodeVLLMBatch(sampleBatch(), enginepub.VLLMEncodeOptions{})
 	cases := map[string][]byte{
 		"empty":          {},
 		"not_array":      {0xa1, 'x'},
@@ -302,8 +303,8 @@ func TestDecodeMalformedBatch(t *testing.T) {
 
 // Every prefix of a valid payload must fail cleanly, never panic.
 func TestDecodeEveryTruncation(t *testing.T) {
-	for _, form := range []VLLMEncodeOptions{{}, {MapForm: true, BytesHashes: true}} {
-		p, _ := EncodeVLLMBatch(sampleBatch(), form)
+	for _, form := range []enginepub.VLLMEncodeOptions{{}, {MapForm: true, BytesHashes: true}} {
+		p, _ := enginepub.EncodeVLLMBatch(sampleBatch(), form)
 		for i := 0; i < len(p); i++ {
 			var b kvindex.Batch
 			if _, err := Decode(p[:i], kvindex.EngineVLLM, &b); err == nil {
@@ -314,11 +315,11 @@ func TestDecodeEveryTruncation(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	for _, opt := range []VLLMEncodeOptions{{}, {MapForm: true}, {BytesHashes: true}} {
-		p, _ := EncodeVLLMBatch(sampleBatch(), opt)
+	for _, opt := range []enginepub.VLLMEncodeOptions{{}, {MapForm: true}, {BytesHashes: true}} {
+		p, _ := enginepub.EncodeVLLMBatch(sampleBatch(), opt)
 		f.Add(p)
 	}
-	p, _ := EncodeSGLangBatch(sampleBatch())
+	p, _ := enginepub.EncodeSGLangBatch(sampleBatch())
 	f.Add(p)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var b kvindex.Batch

@@ -36,4 +36,37 @@
 // missed batches before applying the live one. A backward jump means the
 // engine restarted: a synthetic AllBlocksCleared is delivered before its
 // batch. See Subscriber for the other synthetic clears.
+//
+// # Files
+//
+// One role per file, so a change to one concern stays in one place:
+//
+//	subscriber.go  Subscriber, Config, NewSubscriber, Run/Close and the shutdown order
+//	endpoint.go    the sockets: bind socket, connect endpoints (Add/RemoveEndpoint),
+//	               reconnect with backoff, the receive loop
+//	message.go     one message -> one batch: frame checks, topic, decode counters
+//	stream.go      per-(pod, dp rank) sequence tracking, synthetic clears, StreamStats
+//	replay.go      the replay exchange with an engine's ROUTER after a gap
+//	dispatch.go    the ordered per-stream workers and their queues, drain at shutdown
+//	decode.go, event.go, msgpack.go
+//	               the payload decoder (vLLM array/map forms, SGLang)
+//	metrics.go     the Prometheus series
+//
+// Locks: the Subscriber's mu guards its maps and is never held across I/O.
+// Each stream has two: order, held by the socket reader from the sequence
+// check to the queue (and across a replay exchange, which is what keeps
+// replayed batches ahead of the live one), and mu, held only to copy or bump
+// its statistics. Streams and Endpoints take only the short locks, so
+// listings and metric scrapes never wait on the network.
+//
+// # Shutdown
+//
+// Run stops the sockets first (a replay in progress is abandoned), then the
+// workers apply what is still queued for at most Config.DrainTimeout, with a
+// context that ends when that bound expires; what is left is dropped and
+// counted (kvindex_kvevents_shutdown_dropped_batches_total).
+//
+// The engine side of the wire (a pure-Go publisher and msgpack encoders used
+// by tests, the demo and the load generator) lives in internal/enginepub: the
+// daemon only decodes.
 package kvevents

@@ -7,7 +7,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/kvindex/kvindex/e2e"
+	"github.com/kvindex/kvindex/internal/e2e"
 	"github.com/kvindex/kvindex/kvindex"
 )
 

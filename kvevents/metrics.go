@@ -20,6 +20,7 @@ type Metrics struct {
 	ReplayedBatches    prometheus.Counter
 	SyntheticClears    *prometheus.CounterVec // by reason: restart | overflow | endpoint_removed
 	ConnectedEndpoints prometheus.Gauge
+	ShutdownDropped    prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil = not
@@ -53,11 +54,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "synthetic_clears_total", Help: "AllBlocksCleared events kvevents delivered itself, by reason."}, []string{"reason"}),
 		ConnectedEndpoints: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "connected_endpoints", Help: "Connect-topology endpoints currently connected."}),
+		ShutdownDropped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "shutdown_dropped_batches_total", Help: "Batches still queued when the subscriber stopped and not applied within the drain timeout."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.MessagesReceived, m.BatchesDecoded, m.EventsDecoded, m.DecodeErrors, m.DroppedFrames,
 			m.QueueOverflows, m.SeqGaps, m.MissedBatches, m.Restarts, m.Replays, m.ReplayedBatches,
-			m.SyntheticClears, m.ConnectedEndpoints)
+			m.SyntheticClears, m.ConnectedEndpoints, m.ShutdownDropped)
 	}
 	return m
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -91,7 +92,7 @@ func storedBatch(hashes ...uint64) *kvindex.Batch {
 
 func payload(t *testing.T, b *kvindex.Batch) []byte {
 	t.Helper()
-	p, err := EncodeVLLMBatch(b, VLLMEncodeOptions{})
+	p, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +144,7 @@ func TestBindTopologyAndFrames(t *testing.T) {
 	sink := newCollectSink()
 	m := NewMetrics(nil)
 	s := startSub(t, Config{Bind: "tcp://127.0.0.1:0", Workers: 2}, sink, m)
-	pub, err := NewPublisher(s.BindAddr(), false)
+	pub, err := enginepub.NewPublisher(s.BindAddr(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +188,7 @@ func TestSeqGapAndRestart(t *testing.T) {
 	sink := newCollectSink()
 	m := NewMetrics(nil)
 	s := startSub(t, Config{Bind: "tcp://127.0.0.1:0"}, sink, m)
-	pub, err := NewPublisher(s.BindAddr(), false)
+	pub, err := enginepub.NewPublisher(s.BindAddr(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +249,7 @@ func TestQueueOverflowClearsBeforeNextBatch(t *testing.T) {
 	if got := metricValue(m.QueueOverflows); got != 2 {
 		t.Fatalf("overflows %v", got)
 	}
-	q := s.queues[0]
+	q := s.work.queues[0]
 	if b := <-q; b.Seq != 0 || len(b.Events) != 1 {
 		t.Fatalf("first %s", describe([]*kvindex.Batch{b}))
 	}
@@ -276,12 +277,12 @@ func TestConnectTopologyAddRemoveEndpoint(t *testing.T) {
 	sink := newCollectSink()
 	m := NewMetrics(nil)
 	s := startSub(t, Config{}, sink, m)
-	pubA, err := NewPublisher("tcp://127.0.0.1:0", true)
+	pubA, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pubA.Close()
-	pubB, err := NewPublisher("tcp://127.0.0.1:0", true)
+	pubB, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +301,7 @@ func TestConnectTopologyAddRemoveEndpoint(t *testing.T) {
 	pubA.WaitSubscribed(ctx, "kv@")
 	pubB.WaitSubscribed(ctx, "kv@")
 	pubA.Publish("kv@pod-a@ma", 0, payload(t, storedBatch(1)))
-	sg, _ := EncodeSGLangBatch(storedBatch(0xffffffffffffffff))
+	sg, _ := enginepub.EncodeSGLangBatch(storedBatch(0xffffffffffffffff))
 	pubB.Publish("kv@ignored@ignored", 0, sg)
 	bs := sink.waitFor(t, "both pods", func(bs []*kvindex.Batch) bool { return hasSeq("pod-a", 0)(bs) && hasSeq("pod-b", 0)(bs) })
 	for _, b := range bs {
@@ -318,7 +319,7 @@ func TestConnectTopologyAddRemoveEndpoint(t *testing.T) {
 	if err := s.RemoveEndpoint(pubB.Addr()); err != nil {
 		t.Fatal(err)
 	}
-	bs = sink.waitFor(t, "clear for pod-b", func(bs []*kvindex.Batch) bool {
+	sink.waitFor(t, "clear for pod-b", func(bs []*kvindex.Batch) bool {
 		b := bs[len(bs)-1]
 		return b.Pod == "pod-b" && len(b.Events) == 1 && b.Events[0].Kind == kvindex.AllBlocksCleared
 	})
@@ -343,7 +344,7 @@ func TestConnectTopologyAddRemoveEndpoint(t *testing.T) {
 func TestReconnectAfterPublisherRestart(t *testing.T) {
 	sink := newCollectSink()
 	addr := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
-	pub, err := NewPublisher(addr, true)
+	pub, err := enginepub.NewPublisher(addr, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,9 +358,9 @@ func TestReconnectAfterPublisherRestart(t *testing.T) {
 
 	// the new process binds the same port (retry while the old listener
 	// is being torn down)
-	var pub2 *Publisher
+	var pub2 *enginepub.Publisher
 	for pub2 == nil {
-		if pub2, err = NewPublisher(addr, true); err != nil {
+		if pub2, err = enginepub.NewPublisher(addr, true); err != nil {
 			select {
 			case <-ctx.Done():
 				t.Fatal(err)
@@ -389,6 +390,12 @@ func TestConfigErrors(t *testing.T) {
 	if _, err := NewSubscriber(Config{Endpoints: []EndpointConfig{{Address: "nowhere"}}}, newCollectSink(), nil, nil); err == nil {
 		t.Fatal("address without transport accepted")
 	}
+	for _, replay := range []string{"tcp://", "inproc://x", "10.0.0.7:5558"} {
+		ep := EndpointConfig{Address: "tcp://127.0.0.1:1", ReplayAddress: replay}
+		if _, err := NewSubscriber(Config{Endpoints: []EndpointConfig{ep}}, newCollectSink(), nil, nil); err == nil {
+			t.Fatalf("replay address %q accepted", replay)
+		}
+	}
 	s := startSub(t, Config{Bind: "tcp://127.0.0.1:0"}, newCollectSink(), nil)
 	if _, err := NewSubscriber(Config{Bind: s.BindAddr()}, newCollectSink(), nil, nil); err == nil {
 		t.Fatal("second bind on the same port accepted")
@@ -414,7 +421,7 @@ func metricValue(c prometheus.Collector) float64 {
 // is dropped and counted.
 func TestTopicFilter(t *testing.T) {
 	sink := newCollectSink()
-	pub, err := NewPublisher("tcp://127.0.0.1:0", true)
+	pub, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/kvindex/kvindex/e2e"
+	"github.com/kvindex/kvindex/internal/e2e"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	indexerv1 "github.com/kvindex/kvindex/proto/indexer/v1"

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/e2e"
+	"github.com/kvindex/kvindex/internal/e2e"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"

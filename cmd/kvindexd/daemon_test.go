@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvindex/kvindex/e2e"
+	"github.com/kvindex/kvindex/internal/e2e"
 )
 
 // A daemon that fails to start after its ZMQ socket is bound (here: the

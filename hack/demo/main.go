@@ -27,7 +27,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -173,7 +173,7 @@ func waitReady(ctx context.Context, base string) error {
 type engine struct {
 	pod      string
 	rank     int
-	pub      *kvevents.Publisher
+	pub      *enginepub.Publisher
 	seq      uint64
 	capacity int
 	lru      []uint64 // oldest first
@@ -198,7 +198,7 @@ func newFleet(addr string, h *kvindex.Hasher) (*fleet, error) {
 	}{{"pod-a", 1}, {"pod-b", 1}, {"pod-c", 1}, {"pod-d", 2}}
 	for _, s := range specs {
 		for r := 0; r < s.ranks; r++ {
-			pub, err := kvevents.NewPublisher(addr, false)
+			pub, err := enginepub.NewPublisher(addr, false)
 			if err != nil {
 				f.close()
 				return nil, err
@@ -329,7 +329,7 @@ func (e *engine) serve(prompt []uint32, keys []kvindex.Key) error {
 }
 
 func (e *engine) publish(b *kvindex.Batch) error {
-	payload, err := kvevents.EncodeVLLMBatch(b, kvevents.VLLMEncodeOptions{MapForm: true})
+	payload, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{MapForm: true})
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
@@ -145,7 +145,7 @@ func run(o options) error {
 // once that full match is visible the last pod is complete (the others were
 // published earlier, on workers of their own).
 func publish(o options, h *kvindex.Hasher, prompts [][]uint32, rng *rand.Rand) error {
-	pub, err := kvevents.NewPublisher(o.zmq, false)
+	pub, err := enginepub.NewPublisher(o.zmq, false)
 	if err != nil {
 		return err
 	}
@@ -170,7 +170,7 @@ func publish(o options, h *kvindex.Hasher, prompts [][]uint32, rng *rand.Rand) e
 				ev.BlockHashes = append(ev.BlockHashes, uint64(k))
 			}
 			b := &kvindex.Batch{Pod: fmt.Sprintf("loadgen-pod-%02d", p), Model: o.model, Events: []kvindex.Event{ev}}
-			payload, err := kvevents.EncodeVLLMBatch(b, kvevents.VLLMEncodeOptions{})
+			payload, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{})
 			if err != nil {
 				return err
 			}

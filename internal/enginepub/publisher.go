@@ -1,4 +1,10 @@
-package kvevents
+// Package enginepub plays the engine side of the KV-event wire for tests,
+// the demo and the load generator: a pure-Go ZeroMQ PUB socket with the
+// engines' framing and encoders of vLLM's and SGLang's msgpack batches. It is
+// scaffolding, not API: the daemon only ever decodes (package kvevents), and
+// interop with real engines is pinned by tests against hack/kvpublisher.py
+// (libzmq and the reference msgpack), not by these encoders.
+package enginepub
 
 import (
 	"context"
@@ -40,7 +46,7 @@ func NewPublisher(endpoint string, bind bool) (*Publisher, error) {
 	if err != nil {
 		sock.Close()
 		cancel()
-		return nil, fmt.Errorf("kvevents: publisher %s: %w", endpoint, err)
+		return nil, fmt.Errorf("enginepub: publisher %s: %w", endpoint, err)
 	}
 	return p, nil
 }
@@ -48,7 +54,8 @@ func NewPublisher(endpoint string, bind bool) (*Publisher, error) {
 // dialable turns a bound tcp endpoint into one a local peer can connect to:
 // the listener's real address (port 0 resolved) with a wildcard host
 // (tcp://*:N, 0.0.0.0, ::) replaced by 127.0.0.1. Other transports are
-// returned as they are.
+// returned as they are. (kvevents resolves its bind address the same way; a
+// shared helper would make production code import test scaffolding.)
 func dialable(endpoint string, a net.Addr) string {
 	if !strings.HasPrefix(endpoint, "tcp://") || a == nil {
 		return endpoint
@@ -83,7 +90,7 @@ func (p *Publisher) SendFrames(frames ...[]byte) error {
 func (p *Publisher) WaitSubscribed(ctx context.Context, topic string) error {
 	t, ok := p.sock.(zmq4.Topics)
 	if !ok {
-		return fmt.Errorf("kvevents: socket does not report subscriptions")
+		return fmt.Errorf("enginepub: socket does not report subscriptions")
 	}
 	for {
 		for _, sub := range t.Topics() {

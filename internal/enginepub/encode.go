@@ -1,4 +1,4 @@
-package kvevents
+package enginepub
 
 import (
 	"bytes"
@@ -155,7 +155,7 @@ func EncodeVLLMBatch(b *kvindex.Batch, opt VLLMEncodeOptions) ([]byte, error) {
 		case kvindex.AllBlocksCleared:
 			e.head("AllBlocksCleared", 1, opt)
 		default:
-			return nil, fmt.Errorf("kvevents: cannot encode event kind %d", ev.Kind)
+			return nil, fmt.Errorf("enginepub: cannot encode event kind %d", ev.Kind)
 		}
 	}
 	if !opt.OmitDPRank && !opt.MapBatch {
@@ -265,7 +265,7 @@ func EncodeSGLangBatch(b *kvindex.Batch) ([]byte, error) {
 		case kvindex.AllBlocksCleared:
 			e.head("AllBlocksCleared", 1, VLLMEncodeOptions{})
 		default:
-			return nil, fmt.Errorf("kvevents: cannot encode event kind %d", ev.Kind)
+			return nil, fmt.Errorf("enginepub: cannot encode event kind %d", ev.Kind)
 		}
 	}
 	e.do(e.enc.EncodeInt(int64(b.DPRank)))

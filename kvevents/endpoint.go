@@ -1,0 +1,243 @@
+package kvevents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvindex/kvindex/kvindex"
+)
+
+// EndpointConfig is one engine endpoint the subscriber connects to
+// (per-pod topology: the engine's PUB binds, we connect).
+type EndpointConfig struct {
+	Address string // e.g. tcp://10.0.0.7:5557
+	// Pod and Model, when set, override what the topic says.
+	Pod, Model string
+	Engine     kvindex.Engine
+	// ReplayAddress is the engine's replay_endpoint (ROUTER, tcp:// or
+	// ipc://); when set, a sequence gap is repaired by asking it for the
+	// missed batches.
+	ReplayAddress string
+}
+
+// EndpointStatus describes one socket for listings.
+type EndpointStatus struct {
+	Address       string
+	Pod, Model    string
+	Engine        kvindex.Engine
+	ReplayAddress string
+	Connected     bool // connect topology: a publisher is attached; bind: listening
+	Bound         bool // this is the bind socket
+}
+
+// source is one socket's worth of configuration and state.
+type source struct {
+	addr      string
+	pod       string
+	model     string
+	engine    kvindex.Engine
+	replay    string
+	bound     bool
+	connected atomic.Bool
+	cancel    context.CancelFunc
+	done      chan struct{}
+	msgs      prometheus.Counter
+}
+
+// ErrUnknownEndpoint is returned (wrapped) by RemoveEndpoint for an address
+// that was never added, so callers can tell it from a shutdown.
+var ErrUnknownEndpoint = errors.New("endpoint not found")
+
+// AddEndpoint adds a per-pod endpoint to connect to; it may be called before
+// or during Run.
+func (s *Subscriber) AddEndpoint(ep EndpointConfig) error {
+	if !strings.Contains(ep.Address, "://") {
+		return fmt.Errorf("kvevents: endpoint %q: want transport://address", ep.Address)
+	}
+	if ep.ReplayAddress != "" {
+		if _, _, err := replayDialAddr(ep.ReplayAddress); err != nil {
+			return fmt.Errorf("kvevents: %w", err)
+		}
+	}
+	if ep.Engine != kvindex.EngineVLLM && ep.Engine != kvindex.EngineSGLang {
+		return fmt.Errorf("kvevents: endpoint %q: unknown engine %d", ep.Address, ep.Engine)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.endpoints[ep.Address]; dup {
+		return fmt.Errorf("kvevents: endpoint %q already added", ep.Address)
+	}
+	src := &source{addr: ep.Address, pod: ep.Pod, model: ep.Model, engine: ep.Engine, replay: ep.ReplayAddress,
+		msgs: s.m.MessagesReceived.WithLabelValues("connect")}
+	s.endpoints[ep.Address] = src
+	s.order = append(s.order, ep.Address)
+	if s.running && s.runCtx.Err() == nil {
+		s.startEndpoint(src)
+	}
+	return nil
+}
+
+// startEndpoint launches src's connect loop; s.mu must be held and Run active.
+func (s *Subscriber) startEndpoint(src *source) {
+	ctx, cancel := context.WithCancel(s.runCtx)
+	src.cancel = cancel
+	src.done = make(chan struct{})
+	s.readers.Add(1)
+	go func() {
+		defer s.readers.Done()
+		defer close(src.done)
+		s.connectLoop(ctx, src)
+	}()
+}
+
+// RemoveEndpoint disconnects address and delivers AllBlocksCleared for every
+// stream that arrived through it: nothing more will be heard about those
+// pods, so what the index holds for them can no longer be kept current.
+func (s *Subscriber) RemoveEndpoint(address string) error {
+	s.mu.Lock()
+	src, ok := s.endpoints[address]
+	if !ok {
+		s.mu.Unlock()
+		return fmt.Errorf("kvevents: %q: %w", address, ErrUnknownEndpoint)
+	}
+	delete(s.endpoints, address)
+	for i, a := range s.order {
+		if a == address {
+			s.order = append(s.order[:i], s.order[i+1:]...)
+			break
+		}
+	}
+	running, runCtx := s.running, s.runCtx
+	s.mu.Unlock()
+
+	if src.cancel != nil {
+		src.cancel() // also ends a replay exchange in progress
+		<-src.done   // no batch of this endpoint is queued after the clears below
+	}
+
+	s.mu.Lock()
+	var gone []*stream
+	for k, st := range s.streams {
+		if st.snapshot().Endpoint == address {
+			gone = append(gone, st)
+			delete(s.streams, k)
+		}
+	}
+	s.mu.Unlock()
+	if !running {
+		return nil
+	}
+	for _, st := range gone {
+		ss := st.snapshot()
+		b := &kvindex.Batch{Pod: st.key.pod, DPRank: st.key.rank, Model: ss.Model, Engine: ss.Engine,
+			Seq: ss.LastSeq, Events: []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}}
+		if err := s.work.queue(runCtx, st.worker, b); err != nil {
+			return err
+		}
+		s.m.SyntheticClears.WithLabelValues("endpoint_removed").Inc()
+	}
+	s.log.Info("endpoint removed", "endpoint", address, "streams_cleared", len(gone))
+	return nil
+}
+
+// Endpoints lists the bind socket (if any) and every connect endpoint.
+func (s *Subscriber) Endpoints() []EndpointStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []EndpointStatus
+	if s.bindSrc != nil {
+		out = append(out, EndpointStatus{Address: s.bindAddr, Engine: s.bindSrc.engine, Connected: true, Bound: true})
+	}
+	for _, a := range s.order {
+		src := s.endpoints[a]
+		out = append(out, EndpointStatus{Address: a, Pod: src.pod, Model: src.model, Engine: src.engine,
+			ReplayAddress: src.replay, Connected: src.connected.Load()})
+	}
+	return out
+}
+
+// connectLoop keeps one endpoint connected, redialling with exponential
+// backoff whenever the publisher goes away (a pod restarting, a network
+// blip). zmq4's own reconnect is not used: it gives no signal, and we want
+// Connected in Endpoints() and the backoff bounds.
+func (s *Subscriber) connectLoop(ctx context.Context, src *source) {
+	backoff := s.cfg.ReconnectMin
+	for {
+		sock := zmq4.NewSub(ctx, zmq4.WithLogger(discardZMQLog), zmq4.WithDialerMaxRetries(0),
+			zmq4.WithDialerTimeout(max(s.cfg.ReconnectMax, time.Second)))
+		err := sock.SetOption(zmq4.OptionSubscribe, s.filter)
+		if err == nil {
+			err = sock.Dial(src.addr)
+		}
+		if err == nil {
+			src.connected.Store(true)
+			s.m.ConnectedEndpoints.Inc()
+			s.log.Info("connected to engine", "endpoint", src.addr)
+			backoff = s.cfg.ReconnectMin
+			s.recvLoop(ctx, sock, src)
+			src.connected.Store(false)
+			s.m.ConnectedEndpoints.Dec()
+			if ctx.Err() == nil {
+				s.log.Warn("engine publisher went away; reconnecting", "endpoint", src.addr)
+			}
+		} else {
+			s.log.Debug("connect failed", "endpoint", src.addr, "err", err, "retry_in", backoff)
+		}
+		sock.Close()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, s.cfg.ReconnectMax)
+	}
+}
+
+// recvLoop reads messages until the socket fails. For the bind socket an
+// error is one engine's connection closing: keep going.
+func (s *Subscriber) recvLoop(ctx context.Context, sock zmq4.Socket, src *source) {
+	for {
+		msg, err := sock.Recv()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			// s.ctx ends before Close closes the bind socket, so a closed
+			// socket is never mistaken for one engine going away.
+			if src.bound && s.ctx.Err() == nil {
+				continue
+			}
+			return
+		}
+		if msg.Type == zmq4.CmdMsg {
+			continue
+		}
+		s.handle(ctx, src, msg.Frames)
+	}
+}
+
+// dialable turns a bound tcp endpoint into one a local peer can connect to:
+// the listener's real address (port 0 resolved) with a wildcard host
+// (tcp://*:N, 0.0.0.0, ::) replaced by 127.0.0.1. Other transports are
+// returned as they are.
+func dialable(endpoint string, a net.Addr) string {
+	if !strings.HasPrefix(endpoint, "tcp://") || a == nil {
+		return endpoint
+	}
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return endpoint
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "tcp://" + net.JoinHostPort(host, port)
+}

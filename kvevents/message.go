@@ -1,0 +1,114 @@
+package kvevents
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvindex/kvindex/kvindex"
+)
+
+// decodeCounters are the per-engine decode series, resolved once so the
+// per-message path does no label lookups.
+type decodeCounters struct {
+	events  [2][4]prometheus.Counter // [engine][kind]
+	batches [2]prometheus.Counter
+	evErrs  [2]prometheus.Counter
+	bErrs   [2]prometheus.Counter
+}
+
+func newDecodeCounters(m *Metrics) decodeCounters {
+	var c decodeCounters
+	for e := 0; e < 2; e++ {
+		eng := kvindex.Engine(e).String()
+		for k := kvindex.BlockStored; k <= kvindex.AllBlocksCleared; k++ {
+			c.events[e][k] = m.EventsDecoded.WithLabelValues(eng, k.String())
+		}
+		c.batches[e] = m.BatchesDecoded.WithLabelValues(eng)
+		c.evErrs[e] = m.DecodeErrors.WithLabelValues(eng, "event")
+		c.bErrs[e] = m.DecodeErrors.WithLabelValues(eng, "batch")
+	}
+	return c
+}
+
+func (s *Subscriber) drop(reason string) {
+	s.m.DroppedFrames.WithLabelValues(reason).Inc()
+}
+
+// parseTopic splits kv@<pod>@<model>: pod is between the first and second
+// '@', model is everything after the second (model names may contain '@').
+func parseTopic(topic []byte) (pod, model []byte) {
+	i := bytes.IndexByte(topic, '@')
+	if i < 0 {
+		return nil, nil
+	}
+	rest := topic[i+1:]
+	j := bytes.IndexByte(rest, '@')
+	if j < 0 {
+		return rest, nil
+	}
+	return rest[:j], rest[j+1:]
+}
+
+// handle turns one live message [topic, seq, payload] into a batch and
+// passes it to its stream.
+func (s *Subscriber) handle(ctx context.Context, src *source, frames [][]byte) {
+	src.msgs.Inc()
+	if len(frames) != 3 {
+		s.drop("frame_count")
+		return
+	}
+	if len(frames[1]) != 8 {
+		s.drop("seq_length")
+		return
+	}
+	topic := frames[0]
+	if !bytes.HasPrefix(topic, s.filterB) {
+		s.drop("topic_filter")
+		return
+	}
+	podB, modelB := parseTopic(topic)
+	pod, model := src.pod, src.model
+	if pod == "" {
+		pod = string(podB)
+	}
+	if model == "" {
+		model = string(modelB)
+	}
+	if pod == "" {
+		s.drop("no_pod")
+		return
+	}
+	b := &kvindex.Batch{Pod: pod, Model: model, Engine: src.engine, Seq: binary.BigEndian.Uint64(frames[1])}
+	ok, evErrs := s.decode(frames[2], b, src)
+	if !ok {
+		return
+	}
+	s.sequence(ctx, s.stream(streamKey{pod, b.DPRank}), src, b, evErrs)
+}
+
+// decode decodes payload into b and counts the outcome; it reports whether
+// b is usable and how many of its events were dropped.
+func (s *Subscriber) decode(payload []byte, b *kvindex.Batch, src *source) (bool, int) {
+	e := b.Engine & 1
+	ds, err := Decode(payload, b.Engine, b)
+	if err != nil {
+		s.counts.bErrs[e].Inc()
+		s.log.Warn("dropping malformed KV event message", "pod", b.Pod, "seq", b.Seq, "endpoint", src.addr, "err", err)
+		return false, 0
+	}
+	s.counts.batches[e].Inc()
+	for i := range b.Events {
+		if k := b.Events[i].Kind; k <= kvindex.AllBlocksCleared {
+			s.counts.events[e][k].Inc()
+		}
+	}
+	if ds.EventErrors > 0 {
+		s.counts.evErrs[e].Add(float64(ds.EventErrors))
+		s.log.Warn("dropped malformed KV events", "pod", b.Pod, "dp_rank", b.DPRank, "seq", b.Seq,
+			"dropped", ds.EventErrors, "first", ds.FirstEventError)
+	}
+	return true, ds.EventErrors
+}
