@@ -93,7 +93,7 @@ var (
 	descStreamGaps      = prometheus.NewDesc("kvindexd_stream_seq_gaps_total", "Forward sequence gaps per stream.", streamLabels, nil)
 	descStreamMissed    = prometheus.NewDesc("kvindexd_stream_missed_batches_total", "Batches skipped by forward sequence gaps per stream, before any replay.", streamLabels, nil)
 	descStreamRestarts  = prometheus.NewDesc("kvindexd_stream_restarts_total", "Backward sequence jumps (engine restarts) per stream.", streamLabels, nil)
-	descStreamDecodeErr = prometheus.NewDesc("kvindexd_stream_decode_errors_total", "Malformed events dropped per stream (an undecodable message has no stream: see kvindex_kvevents_decode_errors_total).", streamLabels, nil)
+	descStreamDecodeErr = prometheus.NewDesc("kvindexd_stream_decode_errors_total", "Malformed events dropped per stream (an undecodable message has no stream: see kvindexd_kvevents_decode_errors_total).", streamLabels, nil)
 	descStreamOverflows = prometheus.NewDesc("kvindexd_stream_overflows_total", "Batches dropped because the pod's queue was full.", streamLabels, nil)
 
 	descEndpointConnected = prometheus.NewDesc("kvindexd_endpoint_connected", "1 when the subscriber is connected to (or bound on) the endpoint.", []string{"address", "pod"}, nil)

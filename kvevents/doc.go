@@ -64,7 +64,7 @@
 // Run stops the sockets first (a replay in progress is abandoned), then the
 // workers apply what is still queued for at most Config.DrainTimeout, with a
 // context that ends when that bound expires; what is left is dropped and
-// counted (kvindex_kvevents_shutdown_dropped_batches_total).
+// counted (kvindexd_kvevents_shutdown_dropped_batches_total).
 //
 // The engine side of the wire (a pure-Go publisher and msgpack encoders used
 // by tests, the demo and the load generator) lives in internal/enginepub: the

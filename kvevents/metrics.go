@@ -26,7 +26,7 @@ type Metrics struct {
 // NewMetrics creates the metrics and registers them on reg (nil = not
 // registered, for tests and embedders).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	const ns, sub = "kvindex", "kvevents"
+	const ns, sub = "kvindexd", "kvevents"
 	m := &Metrics{
 		MessagesReceived: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "messages_received_total", Help: "ZeroMQ messages received, by socket kind (bind or connect)."}, []string{"socket"}),

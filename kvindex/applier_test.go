@@ -167,16 +167,16 @@ func TestApplierParityMatch(t *testing.T) {
 	if e.idx.count(id) != 4 || e.idx.has(id, Key(eh[5])) {
 		t.Fatalf("after removal: %d held", e.idx.count(id))
 	}
-	if got := e.metric("kvindex_parity_matches_total"); got != 6 {
+	if got := e.metric("kvindexd_parity_matches_total"); got != 6 {
 		t.Errorf("parity_matches_total %v", got)
 	}
-	if got := e.metric("kvindex_events_applied_total"); got != 4 {
+	if got := e.metric("kvindexd_events_applied_total"); got != 4 {
 		t.Errorf("events_applied_total %v", got)
 	}
-	if got := e.metric("kvindex_blocks_removed_total"); got != 2 {
+	if got := e.metric("kvindexd_blocks_removed_total"); got != 2 {
 		t.Errorf("blocks_removed_total %v", got)
 	}
-	if got := e.metric("kvindex_blocks_stored_total"); got != 6 {
+	if got := e.metric("kvindexd_blocks_stored_total"); got != 6 {
 		t.Errorf("blocks_stored_total %v", got)
 	}
 }
@@ -209,11 +209,11 @@ func TestApplierParityMismatchSeedDualKey(t *testing.T) {
 	if e.idx.has(id, ours[3]) || e.idx.has(id, ours[1]) || !e.idx.has(id, ours[0]) || !e.idx.has(id, ours[2]) {
 		t.Fatal("dual-key removal removed the wrong blocks")
 	}
-	if got := e.metric("kvindex_unresolved_removals_total"); got != 0 {
+	if got := e.metric("kvindexd_unresolved_removals_total"); got != 0 {
 		t.Errorf("unresolved %v", got)
 	}
 	e.apply("p1", 0, EngineVLLM, Event{Kind: BlockRemoved, BlockHashes: []uint64{12345}})
-	if got := e.metric("kvindex_unresolved_removals_total"); got != 1 {
+	if got := e.metric("kvindexd_unresolved_removals_total"); got != 1 {
 		t.Errorf("unresolved after unknown hash: %v", got)
 	}
 	if n := strings.Count(e.logs.String(), "parity mismatch"); n != 1 {
@@ -341,14 +341,14 @@ func TestApplierSGLang(t *testing.T) {
 	}
 	// no token ids: nothing usable to index
 	e.apply("s", 0, EngineSGLang, Event{Kind: BlockStored, BlockHashes: []uint64{77}})
-	if e.idx.count(id) != 3 || e.metric("kvindex_blocks_unkeyed_total") != 1 {
+	if e.idx.count(id) != 3 || e.metric("kvindexd_blocks_unkeyed_total") != 1 {
 		t.Fatal("unkeyed SGLang block indexed")
 	}
 	e.apply("s", 0, EngineSGLang, Event{Kind: BlockRemoved, BlockHashes: []uint64{sg[2], 99}})
 	if e.idx.has(id, ours[2]) || e.idx.count(id) != 2 {
 		t.Fatal("SGLang removal not translated")
 	}
-	if got := e.metric("kvindex_unresolved_removals_total"); got != 1 {
+	if got := e.metric("kvindexd_unresolved_removals_total"); got != 1 {
 		t.Errorf("unresolved %v", got)
 	}
 	e.apply("s", 0, EngineSGLang, Event{Kind: AllBlocksCleared})
@@ -398,7 +398,7 @@ func TestApplierUntrustedRecovery(t *testing.T) {
 	if !p.Untrusted || p.IndexErrors != 1 || p.EventsApplied != 2 || e.idx.has(id, Key(eh[3])) {
 		t.Fatalf("after failure: %+v", p)
 	}
-	if e.metric("kvindex_untrusted_pods") != 1 || e.metric("kvindex_index_errors_total") != 1 {
+	if e.metric("kvindexd_untrusted_pods") != 1 || e.metric("kvindexd_index_errors_total") != 1 {
 		t.Fatal("metrics after failure")
 	}
 
@@ -424,7 +424,7 @@ func TestApplierUntrustedRecovery(t *testing.T) {
 	if p.Untrusted || p.EventsApplied != 3 || e.idx.count(id) != 2 {
 		t.Fatalf("after recovery: %+v, %d held", p, e.idx.count(id))
 	}
-	if e.metric("kvindex_untrusted_pods") != 0 || e.metric("kvindex_recovery_clears_total") != 1 {
+	if e.metric("kvindexd_untrusted_pods") != 0 || e.metric("kvindexd_recovery_clears_total") != 1 {
 		t.Fatal("metrics after recovery")
 	}
 	// other pods are unaffected by one pod's trouble
@@ -629,7 +629,7 @@ func TestApplierRecoverQuietPod(t *testing.T) {
 	if !e.a.Trusted(id) || e.pod("p", 0).Untrusted || e.idx.count(id) != 0 {
 		t.Fatalf("p after recovery: trusted=%v stats=%+v held=%d", e.a.Trusted(id), e.pod("p", 0), e.idx.count(id))
 	}
-	if e.metric("kvindex_untrusted_pods") != 0 || e.metric("kvindex_recovery_clears_total") != 1 {
+	if e.metric("kvindexd_untrusted_pods") != 0 || e.metric("kvindexd_recovery_clears_total") != 1 {
 		t.Fatal("metrics after Recover")
 	}
 	// nothing left to do: no further index calls
@@ -707,7 +707,7 @@ func TestApplierRecoverRacesApply(t *testing.T) {
 			t.Errorf("%s never saw an index error: the test did not exercise recovery", ps.Pod)
 		}
 	}
-	if g := e.metric("kvindex_untrusted_pods"); g != 0 {
+	if g := e.metric("kvindexd_untrusted_pods"); g != 0 {
 		t.Errorf("untrusted_pods gauge = %v after every pod recovered, want 0", g)
 	}
 }

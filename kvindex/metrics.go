@@ -29,7 +29,7 @@ type Metrics struct {
 // NewMetrics creates the metrics and registers them on reg (nil = unregistered,
 // e.g. in tests).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	const ns = "kvindex"
+	const ns = "kvindexd"
 	events := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Name: "events_applied_total",
 		Help: "KV-cache events applied to the index, by event type.",

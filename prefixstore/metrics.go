@@ -19,31 +19,31 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "kvindex_prompt_tokenize_seconds",
+			Name:    "kvindexd_prompt_tokenize_seconds",
 			Help:    "Time to tokenize a prompt through the prefix store (incl. first-use tokenizer load).",
 			Buckets: prometheus.ExponentialBuckets(10e-6, 2.5, 14), // 10us .. ~1.5s
 		}),
 		tokensPerRequest: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "kvindex_prompt_tokens",
+			Name:    "kvindexd_prompt_tokens",
 			Help:    "Tokens per tokenized prompt.",
 			Buckets: prometheus.ExponentialBuckets(16, 2, 14), // 16 .. 131072
 		}),
 		tokens: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kvindex_prompt_tokens_total", Help: "Tokens produced for prompts."}),
+			Name: "kvindexd_prompt_tokens_total", Help: "Tokens produced for prompts."}),
 		reusedTokens: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kvindex_prefixstore_reused_tokens_total", Help: "Prompt tokens taken from the prefix store instead of tokenized."}),
+			Name: "kvindexd_prefixstore_reused_tokens_total", Help: "Prompt tokens taken from the prefix store instead of tokenized."}),
 		hits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kvindex_prefixstore_hits_total", Help: "Prompts that reused cached prefix tokens."}),
+			Name: "kvindexd_prefixstore_hits_total", Help: "Prompts that reused cached prefix tokens."}),
 		misses: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kvindex_prefixstore_misses_total", Help: "Prompts tokenized in full."}),
+			Name: "kvindexd_prefixstore_misses_total", Help: "Prompts tokenized in full."}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kvindex_prompt_tokenize_errors_total", Help: "Prompt tokenization failures (unknown model, load or encode error)."}),
+			Name: "kvindexd_prompt_tokenize_errors_total", Help: "Prompt tokenization failures (unknown model, load or encode error)."}),
 		evictions: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kvindex_prefixstore_evictions_total", Help: "Chunks evicted (LRU) from the prefix store."}),
+			Name: "kvindexd_prefixstore_evictions_total", Help: "Chunks evicted (LRU) from the prefix store."}),
 		inconsistent: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kvindex_prefixstore_inconsistent_total", Help: "Cached chains discarded by an internal consistency check (should stay 0)."}),
+			Name: "kvindexd_prefixstore_inconsistent_total", Help: "Cached chains discarded by an internal consistency check (should stay 0)."}),
 		chunks: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "kvindex_prefixstore_chunks", Help: "Chunks cached in the prefix store, all models."}),
+			Name: "kvindexd_prefixstore_chunks", Help: "Chunks cached in the prefix store, all models."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.latency, m.tokensPerRequest, m.tokens, m.reusedTokens, m.hits, m.misses,

@@ -372,8 +372,8 @@ func TestHitReusesAndMatchesFull(t *testing.T) {
 	for _, mf := range mfs {
 		names[mf.GetName()] = true
 	}
-	for _, n := range []string{"kvindex_prompt_tokenize_seconds", "kvindex_prompt_tokens", "kvindex_prompt_tokens_total",
-		"kvindex_prefixstore_reused_tokens_total", "kvindex_prefixstore_hits_total", "kvindex_prefixstore_misses_total"} {
+	for _, n := range []string{"kvindexd_prompt_tokenize_seconds", "kvindexd_prompt_tokens", "kvindexd_prompt_tokens_total",
+		"kvindexd_prefixstore_reused_tokens_total", "kvindexd_prefixstore_hits_total", "kvindexd_prefixstore_misses_total"} {
 		if !names[n] {
 			t.Errorf("metric %s not exported", n)
 		}
