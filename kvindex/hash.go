@@ -159,8 +159,8 @@ func (e *extraKeys) pickle(p *pickler) error {
 		return nil
 	}
 	if e.n == 0 {
-		p.op(pkNone)
 		p.boundary()
+		p.op(pkNone)
 		return nil
 	}
 	p.tupleStart(e.n)
