@@ -4,19 +4,31 @@
 Run:  /usr/bin/python3 hack/gen_blockhash_vectors.py > kvindex/testdata/blockhash_vectors.json
 
 The reference implementations are CPython's own pickle (C _pickle module),
-cbor2, hashlib and python-xxhash (Debian: python3, python3-cbor2,
-python3-xxhash). We did not write them; this script only re-states vLLM's
-one-line glue around them so that no vLLM install (torch, CUDA) is needed:
+cbor2, msgpack, hashlib and python-xxhash (Debian: python3, python3-cbor2,
+python3-msgpack, python3-xxhash). We did not write them; this script only
+re-states vLLM's one-line glue around them so that no vLLM install (torch,
+CUDA) is needed:
 
-  - sha256 / sha256_cbor / xxhash / xxhash_cbor mirror vllm/utils/hashing.py:
-        sha256(x)      = hashlib.sha256(pickle.dumps(x, protocol=pickle.HIGHEST_PROTOCOL)).digest()
-        sha256_cbor(x) = hashlib.sha256(cbor2.dumps(x, canonical=True)).digest()
-        xxhash(x)      = xxhash.xxh3_128_digest(pickle.dumps(x, protocol=pickle.HIGHEST_PROTOCOL))
-        xxhash_cbor(x) = xxhash.xxh3_128_digest(cbor2.dumps(x, canonical=True))
+  - the six algorithms mirror vllm/utils/hashing.py:
+        sha256(x)         = hashlib.sha256(pickle.dumps(x, protocol=pickle.HIGHEST_PROTOCOL)).digest()
+        sha256_cbor(x)    = hashlib.sha256(cbor2.dumps(x, canonical=True)).digest()
+        sha256_msgpack(x) = hashlib.sha256(msgspec.msgpack.Encoder().encode(x)).digest()
+        xxhash(x)         = xxhash.xxh3_128_digest(pickle.dumps(x, protocol=pickle.HIGHEST_PROTOCOL))
+        xxhash_cbor(x)    = xxhash.xxh3_128_digest(cbor2.dumps(x, canonical=True))
+        xxhash_msgpack(x) = xxhash.xxh3_128_digest(msgspec.msgpack.Encoder().encode(x))
+    vLLM encodes msgpack with msgspec, which Debian does not package. For the
+    values a block-hash input holds (bytes, str, int, bool, None, tuple/list)
+    msgspec and msgpack.packb (use_bin_type=True, its default) write the same
+    bytes: shortest int form (fixint, uint8..64, int8..64), fixstr/str8/16/32,
+    bin8/16/32, fixarray/array16/32, nil, true/false. So msgpack.packb is the
+    reference here.
   - none_hash mirrors vllm/v1/core/kv_cache_utils.py init_none_hash:
         NONE_HASH = hash_fn(os.getenv("PYTHONHASHSEED"))   (the seed as a str)
-  - hash_block_tokens mirrors kv_cache_utils.hash_block_tokens:
+  - hash_block_tokens mirrors kv_cache_utils.hash_block_tokens and
+    hashing.get_block_hash_fn:
         hash_fn((parent or NONE_HASH, tuple(block_token_ids), extra_keys))
+    (the msgpack algorithms skip the tuple() copy: tuples and lists are the
+    same msgpack array)
   - request_block_hashes mirrors kv_cache_utils.get_request_block_hasher with
     generate_block_hash_extra_keys for a text request: extra keys are
     lora keys ([lora_name] if a LoRA) + cache-salt keys ([cache_salt] on the
@@ -37,6 +49,7 @@ import pickle
 import sys
 
 import cbor2
+import msgpack
 import xxhash as _xxhash
 
 
@@ -57,7 +70,17 @@ def xxhash_cbor(x):
     return _xxhash.xxh3_128_digest(cbor2.dumps(x, canonical=True))
 
 
-ALGOS = {"sha256": sha256, "sha256_cbor": sha256_cbor, "xxhash": xxhash, "xxhash_cbor": xxhash_cbor}
+def sha256_msgpack(x):
+    return hashlib.sha256(msgpack.packb(x)).digest()
+
+
+def xxhash_msgpack(x):
+    return _xxhash.xxh3_128_digest(msgpack.packb(x))
+
+
+ALGOS = {"sha256": sha256, "sha256_cbor": sha256_cbor, "sha256_msgpack": sha256_msgpack,
+         "xxhash": xxhash, "xxhash_cbor": xxhash_cbor, "xxhash_msgpack": xxhash_msgpack}
+MSGPACK_ALGOS = (sha256_msgpack, xxhash_msgpack)
 
 
 # --- vllm/v1/core/kv_cache_utils.py ----------------------------------------
@@ -68,6 +91,8 @@ def none_hash(fn, seed):
 def hash_block_tokens(fn, none, parent, tokens, extra):
     if not parent:
         parent = none
+    if fn in MSGPACK_ALGOS:
+        return fn((parent, list(tokens), extra))
     return fn((parent, tuple(tokens), extra))
 
 
@@ -114,6 +139,11 @@ def to_py(v):
         return tuple(to_py(x) for x in v["t"])
     raise ValueError(v)
 
+
+REFERENCE = ("CPython %s pickle (C _pickle), cbor2 %s, msgpack %s, hashlib, python-xxhash %s; vLLM glue restated "
+             "from vllm/utils/hashing.py and vllm/v1/core/kv_cache_utils.py" % (
+                 sys.version.split()[0], importlib.metadata.version("cbor2"),
+                 ".".join(map(str, msgpack.version)), _xxhash.VERSION))
 
 SEEDS = ["0", "12345", "", "random", "h\u00e4sh-\u79cd\u5b50-\U0001f511"]
 BIG = [1 << 16, (1 << 16) + 1, (1 << 31) - 1, 1 << 31, (1 << 31) + 7, (1 << 32) - 1]
@@ -200,9 +230,7 @@ def main():
 
     json.dump({
         "generator": "hack/gen_blockhash_vectors.py",
-        "reference": "CPython %s pickle (C _pickle), cbor2 %s, hashlib, python-xxhash %s; vLLM glue restated from "
-                     "vllm/utils/hashing.py and vllm/v1/core/kv_cache_utils.py" % (
-                         sys.version.split()[0], importlib.metadata.version("cbor2"), _xxhash.VERSION),
+        "reference": REFERENCE,
         "cases": cases,
         "generic_extra_keys": generic,
     }, sys.stdout, indent=1, ensure_ascii=True)

@@ -15,14 +15,25 @@ import (
 type HashAlgo string
 
 const (
-	AlgoSHA256     HashAlgo = "sha256"      // pickle protocol 5 + SHA-256 (vLLM default since v0.10.2)
-	AlgoSHA256CBOR HashAlgo = "sha256_cbor" // canonical CBOR + SHA-256
-	AlgoXXHash     HashAlgo = "xxhash"      // pickle protocol 5 + xxh3_128
-	AlgoXXHashCBOR HashAlgo = "xxhash_cbor" // canonical CBOR + xxh3_128
+	AlgoSHA256        HashAlgo = "sha256"         // pickle protocol 5 + SHA-256 (vLLM default since v0.10.2)
+	AlgoSHA256CBOR    HashAlgo = "sha256_cbor"    // canonical CBOR + SHA-256
+	AlgoSHA256Msgpack HashAlgo = "sha256_msgpack" // msgspec msgpack + SHA-256
+	AlgoXXHash        HashAlgo = "xxhash"         // pickle protocol 5 + xxh3_128
+	AlgoXXHashCBOR    HashAlgo = "xxhash_cbor"    // canonical CBOR + xxh3_128
+	AlgoXXHashMsgpack HashAlgo = "xxhash_msgpack" // msgspec msgpack + xxh3_128
 )
 
 // HashAlgos lists every supported algorithm.
-var HashAlgos = []HashAlgo{AlgoSHA256, AlgoSHA256CBOR, AlgoXXHash, AlgoXXHashCBOR}
+var HashAlgos = []HashAlgo{AlgoSHA256, AlgoSHA256CBOR, AlgoSHA256Msgpack, AlgoXXHash, AlgoXXHashCBOR, AlgoXXHashMsgpack}
+
+// HashAlgoNames is HashAlgos for messages: "sha256, sha256_cbor, ...".
+func HashAlgoNames() string {
+	names := make([]string, len(HashAlgos))
+	for i, a := range HashAlgos {
+		names[i] = string(a)
+	}
+	return strings.Join(names, ", ")
+}
 
 // ParseHashAlgo accepts the names vLLM accepts (case-insensitive).
 func ParseHashAlgo(s string) (HashAlgo, error) {
@@ -31,8 +42,17 @@ func ParseHashAlgo(s string) (HashAlgo, error) {
 			return a, nil
 		}
 	}
-	return "", fmt.Errorf("unknown hash algorithm %q (want sha256, sha256_cbor, xxhash or xxhash_cbor)", s)
+	return "", fmt.Errorf("unknown hash algorithm %q (want one of %s)", s, HashAlgoNames())
 }
+
+// serialisation is how an algorithm turns the block tuple into bytes.
+type serialisation uint8
+
+const (
+	serPickle serialisation = iota
+	serCBOR
+	serMsgpack
+)
 
 // MaxBlockSize bounds KeyConfig.BlockSize; it only guards against nonsense.
 const MaxBlockSize = 1 << 20
@@ -53,7 +73,7 @@ func (c KeyConfig) String() string {
 // NewHasher and safe for concurrent use.
 type Hasher struct {
 	cfg  KeyConfig
-	cbor bool // serialisation: canonical CBOR (true) or pickle protocol 5
+	ser  serialisation
 	xxh  bool // digest: xxh3_128 (true) or SHA-256
 	dlen int  // digest length: 32 (SHA-256) or 16 (xxh3_128)
 	none [32]byte
@@ -76,20 +96,29 @@ func NewHasher(cfg KeyConfig) (*Hasher, error) {
 	switch algo {
 	case AlgoSHA256:
 	case AlgoSHA256CBOR:
-		h.cbor = true
+		h.ser = serCBOR
+	case AlgoSHA256Msgpack:
+		h.ser = serMsgpack
 	case AlgoXXHash:
 		h.xxh = true
 	case AlgoXXHashCBOR:
-		h.cbor, h.xxh = true, true
+		h.ser, h.xxh = serCBOR, true
+	case AlgoXXHashMsgpack:
+		h.ser, h.xxh = serMsgpack, true
 	}
 	h.dlen = 32
 	if h.xxh {
 		h.dlen = 16
 	}
 	var in []byte
-	if h.cbor {
+	switch h.ser {
+	case serCBOR:
 		in = appendCBORString(nil, cfg.Seed)
-	} else {
+	case serMsgpack:
+		if in, err = appendMsgpackString(nil, cfg.Seed); err != nil {
+			return nil, fmt.Errorf("seed: %w", err)
+		}
+	default:
 		in = appendPickleString(nil, cfg.Seed)
 	}
 	h.none = h.sum(in)
@@ -159,8 +188,8 @@ func (e *extraKeys) pickle(p *pickler) error {
 		return nil
 	}
 	if e.n == 0 {
-		p.op(pkNone)
 		p.boundary()
+		p.op(pkNone)
 		return nil
 	}
 	p.tupleStart(e.n)
@@ -196,9 +225,12 @@ func (e *extraKeys) cbor(b []byte) ([]byte, error) {
 // using buf as scratch; it returns the (possibly grown) buffer for reuse.
 func (h *Hasher) digest(buf []byte, parent []byte, tokens []uint32, ek *extraKeys) ([]byte, [32]byte, error) {
 	var err error
-	if h.cbor {
+	switch h.ser {
+	case serCBOR:
 		buf, err = appendCBORBlock(buf[:0], parent, tokens, ek)
-	} else {
+	case serMsgpack:
+		buf, err = appendMsgpackBlock(buf[:0], parent, tokens, ek)
+	default:
 		buf, err = appendPickleBlock(buf[:0], parent, tokens, ek)
 	}
 	if err != nil {
@@ -242,8 +274,12 @@ func (h *Hasher) Keys(dst []Key, tokens []uint32, extras RequestExtras) []Key {
 	for i := 0; i+bs <= len(tokens); i += bs {
 		ek.forRequest(extras, i == 0)
 		var d [32]byte
-		// String extras cannot fail to serialise, so err is always nil here.
-		buf, d, _ = h.digest(buf, parent[:h.dlen], tokens[i:i+bs], &ek)
+		var err error
+		// Only msgpack can fail on string extras (4 GiB and longer): vLLM
+		// fails to hash such a request too, so it has no cached blocks.
+		if buf, d, err = h.digest(buf, parent[:h.dlen], tokens[i:i+bs], &ek); err != nil {
+			break
+		}
 		dst = append(dst, keyOf(&d, h.dlen))
 		parent = d
 	}

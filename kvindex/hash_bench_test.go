@@ -23,7 +23,7 @@ func BenchmarkBlockKeys(b *testing.B) {
 }
 
 // BenchmarkBlockSerialize isolates our share of BenchmarkBlockKeys: building
-// one 16-token block's pickle / CBOR input, without the digest.
+// one 16-token block's pickle / CBOR / msgpack input, without the digest.
 func BenchmarkBlockSerialize(b *testing.B) {
 	toks := make([]uint32, 16)
 	for i := range toks {
@@ -40,6 +40,12 @@ func BenchmarkBlockSerialize(b *testing.B) {
 	b.Run("cbor", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			buf, _ = appendCBORBlock(buf[:0], parent, toks, &ek)
+		}
+	})
+	b.Run("msgpack", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			buf, _ = appendMsgpackBlock(buf[:0], parent, toks, &ek)
 		}
 	})
 }

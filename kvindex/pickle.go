@@ -17,13 +17,18 @@ import (
 // so every opcode choice below matters:
 //
 //   - PROTO 5 header outside any frame, then FRAME opcodes: a frame is opened
-//     lazily by the first write, closed (committed) at an "opcode boundary"
-//     (after each object is saved) once it holds >= 64 KiB, and on STOP. A frame
-//     of fewer than 4 bytes is written without its FRAME header.
+//     lazily by the first write and closed (committed) at an "opcode boundary"
+//     once it holds >= 64 KiB, and after STOP. The C pickler checks that
+//     boundary when it STARTS saving an object (save() calls
+//     _Pickler_OpcodeBoundary first), never after one: the TUPLE opcode and
+//     MEMOIZE that close a tuple stay in the frame of its last item even when
+//     that item filled it. A frame of fewer than 4 bytes is written without
+//     its FRAME header.
 //   - ints: BININT1 (0..255), BININT2 (256..65535), BININT (other 32-bit signed),
 //     else LONG1 with Python's minimal two's-complement little-endian bytes.
-//   - bytes/str: SHORT_BINBYTES/BINBYTES and SHORT_BINUNICODE/BINUNICODE, each
-//     followed by MEMOIZE; payloads >= 64 KiB are written outside frames.
+//   - bytes/str: SHORT_BINBYTES/BINBYTES(8) and SHORT_BINUNICODE/BINUNICODE(8),
+//     each followed by MEMOIZE; payloads >= 64 KiB are written outside frames
+//     (the open frame is committed first, MEMOIZE then opens a new one).
 //   - tuples: EMPTY_TUPLE (no memo), TUPLE1..3 for 1-3 items, else MARK..TUPLE;
 //     non-empty tuples are followed by MEMOIZE.
 //
@@ -49,6 +54,8 @@ const (
 	pkBinBytes       = 'B'
 	pkShortBinUnicod = 0x8c
 	pkBinUnicode     = 'X'
+	pkBinUnicode8    = 0x8d
+	pkBinBytes8      = 0x8e
 	pkMemoize        = 0x94
 	pkMark           = '('
 	pkTuple          = 't'
@@ -73,12 +80,15 @@ type pickler struct {
 	buf   []byte
 	frame int
 	memo  int // next memo index (MEMOIZE count)
-	// memo indexes of the interned 1-char strings saved so far
+	// memo indexes of the interned 1-char strings saved so far: a few inline
+	// (the request path has at most two strings), the rest in a map made
+	// only for extra keys with more distinct ones
 	nsingle int
 	single  [4]struct {
 		r   rune
 		idx int
 	}
+	moreSingle map[rune]int
 }
 
 // singleton reports whether CPython shares one object for every str equal to s.
@@ -112,7 +122,7 @@ func (p *pickler) commit() {
 	p.frame = -1
 }
 
-// boundary is _Pickler_OpcodeBoundary, run after every saved object.
+// boundary is _Pickler_OpcodeBoundary, run when saving an object starts.
 func (p *pickler) boundary() {
 	if p.frame >= 0 && len(p.buf)-p.frame-pkFrameHeader >= pkFrameTarget {
 		p.commit()
@@ -127,7 +137,6 @@ func (p *pickler) get(idx int) {
 	} else {
 		p.buf = append(p.buf, pkLongBinGet, byte(idx), byte(idx>>8), byte(idx>>16), byte(idx>>24))
 	}
-	p.boundary()
 }
 
 func (p *pickler) memoize() {
@@ -142,6 +151,7 @@ func (p *pickler) op(b byte) {
 
 // int saves a Python int that fits in int64.
 func (p *pickler) int(v int64) {
+	p.boundary()
 	p.open()
 	switch {
 	case v >= 0 && v <= 0xff:
@@ -153,7 +163,6 @@ func (p *pickler) int(v int64) {
 	default:
 		p.long1(uint64(v), v < 0)
 	}
-	p.boundary()
 }
 
 // uint saves a non-negative Python int that fits in uint64.
@@ -162,9 +171,9 @@ func (p *pickler) uint(v uint64) {
 		p.int(int64(v))
 		return
 	}
+	p.boundary()
 	p.open()
 	p.long1(v, false)
-	p.boundary()
 }
 
 // long1 writes LONG1 for the 64-bit two's-complement value u (neg = sign),
@@ -188,40 +197,71 @@ func (p *pickler) long1(u uint64, neg bool) {
 	p.buf = append(p.buf, b[:n]...)
 }
 
-// blob writes a bytes (text=false) or str (text=true) payload with MEMOIZE.
-func (p *pickler) blob(s string, b []byte, text bool) {
-	if text {
-		if r, ok := singleton(s); ok {
-			for i := 0; i < p.nsingle; i++ {
-				if p.single[i].r == r {
-					p.get(p.single[i].idx)
-					return
-				}
-			}
-			if p.nsingle < len(p.single) {
-				p.single[p.nsingle].r, p.single[p.nsingle].idx = r, p.memo
-				p.nsingle++
-			}
+// singletonIndex returns the memo index of the interned str for r, if saved.
+func (p *pickler) singletonIndex(r rune) (int, bool) {
+	for i := 0; i < p.nsingle; i++ {
+		if p.single[i].r == r {
+			return p.single[i].idx, true
 		}
 	}
-	n := len(s) + len(b)
-	var hdr [5]byte
-	var h []byte
+	idx, ok := p.moreSingle[r]
+	return idx, ok
+}
+
+func (p *pickler) addSingleton(r rune, idx int) {
+	if p.nsingle < len(p.single) {
+		p.single[p.nsingle].r, p.single[p.nsingle].idx = r, idx
+		p.nsingle++
+		return
+	}
+	if p.moreSingle == nil {
+		p.moreSingle = make(map[rune]int)
+	}
+	p.moreSingle[r] = idx
+}
+
+// blobHeader returns the opcode and length bytes for a payload of n bytes
+// (save_bytes / write_unicode_binary in _pickle.c, protocol >= 4).
+func blobHeader(hdr *[9]byte, n uint64, text bool) []byte {
 	switch {
-	case n < 256 && text:
-		hdr[0], hdr[1] = pkShortBinUnicod, byte(n)
-		h = hdr[:2]
 	case n < 256:
 		hdr[0], hdr[1] = pkShortBinBytes, byte(n)
-		h = hdr[:2]
-	default:
+		if text {
+			hdr[0] = pkShortBinUnicod
+		}
+		return hdr[:2]
+	case n <= 0xffffffff:
 		hdr[0] = pkBinBytes
 		if text {
 			hdr[0] = pkBinUnicode
 		}
 		binary.LittleEndian.PutUint32(hdr[1:], uint32(n))
-		h = hdr[:5]
+		return hdr[:5]
+	default: // 4 GiB and more: unreachable for block-hash inputs in practice
+		hdr[0] = pkBinBytes8
+		if text {
+			hdr[0] = pkBinUnicode8
+		}
+		binary.LittleEndian.PutUint64(hdr[1:], n)
+		return hdr[:9]
 	}
+}
+
+// blob writes a bytes (text=false) or str (text=true) payload with MEMOIZE.
+func (p *pickler) blob(s string, b []byte, text bool) {
+	p.boundary()
+	if text {
+		if r, ok := singleton(s); ok {
+			if idx, ok := p.singletonIndex(r); ok {
+				p.get(idx)
+				return
+			}
+			p.addSingleton(r, p.memo)
+		}
+	}
+	n := len(s) + len(b)
+	var hdr [9]byte
+	h := blobHeader(&hdr, uint64(n), text)
 	if n >= pkFrameTarget {
 		// _Pickler_write_bytes: large payloads go outside frames.
 		p.commit()
@@ -233,15 +273,14 @@ func (p *pickler) blob(s string, b []byte, text bool) {
 	p.buf = append(p.buf, s...)
 	p.buf = append(p.buf, b...)
 	p.memoize()
-	p.boundary()
 }
 
-// tupleEnd closes a tuple of n items whose items are already saved.
+// tupleEnd closes a tuple of n items whose items are already saved. No
+// opcode boundary here: the closing opcodes join the last item's frame.
 func (p *pickler) tupleEnd(n int) {
 	switch n {
 	case 0:
 		p.op(pkEmptyTuple)
-		p.boundary()
 		return
 	case 1:
 		p.op(pkTuple1)
@@ -253,10 +292,11 @@ func (p *pickler) tupleEnd(n int) {
 		p.op(pkTuple)
 	}
 	p.memoize()
-	p.boundary()
 }
 
+// tupleStart begins saving a tuple of n items.
 func (p *pickler) tupleStart(n int) {
+	p.boundary()
 	if n > 3 {
 		p.op(pkMark)
 	}
@@ -277,13 +317,9 @@ func (p *pickler) tokens(t []uint32) {
 		p.buf = pickleTokens(slices.Grow(p.buf, 7*len(t)), t)
 	} else {
 		for i := range t {
+			p.boundary() // before each int, as save() does
+			p.open()
 			p.buf = pickleTokens(slices.Grow(p.buf, 7), t[i:i+1])
-			if len(p.buf)-p.frame-pkFrameHeader >= pkFrameTarget {
-				p.commit()
-				if i+1 < len(t) {
-					p.open()
-				}
-			}
 		}
 	}
 	p.tupleEnd(len(t))
@@ -328,19 +364,19 @@ func (p *pickler) value(v any, depth int) error {
 	}
 	switch x := v.(type) {
 	case nil:
-		p.op(pkNone)
 		p.boundary()
+		p.op(pkNone)
 	case string:
 		p.blob(x, nil, true)
 	case []byte:
 		p.blob("", x, false)
 	case bool:
+		p.boundary()
 		if x {
 			p.op(pkNewTrue)
 		} else {
 			p.op(pkNewFalse)
 		}
-		p.boundary()
 	case []any:
 		if depth >= pkMaxDepth {
 			return fmt.Errorf("extra keys nested deeper than %d", pkMaxDepth)
@@ -361,6 +397,7 @@ func (p *pickler) value(v any, depth int) error {
 // appendPickleBlock appends pickle.dumps((parent, tuple(tokens), extra), 5).
 func appendPickleBlock(buf []byte, parent []byte, tokens []uint32, ek *extraKeys) ([]byte, error) {
 	p := pickler{buf: append(buf, pkProto, 5), frame: -1}
+	p.tupleStart(3)
 	p.blob("", parent, false)
 	p.tokens(tokens)
 	if err := ek.pickle(&p); err != nil {

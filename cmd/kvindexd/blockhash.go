@@ -29,7 +29,7 @@ type blockhashInput struct {
 func runBlockhash(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kvindexd blockhash", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	algo := fs.String("algo", string(kvindex.AlgoSHA256), "hash algorithm, as vLLM's --prefix-caching-hash-algo: sha256, sha256_cbor, xxhash, xxhash_cbor")
+	algo := fs.String("algo", string(kvindex.AlgoSHA256), "hash algorithm, as vLLM's --prefix-caching-hash-algo: "+kvindex.HashAlgoNames())
 	seed := fs.String("seed", "", "the engine's PYTHONHASHSEED string (required; vLLM hashes it as a str)")
 	blockSize := fs.Int("block-size", 16, "the engine's --block-size (tokens per block)")
 	fs.Usage = func() {

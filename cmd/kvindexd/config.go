@@ -226,7 +226,7 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&cfg.Leases, "leases", cfg.Leases, "share the --endpoint list with other daemons through leases in Redis (connect topology)")
 	fs.StringVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "with --leases: how long a dead daemon keeps its endpoints before another takes them over")
 	fs.StringVar(&cfg.DaemonID, "daemon-id", cfg.DaemonID, "with --leases: this daemon's unique id (default hostname-pid)")
-	fs.StringVar(&cfg.HashAlgo, "hash-algo", cfg.HashAlgo, "vLLM --prefix-caching-hash-algo: sha256 | sha256_cbor | xxhash | xxhash_cbor")
+	fs.StringVar(&cfg.HashAlgo, "hash-algo", cfg.HashAlgo, "vLLM --prefix-caching-hash-algo: "+kvindex.HashAlgoNames())
 	fs.StringVar(&cfg.HashSeed, "hash-seed", cfg.HashSeed, "the engines' PYTHONHASHSEED (string, as set in their environment)")
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "vLLM --block-size")
 	fs.StringVar(&cfg.TierWeights, "tier-weights", cfg.TierWeights, "score weight per tier: gpu=1,cpu=0.8,disk=0.5,external=0.3")
