@@ -36,12 +36,25 @@ type ScoreResult struct {
 	Pods        []PodScore
 }
 
+// PrefixScorer is implemented by an Index that can score a key sequence
+// itself, in one pass over its own storage, instead of handing every
+// block's holders to a Visitor. Scorer uses it when the index has it and
+// otherwise walks Lookup; both must give the same result.
+//
+// ScorePrefix is called with at least one key and with candidates either
+// nil (every pod) or non-empty, and with res.Pods empty. It appends one
+// PodScore for each pod (among candidates) whose run of consecutive blocks
+// from block 0 is not empty, in any order: Scorer sorts them.
+type PrefixScorer interface {
+	ScorePrefix(ctx context.Context, model ModelID, keys []Key, candidates []PodID, w TierWeights, res *ScoreResult) error
+}
+
 // Scorer computes per-pod longest-prefix scores over an Index. It is safe for
 // concurrent use; per-call state comes from a pool, so a warm Score does not
 // allocate.
 type Scorer struct {
 	idx    Index
-	mem    *MemoryIndex // non-nil: fast path that skips the Visitor interface
+	prefix PrefixScorer // non-nil when idx scores prefixes itself
 	w      TierWeights
 	states sync.Pool // *scoreState
 }
@@ -51,7 +64,7 @@ type Scorer struct {
 // PodID up to the highest one seen.
 func NewScorer(idx Index, w TierWeights) *Scorer {
 	s := &Scorer{idx: idx, w: w}
-	s.mem, _ = idx.(*MemoryIndex)
+	s.prefix, _ = idx.(PrefixScorer)
 	s.states.New = func() any { return &scoreState{} }
 	return s
 }
@@ -59,41 +72,52 @@ func NewScorer(idx Index, w TierWeights) *Scorer {
 // Weights returns the scorer's tier weights.
 func (s *Scorer) Weights() TierWeights { return s.w }
 
-// podAcc is one pod's running match in a Score call. gen says whether the
-// entry belongs to the current call, so the array never needs clearing.
-//
-// Both paths look only at "steps": block 0 and every block whose holders
-// differ from the previous block's. Between steps nothing changes, so runs
-// are tracked lazily: tier counts are credited when a pod's best tier
-// changes or its run ends, never per block.
-type podAcc struct {
-	gen      uint32
-	last     int32 // generic path: step that last extended the pod, -1 = none
+// podRun is the part of a pod's running match both scoring paths keep.
+// Tier counts are credited lazily, when the pod's best tier changes or its
+// run ends, never per block.
+type podRun struct {
 	runStart int32 // block where the current run on tier cur began
-	end      int32 // fast path: block where the run ended (when state is dead)
-	mark     int32 // fast path: step that last queued the pod for a recount
-	state    uint8 // fast path: podIdle, podAlive or podDead
 	cur      Tier
 	tiers    [NumTiers]int32
 }
 
-const (
-	podIdle = iota
-	podAlive
-	podDead
-)
+// switchTier credits the blocks before i to the current tier and continues
+// the run on tier t from block i.
+func (r *podRun) switchTier(i int32, t Tier) {
+	r.tiers[r.cur] += i - r.runStart
+	r.runStart, r.cur = i, t
+}
 
+// appendScore ends pod p's run at block matched (exclusive) and appends its
+// score to res.
+func (r *podRun) appendScore(res *ScoreResult, p PodID, matched int32, w *TierWeights) {
+	r.tiers[r.cur] += matched - r.runStart
+	ps := PodScore{Pod: p, MatchedBlocks: int(matched), TierBlocks: r.tiers}
+	for t, n := range r.tiers {
+		ps.Score += float64(n) * w[t]
+	}
+	res.Pods = append(res.Pods, ps)
+}
+
+// podAcc is one pod's running match in a generic Score call. gen says
+// whether the entry belongs to the current call, so the array never needs
+// clearing.
+type podAcc struct {
+	gen  uint32
+	last int32 // step that last extended the pod, -1 = none
+	podRun
+}
+
+// scoreState is the per-call state of the generic path. Every visited block
+// is a step; steps[c] is where step c begins, then where the walk ended.
 type scoreState struct {
 	acc     []podAcc
 	gen     uint32
 	all     bool    // no candidate filter: pods join at block 0
 	touched []PodID // pods taking part in this call
-	alive   int     // generic: pods extended at the current step; fast: alive pods
+	alive   int     // pods extended at the current step
 	w       *TierWeights
-	steps   []int32  // generic path: block where each step begins, then where the walk ended
-	raw     []uint64 // fast path: packed holders of the current block
-	prev    []uint64 // fast path: packed holders of the previous step
-	marked  []PodID  // fast path: pods whose holders changed at this step
+	steps   []int32
 }
 
 // Score fills res with each pod's longest prefix match of keys. candidates
@@ -108,49 +132,39 @@ func (s *Scorer) Score(ctx context.Context, model ModelID, keys []Key, candidate
 	if len(keys) > math.MaxInt32 {
 		return errors.New("kvindex: too many blocks in one request")
 	}
-	st := s.states.Get().(*scoreState)
-	defer s.states.Put(st)
-	st.begin(&s.w, candidates, s.mem)
-	if s.mem != nil {
-		stop := s.scoreMemory(ctx, model, keys, st)
-		if stop < 0 {
-			return ctx.Err()
-		}
-		for _, p := range st.touched {
-			a := &st.acc[p]
-			switch a.state {
-			case podAlive:
-				s.appendScore(res, p, a, stop)
-			case podDead:
-				s.appendScore(res, p, a, a.end)
-			}
-		}
+	var err error
+	if s.prefix != nil {
+		err = s.prefix.ScorePrefix(ctx, model, keys, candidates, s.w, res)
 	} else {
-		if err := s.idx.Lookup(ctx, model, keys, st); err != nil {
-			return err
-		}
-		// the walk ended at the last visited block if that extended no
-		// one, else at the next one (unvisited: no holder, or the end)
-		if n := len(st.steps); n > 0 && st.alive > 0 {
-			st.steps = append(st.steps, st.steps[n-1]+1)
-		}
-		for _, p := range st.touched {
-			if a := &st.acc[p]; a.last >= 0 {
-				s.appendScore(res, p, a, st.steps[a.last+1])
-			}
-		}
+		err = s.scoreVisiting(ctx, model, keys, candidates, res)
+	}
+	if err != nil {
+		res.Pods = res.Pods[:0]
+		return err
 	}
 	slices.SortFunc(res.Pods, comparePodScores)
 	return nil
 }
 
-func (s *Scorer) appendScore(res *ScoreResult, p PodID, a *podAcc, matched int32) {
-	a.tiers[a.cur] += matched - a.runStart
-	ps := PodScore{Pod: p, MatchedBlocks: int(matched), TierBlocks: a.tiers}
-	for t, n := range a.tiers {
-		ps.Score += float64(n) * s.w[t]
+// scoreVisiting scores through Lookup and the Visitor interface.
+func (s *Scorer) scoreVisiting(ctx context.Context, model ModelID, keys []Key, candidates []PodID, res *ScoreResult) error {
+	st := s.states.Get().(*scoreState)
+	defer s.states.Put(st)
+	st.begin(&s.w, candidates)
+	if err := s.idx.Lookup(ctx, model, keys, st); err != nil {
+		return err
 	}
-	res.Pods = append(res.Pods, ps)
+	// the walk ended at the last visited block if that extended no
+	// one, else at the next one (unvisited: no holder, or the end)
+	if n := len(st.steps); n > 0 && st.alive > 0 {
+		st.steps = append(st.steps, st.steps[n-1]+1)
+	}
+	for _, p := range st.touched {
+		if a := &st.acc[p]; a.last >= 0 {
+			a.appendScore(res, p, st.steps[a.last+1], &s.w)
+		}
+	}
+	return nil
 }
 
 func comparePodScores(a, b PodScore) int {
@@ -166,7 +180,7 @@ func comparePodScores(a, b PodScore) int {
 	return cmp.Compare(a.Pod, b.Pod)
 }
 
-func (st *scoreState) begin(w *TierWeights, candidates []PodID, mem *MemoryIndex) {
+func (st *scoreState) begin(w *TierWeights, candidates []PodID) {
 	st.w = w
 	st.gen++
 	if st.gen == 0 { // wrapped: old stamps could look current
@@ -176,12 +190,12 @@ func (st *scoreState) begin(w *TierWeights, candidates []PodID, mem *MemoryIndex
 	st.touched = st.touched[:0]
 	st.all = candidates == nil
 	for _, p := range candidates {
-		if p >= MaxPods || (mem != nil && mem.epochs[p>>podPageBits].Load() == nil) {
-			// never indexed, so it cannot match; skipping it also keeps a
-			// stray huge id from sizing the per-pod array
+		if p >= MaxPods {
+			// cannot be indexed, so it cannot match; skipping it also
+			// keeps a stray huge id from sizing the per-pod array
 			continue
 		}
-		a := st.slot(p)
+		a := growAcc(&st.acc, p)
 		if a.gen == st.gen { // duplicate candidate
 			continue
 		}
@@ -191,16 +205,16 @@ func (st *scoreState) begin(w *TierWeights, candidates []PodID, mem *MemoryIndex
 	st.steps = st.steps[:0]
 }
 
-// slot returns pod p's accumulator, growing the array on first sight of a
-// high PodID (a one-off allocation per state).
-func (st *scoreState) slot(p PodID) *podAcc {
-	if int(p) >= len(st.acc) {
-		n := max(int(p)+1, 2*len(st.acc), 64)
-		a := make([]podAcc, n)
-		copy(a, st.acc)
-		st.acc = a
+// growAcc returns pod p's entry in a per-pod array, growing the array on
+// first sight of a high PodID (a one-off allocation per pooled state).
+func growAcc[A any](acc *[]A, p PodID) *A {
+	if int(p) >= len(*acc) {
+		n := max(int(p)+1, 2*len(*acc), 64)
+		a := make([]A, n)
+		copy(a, *acc)
+		*acc = a
 	}
-	return &st.acc[p]
+	return &(*acc)[p]
 }
 
 // hold records that pod p holds block i, the start of step c, on tier t.
@@ -212,8 +226,8 @@ func (st *scoreState) hold(c, i int32, p PodID, t Tier) {
 		if !st.all || c != 0 {
 			return // not a candidate, or its run cannot start at block 0
 		}
-		a = st.slot(p)
-		*a = podAcc{gen: st.gen, last: -1, cur: t}
+		a = growAcc(&st.acc, p)
+		*a = podAcc{gen: st.gen, last: -1, podRun: podRun{cur: t}}
 		st.touched = append(st.touched, p)
 	}
 	switch a.last {
@@ -221,21 +235,16 @@ func (st *scoreState) hold(c, i int32, p PodID, t Tier) {
 		a.last = c
 		st.alive++
 		if t != a.cur {
-			a.tiers[a.cur] += i - a.runStart
-			a.runStart = i
-			a.cur = t
+			a.switchTier(i, t)
 		}
 	case c: // same block on another tier or group: keep the best tier
 		if st.w[t] > st.w[a.cur] {
-			a.tiers[a.cur] += i - a.runStart
-			a.runStart = i
-			a.cur = t
+			a.switchTier(i, t)
 		}
 	}
 }
 
-// Visit implements Visitor for indexes other than MemoryIndex. Every block
-// is a step.
+// Visit implements Visitor for the generic path. Every block is a step.
 func (st *scoreState) Visit(i int, _ Key, holders []Holder) bool {
 	st.alive = 0
 	st.steps = append(st.steps, int32(i))
@@ -247,157 +256,3 @@ func (st *scoreState) Visit(i int, _ Key, holders []Holder) bool {
 	}
 	return st.alive > 0
 }
-
-// scoreMemory is Lookup+Visit fused for MemoryIndex; it returns the block
-// where the walk stopped (-1 if ctx is done). It works on the packed, sorted
-// holder words and checks epochs itself. A block whose holder-set signature
-// equals the previous block's costs one compare. Otherwise the two sorted
-// lists are merged and only pods with a holder in one list but not the
-// other are looked at again: they may die (no live holder left) or change
-// best tier. Every other alive pod simply continues, so along a prefix
-// shared by many pods a block costs about one word compare per holder.
-func (s *Scorer) scoreMemory(ctx context.Context, model ModelID, keys []Key, st *scoreState) int32 {
-	if ctx.Err() != nil {
-		return -1
-	}
-	idx := s.mem
-	var prevSig uint64
-	first := true
-	st.alive = 0
-	// Keys are handled in groups: first hash every key of the group and
-	// load its home slot, all loads back to back so their cache misses
-	// overlap, then walk the group with the slots already in cache.
-	var group [prefetchGroup]struct{ h, sk uint64 }
-	salt := modelSalt(model)
-	step := int32(0)
-	for i := range keys {
-		g := i % prefetchGroup
-		if g == 0 {
-			for j := 0; j < prefetchGroup && i+j < len(keys); j++ {
-				sk := uint64(keys[i+j]) ^ salt
-				h := mix64(sk)
-				group[j].h, group[j].sk = h, sk
-				idx.shardOf(h).touch(h)
-			}
-		}
-		r := group[g]
-		raw, sig, found, same := idx.shardOf(r.h).read(r.h, r.sk, st.raw[:0], prevSig, !first)
-		st.raw = raw
-		if !found {
-			return int32(i)
-		}
-		if same {
-			continue
-		}
-		step++
-		if first {
-			for _, h := range raw {
-				if idx.isLive(h) {
-					st.start(holderPod(h), holderTier(h))
-				}
-			}
-			first = false
-		} else {
-			st.diff(idx, int32(i), step)
-		}
-		if st.alive == 0 {
-			return int32(i)
-		}
-		prevSig = sig
-		st.raw, st.prev = st.prev, raw
-	}
-	return int32(len(keys))
-}
-
-// start records a live holder of block 0.
-func (st *scoreState) start(p PodID, t Tier) {
-	var a *podAcc
-	if int(p) < len(st.acc) && st.acc[p].gen == st.gen {
-		a = &st.acc[p]
-	} else {
-		if !st.all {
-			return
-		}
-		a = st.slot(p)
-		*a = podAcc{gen: st.gen}
-		st.touched = append(st.touched, p)
-	}
-	switch a.state {
-	case podIdle:
-		a.state, a.cur = podAlive, t
-		st.alive++
-	case podAlive:
-		if st.w[t] > st.w[a.cur] {
-			a.cur = t
-		}
-	}
-}
-
-// diff compares block i's holders (st.raw) with the previous step's
-// (st.prev), both sorted, and recounts the alive pods whose holders changed.
-func (st *scoreState) diff(idx *MemoryIndex, i, step int32) {
-	st.marked = st.marked[:0]
-	prev, cur := st.prev, st.raw
-	x, y := 0, 0
-	for x < len(prev) && y < len(cur) {
-		a, b := prev[x], cur[y]
-		switch {
-		case a == b:
-			x++
-			y++
-		case a < b:
-			st.mark(holderPod(a), step)
-			x++
-		default:
-			st.mark(holderPod(b), step)
-			y++
-		}
-	}
-	for ; x < len(prev); x++ {
-		st.mark(holderPod(prev[x]), step)
-	}
-	for ; y < len(cur); y++ {
-		st.mark(holderPod(cur[y]), step)
-	}
-	for _, p := range st.marked {
-		a := &st.acc[p]
-		// best live tier of p in this block: p's holders are contiguous
-		lo, _ := slices.BinarySearch(cur, uint64(p)<<holderPodShift)
-		best, any := a.cur, false
-		for _, h := range cur[lo:] {
-			if holderPod(h) != p {
-				break
-			}
-			if !idx.isLive(h) {
-				continue
-			}
-			if t := holderTier(h); !any || st.w[t] > st.w[best] {
-				best, any = t, true
-			}
-		}
-		switch {
-		case !any:
-			a.state, a.end = podDead, i
-			st.alive--
-		case best != a.cur:
-			a.tiers[a.cur] += i - a.runStart
-			a.runStart, a.cur = i, best
-		}
-	}
-}
-
-// mark queues alive pod p for a recount at this step (once).
-func (st *scoreState) mark(p PodID, step int32) {
-	if int(p) >= len(st.acc) {
-		return
-	}
-	a := &st.acc[p]
-	if a.gen != st.gen || a.state != podAlive || a.mark == step {
-		return
-	}
-	a.mark = step
-	st.marked = append(st.marked, p)
-}
-
-// prefetchGroup is how many keys scoreMemory prefetches at once.
-const prefetchGroup = 8

@@ -12,6 +12,18 @@ import (
 // generic Visitor path (the one the Redis backend uses).
 type visitorOnly struct{ Index }
 
+// TestScorerUsesPrefixScorer: an index that scores prefixes itself is asked
+// to, and one that does not is walked through Lookup.
+func TestScorerUsesPrefixScorer(t *testing.T) {
+	idx := NewMemoryIndex(MemoryConfig{})
+	if NewScorer(idx, DefaultTierWeights()).prefix == nil {
+		t.Error("MemoryIndex is not used as a PrefixScorer")
+	}
+	if NewScorer(visitorOnly{idx}, DefaultTierWeights()).prefix != nil {
+		t.Error("an index without ScorePrefix got the fused path")
+	}
+}
+
 func TestDefaultTierWeights(t *testing.T) {
 	w := DefaultTierWeights()
 	if w != (TierWeights{1.0, 0.8, 0.5, 0.3}) {
