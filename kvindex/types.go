@@ -195,6 +195,13 @@ type BatchSink interface {
 	Apply(ctx context.Context, b *Batch)
 }
 
+// PodBlocksBatcher is implemented by index backends that answer PodBlocks
+// for many pods in one round trip (Redis), so a pod listing costs one read,
+// not one per pod. out[i] receives the count of pods[i]; len(out) >= len(pods).
+type PodBlocksBatcher interface {
+	PodBlocksBatch(ctx context.Context, pods []PodID, out []int64) error
+}
+
 // HealthChecker is implemented by index backends that can be unavailable
 // (Redis). The daemon reports not-ready while Healthy returns an error.
 type HealthChecker interface {
