@@ -37,9 +37,9 @@ type Config struct {
 	// Capacity bounds the in-memory index in (block, pod) entries (0 =
 	// default). Ignored with a Backend.
 	Capacity int64
-	// TierWeights weighs matched blocks by storage tier; the zero value means
-	// kvindex.DefaultTierWeights (all-zero weights would score nothing).
-	TierWeights kvindex.TierWeights
+	// TierWeights weighs matched blocks by storage tier; nil =
+	// kvindex.DefaultTierWeights.
+	TierWeights *kvindex.TierWeights
 	// DigestCacheSize bounds the applier's per-model digest cache (0 = default).
 	DigestCacheSize int
 	// Tokenizer scores prompts; nil makes a prompt query FailedPrecondition.
@@ -76,8 +76,9 @@ func New(ctx context.Context, cfg Config) (*Indexer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.TierWeights == (kvindex.TierWeights{}) {
-		cfg.TierWeights = kvindex.DefaultTierWeights()
+	weights := kvindex.DefaultTierWeights()
+	if cfg.TierWeights != nil {
+		weights = *cfg.TierWeights
 	}
 	hashers, err := kvindex.NewHasherSet(cfg.Keys, cfg.ModelKeys)
 	if err != nil {
@@ -97,7 +98,7 @@ func New(ctx context.Context, cfg Config) (*Indexer, error) {
 	if hc, ok := x.idx.(kvindex.HealthChecker); ok {
 		x.health = hc
 	}
-	x.scorer = kvindex.NewScorer(x.idx, cfg.TierWeights)
+	x.scorer = kvindex.NewScorer(x.idx, weights)
 	x.applier = kvindex.NewApplier(kvindex.ApplierConfig{
 		Index: x.idx, Interner: x.in, Hashers: hashers, DigestCacheSize: cfg.DigestCacheSize,
 		Metrics: kvindex.NewMetrics(cfg.Registry), Logger: cfg.Logger.With("component", "applier"),

@@ -484,3 +484,18 @@ func BenchmarkScoreTokens(b *testing.B) {
 		}
 	}
 }
+
+// Configured tier weights replace the defaults, zeros included.
+func TestTierWeights(t *testing.T) {
+	w := kvindex.DefaultTierWeights()
+	w[kvindex.TierCPU], w[kvindex.TierGPU] = 2, 0
+	x := newTestIndexer(t, Config{TierWeights: &w})
+	prompt := seqTokens(1, 4*testBlock)
+	apply(x, "pod-gpu", 0, storeEvent(prompt, 4, kvindex.TierGPU))
+	apply(x, "pod-cpu", 0, storeEvent(prompt, 3, kvindex.TierCPU))
+	var r Result
+	if got, want := mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}, &r),
+		"total=4 pod-cpu:3/12/6.00[0:3,] pod-gpu:4/16/0.00[0:4,]"; got != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+}

@@ -78,7 +78,7 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 		return nil, err
 	}
 	d.idx, err = indexer.New(ctx, indexer.Config{
-		Keys: def, ModelKeys: perModel, Backend: backend, TierWeights: weights,
+		Keys: def, ModelKeys: perModel, Backend: backend, TierWeights: &weights,
 		DigestCacheSize: cfg.DigestCacheSize, Tokenizer: d.promptTokenizer(),
 		Registry: d.reg, Logger: log,
 	})
