@@ -468,13 +468,32 @@ func TestScoreReusedResultDoesNotAllocate(t *testing.T) {
 	}
 }
 
-func BenchmarkScoreTokens(b *testing.B) {
+// benchIndexer holds 8 pods with prefixes of decreasing length of one
+// prompt of 512 blocks.
+func benchIndexer(b *testing.B) (*Indexer, []uint32) {
 	x := newTestIndexer(b, Config{})
 	prompt := seqTokens(7, 512*testBlock)
 	for p := 0; p < 8; p++ {
 		apply(x, fmt.Sprintf("pod-%02d", p), 0, storeEvent(prompt, 512-p*32, kvindex.TierGPU))
 	}
-	q := &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}
+	return x, prompt
+}
+
+// BenchmarkScoreTokens is Score from 512 blocks of token ids: hashing,
+// lookup, aggregation, into a reused Result.
+func BenchmarkScoreTokens(b *testing.B) {
+	x, prompt := benchIndexer(b)
+	benchScore(b, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt})
+}
+
+// BenchmarkScoreHashes is Score from 512 block hashes: lookup and
+// aggregation only.
+func BenchmarkScoreHashes(b *testing.B) {
+	x, prompt := benchIndexer(b)
+	benchScore(b, x, &Query{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, kvindex.RequestExtras{})})
+}
+
+func benchScore(b *testing.B, x *Indexer, q *Query) {
 	var r Result
 	b.ReportAllocs()
 	b.ResetTimer()

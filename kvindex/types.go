@@ -1,7 +1,8 @@
 // Package kvindex owns block keys (vLLM-exact hashing), the Index interface and
 // its in-memory backend, the event applier with its live parity check, and the
-// scorer. It knows nothing of ZeroMQ, gRPC or HTTP: kvevents hands it decoded,
-// engine-neutral batches and api asks it for scores.
+// scorer. It knows nothing of ZeroMQ, gRPC or HTTP, nor how its parts are
+// wired: package indexer builds them on one interner, kvevents hands it decoded,
+// engine-neutral batches through the indexer, and scores are asked there.
 package kvindex
 
 import (

@@ -87,7 +87,8 @@ type Config struct {
 }
 
 // ErrUnavailable is wrapped by every error caused by Redis being unreachable
-// or failing; the api maps it to gRPC Unavailable / HTTP 503.
+// or failing; the indexer answers a score with it as Unavailable, which the
+// api maps to gRPC Unavailable / HTTP 503.
 var ErrUnavailable = errors.New("redis index unavailable")
 
 type unavailableError struct {
