@@ -65,7 +65,6 @@ type Indexer struct {
 	// until it has been cleared, and its entries are not served meanwhile.
 	trusted func(kvindex.PodID) bool
 	m       *metrics
-	log     *slog.Logger
 }
 
 // New builds the interner, hashers, backend, scorer and applier.
@@ -84,7 +83,7 @@ func New(ctx context.Context, cfg Config) (*Indexer, error) {
 	if err != nil {
 		return nil, err
 	}
-	x := &Indexer{in: kvindex.NewInterner(), hashers: hashers, tok: cfg.Tokenizer, log: cfg.Logger}
+	x := &Indexer{in: kvindex.NewInterner(), hashers: hashers, tok: cfg.Tokenizer}
 	if cfg.Backend == nil {
 		x.idx = kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: cfg.Capacity})
 	} else {
