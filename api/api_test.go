@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
 	indexerv1 "github.com/kvindex/kvindex/proto/indexer/v1"
@@ -31,36 +33,43 @@ const (
 	testBlock = 4
 )
 
-// stack is a real in-memory pipeline: applier -> memory index -> scorer,
+// stack is a real in-memory indexer (applier -> memory index -> scorer),
 // served over a real gRPC server and an httptest server.
 type stack struct {
-	t        testing.TB
-	interner *kvindex.Interner
-	hashers  *kvindex.HasherSet
-	applier  *kvindex.Applier
-	srv      *Server
-	http     *httptest.Server
-	grpc     kvindexv1.IndexerClient
-	llmd     indexerv1.IndexerServiceClient
-	health   healthpb.HealthClient
+	t testing.TB
+	// hashers computes the keys the test's events carry, with the same
+	// config as the indexer's.
+	hashers *kvindex.HasherSet
+	idx     *indexer.Indexer
+	srv     *Server
+	http    *httptest.Server
+	grpc    kvindexv1.IndexerClient
+	llmd    indexerv1.IndexerServiceClient
+	health  healthpb.HealthClient
 }
 
-func newStack(t testing.TB, idx kvindex.Index, tok PromptTokenizer) *stack {
+var testKeys = kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: testBlock}
+
+func newStack(t testing.TB) *stack {
 	t.Helper()
-	st := &stack{t: t, interner: kvindex.NewInterner()}
+	return newStackWith(t, indexer.Config{Keys: testKeys})
+}
+
+// newStackWith serves an indexer built from cfg (its Keys must be testKeys).
+func newStackWith(t testing.TB, cfg indexer.Config) *stack {
+	t.Helper()
+	st := &stack{t: t}
 	var err error
-	st.hashers, err = kvindex.NewHasherSet(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: testBlock}, nil)
+	st.hashers, err = kvindex.NewHasherSet(testKeys, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if idx == nil {
-		idx = kvindex.NewMemoryIndex(kvindex.MemoryConfig{})
+	reg := prometheus.NewRegistry()
+	cfg.Registry = reg
+	if st.idx, err = indexer.New(context.Background(), cfg); err != nil {
+		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st.applier = kvindex.NewApplier(kvindex.ApplierConfig{Index: idx, Interner: st.interner, Hashers: st.hashers, Logger: log})
-	st.srv, err = New(Config{Index: idx, Interner: st.interner, Hashers: st.hashers,
-		Scorer: kvindex.NewScorer(idx, kvindex.DefaultTierWeights()), Applier: st.applier, Tokenizer: tok,
-		Registry: prometheus.NewRegistry(), Logger: log})
+	st.srv, err = New(Config{Indexer: st.idx, Registry: reg, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +109,7 @@ func (st *stack) store(pod string, rank int, medium kvindex.Tier, tokens []uint3
 	for _, k := range keys[:nBlocks] {
 		ev.BlockHashes = append(ev.BlockHashes, uint64(k))
 	}
-	st.applier.Apply(context.Background(), &kvindex.Batch{Pod: pod, Model: testModel, DPRank: rank, Events: []kvindex.Event{ev}})
+	st.idx.Sink().Apply(context.Background(), &kvindex.Batch{Pod: pod, Model: testModel, DPRank: rank, Events: []kvindex.Event{ev}})
 }
 
 type httpScore struct {
@@ -173,7 +182,7 @@ func summaryGRPC(s *kvindexv1.ScoreResponse) string {
 }
 
 func TestScoreBothTransports(t *testing.T) {
-	st := newStack(t, nil, nil)
+	st := newStack(t)
 	prompt := seqTokens(1000, 10*testBlock+2) // 10 full blocks + a partial one
 	st.store("pod-a", 0, kvindex.TierGPU, prompt, 6, kvindex.RequestExtras{})
 	st.store("pod-b", 0, kvindex.TierCPU, prompt, 8, kvindex.RequestExtras{})
@@ -225,7 +234,7 @@ func TestScoreBothTransports(t *testing.T) {
 }
 
 func TestScoreExtrasChangeKeys(t *testing.T) {
-	st := newStack(t, nil, nil)
+	st := newStack(t)
 	prompt := seqTokens(1, 4*testBlock)
 	st.store("pod-lora", 0, kvindex.TierGPU, prompt, 4, kvindex.RequestExtras{LoraName: "sql-adapter"})
 	ids, _ := json.Marshal(prompt)
@@ -238,7 +247,7 @@ func TestScoreExtrasChangeKeys(t *testing.T) {
 }
 
 func TestScoreInvalid(t *testing.T) {
-	st := newStack(t, nil, nil)
+	st := newStack(t)
 	st.store("pod-a", 0, kvindex.TierGPU, seqTokens(1, 8), 2, kvindex.RequestExtras{})
 	m := `"model":"` + testModel + `"`
 	cases := []struct{ body, reason string }{
@@ -298,7 +307,7 @@ func TestScoreInvalid(t *testing.T) {
 }
 
 func TestPromptWithoutTokenizerIsAnError(t *testing.T) {
-	st := newStack(t, nil, nil)
+	st := newStack(t)
 	code, b := st.post("/v1/score", `{"model":"`+testModel+`","prompt":"hello"}`)
 	if code != http.StatusUnprocessableEntity || !strings.Contains(string(b), "prompt scoring is not configured") {
 		t.Fatalf("got %d %s", code, b)
@@ -310,7 +319,7 @@ func TestPromptWithoutTokenizerIsAnError(t *testing.T) {
 }
 
 func TestPodsMetricsHealth(t *testing.T) {
-	st := newStack(t, nil, nil)
+	st := newStack(t)
 	st.store("pod-a", 0, kvindex.TierGPU, seqTokens(1, 12), 3, kvindex.RequestExtras{})
 	st.store("pod-a", 1, kvindex.TierGPU, seqTokens(1, 12), 1, kvindex.RequestExtras{})
 	st.scoreHTTP(`{"model":"` + testModel + `","token_ids":[1,2,3,4,5,6,7,8]}`)
@@ -434,14 +443,11 @@ func (f *fakeSubscriber) Streams() []kvevents.StreamStats { return nil }
 // reason for an invalid body, 404 for an unknown address.
 func TestEndpointsHTTP(t *testing.T) {
 	sub := &fakeSubscriber{}
-	idx := kvindex.NewMemoryIndex(kvindex.MemoryConfig{})
-	hs, err := kvindex.NewHasherSet(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, BlockSize: testBlock}, nil)
+	idx, err := indexer.New(context.Background(), indexer.Config{Keys: testKeys})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Index: idx, Interner: kvindex.NewInterner(), Hashers: hs,
-		Scorer: kvindex.NewScorer(idx, kvindex.DefaultTierWeights()), Subscriber: sub,
-		Logger: slog.New(slog.DiscardHandler)})
+	srv, err := New(Config{Indexer: idx, Subscriber: sub, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,5 +492,38 @@ func TestEndpointsHTTP(t *testing.T) {
 	}
 	if resp, body := do("DELETE", "/v1/endpoints", `{"address":"tcp://10.0.0.7:5557"}`); resp.StatusCode != http.StatusNoContent || len(sub.eps) != 0 {
 		t.Fatalf("DELETE by body: %d %s (left %+v)", resp.StatusCode, body, sub.eps)
+	}
+}
+
+// downIndex is an in-memory index whose health check fails, as a Redis
+// backend does while Redis is unreachable.
+type downIndex struct{ *kvindex.MemoryIndex }
+
+func (downIndex) Healthy(context.Context) error { return errors.New("connection refused") }
+
+// An index that is down answers 503 / Unavailable with the reason, never an
+// empty score that would look like a cache miss, and is not ready.
+func TestUnavailableIndexMapsTo503(t *testing.T) {
+	st := newStackWith(t, indexer.Config{Keys: testKeys,
+		Backend: func(context.Context, *kvindex.Interner) (kvindex.Index, error) {
+			return downIndex{kvindex.NewMemoryIndex(kvindex.MemoryConfig{})}, nil
+		}})
+	code, b := st.post("/v1/score", `{"model":"`+testModel+`","token_ids":[1,2,3,4]}`)
+	if code != http.StatusServiceUnavailable || !strings.Contains(string(b), "connection refused") {
+		t.Fatalf("HTTP: %d %s, want 503 with the reason", code, b)
+	}
+	_, err := st.grpc.Score(context.Background(), &kvindexv1.ScoreRequest{Model: testModel,
+		Input: &kvindexv1.ScoreRequest_TokenIds{TokenIds: &kvindexv1.TokenIDs{Ids: []uint32{1, 2, 3, 4}}}})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("gRPC: %v, want Unavailable", err)
+	}
+	if ok, why := st.srv.Ready(); ok || !strings.Contains(why, "not checked") {
+		t.Fatalf("Ready before a health check = %v %q", ok, why)
+	}
+	if err := st.srv.CheckHealth(context.Background()); err == nil {
+		t.Fatal("CheckHealth of a down index succeeded")
+	}
+	if ok, why := st.srv.Ready(); ok || !strings.Contains(why, "connection refused") {
+		t.Fatalf("Ready after a failed check = %v %q", ok, why)
 	}
 }

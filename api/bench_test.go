@@ -17,7 +17,7 @@ import (
 // decreasing length of one prompt of 512 blocks (of testBlock tokens). It
 // runs on b so the servers it starts are stopped when the benchmark ends.
 func benchStack(b *testing.B, pods int) (*stack, []uint32) {
-	st := newStack(b, nil, nil)
+	st := newStack(b)
 	prompt := seqTokens(7, 512*testBlock)
 	for p := 0; p < pods; p++ {
 		st.store(fmt.Sprintf("pod-%02d", p), 0, kvindex.TierGPU, prompt, 512-p*(512/pods)/2, kvindex.RequestExtras{})

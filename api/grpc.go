@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvindex/kvindex/indexer"
 	indexerv1 "github.com/kvindex/kvindex/proto/indexer/v1"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
@@ -15,24 +16,24 @@ func (e *Error) grpc() error { return status.Error(e.Code, e.Msg) }
 // Score implements kvindex.v1.Indexer/Score.
 func (s *Server) Score(ctx context.Context, req *kvindexv1.ScoreRequest) (*kvindexv1.ScoreResponse, error) {
 	// q stays on the stack (score does not retain it): no pool needed.
-	q := scoreQuery{model: req.GetModel(), loraName: req.GetLoraName(), cacheSalt: req.GetCacheSalt(), pods: req.GetPods()}
+	q := indexer.Query{Model: req.GetModel(), LoraName: req.GetLoraName(), CacheSalt: req.GetCacheSalt(), Pods: req.GetPods()}
 	switch in := req.GetInput().(type) {
 	case *kvindexv1.ScoreRequest_TokenIds:
-		q.kind, q.tokens = inputTokens, in.TokenIds.GetIds()
+		q.Kind, q.TokenIDs = indexer.InputTokens, in.TokenIds.GetIds()
 	case *kvindexv1.ScoreRequest_BlockHashes:
-		q.kind, q.hashes = inputHashes, in.BlockHashes.GetHashes()
+		q.Kind, q.BlockHashes = indexer.InputHashes, in.BlockHashes.GetHashes()
 	case *kvindexv1.ScoreRequest_Prompt:
-		q.kind, q.prompt = inputPrompt, in.Prompt
+		q.Kind, q.Prompt = indexer.InputPrompt, in.Prompt
 	}
 	a, err := s.score(ctx, &q)
 	if err != nil {
 		return nil, err.grpc()
 	}
-	defer putAnswer(a)
+	defer putResult(a)
 	return toProtoScore(a), nil
 }
 
-func toProtoScore(a *scoreAnswer) *kvindexv1.ScoreResponse {
+func toProtoScore(a *indexer.Result) *kvindexv1.ScoreResponse {
 	resp := &kvindexv1.ScoreResponse{TotalBlocks: int32(a.TotalBlocks), Pods: make([]*kvindexv1.PodScore, len(a.Pods))}
 	// One backing array per kind keeps allocations per response constant in
 	// the number of pods.
@@ -71,7 +72,7 @@ func toProtoScore(a *scoreAnswer) *kvindexv1.ScoreResponse {
 	return resp
 }
 
-func fillTiers(dst *kvindexv1.TierCounts, t *TierCounts) *kvindexv1.TierCounts {
+func fillTiers(dst *kvindexv1.TierCounts, t *indexer.TierCounts) *kvindexv1.TierCounts {
 	dst.Gpu, dst.Cpu, dst.Disk, dst.External = t[0], t[1], t[2], t[3]
 	return dst
 }
@@ -138,27 +139,22 @@ type llmdService struct {
 }
 
 func (l *llmdService) GetPodScores(ctx context.Context, req *indexerv1.GetPodScoresRequest) (*indexerv1.GetPodScoresResponse, error) {
-	q := &scoreQuery{kind: inputPrompt, model: req.GetModelName(), prompt: req.GetPrompt(), pods: req.GetPodIdentifiers()}
+	q := &indexer.Query{Kind: indexer.InputPrompt, Model: req.GetModelName(), Prompt: req.GetPrompt(), Pods: req.GetPodIdentifiers()}
 	a, err := l.s.score(ctx, q)
 	if err != nil {
 		return nil, err.grpc()
 	}
-	defer putAnswer(a)
+	defer putResult(a)
 	resp := &indexerv1.GetPodScoresResponse{Scores: make([]*indexerv1.PodScore, len(a.Pods))}
 	for i := range a.Pods {
 		p := &a.Pods[i]
 		ps := &indexerv1.PodScore{Pod: p.Pod, Score: p.Score}
 		best := p.Ranks[0].DPRank
-		if best != 0 || len(p.Ranks) > 1 || l.s.hasRanks(p.Pod) {
+		if best != 0 || len(p.Ranks) > 1 || l.s.idx.PodRanks(p.Pod) > 1 {
 			r := int32(best)
 			ps.DataParallelRank = &r
 		}
 		resp.Scores[i] = ps
 	}
 	return resp, nil
-}
-
-// hasRanks reports whether a pod publishes from more than one DP rank.
-func (s *Server) hasRanks(pod string) bool {
-	return len(s.cfg.Interner.PodsNamed(pod)) > 1
 }

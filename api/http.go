@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
 
+	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -107,7 +108,7 @@ func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
 	}()
 	q, perr := sc.parse(w, r)
 	if perr != nil {
-		s.metrics.observeRequest(inputNone, perr.Code, 0)
+		s.metrics.observeRequest(indexer.InputNone, perr.Code, 0)
 		writeError(w, perr)
 		return
 	}
@@ -117,34 +118,34 @@ func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sc.out = appendScoreJSON(sc.out[:0], a)
-	putAnswer(a)
+	putResult(a)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(sc.out)))
 	_, _ = w.Write(sc.out)
 }
 
-func (sc *httpScratch) parse(w http.ResponseWriter, r *http.Request) (scoreQuery, *Error) {
+func (sc *httpScratch) parse(w http.ResponseWriter, r *http.Request) (indexer.Query, *Error) {
 	sc.buf.Reset()
 	if _, err := sc.buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes)); err != nil {
-		return scoreQuery{}, errorf(codes.InvalidArgument, "read body: %v", err)
+		return indexer.Query{}, errorf(codes.InvalidArgument, "read body: %v", err)
 	}
 	b := &sc.body
 	if err := parseScoreBody(sc.buf.Bytes(), b); err != nil {
-		return scoreQuery{}, errorf(codes.InvalidArgument, "%v", err)
+		return indexer.Query{}, errorf(codes.InvalidArgument, "%v", err)
 	}
-	q := scoreQuery{model: b.model, loraName: b.loraName, cacheSalt: b.cacheSalt, pods: b.pods}
+	q := indexer.Query{Model: b.model, LoraName: b.loraName, CacheSalt: b.cacheSalt, Pods: b.pods}
 	n := 0
 	if b.hasTokens {
 		n++
-		q.kind, q.tokens = inputTokens, b.tokens
+		q.Kind, q.TokenIDs = indexer.InputTokens, b.tokens
 	}
 	if b.hasHashes {
 		n++
-		q.kind, q.hashes = inputHashes, b.hashes
+		q.Kind, q.BlockHashes = indexer.InputHashes, b.hashes
 	}
 	if b.hasPrompt {
 		n++
-		q.kind, q.prompt = inputPrompt, b.prompt
+		q.Kind, q.Prompt = indexer.InputPrompt, b.prompt
 	}
 	if n > 1 {
 		return q, errorf(codes.InvalidArgument, "give exactly one of token_ids, block_hashes or prompt")
@@ -166,7 +167,7 @@ func parseHash(s string) (uint64, error) {
 
 // appendScoreJSON writes the score answer without reflection: this is the
 // hot path and its shape is fixed.
-func appendScoreJSON(b []byte, a *scoreAnswer) []byte {
+func appendScoreJSON(b []byte, a *indexer.Result) []byte {
 	b = append(b, `{"total_blocks":`...)
 	b = strconv.AppendInt(b, int64(a.TotalBlocks), 10)
 	b = append(b, `,"pods":[`...)
@@ -206,7 +207,7 @@ func appendScoreJSON(b []byte, a *scoreAnswer) []byte {
 	return append(b, "]}\n"...)
 }
 
-func appendTiers(b []byte, t *TierCounts) []byte {
+func appendTiers(b []byte, t *indexer.TierCounts) []byte {
 	b = append(b, '{')
 	for i := kvindex.Tier(0); i < kvindex.NumTiers; i++ {
 		if i > 0 {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+
+	"github.com/kvindex/kvindex/indexer"
 )
 
 // scoreBody is the decoded POST /v1/score body. Slices are reused across
@@ -229,8 +231,8 @@ func (s *scanner) array(key string, elem func(i int) error) error {
 	for i := 0; ; i++ {
 		// Checked while parsing: a 64 MB body must not first grow a
 		// 32M-entry slice only for validate to refuse it.
-		if i == maxInputLen {
-			return fmt.Errorf("%s has more than %d entries", key, maxInputLen)
+		if i == indexer.MaxInputLen {
+			return fmt.Errorf("%s has more than %d entries", key, indexer.MaxInputLen)
 		}
 		s.ws()
 		if err := elem(i); err != nil {

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvindex/kvindex/indexer"
 )
 
 // TestParseScoreBodyMatchesEncodingJSON checks the hand-written decoder
@@ -60,16 +62,16 @@ func FuzzParseScoreBody(f *testing.F) {
 	})
 }
 
-// The input limit is enforced while parsing, at exactly maxInputLen.
+// The input limit is enforced while parsing, at exactly indexer.MaxInputLen.
 func TestParseScoreBodyInputLimit(t *testing.T) {
 	body := func(n int) []byte {
 		return []byte(`{"model":"m","token_ids":[` + strings.Repeat("1,", n-1) + `1]}`)
 	}
 	var sb scoreBody
-	if err := parseScoreBody(body(maxInputLen), &sb); err != nil || len(sb.tokens) != maxInputLen {
-		t.Fatalf("%d ids: %v (%d parsed)", maxInputLen, err, len(sb.tokens))
+	if err := parseScoreBody(body(indexer.MaxInputLen), &sb); err != nil || len(sb.tokens) != indexer.MaxInputLen {
+		t.Fatalf("%d ids: %v (%d parsed)", indexer.MaxInputLen, err, len(sb.tokens))
 	}
-	if err := parseScoreBody(body(maxInputLen+1), &sb); err == nil || !strings.Contains(err.Error(), "more than") {
-		t.Fatalf("%d ids: %v", maxInputLen+1, err)
+	if err := parseScoreBody(body(indexer.MaxInputLen+1), &sb); err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Fatalf("%d ids: %v", indexer.MaxInputLen+1, err)
 	}
 }

@@ -1,15 +1,14 @@
 package api
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"slices"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
 )
@@ -45,75 +44,53 @@ type PodInfo struct {
 	Untrusted        bool    `json:"untrusted"`
 }
 
-type podKey struct {
-	name string
-	rank int
-}
-
-// listPods joins applier and subscriber statistics per (pod, rank).
+// listPods joins the indexer's per-(pod, rank) view with the subscriber's
+// stream statistics; a stream that delivered nothing yet is still listed.
 func (s *Server) listPods(ctx context.Context) []PodInfo {
-	byKey := map[podKey]*PodInfo{}
-	get := func(name string, rank int) *PodInfo {
-		k := podKey{name, rank}
-		p := byKey[k]
-		if p == nil {
-			p = &PodInfo{Pod: name, DPRank: rank, Engine: kvindex.EngineVLLM.String()}
-			byKey[k] = p
-		}
-		return p
-	}
-	if s.cfg.Applier != nil {
-		for _, st := range s.cfg.Applier.PodStats() {
-			p := get(st.Pod, st.DPRank)
-			p.Model = st.Model
-			p.Engine = st.Engine.String()
-			p.EventsApplied = st.EventsApplied
-			p.BlocksStored = st.BlocksStored
-			p.BlocksRemoved = st.BlocksRemoved
-			p.Clears = st.Clears
-			if !st.LastEvent.IsZero() {
-				p.LastEvent = st.LastEvent.UTC().Format(time.RFC3339Nano)
-				p.LastEventUnix = float64(st.LastEvent.UnixNano()) / 1e9
-			}
-			p.ParityMatches = st.ParityMatches
-			p.ParityMismatches = st.ParityMismatches
-			p.ParityUnverified = st.ParityUnverified
-			p.ParityHint = st.ParityHint
-			p.IndexErrors = st.IndexErrors
-			p.Untrusted = st.Untrusted
-		}
-	}
+	var streams []kvevents.StreamStats
+	var refs []indexer.PodRef
 	if s.cfg.Subscriber != nil {
-		for _, st := range s.cfg.Subscriber.Streams() {
-			p := get(st.Pod, st.DPRank)
-			if p.Model == "" {
-				p.Model = st.Model
-			}
-			p.Endpoint = st.Endpoint
-			p.LastSeq = st.LastSeq
-			p.Batches = st.Batches
-			p.SeqGaps = st.SeqGaps
-			p.MissedBatches = st.MissedBatches
-			p.ReplayedBatches = st.ReplayedBatches
-			if p.EventsApplied == 0 {
-				p.Engine = st.Engine.String()
-			}
-			p.Restarts = st.Restarts
-			p.DecodeErrors = st.DecodeErrors
-			p.Overflows = st.Overflows
+		streams = s.cfg.Subscriber.Streams()
+		refs = make([]indexer.PodRef, len(streams))
+		for i, st := range streams {
+			refs[i] = indexer.PodRef{Name: st.Pod, DPRank: st.DPRank}
 		}
 	}
-	out := make([]PodInfo, 0, len(byKey))
-	for _, p := range byKey {
-		p.Blocks = s.podBlocks(ctx, p.Pod, p.DPRank)
-		out = append(out, *p)
-	}
-	slices.SortFunc(out, func(a, b PodInfo) int {
-		if c := cmp.Compare(a.Pod, b.Pod); c != 0 {
-			return c
+	pods := s.idx.Pods(ctx, refs)
+	out := make([]PodInfo, len(pods))
+	at := make(map[indexer.PodRef]int, len(pods))
+	for i, ps := range pods {
+		st := &ps.Stats
+		p := &out[i]
+		at[indexer.PodRef{Name: st.Pod, DPRank: st.DPRank}] = i
+		*p = PodInfo{Pod: st.Pod, DPRank: st.DPRank, Model: st.Model, Engine: st.Engine.String(), Blocks: ps.Blocks,
+			EventsApplied: st.EventsApplied, BlocksStored: st.BlocksStored, BlocksRemoved: st.BlocksRemoved,
+			Clears: st.Clears, ParityMatches: st.ParityMatches, ParityMismatches: st.ParityMismatches,
+			ParityUnverified: st.ParityUnverified, ParityHint: st.ParityHint, IndexErrors: st.IndexErrors,
+			Untrusted: st.Untrusted}
+		if !st.LastEvent.IsZero() {
+			p.LastEvent = st.LastEvent.UTC().Format(time.RFC3339Nano)
+			p.LastEventUnix = float64(st.LastEvent.UnixNano()) / 1e9
 		}
-		return cmp.Compare(a.DPRank, b.DPRank)
-	})
+	}
+	for _, st := range streams {
+		p := &out[at[indexer.PodRef{Name: st.Pod, DPRank: st.DPRank}]]
+		if p.Model == "" {
+			p.Model = st.Model
+		}
+		p.Endpoint = st.Endpoint
+		p.LastSeq = st.LastSeq
+		p.Batches = st.Batches
+		p.SeqGaps = st.SeqGaps
+		p.MissedBatches = st.MissedBatches
+		p.ReplayedBatches = st.ReplayedBatches
+		if p.EventsApplied == 0 {
+			p.Engine = st.Engine.String()
+		}
+		p.Restarts = st.Restarts
+		p.DecodeErrors = st.DecodeErrors
+		p.Overflows = st.Overflows
+	}
 	return out
 }
 

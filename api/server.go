@@ -1,8 +1,11 @@
 // Package api is what routers call: the kvindex.v1.Indexer gRPC service, the
 // llm-d compatible indexer.v1.IndexerService, grpc.health.v1 and reflection,
 // and the HTTP/JSON surface (/v1/score, /v1/pods, /v1/endpoints, /metrics,
-// /healthz, /readyz). It composes the lower layers and owns none of their
-// logic: keys come from kvindex.HasherSet, matches from kvindex.Scorer.
+// /healthz, /readyz). It is transport only: it decodes requests into
+// indexer.Query values, encodes indexer.Result answers, maps indexer error
+// codes to gRPC codes and HTTP statuses, and keeps request metrics and
+// readiness. Hashing, lookup, the trust filter and DP-rank aggregation live
+// in package indexer, which also owns every part of the index.
 package api
 
 import (
@@ -18,16 +21,11 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/kvevents"
-	"github.com/kvindex/kvindex/kvindex"
 	indexerv1 "github.com/kvindex/kvindex/proto/indexer/v1"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
-
-// PodStatsSource is the applier's per-(pod, rank) view (*kvindex.Applier).
-type PodStatsSource interface {
-	PodStats() []kvindex.PodStats
-}
 
 // Subscriber is the event subscriber's management surface
 // (*kvevents.Subscriber).
@@ -40,17 +38,11 @@ type Subscriber interface {
 
 // Config wires the server to the daemon's parts.
 type Config struct {
-	Index    kvindex.Index
-	Interner *kvindex.Interner
-	Hashers  *kvindex.HasherSet
-	Scorer   *kvindex.Scorer
-	// Applier provides per-pod statistics; nil lists no applier data.
-	Applier PodStatsSource
+	// Indexer answers scores and pod listings (required).
+	Indexer *indexer.Indexer
 	// Subscriber provides stream statistics and endpoint management; nil
 	// turns /v1/endpoints into 501 / Unimplemented.
 	Subscriber Subscriber
-	// Tokenizer scores prompts; nil = prompt scoring answers an error.
-	Tokenizer PromptTokenizer
 	// Registry is the daemon's one Prometheus registry: the server registers
 	// its metrics there and serves it on /metrics. nil = a private registry.
 	Registry *prometheus.Registry
@@ -61,13 +53,9 @@ type Config struct {
 type Server struct {
 	kvindexv1.UnimplementedIndexerServer
 	cfg     Config
+	idx     *indexer.Indexer
 	log     *slog.Logger
 	metrics *metrics
-	health  kvindex.HealthChecker // nil when the index cannot fail
-	// trust, when the applier provides it, tells which pods' entries may be
-	// served: a pod is untrusted from an index write failure until it has
-	// been cleared, and scores leave it out meanwhile.
-	trust interface{ Trusted(kvindex.PodID) bool }
 
 	healthSrv *health.Server
 	ready     atomic.Bool
@@ -80,8 +68,8 @@ type Server struct {
 
 // New checks the config and registers the metrics.
 func New(cfg Config) (*Server, error) {
-	if cfg.Index == nil || cfg.Interner == nil || cfg.Hashers == nil || cfg.Scorer == nil {
-		return nil, errors.New("api: Index, Interner, Hashers and Scorer are required")
+	if cfg.Indexer == nil {
+		return nil, errors.New("api: Indexer is required")
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
@@ -89,22 +77,17 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, healthSrv: health.NewServer()}
-	if hc, ok := cfg.Index.(kvindex.HealthChecker); ok {
-		s.health = hc
-	}
+	s := &Server{cfg: cfg, idx: cfg.Indexer, log: cfg.Logger, healthSrv: health.NewServer()}
 	s.llmd.s = s
-	if t, ok := cfg.Applier.(interface{ Trusted(kvindex.PodID) bool }); ok {
-		s.trust = t
-	}
 	m, err := newMetrics(cfg.Registry, s)
 	if err != nil {
 		return nil, err
 	}
 	s.metrics = m
 	// Until the first health check ran, an index that can fail is not ready.
-	s.ready.Store(s.health == nil)
-	s.setServing(s.health == nil)
+	canFail := s.idx.CanBeUnavailable()
+	s.ready.Store(!canFail)
+	s.setServing(!canFail)
 	return s, nil
 }
 
@@ -134,10 +117,10 @@ func (s *Server) Shutdown() {
 // CheckHealth runs the index health check once and publishes the result to
 // /readyz and grpc.health.v1.
 func (s *Server) CheckHealth(ctx context.Context) error {
-	if s.health == nil {
+	if !s.idx.CanBeUnavailable() {
 		return nil
 	}
-	err := s.health.Healthy(ctx)
+	err := s.idx.Healthy(ctx)
 	ok := err == nil
 	if ok {
 		s.readyErr.Store(nil)
@@ -158,7 +141,7 @@ func (s *Server) CheckHealth(ctx context.Context) error {
 
 // WatchHealth calls CheckHealth every interval until ctx is done.
 func (s *Server) WatchHealth(ctx context.Context, interval time.Duration) {
-	if s.health == nil {
+	if !s.idx.CanBeUnavailable() {
 		return
 	}
 	t := time.NewTicker(interval)

@@ -9,7 +9,7 @@ import (
 // Metrics are the applier's and the index's Prometheus metrics (namespace
 // "kvindex"). Labelled counters are resolved to their children once, here, so
 // the apply path never does a label lookup. Per-pod series and the index's own
-// counters are not duplicated here: the api package exports them at scrape
+// counters are not duplicated here: the indexer package exports them at scrape
 // time from Applier.PodStats and Index.Stats (kvindexd_pod_*, kvindexd_index_*).
 type Metrics struct {
 	events             [AllBlocksCleared + 1]prometheus.Counter // by EventKind

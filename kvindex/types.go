@@ -1,7 +1,8 @@
 // Package kvindex owns block keys (vLLM-exact hashing), the Index interface and
 // its in-memory backend, the event applier with its live parity check, and the
-// scorer. It knows nothing of ZeroMQ, gRPC or HTTP: kvevents hands it decoded,
-// engine-neutral batches and api asks it for scores.
+// scorer. It knows nothing of ZeroMQ, gRPC or HTTP, nor how its parts are
+// wired: package indexer builds them on one interner, kvevents hands it decoded,
+// engine-neutral batches through the indexer, and scores are asked there.
 package kvindex
 
 import (
@@ -193,6 +194,13 @@ type Batch struct {
 // cancelled instead of outliving the daemon.
 type BatchSink interface {
 	Apply(ctx context.Context, b *Batch)
+}
+
+// PodBlocksBatcher is implemented by index backends that answer PodBlocks
+// for many pods in one round trip (Redis), so a pod listing costs one read,
+// not one per pod. out[i] receives the count of pods[i]; len(out) >= len(pods).
+type PodBlocksBatcher interface {
+	PodBlocksBatch(ctx context.Context, pods []PodID, out []int64) error
 }
 
 // HealthChecker is implemented by index backends that can be unavailable

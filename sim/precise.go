@@ -3,17 +3,17 @@ package sim
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 
+	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
-// PreciseRouter routes on the product itself: the real kvindex.MemoryIndex
-// and kvindex.Scorer, fed by the simulated pods' KV events through the real
-// kvindex.Applier (the daemon's apply path). Events carry the trace hash_ids
-// as engine block hashes and no token ids, so the applier indexes them as our
-// keys and reports parity "unverified", which is expected here.
+// PreciseRouter routes on the product itself: the daemon's indexer.Indexer
+// over its in-memory index, fed by the simulated pods' KV events through its
+// sink (the daemon's apply path) and asked with the daemon's Score. Events
+// carry the trace hash_ids as engine block hashes and no token ids, so the
+// applier indexes them as our keys and reports parity "unverified", which is
+// expected here; requests are scored by the same hash_ids (block_hashes).
 //
 // Choice: among pods passing the load guard (load <= minLoad + Guard.Abs),
 // the one with the longest indexed prefix (ties: less loaded, then lower
@@ -31,17 +31,12 @@ type PreciseRouter struct {
 	Speculative bool
 	TTL         float64
 
-	in      *kvindex.Interner
-	idx     *kvindex.MemoryIndex
-	scorer  *kvindex.Scorer
-	app     *kvindex.Applier
-	model   kvindex.ModelID
-	pods    []kvindex.PodID
-	podIdx  map[kvindex.PodID]int
+	idx     *indexer.Indexer
+	podIdx  map[string]int // pod name -> fleet index
 	names   []string
 	seq     []uint64
-	keys    []kvindex.Key
-	res     kvindex.ScoreResult
+	query   indexer.Query
+	res     indexer.Result
 	matched []int
 	next    int
 	batch   kvindex.Batch
@@ -61,24 +56,22 @@ type specEntry struct {
 	exp float64
 }
 
-// NewPreciseRouter builds the index, scorer and applier for a fleet of pods.
+// simModel names the one model every simulated pod serves.
+const simModel = "sim"
+
+// NewPreciseRouter builds an in-memory indexer for a fleet of pods.
 func NewPreciseRouter(pods, blockSize int, guard LoadGuard, minMatch float64, speculative bool, ttl float64) (*PreciseRouter, error) {
-	hs, err := kvindex.NewHasherSet(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: blockSize}, nil)
+	idx, err := indexer.New(context.Background(), indexer.Config{
+		Keys: kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: blockSize}})
 	if err != nil {
 		return nil, fmt.Errorf("precise: %w", err)
 	}
-	r := &PreciseRouter{Guard: guard, MinMatch: minMatch, Speculative: speculative, TTL: ttl,
-		in: kvindex.NewInterner(), idx: kvindex.NewMemoryIndex(kvindex.MemoryConfig{}),
-		podIdx: make(map[kvindex.PodID]int), seq: make([]uint64, pods), matched: make([]int, pods), bs: blockSize}
-	r.scorer = kvindex.NewScorer(r.idx, kvindex.DefaultTierWeights())
-	r.app = kvindex.NewApplier(kvindex.ApplierConfig{Index: r.idx, Interner: r.in, Hashers: hs,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	r.model = r.in.Model("sim")
+	r := &PreciseRouter{Guard: guard, MinMatch: minMatch, Speculative: speculative, TTL: ttl, idx: idx,
+		podIdx: make(map[string]int, pods), seq: make([]uint64, pods), matched: make([]int, pods), bs: blockSize,
+		query: indexer.Query{Model: simModel, Kind: indexer.InputHashes}}
 	for p := 0; p < pods; p++ {
 		name := fmt.Sprintf("pod-%d", p)
-		id := r.in.Pod(name, 0)
-		r.pods = append(r.pods, id)
-		r.podIdx[id] = p
+		r.podIdx[name] = p
 		r.names = append(r.names, name)
 	}
 	if speculative {
@@ -94,22 +87,17 @@ func (r *PreciseRouter) Name() string {
 	return "precise"
 }
 
-// Applier exposes the applier (tests check its per-pod counters).
-func (r *PreciseRouter) Applier() *kvindex.Applier { return r.app }
-
-// Index exposes the index.
-func (r *PreciseRouter) Index() *kvindex.MemoryIndex { return r.idx }
+// Indexer exposes the indexer (tests read its pod listing).
+func (r *PreciseRouter) Indexer() *indexer.Indexer { return r.idx }
 
 func (r *PreciseRouter) Route(q *Request, v *View) int {
-	r.keys = r.keys[:0]
-	for _, h := range q.HashIDs {
-		r.keys = append(r.keys, kvindex.Key(h))
-	}
 	clear(r.matched)
-	if len(r.keys) > 0 {
-		// Score cannot fail here (in-memory index, no deadline); were it to,
-		// no pod matches and the request goes least-loaded.
-		if err := r.scorer.Score(context.Background(), r.model, r.keys, nil, &r.res); err == nil {
+	if len(q.HashIDs) > 0 {
+		r.query.BlockHashes = q.HashIDs
+		// Score cannot fail here (in-memory index, no deadline, valid
+		// query); were it to, no pod matches and the request goes
+		// least-loaded.
+		if err := r.idx.Score(context.Background(), &r.query, &r.res); err == nil {
 			for _, ps := range r.res.Pods {
 				if p, ok := r.podIdx[ps.Pod]; ok {
 					r.matched[p] = ps.MatchedBlocks
@@ -168,7 +156,7 @@ func (r *PreciseRouter) SpecEntries() int { return len(r.spec) }
 func (r *PreciseRouter) OnKVEvents(pod int, ops []KVOp, now float64) {
 	r.seq[pod]++
 	b := &r.batch
-	*b = kvindex.Batch{Pod: r.names[pod], Model: "sim", Engine: kvindex.EngineVLLM, Seq: r.seq[pod], Timestamp: now,
+	*b = kvindex.Batch{Pod: r.names[pod], Model: simModel, Engine: kvindex.EngineVLLM, Seq: r.seq[pod], Timestamp: now,
 		Events: b.Events[:0]}
 	for _, op := range ops {
 		kind := kvindex.BlockStored
@@ -182,7 +170,7 @@ func (r *PreciseRouter) OnKVEvents(pod int, ops []KVOp, now float64) {
 			}
 		}
 	}
-	r.app.Apply(context.Background(), b)
+	r.idx.Sink().Apply(context.Background(), b)
 }
 
 func init() {

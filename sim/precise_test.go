@@ -35,8 +35,8 @@ func TestPreciseFollowsAppliedEvents(t *testing.T) {
 		t.Fatalf("after removal routed to %d, want least loaded 1", p)
 	}
 	var found bool
-	for _, st := range r.Applier().PodStats() {
-		if st.Pod == "pod-2" {
+	for _, ps := range r.Indexer().Pods(context.Background(), nil) {
+		if st := ps.Stats; st.Pod == "pod-2" {
 			found = true
 			if st.BlocksStored != 2 || st.BlocksRemoved != 1 || st.ParityUnverified != 2 || st.Untrusted {
 				t.Fatalf("applier stats %+v", st)
@@ -136,17 +136,16 @@ func TestPreciseIndexMirrorsPodsAfterRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for p := 0; p < 4; p++ {
-		id, ok := r.in.LookupPod(fmt.Sprintf("pod-%d", p), 0)
-		if !ok {
-			t.Fatalf("pod-%d never interned", p)
+	pods := r.Indexer().Pods(context.Background(), nil)
+	if len(pods) != 4 {
+		t.Fatalf("indexer lists %d pods, want 4", len(pods))
+	}
+	for p, ps := range pods {
+		if ps.Stats.Pod != fmt.Sprintf("pod-%d", p) {
+			t.Fatalf("listing[%d] = %s", p, ps.Stats.Pod)
 		}
-		n, err := r.Index().PodBlocks(context.Background(), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if int(n) != res.CachePerPod[p] {
-			t.Errorf("pod %d: index holds %d blocks, pod caches %d", p, n, res.CachePerPod[p])
+		if int(ps.Blocks) != res.CachePerPod[p] {
+			t.Errorf("pod %d: index holds %d blocks, pod caches %d", p, ps.Blocks, res.CachePerPod[p])
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kvindex/kvindex/api"
+	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
@@ -27,19 +28,19 @@ import (
 // shutdownGrace bounds how long in-flight requests may finish on shutdown.
 const shutdownGrace = 5 * time.Second
 
-// daemon is the wired process: one registry, one interner shared by the
-// index, applier and scorer, the subscriber feeding the applier, and the API
-// in front of it all.
+// daemon is the wired process: one registry, the indexer (which owns the
+// interner, index, applier and scorer), the subscriber feeding the indexer's
+// sink, and the API in front of it all.
 type daemon struct {
 	cfg Config
 	log *slog.Logger
 	reg *prometheus.Registry
 
-	interner *kvindex.Interner
+	idx *indexer.Indexer
+	// index and interner are the indexer's own, kept only for the lease
+	// loop, which clears pods on a shared Redis index directly.
 	index    kvindex.Index
-	hashers  *kvindex.HasherSet
-	scorer   *kvindex.Scorer
-	applier  *kvindex.Applier
+	interner *kvindex.Interner
 	sub      *kvevents.Subscriber
 	api      *api.Server
 	// leases, when set, runs the connect-topology lease loop (Redis only).
@@ -68,22 +69,23 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	if err != nil {
 		return nil, err
 	}
-	if d.hashers, err = kvindex.NewHasherSet(def, perModel); err != nil {
-		return nil, err
-	}
 	weights, err := parseTierWeights(cfg.TierWeights)
 	if err != nil {
 		return nil, err
 	}
-	d.interner = kvindex.NewInterner()
-	if err := d.openIndex(ctx); err != nil {
+	backend, err := d.backend()
+	if err != nil {
 		return nil, err
 	}
-	d.scorer = kvindex.NewScorer(d.index, weights)
-	d.applier = kvindex.NewApplier(kvindex.ApplierConfig{
-		Index: d.index, Interner: d.interner, Hashers: d.hashers, DigestCacheSize: cfg.DigestCacheSize,
-		Metrics: kvindex.NewMetrics(d.reg), Logger: log.With("component", "applier"),
+	d.idx, err = indexer.New(ctx, indexer.Config{
+		Keys: def, ModelKeys: perModel, Backend: backend, TierWeights: &weights,
+		DigestCacheSize: cfg.DigestCacheSize, Tokenizer: d.promptTokenizer(),
+		Registry: d.reg, Logger: log,
 	})
+	if err != nil {
+		return nil, err
+	}
+	d.closers = append(d.closers, d.idx.Close)
 
 	bindEngine, _ := kvindex.ParseEngine(cfg.BindEngine)
 	subCfg := kvevents.Config{Bind: cfg.ZMQBind, BindEngine: bindEngine, TopicFilter: cfg.TopicFilter,
@@ -99,7 +101,7 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 		}
 		subCfg.Endpoints = nil
 	}
-	d.sub, err = kvevents.NewSubscriber(subCfg, d.applier, kvevents.NewMetrics(d.reg), log)
+	d.sub, err = kvevents.NewSubscriber(subCfg, d.idx.Sink(), kvevents.NewMetrics(d.reg), log)
 	if err != nil {
 		return nil, err
 	}
@@ -107,9 +109,7 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	d.closers = append(d.closers, d.sub.Close)
 
 	d.api, err = api.New(api.Config{
-		Index: d.index, Interner: d.interner, Hashers: d.hashers, Scorer: d.scorer,
-		Applier: d.applier, Subscriber: d.sub, Tokenizer: d.promptTokenizer(),
-		Registry: d.reg, Logger: log.With("component", "api"),
+		Indexer: d.idx, Subscriber: d.sub, Registry: d.reg, Logger: log.With("component", "api"),
 	})
 	if err != nil {
 		return nil, err
@@ -130,36 +130,39 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	return d, nil
 }
 
-// openIndex builds the --index backend. A Redis that is down at start does
-// not fail the daemon: it starts not-ready and the backend retries.
-func (d *daemon) openIndex(ctx context.Context) error {
+// backend turns --index into the indexer's backend factory. A Redis that is
+// down at start does not fail the daemon: it starts not-ready and the
+// backend retries.
+func (d *daemon) backend() (indexer.BackendFunc, error) {
 	flag, err := redisindex.ParseIndexFlag(d.cfg.Index)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if flag.Memory {
-		mem := kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: d.cfg.Capacity})
-		d.index = mem
-		d.log.Info("index: in-memory", "capacity_entries", mem.Capacity())
-		return nil
-	}
-	rc := flag.Redis
-	rc.Interner = d.interner
-	rc.Logger = d.log.With("component", "redisindex")
-	idx, err := redisindex.New(ctx, rc)
-	if err != nil {
-		return fmt.Errorf("--index: %w", err)
-	}
-	d.index = idx
-	d.closers = append(d.closers, idx.Close)
-	d.log.Info("index: redis", "namespace", idx.Namespace())
-	return nil
+	return func(ctx context.Context, in *kvindex.Interner) (kvindex.Index, error) {
+		d.interner = in
+		if flag.Memory {
+			mem := kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: d.cfg.Capacity})
+			d.index = mem
+			d.log.Info("index: in-memory", "capacity_entries", mem.Capacity())
+			return mem, nil
+		}
+		rc := flag.Redis
+		rc.Interner = in
+		rc.Logger = d.log.With("component", "redisindex")
+		idx, err := redisindex.New(ctx, rc)
+		if err != nil {
+			return nil, fmt.Errorf("--index: %w", err)
+		}
+		d.index = idx
+		d.log.Info("index: redis", "namespace", idx.Namespace())
+		return idx, nil
+	}, nil
 }
 
 // promptTokenizer returns the prefix store over the tokenizer registry.
 // It is always on: a model with no tokenizer is an error to the caller that
 // names where the daemon looked, never an empty score.
-func (d *daemon) promptTokenizer() api.PromptTokenizer {
+func (d *daemon) promptTokenizer() indexer.PromptTokenizer {
 	models := map[string]string{}
 	for name, m := range d.cfg.Models {
 		if m.Tokenizer != "" {
@@ -215,7 +218,7 @@ func (d *daemon) Run(ctx context.Context) error {
 	wg.Go(func() { d.api.WatchHealth(ctx, time.Second) })
 	// Pods marked untrusted by an index error are cleared once the index
 	// is back, even if they publish nothing more.
-	wg.Go(func() { d.applier.RunRecovery(ctx, time.Second) })
+	wg.Go(func() { d.idx.RunRecovery(ctx, time.Second) })
 	// The subscriber and the lease loop get their own contexts so shutdown
 	// can order them: leases are released (their endpoints removed and their
 	// pods' clears queued on the still-running subscriber) before the

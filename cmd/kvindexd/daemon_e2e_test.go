@@ -536,7 +536,7 @@ func TestPerModelKeyConfig(t *testing.T) {
 	// The override is the model's alone: the default model keeps sha256.
 	// (Scoring e2eModel could not show it: the index is keyed by model, so
 	// pod-cbor's blocks never match another model whatever its keys.)
-	if got := e.d.hashers.For(e2eModel).Config(); got.Algo != kvindex.AlgoSHA256 {
+	if got := e.d.idx.KeyConfig(e2eModel); got.Algo != kvindex.AlgoSHA256 {
 		t.Errorf("default model keyed with %+v, want sha256", got)
 	}
 	lp, err := e.grpc.ListPods(context.Background(), &kvindexv1.ListPodsRequest{})

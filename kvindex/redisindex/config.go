@@ -52,7 +52,8 @@ type Config struct {
 	// ttl option when set.
 	TTL time.Duration
 	// Interner maps the pod and model names stored in Redis to the process'
-	// PodID/ModelID. Required; share it with the Applier and the Scorer.
+	// PodID/ModelID. Required: it must be the interner of the indexer.Indexer
+	// the index serves, which hands it to its backend factory.
 	Interner *kvindex.Interner
 	// DialTimeout, ReadTimeout, WriteTimeout bound each network operation so
 	// a lost Redis surfaces as an error quickly (default 1s each).
@@ -86,7 +87,8 @@ type Config struct {
 }
 
 // ErrUnavailable is wrapped by every error caused by Redis being unreachable
-// or failing; the api maps it to gRPC Unavailable / HTTP 503.
+// or failing; the indexer answers a score with it as Unavailable, which the
+// api maps to gRPC Unavailable / HTTP 503.
 var ErrUnavailable = errors.New("redis index unavailable")
 
 type unavailableError struct {

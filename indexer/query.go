@@ -1,0 +1,197 @@
+package indexer
+
+import (
+	"fmt"
+
+	"github.com/kvindex/kvindex/kvindex"
+)
+
+// InputKind is which field of a Query carries the request. A new input (a
+// chat "messages" list) is one more kind with its own Query field.
+type InputKind uint8
+
+const (
+	InputNone InputKind = iota
+	InputTokens
+	InputHashes
+	InputPrompt
+	// NumInputKinds sizes per-kind tables (request metrics).
+	NumInputKinds
+)
+
+var inputKindNames = [NumInputKinds]string{"none", "token_ids", "block_hashes", "prompt"}
+
+func (k InputKind) String() string {
+	if k < NumInputKinds {
+		return inputKindNames[k]
+	}
+	return "unknown"
+}
+
+// MaxInputLen bounds one query (tokens or block hashes) so a client cannot
+// make the indexer hash or look up unbounded input.
+const MaxInputLen = 1 << 20
+
+// Query is one name-level score request. Its slices are borrowed from the
+// caller's decoded request and only read.
+type Query struct {
+	Model string
+	Kind  InputKind
+	// Exactly the field Kind names is read.
+	TokenIDs    []uint32
+	BlockHashes []uint64 // as the engine publishes them: already our keys
+	Prompt      string
+	// LoraName and CacheSalt enter the keys of TokenIDs and Prompt inputs,
+	// as vLLM mixes them into a request's block hashes.
+	LoraName  string
+	CacheSalt string
+	// Pods restricts the answer to these pod names (every DP rank of each);
+	// empty = every pod.
+	Pods []string
+}
+
+func (q *Query) validate() *Error {
+	switch q.Kind {
+	case InputTokens:
+		if len(q.TokenIDs) == 0 {
+			return errorf(InvalidArgument, "token_ids is empty")
+		}
+		if len(q.TokenIDs) > MaxInputLen {
+			return errorf(InvalidArgument, "token_ids has %d entries, limit %d", len(q.TokenIDs), MaxInputLen)
+		}
+	case InputHashes:
+		if len(q.BlockHashes) == 0 {
+			return errorf(InvalidArgument, "block_hashes is empty")
+		}
+		if len(q.BlockHashes) > MaxInputLen {
+			return errorf(InvalidArgument, "block_hashes has %d entries, limit %d", len(q.BlockHashes), MaxInputLen)
+		}
+		if q.LoraName != "" || q.CacheSalt != "" {
+			return errorf(InvalidArgument, "lora_name and cache_salt apply to token_ids or prompt, not to block_hashes (they are already part of the hashes)")
+		}
+	case InputPrompt:
+		if q.Prompt == "" {
+			return errorf(InvalidArgument, "prompt is empty")
+		}
+		if q.Model == "" {
+			return errorf(InvalidArgument, "model is required to tokenize a prompt")
+		}
+	default:
+		return errorf(InvalidArgument, "one of token_ids, block_hashes or prompt is required (non-empty)")
+	}
+	for _, p := range q.Pods {
+		if p == "" {
+			return errorf(InvalidArgument, "pods contains an empty name")
+		}
+	}
+	return nil
+}
+
+// TierCounts are the blocks of a matched run per storage tier.
+type TierCounts [kvindex.NumTiers]int32
+
+// RankScore is one data-parallel rank's match.
+type RankScore struct {
+	DPRank        int
+	MatchedBlocks int
+	Score         float64
+	Tiers         TierCounts
+}
+
+// PodResult is one pod (all its DP ranks) in a score answer. The pod's match
+// is its best rank's: a request is served by exactly one rank.
+type PodResult struct {
+	Pod           string
+	MatchedBlocks int
+	MatchedTokens int64
+	Score         float64
+	Tiers         TierCounts
+	Ranks         []RankScore // best first; never empty
+}
+
+// Result is the answer to one Query: pods best first (score, then matched
+// blocks, then name). A later Pick would choose one of these same entries.
+//
+// The caller owns a Result and passes it to Score, which overwrites it: a
+// Result reused across calls (pooled by a server, kept by a simulator)
+// carries its buffers along, so scoring allocates nothing per block or pod.
+// The Pods and Ranks slices are valid until the next Score or Reset on it.
+type Result struct {
+	TotalBlocks int // full blocks in the query
+	BlockSize   int // tokens per block for the query's model
+	Pods        []PodResult
+
+	keys    []kvindex.Key
+	cands   []kvindex.PodID
+	res     kvindex.ScoreResult
+	ranks   []RankScore
+	entries []rankEntry
+	byName  map[string]int
+}
+
+type rankEntry struct {
+	pod int
+	RankScore
+}
+
+// maxKeptKeys bounds the key buffer a Result keeps across Reset, so one huge
+// request does not pin memory in a pool.
+const maxKeptKeys = 1 << 16
+
+// Reset empties r and drops oversized buffers; call it before pooling r.
+func (r *Result) Reset() {
+	if cap(r.keys) > maxKeptKeys {
+		r.keys = nil
+	}
+	r.clear()
+}
+
+func (r *Result) clear() {
+	r.TotalBlocks, r.BlockSize = 0, 0
+	clear(r.byName)
+	for i := range r.Pods {
+		r.Pods[i] = PodResult{}
+	}
+	r.Pods = r.Pods[:0]
+	r.ranks = r.ranks[:0]
+	r.keys = r.keys[:0]
+}
+
+// Code classifies an Error independently of any transport; api maps it to
+// a gRPC code and an HTTP status.
+type Code uint8
+
+const (
+	// InvalidArgument: the query is malformed (HTTP 400).
+	InvalidArgument Code = iota + 1
+	// FailedPrecondition: the query is valid but cannot be answered with this
+	// configuration (no tokenizer for the model; HTTP 422).
+	FailedPrecondition
+	// Unavailable: the index cannot be read now (HTTP 503); never answered
+	// with an empty score, which would look like a cache miss.
+	Unavailable
+	// DeadlineExceeded and Canceled: the caller's context ended.
+	DeadlineExceeded
+	Canceled
+)
+
+var codeNames = [...]string{"", "InvalidArgument", "FailedPrecondition", "Unavailable", "DeadlineExceeded", "Canceled"}
+
+func (c Code) String() string {
+	if int(c) < len(codeNames) && c != 0 {
+		return codeNames[c]
+	}
+	return fmt.Sprintf("Code(%d)", uint8(c))
+}
+
+// Error is a failed query with the reason for the caller.
+type Error struct {
+	Code Code
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+func errorf(c Code, format string, args ...any) *Error {
+	return &Error{Code: c, Msg: fmt.Sprintf(format, args...)}
+}
