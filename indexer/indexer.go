@@ -48,6 +48,8 @@ type Config struct {
 	// private registry.
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
+	// Pick configures Pick (policies, speculative entries, routing history).
+	Pick PickConfig
 }
 
 // Indexer owns the wired parts. Every method is safe for concurrent use.
@@ -64,6 +66,7 @@ type Indexer struct {
 	// scoring cannot lose it: a pod is untrusted from an index write failure
 	// until it has been cleared, and its entries are not served meanwhile.
 	trusted func(kvindex.PodID) bool
+	pick    *picker
 	m       *metrics
 }
 
@@ -103,6 +106,10 @@ func New(ctx context.Context, cfg Config) (*Indexer, error) {
 		Metrics: kvindex.NewMetrics(cfg.Registry), Logger: cfg.Logger.With("component", "applier"),
 	})
 	x.trusted = x.applier.Trusted
+	if x.pick, err = newPicker(cfg.Pick, x.idx); err != nil {
+		_ = x.Close()
+		return nil, err
+	}
 	if x.m, err = newMetrics(cfg.Registry, x); err != nil {
 		_ = x.Close()
 		return nil, err
@@ -110,8 +117,9 @@ func New(ctx context.Context, cfg Config) (*Indexer, error) {
 	return x, nil
 }
 
-// Sink is where kvevents delivers decoded engine batches (the applier).
-func (x *Indexer) Sink() kvindex.BatchSink { return x.applier }
+// Sink is where kvevents delivers decoded engine batches: the applier,
+// followed by dropping the speculative entries the events answer.
+func (x *Indexer) Sink() kvindex.BatchSink { return pickSink{x} }
 
 // KeyConfig is the block-key config used for model.
 func (x *Indexer) KeyConfig(model string) kvindex.KeyConfig { return x.hashers.For(model).Config() }

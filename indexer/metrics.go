@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvindex/kvindex/routing"
 )
 
 // metrics are the score pipeline's own series plus a collector that reads
@@ -13,6 +15,10 @@ import (
 type metrics struct {
 	lookup prometheus.Histogram
 	tokens prometheus.Histogram
+	// picks by [policy number][reason], resolved once
+	picks      [][routing.NumReasons]prometheus.Counter
+	specBlocks prometheus.Counter
+	specErrors prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, x *Indexer) (*metrics, error) {
@@ -28,7 +34,25 @@ func newMetrics(reg *prometheus.Registry, x *Indexer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(16, 2, 14),
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.lookup, m.tokens, &statsCollector{x: x}} {
+	picks := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvindexd_picks_total",
+		Help: "Pick decisions by policy and reason.",
+	}, []string{"policy", "reason"})
+	m.picks = make([][routing.NumReasons]prometheus.Counter, len(x.pick.order))
+	for i, p := range x.pick.order {
+		for r := range routing.NumReasons {
+			m.picks[i][r] = picks.WithLabelValues(p.Name(), r.String())
+		}
+	}
+	m.specBlocks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kvindexd_pick_speculative_blocks_total",
+		Help: "Matched blocks that came from speculative entries (picked, not yet confirmed by events).",
+	})
+	m.specErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kvindexd_pick_speculative_errors_total",
+		Help: "Failed reads or writes of the shared speculative store; the pick went on without speculation.",
+	})
+	for _, c := range []prometheus.Collector{m.lookup, m.tokens, picks, m.specBlocks, m.specErrors, &statsCollector{x: x}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -53,6 +77,10 @@ var (
 	descPodIndexErrors    = prometheus.NewDesc("kvindexd_pod_index_errors_total", "Index write failures while applying this pod's events.", podLabels, nil)
 	descPodUntrusted      = prometheus.NewDesc("kvindexd_pod_untrusted", "1 while the pod's entries are not trusted (reset pending after an index failure).", podLabels, nil)
 	descPodLastEvent      = prometheus.NewDesc("kvindexd_pod_last_event_timestamp_seconds", "Time the last event of the pod was applied.", podLabels, nil)
+
+	holdLabels        = []string{"store"}
+	descHoldEntries   = prometheus.NewDesc("kvindexd_pick_assumed_entries", "(block, pod) entries assumed from picks: store=speculative (pods with events, in-process store only) or history (pods without events).", holdLabels, nil)
+	descHoldEvictions = prometheus.NewDesc("kvindexd_pick_assumed_evictions_total", "Live assumed entries dropped at the capacity bound.", holdLabels, nil)
 )
 
 // statsCollector reads the live index and applier statistics at scrape time.
@@ -61,7 +89,7 @@ type statsCollector struct{ x *Indexer }
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descIndexEntries, descIndexKeys, descIndexEvicted, descIndexExpired,
 		descPodEvents, descPodStored, descPodRemoved, descPodClears, descPodParityMatch, descPodParityMismatch,
-		descPodParityUnver, descPodIndexErrors, descPodUntrusted, descPodLastEvent} {
+		descPodParityUnver, descPodIndexErrors, descPodUntrusted, descPodLastEvent, descHoldEntries, descHoldEvictions} {
 		ch <- d
 	}
 }
@@ -72,6 +100,16 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descIndexKeys, prometheus.GaugeValue, float64(st.Keys))
 	ch <- prometheus.MustNewConstMetric(descIndexEvicted, prometheus.CounterValue, float64(st.Evictions))
 	ch <- prometheus.MustNewConstMetric(descIndexExpired, prometheus.CounterValue, float64(st.Expired))
+
+	for _, h := range []struct {
+		name string
+		m    *holdMap
+	}{{"speculative", c.x.pick.specMem}, {"history", c.x.pick.hist}} {
+		if h.m != nil {
+			ch <- prometheus.MustNewConstMetric(descHoldEntries, prometheus.GaugeValue, float64(h.m.len()), h.name)
+			ch <- prometheus.MustNewConstMetric(descHoldEvictions, prometheus.CounterValue, float64(h.m.evictions.Load()), h.name)
+		}
+	}
 
 	for _, p := range c.x.applier.PodStats() {
 		l := []string{p.Pod, strconv.Itoa(p.DPRank), p.Model}

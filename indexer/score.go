@@ -26,43 +26,19 @@ func (x *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 	if err := q.validate(); err != nil {
 		return err
 	}
-	// A model nobody has published for is known to the interner only once an
-	// event arrived; scoring it is legal (nobody holds anything) but the name
-	// must at least be given unless events also came without one.
-	modelID, modelKnown := x.in.LookupModel(q.Model)
-	if q.Model == "" && !modelKnown {
-		return errorf(InvalidArgument, "model is required")
+	in, err := x.requestKeys(ctx, q, &r.keys)
+	if err != nil {
+		return err
 	}
-	hasher := x.hashers.For(q.Model)
-	r.BlockSize = hasher.Config().BlockSize
-
-	switch q.Kind {
-	case InputTokens:
-		x.tokenKeys(r, hasher, q.TokenIDs, q)
-	case InputHashes:
-		for _, h := range q.BlockHashes {
-			r.keys = append(r.keys, kvindex.Key(h))
-		}
-	case InputPrompt:
-		if x.tok == nil {
-			return errorf(FailedPrecondition, "prompt scoring is not configured (no tokenizers: see --tokenizers-dir, --hf-cache-dir, tokenizer model map)")
-		}
-		tokens, err := x.tok.TokenizePrompt(ctx, q.Model, q.Prompt)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctxError(ctx.Err())
-			}
-			return errorf(FailedPrecondition, "tokenize prompt for model %q: %v", q.Model, err)
-		}
-		x.tokenKeys(r, hasher, tokens, q)
-	}
+	modelID, modelKnown := in.model, in.modelKnown
+	r.BlockSize = in.blockSize
 	r.TotalBlocks = len(r.keys)
 
 	var cands []kvindex.PodID
 	if len(q.Pods) > 0 {
 		r.cands = r.cands[:0]
 		for _, name := range q.Pods {
-			r.cands = append(r.cands, x.in.PodsNamed(name)...)
+			r.cands = x.in.AppendPodsNamed(r.cands, name)
 		}
 		cands = r.cands
 	}
@@ -76,8 +52,17 @@ func (x *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 		return nil
 	}
 
+	if err := x.lookup(ctx, modelID, r.keys, cands, &r.res); err != nil {
+		return err
+	}
+	r.aggregate(x.in, x.trusted)
+	return nil
+}
+
+// lookup runs the scorer over the index and times it.
+func (x *Indexer) lookup(ctx context.Context, model kvindex.ModelID, keys []kvindex.Key, cands []kvindex.PodID, res *kvindex.ScoreResult) *Error {
 	t0 := time.Now()
-	err := x.scorer.Score(ctx, modelID, r.keys, cands, &r.res)
+	err := x.scorer.Score(ctx, model, keys, cands, res)
 	x.m.lookup.Observe(time.Since(t0).Seconds())
 	if err != nil {
 		if ctx.Err() != nil {
@@ -85,14 +70,60 @@ func (x *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 		}
 		return errorf(Unavailable, "index lookup failed: %v", err)
 	}
-	r.aggregate(x.in, x.trusted)
 	return nil
 }
 
-// tokenKeys hashes the full blocks of tokens into r.keys.
-func (x *Indexer) tokenKeys(r *Result, h *kvindex.Hasher, tokens []uint32, q *Query) {
+// requestInfo is what requestKeys learned about a validated query.
+type requestInfo struct {
+	model      kvindex.ModelID
+	modelKnown bool // some engine published for the model
+	blockSize  int
+	tokens     int // prompt tokens; 0 for block_hashes input
+}
+
+// requestKeys turns a validated query's input into its block keys (into
+// *keys, reused): the one path Score and Pick share.
+func (x *Indexer) requestKeys(ctx context.Context, q *Query, keys *[]kvindex.Key) (requestInfo, *Error) {
+	var in requestInfo
+	// A model nobody has published for is known to the interner only once an
+	// event arrived; scoring it is legal (nobody holds anything) but the name
+	// must at least be given unless events also came without one.
+	in.model, in.modelKnown = x.in.LookupModel(q.Model)
+	if q.Model == "" && !in.modelKnown {
+		return in, errorf(InvalidArgument, "model is required")
+	}
+	hasher := x.hashers.For(q.Model)
+	in.blockSize = hasher.Config().BlockSize
+	*keys = (*keys)[:0]
+	switch q.Kind {
+	case InputTokens:
+		in.tokens = len(q.TokenIDs)
+		x.tokenKeys(keys, hasher, q.TokenIDs, q)
+	case InputHashes:
+		for _, h := range q.BlockHashes {
+			*keys = append(*keys, kvindex.Key(h))
+		}
+	case InputPrompt:
+		if x.tok == nil {
+			return in, errorf(FailedPrecondition, "prompt scoring is not configured (no tokenizers: see --tokenizers-dir, --hf-cache-dir, tokenizer model map)")
+		}
+		tokens, err := x.tok.TokenizePrompt(ctx, q.Model, q.Prompt)
+		if err != nil {
+			if ctx.Err() != nil {
+				return in, ctxError(ctx.Err())
+			}
+			return in, errorf(FailedPrecondition, "tokenize prompt for model %q: %v", q.Model, err)
+		}
+		in.tokens = len(tokens)
+		x.tokenKeys(keys, hasher, tokens, q)
+	}
+	return in, nil
+}
+
+// tokenKeys hashes the full blocks of tokens into *keys.
+func (x *Indexer) tokenKeys(keys *[]kvindex.Key, h *kvindex.Hasher, tokens []uint32, q *Query) {
 	x.m.tokens.Observe(float64(len(tokens)))
-	r.keys = h.Keys(r.keys[:0], tokens, kvindex.RequestExtras{LoraName: q.LoraName, CacheSalt: q.CacheSalt})
+	*keys = h.Keys((*keys)[:0], tokens, kvindex.RequestExtras{LoraName: q.LoraName, CacheSalt: q.CacheSalt})
 }
 
 // aggregate folds the scorer's per-(pod, rank) results into one entry per

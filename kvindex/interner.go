@@ -84,6 +84,14 @@ func (in *Interner) PodsNamed(name string) []PodID {
 	return append([]PodID(nil), ids...)
 }
 
+// AppendPodsNamed appends the ids of every DP rank seen for name to dst,
+// in interning order, without allocating when dst has room.
+func (in *Interner) AppendPodsNamed(dst []PodID, name string) []PodID {
+	in.mu.RLock()
+	defer in.mu.RUnlock()
+	return append(dst, in.byName[name]...)
+}
+
 // NumPods is how many pods have been interned; every PodID is below it.
 func (in *Interner) NumPods() int {
 	in.mu.RLock()

@@ -1,0 +1,459 @@
+package indexer
+
+import (
+	"context"
+
+	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/routing"
+)
+
+// MaxCandidates bounds one Pick's candidates (a router's live endpoints for
+// one model; far above any fleet one router balances).
+const MaxCandidates = 4096
+
+// EventsMode is whether a candidate publishes KV events.
+type EventsMode uint8
+
+const (
+	// EventsAuto: the pod is matched through the index when the index
+	// knows it (it published events), else through the routing history.
+	EventsAuto EventsMode = iota
+	// EventsOn: the pod publishes events; it is matched through the index
+	// only (a pod that has published nothing yet holds nothing).
+	EventsOn
+	// EventsOff: the pod publishes nothing; it is matched through the
+	// routing history of earlier picks (an approximate index).
+	EventsOff
+)
+
+// Candidate is one pod a router may send the request to, with the load the
+// router sees.
+type Candidate struct {
+	Pod string
+	// DPRank names one data-parallel rank of the pod when HasDPRank;
+	// otherwise every rank of the pod is a match and the best one is named
+	// in the answer.
+	DPRank    int
+	HasDPRank bool
+	Events    EventsMode
+	routing.Load
+}
+
+// PickQuery is one pick request: the request as for Score (Query; its Pods
+// filter must be empty, the candidates take its place), the router's
+// candidates and optionally a policy name ("" = the configured default).
+type PickQuery struct {
+	Query
+	Candidates []Candidate
+	Policy     string
+}
+
+// CandidateResult is one candidate in a pick answer, in the order of the
+// query's candidates, with the numbers that decided it.
+type CandidateResult struct {
+	Pod       string
+	DPRank    int
+	HasDPRank bool
+	// MatchedBlocks is the request's leading blocks the pod is taken to
+	// hold: indexed, then speculative; or from the routing history when
+	// Approximate.
+	MatchedBlocks int
+	// SpeculativeBlocks of MatchedBlocks are held only because an earlier
+	// pick chose this pod and its events have not confirmed them yet.
+	SpeculativeBlocks int
+	// Approximate: the pod is matched by the routing history (no events).
+	Approximate bool
+	// Tiers counts the indexed blocks by tier.
+	Tiers TierCounts
+	// Cached is MatchedBlocks weighted by tier (what the policies read).
+	Cached float64
+	// Score and Cost are the policy's numbers (see package routing).
+	Score float64
+	Cost  float64
+}
+
+// PickResult is the answer to one PickQuery. Like Result it is owned by
+// the caller and reused: Pick overwrites it and allocates nothing once its
+// buffers have grown. Candidates is valid until the next Pick or Reset.
+type PickResult struct {
+	// Chosen is the index of the picked candidate; Pod and DPRank repeat
+	// its name (DPRank when the query named it or the index matched a rank).
+	Chosen    int
+	Pod       string
+	DPRank    int
+	HasDPRank bool
+	Policy    string
+	Reason    routing.Reason
+	// TotalBlocks and BlockSize are as in Result.
+	TotalBlocks int
+	BlockSize   int
+	Candidates  []CandidateResult
+
+	keys    []kvindex.Key
+	ids     []kvindex.PodID
+	owner   []int32 // PodID -> candidate index + 1
+	res     kvindex.ScoreResult
+	rc      []routing.Candidate
+	mode    []EventsMode // resolved: EventsOn or EventsOff
+	holders []uint64
+	run     []int32
+	// the candidates whose runs speculative entries may extend, their
+	// holders and where their indexed runs end
+	specAt      []int32
+	specHolders []uint64
+	start       []int32
+	ext         []int32
+	table       holderTable
+}
+
+// Reset empties r and drops oversized buffers; call it before pooling r.
+func (r *PickResult) Reset() {
+	if cap(r.keys) > maxKeptKeys {
+		r.keys = nil
+	}
+	r.clear()
+}
+
+func (r *PickResult) clear() {
+	r.Chosen, r.Pod, r.DPRank, r.HasDPRank, r.Policy, r.Reason = 0, "", 0, false, "", 0
+	r.TotalBlocks, r.BlockSize = 0, 0
+	clear(r.Candidates)
+	r.Candidates = r.Candidates[:0]
+	r.keys = r.keys[:0]
+}
+
+func (q *PickQuery) validate() *Error {
+	if err := q.Query.validate(); err != nil {
+		return err
+	}
+	if len(q.Pods) > 0 {
+		return errorf(InvalidArgument, "pods does not apply to pick: the candidates are the pods")
+	}
+	if len(q.Candidates) == 0 {
+		return errorf(InvalidArgument, "candidates is required: the router's live endpoints with their load")
+	}
+	if len(q.Candidates) > MaxCandidates {
+		return errorf(InvalidArgument, "candidates has %d entries, limit %d", len(q.Candidates), MaxCandidates)
+	}
+	for i := range q.Candidates {
+		c := &q.Candidates[i]
+		switch {
+		case c.Pod == "":
+			return errorf(InvalidArgument, "candidates[%d].pod is empty", i)
+		case c.HasDPRank && c.DPRank < 0:
+			return errorf(InvalidArgument, "candidates[%d].dp_rank is %d, must be >= 0", i, c.DPRank)
+		case c.Waiting < 0 || c.Running < 0:
+			return errorf(InvalidArgument, "candidates[%d]: waiting and running must be >= 0", i)
+		case !(c.KVUsage >= 0 && c.KVUsage <= 1):
+			return errorf(InvalidArgument, "candidates[%d].kv_usage is %v, must be in [0, 1]", i, c.KVUsage)
+		case c.Events > EventsOff:
+			return errorf(InvalidArgument, "candidates[%d]: unknown events mode %d", i, c.Events)
+		}
+	}
+	return nil
+}
+
+// Pick chooses one of q's candidates for the request: the request's block
+// keys are computed exactly as Score does, every candidate is matched
+// (through the index plus speculative entries, or through the routing
+// history for pods without events), and the policy decides with the
+// candidates' load. The chosen pod is then assumed to hold the request's
+// blocks: speculatively (until its events confirm them or the TTL passes)
+// or in the routing history. A non-nil error is an *Error and r is empty.
+func (x *Indexer) Pick(ctx context.Context, q *PickQuery, r *PickResult) error {
+	r.clear()
+	if err := x.pickInto(ctx, q, r); err != nil {
+		r.clear()
+		return err
+	}
+	return nil
+}
+
+func (x *Indexer) pickInto(ctx context.Context, q *PickQuery, r *PickResult) *Error {
+	if err := q.validate(); err != nil {
+		return err
+	}
+	pol := x.pick.def
+	if q.Policy != "" {
+		var ok bool
+		if pol, ok = x.pick.index(q.Policy); !ok {
+			return errorf(InvalidArgument, "unknown policy %q (want one of %v)", q.Policy, routing.Names())
+		}
+	}
+	in, err := x.requestKeys(ctx, &q.Query, &r.keys)
+	if err != nil {
+		return err
+	}
+	r.BlockSize, r.TotalBlocks = in.blockSize, len(r.keys)
+	n := len(q.Candidates)
+	r.prepare(n)
+	if err := x.resolveCandidates(q, r); err != nil {
+		return err
+	}
+	if err := x.matchIndexed(ctx, in, q, r); err != nil {
+		return err
+	}
+	now := x.pick.now().UnixNano()
+	x.matchSpeculative(ctx, q.Model, r)
+	x.matchHistory(q.Model, r, now)
+
+	gpu := x.scorer.Weights()[kvindex.TierGPU]
+	for i := range r.Candidates {
+		c := &r.Candidates[i]
+		c.Cached += float64(c.MatchedBlocks-int(c.Tiers.sum())) * gpu
+		r.rc[i] = routing.Candidate{Load: q.Candidates[i].Load, Matched: c.MatchedBlocks, Cached: c.Cached}
+	}
+	tokens := in.tokens
+	if tokens == 0 {
+		tokens = r.TotalBlocks * r.BlockSize
+	}
+	p := x.pick.order[pol]
+	chosen, why := p.Pick(routing.Request{Blocks: r.TotalBlocks, Tokens: tokens, BlockSize: r.BlockSize}, r.rc)
+	for i := range r.Candidates {
+		r.Candidates[i].Score, r.Candidates[i].Cost = r.rc[i].Score, r.rc[i].Cost
+	}
+	c := &r.Candidates[chosen]
+	r.Chosen, r.Pod, r.DPRank, r.HasDPRank = chosen, c.Pod, c.DPRank, c.HasDPRank
+	r.Policy, r.Reason = p.Name(), why
+	x.m.picks[pol][why].Inc()
+	x.record(ctx, q.Model, r, chosen, now)
+	return nil
+}
+
+func (p *picker) index(name string) (int, bool) {
+	for i, pol := range p.order {
+		if pol.Name() == name {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// prepare sizes the per-candidate buffers for n candidates.
+func (r *PickResult) prepare(n int) {
+	r.Candidates = grow(r.Candidates, n)
+	r.rc = grow(r.rc, n)
+	r.mode = grow(r.mode, n)
+	r.holders = grow(r.holders, n)
+	r.run = grow(r.run, n)
+	r.ids = r.ids[:0]
+	r.table.reset(n)
+}
+
+// grow returns s with length n, its elements zeroed.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		s = make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// resolveCandidates names every candidate, decides how it is matched and
+// rejects duplicates.
+func (x *Indexer) resolveCandidates(q *PickQuery, r *PickResult) *Error {
+	for i := range q.Candidates {
+		qc := &q.Candidates[i]
+		rank := -1
+		if qc.HasDPRank {
+			rank = qc.DPRank
+		}
+		r.Candidates[i] = CandidateResult{Pod: qc.Pod, DPRank: qc.DPRank, HasDPRank: qc.HasDPRank}
+		h := holderID(qc.Pod, rank)
+		if !r.table.put(h, int32(i)) {
+			r.releaseOwners()
+			return errorf(InvalidArgument, "candidates[%d] repeats pod %q%s", i, qc.Pod, rankSuffix(qc))
+		}
+		r.holders[i] = h
+		r.run[i] = -1 // not matched by the routing history
+		before := len(r.ids)
+		if qc.Events != EventsOff {
+			if qc.HasDPRank {
+				if id, ok := x.in.LookupPod(qc.Pod, qc.DPRank); ok {
+					r.ids = append(r.ids, id)
+				}
+			} else {
+				r.ids = x.in.AppendPodsNamed(r.ids, qc.Pod)
+			}
+		}
+		if qc.Events == EventsOff || (qc.Events == EventsAuto && len(r.ids) == before) {
+			r.mode[i] = EventsOff
+			r.Candidates[i].Approximate = true
+			r.run[i] = 0
+			continue
+		}
+		r.mode[i] = EventsOn
+		for _, id := range r.ids[before:] {
+			if int(id) >= len(r.owner) {
+				r.owner = append(r.owner, make([]int32, int(id)+1-len(r.owner))...)
+			}
+			if r.owner[id] != 0 {
+				// (pod) and (pod, rank) both listed: one engine twice
+				r.releaseOwners()
+				return errorf(InvalidArgument, "candidates[%d] repeats pod %q%s", i, qc.Pod, rankSuffix(qc))
+			}
+			r.owner[id] = int32(i) + 1
+		}
+	}
+	return nil
+}
+
+func rankSuffix(c *Candidate) string {
+	if c.HasDPRank {
+		return " dp_rank " + itoa(c.DPRank)
+	}
+	return ""
+}
+
+func itoa(v int) string {
+	var b [20]byte
+	i := len(b)
+	neg := v < 0
+	if neg {
+		v = -v
+	}
+	for {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			break
+		}
+	}
+	if neg {
+		i--
+		b[i] = '-'
+	}
+	return string(b[i:])
+}
+
+func (r *PickResult) releaseOwners() {
+	for _, id := range r.ids {
+		if int(id) < len(r.owner) {
+			r.owner[id] = 0
+		}
+	}
+}
+
+// matchIndexed scores the index-matched candidates' engines in one lookup
+// and keeps each candidate's best rank.
+func (x *Indexer) matchIndexed(ctx context.Context, in requestInfo, q *PickQuery, r *PickResult) *Error {
+	defer r.releaseOwners()
+	if !in.modelKnown || len(r.keys) == 0 || len(r.ids) == 0 {
+		if len(r.ids) > 0 || hasMode(r.mode, EventsOn) {
+			// as Score: an index that is down is reported, not read as empty
+			if err := x.Healthy(ctx); err != nil {
+				return errorf(Unavailable, "index unavailable: %v", err)
+			}
+		}
+		return nil
+	}
+	if err := x.lookup(ctx, in.model, r.keys, r.ids, &r.res); err != nil {
+		return err
+	}
+	for _, ps := range r.res.Pods {
+		if int(ps.Pod) >= len(r.owner) || r.owner[ps.Pod] == 0 || !x.trusted(ps.Pod) {
+			continue
+		}
+		i := r.owner[ps.Pod] - 1
+		c := &r.Candidates[i]
+		_, rank := x.in.PodName(ps.Pod)
+		better := ps.Score > c.Cached || (ps.Score == c.Cached && ps.MatchedBlocks > c.MatchedBlocks) ||
+			(ps.Score == c.Cached && ps.MatchedBlocks == c.MatchedBlocks && !q.Candidates[i].HasDPRank && rank < c.DPRank)
+		if c.MatchedBlocks == 0 || better {
+			c.MatchedBlocks, c.Cached = ps.MatchedBlocks, ps.Score
+			copy(c.Tiers[:], ps.TierBlocks[:])
+			if !q.Candidates[i].HasDPRank {
+				c.DPRank, c.HasDPRank = rank, true
+			}
+		}
+	}
+	return nil
+}
+
+func hasMode(m []EventsMode, want EventsMode) bool {
+	for _, v := range m {
+		if v == want {
+			return true
+		}
+	}
+	return false
+}
+
+// matchSpeculative extends the indexed runs of candidates with events by
+// their speculative entries. A failing shared store costs the speculation,
+// not the pick: it is counted and the entries are read as absent.
+func (x *Indexer) matchSpeculative(ctx context.Context, model string, r *PickResult) {
+	p := x.pick
+	if p.spec == nil || len(r.keys) == 0 || (p.specMem != nil && p.specMem.len() == 0) {
+		return
+	}
+	r.specAt, r.specHolders, r.start = r.specAt[:0], r.specHolders[:0], r.start[:0]
+	for i, m := range r.mode {
+		if m == EventsOn && r.Candidates[i].MatchedBlocks < len(r.keys) {
+			r.specAt = append(r.specAt, int32(i))
+			r.specHolders = append(r.specHolders, r.holders[i])
+			r.start = append(r.start, int32(r.Candidates[i].MatchedBlocks))
+		}
+	}
+	if len(r.specAt) == 0 {
+		return
+	}
+	r.ext = grow(r.ext, len(r.specAt))
+	if err := p.spec.Extend(ctx, model, r.keys, r.specHolders, r.start, r.ext); err != nil {
+		x.m.specErrors.Inc()
+		return
+	}
+	for j, i := range r.specAt {
+		if e := r.ext[j]; e > 0 {
+			c := &r.Candidates[i]
+			c.MatchedBlocks += int(e)
+			c.SpeculativeBlocks = int(e)
+			x.m.specBlocks.Add(float64(e))
+		}
+	}
+}
+
+// matchHistory matches candidates without events through the routing
+// history.
+func (x *Indexer) matchHistory(model string, r *PickResult, now int64) {
+	h := x.pick.hist
+	if h == nil || len(r.keys) == 0 || h.len() == 0 || !hasMode(r.mode, EventsOff) {
+		return
+	}
+	h.walk(modelHash(model), r.keys, &r.table, r.run, now)
+	for i, m := range r.mode {
+		if m == EventsOff {
+			r.Candidates[i].MatchedBlocks = int(r.run[i])
+		}
+	}
+}
+
+// record makes the chosen pod the assumed holder of the request's blocks:
+// speculatively beyond what it already holds when it has events, in the
+// routing history (refreshing the whole prefix) when it has none.
+func (x *Indexer) record(ctx context.Context, model string, r *PickResult, chosen int, now int64) {
+	p := x.pick
+	c := &r.Candidates[chosen]
+	if r.mode[chosen] == EventsOff {
+		if p.hist != nil && len(r.keys) > 0 {
+			p.hist.hold(modelHash(model), r.keys, r.holders[chosen], now)
+		}
+		return
+	}
+	if p.spec == nil || c.MatchedBlocks >= len(r.keys) {
+		return
+	}
+	if err := p.spec.Hold(ctx, model, r.keys[c.MatchedBlocks:], r.holders[chosen]); err != nil {
+		x.m.specErrors.Inc()
+	}
+}
+
+func (t *TierCounts) sum() int32 {
+	var n int32
+	for _, v := range t {
+		n += v
+	}
+	return n
+}

@@ -1,0 +1,190 @@
+package indexer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/routing"
+)
+
+// PickConfig configures Pick: its policies, speculative entries and the
+// routing history of pods without events. The zero value is the documented
+// defaults.
+type PickConfig struct {
+	// DefaultPolicy answers a Pick that names none ("" = routing.DefaultPolicy).
+	DefaultPolicy string
+	// Params are the policies' knobs (nil = routing.Defaults()).
+	Params *routing.Params
+	// SpeculativeTTL is how long the pod a Pick chose is assumed to hold the
+	// request's blocks before its own events say so (0 = 2 s, the value
+	// llm-d and Dynamo use; negative turns speculation off).
+	SpeculativeTTL time.Duration
+	// SpeculativeCapacity bounds the in-process speculative entries
+	// ((block, pod) pairs; 0 = 1<<18).
+	SpeculativeCapacity int
+	// SharedSpeculative builds a store shared by every daemon on the same
+	// index (Redis) from the backend; nil keeps entries in this process.
+	// It is given the TTL to apply.
+	SharedSpeculative func(idx kvindex.Index, ttl time.Duration) (SpeculativeStore, error)
+	// HistoryTTL is how long a pick is remembered for candidates without
+	// KV events (0 = 120 s, Dynamo's approximate-mode TTL; negative turns
+	// the routing history off).
+	HistoryTTL time.Duration
+	// HistoryCapacity bounds the routing history ((block, pod) pairs;
+	// 0 = 1<<20).
+	HistoryCapacity int
+	// Now is the clock of both TTLs (nil = time.Now); tests and the
+	// simulator inject theirs.
+	Now func() time.Time
+}
+
+const (
+	defaultSpecTTL      = 2 * time.Second
+	defaultSpecCapacity = 1 << 18
+	defaultHistTTL      = 120 * time.Second
+	defaultHistCapacity = 1 << 20
+	maxHoldCapacity     = 1 << 26
+)
+
+// SpeculativeStore holds speculative entries where several daemons see
+// them (one index in Redis, several daemons). Holders are holderIDs, the
+// same in every daemon. Every method is safe for concurrent use.
+type SpeculativeStore interface {
+	// Extend sets ext[i] to how many consecutive blocks from keys[start[i]]
+	// are held speculatively by holders[i].
+	Extend(ctx context.Context, model string, keys []kvindex.Key, holders []uint64, start, ext []int32) error
+	// Hold records holder for keys for the store's TTL.
+	Hold(ctx context.Context, model string, keys []kvindex.Key, holder uint64) error
+	// Drop removes holder's entries for the blocks whose engine hashes are
+	// given: its real events for them arrived.
+	Drop(ctx context.Context, model string, hashes []uint64, holder uint64) error
+}
+
+// picker is Pick's state beside the index: the policies, the speculative
+// store and the routing history.
+type picker struct {
+	policies map[string]routing.Policy
+	order    []routing.Policy // index = policy number in metrics
+	def      int
+	now      func() time.Time
+	// spec is the speculative store (nil = off); specMem is set when it is
+	// the in-process one, whose emptiness Pick checks for free.
+	spec    SpeculativeStore
+	specMem *holdMap
+	hist    *holdMap // nil = off
+}
+
+func newPicker(cfg PickConfig, idx kvindex.Index) (*picker, error) {
+	params := routing.Defaults()
+	if cfg.Params != nil {
+		params = *cfg.Params
+	}
+	p := &picker{policies: map[string]routing.Policy{}, now: cfg.Now}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	def := cfg.DefaultPolicy
+	if def == "" {
+		def = routing.DefaultPolicy
+	}
+	p.def = -1
+	for _, name := range routing.Names() {
+		pol, err := routing.New(name, params)
+		if err != nil {
+			return nil, fmt.Errorf("indexer: pick: %w", err)
+		}
+		if name == def {
+			p.def = len(p.order)
+		}
+		p.policies[name] = pol
+		p.order = append(p.order, pol)
+	}
+	if p.def < 0 {
+		_, err := routing.New(def, params)
+		return nil, fmt.Errorf("indexer: pick: default policy: %w", err)
+	}
+	if cfg.SpeculativeCapacity < 0 || cfg.SpeculativeCapacity > maxHoldCapacity ||
+		cfg.HistoryCapacity < 0 || cfg.HistoryCapacity > maxHoldCapacity {
+		return nil, fmt.Errorf("indexer: pick: capacities must be in [0, %d]", maxHoldCapacity)
+	}
+	if ttl := orDefault(cfg.SpeculativeTTL, defaultSpecTTL); ttl > 0 {
+		if cfg.SharedSpeculative != nil {
+			s, err := cfg.SharedSpeculative(idx, ttl)
+			if err != nil {
+				return nil, fmt.Errorf("indexer: pick: speculative store: %w", err)
+			}
+			if s == nil {
+				return nil, errors.New("indexer: pick: speculative store factory returned no store")
+			}
+			p.spec = s
+		} else {
+			p.specMem = newHoldMap(int64(ttl), orDefault(cfg.SpeculativeCapacity, defaultSpecCapacity))
+			p.spec = &memSpec{h: p.specMem, now: p.now}
+		}
+	}
+	if ttl := orDefault(cfg.HistoryTTL, defaultHistTTL); ttl > 0 {
+		p.hist = newHoldMap(int64(ttl), orDefault(cfg.HistoryCapacity, defaultHistCapacity))
+	}
+	return p, nil
+}
+
+func orDefault[T int | time.Duration](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// memSpec is the in-process SpeculativeStore.
+type memSpec struct {
+	h   *holdMap
+	now func() time.Time
+}
+
+func (m *memSpec) Extend(_ context.Context, model string, keys []kvindex.Key, holders []uint64, start, ext []int32) error {
+	m.h.extend(modelHash(model), keys, holders, start, ext, m.now().UnixNano())
+	return nil
+}
+
+func (m *memSpec) Hold(_ context.Context, model string, keys []kvindex.Key, holder uint64) error {
+	m.h.hold(modelHash(model), keys, holder, m.now().UnixNano())
+	return nil
+}
+
+func (m *memSpec) Drop(_ context.Context, model string, hashes []uint64, holder uint64) error {
+	m.h.drop(modelHash(model), hashes, holder)
+	return nil
+}
+
+// pickSink applies engine batches and then drops the speculative entries
+// those events answer: a BlockStored replaces the pod's speculative entry
+// with a real one, a BlockRemoved contradicts it.
+type pickSink struct {
+	x *Indexer
+}
+
+func (s pickSink) Apply(ctx context.Context, b *kvindex.Batch) {
+	s.x.applier.Apply(ctx, b)
+	p := s.x.pick
+	if p.spec == nil || (p.specMem != nil && p.specMem.len() == 0) {
+		return
+	}
+	// The router may have named the pod with or without its rank.
+	ranked, unranked := holderID(b.Pod, b.DPRank), holderID(b.Pod, -1)
+	for i := range b.Events {
+		ev := &b.Events[i]
+		if ev.Kind != kvindex.BlockStored && ev.Kind != kvindex.BlockRemoved || len(ev.BlockHashes) == 0 {
+			continue
+		}
+		for _, h := range [2]uint64{ranked, unranked} {
+			if err := p.spec.Drop(ctx, b.Model, ev.BlockHashes, h); err != nil {
+				s.x.m.specErrors.Inc()
+				// the entries expire by their TTL anyway
+				return
+			}
+		}
+	}
+}
