@@ -22,12 +22,14 @@ type CostParams struct {
 //
 //	cost = OverlapWeight * prefill_blocks + decode_blocks
 //	prefill_blocks = Blocks - Cached                (tier-credited)
-//	decode_blocks  = (Running + Waiting) * BlocksPerRequest
+//	decode_blocks  = (Running + Waiting) * BlocksPerRequest + Blocks - Matched
 //
 // wins; ties go to the less loaded, then to the earlier candidate. Dynamo
-// counts the blocks of every active sequence on a worker; a router here
-// reports request counts, so each in-flight request is assumed to hold
-// BlocksPerRequest blocks (default: as many as this request). Tier credits:
+// counts the blocks of every active sequence on a worker plus the new
+// request's blocks that the worker's sequences do not already share; a
+// router here reports request counts, so each in-flight request is assumed
+// to hold BlocksPerRequest blocks (default: as many as this request), and
+// the blocks the pod already holds stand for the shared ones. Tier credits:
 // Cached weighs a block found on CPU or disk below one on GPU, so a slower
 // hit saves less prefill. Dynamo's optional softmax sampling
 // (--router-temperature > 0) is not implemented: its default, 0, is this
@@ -54,7 +56,7 @@ func (p *Cost) Pick(req Request, c []Candidate) (int, Reason) {
 		x := &c[i]
 		prefill := math.Max(float64(req.Blocks)-x.Cached, 0)
 		x.Score = x.Cached
-		x.Cost = p.p.OverlapWeight*prefill + float64(x.InFlight())*per
+		x.Cost = p.p.OverlapWeight*prefill + float64(x.InFlight())*per + float64(max(req.Blocks-x.Matched, 0))
 		if i > 0 && (x.Cost < c[best].Cost || (x.Cost == c[best].Cost && lessLoaded(x, &c[best]))) {
 			best = i
 		}

@@ -64,25 +64,29 @@ func TestEqualLoadLongestPrefixWins(t *testing.T) {
 func TestCostFormula(t *testing.T) {
 	p := mustNew(t, NameCost)
 	req := Request{Blocks: 10, BlockSize: 16}
-	// a: 8 cached, 2 in flight: 1*(10-8) + 2*10 = 22
-	// b: nothing cached, idle:  1*10 + 0 = 10
+	// a: 8 cached, 2 in flight: 1*(10-8) + 2*10 + (10-8) = 24
+	// b: nothing cached, idle:  1*10 + 0 + 10 = 20
 	c := []Candidate{cand(2, 0, 0, 8), cand(0, 0, 0, 0)}
 	got, why := p.Pick(req, c)
-	if got != 1 || why != ReasonLowestCost || c[0].Cost != 22 || c[1].Cost != 10 || c[0].Score != 8 {
+	if got != 1 || why != ReasonLowestCost || c[0].Cost != 24 || c[1].Cost != 20 || c[0].Score != 8 {
 		t.Fatalf("got %d %v %+v", got, why, c)
 	}
-	// One request in flight costs BlocksPerRequest blocks: with 4 per
-	// request, a costs 2 + 8 = 10 and ties b (10); the tie goes to the less
-	// loaded b.
+	// With 4 blocks per in-flight request a costs 2 + 8 + 2 = 12 and wins.
 	p2, _ := New(NameCost, Params{Cost: CostParams{OverlapWeight: 1, BlocksPerRequest: 4}})
-	if got, _ := p2.Pick(req, c); got != 1 || c[0].Cost != 10 {
+	if got, _ := p2.Pick(req, c); got != 0 || c[0].Cost != 12 {
 		t.Fatalf("got %d %+v", got, c)
 	}
-	// Tier credits: 8 matched blocks worth only 4 (on CPU) leave 6 to prefill.
+	// Tier credits: 8 matched blocks worth only 4 (on CPU) leave 6 to
+	// prefill: 6 + 0 + 2.
 	c = []Candidate{{Matched: 8, Cached: 4}, {Load: Load{Running: 0}}}
 	p.Pick(req, c)
-	if c[0].Cost != 6 {
-		t.Fatalf("tier-credited cost = %v, want 6", c[0].Cost)
+	if c[0].Cost != 8 {
+		t.Fatalf("tier-credited cost = %v, want 8", c[0].Cost)
+	}
+	// Equal cost: the less loaded wins (a: 0+10+0 = 10, b: 5+0+5 = 10).
+	c = []Candidate{cand(1, 0, 0, 10), cand(0, 0, 0, 5)}
+	if got, _ := p.Pick(req, c); got != 1 {
+		t.Fatalf("tie: picked %d %+v", got, c)
 	}
 }
 
@@ -120,8 +124,9 @@ func TestLoadedHolderLoses(t *testing.T) {
 		why       Reason
 		justUnder Load // the same holder just under the threshold keeps the request
 	}{
-		// cost: 1*0 + L*10 > 1*10 + 0 once L > 1
-		{NameCost, Load{Running: 2}, 1, ReasonLowestCost, Load{Running: 0}},
+		// cost: 0 + L*10 + 0 against 10 + 0 + 10: the holder loses once
+		// L > 2 (at 2 the tie goes to the idle pod), keeps it at 1
+		{NameCost, Load{Running: 3}, 1, ReasonLowestCost, Load{Running: 1}},
 		// aibrix: running spread 17 > 16
 		{NameAIBrix, Load{Running: 17}, 1, ReasonImbalanced, Load{Running: 16}},
 		// sglang: spread 65 > 64 and 65 > 1.5*0
