@@ -269,7 +269,7 @@ func TestPickIndexDown(t *testing.T) {
 	f.down.Store(true)
 	var r PickResult
 	for _, q := range []*PickQuery{
-		hashQuery(prompt, Candidate{Pod: "a"}),                    // index lookup fails
+		hashQuery(prompt, Candidate{Pod: "a"}),                     // index lookup fails
 		hashQuery(prompt, Candidate{Pod: "new", Events: EventsOn}), // no lookup: health check
 	} {
 		err := x.Pick(context.Background(), q, &r)
