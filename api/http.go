@@ -26,6 +26,7 @@ const maxBodyBytes = 64 << 20
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/score", s.handleScore)
+	mux.HandleFunc("POST /v1/pick", s.handlePick)
 	mux.HandleFunc("GET /v1/pods", s.handlePods)
 	mux.HandleFunc("GET /v1/endpoints", s.handleListEndpoints)
 	mux.HandleFunc("POST /v1/endpoints", s.handleAddEndpoint)

@@ -26,13 +26,22 @@ type scoreBody struct {
 func parseScoreBody(data []byte, out *scoreBody) error {
 	*out = scoreBody{tokens: out.tokens[:0], hashes: out.hashes[:0], pods: out.pods[:0]}
 	s := scanner{b: data}
+	if err := s.object(func(key string) error { return s.scoreField(key, out) }); err != nil {
+		return err
+	}
+	return s.end()
+}
+
+// object reads {"key": value, ...}, calling field for each key with the
+// scanner at its value (which field must consume).
+func (s *scanner) object(field func(key string) error) error {
 	s.ws()
 	if !s.eat('{') {
 		return s.errorf("expected a JSON object")
 	}
 	s.ws()
 	if s.eat('}') {
-		return s.end()
+		return nil
 	}
 	for {
 		s.ws()
@@ -45,66 +54,7 @@ func parseScoreBody(data []byte, out *scoreBody) error {
 			return s.errorf("expected ':' after %q", key)
 		}
 		s.ws()
-		switch key {
-		case "model":
-			out.model, _, err = s.optStr(key)
-		case "prompt":
-			out.prompt, out.hasPrompt, err = s.optStr(key)
-		case "lora_name":
-			out.loraName, _, err = s.optStr(key)
-		case "cache_salt":
-			out.cacheSalt, _, err = s.optStr(key)
-		// A repeated key replaces the earlier value, as in encoding/json.
-		case "token_ids":
-			out.tokens = out.tokens[:0]
-			err = s.array(key, func(i int) error {
-				v, err := s.int(key, i)
-				if err != nil {
-					return err
-				}
-				if v < 0 || v > math.MaxUint32 {
-					return fmt.Errorf("token_ids[%d] = %d is out of range [0, 2^32)", i, v)
-				}
-				out.tokens = append(out.tokens, uint32(v))
-				return nil
-			})
-			out.hasTokens = len(out.tokens) > 0
-		case "block_hashes":
-			out.hashes = out.hashes[:0]
-			err = s.array(key, func(i int) error {
-				var h uint64
-				var err error
-				if s.peek() == '"' {
-					var str string
-					if str, err = s.str(); err == nil {
-						h, err = parseHash(str)
-					}
-				} else {
-					start := s.p
-					s.number()
-					h, err = parseHash(string(s.b[start:s.p]))
-				}
-				if err != nil {
-					return fmt.Errorf("block_hashes[%d]: %v", i, err)
-				}
-				out.hashes = append(out.hashes, h)
-				return nil
-			})
-			out.hasHashes = len(out.hashes) > 0
-		case "pods":
-			out.pods = out.pods[:0]
-			err = s.array(key, func(i int) error {
-				p, err := s.str()
-				if err != nil {
-					return fmt.Errorf("pods[%d]: %v", i, err)
-				}
-				out.pods = append(out.pods, p)
-				return nil
-			})
-		default:
-			return fmt.Errorf("unknown field %q (want model, token_ids, block_hashes, prompt, pods, lora_name, cache_salt)", key)
-		}
-		if err != nil {
+		if err := field(key); err != nil {
 			return err
 		}
 		s.ws()
@@ -112,10 +62,76 @@ func parseScoreBody(data []byte, out *scoreBody) error {
 			continue
 		}
 		if s.eat('}') {
-			return s.end()
+			return nil
 		}
 		return s.errorf("expected ',' or '}'")
 	}
+}
+
+// scoreField reads the value of one field of a score request; a pick
+// request has the same fields plus its own.
+func (s *scanner) scoreField(key string, out *scoreBody) error {
+	var err error
+	switch key {
+	case "model":
+		out.model, _, err = s.optStr(key)
+	case "prompt":
+		out.prompt, out.hasPrompt, err = s.optStr(key)
+	case "lora_name":
+		out.loraName, _, err = s.optStr(key)
+	case "cache_salt":
+		out.cacheSalt, _, err = s.optStr(key)
+	// A repeated key replaces the earlier value, as in encoding/json.
+	case "token_ids":
+		out.tokens = out.tokens[:0]
+		err = s.array(key, func(i int) error {
+			v, err := s.int(key, i)
+			if err != nil {
+				return err
+			}
+			if v < 0 || v > math.MaxUint32 {
+				return fmt.Errorf("token_ids[%d] = %d is out of range [0, 2^32)", i, v)
+			}
+			out.tokens = append(out.tokens, uint32(v))
+			return nil
+		})
+		out.hasTokens = len(out.tokens) > 0
+	case "block_hashes":
+		out.hashes = out.hashes[:0]
+		err = s.array(key, func(i int) error {
+			var h uint64
+			var err error
+			if s.peek() == '"' {
+				var str string
+				if str, err = s.str(); err == nil {
+					h, err = parseHash(str)
+				}
+			} else {
+				start := s.p
+				s.number()
+				h, err = parseHash(string(s.b[start:s.p]))
+			}
+			if err != nil {
+				return fmt.Errorf("block_hashes[%d]: %v", i, err)
+			}
+			out.hashes = append(out.hashes, h)
+			return nil
+		})
+		out.hasHashes = len(out.hashes) > 0
+	case "pods":
+		out.pods = out.pods[:0]
+		err = s.array(key, func(i int) error {
+			p, err := s.str()
+			if err != nil {
+				return fmt.Errorf("pods[%d]: %v", i, err)
+			}
+			out.pods = append(out.pods, p)
+			return nil
+		})
+	default:
+		return fmt.Errorf("unknown field %q (want model, token_ids, block_hashes, prompt, pods, lora_name, cache_salt)", key)
+	}
+	return err
 }
 
 type scanner struct {

@@ -1,6 +1,6 @@
 // Package api is what routers call: the kvindex.v1.Indexer gRPC service, the
 // llm-d compatible indexer.v1.IndexerService, grpc.health.v1 and reflection,
-// and the HTTP/JSON surface (/v1/score, /v1/pods, /v1/endpoints, /metrics,
+// and the HTTP/JSON surface (/v1/score, /v1/pick, /v1/pods, /v1/endpoints, /metrics,
 // /healthz, /readyz). It is transport only: it decodes requests into
 // indexer.Query values, encodes indexer.Result answers, maps indexer error
 // codes to gRPC codes and HTTP statuses, and keeps request metrics and
@@ -56,6 +56,8 @@ type Server struct {
 	idx     *indexer.Indexer
 	log     *slog.Logger
 	metrics *metrics
+	// pickMetrics are the Pick request series (both transports).
+	pickMetrics *pickMetrics
 
 	healthSrv *health.Server
 	ready     atomic.Bool
@@ -84,6 +86,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if s.pickMetrics, err = newPickMetrics(cfg.Registry); err != nil {
+		return nil, err
+	}
 	// Until the first health check ran, an index that can fail is not ready.
 	canFail := s.idx.CanBeUnavailable()
 	s.ready.Store(!canFail)

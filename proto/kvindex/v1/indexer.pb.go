@@ -1167,6 +1167,438 @@ func (x *ListEndpointsResponse) GetEndpoints() []*Endpoint {
 	return nil
 }
 
+// A pod the router may send the request to, with the load it sees.
+type Candidate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pod   string                 `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
+	// One data-parallel rank of the pod; unset = any rank (the best matching
+	// one is named in the answer).
+	DpRank  *int32 `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3,oneof" json:"dp_rank,omitempty"`
+	Waiting int32  `protobuf:"varint,3,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	Running int32  `protobuf:"varint,4,opt,name=running,proto3" json:"running,omitempty"`
+	// Share of the engine's KV cache in use, 0..1.
+	KvUsage float64 `protobuf:"fixed64,5,opt,name=kv_usage,json=kvUsage,proto3" json:"kv_usage,omitempty"`
+	// Whether the pod publishes KV events. Unset: yes if the index knows
+	// the pod. false: matched by the routing history of earlier picks.
+	Events        *bool `protobuf:"varint,6,opt,name=events,proto3,oneof" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Candidate) Reset() {
+	*x = Candidate{}
+	mi := &file_kvindex_v1_indexer_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Candidate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Candidate) ProtoMessage() {}
+
+func (x *Candidate) ProtoReflect() protoreflect.Message {
+	mi := &file_kvindex_v1_indexer_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Candidate.ProtoReflect.Descriptor instead.
+func (*Candidate) Descriptor() ([]byte, []int) {
+	return file_kvindex_v1_indexer_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Candidate) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
+}
+
+func (x *Candidate) GetDpRank() int32 {
+	if x != nil && x.DpRank != nil {
+		return *x.DpRank
+	}
+	return 0
+}
+
+func (x *Candidate) GetWaiting() int32 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+func (x *Candidate) GetRunning() int32 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *Candidate) GetKvUsage() float64 {
+	if x != nil {
+		return x.KvUsage
+	}
+	return 0
+}
+
+func (x *Candidate) GetEvents() bool {
+	if x != nil && x.Events != nil {
+		return *x.Events
+	}
+	return false
+}
+
+type PickRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Model string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Types that are valid to be assigned to Input:
+	//
+	//	*PickRequest_TokenIds
+	//	*PickRequest_BlockHashes
+	//	*PickRequest_Prompt
+	Input     isPickRequest_Input `protobuf_oneof:"input"`
+	LoraName  string              `protobuf:"bytes,5,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
+	CacheSalt string              `protobuf:"bytes,6,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	// Required, non-empty: the router's live endpoints.
+	Candidates []*Candidate `protobuf:"bytes,7,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	// cost, weighted, aibrix, sglang, guarded-prefix, least-loaded; empty =
+	// the daemon's default.
+	Policy        string `protobuf:"bytes,8,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PickRequest) Reset() {
+	*x = PickRequest{}
+	mi := &file_kvindex_v1_indexer_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PickRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PickRequest) ProtoMessage() {}
+
+func (x *PickRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvindex_v1_indexer_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PickRequest.ProtoReflect.Descriptor instead.
+func (*PickRequest) Descriptor() ([]byte, []int) {
+	return file_kvindex_v1_indexer_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *PickRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *PickRequest) GetInput() isPickRequest_Input {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *PickRequest) GetTokenIds() *TokenIDs {
+	if x != nil {
+		if x, ok := x.Input.(*PickRequest_TokenIds); ok {
+			return x.TokenIds
+		}
+	}
+	return nil
+}
+
+func (x *PickRequest) GetBlockHashes() *BlockHashes {
+	if x != nil {
+		if x, ok := x.Input.(*PickRequest_BlockHashes); ok {
+			return x.BlockHashes
+		}
+	}
+	return nil
+}
+
+func (x *PickRequest) GetPrompt() string {
+	if x != nil {
+		if x, ok := x.Input.(*PickRequest_Prompt); ok {
+			return x.Prompt
+		}
+	}
+	return ""
+}
+
+func (x *PickRequest) GetLoraName() string {
+	if x != nil {
+		return x.LoraName
+	}
+	return ""
+}
+
+func (x *PickRequest) GetCacheSalt() string {
+	if x != nil {
+		return x.CacheSalt
+	}
+	return ""
+}
+
+func (x *PickRequest) GetCandidates() []*Candidate {
+	if x != nil {
+		return x.Candidates
+	}
+	return nil
+}
+
+func (x *PickRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+type isPickRequest_Input interface {
+	isPickRequest_Input()
+}
+
+type PickRequest_TokenIds struct {
+	TokenIds *TokenIDs `protobuf:"bytes,2,opt,name=token_ids,json=tokenIds,proto3,oneof"`
+}
+
+type PickRequest_BlockHashes struct {
+	BlockHashes *BlockHashes `protobuf:"bytes,3,opt,name=block_hashes,json=blockHashes,proto3,oneof"`
+}
+
+type PickRequest_Prompt struct {
+	Prompt string `protobuf:"bytes,4,opt,name=prompt,proto3,oneof"`
+}
+
+func (*PickRequest_TokenIds) isPickRequest_Input() {}
+
+func (*PickRequest_BlockHashes) isPickRequest_Input() {}
+
+func (*PickRequest_Prompt) isPickRequest_Input() {}
+
+type CandidateResult struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Pod    string                 `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
+	DpRank *int32                 `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3,oneof" json:"dp_rank,omitempty"`
+	// Leading blocks of the request the pod is taken to hold.
+	MatchedBlocks int32 `protobuf:"varint,3,opt,name=matched_blocks,json=matchedBlocks,proto3" json:"matched_blocks,omitempty"`
+	// Of matched_blocks, held only speculatively (picked, not yet confirmed
+	// by the pod's events).
+	SpeculativeBlocks int32 `protobuf:"varint,4,opt,name=speculative_blocks,json=speculativeBlocks,proto3" json:"speculative_blocks,omitempty"`
+	// matched_blocks come from the routing history (pod without events).
+	Approximate bool `protobuf:"varint,5,opt,name=approximate,proto3" json:"approximate,omitempty"`
+	// Indexed blocks by tier.
+	Tiers *TierCounts `protobuf:"bytes,6,opt,name=tiers,proto3" json:"tiers,omitempty"`
+	// matched_blocks weighted by tier.
+	Cached float64 `protobuf:"fixed64,7,opt,name=cached,proto3" json:"cached,omitempty"`
+	// The policy's numbers: score (higher is better) and cost (lower is better).
+	Score         float64 `protobuf:"fixed64,8,opt,name=score,proto3" json:"score,omitempty"`
+	Cost          float64 `protobuf:"fixed64,9,opt,name=cost,proto3" json:"cost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CandidateResult) Reset() {
+	*x = CandidateResult{}
+	mi := &file_kvindex_v1_indexer_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CandidateResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CandidateResult) ProtoMessage() {}
+
+func (x *CandidateResult) ProtoReflect() protoreflect.Message {
+	mi := &file_kvindex_v1_indexer_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CandidateResult.ProtoReflect.Descriptor instead.
+func (*CandidateResult) Descriptor() ([]byte, []int) {
+	return file_kvindex_v1_indexer_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CandidateResult) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
+}
+
+func (x *CandidateResult) GetDpRank() int32 {
+	if x != nil && x.DpRank != nil {
+		return *x.DpRank
+	}
+	return 0
+}
+
+func (x *CandidateResult) GetMatchedBlocks() int32 {
+	if x != nil {
+		return x.MatchedBlocks
+	}
+	return 0
+}
+
+func (x *CandidateResult) GetSpeculativeBlocks() int32 {
+	if x != nil {
+		return x.SpeculativeBlocks
+	}
+	return 0
+}
+
+func (x *CandidateResult) GetApproximate() bool {
+	if x != nil {
+		return x.Approximate
+	}
+	return false
+}
+
+func (x *CandidateResult) GetTiers() *TierCounts {
+	if x != nil {
+		return x.Tiers
+	}
+	return nil
+}
+
+func (x *CandidateResult) GetCached() float64 {
+	if x != nil {
+		return x.Cached
+	}
+	return 0
+}
+
+func (x *CandidateResult) GetScore() float64 {
+	if x != nil {
+		return x.Score
+	}
+	return 0
+}
+
+func (x *CandidateResult) GetCost() float64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+type PickResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Pod    string                 `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
+	DpRank *int32                 `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3,oneof" json:"dp_rank,omitempty"`
+	Policy string                 `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
+	Reason string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Full blocks in the request.
+	TotalBlocks int32 `protobuf:"varint,5,opt,name=total_blocks,json=totalBlocks,proto3" json:"total_blocks,omitempty"`
+	// In the order of the request's candidates.
+	Candidates    []*CandidateResult `protobuf:"bytes,6,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PickResponse) Reset() {
+	*x = PickResponse{}
+	mi := &file_kvindex_v1_indexer_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PickResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PickResponse) ProtoMessage() {}
+
+func (x *PickResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvindex_v1_indexer_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PickResponse.ProtoReflect.Descriptor instead.
+func (*PickResponse) Descriptor() ([]byte, []int) {
+	return file_kvindex_v1_indexer_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PickResponse) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
+}
+
+func (x *PickResponse) GetDpRank() int32 {
+	if x != nil && x.DpRank != nil {
+		return *x.DpRank
+	}
+	return 0
+}
+
+func (x *PickResponse) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *PickResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PickResponse) GetTotalBlocks() int32 {
+	if x != nil {
+		return x.TotalBlocks
+	}
+	return 0
+}
+
+func (x *PickResponse) GetCandidates() []*CandidateResult {
+	if x != nil {
+		return x.Candidates
+	}
+	return nil
+}
+
 var File_kvindex_v1_indexer_proto protoreflect.FileDescriptor
 
 const file_kvindex_v1_indexer_proto_rawDesc = "" +
@@ -1254,9 +1686,56 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\x16RemoveEndpointResponse\"\x16\n" +
 	"\x14ListEndpointsRequest\"K\n" +
 	"\x15ListEndpointsResponse\x122\n" +
-	"\tendpoints\x18\x01 \x03(\v2\x14.kvindex.v1.EndpointR\tendpoints2\x8d\x03\n" +
+	"\tendpoints\x18\x01 \x03(\v2\x14.kvindex.v1.EndpointR\tendpoints\"\xbe\x01\n" +
+	"\tCandidate\x12\x10\n" +
+	"\x03pod\x18\x01 \x01(\tR\x03pod\x12\x1c\n" +
+	"\adp_rank\x18\x02 \x01(\x05H\x00R\x06dpRank\x88\x01\x01\x12\x18\n" +
+	"\awaiting\x18\x03 \x01(\x05R\awaiting\x12\x18\n" +
+	"\arunning\x18\x04 \x01(\x05R\arunning\x12\x19\n" +
+	"\bkv_usage\x18\x05 \x01(\x01R\akvUsage\x12\x1b\n" +
+	"\x06events\x18\x06 \x01(\bH\x01R\x06events\x88\x01\x01B\n" +
+	"\n" +
+	"\b_dp_rankB\t\n" +
+	"\a_events\"\xc4\x02\n" +
+	"\vPickRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x123\n" +
+	"\ttoken_ids\x18\x02 \x01(\v2\x14.kvindex.v1.TokenIDsH\x00R\btokenIds\x12<\n" +
+	"\fblock_hashes\x18\x03 \x01(\v2\x17.kvindex.v1.BlockHashesH\x00R\vblockHashes\x12\x18\n" +
+	"\x06prompt\x18\x04 \x01(\tH\x00R\x06prompt\x12\x1b\n" +
+	"\tlora_name\x18\x05 \x01(\tR\bloraName\x12\x1d\n" +
+	"\n" +
+	"cache_salt\x18\x06 \x01(\tR\tcacheSalt\x125\n" +
+	"\n" +
+	"candidates\x18\a \x03(\v2\x15.kvindex.v1.CandidateR\n" +
+	"candidates\x12\x16\n" +
+	"\x06policy\x18\b \x01(\tR\x06policyB\a\n" +
+	"\x05input\"\xb5\x02\n" +
+	"\x0fCandidateResult\x12\x10\n" +
+	"\x03pod\x18\x01 \x01(\tR\x03pod\x12\x1c\n" +
+	"\adp_rank\x18\x02 \x01(\x05H\x00R\x06dpRank\x88\x01\x01\x12%\n" +
+	"\x0ematched_blocks\x18\x03 \x01(\x05R\rmatchedBlocks\x12-\n" +
+	"\x12speculative_blocks\x18\x04 \x01(\x05R\x11speculativeBlocks\x12 \n" +
+	"\vapproximate\x18\x05 \x01(\bR\vapproximate\x12,\n" +
+	"\x05tiers\x18\x06 \x01(\v2\x16.kvindex.v1.TierCountsR\x05tiers\x12\x16\n" +
+	"\x06cached\x18\a \x01(\x01R\x06cached\x12\x14\n" +
+	"\x05score\x18\b \x01(\x01R\x05score\x12\x12\n" +
+	"\x04cost\x18\t \x01(\x01R\x04costB\n" +
+	"\n" +
+	"\b_dp_rank\"\xda\x01\n" +
+	"\fPickResponse\x12\x10\n" +
+	"\x03pod\x18\x01 \x01(\tR\x03pod\x12\x1c\n" +
+	"\adp_rank\x18\x02 \x01(\x05H\x00R\x06dpRank\x88\x01\x01\x12\x16\n" +
+	"\x06policy\x18\x03 \x01(\tR\x06policy\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12!\n" +
+	"\ftotal_blocks\x18\x05 \x01(\x05R\vtotalBlocks\x12;\n" +
+	"\n" +
+	"candidates\x18\x06 \x03(\v2\x1b.kvindex.v1.CandidateResultR\n" +
+	"candidatesB\n" +
+	"\n" +
+	"\b_dp_rank2\xc8\x03\n" +
 	"\aIndexer\x12<\n" +
-	"\x05Score\x12\x18.kvindex.v1.ScoreRequest\x1a\x19.kvindex.v1.ScoreResponse\x12E\n" +
+	"\x05Score\x12\x18.kvindex.v1.ScoreRequest\x1a\x19.kvindex.v1.ScoreResponse\x129\n" +
+	"\x04Pick\x12\x17.kvindex.v1.PickRequest\x1a\x18.kvindex.v1.PickResponse\x12E\n" +
 	"\bListPods\x12\x1b.kvindex.v1.ListPodsRequest\x1a\x1c.kvindex.v1.ListPodsResponse\x12N\n" +
 	"\vAddEndpoint\x12\x1e.kvindex.v1.AddEndpointRequest\x1a\x1f.kvindex.v1.AddEndpointResponse\x12W\n" +
 	"\x0eRemoveEndpoint\x12!.kvindex.v1.RemoveEndpointRequest\x1a\".kvindex.v1.RemoveEndpointResponse\x12T\n" +
@@ -1274,7 +1753,7 @@ func file_kvindex_v1_indexer_proto_rawDescGZIP() []byte {
 	return file_kvindex_v1_indexer_proto_rawDescData
 }
 
-var file_kvindex_v1_indexer_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_kvindex_v1_indexer_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_kvindex_v1_indexer_proto_goTypes = []any{
 	(*TokenIDs)(nil),               // 0: kvindex.v1.TokenIDs
 	(*BlockHashes)(nil),            // 1: kvindex.v1.BlockHashes
@@ -1293,6 +1772,10 @@ var file_kvindex_v1_indexer_proto_goTypes = []any{
 	(*RemoveEndpointResponse)(nil), // 14: kvindex.v1.RemoveEndpointResponse
 	(*ListEndpointsRequest)(nil),   // 15: kvindex.v1.ListEndpointsRequest
 	(*ListEndpointsResponse)(nil),  // 16: kvindex.v1.ListEndpointsResponse
+	(*Candidate)(nil),              // 17: kvindex.v1.Candidate
+	(*PickRequest)(nil),            // 18: kvindex.v1.PickRequest
+	(*CandidateResult)(nil),        // 19: kvindex.v1.CandidateResult
+	(*PickResponse)(nil),           // 20: kvindex.v1.PickResponse
 }
 var file_kvindex_v1_indexer_proto_depIdxs = []int32{
 	0,  // 0: kvindex.v1.ScoreRequest.token_ids:type_name -> kvindex.v1.TokenIDs
@@ -1304,21 +1787,28 @@ var file_kvindex_v1_indexer_proto_depIdxs = []int32{
 	8,  // 6: kvindex.v1.ListPodsResponse.pods:type_name -> kvindex.v1.PodInfo
 	10, // 7: kvindex.v1.AddEndpointRequest.endpoint:type_name -> kvindex.v1.Endpoint
 	10, // 8: kvindex.v1.ListEndpointsResponse.endpoints:type_name -> kvindex.v1.Endpoint
-	2,  // 9: kvindex.v1.Indexer.Score:input_type -> kvindex.v1.ScoreRequest
-	7,  // 10: kvindex.v1.Indexer.ListPods:input_type -> kvindex.v1.ListPodsRequest
-	11, // 11: kvindex.v1.Indexer.AddEndpoint:input_type -> kvindex.v1.AddEndpointRequest
-	13, // 12: kvindex.v1.Indexer.RemoveEndpoint:input_type -> kvindex.v1.RemoveEndpointRequest
-	15, // 13: kvindex.v1.Indexer.ListEndpoints:input_type -> kvindex.v1.ListEndpointsRequest
-	6,  // 14: kvindex.v1.Indexer.Score:output_type -> kvindex.v1.ScoreResponse
-	9,  // 15: kvindex.v1.Indexer.ListPods:output_type -> kvindex.v1.ListPodsResponse
-	12, // 16: kvindex.v1.Indexer.AddEndpoint:output_type -> kvindex.v1.AddEndpointResponse
-	14, // 17: kvindex.v1.Indexer.RemoveEndpoint:output_type -> kvindex.v1.RemoveEndpointResponse
-	16, // 18: kvindex.v1.Indexer.ListEndpoints:output_type -> kvindex.v1.ListEndpointsResponse
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	0,  // 9: kvindex.v1.PickRequest.token_ids:type_name -> kvindex.v1.TokenIDs
+	1,  // 10: kvindex.v1.PickRequest.block_hashes:type_name -> kvindex.v1.BlockHashes
+	17, // 11: kvindex.v1.PickRequest.candidates:type_name -> kvindex.v1.Candidate
+	3,  // 12: kvindex.v1.CandidateResult.tiers:type_name -> kvindex.v1.TierCounts
+	19, // 13: kvindex.v1.PickResponse.candidates:type_name -> kvindex.v1.CandidateResult
+	2,  // 14: kvindex.v1.Indexer.Score:input_type -> kvindex.v1.ScoreRequest
+	18, // 15: kvindex.v1.Indexer.Pick:input_type -> kvindex.v1.PickRequest
+	7,  // 16: kvindex.v1.Indexer.ListPods:input_type -> kvindex.v1.ListPodsRequest
+	11, // 17: kvindex.v1.Indexer.AddEndpoint:input_type -> kvindex.v1.AddEndpointRequest
+	13, // 18: kvindex.v1.Indexer.RemoveEndpoint:input_type -> kvindex.v1.RemoveEndpointRequest
+	15, // 19: kvindex.v1.Indexer.ListEndpoints:input_type -> kvindex.v1.ListEndpointsRequest
+	6,  // 20: kvindex.v1.Indexer.Score:output_type -> kvindex.v1.ScoreResponse
+	20, // 21: kvindex.v1.Indexer.Pick:output_type -> kvindex.v1.PickResponse
+	9,  // 22: kvindex.v1.Indexer.ListPods:output_type -> kvindex.v1.ListPodsResponse
+	12, // 23: kvindex.v1.Indexer.AddEndpoint:output_type -> kvindex.v1.AddEndpointResponse
+	14, // 24: kvindex.v1.Indexer.RemoveEndpoint:output_type -> kvindex.v1.RemoveEndpointResponse
+	16, // 25: kvindex.v1.Indexer.ListEndpoints:output_type -> kvindex.v1.ListEndpointsResponse
+	20, // [20:26] is the sub-list for method output_type
+	14, // [14:20] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_kvindex_v1_indexer_proto_init() }
@@ -1331,13 +1821,21 @@ func file_kvindex_v1_indexer_proto_init() {
 		(*ScoreRequest_BlockHashes)(nil),
 		(*ScoreRequest_Prompt)(nil),
 	}
+	file_kvindex_v1_indexer_proto_msgTypes[17].OneofWrappers = []any{}
+	file_kvindex_v1_indexer_proto_msgTypes[18].OneofWrappers = []any{
+		(*PickRequest_TokenIds)(nil),
+		(*PickRequest_BlockHashes)(nil),
+		(*PickRequest_Prompt)(nil),
+	}
+	file_kvindex_v1_indexer_proto_msgTypes[19].OneofWrappers = []any{}
+	file_kvindex_v1_indexer_proto_msgTypes[20].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvindex_v1_indexer_proto_rawDesc), len(file_kvindex_v1_indexer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Indexer_Score_FullMethodName          = "/kvindex.v1.Indexer/Score"
+	Indexer_Pick_FullMethodName           = "/kvindex.v1.Indexer/Pick"
 	Indexer_ListPods_FullMethodName       = "/kvindex.v1.Indexer/ListPods"
 	Indexer_AddEndpoint_FullMethodName    = "/kvindex.v1.Indexer/AddEndpoint"
 	Indexer_RemoveEndpoint_FullMethodName = "/kvindex.v1.Indexer/RemoveEndpoint"
@@ -38,6 +39,12 @@ type IndexerClient interface {
 	// request, how many leading blocks it already caches and a tier-weighted
 	// score. Pods are sorted by score, highest first.
 	Score(ctx context.Context, in *ScoreRequest, opts ...grpc.CallOption) (*ScoreResponse, error)
+	// Pick chooses one of the router's candidate pods for a request, weighing
+	// each pod's cached prefix (indexed, speculative, or from the routing
+	// history for pods without KV events) against its load with a policy.
+	// The chosen pod is then assumed to hold the request's blocks until its
+	// events confirm them or a short TTL passes.
+	Pick(ctx context.Context, in *PickRequest, opts ...grpc.CallOption) (*PickResponse, error)
 	// ListPods describes every (pod, data-parallel rank) the daemon has seen.
 	ListPods(ctx context.Context, in *ListPodsRequest, opts ...grpc.CallOption) (*ListPodsResponse, error)
 	// AddEndpoint subscribes to an engine's publisher (connect topology).
@@ -60,6 +67,16 @@ func (c *indexerClient) Score(ctx context.Context, in *ScoreRequest, opts ...grp
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ScoreResponse)
 	err := c.cc.Invoke(ctx, Indexer_Score_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *indexerClient) Pick(ctx context.Context, in *PickRequest, opts ...grpc.CallOption) (*PickResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PickResponse)
+	err := c.cc.Invoke(ctx, Indexer_Pick_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -114,6 +131,12 @@ type IndexerServer interface {
 	// request, how many leading blocks it already caches and a tier-weighted
 	// score. Pods are sorted by score, highest first.
 	Score(context.Context, *ScoreRequest) (*ScoreResponse, error)
+	// Pick chooses one of the router's candidate pods for a request, weighing
+	// each pod's cached prefix (indexed, speculative, or from the routing
+	// history for pods without KV events) against its load with a policy.
+	// The chosen pod is then assumed to hold the request's blocks until its
+	// events confirm them or a short TTL passes.
+	Pick(context.Context, *PickRequest) (*PickResponse, error)
 	// ListPods describes every (pod, data-parallel rank) the daemon has seen.
 	ListPods(context.Context, *ListPodsRequest) (*ListPodsResponse, error)
 	// AddEndpoint subscribes to an engine's publisher (connect topology).
@@ -134,6 +157,9 @@ type UnimplementedIndexerServer struct{}
 
 func (UnimplementedIndexerServer) Score(context.Context, *ScoreRequest) (*ScoreResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Score not implemented")
+}
+func (UnimplementedIndexerServer) Pick(context.Context, *PickRequest) (*PickResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Pick not implemented")
 }
 func (UnimplementedIndexerServer) ListPods(context.Context, *ListPodsRequest) (*ListPodsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListPods not implemented")
@@ -182,6 +208,24 @@ func _Indexer_Score_Handler(srv interface{}, ctx context.Context, dec func(inter
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(IndexerServer).Score(ctx, req.(*ScoreRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Indexer_Pick_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PickRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IndexerServer).Pick(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Indexer_Pick_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IndexerServer).Pick(ctx, req.(*PickRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -268,6 +312,10 @@ var Indexer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Score",
 			Handler:    _Indexer_Score_Handler,
+		},
+		{
+			MethodName: "Pick",
+			Handler:    _Indexer_Pick_Handler,
 		},
 		{
 			MethodName: "ListPods",
