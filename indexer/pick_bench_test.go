@@ -1,0 +1,74 @@
+package indexer
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/routing"
+)
+
+// pickBench is 64 pods holding prefixes of one 512-block prompt (pod i holds
+// 512 - 8*i blocks), 64 candidates with varied load, and the Score query of
+// the same request.
+func pickBench(b *testing.B) (*Indexer, *PickQuery, *Query) {
+	x := newTestIndexer(b, Config{})
+	prompt := seqTokens(7, 512*testBlock)
+	q := &PickQuery{Query: Query{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, kvindex.RequestExtras{})}}
+	for p := 0; p < 64; p++ {
+		name := fmt.Sprintf("pod-%02d", p)
+		apply(x, name, 0, storeEvent(prompt, 512-p*8, kvindex.TierGPU))
+		q.Candidates = append(q.Candidates, Candidate{Pod: name, Load: routing.Load{Running: p % 5, Waiting: p % 3, KVUsage: float64(p) / 64}})
+	}
+	sq := q.Query
+	for _, c := range q.Candidates {
+		sq.Pods = append(sq.Pods, c.Pod)
+	}
+	return x, q, &sq
+}
+
+// BenchmarkPick512x64 is Pick of 512 block hashes over 64 candidates, with
+// the default policy, speculative entries and routing history on.
+func BenchmarkPick512x64(b *testing.B) {
+	x, q, _ := pickBench(b)
+	var r PickResult
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := x.Pick(context.Background(), q, &r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPick512x64Speculative is the same with the chosen pod missing
+// the last blocks, so every pick reads and writes speculative entries.
+func BenchmarkPick512x64Speculative(b *testing.B) {
+	x, q, _ := pickBench(b)
+	// the full holder is busy: pod-01 (504 blocks) wins and is assumed to
+	// hold the last 8
+	q.Candidates[0].Running = 40
+	var r PickResult
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := x.Pick(context.Background(), q, &r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if r.Candidates[r.Chosen].SpeculativeBlocks == 0 {
+		b.Fatal("no speculative blocks")
+	}
+}
+
+// BenchmarkScore512x64 is Score of the same request restricted to the same
+// 64 pods (pods filter), and BenchmarkScore512All without a filter.
+func BenchmarkScore512x64(b *testing.B) {
+	x, _, q := pickBench(b)
+	benchScore(b, x, q)
+}
+
+func BenchmarkScore512All(b *testing.B) {
+	x, _, q := pickBench(b)
+	q.Pods = nil
+	benchScore(b, x, q)
+}
