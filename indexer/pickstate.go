@@ -2,7 +2,6 @@ package indexer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -26,8 +25,9 @@ type PickConfig struct {
 	// ((block, pod) pairs; 0 = 1<<18).
 	SpeculativeCapacity int
 	// SharedSpeculative builds a store shared by every daemon on the same
-	// index (Redis) from the backend; nil keeps entries in this process.
-	// It is given the TTL to apply.
+	// index (Redis) from the backend, given the TTL to apply; nil, or a
+	// factory returning a nil store (a backend that is not shared), keeps
+	// the entries in this process.
 	SharedSpeculative func(idx kvindex.Index, ttl time.Duration) (SpeculativeStore, error)
 	// HistoryTTL is how long a pick is remembered for candidates without
 	// KV events (0 = 120 s, Dynamo's approximate-mode TTL; negative turns
@@ -116,11 +116,9 @@ func newPicker(cfg PickConfig, idx kvindex.Index) (*picker, error) {
 			if err != nil {
 				return nil, fmt.Errorf("indexer: pick: speculative store: %w", err)
 			}
-			if s == nil {
-				return nil, errors.New("indexer: pick: speculative store factory returned no store")
-			}
 			p.spec = s
-		} else {
+		}
+		if p.spec == nil {
 			p.specMem = newHoldMap(int64(ttl), orDefault(cfg.SpeculativeCapacity, defaultSpecCapacity))
 			p.spec = &memSpec{h: p.specMem, now: p.now}
 		}

@@ -12,11 +12,14 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/routing"
 )
 
 // Config is everything `kvindexd serve` can be told. Precedence, lowest first:
@@ -56,6 +59,13 @@ type Config struct {
 
 	LogLevel  string `json:"log_level" yaml:"log_level"`
 	LogFormat string `json:"log_format" yaml:"log_format"`
+
+	// Pick: the default policy, the speculative-entry TTL and the routing
+	// history of pods without events ("" / 0 = the indexer's defaults).
+	PickPolicy      string `json:"pick_policy" yaml:"pick_policy"`
+	SpecTTL         string `json:"speculative_ttl" yaml:"speculative_ttl"`
+	HistoryTTL      string `json:"history_ttl" yaml:"history_ttl"`
+	HistoryCapacity int    `json:"history_capacity" yaml:"history_capacity"`
 }
 
 // ModelConfig overrides the key settings for one model (config file only):
@@ -236,6 +246,10 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.Var(mapFlag{&cfg.Tokenizers}, "tokenizer", "model=path of a tokenizer directory (repeatable or comma-separated)")
 	fs.IntVar(&cfg.PrefixChunkBytes, "prefix-store-chunk-bytes", cfg.PrefixChunkBytes, "prefix store chunk size in bytes (0 = default)")
 	fs.IntVar(&cfg.PrefixCapacity, "prefix-store-capacity", cfg.PrefixCapacity, "prefix store size in chunks (0 = default)")
+	fs.StringVar(&cfg.PickPolicy, "pick-policy", cfg.PickPolicy, "default policy of /v1/pick: "+strings.Join(routing.Names(), ", ")+" (\"\" = "+routing.DefaultPolicy+")")
+	fs.StringVar(&cfg.SpecTTL, "speculative-ttl", cfg.SpecTTL, "how long a picked pod is assumed to hold the request's blocks before its events arrive (\"\" = 2s, negative = off)")
+	fs.StringVar(&cfg.HistoryTTL, "history-ttl", cfg.HistoryTTL, "how long picks are remembered for pods without KV events (\"\" = 120s, negative = off)")
+	fs.IntVar(&cfg.HistoryCapacity, "history-capacity", cfg.HistoryCapacity, "routing history bound in (block, pod) entries (0 = default)")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug | info | warn | error")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text | json")
 	return fs
@@ -342,6 +356,9 @@ func (c *Config) validate() error {
 	if c.Workers < 0 || c.QueueSize < 0 || c.Capacity < 0 {
 		return errors.New("--workers, --queue-size and --capacity must not be negative")
 	}
+	if _, err := c.pickConfig(); err != nil {
+		return err
+	}
 	if c.GRPCAddr == "" && c.HTTPAddr == "" {
 		return errors.New("both --grpc-addr and --http-addr are off: nothing would serve scores")
 	}
@@ -352,6 +369,34 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--log-format %q: want text or json", c.LogFormat)
 	}
 	return nil
+}
+
+// pickConfig turns the pick settings into the indexer's PickConfig (the
+// shared speculative store is the daemon's to add).
+func (c *Config) pickConfig() (indexer.PickConfig, error) {
+	pc := indexer.PickConfig{DefaultPolicy: c.PickPolicy, HistoryCapacity: c.HistoryCapacity}
+	if c.PickPolicy != "" {
+		if _, err := routing.New(c.PickPolicy, routing.Defaults()); err != nil {
+			return pc, fmt.Errorf("--pick-policy: %w", err)
+		}
+	}
+	for _, d := range []struct {
+		flag, v string
+		dst     *time.Duration
+	}{{"--speculative-ttl", c.SpecTTL, &pc.SpeculativeTTL}, {"--history-ttl", c.HistoryTTL, &pc.HistoryTTL}} {
+		if d.v == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.v)
+		if err != nil || v == 0 {
+			return pc, fmt.Errorf("%s %q: want a duration such as 2s (negative = off)", d.flag, d.v)
+		}
+		*d.dst = v
+	}
+	if c.HistoryCapacity < 0 {
+		return pc, errors.New("--history-capacity must not be negative")
+	}
+	return pc, nil
 }
 
 // keyConfigs returns the default key config and the per-model overrides

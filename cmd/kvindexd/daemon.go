@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvindex/kvindex/api"
 	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/indexer/redisspec"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
@@ -77,10 +78,15 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	if err != nil {
 		return nil, err
 	}
+	pick, err := cfg.pickConfig()
+	if err != nil {
+		return nil, err
+	}
+	pick.SharedSpeculative = sharedSpeculative
 	d.idx, err = indexer.New(ctx, indexer.Config{
 		Keys: def, ModelKeys: perModel, Backend: backend, TierWeights: &weights,
 		DigestCacheSize: cfg.DigestCacheSize, Tokenizer: d.promptTokenizer(),
-		Registry: d.reg, Logger: log,
+		Registry: d.reg, Logger: log, Pick: pick,
 	})
 	if err != nil {
 		return nil, err
@@ -157,6 +163,17 @@ func (d *daemon) backend() (indexer.BackendFunc, error) {
 		d.log.Info("index: redis", "namespace", idx.Namespace())
 		return idx, nil
 	}, nil
+}
+
+// sharedSpeculative keeps speculative entries in the Redis index's server,
+// where every daemon on that index sees them; the in-memory index keeps
+// them in process (nil store).
+func sharedSpeculative(idx kvindex.Index, ttl time.Duration) (indexer.SpeculativeStore, error) {
+	ri, ok := idx.(*redisindex.Index)
+	if !ok {
+		return nil, nil
+	}
+	return redisspec.New(ri.Client(), ri.Namespace(), ttl)
 }
 
 // promptTokenizer returns the prefix store over the tokenizer registry.
