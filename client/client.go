@@ -1,0 +1,223 @@
+// Package client is what a router imports to ask kvindexd where to send a
+// request: one gRPC connection reused by every call, a deadline per call,
+// and a documented answer when the daemon cannot be reached.
+//
+// Fallback: when the daemon is unreachable, too slow (the per-call
+// deadline passed), unavailable (its index is down) or failing, Pick does
+// not fail: it returns the least loaded candidate (fewest running +
+// waiting requests, then lowest KV usage, then the earliest; the daemon's
+// own least-loaded policy, run locally) with Decision.Fallback set and the
+// cause in Decision.Err. A router therefore always gets a pod while the
+// daemon restarts. Requests the daemon rejects as malformed
+// (InvalidArgument, FailedPrecondition) are errors: routing them anywhere
+// would hide a bug.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+	"github.com/kvindex/kvindex/routing"
+)
+
+// DefaultTimeout bounds one Pick when Config.Timeout is 0: a routing
+// decision that takes longer costs more than the cache hit it might win.
+const DefaultTimeout = 50 * time.Millisecond
+
+// Config configures a Client.
+type Config struct {
+	// Addr is the daemon's gRPC address (host:port, or any gRPC target).
+	Addr string
+	// Timeout is the deadline of one call (0 = DefaultTimeout); a caller's
+	// earlier context deadline wins.
+	Timeout time.Duration
+	// DialOptions replace the default (plaintext) transport options.
+	DialOptions []grpc.DialOption
+}
+
+// Client talks to one daemon over one multiplexed connection. It is safe
+// for concurrent use; create one per process and Close it at exit.
+type Client struct {
+	conn    *grpc.ClientConn
+	c       kvindexv1.IndexerClient
+	timeout time.Duration
+}
+
+// New creates the client. It does not dial: the connection is made on the
+// first call and re-established by gRPC when it drops.
+func New(cfg Config) (*Client, error) {
+	if cfg.Addr == "" {
+		return nil, errors.New("client: Addr is required")
+	}
+	if cfg.Timeout < 0 {
+		return nil, errors.New("client: Timeout must not be negative")
+	}
+	opts := cfg.DialOptions
+	if len(opts) == 0 {
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	conn, err := grpc.NewClient(cfg.Addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	t := cfg.Timeout
+	if t == 0 {
+		t = DefaultTimeout
+	}
+	return &Client{conn: conn, c: kvindexv1.NewIndexerClient(conn), timeout: t}, nil
+}
+
+// Close releases the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Candidate is one endpoint the router may choose, with its load.
+type Candidate struct {
+	Pod string
+	// DPRank names one data-parallel rank; nil = any rank of the pod.
+	DPRank  *int
+	Waiting int
+	Running int
+	// KVUsage is the share of the engine's KV cache in use, 0..1.
+	KVUsage float64
+	// Events says whether the pod publishes KV events; nil = the daemon
+	// decides (yes if it has seen the pod's events).
+	Events *bool
+}
+
+// Request is one routing question: the request's model and exactly one of
+// TokenIDs, BlockHashes or Prompt, and the candidates.
+type Request struct {
+	Model       string
+	TokenIDs    []uint32
+	BlockHashes []uint64
+	Prompt      string
+	LoraName    string
+	CacheSalt   string
+	Candidates  []Candidate
+	// Policy names the daemon's policy; "" = its default.
+	Policy string
+}
+
+// CandidateResult is the daemon's view of one candidate.
+type CandidateResult struct {
+	Pod               string
+	MatchedBlocks     int
+	SpeculativeBlocks int
+	Approximate       bool
+	Score             float64
+	Cost              float64
+}
+
+// Decision is where to send the request.
+type Decision struct {
+	// Index is the chosen candidate's position in Request.Candidates.
+	Index int
+	Pod   string
+	// DPRank is the rank to address when the daemon named one.
+	DPRank *int
+	Policy string
+	Reason string
+	// Candidates are the daemon's numbers, in request order (nil on
+	// fallback).
+	Candidates []CandidateResult
+	// Fallback is set when the daemon could not answer and the least
+	// loaded candidate was chosen locally; Err is why.
+	Fallback bool
+	Err      error
+}
+
+// Pick asks the daemon; see the package comment for the fallback. It
+// returns an error only for a request that cannot be routed at all (no
+// candidates) or that the daemon rejects as malformed.
+func (c *Client) Pick(ctx context.Context, r *Request) (*Decision, error) {
+	if len(r.Candidates) == 0 {
+		return nil, errors.New("client: no candidates")
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	resp, err := c.c.Pick(ctx, toProto(r))
+	if err != nil {
+		switch status.Code(err) {
+		case codes.InvalidArgument, codes.FailedPrecondition, codes.Unimplemented:
+			return nil, fmt.Errorf("client: pick: %w", err)
+		}
+		return Fallback(r, err), nil
+	}
+	d := &Decision{Index: -1, Pod: resp.GetPod(), Policy: resp.GetPolicy(), Reason: resp.GetReason(),
+		Candidates: make([]CandidateResult, len(resp.GetCandidates()))}
+	if resp.DpRank != nil {
+		v := int(resp.GetDpRank())
+		d.DPRank = &v
+	}
+	for i, pc := range resp.GetCandidates() {
+		d.Candidates[i] = CandidateResult{Pod: pc.GetPod(), MatchedBlocks: int(pc.GetMatchedBlocks()),
+			SpeculativeBlocks: int(pc.GetSpeculativeBlocks()), Approximate: pc.GetApproximate(), Score: pc.GetScore(), Cost: pc.GetCost()}
+	}
+	for i := range r.Candidates {
+		if r.Candidates[i].Pod == d.Pod && (r.Candidates[i].DPRank == nil || d.DPRank == nil || *r.Candidates[i].DPRank == *d.DPRank) {
+			d.Index = i
+			break
+		}
+	}
+	if d.Index < 0 {
+		return Fallback(r, fmt.Errorf("client: daemon picked %q, not a candidate", d.Pod)), nil
+	}
+	return d, nil
+}
+
+// Fallback is the decision Pick returns without the daemon: the least
+// loaded candidate by routing.LeastLoaded, with cause as Err. r must have
+// at least one candidate.
+func Fallback(r *Request, cause error) *Decision {
+	best := 0
+	for i := range r.Candidates {
+		if lessLoaded(&r.Candidates[i], &r.Candidates[best]) {
+			best = i
+		}
+	}
+	c := &r.Candidates[best]
+	return &Decision{Index: best, Pod: c.Pod, DPRank: c.DPRank, Policy: routing.NameLeastLoaded,
+		Reason: "daemon-unreachable", Fallback: true, Err: cause}
+}
+
+// lessLoaded is routing.LeastLoaded's order on the client's candidates.
+func lessLoaded(a, b *Candidate) bool {
+	la := routing.Load{Waiting: a.Waiting, Running: a.Running, KVUsage: a.KVUsage}
+	lb := routing.Load{Waiting: b.Waiting, Running: b.Running, KVUsage: b.KVUsage}
+	if x, y := la.InFlight(), lb.InFlight(); x != y {
+		return x < y
+	}
+	return la.KVUsage < lb.KVUsage
+}
+
+func toProto(r *Request) *kvindexv1.PickRequest {
+	req := &kvindexv1.PickRequest{Model: r.Model, LoraName: r.LoraName, CacheSalt: r.CacheSalt, Policy: r.Policy,
+		Candidates: make([]*kvindexv1.Candidate, len(r.Candidates))}
+	switch {
+	case len(r.TokenIDs) > 0:
+		req.Input = &kvindexv1.PickRequest_TokenIds{TokenIds: &kvindexv1.TokenIDs{Ids: r.TokenIDs}}
+	case len(r.BlockHashes) > 0:
+		req.Input = &kvindexv1.PickRequest_BlockHashes{BlockHashes: &kvindexv1.BlockHashes{Hashes: r.BlockHashes}}
+	case r.Prompt != "":
+		req.Input = &kvindexv1.PickRequest_Prompt{Prompt: r.Prompt}
+	}
+	cands := make([]kvindexv1.Candidate, len(r.Candidates))
+	for i := range r.Candidates {
+		c, pc := &r.Candidates[i], &cands[i]
+		pc.Pod, pc.Waiting, pc.Running, pc.KvUsage, pc.Events = c.Pod, int32(c.Waiting), int32(c.Running), c.KVUsage, c.Events
+		if c.DPRank != nil {
+			v := int32(*c.DPRank)
+			pc.DpRank = &v
+		}
+		req.Candidates[i] = pc
+	}
+	return req
+}

@@ -1,0 +1,166 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvindex/kvindex/api"
+	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/kvindex"
+)
+
+// countingListener counts accepted connections (connection reuse).
+type countingListener struct {
+	net.Listener
+	n atomic.Int32
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
+
+// daemon is a real in-process daemon: memory index fed through the
+// indexer's sink, served by the api package over gRPC on loopback.
+type daemon struct {
+	idx  *indexer.Indexer
+	ln   *countingListener
+	stop func()
+}
+
+func startDaemon(t *testing.T, unary grpc.UnaryServerInterceptor) *daemon {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	idx, err := indexer.New(context.Background(), indexer.Config{
+		Keys: kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4}, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := api.New(api.Config{Indexer: idx, Registry: reg, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &countingListener{Listener: raw}
+	var opts []grpc.ServerOption
+	if unary != nil {
+		opts = append(opts, grpc.UnaryInterceptor(unary))
+	}
+	gs := srv.NewGRPCServer(opts...)
+	go func() { _ = gs.Serve(ln) }()
+	d := &daemon{idx: idx, ln: ln, stop: gs.Stop}
+	t.Cleanup(gs.Stop)
+	return d
+}
+
+func (d *daemon) store(pod string, hashes []uint64) {
+	d.idx.Sink().Apply(context.Background(), &kvindex.Batch{Pod: pod, Model: "m",
+		Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: hashes, BlockSize: 4}}})
+}
+
+func newClient(t *testing.T, addr string, timeout time.Duration) *Client {
+	t.Helper()
+	c, err := New(Config{Addr: addr, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestPickThroughDaemon(t *testing.T) {
+	d := startDaemon(t, nil)
+	d.store("warm", []uint64{1, 2, 3})
+	c := newClient(t, d.ln.Addr().String(), time.Second)
+	req := &Request{Model: "m", BlockHashes: []uint64{1, 2, 3, 4},
+		Candidates: []Candidate{{Pod: "cold", Running: 1}, {Pod: "warm", Running: 1}}}
+	for i := 0; i < 5; i++ {
+		dec, err := c.Pick(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dec.Fallback || dec.Pod != "warm" || dec.Index != 1 || dec.Policy != "cost" || dec.Candidates[1].MatchedBlocks < 3 {
+			t.Fatalf("decision %+v", dec)
+		}
+	}
+	// Five calls, one connection.
+	if n := d.ln.n.Load(); n != 1 {
+		t.Errorf("%d connections for 5 calls, want 1", n)
+	}
+}
+
+func TestMalformedRequestIsAnError(t *testing.T) {
+	d := startDaemon(t, nil)
+	c := newClient(t, d.ln.Addr().String(), time.Second)
+	_, err := c.Pick(context.Background(), &Request{Model: "m", BlockHashes: []uint64{1}, Candidates: []Candidate{{Pod: ""}}})
+	if status.Code(errors.Unwrap(err)) != codes.InvalidArgument {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := c.Pick(context.Background(), &Request{Model: "m"}); err == nil {
+		t.Fatal("no candidates accepted")
+	}
+}
+
+// A daemon that is gone, or too slow for the deadline, yields the least
+// loaded candidate.
+func TestFallbackWhenUnreachable(t *testing.T) {
+	d := startDaemon(t, nil)
+	addr := d.ln.Addr().String()
+	d.stop()
+	c := newClient(t, addr, 200*time.Millisecond)
+	req := &Request{Model: "m", BlockHashes: []uint64{1},
+		Candidates: []Candidate{{Pod: "a", Running: 3}, {Pod: "b", Running: 1, Waiting: 1, KVUsage: 0.5}, {Pod: "c", Running: 2, KVUsage: 0.1}}}
+	dec, err := c.Pick(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !dec.Fallback || dec.Err == nil || dec.Pod != "c" || dec.Index != 2 || dec.Policy != "least-loaded" {
+		t.Fatalf("decision %+v", dec)
+	}
+}
+
+func TestFallbackOnDeadline(t *testing.T) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	slow := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return h(ctx, req)
+	}
+	d := startDaemon(t, slow)
+	c := newClient(t, d.ln.Addr().String(), 30*time.Millisecond)
+	dec, err := c.Pick(context.Background(), &Request{Model: "m", BlockHashes: []uint64{1}, Candidates: []Candidate{{Pod: "a", Running: 2}, {Pod: "b"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !dec.Fallback || dec.Pod != "b" || status.Code(dec.Err) != codes.DeadlineExceeded {
+		t.Fatalf("decision %+v", dec)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	if _, err := New(Config{}); err == nil {
+		t.Error("empty address accepted")
+	}
+	if _, err := New(Config{Addr: "x:1", Timeout: -1}); err == nil {
+		t.Error("negative timeout accepted")
+	}
+}
