@@ -17,6 +17,7 @@ import (
 // RouterParams are every routing policy's knobs (flags of `kvindexd simulate`).
 type RouterParams struct {
 	Pods, BlockSize int
+	MaxBatch        int // pick:*: engine batch, to split a pod's load into running and waiting
 	Seed            uint64
 	GuardAbs        int     // precise, precise+spec, approx-prefix
 	MinMatch        float64 // precise, precise+spec, approx-prefix
@@ -155,7 +156,7 @@ func RunSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if *smallRatio <= 0 || *maxFreq < 1 {
 		return errors.New("simulate: --small-ratio must be > 0 and --max-freq >= 1")
 	}
-	rp.Pods, rp.BlockSize = fc.Pods, fc.BlockSize
+	rp.Pods, rp.BlockSize, rp.MaxBatch = fc.Pods, fc.BlockSize, fc.Service.MaxBatch
 	if *replicas < 1 {
 		return errors.New("simulate: --router-replicas must be >= 1")
 	}
