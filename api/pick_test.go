@@ -177,7 +177,7 @@ func TestPickE2EEqualLoadLongestPrefixWins(t *testing.T) {
 				if m, _ := a.cand("c"); m != 8 {
 					t.Errorf("policy %q: c matched %d", pol, m)
 				}
-				if pol == "" && a.Policy != "cost" {
+				if pol == "" && a.Policy != "sglang" {
 					t.Errorf("default policy = %q", a.Policy)
 				}
 			}
@@ -323,7 +323,7 @@ func TestPickE2EMetricsAndDPRank(t *testing.T) {
 	if err := json.Unmarshal(raw, &a); err != nil || a.Pod != "dp" || a.DPRank == nil || *a.DPRank != 3 || a.Candidates[1].DPRank == nil {
 		t.Fatalf("%d %s", resp.StatusCode, raw)
 	}
-	if text := scrape(t, st); !strings.Contains(text, `kvindexd_picks_total{policy="cost",reason="lowest-cost"} 1`) {
+	if text := scrape(t, st); !strings.Contains(text, `kvindexd_picks_total{policy="sglang",reason="best-prefix"} 1`) {
 		t.Errorf("picks metric missing")
 	}
 }

@@ -95,7 +95,7 @@ func TestPickThroughDaemon(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if dec.Fallback || dec.Pod != "warm" || dec.Index != 1 || dec.Policy != "cost" || dec.Candidates[1].MatchedBlocks < 3 {
+		if dec.Fallback || dec.Pod != "warm" || dec.Index != 1 || dec.Policy != "sglang" || dec.Candidates[1].MatchedBlocks < 3 {
 			t.Fatalf("decision %+v", dec)
 		}
 	}

@@ -108,7 +108,9 @@ func TestPickLoadedHolderLosesToIdlePod(t *testing.T) {
 		t.Fatalf("picked %q %v %+v", r.Pod, r.Reason, r.Candidates)
 	}
 	// One in flight: 16 < 32, the holder keeps the request.
-	mustPick(t, x, hashQuery(prompt, Candidate{Pod: "hot", Load: routing.Load{Running: 1}}, Candidate{Pod: "idle2", Events: EventsOn}), &r)
+	q = hashQuery(prompt, Candidate{Pod: "hot", Load: routing.Load{Running: 1}}, Candidate{Pod: "idle2", Events: EventsOn})
+	q.Policy = routing.NameCost
+	mustPick(t, x, q, &r)
 	if r.Pod != "hot" || r.Candidates[0].Cost != 16 {
 		t.Fatalf("lightly loaded holder lost: %q %+v", r.Pod, r.Candidates)
 	}
@@ -289,8 +291,8 @@ func TestPickMetrics(t *testing.T) {
 	q := hashQuery(prompt, idle("a"))
 	q.Policy = routing.NameAIBrix
 	mustPick(t, x, q, &r)
-	if got := counterValue(t, x, "kvindexd_picks_total", map[string]string{"policy": "cost", "reason": "lowest-cost"}); got != 1 {
-		t.Errorf("cost picks = %v", got)
+	if got := counterValue(t, x, "kvindexd_picks_total", map[string]string{"policy": "sglang", "reason": "no-prefix-match"}); got != 1 {
+		t.Errorf("default-policy picks = %v", got)
 	}
 	if got := counterValue(t, x, "kvindexd_picks_total", map[string]string{"policy": "aibrix", "reason": "only-candidate"}); got != 1 {
 		t.Errorf("aibrix picks = %v", got)
