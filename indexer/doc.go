@@ -12,14 +12,24 @@
 //   - kvevents delivers decoded engine batches to Sink (the applier);
 //   - transports (package api, the simulator) ask Score with a name-level
 //     Query and read a name-level Result: pods by name, their data-parallel
-//     ranks folded into one entry each.
+//     ranks folded into one entry each; or Pick with a PickQuery (the same
+//     request plus the router's candidates and their load).
 //
 // Score is transport-neutral: failures are *Error values with a Code that
 // api maps to gRPC codes and HTTP statuses. Pods whose index entries the
 // applier no longer trusts (an index write failed and the pod has not been
 // cleared since) are an explicit candidate filter of every score.
 //
+// Pick answers "where should this request go" on the same path: the same
+// inputs and keys as Score, one index lookup over the router's candidates,
+// then a policy of package routing weighs each candidate's cached prefix
+// against its load. Two stores beside the index cover what events cannot
+// tell yet: speculative entries (the pod a Pick chose is assumed to hold the
+// request's blocks for a short TTL, until its BlockStored arrives; shared
+// through Redis when the index is) and a routing history for candidates
+// that publish no events. Both are bounded, counted and on an injectable
+// clock.
+//
 // The Query/Result shape leaves room for more input kinds (a chat "messages"
-// input is one more InputKind with its own field) and for a later Pick method
-// that chooses one pod from the same Result rather than listing them all.
+// input is one more InputKind with its own field).
 package indexer
