@@ -3,6 +3,7 @@ package indexer
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/kvindex/kvindex/kvindex"
@@ -71,4 +72,37 @@ func BenchmarkScore512All(b *testing.B) {
 	x, _, q := pickBench(b)
 	q.Pods = nil
 	benchScore(b, x, q)
+}
+
+// BenchmarkPickVsScore512x64 runs Score (without and with the pods filter
+// of the 64 candidates) and Pick of the same request, each for b.N calls on one
+// locked OS thread, and reports the thread CPU time per call of each and
+// their difference: comparable on a loaded machine where ns/op is not.
+func BenchmarkPickVsScore512x64(b *testing.B) {
+	x, q, sq := pickBench(b)
+	var r PickResult
+	var sr Result
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cpu := func(f func()) float64 {
+		t0, ok := threadCPU()
+		if !ok {
+			b.Skip("no per-thread CPU time on this system")
+		}
+		for range b.N {
+			f()
+		}
+		t1, _ := threadCPU()
+		return float64((t1 - t0).Nanoseconds()) / float64(b.N)
+	}
+	ctx := context.Background()
+	all := *sq
+	all.Pods = nil
+	scoreAll := cpu(func() { _ = x.Score(ctx, &all, &sr) })
+	score := cpu(func() { _ = x.Score(ctx, sq, &sr) })
+	pick := cpu(func() { _ = x.Pick(ctx, q, &r) })
+	b.ReportMetric(scoreAll, "score-unfiltered-cpu-ns/op")
+	b.ReportMetric(score, "score-cpu-ns/op")
+	b.ReportMetric(pick, "pick-cpu-ns/op")
+	b.ReportMetric(pick-score, "pick-minus-score-cpu-ns/op")
 }
