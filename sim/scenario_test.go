@@ -10,55 +10,23 @@ import (
 	"testing"
 )
 
-// smallScenario is a fleet small enough for unit tests that still fills
+// smallScenarioFile is a fleet small enough for unit tests that still fills
 // its KV caches: 3 pods x 40 blocks of 16 tokens, 12 groups sharing a
-// 96-token system prompt.
-const smallScenario = `
-name: small
-seed: 7
-pods: 3
-kv_tokens_per_pod: 640
-block_size: 16
-kv_event_lag_s: 0.01
-metrics_interval_s: 0.05
-engine:
-  prefill_tokens_per_s: 4000
-  decode_itl_s: 0.01
-  decode_per_seq_s: 0.001
-  decode_per_kv_token_s: 0.000002
-  max_num_seqs: 16
-  max_num_batched_tokens: 128
-load:
-  type: poisson
-  warmup_stages: 1
-  stages:
-    - {rate: 5, duration: 4}
-    - {rate: 10, duration: 6}
-    - {rate: 30, duration: 6}
-data:
-  type: shared_prefix
-  num_groups: 12
-  num_prompts_per_group: 3
-  system_prompt_len: 96
-  question_len: 40
-  output_len: 24
-schedulers:
-  - precise
-  - estimated
-  - load
-  - random
-  - name: prefix-only
-    scorers:
-      - {type: precise-prefix, weight: 1, normalize: absolute}
-  - name: approx-small
-    scorers:
-      - {type: approx-prefix, weight: 2, block_size_tokens: 16, max_prefix_blocks: 4, lru_capacity_per_server: 30}
-      - {type: queue, weight: 1}
-`
+// 96-token system prompt, six schedulers (four built-in, two custom).
+const smallScenarioFile = "testdata/scenarios/small.yaml"
+
+func readSmall(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(smallScenarioFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
 
 func parseSmall(t *testing.T, extra string) *Scenario {
 	t.Helper()
-	sc, err := ParseScenario(strings.NewReader(smallScenario + extra))
+	sc, err := ParseScenario(strings.NewReader(readSmall(t) + extra))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,8 +293,9 @@ func TestParseScenarioRejectsBadInput(t *testing.T) {
 			return strings.Replace(s, "  - name: prefix-only\n", "  - name: prefix-only\n    picker: random\n", 1)
 		},
 	}
+	small := readSmall(t)
 	for name, mod := range mods {
-		if _, err := ParseScenario(strings.NewReader(mod(smallScenario))); err == nil {
+		if _, err := ParseScenario(strings.NewReader(mod(small))); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
@@ -339,10 +308,7 @@ func TestParseScenarioRejectsBadInput(t *testing.T) {
 
 func TestSimulateScenarioCommand(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "s.yaml")
-	if err := os.WriteFile(path, []byte(smallScenario), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := smallScenarioFile
 	out, svg := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.svg")
 	var stdout, stderr bytes.Buffer
 	if err := RunSimulate([]string{"--scenario", path, "--out", out, "--svg", svg, "--markdown"}, nil, &stdout, &stderr); err != nil {
