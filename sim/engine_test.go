@@ -135,6 +135,15 @@ func TestEnginePrefixCacheKeepsFreedBlocksLRU(t *testing.T) {
 	if st := e.Stats(); st.HitTokens != 8 || st.PromptTokens != 17 {
 		t.Fatalf("hit %d of %d prompt tokens, want 8 of 17", st.HitTokens, st.PromptTokens)
 	}
+	// A fully cached prompt still computes its last token: an 8-token
+	// prompt whose two blocks are cached reuses only the first.
+	if err := e.Add(3, 8, 1, pa, 4); err != nil {
+		t.Fatal(err)
+	}
+	runEngine(t, e, 10)
+	if st := e.Stats(); st.HitTokens != 12 || st.PromptTokens != 25 {
+		t.Fatalf("hit %d of %d prompt tokens, want 12 of 25", st.HitTokens, st.PromptTokens)
+	}
 	// A finished request's blocks are freed tail first, so its tail block
 	// is evicted before its head. The free queue now holds the 5 never used
 	// blocks, then B's unshared last block, a1, a0: a 7-block request takes
@@ -206,13 +215,26 @@ func TestEnginePreemptsMostRecentAndRecomputes(t *testing.T) {
 	// are admitted; decoding soon needs more blocks than exist, so the most
 	// recently admitted (request 1) is preempted, requeued at the front and
 	// recomputed later. Both must finish with all their tokens.
-	e := testEngine(t, 6, 4, 8, 64)
-	for i := 0; i < 2; i++ {
+	// A third request waits (max_num_seqs 2): the preempted one must go
+	// back in front of it.
+	e := testEngine(t, 6, 4, 2, 64)
+	for i := 0; i < 3; i++ {
 		if err := e.Add(i, 8, 10, nil, uint64(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	prog, _ := runEngine(t, e, 1000)
+	var prog []SeqProgress
+	for e.Stats().Preemptions == 0 {
+		if _, ok := e.StartStep(); !ok {
+			t.Fatal("drained without preempting")
+		}
+		if e.Stats().Preemptions > 0 && (len(e.waiting) != 2 || e.waiting[0].req != 1 || e.waiting[1].req != 2) {
+			t.Fatalf("after preemption the queue is %v, want request 1 in front of 2", []int{e.waiting[0].req, e.waiting[len(e.waiting)-1].req})
+		}
+		prog = e.FinishStep(prog)
+	}
+	rest, _ := runEngine(t, e, 1000)
+	prog = append(prog, rest...)
 	st := e.Stats()
 	if st.Preemptions == 0 || st.RecomputeToks == 0 {
 		t.Fatalf("no preemption: %+v", st)
@@ -231,7 +253,7 @@ func TestEnginePreemptsMostRecentAndRecomputes(t *testing.T) {
 			}
 		}
 	}
-	for i := 0; i < 2; i++ {
+	for i := 0; i < 3; i++ {
 		if gen[i] != 10 || finished[i] != 1 {
 			t.Errorf("request %d: %d tokens, finished %d times; want 10 and 1", i, gen[i], finished[i])
 		}

@@ -205,6 +205,17 @@ func TestApproxPrefixScorerGIEWalk(t *testing.T) {
 	if out[0] != 0 || out[1] != 0 || out[2] != 0 {
 		t.Errorf("other group: %v, want zeros", out)
 	}
+	// The walk stops at the first block no server holds, even if later
+	// blocks are held: pod 1 holds blocks 0, 1 and 3 of p1, not 2.
+	g := newApproxPrefixScorer(3, 4, 256, 100)
+	hs := g.blocks(p1)
+	for _, k := range []int{0, 1, 3} {
+		g.holders[hs[k]] = 1 << 1
+	}
+	g.score(&PickRequest{Prompt: p1}, eps, out)
+	if out[1] != 0.5 {
+		t.Errorf("walk past a gap: pod 1 scored %v, want 0.5 (2 of 4 blocks)", out[1])
+	}
 	// LRU bound: a 4-entry LRU per server forgets p0's blocks after p2's.
 	b := newApproxPrefixScorer(3, 4, 256, 4)
 	b.record(&PickRequest{Prompt: p0}, 0)
