@@ -171,7 +171,7 @@ func RunSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	var reqs []Request
 	var err error
-	name := *trace
+	var name string
 	switch {
 	case *gen && *trace != "":
 		return errors.New("simulate: --trace and --gen-workload are exclusive")

@@ -285,6 +285,7 @@ type SchedulerSpec struct {
 	Picker  string       `yaml:"picker"` // max-score (default with scorers) | random
 	Scorers []ScorerSpec `yaml:"scorers"`
 	Policy  string       `yaml:"policy"` // a registered pick policy (instead of scorers)
+	Router  string       `yaml:"router"` // a trace-simulator routing policy (RouterOrder), default parameters
 }
 
 // ScorerSpec is one weighted scorer of a profile.
@@ -322,7 +323,7 @@ func (s SchedulerSpec) resolve() (SchedulerSpec, error) {
 	if strings.TrimSpace(s.Name) == "" {
 		return s, errors.New("scheduler needs a name")
 	}
-	if s.Policy == "" && len(s.Scorers) == 0 && s.Picker == "" {
+	if s.Policy == "" && s.Router == "" && len(s.Scorers) == 0 && s.Picker == "" {
 		if b, ok := builtinProfiles[s.Name]; ok {
 			b.Name = s.Name
 			return b, nil
@@ -333,6 +334,15 @@ func (s SchedulerSpec) resolve() (SchedulerSpec, error) {
 		}
 		return s, fmt.Errorf("unknown scheduler %q (built-in: %s; registered policies: %s)", s.Name,
 			strings.Join(sortedKeys(builtinProfiles), ", "), strings.Join(sortedKeys(pickPolicies), ", "))
+	}
+	if s.Router != "" {
+		if len(s.Scorers) > 0 || s.Picker != "" || s.Policy != "" {
+			return s, errors.New("router excludes policy, scorers and picker")
+		}
+		if _, ok := routerFactories[s.Router]; !ok {
+			return s, fmt.Errorf("unknown router %q (%s)", s.Router, strings.Join(RouterOrder, ", "))
+		}
+		return s, nil
 	}
 	if s.Policy != "" {
 		if len(s.Scorers) > 0 || s.Picker != "" {

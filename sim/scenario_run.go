@@ -177,7 +177,7 @@ func NewScenarioRun(sc *Scenario, wl *Workload, spec SchedulerSpec) (*ScenarioRu
 		r.engines = append(r.engines, e)
 		r.scraped[p].Pod = p
 	}
-	if r.sched, err = newScheduler(spec, sc.Pods, sc.Seed); err != nil {
+	if r.sched, err = newScheduler(spec, sc.Pods, sc.BlockSize, sc.KVTokensPerPod/sc.BlockSize, sc.Seed); err != nil {
 		return nil, err
 	}
 	if r.sched.needsIndex() {
@@ -219,7 +219,12 @@ func (r *ScenarioRun) Run() (*SchedulerResult, error) {
 			case scStepDone:
 				r.stepDone(ev.pod, now)
 			case scKVDelivery:
-				r.index.apply(ev.pod, ev.ops, now)
+				if r.index != nil {
+					r.index.apply(ev.pod, ev.ops, now)
+				}
+				if r.sched.wantsEvents() {
+					r.sched.onKVEvents(ev.pod, ev.ops, now)
+				}
 			}
 			continue
 		}
@@ -266,7 +271,7 @@ func (r *ScenarioRun) arrive(i int, now float64) error {
 	if r.index != nil {
 		r.index.match(hs, r.eps)
 	}
-	pr := PickRequest{Prompt: q.Prompt, PromptTokens: q.Prompt.Len, TotalBlocks: len(hs)}
+	pr := PickRequest{Now: now, Prompt: q.Prompt, PromptTokens: q.Prompt.Len, OutputTokens: q.OutputLen, TotalBlocks: len(hs), Hashes: hs}
 	k := r.sched.pick(&pr, r.eps)
 	if k < 0 || k >= len(r.eps) {
 		return fmt.Errorf("scenario: scheduler %s picked endpoint %d of %d", r.spec.Name, k, len(r.eps))
@@ -316,7 +321,7 @@ func (r *ScenarioRun) stepDone(pod int, now float64) {
 			r.inFlight[pod]--
 		}
 	}
-	if ops := e.TakeKVEvents(); len(ops) > 0 && r.index != nil {
+	if ops := e.TakeKVEvents(); len(ops) > 0 && (r.index != nil || r.sched.wantsEvents()) {
 		r.push(scEvent{t: now + r.sc.KVEventLag, kind: scKVDelivery, pod: pod, ops: ops})
 	}
 	if r.OnStep != nil {

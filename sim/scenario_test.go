@@ -35,7 +35,14 @@ func parseSmall(t *testing.T, extra string) *Scenario {
 
 func TestScenarioConservationAndKVBound(t *testing.T) {
 	sc := parseSmall(t, "")
+	// The trace simulator's policies run through the same engines.
+	sc.Schedulers = append(sc.Schedulers, SchedulerSpec{Name: "ll", Router: "least-loaded"},
+		SchedulerSpec{Name: "legacy-precise", Router: "precise"}, SchedulerSpec{Name: "sglang", Router: "sglang"})
+	if err := sc.Validate(); err != nil {
+		t.Fatal(err)
+	}
 	wl := sc.GenerateWorkload()
+	hits := map[string]float64{}
 	if len(wl.Requests) < 150 {
 		t.Fatalf("only %d requests generated", len(wl.Requests))
 	}
@@ -82,9 +89,14 @@ func TestScenarioConservationAndKVBound(t *testing.T) {
 		if maxUsed > sc.engineConfig().KVBlocks || res.MaxKVUsage > 1 {
 			t.Errorf("%s: %d blocks used of %d", spec.Name, maxUsed, sc.engineConfig().KVBlocks)
 		}
+		hits[spec.Name] = res.HitRate
 		if res.MaxKVUsage < 0.9 {
 			t.Errorf("%s: KV peaked at %.0f%%: the scenario no longer exercises a full cache", spec.Name, 100*res.MaxKVUsage)
 		}
+	}
+	// The legacy precise router follows the pods' events it now receives.
+	if !(hits["legacy-precise"] > hits["ll"]+0.15) {
+		t.Errorf("legacy precise hit rate %.2f vs least-loaded %.2f", hits["legacy-precise"], hits["ll"])
 	}
 }
 
@@ -233,7 +245,7 @@ func TestMaxScorePickerTiesAreSeededRandom(t *testing.T) {
 	}
 	eps := []Endpoint{{Pod: 0}, {Pod: 1}, {Pod: 2}, {Pod: 3, Waiting: 1}}
 	pick := func(seed uint64) []int {
-		s, err := newScheduler(spec, 4, seed)
+		s, err := newScheduler(spec, 4, 16, 100, seed)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -300,6 +312,10 @@ func TestParseScenarioRejectsBadInput(t *testing.T) {
 			return strings.Replace(s, "type: queue, weight: 1", "type: latency, weight: 1", 1)
 		},
 		"duplicate name": func(s string) string { return strings.Replace(s, "  - load\n", "  - random\n", 1) },
+		"router and scorers": func(s string) string {
+			return strings.Replace(s, "  - name: prefix-only\n", "  - name: prefix-only\n    router: random\n", 1)
+		},
+		"unknown router": func(s string) string { return s + "  - {name: x, router: nonesuch}\n" },
 		"random picker with scorers": func(s string) string {
 			return strings.Replace(s, "  - name: prefix-only\n", "  - name: prefix-only\n    picker: random\n", 1)
 		},

@@ -26,9 +26,12 @@ type Endpoint struct {
 
 // PickRequest is what a scheduler knows of the request being placed.
 type PickRequest struct {
+	Now          float64
 	Prompt       *Prompt
 	PromptTokens int
-	TotalBlocks  int // full prompt blocks at the engine block size
+	OutputTokens int
+	TotalBlocks  int      // full prompt blocks at the engine block size
+	Hashes       []uint64 // their hashes (the keys of the pods' KV events); read only
 }
 
 // PickFunc is an external placement policy: given the request and every
@@ -72,13 +75,26 @@ type scheduler interface {
 	routed(req *PickRequest, pod int)
 	// needsIndex: Endpoint.MatchedBlocks must be filled.
 	needsIndex() bool
+	// onKVEvents receives the pods' KV events (after the event lag) when
+	// wantsEvents says so.
+	wantsEvents() bool
+	onKVEvents(pod int, ops []KVOp, now float64)
 }
 
+// noKVEvents is embedded by schedulers that do not listen to the pods.
+type noKVEvents struct{}
+
+func (noKVEvents) wantsEvents() bool               { return false }
+func (noKVEvents) onKVEvents(int, []KVOp, float64) {}
+
 // newScheduler builds a resolved spec for a fleet of pods.
-func newScheduler(spec SchedulerSpec, pods int, seed uint64) (scheduler, error) {
+func newScheduler(spec SchedulerSpec, pods, blockSize, kvBlocks int, seed uint64) (scheduler, error) {
 	rng := rand.New(rand.NewPCG(seed, 0xd1b54a32d192ed03))
 	if spec.Policy != "" {
 		return &externalPolicy{fn: pickPolicies[spec.Policy](seed)}, nil
+	}
+	if spec.Router != "" {
+		return newLegacyRouter(spec.Router, pods, blockSize, kvBlocks, seed)
 	}
 	if spec.Picker == "random" {
 		return &randomPicker{rng: rng}, nil
@@ -106,14 +122,20 @@ func newScheduler(spec SchedulerSpec, pods int, seed uint64) (scheduler, error) 
 	return p, nil
 }
 
-type externalPolicy struct{ fn PickFunc }
+type externalPolicy struct {
+	noKVEvents
+	fn PickFunc
+}
 
 func (e *externalPolicy) pick(req *PickRequest, eps []Endpoint) int { return e.fn(req, eps) }
 func (*externalPolicy) routed(*PickRequest, int)                    {}
 func (*externalPolicy) needsIndex() bool                            { return true }
 
 // randomPicker is GIE's random-picker: uniform over the candidates.
-type randomPicker struct{ rng *rand.Rand }
+type randomPicker struct {
+	noKVEvents
+	rng *rand.Rand
+}
 
 func (r *randomPicker) pick(_ *PickRequest, eps []Endpoint) int { return r.rng.IntN(len(eps)) }
 func (*randomPicker) routed(*PickRequest, int)                  {}
@@ -128,6 +150,7 @@ type profileScorer interface {
 // its scorers, then the max-score picker, which breaks ties uniformly at
 // random (GIE's picker shuffles the candidates before taking the maximum).
 type profile struct {
+	noKVEvents
 	scorers []profileScorer
 	weights []float64
 	index   bool
@@ -302,4 +325,42 @@ func (a *approxPrefixScorer) record(req *PickRequest, pod int) {
 		}
 		a.holders[h] |= 1 << pod
 	}
+}
+
+// legacyRouter runs one of the trace simulator's routing policies
+// (random, least-loaded, chwbl, approx-prefix, aibrix, sglang, precise,
+// precise+spec, ...) inside the scenario simulator with their default
+// parameters: their load is the scheduler's own in-flight count, their
+// requests carry the engine block hashes, and they receive the pods' KV
+// events.
+type legacyRouter struct {
+	r    Router
+	req  Request
+	view View
+}
+
+func newLegacyRouter(name string, pods, blockSize, kvBlocks int, seed uint64) (*legacyRouter, error) {
+	p := DefaultRouterParams(pods, blockSize, kvBlocks)
+	p.Seed = seed
+	r, err := NewRouter(name, p)
+	if err != nil {
+		return nil, err
+	}
+	return &legacyRouter{r: r, view: View{Load: make([]int, pods), BlockSize: blockSize}}, nil
+}
+
+func (l *legacyRouter) pick(req *PickRequest, eps []Endpoint) int {
+	l.req = Request{InputLength: req.PromptTokens, OutputLength: req.OutputTokens, HashIDs: req.Hashes}
+	l.view.Now = req.Now
+	for i, e := range eps {
+		l.view.Load[i] = e.InFlight
+	}
+	return l.r.Route(&l.req, &l.view)
+}
+
+func (*legacyRouter) routed(*PickRequest, int) {}
+func (*legacyRouter) needsIndex() bool         { return false }
+func (*legacyRouter) wantsEvents() bool        { return true }
+func (l *legacyRouter) onKVEvents(pod int, ops []KVOp, now float64) {
+	l.r.OnKVEvents(pod, ops, now)
 }
