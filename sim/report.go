@@ -190,10 +190,14 @@ func tickLabel(v, step float64) string {
 func WriteScenarioTable(w io.Writer, rep *ScenarioReport) {
 	fmt.Fprintf(w, "scenario %s: %d pods x %d blocks of %d tokens, %d requests\n",
 		rep.Scenario, rep.Pods, rep.KVBlocks, rep.Block, rep.Requests)
-	fmt.Fprintf(w, "%-16s %11s %8s %9s %9s %8s %7s %8s %8s\n",
+	nw := len("scheduler")
+	for _, r := range rep.Results {
+		nw = max(nw, len(r.Scheduler))
+	}
+	fmt.Fprintf(w, "%-*s %11s %8s %9s %9s %8s %7s %8s %8s\n", nw,
 		"scheduler", "out_tok/s", "req/s", "ttft_p90", "ttft_mean", "itl_mean", "hit%", "preempt", "wall_s")
 	for _, r := range rep.Results {
-		fmt.Fprintf(w, "%-16s %11.1f %8.3f %8.3fs %8.3fs %7.4fs %6.1f%% %8d %8.2f\n", r.Scheduler, r.OutputTokensPerS,
+		fmt.Fprintf(w, "%-*s %11.1f %8.3f %8.3fs %8.3fs %7.4fs %6.1f%% %8d %8.2f\n", nw, r.Scheduler, r.OutputTokensPerS,
 			r.RequestsPerS, r.TTFTp90, r.TTFTMean, r.ITLMean, 100*r.HitRate, r.Preemptions, r.WallSeconds)
 	}
 }
