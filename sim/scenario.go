@@ -81,7 +81,7 @@ type DataSpec struct {
 // Scenario size bounds: the simulator allocates per pod, block and request.
 const (
 	maxScenarioRequests = 2_000_000
-	maxScenarioBlocks   = 1 << 26 // pods x blocks per pod
+	maxScenarioBlocks   = 1 << 24 // pods x blocks per pod: the engines allocate them up front (~40 bytes each)
 	maxPromptTokens     = 1 << 22
 )
 

@@ -315,6 +315,10 @@ func TestParseScenarioRejectsBadInput(t *testing.T) {
 		"router and scorers": func(s string) string {
 			return strings.Replace(s, "  - name: prefix-only\n", "  - name: prefix-only\n    router: random\n", 1)
 		},
+		"fleet too big": func(s string) string {
+			return strings.Replace(s, "kv_tokens_per_pod: 640", "kv_tokens_per_pod: 6400000000", 1)
+		},
+		"NaN rate":       func(s string) string { return strings.Replace(s, "rate: 10,", "rate: .nan,", 1) },
 		"unknown router": func(s string) string { return s + "  - {name: x, router: nonesuch}\n" },
 		"random picker with scorers": func(s string) string {
 			return strings.Replace(s, "  - name: prefix-only\n", "  - name: prefix-only\n    picker: random\n", 1)
