@@ -277,7 +277,11 @@ func WriteScenarioSVG(w io.Writer, rep *ScenarioReport) error {
 	}
 	x1 := left
 	x2 := left + plotW + gap
-	width := x2 + plotW + margin + 150
+	legendW := 0
+	for _, r := range rep.Results {
+		legendW = max(legendW, 40+7*len(r.Scheduler))
+	}
+	width := max(x2+plotW+14+legendW+margin, margin+8*len(rep.Scenario)+margin)
 	height := top + plotH + 60
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }

@@ -370,7 +370,8 @@ func TestSimulateScenarioCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(s), "<polyline"); n != 12 || !strings.Contains(string(s), "TTFT p90") {
+	if n := strings.Count(string(s), "<polyline"); n != 12 || !strings.Contains(string(s), "TTFT p90") ||
+		strings.Contains(string(s), "NaN") || strings.Contains(string(s), "Inf") {
 		t.Errorf("svg has %d polylines", n)
 	}
 	if err := RunSimulate([]string{"--scenario", path, "--trace", "x"}, nil, &stdout, &stderr); err == nil {
