@@ -2,25 +2,17 @@ package sim
 
 import (
 	"container/heap"
-	"context"
 	"fmt"
 	"slices"
 	"sort"
 	"time"
-
-	"github.com/kvindex/kvindex/kvindex"
 )
 
-// preciseIndex is the precise scorers' view of the fleet: our real index,
-// scorer and applier (PreciseRouter's machinery), fed by the simulated pods'
-// KV events. PreciseRouter interns the model and then pods 0..n-1 first on a
-// fresh interner, so its model is ModelID 0 and pod p is PodID p
-// (TestPreciseIndexPodMapping pins this).
+// preciseIndex is the precise scorers' view of the fleet: the daemon's own
+// indexer (through PreciseRouter), fed by the simulated pods' KV events.
 type preciseIndex struct {
-	router *PreciseRouter
-	scorer *kvindex.Scorer
-	keys   []kvindex.Key
-	res    kvindex.ScoreResult
+	router  *PreciseRouter
+	matched []int
 }
 
 func newPreciseIndex(pods, blockSize int) (*preciseIndex, error) {
@@ -28,30 +20,19 @@ func newPreciseIndex(pods, blockSize int) (*preciseIndex, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &preciseIndex{router: r, scorer: kvindex.NewScorer(r.Index(), kvindex.DefaultTierWeights())}, nil
+	return &preciseIndex{router: r, matched: make([]int, pods)}, nil
 }
 
 func (x *preciseIndex) apply(pod int, ops []KVOp, now float64) { x.router.OnKVEvents(pod, ops, now) }
 
-// match writes each pod's leading matched blocks of hashes into eps.
+// match writes each pod's leading matched blocks of hashes into eps, which
+// is indexed by fleet pod.
 func (x *preciseIndex) match(hashes []uint64, eps []Endpoint) {
-	for i := range eps {
-		eps[i].MatchedBlocks = 0
-	}
-	if len(hashes) == 0 {
-		return
-	}
-	x.keys = x.keys[:0]
-	for _, h := range hashes {
-		x.keys = append(x.keys, kvindex.Key(h))
-	}
-	// An in-memory score cannot fail; were it to, nothing matches.
-	if err := x.scorer.Score(context.Background(), 0, x.keys, nil, &x.res); err != nil {
-		return
-	}
-	for _, ps := range x.res.Pods {
-		if p := int(ps.Pod); p >= 0 && p < len(eps) {
-			eps[p].MatchedBlocks = ps.MatchedBlocks
+	x.router.Match(hashes, x.matched)
+	for p := range eps {
+		eps[p].MatchedBlocks = 0
+		if p < len(x.matched) {
+			eps[p].MatchedBlocks = x.matched[p]
 		}
 	}
 }
