@@ -118,8 +118,8 @@ type Stats struct {
 // Options.Counters. The zero value is ready to use.
 type Counters struct {
 	accepted, rejected, handshakes, handshakeTimeouts, heartbeatTimeouts atomic.Uint64
-	oversized, budget, protocol, peerErrors, panics, messages, filtered    atomic.Uint64
-	open                                                                    atomic.Int64
+	oversized, budget, protocol, peerErrors, panics, messages, filtered  atomic.Uint64
+	open                                                                 atomic.Int64
 }
 
 // Snapshot reads every counter.
