@@ -33,6 +33,9 @@ type conn struct {
 	bud   *budget
 	peer  string
 	minor byte // negotiated: 0 = ZMTP 3.0, 1 = 3.1
+	// idle, once set (after the handshake, heartbeats on), is how long a
+	// read may wait for the next byte.
+	idle time.Duration
 
 	wmu sync.Mutex // one writer at a time: the frames of a message stay together
 
@@ -46,8 +49,23 @@ func newConn(nc net.Conn, opts *Options, bud *budget) *conn {
 	if a := nc.RemoteAddr(); a != nil && a.String() != "" {
 		peer = a.String()
 	}
-	return &conn{nc: nc, r: bufio.NewReaderSize(nc, readBufSize), opts: opts, bud: bud, peer: peer,
-		done: make(chan struct{})}
+	c := &conn{nc: nc, opts: opts, bud: bud, peer: peer, done: make(chan struct{})}
+	c.r = bufio.NewReaderSize(idleReader{c}, readBufSize)
+	return c
+}
+
+// idleReader re-arms the read deadline before every read, so heartbeats
+// measure silence (no byte for HeartbeatTimeout), not how long a large
+// message takes to arrive.
+type idleReader struct{ c *conn }
+
+func (r idleReader) Read(b []byte) (int, error) {
+	if r.c.idle > 0 {
+		if err := r.c.nc.SetReadDeadline(time.Now().Add(r.c.idle)); err != nil {
+			return 0, err
+		}
+	}
+	return r.c.nc.Read(b)
 }
 
 // fail closes the connection, keeping the first reason.
@@ -241,11 +259,6 @@ func (c *conn) readMessage() (frames [][]byte, reserved int64, err error) {
 	limit := uint64(c.opts.MaxMessageSize)
 	var total uint64
 	for {
-		if c.opts.HeartbeatTimeout > 0 && c.minor >= 1 {
-			if err := c.nc.SetReadDeadline(time.Now().Add(c.opts.HeartbeatTimeout)); err != nil {
-				return nil, reserved, err
-			}
-		}
 		flags, size, err := c.readHeader()
 		if err != nil {
 			return nil, reserved, c.readErr(err)
@@ -281,7 +294,7 @@ func (c *conn) readMessage() (frames [][]byte, reserved int64, err error) {
 }
 
 func (c *conn) readErr(err error) error {
-	if c.opts.HeartbeatTimeout > 0 && c.minor >= 1 && isTimeout(err) {
+	if c.idle > 0 && isTimeout(err) {
 		return fmt.Errorf("%w (%v, peer %s)", ErrHeartbeatTimeout, c.opts.HeartbeatTimeout, c.peer)
 	}
 	return c.cause(err)

@@ -125,8 +125,8 @@ func expectPublished(t *testing.T, recv func(context.Context) (Message, error)) 
 		if !bytes.Equal(m.Frames[2], payload(seq, n)) {
 			t.Fatalf("seq %d: payload of %d bytes differs from the %d published", seq, len(m.Frames[2]), n)
 		}
-		if !strings.HasPrefix(m.Peer, "127.0.0.1:") {
-			t.Fatalf("peer address %q", m.Peer)
+		if m.Peer == "" {
+			t.Fatal("no peer address")
 		}
 	}
 }

@@ -269,6 +269,7 @@ func (s *socket) serve(c *conn) error {
 		}
 	}
 	if s.opts.HeartbeatInterval > 0 && c.minor >= 1 {
+		c.idle = s.opts.HeartbeatTimeout
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
