@@ -36,6 +36,7 @@ type conn struct {
 	// idle, once set (after the handshake, heartbeats on), is how long a
 	// read may wait for the next byte.
 	idle time.Duration
+	hdr  [8]byte // frame header scratch, not a local: it would escape per frame
 
 	wmu sync.Mutex // one writer at a time: the frames of a message stay together
 
@@ -178,7 +179,7 @@ func (c *conn) exchange(ourType string) error {
 // readHeader reads a frame's flags and declared size. Nothing is allocated
 // from the size here: callers compare it with their caps first.
 func (c *conn) readHeader() (flags byte, size uint64, err error) {
-	var h [8]byte
+	h := c.hdr[:]
 	if _, err := io.ReadFull(c.r, h[:1]); err != nil {
 		return 0, 0, err
 	}
@@ -195,10 +196,10 @@ func (c *conn) readHeader() (flags byte, size uint64, err error) {
 		}
 		return flags, uint64(h[0]), nil
 	}
-	if _, err := io.ReadFull(c.r, h[:]); err != nil {
+	if _, err := io.ReadFull(c.r, h); err != nil {
 		return 0, 0, err
 	}
-	return flags, binary.BigEndian.Uint64(h[:]), nil
+	return flags, binary.BigEndian.Uint64(h), nil
 }
 
 // readCommand reads a command body of the declared size, capped.
@@ -284,6 +285,9 @@ func (c *conn) readMessage() (frames [][]byte, reserved int64, err error) {
 		reserved += r
 		if err != nil {
 			return nil, reserved, c.readErr(err)
+		}
+		if frames == nil {
+			frames = make([][]byte, 0, min(c.opts.MaxFrames, 4)) // vLLM sends 3
 		}
 		frames = append(frames, body)
 		total += size
