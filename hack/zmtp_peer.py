@@ -20,9 +20,22 @@ The ROUTER prints "got <hex frame>,<hex frame>,..." for the first request
 [b"", topic, seq8, payload(seq, 100 + seq)] for seq 0..2, then seq 3 with
 payload(3, 10_000_000), then the end marker [b"", b"", ff*8, b""]; then "sent".
 
+  sub-connect ENDPOINT N  a SUB subscribed to "kv@" connects to ENDPOINT (our bound PUB)
+  sub-bind N              a SUB subscribed to "kv@" binds tcp://127.0.0.1 on a free port,
+                          prints "port N"
+  dealer-connect ENDPOINT a DEALER connects to ENDPOINT (our bound ROUTER)
+
+Subscribers print "got <topic hex> <frame count> <sha256 of the last frame>" for each of
+the first N messages they receive, then "done".
+
+The DEALER sends vLLM's replay request [b"", seq8(42)], then prints "got ..." (as above,
+with the topic being the first frame) for every reply until one whose last frame is empty,
+then "done".
+
 payload(seq, n) is bytes 0..255 repeated, rotated left by seq, cut to n bytes.
 Every mode then waits for stdin to close, so the test decides when it ends.
 """
+import hashlib
 import sys
 
 import zmq
@@ -61,6 +74,16 @@ def serve_replay(sock):
     print("sent", flush=True)
 
 
+def report(frames):
+    print("got", frames[0].hex(), len(frames), hashlib.sha256(frames[-1]).hexdigest(), flush=True)
+
+
+def receive(sock, n):
+    for _ in range(n):
+        report(sock.recv_multipart())
+    print("done", flush=True)
+
+
 def main():
     mode = sys.argv[1]
     ctx = zmq.Context()
@@ -76,6 +99,26 @@ def main():
         sock = ctx.socket(zmq.ROUTER)
         print("port", sock.bind_to_random_port("tcp://127.0.0.1"), flush=True)
         serve_replay(sock)
+    elif mode == "sub-connect":
+        sock = ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.SUBSCRIBE, b"kv@")
+        sock.connect(sys.argv[2])
+        receive(sock, int(sys.argv[3]))
+    elif mode == "sub-bind":
+        sock = ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.SUBSCRIBE, b"kv@")
+        print("port", sock.bind_to_random_port("tcp://127.0.0.1"), flush=True)
+        receive(sock, int(sys.argv[2]))
+    elif mode == "dealer-connect":
+        sock = ctx.socket(zmq.DEALER)
+        sock.connect(sys.argv[2])
+        sock.send_multipart([b"", seq8(42)])
+        while True:
+            frames = sock.recv_multipart()
+            report(frames)
+            if not frames[-1]:
+                break
+        print("done", flush=True)
     else:
         sys.exit("unknown mode " + mode)
     sys.stdin.read()

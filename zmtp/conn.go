@@ -2,6 +2,7 @@ package zmtp
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,6 +23,8 @@ const (
 	// declaring a huge frame and sending little costs little.
 	firstChunk = 16 << 10
 )
+
+var errNoFrames = errors.New("zmtp: a message needs at least one frame")
 
 // longAgo is a deadline in the past: setting it wakes a blocked read/write.
 var longAgo = time.Unix(1, 0)
@@ -37,6 +41,15 @@ type conn struct {
 	// read may wait for the next byte.
 	idle time.Duration
 	hdr  [8]byte // frame header scratch, not a local: it would escape per frame
+
+	identity  []byte // the peer's Identity property
+	routingID string // ROUTER: how Recv names this peer and Send finds it
+
+	// Publisher side: the peer's subscriptions (prefix -> count, as
+	// libzmq counts repeated subscriptions) once ready is set.
+	smu   sync.Mutex
+	subs  map[string]int
+	ready atomic.Bool
 
 	wmu sync.Mutex // one writer at a time: the frames of a message stay together
 
@@ -162,10 +175,11 @@ func (c *conn) exchange(ourType string) error {
 	}
 	switch name {
 	case "READY":
-		peerType, err := parseReady(data)
+		peerType, identity, err := parseReady(data)
 		if err != nil {
 			return err
 		}
+		c.identity = identity
 		if !compatible(ourType, peerType) {
 			return protoErr("a %s socket cannot talk to a %s peer", ourType, printable([]byte(peerType)))
 		}
@@ -323,8 +337,46 @@ func (c *conn) handleCommand(body []byte) error {
 		return fmt.Errorf("%w: %q", ErrPeerError, parseErrorReason(data))
 	case "READY":
 		return protoErr("READY after the handshake")
+	case "SUBSCRIBE", "CANCEL":
+		if c.subs != nil {
+			return c.subscribe(name == "SUBSCRIBE", data)
+		}
 	}
 	return nil
+}
+
+// subscribe records a subscribing peer's SUBSCRIBE or CANCEL. The number and
+// length of subscriptions are capped: they are held for the connection's life.
+func (c *conn) subscribe(on bool, topic []byte) error {
+	if len(topic) > maxTopicSize {
+		return fmt.Errorf("%w: subscription of %d bytes (max %d)", ErrTooLarge, len(topic), maxTopicSize)
+	}
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	n, ok := c.subs[string(topic)]
+	switch {
+	case on && !ok && len(c.subs) >= maxSubscriptions:
+		return fmt.Errorf("%w: more than %d subscriptions", ErrTooLarge, maxSubscriptions)
+	case on:
+		c.subs[string(topic)] = n + 1
+	case n > 1:
+		c.subs[string(topic)] = n - 1
+	default:
+		delete(c.subs, string(topic))
+	}
+	return nil
+}
+
+// wants reports whether the peer subscribed to a prefix of topic.
+func (c *conn) wants(topic []byte) bool {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	for t := range c.subs {
+		if bytes.HasPrefix(topic, []byte(t)) {
+			return true
+		}
+	}
+	return false
 }
 
 // writeRaw writes ready-made frames under WriteTimeout. A failed write
@@ -347,7 +399,7 @@ func (c *conn) writeRaw(b []byte) error {
 // (writev) rather than copied.
 func (c *conn) writeMessage(ctx context.Context, frames [][]byte) error {
 	if len(frames) == 0 {
-		return errors.New("zmtp: a message needs at least one frame")
+		return errNoFrames
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()

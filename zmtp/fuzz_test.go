@@ -40,7 +40,7 @@ func FuzzCommand(f *testing.F) {
 		if len(name) == 0 || 1+len(name)+len(data) != len(body) {
 			t.Fatalf("name %q and %d data bytes from a %d-byte body", name, len(data), len(body))
 		}
-		if typ, err := parseReady(data); err == nil && (typ == "" || len(typ) > len(data)) {
+		if typ, id, err := parseReady(data); err == nil && (typ == "" || len(typ)+len(id) > len(data)) {
 			t.Fatalf("socket type %q from %d bytes", typ, len(data))
 		}
 		if ctx, err := parsePing(data); err == nil && len(ctx) > maxPingContext {

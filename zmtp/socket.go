@@ -3,6 +3,7 @@ package zmtp
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -38,8 +39,10 @@ type socket struct {
 	ln    net.Listener  // bound sockets
 	slots chan struct{} // bound sockets: one token per open connection
 
-	mu    sync.Mutex
-	conns map[*conn]struct{}
+	mu     sync.Mutex
+	conns  map[*conn]struct{}
+	routes map[string]*conn // ROUTER: routing id -> connection
+	nextID uint32           // ROUTER: for generated routing ids
 
 	// Dialled sockets have one connection; dead closes when it ends, with
 	// deadErr saying why.
@@ -50,7 +53,7 @@ type socket struct {
 func newSocket(typ string, opts Options, topics []string) *socket {
 	opts = opts.withDefaults()
 	s := &socket{typ: typ, opts: opts, ctr: opts.Counters, msgs: make(chan item, opts.RecvQueue),
-		done: make(chan struct{}), conns: map[*conn]struct{}{}}
+		done: make(chan struct{}), conns: map[*conn]struct{}{}, routes: map[string]*conn{}}
 	if s.ctr == nil {
 		s.ctr = &Counters{}
 	}
@@ -217,6 +220,9 @@ func (s *socket) finish(c *conn, err error) {
 	c.fail(err)
 	s.mu.Lock()
 	delete(s.conns, c)
+	if s.routes[c.routingID] == c {
+		delete(s.routes, c.routingID)
+	}
 	s.mu.Unlock()
 	s.ctr.open.Add(-1)
 	if s.closed() {
@@ -248,11 +254,19 @@ func (c *Counters) count(err error) {
 	}
 }
 
-// serve runs a connection after its handshake: subscribe, then read
-// messages into the queue until something fails.
+// serve runs a connection after its handshake until something fails:
+// subscribe (SUB) or take subscriptions (PUB), and queue what arrives.
 func (s *socket) serve(c *conn) error {
 	s.ctr.handshakes.Add(1)
-	if s.typ == "SUB" {
+	switch s.typ {
+	case "PUB":
+		c.smu.Lock()
+		c.subs = map[string]int{}
+		c.smu.Unlock()
+		c.ready.Store(true)
+	case "ROUTER":
+		s.route(c)
+	case "SUB":
 		var b []byte
 		for _, t := range s.topics {
 			if c.minor >= 1 {
@@ -281,10 +295,25 @@ func (s *socket) serve(c *conn) error {
 		if err != nil {
 			return err
 		}
-		if s.typ == "SUB" && !s.subscribed(frames[0]) {
+		switch s.typ {
+		case "SUB":
+			if !s.subscribed(frames[0]) {
+				s.bud.give(reserved)
+				s.ctr.filtered.Add(1)
+				continue
+			}
+		case "PUB":
+			// ZMTP 3.0 subscribers subscribe with messages (1 or 0, then
+			// the prefix); anything else from a subscriber is ignored.
 			s.bud.give(reserved)
-			s.ctr.filtered.Add(1)
+			if len(frames) == 1 && len(frames[0]) > 0 && frames[0][0] <= 1 {
+				if err := c.subscribe(frames[0][0] == 1, frames[0][1:]); err != nil {
+					return err
+				}
+			}
 			continue
+		case "ROUTER":
+			frames = append([][]byte{[]byte(c.routingID)}, frames...)
 		}
 		select {
 		case s.msgs <- item{Message{frames, c.peer}, reserved}:
@@ -293,6 +322,21 @@ func (s *socket) serve(c *conn) error {
 			return ErrClosed
 		}
 	}
+}
+
+// route gives a ROUTER's connection its routing id: the peer's Identity
+// when it has one that is free (ids starting with a zero byte are ours),
+// else a generated one, 0 then a 4-byte counter, as libzmq does.
+func (s *socket) route(c *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := string(c.identity)
+	if _, taken := s.routes[id]; id == "" || id[0] == 0 || taken {
+		s.nextID++
+		id = string(binary.BigEndian.AppendUint32([]byte{0}, s.nextID))
+	}
+	c.routingID = id
+	s.routes[id] = c
 }
 
 // subscribed filters on our side too: a publisher need not filter (XPUB

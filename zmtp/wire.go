@@ -26,6 +26,11 @@ const (
 
 	// maxPingContext is the largest PING context RFC 37 allows.
 	maxPingContext = 16
+
+	// maxSubscriptions and maxTopicSize cap what one subscriber can make a
+	// Pub hold.
+	maxSubscriptions = 1024
+	maxTopicSize     = 4 << 10
 )
 
 // Errors a connection or socket reports. Wrapped errors carry detail; test
@@ -166,20 +171,23 @@ func parseMetadata(data []byte, fn func(name string, value []byte)) error {
 	return nil
 }
 
-// parseReady returns the peer's Socket-Type from READY's data.
-func parseReady(data []byte) (socketType string, err error) {
+// parseReady returns the peer's Socket-Type and Identity from READY's data.
+func parseReady(data []byte) (socketType string, identity []byte, err error) {
 	err = parseMetadata(data, func(name string, value []byte) {
-		if strings.EqualFold(name, "Socket-Type") {
+		switch {
+		case strings.EqualFold(name, "Socket-Type"):
 			socketType = string(value)
+		case strings.EqualFold(name, "Identity"):
+			identity = value
 		}
 	})
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if socketType == "" {
-		return "", protoErr("READY without a Socket-Type")
+		return "", nil, protoErr("READY without a Socket-Type")
 	}
-	return socketType, nil
+	return socketType, identity, nil
 }
 
 // parsePing returns PING's context, which PONG echoes.
@@ -214,6 +222,10 @@ func compatible(ours, peer string) bool {
 		return peer == "PUB" || peer == "XPUB"
 	case "DEALER":
 		return peer == "ROUTER" || peer == "DEALER" || peer == "REP"
+	case "PUB":
+		return peer == "SUB" || peer == "XSUB"
+	case "ROUTER":
+		return peer == "DEALER" || peer == "REQ" || peer == "ROUTER"
 	}
 	return false
 }
