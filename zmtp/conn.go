@@ -122,6 +122,9 @@ func (c *conn) handshake(ctx context.Context, ourType string) error {
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(longAgo) })
 	err := c.exchange(ourType)
 	if !stop() {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("%w: %w (peer %s)", ErrHandshakeTimeout, ctx.Err(), c.peer)
+		}
 		return fmt.Errorf("zmtp: handshake with %s: %w", c.peer, ctx.Err())
 	}
 	if err != nil {

@@ -1,8 +1,10 @@
 // Package zmtp is a small ZeroMQ transport (ZMTP 3.0 and 3.1 over TCP and
-// IPC, NULL security) with the two socket types kvindexd needs: SUB, bound
+// IPC, NULL security) with the socket types kvindexd needs: SUB, bound
 // (engines' PUB sockets connect to it) or dialled (to one engine's PUB),
-// and DEALER (to vLLM's replay ROUTER). It interoperates with libzmq 4.x,
-// which vLLM and SGLang publish through (pyzmq), and is tested against it.
+// and DEALER (to vLLM's replay ROUTER); plus PUB and ROUTER for the test
+// publishers, the demo and the load generator. It interoperates with libzmq
+// 4.x, which vLLM and SGLang publish through (pyzmq), and is tested against
+// it.
 //
 // # Why our own transport
 //
@@ -38,7 +40,8 @@
 // slower than Options.HandshakeTimeout) closes its connection and
 // increments one of the Stats counters. A bound socket holds at most
 // Options.MaxConns connections; together they buffer at most
-// Options.MaxBufferedBytes. A recovered panic (which would be a bug here)
+// Options.MaxBufferedBytes. A subscriber can make a Pub hold at most 1024
+// subscriptions of at most 4 KiB each. A recovered panic (which would be a bug here)
 // closes the connection and is counted in Stats.Panics.
 //
 // NULL security authenticates nobody: protect the port with network
@@ -46,8 +49,8 @@
 //
 // # Not implemented
 //
-// CURVE and PLAIN security, ZMTP 1.0/2.0 peers, PUB/ROUTER and the other
-// socket types, automatic reconnection (callers redial, with their own
+// CURVE and PLAIN security, ZMTP 1.0/2.0 peers, the other socket types
+// (REQ, REP, PUSH, PULL, PAIR, XPUB, XSUB), automatic reconnection (callers redial, with their own
 // backoff and signals), and the peer's PING TTL (our own heartbeat settings
 // apply instead).
 package zmtp

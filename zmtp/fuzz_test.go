@@ -64,6 +64,7 @@ func FuzzStream(f *testing.F) {
 		if err := c.handshake(context.Background(), "SUB"); err != nil {
 			return
 		}
+		c.subs = map[string]int{} // take subscriptions too, as a Pub's connection does
 		for {
 			frames, reserved, err := c.readMessage()
 			if err != nil {
@@ -77,6 +78,9 @@ func FuzzStream(f *testing.F) {
 				t.Fatalf("%d frames, %d bytes, %d reserved", len(frames), total, reserved)
 			}
 			bud.give(reserved)
+		}
+		if len(c.subs) > maxSubscriptions {
+			t.Fatalf("%d subscriptions held", len(c.subs))
 		}
 		if u := bud.used.Load(); u != 0 {
 			t.Fatalf("%d bytes still reserved", u)

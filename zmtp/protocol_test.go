@@ -237,3 +237,32 @@ func TestParseEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// A caller's context deadline shorter than HandshakeTimeout is a handshake
+// timeout too, and counted as one.
+func TestDialContextDeadlineIsHandshakeTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		_, _ = io.Copy(io.Discard, c) // silent until we hang up
+	}()
+	ctr := &Counters{}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = DialDealer(ctx, "tcp://"+ln.Addr().String(), Options{HandshakeTimeout: time.Hour, Counters: ctr})
+	if !errors.Is(err, ErrHandshakeTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("dial: %v", err)
+	}
+	if s := ctr.Snapshot(); s.HandshakeTimeouts != 1 || s.Open != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
