@@ -266,3 +266,21 @@ func TestDialContextDeadlineIsHandshakeTimeout(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
+
+// The last-resort recover turns a panic into a counted connection error, so
+// the hostile tests' "Panics == 0" checks would see a parser that panics.
+func TestGuardCountsPanics(t *testing.T) {
+	s := newSocket("SUB", Options{}, nil)
+	err := s.guard(func() error {
+		var b []byte
+		_ = b[5] // index out of range, as a missing bounds check would
+		return nil
+	})
+	if !errors.Is(err, errPanic) {
+		t.Fatalf("guard: %v", err)
+	}
+	s.ctr.count(err)
+	if p := s.ctr.Snapshot().Panics; p != 1 {
+		t.Fatalf("panics %d", p)
+	}
+}
