@@ -113,7 +113,8 @@ func isTimeout(err error) bool {
 // HandshakeTimeout and ctx's), and checks the peer's socket type.
 func (c *conn) handshake(ctx context.Context, ourType string) error {
 	deadline := time.Now().Add(c.opts.HandshakeTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+	d, fromCtx := ctx.Deadline()
+	if fromCtx = fromCtx && d.Before(deadline); fromCtx {
 		deadline = d
 	}
 	if err := c.nc.SetDeadline(deadline); err != nil {
@@ -121,19 +122,23 @@ func (c *conn) handshake(ctx context.Context, ourType string) error {
 	}
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(longAgo) })
 	err := c.exchange(ourType)
-	if !stop() {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return fmt.Errorf("%w: %w (peer %s)", ErrHandshakeTimeout, ctx.Err(), c.peer)
-		}
-		return fmt.Errorf("zmtp: handshake with %s: %w", c.peer, ctx.Err())
+	if stop() && err == nil {
+		return c.nc.SetDeadline(time.Time{})
 	}
-	if err != nil {
-		if isTimeout(err) {
-			return fmt.Errorf("%w after %v (peer %s)", ErrHandshakeTimeout, c.opts.HandshakeTimeout, c.peer)
+	// ctx first: its deadline and the connection's may expire together.
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		if errors.Is(ctxErr, context.DeadlineExceeded) {
+			return fmt.Errorf("%w: %w (peer %s)", ErrHandshakeTimeout, ctxErr, c.peer)
 		}
-		return fmt.Errorf("zmtp: handshake with %s: %w", c.peer, err)
+		return fmt.Errorf("zmtp: handshake with %s: %w", c.peer, ctxErr)
 	}
-	return c.nc.SetDeadline(time.Time{})
+	if isTimeout(err) {
+		if fromCtx { // the connection's deadline (ctx's) came before ctx's own timer
+			return fmt.Errorf("%w: %w (peer %s)", ErrHandshakeTimeout, context.DeadlineExceeded, c.peer)
+		}
+		return fmt.Errorf("%w after %v (peer %s)", ErrHandshakeTimeout, c.opts.HandshakeTimeout, c.peer)
+	}
+	return fmt.Errorf("zmtp: handshake with %s: %w", c.peer, err)
 }
 
 func (c *conn) exchange(ourType string) error {
