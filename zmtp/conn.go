@@ -19,9 +19,12 @@ const (
 	// are read straight into their own buffers.
 	readBufSize = 8 << 10
 	// firstChunk is the most a frame body gets before any of its bytes
-	// arrive; beyond it the buffer doubles only as bytes come in, so a peer
-	// declaring a huge frame and sending little costs little.
+	// arrive. Beyond it the buffer grows only when full, to growFactor times
+	// its size (capped at the declared size): a peer declaring a huge frame
+	// and sending little costs little, and a large frame that does arrive is
+	// copied a few times, not many.
 	firstChunk = 16 << 10
+	growFactor = 4
 )
 
 var errNoFrames = errors.New("zmtp: a message needs at least one frame")
@@ -253,7 +256,7 @@ func readBody(r io.Reader, n int, bud *budget) (b []byte, reserved int64, err er
 		return nil, reserved, ErrBufferBudget
 	}
 	for len(b) < n {
-		if len(b) == cap(b) && !grow(min(n, 2*cap(b))) {
+		if len(b) == cap(b) && !grow(min(n, growFactor*cap(b))) {
 			return nil, reserved, ErrBufferBudget
 		}
 		m, err := r.Read(b[len(b):cap(b)])
