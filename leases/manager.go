@@ -1,4 +1,18 @@
-package redisindex
+// Package leases divides a shared list of engine endpoints between several
+// kvindexd daemons that share one Redis index (the connect topology, where
+// daemons subscribe to engines), and makes a daemon that takes an endpoint
+// over start it from a clean state (takeover.go).
+//
+// It talks to Redis directly through go-redis, under the index's namespace,
+// rather than through redisindex: leases are a coordination protocol of
+// their own (SET NX PX, compare-and-extend), not index data, and the only
+// thing takeover needs from the index is ClearPodsNamed, taken as an
+// interface. Keys (see redisindex's doc for the index's own):
+//
+//	<ns>:lease:<endpoint>       STRING daemon id, PX ttl          (who owns it)
+//	<ns>:daemons                ZSET daemon id -> expiry (ms)     (who is alive)
+//	<ns>:lease-pods:<endpoint>  SET pod names indexed from it     (takeover.go)
+package leases
 
 import (
 	"context"
@@ -14,7 +28,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// LeaseManager divides a shared list of engine endpoints between several
+// Manager divides a shared list of engine endpoints between several
 // daemons (the "connect" topology, where daemons subscribe to engines):
 // every endpoint is subscribed by exactly one live daemon, via a lease held
 // in Redis.
@@ -32,7 +46,7 @@ import (
 // reach Redis drops (calls release for) its leases before they can expire,
 // so two daemons never apply the same endpoint's events for long: at most
 // one tick of overlap.
-type LeaseManager struct {
+type Manager struct {
 	c    redis.UniversalClient
 	ns   string
 	id   string
@@ -42,20 +56,14 @@ type LeaseManager struct {
 
 	mu   sync.Mutex
 	held map[string]time.Time // endpoint -> when the last successful renewal was sent
-
-	// crashed makes Run return without releasing anything (tests simulate
-	// a daemon that dies).
-	crashed bool
 }
 
-// NewLeaseManager makes a manager for daemonID (unique per daemon, e.g. pod
-// name) with leases of ttl (minimum 300ms; typical 10s).
-func NewLeaseManager(c redis.UniversalClient, namespace, daemonID string, ttl time.Duration) *LeaseManager {
-	if namespace == "" {
-		namespace = DefaultNamespace
-	}
+// NewManager makes a manager for daemonID (unique per daemon, e.g. pod
+// name) with leases of ttl (minimum 300ms; typical 10s), under the index's
+// namespace (redisindex.Index.Namespace).
+func NewManager(c redis.UniversalClient, namespace, daemonID string, ttl time.Duration) *Manager {
 	ttl = max(ttl, 300*time.Millisecond)
-	return &LeaseManager{
+	return &Manager{
 		c: c, ns: namespace, id: daemonID, ttl: ttl, tick: ttl / 3,
 		log:  slog.Default(),
 		held: map[string]time.Time{},
@@ -63,10 +71,10 @@ func NewLeaseManager(c redis.UniversalClient, namespace, daemonID string, ttl ti
 }
 
 // SetLogger replaces the logger (default slog.Default()).
-func (m *LeaseManager) SetLogger(l *slog.Logger) { m.log = l }
+func (m *Manager) SetLogger(l *slog.Logger) { m.log = l }
 
 // Held lists the endpoints this daemon holds now.
-func (m *LeaseManager) Held() []string {
+func (m *Manager) Held() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]string, 0, len(m.held))
@@ -112,35 +120,40 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 return redis.call('ZCARD', KEYS[1])
 `)
 
-func (m *LeaseManager) leaseKey(ep string) string {
+func (m *Manager) leaseKey(ep string) string { return endpointKey(m.ns, "lease", ep) }
+
+// endpointKey is "<ns>:<kind>:<endpoint>" with '{', '}' and '%' %-escaped,
+// so an endpoint address can never form a Redis Cluster hash tag.
+func endpointKey(ns, kind, ep string) string {
 	if strings.ContainsAny(ep, "{}%") {
 		ep = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(ep)
 	}
-	return m.ns + ":lease:" + ep
+	return ns + ":" + kind + ":" + ep
 }
 
 // Run manages leases until ctx is done, then releases everything it holds
 // (calling release for each) and returns. endpoints is called every tick and
 // must return the full, shared endpoint list (the same on every daemon).
 // acquire and release are called from Run's goroutine, one at a time; wire
-// them to kvevents.Subscriber.AddEndpoint / RemoveEndpoint.
-func (m *LeaseManager) Run(ctx context.Context, endpoints func() []string, acquire, release func(ep string)) error {
+// them to Takeover.Prepare + kvevents.Subscriber.AddEndpoint, and to
+// RemoveEndpoint. An acquire that fails gives the lease back at once, so
+// the endpoint is retried (by any daemon) at a later tick rather than held
+// by a daemon that does not subscribe it.
+func (m *Manager) Run(ctx context.Context, endpoints func() []string, acquire func(ctx context.Context, ep string) error, release func(ep string)) error {
 	t := time.NewTicker(m.tick)
 	defer t.Stop()
 	for {
 		m.step(ctx, endpoints(), acquire, release)
 		select {
 		case <-ctx.Done():
-			if !m.crashed {
-				m.releaseAll(release)
-			}
+			m.releaseAll(release)
 			return nil
 		case <-t.C:
 		}
 	}
 }
 
-func (m *LeaseManager) step(ctx context.Context, eps []string, acquire, release func(string)) {
+func (m *Manager) step(ctx context.Context, eps []string, acquire func(context.Context, string) error, release func(string)) {
 	ttlMS := m.ttl.Milliseconds()
 	eps = slices.Compact(slices.Sorted(slices.Values(eps)))
 	want := map[string]bool{}
@@ -240,19 +253,26 @@ func (m *LeaseManager) step(ctx context.Context, eps []string, acquire, release 
 		if err != nil {
 			return
 		}
-		if ok == 1 {
-			m.mu.Lock()
-			m.held[ep] = start
-			m.mu.Unlock()
-			n++
-			m.log.Info("lease acquired", "endpoint", ep, "daemon", m.id)
-			acquire(ep)
+		if ok != 1 {
+			continue
 		}
+		if err := acquire(ctx, ep); err != nil {
+			m.log.Warn("lease acquired but the endpoint could not be taken over; giving it back", "endpoint", ep, "daemon", m.id, "err", err)
+			if err := leaseRelease.Run(ctx, m.c, []string{m.leaseKey(ep)}, m.id).Err(); err != nil {
+				m.log.Warn("lease release failed; it will expire", "endpoint", ep, "err", err)
+			}
+			continue
+		}
+		m.mu.Lock()
+		m.held[ep] = start
+		m.mu.Unlock()
+		n++
+		m.log.Info("lease acquired", "endpoint", ep, "daemon", m.id)
 	}
 }
 
 // drop forgets ep locally and calls release.
-func (m *LeaseManager) drop(ep string, release func(string)) {
+func (m *Manager) drop(ep string, release func(string)) {
 	m.mu.Lock()
 	_, ok := m.held[ep]
 	delete(m.held, ep)
@@ -264,14 +284,14 @@ func (m *LeaseManager) drop(ep string, release func(string)) {
 
 // releaseOne stops using ep, then deletes the lease if it is still ours.
 // Stop first: once the key is gone another daemon may start on it.
-func (m *LeaseManager) releaseOne(ctx context.Context, ep string, release func(string)) {
+func (m *Manager) releaseOne(ctx context.Context, ep string, release func(string)) {
 	m.drop(ep, release)
 	if err := leaseRelease.Run(ctx, m.c, []string{m.leaseKey(ep)}, m.id).Err(); err != nil && !errors.Is(err, context.Canceled) {
 		m.log.Warn("lease release failed; it will expire", "endpoint", ep, "err", err)
 	}
 }
 
-func (m *LeaseManager) releaseAll(release func(string)) {
+func (m *Manager) releaseAll(release func(string)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for _, ep := range m.Held() {
