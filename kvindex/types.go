@@ -195,6 +195,16 @@ type BatchSink interface {
 	Apply(ctx context.Context, b *Batch)
 }
 
+// PodBlocksBatcher is implemented by index backends that can answer
+// PodBlocks for many pods at once much cheaper than one call per pod (Redis:
+// one round trip instead of one per pod). Pod listings use it when the index
+// has it and fall back to PodBlocks otherwise. PodBlocksBatch sets out[i] to
+// PodBlocks(pods[i]); len(out) must equal len(pods). On error out is
+// unspecified.
+type PodBlocksBatcher interface {
+	PodBlocksBatch(ctx context.Context, pods []PodID, out []int64) error
+}
+
 // HealthChecker is implemented by index backends that can be unavailable
 // (Redis). The daemon reports not-ready while Healthy returns an error.
 type HealthChecker interface {

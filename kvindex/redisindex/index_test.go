@@ -61,3 +61,16 @@ func TestConformanceRedisCluster(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
 	runConformance(t, redisFactory(c.URL(), false))
 }
+
+// waitFor polls cond until it holds; the deadline is a hang guard, not the
+// thing under test.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -366,6 +366,37 @@ func TestRoundTripsPerLookup(t *testing.T) {
 			if got, want := rt.Load(), int64(len(nodes)+1); got != want {
 				t.Fatalf("add of 64 keys took %d round trips, want %d", got, want)
 			}
+			// Pod listings: every pod's block count in one round trip, equal
+			// to PodBlocks one by one (0 for a pod never seen, and for a
+			// cleared pod).
+			if err := idx.ClearPod(ctx, in.Pod("p7", 0)); err != nil {
+				t.Fatal(err)
+			}
+			pods := []kvindex.PodID{in.Pod("ghost", 0), in.Pod("p-new", 0), in.Pod("p7", 0)}
+			for p := range 7 {
+				pods = append(pods, in.Pod("p"+strconv.Itoa(p), 0))
+			}
+			got := make([]int64, len(pods))
+			rt.Reset()
+			if err := idx.PodBlocksBatch(ctx, pods, got); err != nil {
+				t.Fatal(err)
+			}
+			if n := rt.Load(); n != 1 {
+				t.Fatalf("PodBlocksBatch of %d pods took %d round trips, want 1", len(pods), n)
+			}
+			want := []int64{0, 64, 0}
+			for p := range 7 {
+				want = append(want, int64(64*(p+1)))
+			}
+			for i, p := range pods {
+				one, err := idx.PodBlocks(ctx, p)
+				if err != nil || got[i] != want[i] || one != want[i] {
+					t.Fatalf("pod %d: batch %d, PodBlocks %d (%v), want %d", i, got[i], one, err, want[i])
+				}
+			}
+			if err := idx.PodBlocksBatch(ctx, pods, got[:1]); err == nil {
+				t.Fatal("PodBlocksBatch with a short out slice: no error")
+			}
 		})
 	}
 }
