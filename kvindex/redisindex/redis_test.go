@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -594,5 +595,40 @@ func TestClearPodsNamed(t *testing.T) {
 	got := dump(t, d2, in2, seqKeys(2, 1))
 	if want := "0:[other/gpu/0 pod.x/gpu/0] 1:[other/gpu/0 pod.x/gpu/0] "; got != want {
 		t.Fatalf("after ClearPodsNamed(pod): %q, want %q", got, want)
+	}
+}
+
+// No error from parsing an index URL shows its password, whatever part of
+// the URL is wrong: net/url quotes the whole URL in its errors, so they
+// must be reduced before they are wrapped (ParseIndexFlag, New, NewClient).
+func TestIndexURLErrorsHidePassword(t *testing.T) {
+	for _, pw := range []string{"s3cr3tpw", "s3cr%41tpw"} {
+		for _, v := range []string{
+			"redis://user:" + pw + "@host:badport/0",
+			"redis://:" + pw + "@host:6379/notadb",
+			"redis://user:" + pw + "@[::1/0",
+			"redis://user:" + pw + "%zz@host:1/0",
+			"rediss://user:" + pw + "@host:1?ttl=soon",
+			"redis://user:" + pw + "@host:1?bogus=1",
+			"redis-cluster://user:" + pw + "@h1:1,h2:badport",
+			"redis-cluster://user:" + pw + "%zz@h1:1",
+			"redis-cluster://user:" + pw + "@h1:1?pool_size=many",
+		} {
+			_, perr := ParseIndexFlag(v)
+			_, nerr := New(context.Background(), Config{URL: v, Interner: kvindex.NewInterner()})
+			_, cerr := NewClient(Config{URL: v})
+			for what, err := range map[string]error{"ParseIndexFlag": perr, "New": nerr, "NewClient": cerr} {
+				if err == nil {
+					t.Errorf("%s(%q): no error", what, v)
+					continue
+				}
+				// "%zz": a bad escape in the password is not quoted either.
+				for _, secret := range []string{"s3cr3tpw", "s3crAtpw", "s3cr%41tpw", "%zz"} {
+					if strings.Contains(err.Error(), secret) {
+						t.Errorf("%s(%q) leaks the password: %v", what, v, err)
+					}
+				}
+			}
+		}
 	}
 }
