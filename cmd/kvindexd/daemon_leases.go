@@ -22,7 +22,7 @@ import (
 func (d *daemon) setupLeases(eps []kvevents.EndpointConfig) error {
 	idx, ok := d.index.(*redisindex.Index)
 	if !ok {
-		return errors.New("--leases needs a shared index: --index redis://... or redis-cluster://...")
+		return errors.New("--leases needs a shared index: set --index to a redis:// or redis-cluster:// URL")
 	}
 	if len(eps) == 0 {
 		return errors.New("--leases: no --endpoint to share (leases divide the connect-topology endpoint list)")

@@ -34,12 +34,6 @@ func benchIndex(b *testing.B, url string, walk ...bool) (*Index, *kvindex.Intern
 	return idx, in, rt
 }
 
-// fill512x8: 8 pods holding prefixes of a 512-block prompt (pod i holds the
-// first 64*(i+1) blocks), so a score walks all 512 keys with 1..8 holders.
-func fill512x8(b *testing.B, idx kvindex.Index, in *kvindex.Interner) (kvindex.ModelID, []kvindex.Key) {
-	return fillPrefixes(b, idx, in, 64)
-}
-
 // fillPrefixes: pod i holds the first step*(i+1) of 512 blocks.
 func fillPrefixes(b *testing.B, idx kvindex.Index, in *kvindex.Interner, step int) (kvindex.ModelID, []kvindex.Key) {
 	ctx := context.Background()
