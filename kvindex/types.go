@@ -199,8 +199,8 @@ type BatchSink interface {
 // PodBlocks for many pods at once much cheaper than one call per pod (Redis:
 // one round trip instead of one per pod). Pod listings use it when the index
 // has it and fall back to PodBlocks otherwise. PodBlocksBatch sets out[i] to
-// PodBlocks(pods[i]); len(out) must equal len(pods). On error out is
-// unspecified.
+// what PodBlocks(pods[i]) would return; callers pass len(out) == len(pods).
+// On error the contents of out are unspecified.
 type PodBlocksBatcher interface {
 	PodBlocksBatch(ctx context.Context, pods []PodID, out []int64) error
 }

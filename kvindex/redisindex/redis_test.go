@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/indextest"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	"github.com/redis/go-redis/v9"
@@ -145,7 +146,7 @@ func testTwoDaemons(t *testing.T, walk bool) {
 		t.Fatal(err)
 	}
 	m2 := in2.Model("llama")
-	got := lookup(t, d2, m2, seqKeys(5, 100), -1)
+	got := indextest.Lookup(t, d2, m2, seqKeys(5, 100), -1)
 	p2, ok := in2.LookupPod("pod-a", 3)
 	if !ok || len(got) != 4 || got[3].Holders[0] != (kvindex.Holder{Pod: p2, Tier: kvindex.TierCPU, Group: 1}) {
 		t.Fatalf("daemon 2 sees %v (pod-a/3 = %d %v)", got, p2, ok)
@@ -154,14 +155,14 @@ func testTwoDaemons(t *testing.T, walk bool) {
 	if err := d2.ClearPod(ctx, p2); err != nil {
 		t.Fatal(err)
 	}
-	if got := lookup(t, d1, m1, seqKeys(4, 100), -1); len(got) != 0 {
+	if got := indextest.Lookup(t, d1, m1, seqKeys(4, 100), -1); len(got) != 0 {
 		t.Fatalf("daemon 1 still sees cleared pod: %v", got)
 	}
 	// d1 adds for the pod again with whatever epoch it has: visible to both.
 	if err := d1.Add(ctx, m1, p1, kvindex.TierGPU, 0, seqKeys(2, 100)); err != nil {
 		t.Fatal(err)
 	}
-	if got := lookup(t, d2, m2, seqKeys(4, 100), -1); len(got) != 2 {
+	if got := indextest.Lookup(t, d2, m2, seqKeys(4, 100), -1); len(got) != 2 {
 		t.Fatalf("after re-add daemon 2 sees %v", got)
 	}
 	if n, _ := d2.PodBlocks(ctx, p2); n != 2 {
@@ -284,7 +285,7 @@ func TestConcurrentWriters(t *testing.T) {
 				}
 			}
 			d, in := newTestIndex(t, url, func(c *Config) { c.Namespace = ns })
-			got := lookup(t, d, in.Model("m"), keys, -1)
+			got := indextest.Lookup(t, d, in.Model("m"), keys, -1)
 			if len(got) != len(keys) {
 				t.Fatalf("lookup visited %d keys, want %d", len(got), len(keys))
 			}
@@ -487,7 +488,7 @@ func TestRedisDownAtStart(t *testing.T) {
 	if err := idx.Add(ctx, m, p, kvindex.TierGPU, 0, seqKeys(3, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if got := lookup(t, idx, m, seqKeys(3, 1), -1); len(got) != 3 {
+	if got := indextest.Lookup(t, idx, m, seqKeys(3, 1), -1); len(got) != 3 {
 		t.Fatalf("after recovery lookup = %v", got)
 	}
 }
@@ -535,19 +536,19 @@ func TestRedisLostWhileRunning(t *testing.T) {
 	if err := idx.Add(ctx, m, p, kvindex.TierGPU, 0, seqKeys(3, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if got := lookup(t, idx, m, seqKeys(3, 1), -1); len(got) != 3 {
+	if got := indextest.Lookup(t, idx, m, seqKeys(3, 1), -1); len(got) != 3 {
 		t.Fatalf("after restart and re-add lookup = %v, want 3 keys", got)
 	}
 	if err := idx.ClearPod(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	if got := lookup(t, idx, m, seqKeys(3, 1), -1); len(got) != 0 {
+	if got := indextest.Lookup(t, idx, m, seqKeys(3, 1), -1); len(got) != 0 {
 		t.Fatalf("after clear lookup = %v, want nothing", got)
 	}
 	if err := idx.Add(ctx, m, p, kvindex.TierGPU, 0, seqKeys(2, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if got := lookup(t, idx, m, seqKeys(3, 1), -1); len(got) != 2 {
+	if got := indextest.Lookup(t, idx, m, seqKeys(3, 1), -1); len(got) != 2 {
 		t.Fatalf("rebuilt lookup = %v, want 2 keys", got)
 	}
 }
