@@ -627,7 +627,8 @@ func (x *Index) ClearPod(ctx context.Context, pod kvindex.PodID) error {
 // ClearPodsNamed clears every DP rank of the pod called name that the
 // shared index knows of (its epochs in the pods hash), not only the ranks
 // this process has seen. A daemon taking over an endpoint from a daemon that
-// died calls it before subscribing: what the index holds for that pod may
+// died calls it (leases.Takeover.Prepare) for every pod name recorded for
+// that endpoint before subscribing: what the index holds for those pods may
 // have missed events during the takeover gap.
 func (x *Index) ClearPodsNamed(ctx context.Context, name string) error {
 	fields, err := x.c.HKeys(ctx, x.podsKey).Result()
