@@ -153,95 +153,100 @@ func (m *Manager) Run(ctx context.Context, endpoints func() []string, acquire fu
 	}
 }
 
+// step is one tick: heartbeat, renew what is held, then (Redis reachable)
+// give back what left the list or exceeds the fair share, and take free
+// endpoints up to it.
 func (m *Manager) step(ctx context.Context, eps []string, acquire func(context.Context, string) error, release func(string)) {
-	ttlMS := m.ttl.Milliseconds()
 	eps = slices.Compact(slices.Sorted(slices.Values(eps)))
-	want := map[string]bool{}
-	for _, ep := range eps {
-		want[ep] = true
-	}
 	start := time.Now()
-
-	live, err := leaseHeartbeat.Run(ctx, m.c, []string{m.ns + ":daemons"}, m.id, ttlMS).Int64()
+	live, err := leaseHeartbeat.Run(ctx, m.c, []string{m.ns + ":daemons"}, m.id, m.ttl.Milliseconds()).Int64()
 	if err != nil {
 		live = 0
 	}
-
-	// Renew what we hold (one pipeline).
-	m.mu.Lock()
-	held := make([]string, 0, len(m.held))
-	for ep := range m.held {
-		held = append(held, ep)
-	}
-	m.mu.Unlock()
-	slices.Sort(held)
-	if len(held) > 0 {
-		pipe := m.c.Pipeline()
-		cmds := make([]*redis.Cmd, len(held))
-		for i, ep := range held {
-			cmds[i] = leaseRenew.EvalSha(ctx, pipe, []string{m.leaseKey(ep)}, m.id, ttlMS)
-		}
-		_, _ = pipe.Exec(ctx)
-		for i, ep := range held {
-			n, err := cmds[i].Int64()
-			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-				n, err = leaseRenew.Run(ctx, m.c, []string{m.leaseKey(ep)}, m.id, ttlMS).Int64()
-			}
-			switch {
-			case err == nil && n == 1:
-				m.mu.Lock()
-				m.held[ep] = start
-				m.mu.Unlock()
-			case err == nil:
-				m.log.Warn("lease lost to another daemon", "endpoint", ep, "daemon", m.id)
-				m.drop(ep, release)
-			default:
-				m.mu.Lock()
-				last := m.held[ep]
-				m.mu.Unlock()
-				// Give the endpoint up before the lease can expire in Redis
-				// and be taken by someone else.
-				if time.Since(last) > m.ttl-m.tick {
-					m.log.Warn("lease not renewable (redis unreachable), releasing endpoint", "endpoint", ep, "daemon", m.id, "err", err)
-					m.drop(ep, release)
-				}
-			}
-		}
-	}
+	m.renew(ctx, start, release)
 	if live == 0 {
 		return // Redis unreachable: take nothing new.
 	}
-
-	// Endpoints that left the list.
-	for _, ep := range m.Held() {
-		if !want[ep] {
-			m.releaseOne(ctx, ep, release)
-		}
-	}
 	share := int(math.Ceil(float64(len(eps)) / float64(live)))
-	// Over our share (a daemon joined): hand the surplus back.
-	if cur := m.Held(); len(cur) > share {
-		for _, ep := range cur[share:] {
+	if m.giveBack(ctx, eps, share, release) {
+		return
+	}
+	m.takeFree(ctx, eps, share, start, acquire)
+}
+
+// renew extends every held lease (one pipeline) and drops the endpoints
+// whose lease another daemon has, or that could not be renewed for so long
+// that the lease may expire in Redis before the next tick.
+func (m *Manager) renew(ctx context.Context, start time.Time, release func(string)) {
+	held := m.Held()
+	if len(held) == 0 {
+		return
+	}
+	ttlMS := m.ttl.Milliseconds()
+	pipe := m.c.Pipeline()
+	cmds := make([]*redis.Cmd, len(held))
+	for i, ep := range held {
+		cmds[i] = leaseRenew.EvalSha(ctx, pipe, []string{m.leaseKey(ep)}, m.id, ttlMS)
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, ep := range held {
+		n, err := cmds[i].Int64()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			n, err = leaseRenew.Run(ctx, m.c, []string{m.leaseKey(ep)}, m.id, ttlMS).Int64()
+		}
+		switch {
+		case err == nil && n == 1:
+			m.mu.Lock()
+			m.held[ep] = start
+			m.mu.Unlock()
+		case err == nil:
+			m.log.Warn("lease lost to another daemon", "endpoint", ep, "daemon", m.id)
+			m.drop(ep, release)
+		default:
+			m.mu.Lock()
+			last := m.held[ep]
+			m.mu.Unlock()
+			// Give the endpoint up before the lease can expire in Redis
+			// and be taken by someone else.
+			if time.Since(last) > m.ttl-m.tick {
+				m.log.Warn("lease not renewable (redis unreachable), releasing endpoint", "endpoint", ep, "daemon", m.id, "err", err)
+				m.drop(ep, release)
+			}
+		}
+	}
+}
+
+// giveBack releases the endpoints that left the list, then those beyond
+// share (a daemon joined). It reports whether this daemon was over its
+// share, in which case it takes nothing this tick.
+func (m *Manager) giveBack(ctx context.Context, eps []string, share int, release func(string)) bool {
+	for _, ep := range m.Held() {
+		if _, ok := slices.BinarySearch(eps, ep); !ok {
 			m.releaseOne(ctx, ep, release)
 		}
-		return
 	}
+	cur := m.Held()
+	if len(cur) <= share {
+		return false
+	}
+	for _, ep := range cur[share:] {
+		m.releaseOne(ctx, ep, release)
+	}
+	return true
+}
+
+// takeFree acquires free endpoints until this daemon holds share, starting
+// at a daemon-specific offset so that daemons starting together do not race
+// for the same ones.
+func (m *Manager) takeFree(ctx context.Context, eps []string, share int, start time.Time, acquire func(context.Context, string) error) {
 	n := len(m.Held())
-	if n >= share {
+	if n >= share || len(eps) == 0 {
 		return
 	}
-	// Take free endpoints, starting at a daemon-specific offset so that
-	// daemons starting together do not race for the same ones.
-	off := 0
-	if len(eps) > 0 {
-		h := fnv.New32a()
-		h.Write([]byte(m.id))
-		off = int(h.Sum32() % uint32(len(eps)))
-	}
-	for i := range eps {
-		if n >= share {
-			break
-		}
+	h := fnv.New32a()
+	h.Write([]byte(m.id))
+	off := int(h.Sum32() % uint32(len(eps)))
+	for i := 0; i < len(eps) && n < share; i++ {
 		ep := eps[(off+i)%len(eps)]
 		m.mu.Lock()
 		_, mine := m.held[ep]
@@ -249,7 +254,7 @@ func (m *Manager) step(ctx context.Context, eps []string, acquire func(context.C
 		if mine {
 			continue
 		}
-		ok, err := leaseAcquire.Run(ctx, m.c, []string{m.leaseKey(ep)}, m.id, ttlMS).Int64()
+		ok, err := leaseAcquire.Run(ctx, m.c, []string{m.leaseKey(ep)}, m.id, m.ttl.Milliseconds()).Int64()
 		if err != nil {
 			return
 		}

@@ -214,3 +214,42 @@ func TestLeaseEndpointRemovedAndRedisLoss(t *testing.T) {
 	s.Restart()
 	waitFor(t, "endpoints re-acquired", func() bool { return len(own.snapshot()["d"]) == 2 })
 }
+
+// An endpoint whose takeover fails is not held: its lease is given back at
+// once (any daemon may retry it at a later tick), and the other endpoints
+// are unaffected.
+func TestLeaseAcquireFailureGivesTheLeaseBack(t *testing.T) {
+	s := redistest.Start(t)
+	c := newClient(s)
+	defer c.Close()
+	ns := uniqueNS(t)
+	var mu sync.Mutex
+	tries := 0
+	m := NewManager(c, ns, "d", 3*time.Second)
+	m.SetLogger(quiet)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = m.Run(ctx, func() []string { return []string{"bad", "good"} }, func(_ context.Context, ep string) error {
+			if ep != "bad" {
+				return nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			tries++
+			return fmt.Errorf("clearing the previous owner's pods failed")
+		}, func(string) {})
+	}()
+	waitFor(t, "bad retried at a later tick", func() bool { mu.Lock(); defer mu.Unlock(); return tries >= 2 })
+	if held := m.Held(); !slices.Equal(held, []string{"good"}) {
+		t.Fatalf("held %v, want only good", held)
+	}
+	// Stop the manager so no attempt is in flight, then look: a lease kept
+	// after a failed takeover would still be there (it lives for the TTL).
+	cancel()
+	<-done
+	if n, err := c.Exists(context.Background(), ns+":lease:bad").Result(); err != nil || n != 0 {
+		t.Fatalf("lease of the failed endpoint exists (%d, %v): it should be given back", n, err)
+	}
+}
