@@ -25,13 +25,13 @@ type PodClearer interface {
 // Which pods is the hard part: an endpoint configured without a pod name
 // names its pods by topic, and an engine may publish several DP ranks, none
 // of which the taker has necessarily seen. So the owner records, in Redis,
-// the pod names it indexed from each endpoint it holds (Record, every lease
-// tick), and the taker clears each recorded name, plus the configured one,
+// the pod names it indexed from each endpoint it holds (Record, driven by
+// Track every interval), and the taker clears each recorded name, plus the configured one,
 // through the shared index (every rank the index knows of) before it
 // subscribes.
 //
 // What remains: a pod name an endpoint starts publishing under less than
-// one Record interval before its owner dies is not recorded yet and is not
+// one Track interval before its owner dies is not recorded yet and is not
 // cleared; its entries age out by the index TTL.
 type Takeover struct {
 	c  redis.UniversalClient

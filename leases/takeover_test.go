@@ -12,6 +12,7 @@ import (
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 func newIndex(t *testing.T, url, ns string) (*redisindex.Index, *kvindex.Interner) {
@@ -158,13 +159,30 @@ func TestTakeoverClearsWhatTheOwnerIndexed(t *testing.T) {
 }
 
 // TestRecordBounded: the names recorded per endpoint are capped, and the
-// cap is reported rather than silently applied.
+// cap is reported rather than silently applied. On Cluster too: the
+// endpoints' records live on different nodes.
 func TestRecordBounded(t *testing.T) {
-	s := redistest.Start(t)
-	c := newClient(s)
-	defer c.Close()
+	t.Run("single", func(t *testing.T) {
+		c := newClient(redistest.Start(t))
+		defer c.Close()
+		testRecordBounded(t, c)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.StartCluster(t, 3)
+		var addrs []string
+		for _, n := range cl.Nodes {
+			addrs = append(addrs, n.Addr())
+		}
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Protocol: 2, DisableIdentity: true})
+		defer c.Close()
+		testRecordBounded(t, c)
+	})
+}
+
+func testRecordBounded(t *testing.T, c redis.UniversalClient) {
 	ctx := context.Background()
-	to := NewTakeover(c, uniqueNS(t))
+	ns := uniqueNS(t)
+	to := NewTakeover(c, ns)
 	to.maxNames = 3
 	if err := to.Record(ctx, map[string][]string{"e{1}": {"a", "b", "a"}, "e2": {"z"}}); err != nil {
 		t.Fatal(err)
@@ -178,4 +196,46 @@ func TestRecordBounded(t *testing.T) {
 	if len(got1) != 3 || !slices.Contains(got1, "a") || !slices.Contains(got1, "b") || !slices.Equal(got2, []string{"y", "z"}) {
 		t.Fatalf("recorded %v and %v", got1, got2)
 	}
+	// Prepare clears every recorded name and the configured one, then
+	// forgets the record.
+	var cleared clearLog
+	if err := to.Prepare(ctx, "e2", "cfg", &cleared); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"cfg", "y", "z"}; !slices.Equal(cleared.sorted(), want) {
+		t.Fatalf("cleared %v, want %v", cleared.sorted(), want)
+	}
+	if got, _ := to.Recorded(ctx, "e2"); len(got) != 0 {
+		t.Fatalf("record after Prepare: %v", got)
+	}
+	// A failed clear forgets nothing (the next attempt clears again).
+	cleared = clearLog{fail: true}
+	if err := to.Prepare(ctx, "e{1}", "", &cleared); err == nil {
+		t.Fatal("Prepare with a failing clear: no error")
+	}
+	if got, _ := to.Recorded(ctx, "e{1}"); len(got) != 3 {
+		t.Fatalf("record after a failed Prepare: %v, want the 3 names kept", got)
+	}
+}
+
+type clearLog struct {
+	mu    sync.Mutex
+	names []string
+	fail  bool
+}
+
+func (c *clearLog) ClearPodsNamed(_ context.Context, name string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fail {
+		return fmt.Errorf("index unavailable")
+	}
+	c.names = append(c.names, name)
+	return nil
+}
+
+func (c *clearLog) sorted() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Sorted(slices.Values(c.names))
 }

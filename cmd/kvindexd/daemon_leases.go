@@ -51,10 +51,12 @@ func (d *daemon) setupLeases(eps []kvevents.EndpointConfig) error {
 		defer wg.Wait()
 		trackCtx, stop := context.WithCancel(ctx)
 		defer stop()
-		// Record, every lease tick, which pods this daemon indexes from the
-		// endpoints it holds: the daemon that takes one over clears them.
+		// Record which pods this daemon indexes from the endpoints it holds:
+		// the daemon that takes one over clears them.
+		// At most every second: a pod first seen less than one interval
+		// before this daemon dies is not recorded, so keep that short.
 		wg.Go(func() {
-			to.Track(trackCtx, ttl/3, lm.Held, d.podsByEndpoint, func(err error) {
+			to.Track(trackCtx, min(ttl/3, time.Second), lm.Held, d.podsByEndpoint, func(err error) {
 				log.Warn("recording the pods of held endpoints failed", "err", err)
 			})
 		})
