@@ -1,11 +1,13 @@
-package redisindex
+package leases
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,8 +26,8 @@ type owners struct {
 
 func newOwners() *owners { return &owners{by: map[string]string{}, acquired: map[string]int{}} }
 
-func (o *owners) acquire(who string) func(string) {
-	return func(ep string) {
+func (o *owners) acquire(who string) func(context.Context, string) error {
+	return func(_ context.Context, ep string) error {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		if cur, ok := o.by[ep]; ok && cur != who {
@@ -33,6 +35,7 @@ func (o *owners) acquire(who string) func(string) {
 		}
 		o.by[ep] = who
 		o.acquired[who]++
+		return nil
 	}
 }
 
@@ -94,20 +97,23 @@ func TestLeaseTakeover(t *testing.T) {
 	own := newOwners()
 	const ttl = 1500 * time.Millisecond // generous: a loaded 2-core CI box must renew in time
 
-	run := func(m *LeaseManager, who string) (stop func()) {
+	run := func(m *Manager, who string) (stop func()) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); _ = m.Run(ctx, list, own.acquire(who), own.release(who)) }()
 		return func() { cancel(); <-done }
 	}
 
-	a := NewLeaseManager(c, ns, "daemon-a", ttl)
+	// a has a client of its own: closing it is how a dies (it can no
+	// longer renew, release or delete anything in Redis).
+	ca := newClient(s)
+	a := NewManager(ca, ns, "daemon-a", ttl)
 	a.SetLogger(quiet)
 	stopA := run(a, "a")
 	waitFor(t, "a holds all endpoints", func() bool { return len(own.snapshot()["a"]) == len(eps) })
 
 	// A second daemon joins: the endpoints are split 3/2, disjointly.
-	b := NewLeaseManager(c, ns, "daemon-b", ttl)
+	b := NewManager(c, ns, "daemon-b", ttl)
 	b.SetLogger(quiet)
 	stopB := run(b, "b")
 	waitFor(t, "split between a and b", func() bool {
@@ -125,14 +131,14 @@ func TestLeaseTakeover(t *testing.T) {
 
 	// A dies without releasing anything: after the lease TTL, B takes over
 	// every endpoint.
-	a.crashed = true
+	ca.Close()
 	stopA()
 	own.forget("a")
 	waitFor(t, "b takes over all endpoints", func() bool { return len(own.snapshot()["b"]) == len(eps) })
 
 	// A third daemon joins and leaves gracefully: its endpoints come back to
 	// B without waiting for a TTL (it deletes its leases).
-	cM := NewLeaseManager(c, ns, "daemon-c", ttl)
+	cM := NewManager(c, ns, "daemon-c", ttl)
 	cM.SetLogger(quiet)
 	stopC := run(cM, "c")
 	waitFor(t, "c gets a share", func() bool { return len(own.snapshot()["c"]) >= 2 })
@@ -156,6 +162,17 @@ func TestLeaseTakeover(t *testing.T) {
 
 var quiet = slog.New(slog.DiscardHandler)
 
+var nsSeq atomic.Int64
+
+// uniqueNS gives each test its own namespace on a shared server.
+func uniqueNS(t testing.TB) string {
+	return fmt.Sprintf("t%d-%s", nsSeq.Add(1), strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
+}
+
+func newClient(s *redistest.Server) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: s.Addr(), Protocol: 2, DisableIdentity: true})
+}
+
 func leaseKeysOf(ns string, eps []string) []string {
 	out := make([]string, len(eps))
 	for i, ep := range eps {
@@ -174,7 +191,7 @@ func TestLeaseEndpointRemovedAndRedisLoss(t *testing.T) {
 	eps := []string{"e1", "e2", "e3"}
 	list := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(eps) }
 	own := newOwners()
-	m := NewLeaseManager(c, ns, "d", 1500*time.Millisecond)
+	m := NewManager(c, ns, "d", 1500*time.Millisecond)
 	m.SetLogger(quiet)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -196,4 +213,43 @@ func TestLeaseEndpointRemovedAndRedisLoss(t *testing.T) {
 	waitFor(t, "endpoints released while redis is down", func() bool { return len(own.snapshot()["d"]) == 0 })
 	s.Restart()
 	waitFor(t, "endpoints re-acquired", func() bool { return len(own.snapshot()["d"]) == 2 })
+}
+
+// An endpoint whose takeover fails is not held: its lease is given back at
+// once (any daemon may retry it at a later tick), and the other endpoints
+// are unaffected.
+func TestLeaseAcquireFailureGivesTheLeaseBack(t *testing.T) {
+	s := redistest.Start(t)
+	c := newClient(s)
+	defer c.Close()
+	ns := uniqueNS(t)
+	var mu sync.Mutex
+	tries := 0
+	m := NewManager(c, ns, "d", 3*time.Second)
+	m.SetLogger(quiet)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = m.Run(ctx, func() []string { return []string{"bad", "good"} }, func(_ context.Context, ep string) error {
+			if ep != "bad" {
+				return nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			tries++
+			return fmt.Errorf("clearing the previous owner's pods failed")
+		}, func(string) {})
+	}()
+	waitFor(t, "bad retried at a later tick", func() bool { mu.Lock(); defer mu.Unlock(); return tries >= 2 })
+	if held := m.Held(); !slices.Equal(held, []string{"good"}) {
+		t.Fatalf("held %v, want only good", held)
+	}
+	// Stop the manager so no attempt is in flight, then look: a lease kept
+	// after a failed takeover would still be there (it lives for the TTL).
+	cancel()
+	<-done
+	if n, err := c.Exists(context.Background(), ns+":lease:bad").Result(); err != nil || n != 0 {
+		t.Fatalf("lease of the failed endpoint exists (%d, %v): it should be given back", n, err)
+	}
 }
