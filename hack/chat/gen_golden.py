@@ -1,0 +1,327 @@
+#!/usr/bin/python3
+"""Golden chat-template renders for chattemplate's parity test.
+
+Reference: Debian's python3-jinja2 configured the way transformers renders chat
+templates (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, the
+loopcontrols extension, a {% generation %} tag that renders its body, tojson
+with ensure_ascii=False and no HTML escaping, raise_exception, strftime_now),
+plus transformers' apply_chat_template steps (named template selection,
+special-token variables, continue_final_message) and the message
+normalisation vLLM's OpenAI server applies before it (content-format
+detection from the template's syntax tree, text parts joined or wrapped, tool
+messages' text parts joined, tool-call arguments parsed from JSON).
+
+strftime_now is pinned to FIXED_NOW so the renders are reproducible; the Go
+test pins the same instant.
+
+Usage: hack/chat/gen_golden.py   (rewrites chattemplate/testdata/parity/golden/*.jsonl)
+"""
+import collections
+import copy
+import datetime
+import json
+import os
+import sys
+
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+import jinja2.sandbox
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+TEMPLATES = os.path.join(ROOT, "chattemplate", "testdata", "templates")
+PARITY = os.path.join(ROOT, "chattemplate", "testdata", "parity")
+FIXED_NOW = datetime.datetime(2026, 1, 15, 9, 30, 5)
+SPECIAL_TOKEN_KEYS = ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token", "additional_special_tokens"]
+CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+
+
+class TemplateRaised(Exception):
+    """raise_exception() from inside a template."""
+
+
+class GenerationTag(jinja2.ext.Extension):
+    # transformers' AssistantTracker without mask tracking: the body renders as is.
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_render"), [], [], body).set_lineno(lineno)
+
+    def _render(self, caller):
+        return caller()
+
+
+def make_env():
+    def raise_exception(message):
+        raise TemplateRaised(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    def strftime_now(fmt):
+        return FIXED_NOW.strftime(fmt)
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env
+
+
+# --- vLLM's content-format detection (a walk of the template's syntax tree) ---
+
+def _is_var_access(node, varname):
+    return isinstance(node, jinja2.nodes.Name) and node.ctx == "load" and node.name == varname
+
+
+def _is_attr_access(node, varname, key):
+    if isinstance(node, jinja2.nodes.Getitem):
+        return _is_var_access(node.node, varname) and isinstance(node.arg, jinja2.nodes.Const) and node.arg.value == key
+    if isinstance(node, jinja2.nodes.Getattr):
+        return _is_var_access(node.node, varname) and node.attr == key
+    return False
+
+
+def _is_var_or_elems_access(node, varname, key=None):
+    if isinstance(node, jinja2.nodes.Filter):
+        return node.node is not None and _is_var_or_elems_access(node.node, varname, key)
+    if isinstance(node, jinja2.nodes.Test):
+        return _is_var_or_elems_access(node.node, varname, key)
+    if isinstance(node, jinja2.nodes.Getitem) and isinstance(node.arg, jinja2.nodes.Slice):
+        return _is_var_or_elems_access(node.node, varname, key)
+    return _is_attr_access(node, varname, key) if key else _is_var_access(node, varname)
+
+
+def _assigned_from(root, varname):
+    yield varname
+    queue = collections.deque([varname])
+    while queue:
+        name = queue.popleft()
+        for assign in root.find_all(jinja2.nodes.Assign):
+            if _is_var_or_elems_access(assign.node, name):
+                if not isinstance(assign.target, jinja2.nodes.Name):
+                    raise ValueError("assignment target is not a name")
+                yield assign.target.name
+                if assign.target.name != name:
+                    queue.append(assign.target.name)
+
+
+def _loop_targets(root, varnames, key=None):
+    for loop in root.find_all(jinja2.nodes.For):
+        for v in varnames:
+            if _is_var_or_elems_access(loop.iter, v, key):
+                if not isinstance(loop.target, jinja2.nodes.Name):
+                    raise ValueError("loop target is not a name")
+                yield loop.target.name
+                break
+
+
+def content_format(env, template):
+    try:
+        ast = env.parse(template)
+    except Exception:
+        return "string"
+    try:
+        messages = list(_assigned_from(ast, "messages"))
+        message_vars = list(_loop_targets(ast, messages))
+        next(_loop_targets(ast, message_vars, "content"))
+    except StopIteration:
+        return "string"
+    except Exception:
+        return "string"
+    return "openai"
+
+
+# --- vLLM's message normalisation (text parts only) ---
+
+TEXT_PART_TYPES = ("text", "input_text", "output_text", "refusal", "thinking")
+
+
+def _part_text(part):
+    if isinstance(part, str):
+        return part
+    kind = part.get("type")
+    if kind in ("text", "input_text", "output_text"):
+        return part.get("text")
+    if kind == "refusal":
+        return part.get("refusal")
+    if kind == "thinking":
+        return part.get("thinking")
+    raise ValueError(f"unsupported content part type {kind!r}")
+
+
+def normalise(messages, fmt):
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if content is None:
+            parts = []
+        elif isinstance(content, str):
+            parts = [content]
+        else:
+            parts = [_part_text(p) for p in content]
+            parts = [p for p in parts if p is not None]
+        msg = {"role": m["role"]}
+        if fmt == "openai":
+            msg["content"] = [{"type": "text", "text": p} for p in parts]
+        else:
+            msg["content"] = "\n".join(parts)
+        if m["role"] == "assistant":
+            if m.get("tool_calls") is not None:
+                msg["tool_calls"] = copy.deepcopy(list(m["tool_calls"]))
+            if m.get("reasoning") is not None:
+                msg["reasoning"] = m["reasoning"]
+                msg["reasoning_content"] = m["reasoning"]
+        elif m["role"] == "tool":
+            if "tool_call_id" in m:
+                msg["tool_call_id"] = m["tool_call_id"]
+            if isinstance(msg["content"], list):
+                msg["content"] = "\n".join(p["text"] for p in msg["content"])
+        if isinstance(m.get("name"), str):
+            msg["name"] = m["name"]
+        if isinstance(m.get("task"), str):
+            msg["task"] = m["task"]
+        if m["role"] == "developer":
+            msg["tools"] = m.get("tools")
+        out.append(msg)
+    for msg in out:
+        if msg["role"] == "assistant" and isinstance(msg.get("tool_calls"), list):
+            if not msg["tool_calls"]:
+                del msg["tool_calls"]
+                continue
+            for item in msg["tool_calls"]:
+                args = item["function"].get("arguments")
+                if isinstance(args, str):
+                    try:
+                        item["function"]["arguments"] = json.loads(args)
+                    except json.JSONDecodeError:
+                        item["function"]["arguments"] = {}
+                elif not isinstance(args, (dict, list)):
+                    item["function"]["arguments"] = {}
+    return out
+
+
+# --- transformers' apply_chat_template ---
+
+def load_tokenizer_dir(path):
+    with open(os.path.join(path, "tokenizer_config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    template = cfg.get("chat_template")
+    jinja_file = os.path.join(path, "chat_template.jinja")
+    if os.path.exists(jinja_file):
+        with open(jinja_file, encoding="utf-8", newline="") as f:
+            template = f.read()
+    if isinstance(template, list):
+        template = {t["name"]: t["template"] for t in template}
+    special = {}
+    for k in SPECIAL_TOKEN_KEYS:
+        v = cfg.get(k)
+        if v is None:
+            continue
+        if k == "additional_special_tokens":
+            special[k] = [t["content"] if isinstance(t, dict) else t for t in v]
+        else:
+            special[k] = v["content"] if isinstance(v, dict) else v
+    return template, special
+
+
+def select_template(template, tools):
+    if isinstance(template, dict):
+        if tools is not None and "tool_use" in template:
+            return template["tool_use"]
+        if "default" in template:
+            return template["default"]
+        raise ValueError("multiple chat templates and no default")
+    return template
+
+
+def template_variables(env, template):
+    import jinja2.meta
+    return jinja2.meta.find_undeclared_variables(env.parse(template))
+
+
+HF_PARAMS = {"conversation", "tools", "documents", "chat_template", "add_generation_prompt", "continue_final_message",
+             "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict",
+             "return_assistant_tokens_mask", "tokenizer_kwargs"}
+
+
+def render(env, template_src, special, case):
+    tools = case.get("tools")
+    template = select_template(template_src, tools)
+    fmt = content_format(env, template)
+    add_gen = case.get("add_generation_prompt", True)
+    cont = case.get("continue_final_message", False)
+    if cont and add_gen:
+        raise ValueError("continue_final_message and add_generation_prompt cannot both be true")
+    messages = normalise(case["messages"], fmt)
+    kwargs = dict(case.get("chat_template_kwargs") or {})
+    for k in ("chat_template", "tokenize"):
+        if k in kwargs:
+            raise ValueError(f"unexpected chat_template_kwargs key {k!r}")
+    accepted = template_variables(env, template) | HF_PARAMS
+    kwargs = {k: v for k, v in kwargs.items() if k in accepted}
+    # vLLM passes these as keyword arguments; chat_template_kwargs may override them.
+    call = {"add_generation_prompt": add_gen, "continue_final_message": cont, "documents": case.get("documents")}
+    call.update(kwargs)
+    add_gen = call.pop("add_generation_prompt")
+    cont = call.pop("continue_final_message")
+    documents = call.pop("documents")
+    for k in HF_PARAMS:
+        call.pop(k, None)
+    final_text = None
+    if cont:
+        messages = copy.deepcopy(messages)
+        last = messages[-1]["content"]
+        if isinstance(last, (list, tuple)):
+            for block in reversed(last):
+                if "text" in block:
+                    final_text = block["text"]
+                    block["text"] = block["text"] + CONTINUE_TAG
+                    break
+            else:
+                raise ValueError("continue_final_message: no text in the final message")
+        else:
+            final_text = last
+            messages[-1]["content"] = last + CONTINUE_TAG
+    ctx = dict(special)
+    ctx.update(call)
+    out = env.from_string(template).render(messages=messages, tools=tools, documents=documents,
+                                           add_generation_prompt=add_gen, **ctx)
+    if cont:
+        if final_text.strip() not in out or CONTINUE_TAG.strip() not in out:
+            raise ValueError("continue_final_message: the final message does not appear in the rendered chat")
+        at = out.rindex(CONTINUE_TAG.strip())
+        out = out[:at] if out[at:at + len(CONTINUE_TAG)] == CONTINUE_TAG else out[:at].rstrip()
+    return fmt, out
+
+
+def main():
+    env = make_env()
+    with open(os.path.join(PARITY, "conversations.jsonl"), encoding="utf-8") as f:
+        cases = [json.loads(line) for line in f if line.strip()]
+    os.makedirs(os.path.join(PARITY, "golden"), exist_ok=True)
+    for name in sorted(os.listdir(TEMPLATES)):
+        template_src, special = load_tokenizer_dir(os.path.join(TEMPLATES, name))
+        lines = []
+        n_err = 0
+        for case in cases:
+            rec = {"case": case["name"]}
+            try:
+                rec["format"], rec["prompt"] = render(env, template_src, special, case)
+            except TemplateRaised as e:
+                rec["raised"] = str(e)
+                n_err += 1
+            except Exception as e:  # any other failure: the Go side must fail too
+                rec["error"] = f"{type(e).__name__}: {e}"
+                n_err += 1
+            lines.append(json.dumps(rec, ensure_ascii=False))
+        with open(os.path.join(PARITY, "golden", name + ".jsonl"), "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+        print(f"{name}: {len(cases)} cases, {len(cases) - n_err} renders, {n_err} errors", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
