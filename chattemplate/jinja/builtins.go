@@ -58,7 +58,12 @@ func init() {
 			return nil
 		},
 		"attr": func(r *renderer, v any, args []any, kws []kwval) any {
-			return r.getAttr(v, strArg(argAt(args, kws, 0, "name", nil), "attribute name"))
+			// Python attributes only: unlike ".name", no item fallback.
+			name := strArg(argAt(args, kws, 0, "name", nil), "attribute name")
+			if d, ok := v.(*DictVal); ok && dictMethod(d, name) == nil {
+				return Undefined{hint: fmt.Sprintf("'dict object' has no attribute '%s'", name)}
+			}
+			return r.getAttr(v, name)
 		},
 		"capitalize": func(r *renderer, v any, _ []any, _ []kwval) any {
 			s := toStr(v)
@@ -179,6 +184,7 @@ func init() {
 			blank := truthy(argAt(args, kws, 2, "blank", false))
 			s += "\n"
 			lines := pySplitLines(s)
+			checkLen(len(s) + len(lines)*len(ind))
 			var out string
 			if blank {
 				out = strings.Join(lines, "\n"+ind)
@@ -211,6 +217,11 @@ func init() {
 				}
 				parts[i] = toStr(it)
 			}
+			total := len(sep) * len(parts)
+			for _, p := range parts {
+				total += len(p)
+			}
+			checkLen(total)
 			return strings.Join(parts, sep)
 		},
 		"list": func(r *renderer, v any, _ []any, _ []kwval) any {
@@ -1065,6 +1076,13 @@ func pyStrip(s, chars string, left, right bool) string {
 }
 
 func pyReplace(s, old, repl string, n int) string {
+	if len(repl) > len(old) {
+		c := strings.Count(s, old)
+		if old == "" {
+			c = utf8.RuneCountInString(s) + 1
+		}
+		checkLen(len(s) + c*(len(repl)-len(old)))
+	}
 	if old == "" {
 		// Python inserts repl between every character (and at both ends).
 		rs := []rune(s)

@@ -62,7 +62,23 @@ const (
 	maxCallDepth = 200      // nested macro calls
 	maxOutput    = 64 << 20 // bytes of rendered text
 	maxRangeLen  = 1 << 20  // items of one range()
+	maxSteps     = 1 << 20  // loop iterations and macro calls
 )
+
+// checkLen fails a render that would build a string or list larger than
+// the output cap.
+func checkLen(n int) {
+	if n > maxOutput {
+		throw("value larger than %d bytes or items", maxOutput)
+	}
+}
+
+func (r *renderer) step() {
+	r.steps++
+	if r.steps > maxSteps {
+		throw("template did more than %d loop iterations and macro calls", maxSteps)
+	}
+}
 
 // Parse parses a template with transformers' chat-template environment
 // settings. Unknown filters and tests and unsupported tags are load-time
@@ -190,6 +206,7 @@ type renderer struct {
 	out     *strings.Builder
 	globals map[string]any
 	depth   int
+	steps   int
 }
 
 type controlFlow int
@@ -336,6 +353,7 @@ func (r *renderer) execFor(n *For, sc *scope) {
 	}
 	loop := &loopObj{items: items}
 	for i, it := range items {
+		r.step()
 		loop.index = i
 		inner := sc.child()
 		inner.vars["loop"] = loop
@@ -432,6 +450,7 @@ func (r *renderer) iterate(v any) []any {
 
 func (r *renderer) makeMacro(name string, params []string, defaults []Node, body []Node, def *scope, _ any) *callable {
 	return &callable{name: name, fn: func(args []any, kws []kwval) any {
+		r.step()
 		if r.depth >= maxCallDepth {
 			throw("maximum recursion depth exceeded")
 		}
@@ -571,7 +590,9 @@ func (r *renderer) eval(n Node, sc *scope) any {
 			}
 			return r.eval(n.Y, sc)
 		case "~":
-			return toStr(r.eval(n.X, sc)) + toStr(r.eval(n.Y, sc))
+			x, y := toStr(r.eval(n.X, sc)), toStr(r.eval(n.Y, sc))
+			checkLen(len(x) + len(y))
+			return x + y
 		}
 		return arith(n.Op, r.eval(n.X, sc), r.eval(n.Y, sc))
 	case *Compare:
@@ -691,11 +712,13 @@ func arith(op string, x, y any) any {
 		switch a := x.(type) {
 		case string:
 			if b, ok := y.(string); ok {
+				checkLen(len(a) + len(b))
 				return a + b
 			}
 			throw("can only concatenate str (not \"%s\") to str", typeName(y))
 		case *ListVal:
 			if b, ok := y.(*ListVal); ok && b.Tuple == a.Tuple {
+				checkLen(len(a.Items) + len(b.Items))
 				items := make([]any, 0, len(a.Items)+len(b.Items))
 				items = append(append(items, a.Items...), b.Items...)
 				return &ListVal{Items: items, Tuple: a.Tuple}
@@ -706,12 +729,12 @@ func arith(op string, x, y any) any {
 	if op == "*" {
 		if s, ok := x.(string); ok {
 			if n, ok := y.(int64); ok {
-				return strings.Repeat(s, int(max(0, min(n, maxOutput))))
+				return repeatStr(s, n)
 			}
 		}
 		if n, ok := x.(int64); ok {
 			if s, ok := y.(string); ok {
-				return strings.Repeat(s, int(max(0, min(n, maxOutput))))
+				return repeatStr(s, n)
 			}
 		}
 		if l, ok := x.(*ListVal); ok {
@@ -798,6 +821,16 @@ func arith(op string, x, y any) any {
 	}
 	throw("unknown operator %s", op)
 	return nil
+}
+
+func repeatStr(s string, n int64) string {
+	if n <= 0 || s == "" {
+		return ""
+	}
+	if n > maxOutput || int64(len(s))*n > maxOutput {
+		throw("value larger than %d bytes", maxOutput)
+	}
+	return strings.Repeat(s, int(n))
 }
 
 func intOf(v any) (int64, bool) {

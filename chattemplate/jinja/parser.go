@@ -6,9 +6,23 @@ import (
 )
 
 type parser struct {
-	toks []token
-	pos  int
+	toks  []token
+	pos   int
+	depth int
 }
+
+// maxNesting bounds how deeply expressions and blocks nest, so a hostile
+// template cannot exhaust the stack of the parser or the renderer.
+const maxNesting = 256
+
+func (p *parser) enter() {
+	p.depth++
+	if p.depth > maxNesting {
+		p.fail("template nested more than %d levels deep", maxNesting)
+	}
+}
+
+func (p *parser) leave() { p.depth-- }
 
 // parseError carries a load-time error through the recursive-descent
 // parser to Parse, which recovers it (the style of text/template/parse).
@@ -68,6 +82,8 @@ func (p *parser) expectBlockEnd() {
 // parseBody parses nodes until a block tag whose name is one of ends; it
 // returns that name, leaving the parser just after the tag name.
 func (p *parser) parseBody(ends ...string) ([]Node, string) {
+	p.enter()
+	defer p.leave()
 	var out []Node
 	for {
 		t := p.cur()
@@ -151,6 +167,8 @@ func (p *parser) parseStatement() Node {
 }
 
 func (p *parser) parseIf() Node {
+	p.enter()
+	defer p.leave()
 	n := &If{Cond: p.parseTuple(false)}
 	p.expectBlockEnd()
 	body, end := p.parseBody("elif", "else", "endif")
@@ -362,6 +380,8 @@ func (p *parser) endOfTuple() bool {
 }
 
 func (p *parser) parseExpr(withCond bool) Node {
+	p.enter()
+	defer p.leave()
 	if withCond {
 		return p.parseCondExpr()
 	}
@@ -402,6 +422,8 @@ func (p *parser) parseAnd() Node {
 }
 
 func (p *parser) parseNot() Node {
+	p.enter()
+	defer p.leave()
 	if p.isName("not") {
 		p.next()
 		return &Unary{Op: "not", X: p.parseNot()}
@@ -472,6 +494,8 @@ func (p *parser) parsePow() Node {
 }
 
 func (p *parser) parseUnary(withFilter bool) Node {
+	p.enter()
+	defer p.leave()
 	var x Node
 	switch {
 	case p.isOp("-"):

@@ -14,7 +14,12 @@ messages' text parts joined, tool-call arguments parsed from JSON).
 strftime_now is pinned to FIXED_NOW so the renders are reproducible; the Go
 test pins the same instant.
 
-Usage: hack/chat/gen_golden.py   (rewrites chattemplate/testdata/parity/golden/*.jsonl)
+It also renders the engine's feature snippets (chattemplate/jinja/testdata/
+snippets.jsonl, one small template each, all with the variables of
+snippets_vars.json) into snippets.golden.jsonl.
+
+Usage: hack/chat/gen_golden.py   (rewrites chattemplate/testdata/parity/golden/*.jsonl
+                                  and chattemplate/jinja/testdata/snippets.golden.jsonl)
 """
 import collections
 import copy
@@ -298,8 +303,36 @@ def render(env, template_src, special, case):
     return fmt, out
 
 
+def snippets(env):
+    d = os.path.join(ROOT, "chattemplate", "jinja", "testdata")
+    with open(os.path.join(d, "snippets_vars.json"), encoding="utf-8") as f:
+        variables = json.load(f)
+    out = []
+    for line in open(os.path.join(d, "snippets.jsonl"), encoding="utf-8"):
+        if not line.strip():
+            continue
+        sn = json.loads(line)
+        rec = {"name": sn["name"]}
+        try:
+            tmpl = env.from_string(sn["template"])
+        except Exception as e:
+            rec["error"] = f"load: {type(e).__name__}: {e}"
+        else:
+            try:
+                rec["out"] = tmpl.render(**copy.deepcopy(variables))
+            except TemplateRaised as e:
+                rec["raised"] = str(e)
+            except Exception as e:
+                rec["error"] = f"render: {type(e).__name__}: {e}"
+        out.append(json.dumps(rec, ensure_ascii=False))
+    with open(os.path.join(d, "snippets.golden.jsonl"), "w", encoding="utf-8") as f:
+        f.write("\n".join(out) + "\n")
+    print(f"snippets: {len(out)}", file=sys.stderr)
+
+
 def main():
     env = make_env()
+    snippets(env)
     with open(os.path.join(PARITY, "conversations.jsonl"), encoding="utf-8") as f:
         cases = [json.loads(line) for line in f if line.strip()]
     os.makedirs(os.path.join(PARITY, "golden"), exist_ok=True)

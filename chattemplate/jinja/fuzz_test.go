@@ -1,0 +1,81 @@
+package jinja
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+)
+
+// FuzzTemplate parses arbitrary templates and renders those that parse:
+// neither step may panic (Render's last-resort recover reports an
+// "internal template engine error", which counts as a failure here).
+func FuzzTemplate(f *testing.F) {
+	if fh, err := os.Open("testdata/snippets.jsonl"); err == nil {
+		sc := bufio.NewScanner(fh)
+		for sc.Scan() {
+			var s struct{ Template string }
+			if json.Unmarshal(sc.Bytes(), &s) == nil {
+				f.Add(s.Template)
+			}
+		}
+		fh.Close()
+	}
+	f.Add("{% for m in messages %}{{ m.content|trim }}{% endfor %}")
+	varsJSON, err := os.ReadFile("testdata/snippets_vars.json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		tmpl, err := Parse(src)
+		if err != nil {
+			if strings.Contains(err.Error(), "internal template") {
+				t.Fatalf("parser panicked on %q: %v", src, err)
+			}
+			return
+		}
+		v, _ := FromJSON(varsJSON)
+		d := v.(*DictVal)
+		vars := map[string]any{}
+		for i, k := range d.keys {
+			vars[k.(string)] = d.vals[i]
+		}
+		_, err = tmpl.Render(Env{}, vars)
+		if err != nil && strings.Contains(err.Error(), "internal template") {
+			t.Fatalf("render panicked on %q: %v", src, err)
+		}
+	})
+}
+
+func TestDeepNestingIsAnError(t *testing.T) {
+	for _, src := range []string{
+		"{{ " + strings.Repeat("(", 100000) + "1" + strings.Repeat(")", 100000) + " }}",
+		"{{ " + strings.Repeat("not ", 100000) + "1 }}",
+		"{{ " + strings.Repeat("-", 100000) + "1 }}",
+		"{{ " + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + " }}",
+		strings.Repeat("{% if true %}", 100000) + strings.Repeat("{% endif %}", 100000),
+		strings.Repeat("{% if x %}{% elif y %}", 100000) + "{% endif %}",
+	} {
+		if _, err := Parse(src); err == nil || !strings.Contains(err.Error(), "nested more than") {
+			t.Errorf("%.30q...: %v", src, err)
+		}
+	}
+}
+
+func TestRunawayTemplatesFail(t *testing.T) {
+	for _, src := range []string{
+		"{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}",
+		"{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}",
+		"{% set x = 'a' * 60000000 %}{{ x ~ x ~ x }}",
+		"{{ 'ab' * 100000000000 }}",
+	} {
+		tmpl, err := Parse(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tmpl.Render(Env{}, nil); err == nil {
+			t.Errorf("%q rendered without error", src)
+		}
+	}
+}
