@@ -62,7 +62,7 @@ const (
 	maxCallDepth = 200      // nested macro calls
 	maxOutput    = 64 << 20 // bytes of rendered text
 	maxRangeLen  = 1 << 20  // items of one range()
-	maxSteps     = 1 << 20  // loop iterations and macro calls
+	maxSteps     = 1 << 18  // loop iterations and macro calls
 )
 
 // checkLen fails a render that would build a string or list larger than
