@@ -79,3 +79,22 @@ func TestRunawayTemplatesFail(t *testing.T) {
 		}
 	}
 }
+
+// FuzzFromJSON checks that FromJSON accepts exactly the JSON encoding/json
+// accepts (apart from numbers it refuses to round: integers beyond 64 bits
+// and floats beyond float64) and never panics.
+func FuzzFromJSON(f *testing.F) {
+	for _, s := range []string{`{"a": [1, 2.5, -0, 1e3, "x\u00e9\ud83d\ude00", true, null]}`, `"\ud800"`, `[]`, `{"a":1,"a":2}`, `1e400`, `123456789012345678901234`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, err := FromJSON(data)
+		valid := json.Valid(data)
+		if err == nil && !valid {
+			t.Fatalf("accepted invalid JSON %q", data)
+		}
+		if err != nil && valid && !strings.Contains(err.Error(), "range") && !strings.Contains(err.Error(), "64 bits") && !strings.Contains(err.Error(), "nested deeper") {
+			t.Fatalf("rejected valid JSON %q: %v", data, err)
+		}
+	})
+}

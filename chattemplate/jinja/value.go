@@ -1,10 +1,7 @@
 package jinja
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"sort"
 	"strconv"
@@ -142,80 +139,6 @@ type callable struct {
 type kwval struct {
 	name string
 	val  any
-}
-
-// FromJSON decodes JSON into template values, keeping object key order
-// and Python's int/float distinction (a number without '.', 'e' or 'E' is an int).
-func FromJSON(data []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	v, err := decodeValue(dec, 0)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("trailing data after JSON value")
-	}
-	return v, nil
-}
-
-const maxJSONDepth = 1000
-
-func decodeValue(dec *json.Decoder, depth int) (any, error) {
-	if depth > maxJSONDepth {
-		return nil, fmt.Errorf("JSON nested deeper than %d", maxJSONDepth)
-	}
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			d := NewDict()
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				k, _ := kt.(string)
-				v, err := decodeValue(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				_ = d.Set(k, v)
-			}
-			_, err := dec.Token()
-			return d, err
-		case '[':
-			l := &ListVal{}
-			for dec.More() {
-				v, err := decodeValue(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				l.Items = append(l.Items, v)
-			}
-			_, err := dec.Token()
-			return l, err
-		}
-		return nil, fmt.Errorf("unexpected %v", t)
-	case json.Number:
-		s := string(t)
-		if !strings.ContainsAny(s, ".eE") {
-			if i, err := strconv.ParseInt(s, 10, 64); err == nil {
-				return i, nil
-			}
-		}
-		f, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return nil, fmt.Errorf("number %s out of range", s)
-		}
-		return f, nil
-	default:
-		return t, nil // nil, bool, string
-	}
 }
 
 // ValueOf converts plain Go data (maps with sorted keys, slices, numbers,
