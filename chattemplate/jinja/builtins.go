@@ -709,6 +709,9 @@ var unsupportedMethods = map[string]bool{
 	"fromkeys": true,
 }
 
+// unsupportedGlobals are Jinja2 globals this engine does not provide.
+var unsupportedGlobals = map[string]bool{"lipsum": true, "cycler": true, "joiner": true}
+
 func strMethod(s, name string) *callable {
 	switch name {
 	case "startswith", "endswith":
@@ -788,6 +791,26 @@ func strMethod(s, name string) *callable {
 				n, _ = intOf(args[2])
 			}
 			return pyReplace(s, strArg(args[0], "old"), strArg(args[1], "new"), int(n))
+		})
+	case "removeprefix", "removesuffix":
+		return method(name, func(args []any, _ []kwval) any {
+			if len(args) != 1 {
+				throw("%s() takes exactly one argument", name)
+			}
+			a := strArg(args[0], name+" argument")
+			if name == "removeprefix" {
+				return strings.TrimPrefix(s, a)
+			}
+			return strings.TrimSuffix(s, a)
+		})
+	case "isascii":
+		return method(name, func([]any, []kwval) any {
+			for i := 0; i < len(s); i++ {
+				if s[i] >= 0x80 {
+					return false
+				}
+			}
+			return true
 		})
 	case "upper":
 		return method(name, func([]any, []kwval) any { return pyUpper(s) })
@@ -942,6 +965,8 @@ func listMethod(l *ListVal, name string) *callable {
 			}
 			return n
 		})
+	case "copy":
+		return method(name, func([]any, []kwval) any { return &ListVal{Items: append([]any(nil), l.Items...), Tuple: l.Tuple} })
 	case "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse":
 		return method(name, func([]any, []kwval) any {
 			throw("access to attribute '%s' of '%s' object is unsafe", name, typeName(l))

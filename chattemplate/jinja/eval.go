@@ -143,6 +143,10 @@ func (t *Template) check() error {
 			if a, ok := n.Func.(*Attr); ok && unsupportedMethods[a.Name] {
 				err = &UnsupportedError{Feature: fmt.Sprintf("method .%s()", a.Name)}
 			}
+		case *Name:
+			if unsupportedGlobals[n.Name] {
+				err = &UnsupportedError{Feature: fmt.Sprintf("global %s()", n.Name)}
+			}
 		}
 		return true
 	})
