@@ -5,9 +5,9 @@ import "github.com/kvindex/kvindex/chattemplate/jinja"
 // detectFormat is vLLM's content-format detection: "openai" when the
 // template has a for loop over X['content'] or X.content where X is the
 // target of a for loop over messages (or over a variable assigned from
-// messages, possibly filtered or sliced); "string" otherwise, including
-// when vLLM's walk would give up (a tuple loop target or a namespace
-// assignment where it expects a plain name).
+// messages, possibly filtered or sliced), or a loop over a variable named
+// content; "string" otherwise, including when vLLM's walk would give up (a
+// tuple loop target or a namespace assignment where it expects a plain name).
 func detectFormat(t *jinja.Template) ContentFormat {
 	var assigns []*jinja.Assign
 	var loops []*jinja.For
@@ -59,6 +59,16 @@ func detectFormat(t *jinja.Template) ContentFormat {
 				}
 				return FormatOpenAI
 			}
+		}
+	}
+	// vLLM's fallback (vllm-project/vllm#42660): a loop over a variable
+	// named "content", as templates that pass content to a macro write it.
+	for _, l := range loops {
+		if isName(l.Iter, "content") {
+			if _, ok := l.Target.(*jinja.Name); !ok {
+				return FormatString
+			}
+			return FormatOpenAI
 		}
 	}
 	return FormatString

@@ -18,6 +18,9 @@ It also renders the engine's feature snippets (chattemplate/jinja/testdata/
 snippets.jsonl, one small template each, all with the variables of
 snippets_vars.json) into snippets.golden.jsonl.
 
+The content format vLLM would detect for each template of
+chattemplate/testdata/parity/format_cases.jsonl goes to format_cases.golden.jsonl.
+
 Usage: hack/chat/gen_golden.py   (rewrites chattemplate/testdata/parity/golden/*.jsonl
                                   and chattemplate/jinja/testdata/snippets.golden.jsonl)
 """
@@ -132,12 +135,18 @@ def content_format(env, template):
     try:
         messages = list(_assigned_from(ast, "messages"))
         message_vars = list(_loop_targets(ast, messages))
-        next(_loop_targets(ast, message_vars, "content"))
-    except StopIteration:
-        return "string"
+        if any(True for _ in _loop_targets(ast, message_vars, "content")):
+            return "openai"
+        # vLLM's fallback (vllm-project/vllm#42660): a loop over a variable
+        # named "content", as templates that pass content to a macro write it.
+        for loop in ast.find_all(jinja2.nodes.For):
+            if isinstance(loop.iter, jinja2.nodes.Name) and loop.iter.name == "content":
+                if not isinstance(loop.target, jinja2.nodes.Name):
+                    raise ValueError("loop target is not a name")
+                return "openai"
     except Exception:
         return "string"
-    return "openai"
+    return "string"
 
 
 # --- vLLM's message normalisation (text parts only) ---
@@ -330,9 +339,21 @@ def snippets(env):
     print(f"snippets: {len(out)}", file=sys.stderr)
 
 
+def formats(env):
+    path = os.path.join(PARITY, "format_cases.jsonl")
+    out = []
+    for line in open(path, encoding="utf-8"):
+        if line.strip():
+            case = json.loads(line)
+            out.append(json.dumps({"template": case["template"], "format": content_format(env, case["template"])}))
+    with open(os.path.join(PARITY, "format_cases.golden.jsonl"), "w", encoding="utf-8") as f:
+        f.write("\n".join(out) + "\n")
+
+
 def main():
     env = make_env()
     snippets(env)
+    formats(env)
     with open(os.path.join(PARITY, "conversations.jsonl"), encoding="utf-8") as f:
         cases = [json.loads(line) for line in f if line.strip()]
     os.makedirs(os.path.join(PARITY, "golden"), exist_ok=True)
