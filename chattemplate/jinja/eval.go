@@ -252,16 +252,16 @@ func (r *renderer) exec(n Node, sc *scope) {
 	case *Assign:
 		r.assign(n.Target, r.eval(n.Value, sc), sc)
 	case *AssignBlock:
-		v := r.capture(n.Body, sc)
+		v := r.capture(n.Body, sc.child())
 		var val any = v
 		for _, f := range n.Filters {
 			val = r.applyFilter(f, val, sc)
 		}
 		r.assign(n.Target, val, sc)
 	case *Macro:
-		sc.vars[n.Name] = r.makeMacro(n.Name, n.Params, n.Defaults, n.Body, sc, nil)
+		sc.vars[n.Name] = r.makeMacro(n.Name, n.Params, n.Defaults, n.Body, sc)
 	case *CallBlock:
-		caller := r.makeMacro("caller", n.Params, n.Defaults, n.Body, sc, nil)
+		caller := r.makeMacro("caller", n.Params, n.Defaults, n.Body, sc)
 		fn := r.eval(n.Call.Func, sc)
 		m, ok := fn.(*callable)
 		if !ok {
@@ -271,7 +271,7 @@ func (r *renderer) exec(n Node, sc *scope) {
 		kws = append(kws, kwval{"caller", caller})
 		r.write(toStr(m.fn(args, kws)))
 	case *FilterBlock:
-		var val any = r.capture(n.Body, sc)
+		var val any = r.capture(n.Body, sc.child())
 		for _, f := range n.Filters {
 			val = r.applyFilter(f, val, sc)
 		}
@@ -452,7 +452,7 @@ func (r *renderer) iterate(v any) []any {
 	return nil
 }
 
-func (r *renderer) makeMacro(name string, params []string, defaults []Node, body []Node, def *scope, _ any) *callable {
+func (r *renderer) makeMacro(name string, params []string, defaults []Node, body []Node, def *scope) *callable {
 	return &callable{name: name, fn: func(args []any, kws []kwval) any {
 		r.step()
 		if r.depth >= maxCallDepth {
@@ -707,6 +707,12 @@ func contains(container, x any) bool {
 }
 
 func arith(op string, x, y any) any {
+	if s, ok := x.(string); ok && op == "%" {
+		if t, ok := y.(*ListVal); ok && t.Tuple {
+			return pyPercent(s, t.Items)
+		}
+		return pyPercent(s, []any{y})
+	}
 	for _, v := range []any{x, y} {
 		if u, ok := v.(Undefined); ok {
 			throwErr(u.err())
@@ -956,7 +962,7 @@ func (r *renderer) slice(x any, s *Slice, sc *scope) any {
 	}
 	var items []any
 	var runes []rune
-	str, isStr := x.(string)
+	_, isStr := x.(string)
 	switch v := x.(type) {
 	case *ListVal:
 		items = v.Items
@@ -1007,7 +1013,6 @@ func (r *renderer) slice(x any, s *Slice, sc *scope) any {
 		}
 	}
 	if isStr {
-		_ = str
 		var b strings.Builder
 		for _, i := range idx {
 			b.WriteRune(runes[i])

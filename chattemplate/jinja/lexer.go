@@ -274,22 +274,19 @@ func (lx *lexer) lexRaw() error {
 }
 
 func (lx *lexer) lexComment() error {
-	for i := lx.pos; ; {
-		j := strings.Index(lx.src[i:], "#}")
-		if j < 0 {
-			return lx.errorf("missing end of comment tag")
-		}
-		at := i + j
-		minus := at > lx.pos && lx.src[at-1] == '-'
-		plus := at > lx.pos && lx.src[at-1] == '+'
-		lx.line += strings.Count(lx.src[lx.pos:at], "\n")
-		lx.pos = at + 2
-		lx.afterEnd(minus, plus, true)
-		return nil
+	j := strings.Index(lx.src[lx.pos:], "#}")
+	if j < 0 {
+		return lx.errorf("missing end of comment tag")
 	}
+	at := lx.pos + j
+	minus := at > lx.pos && lx.src[at-1] == '-'
+	plus := at > lx.pos && lx.src[at-1] == '+'
+	lx.line += strings.Count(lx.src[lx.pos:at], "\n")
+	lx.pos = at + 2
+	lx.afterEnd(minus, plus, true)
+	return nil
 }
 
-var operators3 = []string{"//=", "**="}
 var operators2 = []string{"//", "**", "==", "!=", "<=", ">="}
 
 const operators1 = "+-/*%~[](){}<>=.,:|"
@@ -368,17 +365,10 @@ func (lx *lexer) lexInside(closer string) error {
 			lx.pos += n
 		default:
 			op := ""
-			for _, o := range operators3 {
+			for _, o := range operators2 {
 				if strings.HasPrefix(s, o) {
 					op = o
-				}
-			}
-			if op == "" {
-				for _, o := range operators2 {
-					if strings.HasPrefix(s, o) {
-						op = o
-						break
-					}
+					break
 				}
 			}
 			if op == "" && strings.IndexByte(operators1, c) >= 0 {
