@@ -213,3 +213,40 @@ func TestLoadErrorsAreNamed(t *testing.T) {
 		t.Error("numeric chat_template accepted")
 	}
 }
+
+func TestConcurrentRenders(t *testing.T) {
+	tpl, err := LoadDir("testdata/templates/qwen3", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &Request{
+		Messages:           json.RawMessage(`[{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]`),
+		Tools:              json.RawMessage(`[{"type": "function", "function": {"name": "f"}}]`),
+		ChatTemplateKwargs: json.RawMessage(`{"enable_thinking": false}`),
+	}
+	want, err := tpl.Render(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		go func() {
+			for i := 0; i < 50; i++ {
+				got, err := tpl.Render(req)
+				if err == nil && got != want {
+					err = errors.New("concurrent render differs")
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for g := 0; g < 8; g++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -117,5 +118,22 @@ func TestParityWithJinja2(t *testing.T) {
 			}
 			t.Logf("%s: %d/%d equal to the Jinja2 reference", name, equal, len(cases))
 		})
+	}
+}
+
+// TestGoldensAreCurrent reruns the Jinja2 reference over the committed
+// inputs so a changed template, conversation or snippet cannot leave stale
+// goldens behind. It needs /usr/bin/python3 with python3-jinja2; without it
+// the test skips, or fails when KVINDEX_REQUIRE_INTEROP is set (as in CI).
+func TestGoldensAreCurrent(t *testing.T) {
+	if err := exec.Command("/usr/bin/python3", "-c", "import jinja2").Run(); err != nil {
+		if os.Getenv("KVINDEX_REQUIRE_INTEROP") != "" {
+			t.Fatalf("/usr/bin/python3 with jinja2 is required: %v", err)
+		}
+		t.Skipf("no /usr/bin/python3 with jinja2 (hack/test-deps.sh installs it): %v", err)
+	}
+	out, err := exec.Command("/usr/bin/python3", "../hack/chat/gen_golden.py", "--check").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
 	}
 }

@@ -21,12 +21,14 @@ snippets_vars.json) into snippets.golden.jsonl.
 The content format vLLM would detect for each template of
 chattemplate/testdata/parity/format_cases.jsonl goes to format_cases.golden.jsonl.
 
-Usage: hack/chat/gen_golden.py   (rewrites chattemplate/testdata/parity/golden/*.jsonl
-                                  and chattemplate/jinja/testdata/snippets.golden.jsonl)
+Usage: hack/chat/gen_golden.py           rewrites the golden files
+       hack/chat/gen_golden.py --check   exits 1 if a committed golden file differs
+                                         (chattemplate's tests run this when Jinja2 is there)
 """
 import collections
 import copy
 import datetime
+import functools
 import json
 import os
 import sys
@@ -42,6 +44,25 @@ PARITY = os.path.join(ROOT, "chattemplate", "testdata", "parity")
 FIXED_NOW = datetime.datetime(2026, 1, 15, 9, 30, 5)
 SPECIAL_TOKEN_KEYS = ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token", "additional_special_tokens"]
 CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+
+
+CHECK = "--check" in sys.argv[1:]
+STALE = []
+
+
+def write_golden(path, text):
+    """Writes a golden file, or in --check mode records it as stale if it differs."""
+    if CHECK:
+        try:
+            with open(path, encoding="utf-8") as f:
+                same = f.read() == text
+        except FileNotFoundError:
+            same = False
+        if not same:
+            STALE.append(os.path.relpath(path, ROOT))
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 class TemplateRaised(Exception):
@@ -127,6 +148,12 @@ def _loop_targets(root, varnames, key=None):
                 break
 
 
+@functools.lru_cache(maxsize=None)
+def compiled(env, template):
+    return env.from_string(template)
+
+
+@functools.lru_cache(maxsize=None)
 def content_format(env, template):
     try:
         ast = env.parse(template)
@@ -252,6 +279,7 @@ def select_template(template, tools):
     return template
 
 
+@functools.lru_cache(maxsize=None)
 def template_variables(env, template):
     import jinja2.meta
     return jinja2.meta.find_undeclared_variables(env.parse(template))
@@ -302,7 +330,7 @@ def render(env, template_src, special, case):
             messages[-1]["content"] = last + CONTINUE_TAG
     ctx = dict(special)
     ctx.update(call)
-    out = env.from_string(template).render(messages=messages, tools=tools, documents=documents,
+    out = compiled(env, template).render(messages=messages, tools=tools, documents=documents,
                                            add_generation_prompt=add_gen, **ctx)
     if cont:
         if final_text.strip() not in out or CONTINUE_TAG.strip() not in out:
@@ -334,8 +362,7 @@ def snippets(env):
             except Exception as e:
                 rec["error"] = f"render: {type(e).__name__}: {e}"
         out.append(json.dumps(rec, ensure_ascii=False))
-    with open(os.path.join(d, "snippets.golden.jsonl"), "w", encoding="utf-8") as f:
-        f.write("\n".join(out) + "\n")
+    write_golden(os.path.join(d, "snippets.golden.jsonl"), "\n".join(out) + "\n")
     print(f"snippets: {len(out)}", file=sys.stderr)
 
 
@@ -346,8 +373,7 @@ def formats(env):
         if line.strip():
             case = json.loads(line)
             out.append(json.dumps({"template": case["template"], "format": content_format(env, case["template"])}))
-    with open(os.path.join(PARITY, "format_cases.golden.jsonl"), "w", encoding="utf-8") as f:
-        f.write("\n".join(out) + "\n")
+    write_golden(os.path.join(PARITY, "format_cases.golden.jsonl"), "\n".join(out) + "\n")
 
 
 def main():
@@ -372,9 +398,11 @@ def main():
                 rec["error"] = f"{type(e).__name__}: {e}"
                 n_err += 1
             lines.append(json.dumps(rec, ensure_ascii=False))
-        with open(os.path.join(PARITY, "golden", name + ".jsonl"), "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
+        write_golden(os.path.join(PARITY, "golden", name + ".jsonl"), "\n".join(lines) + "\n")
         print(f"{name}: {len(cases)} cases, {len(cases) - n_err} renders, {n_err} errors", file=sys.stderr)
+    if STALE:
+        print("stale golden files (rerun hack/chat/gen_golden.py): " + ", ".join(STALE), file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
