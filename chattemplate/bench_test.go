@@ -28,7 +28,7 @@ func benchConversation(b *testing.B) *Request {
 	if err != nil {
 		b.Fatal(err)
 	}
-	const perMessage = 700 // bytes: ~200 tokens of mixed text
+	const perMessage = 740 // bytes: ~200 tokens of mixed text
 	cut := func(i int) string {
 		s := text[i*perMessage : (i+1)*perMessage]
 		for !utf8.Valid(s) { // keep whole runes

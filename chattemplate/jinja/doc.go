@@ -17,7 +17,7 @@
 // 112 feature snippets in testdata (its output differs in whitespace
 // control, Python value printing, tojson formatting and undefined handling,
 // and Go maps lose the key order tojson must keep). Chat templates use a
-// small, stable part of Jinja2, so a dedicated engine of about 3k lines,
+// small, stable part of Jinja2, so a dedicated engine of about 5k lines,
 // checked against Jinja2 itself (hack/chat/gen_golden.py), is the cheaper way
 // to parity and keeps the dependency list short.
 //
