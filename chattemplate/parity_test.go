@@ -2,12 +2,15 @@ package chattemplate
 
 import (
 	"bufio"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,8 +40,16 @@ func readJSONL[T any](t testing.TB, path string) []T {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	var r io.Reader = f
+	if strings.HasSuffix(path, ".gz") {
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = zr
+	}
 	var out []T
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, 16<<20)
 	for sc.Scan() {
 		var v T
@@ -63,6 +74,22 @@ func TestParityWithJinja2(t *testing.T) {
 	if len(cases) < 30 {
 		t.Fatalf("only %d conversations", len(cases))
 	}
+	checkParity(t, cases, ".jsonl")
+}
+
+// TestRandomParityWithJinja2 does the same for 150 seeded random
+// conversations (hack/chat/gen_golden.py random_conversations): any mix of
+// roles, content strings/parts/null, tool calls with all argument forms,
+// reasoning, generation prompt and continuation flags, kwargs.
+func TestRandomParityWithJinja2(t *testing.T) {
+	cases := readJSONL[conversation](t, "testdata/parity/conversations_random.jsonl.gz")
+	if len(cases) < 150 {
+		t.Fatalf("only %d conversations", len(cases))
+	}
+	checkParity(t, cases, ".random.jsonl.gz")
+}
+
+func checkParity(t *testing.T, cases []conversation, goldenSuffix string) {
 	dirs, err := filepath.Glob("testdata/templates/*")
 	if err != nil || len(dirs) < 8 {
 		t.Fatalf("templates: %v %v", dirs, err)
@@ -75,7 +102,7 @@ func TestParityWithJinja2(t *testing.T) {
 			if err != nil {
 				t.Fatalf("load: %v", err)
 			}
-			want := readJSONL[golden](t, filepath.Join("testdata/parity/golden", name+".jsonl"))
+			want := readJSONL[golden](t, filepath.Join("testdata/parity/golden", name+goldenSuffix))
 			if len(want) != len(cases) {
 				t.Fatalf("%d goldens for %d conversations: rerun hack/chat/gen_golden.py", len(want), len(cases))
 			}

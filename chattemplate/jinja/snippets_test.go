@@ -2,6 +2,7 @@ package jinja
 
 import (
 	"bufio"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"os"
@@ -93,4 +94,59 @@ func TestSnippetsMatchJinja2(t *testing.T) {
 		equal++
 	}
 	t.Logf("%d/%d snippets equal to Jinja2", equal, len(inputs))
+}
+
+// TestRandomWhitespaceMatchesJinja2 runs 400 seeded random templates that
+// mix text and whitespace with every tag kind and "-"/"+" marker
+// (hack/chat/gen_golden.py random_whitespace_templates) against Jinja2's
+// output: a differential test of the lexer's whitespace rules.
+func TestRandomWhitespaceMatchesJinja2(t *testing.T) {
+	f, err := os.Open("testdata/whitespace_random.jsonl.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(zr)
+	sc.Buffer(nil, 1<<20)
+	n, equal := 0, 0
+	vars := map[string]any{"n": int64(5), "s": " s ", "r": "raw"}
+	for sc.Scan() {
+		var c struct {
+			Name, Template string
+			Out            *string
+			Error          string
+		}
+		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		got, err := func() (string, error) {
+			tmpl, err := Parse(c.Template)
+			if err != nil {
+				return "", err
+			}
+			return tmpl.Render(Env{}, vars)
+		}()
+		switch {
+		case c.Out == nil && err == nil:
+			t.Errorf("%s %q: Jinja2 failed (%s), we rendered %q", c.Name, c.Template, c.Error, got)
+		case c.Out != nil && err != nil:
+			t.Errorf("%s %q: %v", c.Name, c.Template, err)
+		case c.Out != nil && got != *c.Out:
+			t.Errorf("%s %q:\n got: %q\nwant: %q", c.Name, c.Template, got, *c.Out)
+		default:
+			equal++
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n < 400 {
+		t.Fatalf("only %d templates", n)
+	}
+	t.Logf("%d/%d random whitespace templates equal to Jinja2", equal, n)
 }

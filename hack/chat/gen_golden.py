@@ -29,8 +29,10 @@ import collections
 import copy
 import datetime
 import functools
+import gzip
 import json
 import os
+import random
 import sys
 
 import jinja2
@@ -376,10 +378,167 @@ def formats(env):
     write_golden(os.path.join(PARITY, "format_cases.golden.jsonl"), "\n".join(out) + "\n")
 
 
+# --- seeded random inputs: whitespace-control templates and conversations ---
+
+def random_whitespace_templates(n, seed=20261123):
+    """Templates mixing text, spaces, tabs and newlines with every kind of tag
+    and whitespace marker: a differential test of the lexer's rules."""
+    rnd = random.Random(seed)
+    ws = ["", " ", "  ", "\t", "\n", "\n\n", " \n", "\n  ", "\t\n\t", "\r\n", "\u00a0", "\u3000\n"]
+    words = ["a", "b c", "x", "{", "}", "%", "#", "-", "é"]
+    def mark():
+        return rnd.choice(["", "", "-", "+"])
+    def endmark():
+        return rnd.choice(["", "", "-", "+"])
+    def piece(depth):
+        k = rnd.randrange(9 if depth < 3 else 6)
+        if k == 0:
+            return rnd.choice(words)
+        if k == 1:
+            return "{{" + rnd.choice(["", "-"]) + " " + rnd.choice(["n", "'v'", "s", "none"]) + " " + rnd.choice(["", "-"]) + "}}"
+        if k == 2:
+            return "{#" + mark() + " c " + endmark() + "#}"
+        if k == 3:
+            return "{%" + mark() + " set q = 1 " + endmark() + "%}"
+        if k == 4:
+            return "{%" + mark() + " raw " + endmark() + "%}" + rnd.choice(ws) + "{{ r }}" + rnd.choice(ws) + "{%" + mark() + " endraw " + endmark() + "%}"
+        if k == 5:
+            return rnd.choice(ws)
+        body = "".join(rnd.choice(ws) + piece(depth + 1) for _ in range(rnd.randrange(1, 4))) + rnd.choice(ws)
+        if k == 6:
+            return "{%" + mark() + " if " + rnd.choice(["true", "false"]) + " " + endmark() + "%}" + body + \
+                "{%" + mark() + " else " + endmark() + "%}" + rnd.choice(ws) + "E" + rnd.choice(ws) + "{%" + mark() + " endif " + endmark() + "%}"
+        if k == 7:
+            return "{%" + mark() + " for i in [1, 2] " + endmark() + "%}" + body + "{%" + mark() + " endfor " + endmark() + "%}"
+        return "{%" + mark() + " macro m() " + endmark() + "%}" + body + "{%" + mark() + " endmacro " + endmark() + "%}" + "{{ m() }}"
+    out = []
+    for _ in range(n):
+        out.append("".join(rnd.choice(ws) + piece(0) for _ in range(rnd.randrange(1, 6))) + rnd.choice(ws + ["\n"]))
+    return out
+
+
+def random_conversations(n, seed=20261124):
+    rnd = random.Random(seed)
+    texts = ["Hello", "  padded  ", "\nnewlines\n\n", "tabs\there", "ünïcödé ✓ 日本", "emoji 👩🏽‍💻", "quotes ' \" \\", "{{ x }} {% y %}",
+             "<|im_end|>", "<think>\nhidden\n</think>\n\nshown", "", " ", "1e5", "line\u2028sep", "a" * 50]
+    tool_names = ["get_weather", "search_docs"]
+    def text():
+        return " ".join(rnd.choice(texts) for _ in range(rnd.randrange(1, 3)))
+    def content():
+        k = rnd.randrange(10)
+        if k < 6:
+            return text()
+        if k < 9:
+            return [{"type": "text", "text": text()} for _ in range(rnd.randrange(1, 3))]
+        return None
+    def args():
+        k = rnd.randrange(5)
+        obj = {"city": text(), "n": rnd.choice([1, 2.5, -3, 0.1, True, None]), "l": [rnd.choice([1, "x", None])]}
+        if k == 0:
+            return obj
+        if k == 1:
+            return "not json {"
+        if k == 2:
+            return ""
+        return json.dumps(obj, ensure_ascii=rnd.random() < 0.5)
+    cases = []
+    for i in range(n):
+        msgs = []
+        if rnd.random() < 0.5:
+            msgs.append({"role": rnd.choice(["system", "system", "developer"]), "content": content() or "sys"})
+        turns = rnd.randrange(1, 6)
+        tools_on = rnd.random() < 0.4
+        for t in range(turns):
+            msgs.append({"role": "user", "content": content()})
+            if t == turns - 1 and rnd.random() < 0.5:
+                break
+            if tools_on and rnd.random() < 0.5:
+                calls = [{"id": f"c{i}{t}{j}", "type": "function", "function": {"name": rnd.choice(tool_names), "arguments": args()}}
+                         for j in range(rnd.randrange(1, 3))]
+                msgs.append({"role": "assistant", "content": rnd.choice([None, "", text()]), "tool_calls": calls})
+                for c in calls:
+                    m = {"role": "tool", "tool_call_id": c["id"], "content": content() or "ok"}
+                    if rnd.random() < 0.8:
+                        m["name"] = c["function"]["name"]
+                    msgs.append(m)
+                if rnd.random() < 0.5:
+                    continue
+            a = {"role": "assistant", "content": content() or "answer"}
+            if rnd.random() < 0.2:
+                a["reasoning"] = text()
+            msgs.append(a)
+        case = {"name": f"random_{i:03d}", "messages": msgs}
+        if tools_on:
+            case["tools"] = [{"type": "function", "function": {"name": "get_weather", "description": "Weather.",
+                              "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City"}}, "required": ["city"]}}}]
+        if msgs[-1]["role"] == "assistant" and rnd.random() < 0.5:
+            case["add_generation_prompt"] = False
+            if rnd.random() < 0.6:
+                case["continue_final_message"] = True
+        elif rnd.random() < 0.2:
+            case["add_generation_prompt"] = False
+        if rnd.random() < 0.3:
+            case["chat_template_kwargs"] = {"enable_thinking": rnd.random() < 0.5, "reasoning_effort": rnd.choice(["low", "high"])}
+        cases.append(case)
+    return cases
+
+
+def gz_text(lines):
+    return "\n".join(lines) + "\n"
+
+
+def write_golden_gz(path, text):
+    data = gzip.compress(text.encode("utf-8"), mtime=0)
+    if CHECK:
+        try:
+            with gzip.open(path, "rb") as f:
+                same = f.read() == text.encode("utf-8")
+        except FileNotFoundError:
+            same = False
+        if not same:
+            STALE.append(os.path.relpath(path, ROOT))
+        return
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def random_snippets(env):
+    d = os.path.join(ROOT, "chattemplate", "jinja", "testdata")
+    out = []
+    for i, t in enumerate(random_whitespace_templates(400)):
+        rec = {"name": f"ws{i:03d}", "template": t}
+        try:
+            rec["out"] = env.from_string(t).render(n=5, s=" s ", r="raw")
+        except Exception as e:
+            rec["error"] = f"{type(e).__name__}: {e}"
+        out.append(json.dumps(rec, ensure_ascii=False))
+    write_golden_gz(os.path.join(d, "whitespace_random.jsonl.gz"), gz_text(out))
+
+
+def random_parity(env):
+    cases = random_conversations(150)
+    write_golden_gz(os.path.join(PARITY, "conversations_random.jsonl.gz"), gz_text([json.dumps(c, ensure_ascii=False) for c in cases]))
+    for name in sorted(os.listdir(TEMPLATES)):
+        template_src, special = load_tokenizer_dir(os.path.join(TEMPLATES, name))
+        lines = []
+        for case in cases:
+            rec = {"case": case["name"]}
+            try:
+                rec["format"], rec["prompt"] = render(env, template_src, special, case)
+            except TemplateRaised as e:
+                rec["raised"] = str(e)
+            except Exception as e:
+                rec["error"] = f"{type(e).__name__}: {e}"
+            lines.append(json.dumps(rec, ensure_ascii=False))
+        write_golden_gz(os.path.join(PARITY, "golden", name + ".random.jsonl.gz"), gz_text(lines))
+
+
 def main():
     env = make_env()
     snippets(env)
+    random_snippets(env)
     formats(env)
+    random_parity(env)
     with open(os.path.join(PARITY, "conversations.jsonl"), encoding="utf-8") as f:
         cases = [json.loads(line) for line in f if line.strip()]
     os.makedirs(os.path.join(PARITY, "golden"), exist_ok=True)
