@@ -31,9 +31,11 @@
 package chattemplate
 
 import (
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,8 +161,8 @@ func Load(config, file []byte, opts ...Option) (*Templates, error) {
 // present, chat_template.jinja). A non-empty templateFile overrides the
 // directory's templates, like vLLM's --chat-template.
 func LoadDir(dir, templateFile string, opts ...Option) (*Templates, error) {
-	config, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	config, err := readConfig(filepath.Join(dir, "tokenizer_config.json"))
+	if err != nil {
 		return nil, err
 	}
 	path := templateFile
@@ -172,6 +174,47 @@ func LoadDir(dir, templateFile string, opts ...Option) (*Templates, error) {
 		return nil, err
 	}
 	return Load(config, file, opts...)
+}
+
+// maxConfigBytes bounds tokenizer_config.json (real ones are well under
+// 1 MiB, most of it added-token tables).
+const maxConfigBytes = 64 << 20
+
+// readConfig reads path, or path.gz decompressed (as the tokenization
+// package accepts it); nil when neither exists.
+func readConfig(path string) ([]byte, error) {
+	b, err := readLimited(path, false)
+	if errors.Is(err, os.ErrNotExist) {
+		b, err = readLimited(path+".gz", true)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+	}
+	return b, err
+}
+
+func readLimited(path string, gz bool) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if gz {
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		r = zr
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(b) > maxConfigBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxConfigBytes)
+	}
+	return b, nil
 }
 
 func specialToken(raw json.RawMessage, list bool) (any, error) {

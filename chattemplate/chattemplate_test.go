@@ -1,8 +1,12 @@
 package chattemplate
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -248,5 +252,37 @@ func TestConcurrentRenders(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+func TestLoadDirGzipConfigAndOverride(t *testing.T) {
+	dir := t.TempDir()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	_, _ = zw.Write(cfg(t, map[string]any{"chat_template": "C{{ eos_token }}", "eos_token": "</s>"}))
+	_ = zw.Close()
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json.gz"), buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := LoadDir(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tpl.Render(&Request{Messages: json.RawMessage(`[]`)}); err != nil || got != "C</s>" {
+		t.Errorf("gz config: %q, %v", got, err)
+	}
+	override := filepath.Join(dir, "o.jinja")
+	_ = os.WriteFile(override, []byte("O{{ eos_token }}"), 0o644)
+	if tpl, err = LoadDir(dir, override); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tpl.Render(&Request{Messages: json.RawMessage(`[]`)}); err != nil || got != "O</s>" {
+		t.Errorf("override: %q, %v", got, err)
+	}
+	if _, err := LoadDir(dir, filepath.Join(dir, "missing.jinja")); err == nil {
+		t.Error("missing override accepted")
+	}
+	if _, err := LoadDir(t.TempDir(), ""); err != nil {
+		t.Errorf("empty dir: %v", err)
 	}
 }
