@@ -159,8 +159,9 @@ type Env struct {
 	Now func() time.Time
 }
 
-// Render renders the template with vars (template values: see FromJSON
-// and ValueOf). Errors are *RenderError, *RaisedError or, for a panic
+// Render renders the template with vars: template values (see FromJSON)
+// or plain Go nil, bools, numbers, strings, []any, []string and
+// map[string]any. Errors are *RenderError, *RaisedError or, for a panic
 // that escaped the engine's own checks, a plain error; Render never panics.
 func (t *Template) Render(env Env, vars map[string]any) (out string, err error) {
 	r := &renderer{env: env}
@@ -180,7 +181,11 @@ func (t *Template) Render(env Env, vars map[string]any) (out string, err error) 
 	}()
 	root := &scope{vars: map[string]any{}}
 	for k, v := range vars {
-		root.vars[k] = ValueOf(v)
+		val, err := valueOf(v)
+		if err != nil {
+			return "", &RenderError{Msg: fmt.Sprintf("variable %s: %v", k, err)}
+		}
+		root.vars[k] = val
 	}
 	r.globals = r.makeGlobals()
 	var b strings.Builder

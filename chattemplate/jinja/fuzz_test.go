@@ -98,3 +98,19 @@ func FuzzFromJSON(f *testing.F) {
 		}
 	})
 }
+
+func TestRenderGoValues(t *testing.T) {
+	tmpl, err := Parse("{{ m }} {{ l }} {{ s|join(',') }} {{ i + f }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tmpl.Render(Env{}, map[string]any{
+		"m": map[string]any{"b": 1, "a": []any{"x", nil, true}}, "l": []any{int32(1)}, "s": []string{"p", "q"}, "i": 2, "f": float32(0.5),
+	})
+	if err != nil || got != "{'a': ['x', None, True], 'b': 1} [1] p,q 2.5" {
+		t.Errorf("got %q, %v", got, err)
+	}
+	if _, err := tmpl.Render(Env{}, map[string]any{"m": struct{}{}}); err == nil {
+		t.Error("unsupported Go value accepted")
+	}
+}

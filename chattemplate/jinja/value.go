@@ -141,32 +141,36 @@ type kwval struct {
 	val  any
 }
 
-// ValueOf converts plain Go data (maps with sorted keys, slices, numbers,
-// strings) into template values; template values pass through.
-func ValueOf(v any) any {
+// valueOf converts plain Go data (maps, whose keys it sorts, slices,
+// numbers, strings) into template values; template values pass through.
+func valueOf(v any) (any, error) {
 	switch v := v.(type) {
 	case nil, bool, int64, float64, string, *ListVal, *DictVal, Undefined, *Namespace:
-		return v
+		return v, nil
 	case int:
-		return int64(v)
+		return int64(v), nil
 	case int32:
-		return int64(v)
+		return int64(v), nil
 	case uint32:
-		return int64(v)
+		return int64(v), nil
 	case float32:
-		return float64(v)
+		return float64(v), nil
 	case []string:
 		l := &ListVal{Items: make([]any, len(v))}
 		for i, s := range v {
 			l.Items[i] = s
 		}
-		return l
+		return l, nil
 	case []any:
 		l := &ListVal{Items: make([]any, len(v))}
 		for i, s := range v {
-			l.Items[i] = ValueOf(s)
+			c, err := valueOf(s)
+			if err != nil {
+				return nil, err
+			}
+			l.Items[i] = c
 		}
-		return l
+		return l, nil
 	case map[string]any:
 		keys := make([]string, 0, len(v))
 		for k := range v {
@@ -175,11 +179,15 @@ func ValueOf(v any) any {
 		sort.Strings(keys)
 		d := NewDict()
 		for _, k := range keys {
-			_ = d.Set(k, ValueOf(v[k]))
+			c, err := valueOf(v[k])
+			if err != nil {
+				return nil, err
+			}
+			_ = d.Set(k, c)
 		}
-		return d
+		return d, nil
 	}
-	return &RenderError{Msg: fmt.Sprintf("unsupported Go value of type %T", v)}
+	return nil, fmt.Errorf("unsupported Go value of type %T", v)
 }
 
 func typeName(v any) string {
