@@ -10,6 +10,9 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/cases"
+	"golang.org/x/text/language"
 )
 
 type filterFn func(r *renderer, v any, args []any, kws []kwval) any
@@ -65,18 +68,11 @@ func init() {
 			}
 			return r.getAttr(v, name)
 		},
-		"capitalize": func(r *renderer, v any, _ []any, _ []kwval) any {
-			s := toStr(v)
-			if s == "" {
-				return s
-			}
-			first, n := utf8.DecodeRuneInString(s)
-			return string(unicode.ToUpper(first)) + pyLower(s[n:])
-		},
-		"count":   filterLength,
-		"length":  filterLength,
-		"default": filterDefault,
-		"d":       filterDefault,
+		"capitalize": func(r *renderer, v any, _ []any, _ []kwval) any { return pyCapitalize(toStr(v)) },
+		"count":      filterLength,
+		"length":     filterLength,
+		"default":    filterDefault,
+		"d":          filterDefault,
 		"dictsort": func(r *renderer, v any, args []any, kws []kwval) any {
 			d, ok := v.(*DictVal)
 			if !ok {
@@ -351,7 +347,7 @@ func init() {
 			for i, p := range parts {
 				if p != "" {
 					first, n := utf8.DecodeRuneInString(p)
-					b.WriteString(string(unicode.ToUpper(first)) + pyLower(p[n:]))
+					b.WriteString(pyUpper(string(first)) + pyLower(p[n:]))
 				}
 				if i < len(seps) {
 					b.WriteString(seps[i])
@@ -437,8 +433,9 @@ func init() {
 }
 
 var (
-	titleSplit = regexp.MustCompile(`[-\s({\[<]+`)
-	wordRe     = regexp.MustCompile(`\w+`)
+	// Python's \s and \w are Unicode-aware; RE2's are ASCII-only.
+	titleSplit = regexp.MustCompile(`[-\s\x{1c}-\x{1f}\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}({\[<]+`)
+	wordRe     = regexp.MustCompile(`[\p{L}\p{N}\p{Mn}\p{Mc}\p{Pc}]+`)
 )
 
 func filterLength(r *renderer, v any, _ []any, _ []kwval) any {
@@ -819,13 +816,7 @@ func strMethod(s, name string) *callable {
 	case "title":
 		return method(name, func([]any, []kwval) any { return pyTitle(s) })
 	case "capitalize":
-		return method(name, func([]any, []kwval) any {
-			if s == "" {
-				return s
-			}
-			first, n := utf8.DecodeRuneInString(s)
-			return string(unicode.ToUpper(first)) + pyLower(s[n:])
-		})
+		return method(name, func([]any, []kwval) any { return pyCapitalize(s) })
 	case "find", "rfind", "index", "rindex", "count":
 		return method(name, func(args []any, kws []kwval) any {
 			if len(args) == 0 {
@@ -1065,26 +1056,43 @@ func (r *renderer) makeGlobals() map[string]any {
 
 // Python string helpers.
 
-func pyLower(s string) string { return strings.ToLower(s) }
-func pyUpper(s string) string { return strings.ToUpper(s) }
+// pyLower and pyUpper use Unicode's full case mappings, as Python's
+// str.lower and str.upper do ("ß" upper-cases to "SS").
+func pyLower(s string) string { return cases.Lower(language.Und).String(s) }
+func pyUpper(s string) string { return cases.Upper(language.Und).String(s) }
 
-// pyTitle is str.title(): a letter after a non-letter is upper-cased,
-// other letters lower-cased.
+// pyTitleRune is Python's title-casing of one character ("ﬁ" becomes "Fi").
+func pyTitleRune(r rune) string { return cases.Title(language.Und).String(string(r)) }
+
+func isCased(r rune) bool { return unicode.IsUpper(r) || unicode.IsLower(r) || unicode.IsTitle(r) }
+
+// pyCapitalize is str.capitalize: the first character title-cased, the
+// rest lower-cased.
+func pyCapitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	first, n := utf8.DecodeRuneInString(s)
+	return pyTitleRune(first) + pyLower(s[n:])
+}
+
+// pyTitle is str.title(): a cased character after an uncased one is
+// title-cased, other cased characters lower-cased.
 func pyTitle(s string) string {
 	var b strings.Builder
 	prevCased := false
 	for _, c := range s {
-		if unicode.IsLetter(c) {
-			if prevCased {
-				b.WriteRune(unicode.ToLower(c))
-			} else {
-				b.WriteRune(unicode.ToTitle(c))
-			}
-			prevCased = true
-		} else {
+		switch {
+		case !isCased(c):
 			b.WriteRune(c)
 			prevCased = false
+			continue
+		case prevCased:
+			b.WriteString(pyLower(string(c)))
+		default:
+			b.WriteString(pyTitleRune(c))
 		}
+		prevCased = true
 	}
 	return b.String()
 }
