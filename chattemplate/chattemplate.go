@@ -11,8 +11,9 @@
 //     tools, else "default"); an explicit template overrides both.
 //   - Content format (vLLM's "auto"): a template that loops over a message's
 //     content (for x in message['content'], also through variables assigned
-//     from messages) gets content as a list of {"type": "text", "text": ...}
-//     parts ("openai"); any other gets a string, text parts joined with "\n".
+//     from messages, or a loop over a variable named content) gets content as
+//     a list of {"type": "text", "text": ...} parts ("openai"); any other gets
+//     a string, text parts joined with "\n".
 //   - Message normalisation: only role, content, name, tool_calls (assistant),
 //     reasoning / reasoning_content (assistant), tool_call_id (tool), task and
 //     tools (developer) reach the template; tool messages' text parts are

@@ -628,15 +628,11 @@ func init() {
 			if len(args) != 1 {
 				throw("sameas needs one argument")
 			}
-			switch a := v.(type) {
-			case nil, bool:
-				return v == args[0]
-			case *ListVal, *DictVal, *Namespace:
-				return v == args[0]
-			default:
-				_ = a
-				return equal(v, args[0]) && typeName(v) == typeName(args[0])
+			switch v.(type) {
+			case nil, bool, *ListVal, *DictVal, *Namespace:
+				return v == args[0] // identity
 			}
+			return equal(v, args[0]) && typeName(v) == typeName(args[0])
 		},
 		"escaped": func(r *renderer, v any, _ []any) bool { return false },
 		"odd": func(r *renderer, v any, _ []any) bool {
