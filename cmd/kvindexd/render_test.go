@@ -166,6 +166,9 @@ func TestRenderTemplateErrorsAndOverride(t *testing.T) {
 }
 
 func TestRenderFlags(t *testing.T) {
+	if sc, ok := subcommands["render"]; !ok || sc.run == nil {
+		t.Fatal("render not registered")
+	}
 	var out, errb bytes.Buffer
 	if err := runRender(nil, strings.NewReader(""), &out, &errb); err == nil {
 		t.Error("missing --tokenizer accepted")
