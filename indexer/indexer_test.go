@@ -48,6 +48,15 @@ func (f *flakyIndex) Lookup(ctx context.Context, m kvindex.ModelID, keys []kvind
 	return f.MemoryIndex.Lookup(ctx, m, keys, v)
 }
 
+// ScorePrefix shadows the embedded index's fused scorer: a backend that is
+// down must fail on that path too, not only on Lookup.
+func (f *flakyIndex) ScorePrefix(ctx context.Context, m kvindex.ModelID, keys []kvindex.Key, cands []kvindex.PodID, w kvindex.TierWeights, res *kvindex.ScoreResult) error {
+	if f.down.Load() {
+		return errDown
+	}
+	return f.MemoryIndex.ScorePrefix(ctx, m, keys, cands, w, res)
+}
+
 func (f *flakyIndex) PodBlocks(ctx context.Context, p kvindex.PodID) (int64, error) {
 	f.podReads.Add(1)
 	if f.down.Load() {

@@ -196,9 +196,12 @@ type BatchSink interface {
 	Apply(ctx context.Context, b *Batch)
 }
 
-// PodBlocksBatcher is implemented by index backends that answer PodBlocks
-// for many pods in one round trip (Redis), so a pod listing costs one read,
-// not one per pod. out[i] receives the count of pods[i]; len(out) >= len(pods).
+// PodBlocksBatcher is implemented by index backends that can answer
+// PodBlocks for many pods at once much cheaper than one call per pod (Redis:
+// one round trip instead of one per pod). Pod listings use it when the index
+// has it and fall back to PodBlocks otherwise. PodBlocksBatch sets out[i] to
+// what PodBlocks(pods[i]) would return; callers pass len(out) == len(pods).
+// On error the contents of out are unspecified.
 type PodBlocksBatcher interface {
 	PodBlocksBatch(ctx context.Context, pods []PodID, out []int64) error
 }

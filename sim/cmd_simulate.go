@@ -97,6 +97,7 @@ func RunSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	trace := fs.String("trace", "", "Mooncake JSONL trace (plain or .gz)")
+	scenario := fs.String("scenario", "", "scenario YAML: vLLM engine model, staged load, schedulers (sim/README.md); other fleet flags are ignored")
 	gen := fs.Bool("gen-workload", false, "simulate the seed-003 generated workload instead of --trace (see --gen-* flags)")
 	wl := DefaultWorkload()
 	wl.flags(fs, "gen-")
@@ -140,6 +141,12 @@ func RunSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("simulate: unexpected arguments %v", fs.Args())
 	}
+	if *scenario != "" {
+		if *trace != "" || *gen {
+			return errors.New("simulate: --scenario excludes --trace and --gen-workload")
+		}
+		return runScenarioCommand(*scenario, *out, *svg, *md, stdout)
+	}
 	fc.Cache = cache.Config{Policy: *policy, Capacity: *capacity, SmallRatio: *smallRatio, MaxFreq: *maxFreq}
 	if _, err := cache.New(fc.Cache); err != nil {
 		return fmt.Errorf("simulate: %w", err)
@@ -165,7 +172,7 @@ func RunSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	var reqs []Request
 	var err error
-	name := *trace
+	var name string
 	switch {
 	case *gen && *trace != "":
 		return errors.New("simulate: --trace and --gen-workload are exclusive")
@@ -232,6 +239,33 @@ func RunSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	if *svg != "" {
 		if err := writeFile(*svg, func(w io.Writer) error { return WriteSVG(w, rep) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func runScenarioCommand(path, out, svg string, md bool, stdout io.Writer) error {
+	sc, err := ReadScenarioFile(path)
+	if err != nil {
+		return fmt.Errorf("simulate: %w", err)
+	}
+	rep, err := RunScenario(sc)
+	if err != nil {
+		return fmt.Errorf("simulate: %w", err)
+	}
+	WriteScenarioTable(stdout, rep)
+	if md {
+		fmt.Fprintln(stdout)
+		WriteScenarioMarkdown(stdout, rep)
+	}
+	if out != "" {
+		if err := writeFile(out, func(w io.Writer) error { return WriteScenarioJSON(w, rep) }); err != nil {
+			return err
+		}
+	}
+	if svg != "" {
+		if err := writeFile(svg, func(w io.Writer) error { return WriteScenarioSVG(w, rep) }); err != nil {
 			return err
 		}
 	}

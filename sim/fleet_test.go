@@ -411,3 +411,36 @@ func TestAffinityChoice(t *testing.T) {
 		}
 	}
 }
+
+// TestLeastLoadedZeroHitsIsTheGroupStride pins why least-loaded reuses
+// nothing on the generated workload: the generator sends request i to group
+// i mod G, and least-loaded on a balanced fleet (ties rotate) places request
+// i on pod i mod pods. A group's requests are G apart, so with G mod pods =
+// 6 of 8 they visit pods g, g+6, g+4, g+2 and only return to g after 4G
+// requests, by which time that pod's LRU has cycled; with G a multiple of the
+// pod count every request of a group lands on the same pod and the hit rate
+// is the ceiling. The 0.0% is the workload's stride, not a routing bug.
+func TestLeastLoadedZeroHitsIsTheGroupStride(t *testing.T) {
+	hit := func(groups int) (float64, float64) {
+		wl := DefaultWorkload()
+		wl.Groups, wl.SystemTokens, wl.UserTokens, wl.BlockSize, wl.Rate = groups, 6000, 1200, 64, 10
+		reqs, err := GenWorkload(wl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := FleetConfig{Pods: 8, Cache: cache.Config{Policy: "lru", Capacity: 4802}, BlockSize: 64, Speedup: 1,
+			EventLag: 0.1, Service: DefaultServiceModel()}
+		res, err := Simulate(cfg, reqs, &LeastLoadedRouter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, tot := UnboundedHitRate(reqs, 64)
+		return res.HitRate, float64(h) / float64(tot)
+	}
+	if got, _ := hit(150); got != 0 {
+		t.Errorf("150 groups: hit rate %.3f, want 0 (stride 6 of 8 pods)", got)
+	}
+	if got, ceiling := hit(152); !near(got, ceiling) {
+		t.Errorf("152 groups: hit rate %.3f, want the ceiling %.3f (stride 0)", got, ceiling)
+	}
+}

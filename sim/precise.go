@@ -91,20 +91,7 @@ func (r *PreciseRouter) Name() string {
 func (r *PreciseRouter) Indexer() *indexer.Indexer { return r.idx }
 
 func (r *PreciseRouter) Route(q *Request, v *View) int {
-	clear(r.matched)
-	if len(q.HashIDs) > 0 {
-		r.query.BlockHashes = q.HashIDs
-		// Score cannot fail here (in-memory index, no deadline, valid
-		// query); were it to, no pod matches and the request goes
-		// least-loaded.
-		if err := r.idx.Score(context.Background(), &r.query, &r.res); err == nil {
-			for _, ps := range r.res.Pods {
-				if p, ok := r.podIdx[ps.Pod]; ok {
-					r.matched[p] = ps.MatchedBlocks
-				}
-			}
-		}
-	}
+	r.Match(q.HashIDs, r.matched)
 	if r.Speculative {
 		r.expire(v.Now)
 		for p := range r.matched {
@@ -125,6 +112,26 @@ func (r *PreciseRouter) Route(q *Request, v *View) int {
 		}
 	}
 	return best
+}
+
+// Match writes into matched[p] how many leading blocks of hashes fleet pod p
+// holds according to the indexer (speculative entries not included).
+func (r *PreciseRouter) Match(hashes []uint64, matched []int) {
+	clear(matched)
+	if len(hashes) == 0 {
+		return
+	}
+	r.query.BlockHashes = hashes
+	// Score cannot fail here (in-memory index, no deadline, valid query);
+	// were it to, no pod matches and the request goes least-loaded.
+	if err := r.idx.Score(context.Background(), &r.query, &r.res); err != nil {
+		return
+	}
+	for _, ps := range r.res.Pods {
+		if p, ok := r.podIdx[ps.Pod]; ok && p < len(matched) {
+			matched[p] = ps.MatchedBlocks
+		}
+	}
 }
 
 func (r *PreciseRouter) specLive(p int, h uint64, now float64) bool {

@@ -185,3 +185,157 @@ func tickLabel(v, step float64) string {
 	}
 	return strconv.FormatFloat(v, 'f', prec, 64)
 }
+
+// WriteScenarioTable prints the summary (measured stages) per scheduler.
+func WriteScenarioTable(w io.Writer, rep *ScenarioReport) {
+	fmt.Fprintf(w, "scenario %s: %d pods x %d blocks of %d tokens, %d requests\n",
+		rep.Scenario, rep.Pods, rep.KVBlocks, rep.Block, rep.Requests)
+	nw := len("scheduler")
+	for _, r := range rep.Results {
+		nw = max(nw, len(r.Scheduler))
+	}
+	fmt.Fprintf(w, "%-*s %11s %8s %9s %9s %8s %7s %8s %8s\n", nw,
+		"scheduler", "out_tok/s", "req/s", "ttft_p90", "ttft_mean", "itl_mean", "hit%", "preempt", "wall_s")
+	for _, r := range rep.Results {
+		fmt.Fprintf(w, "%-*s %11.1f %8.3f %8.3fs %8.3fs %7.4fs %6.1f%% %8d %8.2f\n", nw, r.Scheduler, r.OutputTokensPerS,
+			r.RequestsPerS, r.TTFTp90, r.TTFTMean, r.ITLMean, 100*r.HitRate, r.Preemptions, r.WallSeconds)
+	}
+}
+
+// WriteScenarioMarkdown prints the summary and the per-stage TTFT p90 and
+// throughput as Markdown tables (sim/README.md).
+func WriteScenarioMarkdown(w io.Writer, rep *ScenarioReport) {
+	fmt.Fprintf(w, "| scheduler | output tok/s | req/s | TTFT p90 | TTFT mean | ITL mean | hit rate | preemptions |\n")
+	fmt.Fprintf(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, r := range rep.Results {
+		fmt.Fprintf(w, "| %s | %.0f | %.2f | %.2f s | %.2f s | %.3f s | %.1f%% | %d |\n", r.Scheduler, r.OutputTokensPerS,
+			r.RequestsPerS, r.TTFTp90, r.TTFTMean, r.ITLMean, 100*r.HitRate, r.Preemptions)
+	}
+	if len(rep.Results) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n| rate |")
+	for _, r := range rep.Results {
+		fmt.Fprintf(w, " %s TTFT p90 | %s tok/s |", r.Scheduler, r.Scheduler)
+	}
+	fmt.Fprintf(w, "\n| ---: |%s\n", strings.Repeat(" ---: | ---: |", len(rep.Results)))
+	for s := range rep.Results[0].Stages {
+		fmt.Fprintf(w, "| %g |", rep.Results[0].Stages[s].Rate)
+		for _, r := range rep.Results {
+			fmt.Fprintf(w, " %.2f s | %.0f |", r.Stages[s].TTFTp90, r.Stages[s].OutputTokensPerS)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// WriteScenarioJSON writes the report.
+func WriteScenarioJSON(w io.Writer, rep *ScenarioReport) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+// scenarioColors are distinguishable on white and in greyscale order.
+var scenarioColors = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"}
+
+// WriteScenarioSVG draws, per scheduler, TTFT p90 (log scale: the schedulers
+// differ by orders of magnitude) and output tokens/s against the offered
+// load of each stage, as the published capacity reports plot them. Warm-up
+// stages are left out; stages of equal rate are distinct points in order.
+func WriteScenarioSVG(w io.Writer, rep *ScenarioReport) error {
+	const (
+		margin = 14
+		plotW  = 380
+		plotH  = 260
+		top    = 70
+		left   = 70
+		gap    = 90
+	)
+	type pt struct{ x, ttft, tput float64 }
+	series := make([][]pt, len(rep.Results))
+	xMax, tMin, tMax, yMax := 0.0, math.Inf(1), 0.0, 0.0
+	for i, r := range rep.Results {
+		for _, st := range r.Stages {
+			if st.Stage < rep.warmup() || st.Requests == 0 {
+				continue
+			}
+			series[i] = append(series[i], pt{st.Rate, st.TTFTp90, st.OutputTokensPerS})
+			xMax, yMax = max(xMax, st.Rate), max(yMax, st.OutputTokensPerS)
+			if st.TTFTp90 > 0 {
+				tMin, tMax = min(tMin, st.TTFTp90), max(tMax, st.TTFTp90)
+			}
+		}
+	}
+	xTop, xStep := niceAxis(xMax)
+	yTop, yStep := niceAxis(yMax)
+	lo, hi := -1.0, 2.0
+	if tMax > 0 {
+		lo, hi = math.Floor(math.Log10(tMin)), math.Ceil(math.Log10(tMax))
+		if hi <= lo {
+			hi = lo + 1
+		}
+	}
+	x1 := left
+	x2 := left + plotW + gap
+	legendW := 0
+	for _, r := range rep.Results {
+		legendW = max(legendW, 40+7*len(r.Scheduler))
+	}
+	width := max(x2+plotW+14+legendW+margin, margin+8*len(rep.Scenario)+margin)
+	height := top + plotH + 60
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`,
+		width, height, width, height)
+	p(`<rect width="100%%" height="100%%" fill="white"/>`)
+	p(`<text x="%d" y="22" font-size="14" font-weight="bold">%s</text>`, margin, html.EscapeString(rep.Scenario))
+	p(`<text x="%d" y="40" fill="#555">%d pods x %d KV blocks of %d tokens; simulated (sim/README.md, engine model)</text>`,
+		margin, rep.Pods, rep.KVBlocks, rep.Block)
+	p(`<text x="%d" y="%d" font-weight="bold">TTFT p90, s (log scale; lower is better)</text>`, x1, top-10)
+	p(`<text x="%d" y="%d" font-weight="bold">Output tokens/s (higher is better)</text>`, x2, top-10)
+	xAt := func(x0 int, v float64) float64 { return float64(x0) + v/xTop*plotW }
+	tAt := func(v float64) float64 {
+		v = math.Max(v, math.Pow(10, lo))
+		return float64(top+plotH) - (math.Log10(v)-lo)/(hi-lo)*plotH
+	}
+	yAt := func(v float64) float64 { return float64(top+plotH) - v/yTop*plotH }
+	for _, x0 := range []int{x1, x2} {
+		for i := 0; float64(i)*xStep <= xTop*(1+1e-9); i++ {
+			v := float64(i) * xStep
+			p(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>`, xAt(x0, v), top, xAt(x0, v), top+plotH)
+			p(`<text x="%.1f" y="%d" text-anchor="middle">%s</text>`, xAt(x0, v), top+plotH+16, tickLabel(v, xStep))
+		}
+		p(`<text x="%d" y="%d" text-anchor="middle" fill="#555">offered load, requests/s</text>`, x0+plotW/2, top+plotH+34)
+		p(`<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#333"/>`, x0, top, plotW, plotH)
+	}
+	for e := lo; e <= hi; e++ {
+		y := tAt(math.Pow(10, e))
+		p(`<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>`, x1, y, x1+plotW, y)
+		p(`<text x="%d" y="%.1f" text-anchor="end">%s</text>`, x1-6, y+4, strconv.FormatFloat(math.Pow(10, e), 'g', -1, 64))
+	}
+	for i := 0; float64(i)*yStep <= yTop*(1+1e-9); i++ {
+		v := float64(i) * yStep
+		p(`<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>`, x2, yAt(v), x2+plotW, yAt(v))
+		p(`<text x="%d" y="%.1f" text-anchor="end">%s</text>`, x2-6, yAt(v)+4, tickLabel(v, yStep))
+	}
+	for i, r := range rep.Results {
+		c := scenarioColors[i%len(scenarioColors)]
+		var l1, l2 strings.Builder
+		for _, q := range series[i] {
+			fmt.Fprintf(&l1, "%.1f,%.1f ", xAt(x1, q.x), tAt(q.ttft))
+			fmt.Fprintf(&l2, "%.1f,%.1f ", xAt(x2, q.x), yAt(q.tput))
+		}
+		p(`<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`, strings.TrimSpace(l1.String()), c)
+		p(`<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`, strings.TrimSpace(l2.String()), c)
+		for _, q := range series[i] {
+			p(`<circle cx="%.1f" cy="%.1f" r="2.5" fill="%s"/>`, xAt(x1, q.x), tAt(q.ttft), c)
+			p(`<circle cx="%.1f" cy="%.1f" r="2.5" fill="%s"/>`, xAt(x2, q.x), yAt(q.tput), c)
+		}
+		ly := top + 10 + i*20
+		p(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="3"/>`, x2+plotW+14, ly, x2+plotW+34, ly, c)
+		p(`<text x="%d" y="%d">%s</text>`, x2+plotW+40, ly+4, html.EscapeString(r.Scheduler))
+	}
+	b.WriteString("</svg>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,7 +1,10 @@
 // Package sim replays Mooncake-format request traces against block caches
 // (`kvindexd replay`) and simulates a fleet of engines behind a router
-// (`kvindexd simulate`), so routing policies can be compared on real traffic.
-// See sim/README.md for the service model and every policy's parameters.
+// (`kvindexd simulate`), so routing policies can be compared on real traffic;
+// `kvindexd simulate --scenario` runs a vLLM engine model (KV blocks,
+// continuous batching, chunked prefill, preemption) behind llm-d-style
+// scheduler profiles on a staged load. See sim/README.md for the models and
+// every policy's parameters.
 package sim
 
 import (

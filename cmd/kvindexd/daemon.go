@@ -239,8 +239,9 @@ func (d *daemon) Run(ctx context.Context) error {
 	// The subscriber and the lease loop get their own contexts so shutdown
 	// can order them: leases are released (their endpoints removed and their
 	// pods' clears queued on the still-running subscriber) before the
-	// subscriber stops. A clear still queued when it stops is dropped; the
-	// daemon taking over clears the pod on acquiring the lease anyway.
+	// subscriber stops. The subscriber drains its queues for a bounded time
+	// on stop; a clear still queued after that is dropped and counted, and
+	// the daemon taking over clears the pod on acquiring the lease anyway.
 	subCtx, subCancel := context.WithCancel(context.Background())
 	defer subCancel()
 	wg.Go(func() { fail("kvevents", d.sub.Run(subCtx)) })

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/indextest"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 )
@@ -275,7 +276,7 @@ func render(in *kvindex.Interner, r kvindex.ScoreResult) string {
 // dump renders Lookup's visits by pod name.
 func dump(t *testing.T, idx kvindex.Index, in *kvindex.Interner, keys []kvindex.Key) string {
 	out := ""
-	for _, v := range lookup(t, idx, in.Model("m"), keys, -1) {
+	for _, v := range indextest.Lookup(t, idx, in.Model("m"), keys, -1) {
 		names := make([]string, len(v.Holders))
 		for i, h := range v.Holders {
 			n, _ := in.PodName(h.Pod)

@@ -34,12 +34,6 @@ func benchIndex(b *testing.B, url string, walk ...bool) (*Index, *kvindex.Intern
 	return idx, in, rt
 }
 
-// fill512x8: 8 pods holding prefixes of a 512-block prompt (pod i holds the
-// first 64*(i+1) blocks), so a score walks all 512 keys with 1..8 holders.
-func fill512x8(b *testing.B, idx kvindex.Index, in *kvindex.Interner) (kvindex.ModelID, []kvindex.Key) {
-	return fillPrefixes(b, idx, in, 64)
-}
-
 // fillPrefixes: pod i holds the first step*(i+1) of 512 blocks.
 func fillPrefixes(b *testing.B, idx kvindex.Index, in *kvindex.Interner, step int) (kvindex.ModelID, []kvindex.Key) {
 	ctx := context.Background()
@@ -193,4 +187,43 @@ func usedMemory(b *testing.B, s *redistest.Server) int64 {
 		b.Fatal(err)
 	}
 	return n
+}
+
+// BenchmarkPodListing: the block counts of 64 pods, as /v1/pods needs them,
+// one PodBlocks per pod versus one PodBlocksBatch (one HMGET).
+func BenchmarkPodListing(b *testing.B) {
+	s := redistest.Start(b)
+	idx, in, rt := benchIndex(b, s.URL())
+	ctx := context.Background()
+	m := in.Model(benchModel)
+	pods := make([]kvindex.PodID, 64)
+	for i := range pods {
+		pods[i] = in.Pod(benchPod(i), 0)
+		if err := idx.Add(ctx, m, pods[i], kvindex.TierGPU, 0, seqKeys(4, uint64(i)<<8)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	out := make([]int64, len(pods))
+	b.Run("one-by-one", func(b *testing.B) {
+		rt.Reset()
+		for b.Loop() {
+			for i, p := range pods {
+				n, err := idx.PodBlocks(ctx, p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				out[i] = n
+			}
+		}
+		b.ReportMetric(float64(rt.Load())/float64(b.N), "roundtrips/op")
+	})
+	b.Run("batch", func(b *testing.B) {
+		rt.Reset()
+		for b.Loop() {
+			if err := idx.PodBlocksBatch(ctx, pods, out); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(rt.Load())/float64(b.N), "roundtrips/op")
+	})
 }

@@ -168,7 +168,18 @@ type options struct {
 // ourOptions are consumed here and removed before go-redis sees the URL.
 var ourOptions = []string{"namespace", "ttl", "tls", "insecure_skip_verify", "server_name", "server_walk"}
 
+// universalOptions turns the Config (URL and fields) into client options.
+// Its errors never contain the URL's password: the parsers it calls (net/url
+// in particular) quote the URL they failed on.
 func (c *Config) universalOptions() (*options, error) {
+	o, err := c.parseOptions()
+	if err != nil {
+		return nil, scrubPassword(c.URL, err)
+	}
+	return o, nil
+}
+
+func (c *Config) parseOptions() (*options, error) {
 	cluster, tlsOn, err := splitScheme(c.URL)
 	if err != nil {
 		return nil, err
@@ -182,11 +193,38 @@ func (c *Config) universalOptions() (*options, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bad query: %w", err)
 	}
-	o := &options{cluster: cluster, serverWalk: c.ServerWalk}
+	o := &options{cluster: cluster}
+	if err := c.indexOptions(o, q); err != nil {
+		return nil, err
+	}
+	tlsCfg, err := c.tlsConfig(tlsOn, q)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range ourOptions {
+		q.Del(k)
+	}
+	com := c.connOptions(tlsCfg)
+	if cluster {
+		o.clusterOp, err = clusterOptions(rest, q, com)
+	} else {
+		o.single, err = singleOptions(rest, q, com)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// indexOptions reads the options that configure the index rather than the
+// client (server_walk, namespace, ttl), with the Config fields applied over
+// them.
+func (c *Config) indexOptions(o *options, q url.Values) error {
+	o.serverWalk = c.ServerWalk
 	if v := q.Get("server_walk"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return nil, fmt.Errorf("server_walk: %w", err)
+			return fmt.Errorf("server_walk: %w", err)
 		}
 		o.serverWalk = o.serverWalk || b
 	}
@@ -197,105 +235,164 @@ func (c *Config) universalOptions() (*options, error) {
 	if s := q.Get("ttl"); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil {
-			return nil, fmt.Errorf("ttl: %w", err)
+			return fmt.Errorf("ttl: %w", err)
 		}
 		ttl = d
 		if d == 0 {
-			ttl = -1
+			ttl = -1 // ttl=0 in a URL means no TTL
 		}
 	}
-	if o.namespace, o.ttl, err = c.namespaceAndTTL(ns, ttl); err != nil {
-		return nil, err
+	var err error
+	o.namespace, o.ttl, err = c.namespaceAndTTL(ns, ttl)
+	return err
+}
+
+// tlsConfig is the TLS configuration (nil: plain TCP): on when the scheme
+// or tls=true says so, Config.TLS overriding whatever the URL says.
+func (c *Config) tlsConfig(on bool, q url.Values) (*tls.Config, error) {
+	cfg, err := urlTLS(on, q)
+	if err != nil || c.TLS == nil {
+		return cfg, err
 	}
+	return c.TLS, nil
+}
+
+// urlTLS is the TLS configuration the URL asks for (nil: none).
+func urlTLS(on bool, q url.Values) (*tls.Config, error) {
 	if v := q.Get("tls"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
 			return nil, fmt.Errorf("tls: %w", err)
 		}
-		tlsOn = tlsOn || b
+		on = on || b
 	}
-	var tlsCfg *tls.Config
-	if tlsOn {
-		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: q.Get("server_name")}
-		if v := q.Get("insecure_skip_verify"); v != "" {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return nil, fmt.Errorf("insecure_skip_verify: %w", err)
-			}
-			tlsCfg.InsecureSkipVerify = b
-		}
+	if !on {
+		return nil, nil
 	}
-	if c.TLS != nil {
-		tlsCfg = c.TLS
-	}
-	for _, k := range ourOptions {
-		q.Del(k)
-	}
-
-	dial, rd, wr := orDur(c.DialTimeout, DefaultDialTimeout), orDur(c.ReadTimeout, DefaultIOTimeout), orDur(c.WriteTimeout, DefaultIOTimeout)
-	maxRetries := c.MaxRetries
-	if maxRetries == 0 {
-		maxRetries = 1
-	}
-	if !cluster {
-		u := "redis://" + rest
-		if len(q) > 0 {
-			u += "?" + q.Encode()
-		}
-		so, err := redis.ParseURL(u)
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: q.Get("server_name")}
+	if v := q.Get("insecure_skip_verify"); v != "" {
+		b, err := strconv.ParseBool(v)
 		if err != nil {
+			return nil, fmt.Errorf("insecure_skip_verify: %w", err)
+		}
+		cfg.InsecureSkipVerify = b
+	}
+	return cfg, nil
+}
+
+// connOpts are the client settings shared by both URL forms, before the
+// URL's own options override them.
+type connOpts struct {
+	dial, read, write time.Duration
+	maxRetries        int
+	poolSize          int
+	tls               *tls.Config
+}
+
+func (c *Config) connOptions(tlsCfg *tls.Config) connOpts {
+	co := connOpts{
+		dial: orDur(c.DialTimeout, DefaultDialTimeout), read: orDur(c.ReadTimeout, DefaultIOTimeout),
+		write: orDur(c.WriteTimeout, DefaultIOTimeout), maxRetries: c.MaxRetries, poolSize: c.PoolSize, tls: tlsCfg,
+	}
+	if co.maxRetries == 0 {
+		co.maxRetries = 1
+	}
+	return co
+}
+
+// singleOptions parses host:port[/db] and the go-redis options left in q;
+// options the URL does not set come from com.
+func singleOptions(rest string, q url.Values, com connOpts) (*redis.Options, error) {
+	u := "redis://" + rest
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	so, err := redis.ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	if rest == "" || strings.HasPrefix(rest, "/") || so.Addr == "" || strings.HasPrefix(so.Addr, ":") {
+		return nil, fmt.Errorf("missing host:port")
+	}
+	if !q.Has("dial_timeout") {
+		so.DialTimeout = com.dial
+	}
+	if !q.Has("read_timeout") {
+		so.ReadTimeout = com.read
+	}
+	if !q.Has("write_timeout") {
+		so.WriteTimeout = com.write
+	}
+	if !q.Has("max_retries") {
+		so.MaxRetries = com.maxRetries
+	}
+	if com.poolSize > 0 {
+		so.PoolSize = com.poolSize
+	}
+	so.TLSConfig = com.tls
+	so.Protocol = 2
+	so.DialerRetries, so.DialerRetryTimeout = dialerRetries, dialerRetryWait
+	so.DisableIdentity = true
+	return so, nil
+}
+
+// clusterOptions parses [user[:pass]@]h1:p1,h2:p2[/] and the options left
+// in q (go-redis has no URL parser for Cluster).
+func clusterOptions(rest string, q url.Values, com connOpts) (*redis.ClusterOptions, error) {
+	co := &redis.ClusterOptions{
+		DialTimeout: com.dial, ReadTimeout: com.read, WriteTimeout: com.write, MaxRetries: com.maxRetries,
+	}
+	var err error
+	if co.Username, co.Password, rest, err = clusterUserinfo(rest); err != nil {
+		return nil, err
+	}
+	if co.Addrs, err = clusterAddrs(rest); err != nil {
+		return nil, err
+	}
+	for k, vs := range q {
+		if err := setClusterOption(co, k, vs[len(vs)-1]); err != nil {
 			return nil, err
 		}
-		if rest == "" || strings.HasPrefix(rest, "/") || so.Addr == "" || strings.HasPrefix(so.Addr, ":") {
-			return nil, fmt.Errorf("missing host:port")
-		}
-		if !q.Has("dial_timeout") {
-			so.DialTimeout = dial
-		}
-		if !q.Has("read_timeout") {
-			so.ReadTimeout = rd
-		}
-		if !q.Has("write_timeout") {
-			so.WriteTimeout = wr
-		}
-		if !q.Has("max_retries") {
-			so.MaxRetries = maxRetries
-		}
-		if c.PoolSize > 0 {
-			so.PoolSize = c.PoolSize
-		}
-		so.TLSConfig = tlsCfg
-		so.Protocol = 2
-		so.DialerRetries, so.DialerRetryTimeout = dialerRetries, dialerRetryWait
-		so.DisableIdentity = true
-		o.single = so
-		return o, nil
 	}
+	if com.poolSize > 0 {
+		co.PoolSize = com.poolSize
+	}
+	co.TLSConfig = com.tls
+	co.Protocol = 2
+	co.DialerRetries, co.DialerRetryTimeout = dialerRetries, dialerRetryWait
+	co.DisableIdentity = true
+	return co, nil
+}
 
-	// Cluster: [user[:pass]@]h1:p1,h2:p2[/]
-	co := &redis.ClusterOptions{}
-	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
-		userinfo := rest[:i]
-		rest = rest[i+1:]
-		user, pass, hasPass := strings.Cut(userinfo, ":")
-		if !hasPass {
-			// redis-cluster://password@hosts is ambiguous; follow redis://
-			// conventions: a lone userinfo is a user name.
-			pass = ""
-		}
-		var err error
-		if co.Username, err = url.PathUnescape(user); err != nil {
-			return nil, fmt.Errorf("user: %w", err)
-		}
-		if co.Password, err = url.PathUnescape(pass); err != nil {
-			return nil, fmt.Errorf("password: %w", err)
-		}
+// clusterUserinfo splits "[user[:pass]@]hosts" into its parts.
+func clusterUserinfo(rest string) (user, pass, hosts string, err error) {
+	i := strings.LastIndexByte(rest, '@')
+	if i < 0 {
+		return "", "", rest, nil
 	}
-	rest = strings.TrimSuffix(rest, "/")
-	if strings.Contains(rest, "/") {
+	u, p, hasPass := strings.Cut(rest[:i], ":")
+	if !hasPass {
+		// redis-cluster://password@hosts is ambiguous; follow redis://
+		// conventions: a lone userinfo is a user name.
+		p = ""
+	}
+	if user, err = url.PathUnescape(u); err != nil {
+		return "", "", "", fmt.Errorf("user: %w", err)
+	}
+	if pass, err = url.PathUnescape(p); err != nil {
+		return "", "", "", errors.New("password: invalid %-escape")
+	}
+	return user, pass, rest[i+1:], nil
+}
+
+// clusterAddrs parses the comma-separated seed nodes.
+func clusterAddrs(hosts string) ([]string, error) {
+	hosts = strings.TrimSuffix(hosts, "/")
+	if strings.Contains(hosts, "/") {
 		return nil, fmt.Errorf("redis-cluster URLs take no database number (Cluster has only db 0)")
 	}
-	for _, a := range strings.Split(rest, ",") {
+	var addrs []string
+	for _, a := range strings.Split(hosts, ",") {
 		a = strings.TrimSpace(a)
 		if a == "" {
 			continue
@@ -304,50 +401,89 @@ func (c *Config) universalOptions() (*options, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cluster node %q: %w", a, err)
 		}
-		co.Addrs = append(co.Addrs, host+":"+port)
+		addrs = append(addrs, host+":"+port)
 	}
-	if len(co.Addrs) == 0 {
+	if len(addrs) == 0 {
 		return nil, fmt.Errorf("redis-cluster URL names no node")
 	}
-	co.DialTimeout, co.ReadTimeout, co.WriteTimeout = dial, rd, wr
-	co.MaxRetries = maxRetries
-	for k, vs := range q {
-		v := vs[len(vs)-1]
-		var d time.Duration
-		var err error
-		switch k {
-		case "dial_timeout", "read_timeout", "write_timeout":
-			d, err = parseDur(v)
-			switch k {
-			case "dial_timeout":
-				co.DialTimeout = d
-			case "read_timeout":
-				co.ReadTimeout = d
-			default:
-				co.WriteTimeout = d
-			}
-		case "pool_size":
-			co.PoolSize, err = strconv.Atoi(v)
-		case "max_retries":
-			co.MaxRetries, err = strconv.Atoi(v)
-		case "max_redirects":
-			co.MaxRedirects, err = strconv.Atoi(v)
-		default:
-			err = fmt.Errorf("unknown option")
-		}
-		if err != nil {
-			return nil, fmt.Errorf("option %s=%q: %w", k, v, err)
-		}
+	return addrs, nil
+}
+
+// setClusterOption applies one URL option to a Cluster client.
+func setClusterOption(co *redis.ClusterOptions, k, v string) error {
+	var err error
+	switch k {
+	case "dial_timeout":
+		co.DialTimeout, err = parseDur(v)
+	case "read_timeout":
+		co.ReadTimeout, err = parseDur(v)
+	case "write_timeout":
+		co.WriteTimeout, err = parseDur(v)
+	case "pool_size":
+		co.PoolSize, err = strconv.Atoi(v)
+	case "max_retries":
+		co.MaxRetries, err = strconv.Atoi(v)
+	case "max_redirects":
+		co.MaxRedirects, err = strconv.Atoi(v)
+	default:
+		err = fmt.Errorf("unknown option")
 	}
-	if c.PoolSize > 0 {
-		co.PoolSize = c.PoolSize
+	if err != nil {
+		return fmt.Errorf("option %s=%q: %w", k, v, err)
 	}
-	co.TLSConfig = tlsCfg
-	co.Protocol = 2
-	co.DialerRetries, co.DialerRetryTimeout = dialerRetries, dialerRetryWait
-	co.DisableIdentity = true
-	o.clusterOp = co
-	return o, nil
+	return nil
+}
+
+// scrubPassword removes raw's password from err's message. Parsers quote
+// the URL they fail on (net/url's *url.Error does), so their errors are
+// reduced to the part that says what is wrong, and any remaining occurrence
+// of the password, escaped or not, is masked.
+func scrubPassword(raw string, err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	// An escape error quotes the bad escape, which may be part of the
+	// password.
+	var ee url.EscapeError
+	if errors.As(err, &ee) {
+		return errors.New("invalid %-escape in the URL")
+	}
+	pass := urlPassword(raw)
+	if pass == "" {
+		return err
+	}
+	msg := err.Error()
+	masked := msg
+	for _, p := range []string{pass, url.PathEscape(pass), url.QueryEscape(pass)} {
+		masked = strings.ReplaceAll(masked, p, "xxxxx")
+	}
+	if unesc, uerr := url.PathUnescape(pass); uerr == nil && unesc != "" {
+		masked = strings.ReplaceAll(masked, unesc, "xxxxx")
+	}
+	if masked == msg {
+		return err
+	}
+	return errors.New(masked)
+}
+
+// urlPassword is the password part of raw's userinfo as written (not
+// unescaped), found without a full parse: raw may be the malformed URL
+// whose error is being scrubbed.
+func urlPassword(raw string) string {
+	_, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return ""
+	}
+	if i := strings.IndexByte(rest, '?'); i >= 0 {
+		rest = rest[:i]
+	}
+	at := strings.LastIndexByte(rest, '@')
+	if at < 0 {
+		return ""
+	}
+	_, pass, _ := strings.Cut(rest[:at], ":")
+	return pass
 }
 
 // namespaceAndTTL applies the Config fields over the URL's (or the

@@ -1,6 +1,7 @@
 // Package redisindex is the Redis (and Redis Cluster) backend of
-// kvindex.Index, so several kvindexd daemons can share one index, plus a
-// lease manager that divides engine endpoints between daemons.
+// kvindex.Index, so several kvindexd daemons can share one index. (The
+// leases that divide engine endpoints between those daemons live in package
+// leases, under the same namespace.)
 //
 // # Key schema
 //
@@ -17,8 +18,7 @@
 //	    "m:<dp rank>.<pod name>"  live entries of the pod (sum = Stats.Entries)
 //	    "_v"                      changes on every clear (epoch-cache version)
 //	    "_k", "_c"                block-key count (Stats.Keys), clear counter
-//	<ns>:lease:<endpoint>                    STRING daemon id, PX lease TTL
-//	<ns>:daemons                             ZSET daemon id -> lease expiry (ms)
+//	<ns>:lease:..., <ns>:lease-pods:..., <ns>:daemons   package leases
 //
 // Pods and models are stored by name; a reader interns them into its own
 // PodID/ModelID through the shared kvindex.Interner. Model names have '{',

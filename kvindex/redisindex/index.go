@@ -69,6 +69,7 @@ const maxFieldCache = 1 << 16
 
 var _ kvindex.Index = (*Index)(nil)
 var _ kvindex.HealthChecker = (*Index)(nil)
+var _ kvindex.PodBlocksBatcher = (*Index)(nil)
 
 // New connects to Redis as configured. It does not fail when Redis is down:
 // Healthy reports the problem, operations return errors wrapping
@@ -455,20 +456,64 @@ func (x *Index) retryNoScript(ctx context.Context, cmds []*redis.Cmd, redo func(
 // for the entries (one script run in single-node mode, one per key and node
 // in Cluster mode) plus one for the pod's counter.
 func (x *Index) Add(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, group uint8, keys []kvindex.Key) error {
-	return x.write(ctx, "add", addScript, model, pod, tier, group, keys)
+	return x.write(ctx, opAdd, model, pod, tier, group, keys)
 }
 
 // Remove forgets that pod holds keys on tier/group.
 func (x *Index) Remove(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, group uint8, keys []kvindex.Key) error {
-	return x.write(ctx, "remove", removeScript, model, pod, tier, group, keys)
+	return x.write(ctx, opRemove, model, pod, tier, group, keys)
 }
 
-func (x *Index) write(ctx context.Context, op string, script *redis.Script, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, group uint8, keys []kvindex.Key) error {
+// writeOp is one of the two block writes; it names the script and the
+// arguments it takes.
+type writeOp struct {
+	name   string // for errors
+	script *redis.Script
+	remove bool
+}
+
+var (
+	opAdd    = writeOp{name: "add", script: addScript}
+	opRemove = writeOp{name: "remove", script: removeScript, remove: true}
+)
+
+// args builds the script arguments: removals take no TTL.
+func (op writeOp) args(field, epoch string, ttlMS int64, podF string) []any {
+	if op.remove {
+		return []any{field, epoch, podF}
+	}
+	return []any{field, epoch, ttlMS, podF}
+}
+
+// tally sums the per-key codes of one write into the counter deltas of the
+// pod (entries, blocks) and of the namespace (keys), negated for a removal,
+// and reports whether any entry carried a newer epoch than the writer's.
+func (op writeOp) tally(codes []int64) (entries, blocks, keys int64, behind bool) {
+	for _, raw := range codes {
+		c := blockCode(raw)
+		behind = behind || c.has(codeBehind)
+		if c.has(codeEntry) {
+			entries++
+		}
+		if c.has(codeKey) {
+			keys++
+		}
+		if c.has(codeBlock) {
+			blocks++
+		}
+	}
+	if op.remove {
+		return -entries, -blocks, -keys, behind
+	}
+	return entries, blocks, keys, behind
+}
+
+func (x *Index) write(ctx context.Context, op writeOp, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, group uint8, keys []kvindex.Key) error {
 	if len(keys) == 0 {
 		return nil
 	}
 	if tier >= kvindex.NumTiers {
-		return fmt.Errorf("redisindex: %s: invalid tier %d", op, tier)
+		return fmt.Errorf("redisindex: %s: invalid tier %d", op.name, tier)
 	}
 	field := x.holderField(kvindex.Holder{Pod: pod, Tier: tier, Group: group})
 	podF := x.podFieldOf(pod)
@@ -476,48 +521,26 @@ func (x *Index) write(ctx context.Context, op string, script *redis.Script, mode
 	for attempt := 0; ; attempt++ {
 		epoch := x.epochOf(pod)
 		es := strconv.FormatUint(epoch, 10)
-		args := []any{field, es, x.ttlMS, podF}
-		if op == "remove" {
-			args = []any{field, es, podF}
-		}
-		codes, ver, err := x.runBlockScript(ctx, script, bkeys, args)
+		codes, ver, err := x.runBlockScript(ctx, op.script, bkeys, op.args(field, es, x.ttlMS, podF))
 		if err != nil {
-			return unavailable(op, err)
+			return unavailable(op.name, err)
 		}
-		var de, db, dk int64
-		behind := false
-		for _, c := range codes {
-			if c&4 != 0 {
-				behind = true
-			}
-			if c&1 != 0 {
-				de++
-			}
-			if c&2 != 0 {
-				dk++
-			}
-			if c&8 != 0 {
-				db++
-			}
-		}
-		if op == "remove" {
-			de, db, dk = -de, -db, -dk
-		}
+		de, db, dk, behind := op.tally(codes)
 		if de != 0 || db != 0 || dk != 0 {
 			if err := countScript.Run(ctx, x.c, []string{x.podsKey}, podF, es, de, db, dk).Err(); err != nil {
-				return unavailable(op, err)
+				return unavailable(op.name, err)
 			}
 		}
 		// Someone cleared this pod (or Redis lost its epochs) since we
 		// cached its epoch: what we wrote is invisible. Reload and write
 		// again under the current epoch. Bounded: epochs only grow.
 		if err := x.ensureEpochs(ctx, ver); err != nil {
-			return unavailable(op, err)
+			return unavailable(op.name, err)
 		}
-		if (behind || x.epochOf(pod) != epoch) && attempt < 3 && op == "add" {
+		if (behind || x.epochOf(pod) != epoch) && attempt < 3 && !op.remove {
 			if behind {
 				if err := x.loadEpochs(ctx); err != nil {
-					return unavailable(op, err)
+					return unavailable(op.name, err)
 				}
 			}
 			if x.epochOf(pod) != epoch {
@@ -604,7 +627,8 @@ func (x *Index) ClearPod(ctx context.Context, pod kvindex.PodID) error {
 // ClearPodsNamed clears every DP rank of the pod called name that the
 // shared index knows of (its epochs in the pods hash), not only the ranks
 // this process has seen. A daemon taking over an endpoint from a daemon that
-// died calls it before subscribing: what the index holds for that pod may
+// died calls it (leases.Takeover.Prepare) for every pod name recorded for
+// that endpoint before subscribing: what the index holds for those pods may
 // have missed events during the takeover gap.
 func (x *Index) ClearPodsNamed(ctx context.Context, name string) error {
 	fields, err := x.c.HKeys(ctx, x.podsKey).Result()
@@ -645,6 +669,43 @@ func (x *Index) PodBlocks(ctx context.Context, pod kvindex.PodID) (int64, error)
 		return 0, unavailable("pod blocks", err)
 	}
 	return max(n, 0), nil
+}
+
+// PodBlocksBatch is PodBlocks for many pods in one round trip: every pod's
+// counter lives in the one pods hash, so it is a single HMGET on the node
+// holding it, whatever the number of pods (Cluster included).
+func (x *Index) PodBlocksBatch(ctx context.Context, pods []kvindex.PodID, out []int64) error {
+	if len(out) != len(pods) {
+		return fmt.Errorf("redisindex: pod blocks: %d pods but room for %d results", len(pods), len(out))
+	}
+	if len(pods) == 0 {
+		return nil
+	}
+	fields := make([]string, len(pods))
+	for i, p := range pods {
+		fields[i] = "n:" + x.podFieldOf(p)
+	}
+	vals, err := x.c.HMGet(ctx, x.podsKey, fields...).Result()
+	if err != nil {
+		return unavailable("pod blocks", err)
+	}
+	if len(vals) != len(pods) {
+		return fmt.Errorf("redisindex: pod blocks: %d replies for %d pods", len(vals), len(pods))
+	}
+	for i, v := range vals {
+		out[i] = 0
+		s, ok := v.(string)
+		if !ok { // nil: the pod never held a block
+			continue
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			x.malformed.Add(1)
+			continue
+		}
+		out[i] = max(n, 0)
+	}
+	return nil
 }
 
 // Stats returns counters refreshed in the background (Entries, Keys) and

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/indextest"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 )
@@ -22,7 +23,11 @@ func uniqueNS(t testing.TB) string {
 
 func newTestIndex(t testing.TB, url string, mod func(*Config)) (*Index, *kvindex.Interner) {
 	t.Helper()
-	in := kvindex.NewInterner()
+	return newTestIndexWith(t, url, kvindex.NewInterner(), mod)
+}
+
+func newTestIndexWith(t testing.TB, url string, in *kvindex.Interner, mod func(*Config)) (*Index, *kvindex.Interner) {
+	t.Helper()
 	cfg := Config{URL: url, Namespace: uniqueNS(t), Interner: in, StatsRefresh: time.Hour}
 	if mod != nil {
 		mod(&cfg)
@@ -36,7 +41,7 @@ func newTestIndex(t testing.TB, url string, mod func(*Config)) (*Index, *kvindex
 }
 
 // statsFresh wraps an Index so Stats() reflects Redis now (the real one
-// refreshes in the background), which the conformance table checks.
+// refreshes in the background), which the conformance suite checks.
 type statsFresh struct{ *Index }
 
 func (s statsFresh) Stats() kvindex.IndexStats {
@@ -44,20 +49,33 @@ func (s statsFresh) Stats() kvindex.IndexStats {
 	return s.Index.Stats()
 }
 
-func redisFactory(url string, walk bool) factory {
-	return func(t *testing.T) (kvindex.Index, *kvindex.Interner) {
-		idx, in := newTestIndex(t, url, func(c *Config) { c.ServerWalk = walk })
-		return statsFresh{idx}, in
+func redisIndex(url string, walk bool) indextest.NewIndex {
+	return func(t *testing.T, in *kvindex.Interner) kvindex.Index {
+		idx, _ := newTestIndexWith(t, url, in, func(c *Config) { c.ServerWalk = walk })
+		return statsFresh{idx}
 	}
 }
 
 func TestConformanceRedis(t *testing.T) {
 	s := redistest.Start(t)
-	t.Run("pipeline", func(t *testing.T) { runConformance(t, redisFactory(s.URL(), false)) })
-	t.Run("server-walk", func(t *testing.T) { runConformance(t, redisFactory(s.URL(), true)) })
+	t.Run("pipeline", func(t *testing.T) { indextest.Run(t, redisIndex(s.URL(), false)) })
+	t.Run("server-walk", func(t *testing.T) { indextest.Run(t, redisIndex(s.URL(), true)) })
 }
 
 func TestConformanceRedisCluster(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
-	runConformance(t, redisFactory(c.URL(), false))
+	indextest.Run(t, redisIndex(c.URL(), false))
+}
+
+// waitFor polls cond until it holds; the deadline is a hang guard, not the
+// thing under test.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/indextest"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	"github.com/redis/go-redis/v9"
@@ -144,7 +146,7 @@ func testTwoDaemons(t *testing.T, walk bool) {
 		t.Fatal(err)
 	}
 	m2 := in2.Model("llama")
-	got := lookup(t, d2, m2, seqKeys(5, 100), -1)
+	got := indextest.Lookup(t, d2, m2, seqKeys(5, 100), -1)
 	p2, ok := in2.LookupPod("pod-a", 3)
 	if !ok || len(got) != 4 || got[3].Holders[0] != (kvindex.Holder{Pod: p2, Tier: kvindex.TierCPU, Group: 1}) {
 		t.Fatalf("daemon 2 sees %v (pod-a/3 = %d %v)", got, p2, ok)
@@ -153,14 +155,14 @@ func testTwoDaemons(t *testing.T, walk bool) {
 	if err := d2.ClearPod(ctx, p2); err != nil {
 		t.Fatal(err)
 	}
-	if got := lookup(t, d1, m1, seqKeys(4, 100), -1); len(got) != 0 {
+	if got := indextest.Lookup(t, d1, m1, seqKeys(4, 100), -1); len(got) != 0 {
 		t.Fatalf("daemon 1 still sees cleared pod: %v", got)
 	}
 	// d1 adds for the pod again with whatever epoch it has: visible to both.
 	if err := d1.Add(ctx, m1, p1, kvindex.TierGPU, 0, seqKeys(2, 100)); err != nil {
 		t.Fatal(err)
 	}
-	if got := lookup(t, d2, m2, seqKeys(4, 100), -1); len(got) != 2 {
+	if got := indextest.Lookup(t, d2, m2, seqKeys(4, 100), -1); len(got) != 2 {
 		t.Fatalf("after re-add daemon 2 sees %v", got)
 	}
 	if n, _ := d2.PodBlocks(ctx, p2); n != 2 {
@@ -283,7 +285,7 @@ func TestConcurrentWriters(t *testing.T) {
 				}
 			}
 			d, in := newTestIndex(t, url, func(c *Config) { c.Namespace = ns })
-			got := lookup(t, d, in.Model("m"), keys, -1)
+			got := indextest.Lookup(t, d, in.Model("m"), keys, -1)
 			if len(got) != len(keys) {
 				t.Fatalf("lookup visited %d keys, want %d", len(got), len(keys))
 			}
@@ -365,6 +367,37 @@ func TestRoundTripsPerLookup(t *testing.T) {
 			}
 			if got, want := rt.Load(), int64(len(nodes)+1); got != want {
 				t.Fatalf("add of 64 keys took %d round trips, want %d", got, want)
+			}
+			// Pod listings: every pod's block count in one round trip, equal
+			// to PodBlocks one by one (0 for a pod never seen, and for a
+			// cleared pod).
+			if err := idx.ClearPod(ctx, in.Pod("p7", 0)); err != nil {
+				t.Fatal(err)
+			}
+			pods := []kvindex.PodID{in.Pod("ghost", 0), in.Pod("p-new", 0), in.Pod("p7", 0)}
+			for p := range 7 {
+				pods = append(pods, in.Pod("p"+strconv.Itoa(p), 0))
+			}
+			got := make([]int64, len(pods))
+			rt.Reset()
+			if err := idx.PodBlocksBatch(ctx, pods, got); err != nil {
+				t.Fatal(err)
+			}
+			if n := rt.Load(); n != 1 {
+				t.Fatalf("PodBlocksBatch of %d pods took %d round trips, want 1", len(pods), n)
+			}
+			want := []int64{0, 64, 0}
+			for p := range 7 {
+				want = append(want, int64(64*(p+1)))
+			}
+			for i, p := range pods {
+				one, err := idx.PodBlocks(ctx, p)
+				if err != nil || got[i] != want[i] || one != want[i] {
+					t.Fatalf("pod %d: batch %d, PodBlocks %d (%v), want %d", i, got[i], one, err, want[i])
+				}
+			}
+			if err := idx.PodBlocksBatch(ctx, pods, got[:1]); err == nil {
+				t.Fatal("PodBlocksBatch with a short out slice: no error")
 			}
 		})
 	}
@@ -455,7 +488,7 @@ func TestRedisDownAtStart(t *testing.T) {
 	if err := idx.Add(ctx, m, p, kvindex.TierGPU, 0, seqKeys(3, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if got := lookup(t, idx, m, seqKeys(3, 1), -1); len(got) != 3 {
+	if got := indextest.Lookup(t, idx, m, seqKeys(3, 1), -1); len(got) != 3 {
 		t.Fatalf("after recovery lookup = %v", got)
 	}
 }
@@ -503,19 +536,19 @@ func TestRedisLostWhileRunning(t *testing.T) {
 	if err := idx.Add(ctx, m, p, kvindex.TierGPU, 0, seqKeys(3, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if got := lookup(t, idx, m, seqKeys(3, 1), -1); len(got) != 3 {
+	if got := indextest.Lookup(t, idx, m, seqKeys(3, 1), -1); len(got) != 3 {
 		t.Fatalf("after restart and re-add lookup = %v, want 3 keys", got)
 	}
 	if err := idx.ClearPod(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	if got := lookup(t, idx, m, seqKeys(3, 1), -1); len(got) != 0 {
+	if got := indextest.Lookup(t, idx, m, seqKeys(3, 1), -1); len(got) != 0 {
 		t.Fatalf("after clear lookup = %v, want nothing", got)
 	}
 	if err := idx.Add(ctx, m, p, kvindex.TierGPU, 0, seqKeys(2, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if got := lookup(t, idx, m, seqKeys(3, 1), -1); len(got) != 2 {
+	if got := indextest.Lookup(t, idx, m, seqKeys(3, 1), -1); len(got) != 2 {
 		t.Fatalf("rebuilt lookup = %v, want 2 keys", got)
 	}
 }
@@ -563,5 +596,40 @@ func TestClearPodsNamed(t *testing.T) {
 	got := dump(t, d2, in2, seqKeys(2, 1))
 	if want := "0:[other/gpu/0 pod.x/gpu/0] 1:[other/gpu/0 pod.x/gpu/0] "; got != want {
 		t.Fatalf("after ClearPodsNamed(pod): %q, want %q", got, want)
+	}
+}
+
+// No error from parsing an index URL shows its password, whatever part of
+// the URL is wrong: net/url quotes the whole URL in its errors, so they
+// must be reduced before they are wrapped (ParseIndexFlag, New, NewClient).
+func TestIndexURLErrorsHidePassword(t *testing.T) {
+	for _, pw := range []string{"s3cr3tpw", "s3cr%41tpw"} {
+		for _, v := range []string{
+			"redis://user:" + pw + "@host:badport/0",
+			"redis://:" + pw + "@host:6379/notadb",
+			"redis://user:" + pw + "@[::1/0",
+			"redis://user:" + pw + "%zz@host:1/0",
+			"rediss://user:" + pw + "@host:1?ttl=soon",
+			"redis://user:" + pw + "@host:1?bogus=1",
+			"redis-cluster://user:" + pw + "@h1:1,h2:badport",
+			"redis-cluster://user:" + pw + "%zz@h1:1",
+			"redis-cluster://user:" + pw + "@h1:1?pool_size=many",
+		} {
+			_, perr := ParseIndexFlag(v)
+			_, nerr := New(context.Background(), Config{URL: v, Interner: kvindex.NewInterner()})
+			_, cerr := NewClient(Config{URL: v})
+			for what, err := range map[string]error{"ParseIndexFlag": perr, "New": nerr, "NewClient": cerr} {
+				if err == nil {
+					t.Errorf("%s(%q): no error", what, v)
+					continue
+				}
+				// "%zz": a bad escape in the password is not quoted either.
+				for _, secret := range []string{"s3cr3tpw", "s3crAtpw", "s3cr%41tpw", "%zz"} {
+					if strings.Contains(err.Error(), secret) {
+						t.Errorf("%s(%q) leaks the password: %v", what, v, err)
+					}
+				}
+			}
+		}
 	}
 }

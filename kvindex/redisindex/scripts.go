@@ -8,13 +8,30 @@ import "github.com/redis/go-redis/v9"
 // in Cluster mode with one key per call, pipelined, because a script may not
 // touch keys of several slots.
 //
-// Result codes of the block scripts, per key (bit set):
-//   1 = a live entry of this (pod, tier, group) was created (add) / deleted (remove)
-//   2 = the key was created (add) / became empty and vanished (remove)
-//   4 = the stored entry carries a NEWER epoch than the caller used: the
-//       caller's epoch cache is behind; it reloads epochs and retries.
-//   8 = the pod did not hold this block on any tier/group before (add) /
-//       holds it on none after (remove): PodBlocks counts blocks, not entries.
+// The block scripts return one code per key, a set of the blockCode bits
+// below; the Lua side spells them as numbers (1, 2, 4, 8).
+
+// blockCode is the per-key result of addScript / removeScript.
+type blockCode int64
+
+const (
+	// codeEntry: a live entry of this (pod, tier, group) was created (add)
+	// / deleted (remove).
+	codeEntry blockCode = 1 << iota
+	// codeKey: the key was created (add) / became empty and vanished
+	// (remove).
+	codeKey
+	// codeBehind: the stored entry carries a NEWER epoch than the caller
+	// used: the caller's epoch cache is behind; it reloads epochs and
+	// retries.
+	codeBehind
+	// codeBlock: the pod did not hold this block on any tier/group before
+	// (add) / holds it on none after (remove): PodBlocks counts blocks, not
+	// entries.
+	codeBlock
+)
+
+func (c blockCode) has(bit blockCode) bool { return c&bit != 0 }
 
 // podHolds: does the hash k hold a live (epoch >= ne) field of pod podF
 // other than except? Fields are "<tier>.<group>.<podF>"; a hash has one

@@ -1,0 +1,421 @@
+package sim
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Scenario is a `kvindexd simulate --scenario FILE.yaml` file: a fleet of
+// vLLM pods, a staged load, a workload shape and the schedulers to compare.
+// The keys follow the benchmark harness the published results used
+// (inference-perf's load/data sections) so a published run can be restated
+// as a scenario. sim/README.md documents every key and its default.
+type Scenario struct {
+	Name           string          `yaml:"name"`
+	Seed           uint64          `yaml:"seed"`
+	Pods           int             `yaml:"pods"`
+	KVTokensPerPod int             `yaml:"kv_tokens_per_pod"`
+	BlockSize      int             `yaml:"block_size"`
+	KVEventLag     float64         `yaml:"kv_event_lag_s"`     // pod step end -> precise index applies its events
+	MetricsPeriod  float64         `yaml:"metrics_interval_s"` // scheduler's view of queue/KV usage is refreshed this often (0: live)
+	Engine         EngineSpec      `yaml:"engine"`
+	Load           LoadSpec        `yaml:"load"`
+	Data           DataSpec        `yaml:"data"`
+	Schedulers     []SchedulerSpec `yaml:"schedulers"`
+}
+
+// EngineSpec is the `engine:` section (EngineConfig without the KV sizing).
+type EngineSpec struct {
+	PrefillTokensPerS   float64 `yaml:"prefill_tokens_per_s"`
+	DecodeITL           float64 `yaml:"decode_itl_s"`
+	DecodePerSeq        float64 `yaml:"decode_per_seq_s"`
+	DecodePerKVToken    float64 `yaml:"decode_per_kv_token_s"`
+	MaxNumSeqs          int     `yaml:"max_num_seqs"`
+	MaxNumBatchedTokens int     `yaml:"max_num_batched_tokens"`
+}
+
+// DefaultEngineSpec is an H100-class pod serving Qwen3-32B in BF16 with
+// tensor parallelism 2; the derivation of each number is in sim/README.md.
+func DefaultEngineSpec() EngineSpec {
+	return EngineSpec{PrefillTokensPerS: 16000, DecodeITL: 0.011, DecodePerSeq: 55e-6, DecodePerKVToken: 39e-9,
+		MaxNumSeqs: 1024, MaxNumBatchedTokens: 8192}
+}
+
+// LoadSpec is the `load:` section: consecutive stages of Poisson or evenly
+// spaced ("constant") arrivals. The first WarmupStages stages are simulated
+// but left out of the summary, as the published summaries leave out theirs.
+type LoadSpec struct {
+	Type         string      `yaml:"type"`
+	WarmupStages int         `yaml:"warmup_stages"`
+	Stages       []StageSpec `yaml:"stages"`
+}
+
+// StageSpec is one load stage.
+type StageSpec struct {
+	Rate     float64 `yaml:"rate"`     // requests per second
+	Duration float64 `yaml:"duration"` // seconds
+}
+
+// DataSpec is the `data:` section. shared_prefix: NumGroups system prompts
+// of SystemPromptLen tokens, each followed by NumPromptsPerGroup distinct
+// questions of QuestionLen tokens; every request generates OutputLen tokens
+// (ignore_eos). Requests cycle through the prompts in one seeded random
+// order, as inference-perf's shared-prefix generator does.
+type DataSpec struct {
+	Type               string `yaml:"type"`
+	NumGroups          int    `yaml:"num_groups"`
+	NumPromptsPerGroup int    `yaml:"num_prompts_per_group"`
+	SystemPromptLen    int    `yaml:"system_prompt_len"`
+	QuestionLen        int    `yaml:"question_len"`
+	OutputLen          int    `yaml:"output_len"`
+}
+
+// Scenario size bounds: the simulator allocates per pod, block and request.
+const (
+	maxScenarioRequests = 2_000_000
+	maxScenarioBlocks   = 1 << 24 // pods x blocks per pod: the engines allocate them up front (~40 bytes each)
+	maxPromptTokens     = 1 << 22
+)
+
+// ParseScenario reads and validates a scenario; unknown keys are errors (a
+// misspelt key must not silently fall back to a default).
+func ParseScenario(r io.Reader) (*Scenario, error) {
+	b, err := io.ReadAll(io.LimitReader(r, 1<<20+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > 1<<20 {
+		return nil, errors.New("scenario: file larger than 1 MiB")
+	}
+	sc := &Scenario{Seed: 1, KVEventLag: 0.05, MetricsPeriod: 0.05, Engine: DefaultEngineSpec(),
+		Load: LoadSpec{Type: "poisson"}, Data: DataSpec{Type: "shared_prefix"}}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(sc); err != nil {
+		return nil, fmt.Errorf("scenario: %w", err)
+	}
+	if err := sc.Validate(); err != nil {
+		return nil, err
+	}
+	return sc, nil
+}
+
+// ReadScenarioFile opens and parses path.
+func ReadScenarioFile(path string) (*Scenario, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ParseScenario(f)
+}
+
+func finiteNonNeg(x float64) bool { return x >= 0 && !math.IsInf(x, 0) }
+
+// Validate checks every field; the error names the key.
+func (sc *Scenario) Validate() error {
+	switch {
+	case sc.Pods < 1 || sc.Pods > maxPods:
+		return fmt.Errorf("scenario: pods must be in [1, %d]", maxPods)
+	case sc.BlockSize < 1 || sc.BlockSize > 1<<16:
+		return errors.New("scenario: block_size must be in [1, 65536]")
+	case sc.KVTokensPerPod < sc.BlockSize:
+		return errors.New("scenario: kv_tokens_per_pod must hold at least one block")
+	case int64(sc.Pods)*int64(sc.KVTokensPerPod/sc.BlockSize) > maxScenarioBlocks:
+		return fmt.Errorf("scenario: pods x kv blocks exceeds %d", maxScenarioBlocks)
+	case !finiteNonNeg(sc.KVEventLag) || !finiteNonNeg(sc.MetricsPeriod):
+		return errors.New("scenario: kv_event_lag_s and metrics_interval_s must be finite and >= 0")
+	}
+	if err := sc.engineConfig().validate(); err != nil {
+		return fmt.Errorf("scenario: %w", err)
+	}
+	if sc.Load.Type != "poisson" && sc.Load.Type != "constant" {
+		return fmt.Errorf("scenario: load.type %q: want poisson or constant", sc.Load.Type)
+	}
+	if len(sc.Load.Stages) == 0 {
+		return errors.New("scenario: load.stages is empty")
+	}
+	if sc.Load.WarmupStages < 0 || sc.Load.WarmupStages >= len(sc.Load.Stages) {
+		return errors.New("scenario: load.warmup_stages must leave at least one measured stage")
+	}
+	total := 0.0
+	for i, st := range sc.Load.Stages {
+		if !(st.Rate > 0) || !(st.Duration > 0) || math.IsInf(st.Rate, 0) || math.IsInf(st.Duration, 0) {
+			return fmt.Errorf("scenario: load.stages[%d]: rate and duration must be positive and finite", i)
+		}
+		total += st.Rate * st.Duration
+	}
+	if total > maxScenarioRequests {
+		return fmt.Errorf("scenario: load asks for about %.0f requests, more than %d", total, maxScenarioRequests)
+	}
+	d := sc.Data
+	if d.Type != "shared_prefix" {
+		return fmt.Errorf("scenario: data.type %q: only shared_prefix is supported", d.Type)
+	}
+	if d.NumGroups < 1 || d.NumPromptsPerGroup < 1 || d.SystemPromptLen < 0 || d.QuestionLen < 0 || d.OutputLen < 1 ||
+		d.SystemPromptLen+d.QuestionLen < 1 || d.SystemPromptLen+d.QuestionLen > maxPromptTokens ||
+		int64(d.NumGroups)*int64(d.NumPromptsPerGroup) > maxScenarioRequests {
+		return errors.New("scenario: data needs num_groups, num_prompts_per_group, output_len >= 1 and a prompt of 1.." +
+			fmt.Sprint(maxPromptTokens) + " tokens")
+	}
+	if need := (d.SystemPromptLen + d.QuestionLen + d.OutputLen + sc.BlockSize - 1) / sc.BlockSize; need > sc.KVTokensPerPod/sc.BlockSize {
+		return fmt.Errorf("scenario: one request needs %d blocks, more than a pod's %d", need, sc.KVTokensPerPod/sc.BlockSize)
+	}
+	if len(sc.Schedulers) == 0 {
+		return errors.New("scenario: schedulers is empty")
+	}
+	seen := map[string]bool{}
+	for i := range sc.Schedulers {
+		if _, err := sc.Schedulers[i].resolve(); err != nil {
+			return fmt.Errorf("scenario: schedulers[%d]: %w", i, err)
+		}
+		n := sc.Schedulers[i].Name
+		if seen[n] {
+			return fmt.Errorf("scenario: scheduler name %q used twice", n)
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+func (sc *Scenario) engineConfig() EngineConfig {
+	e := sc.Engine
+	return EngineConfig{KVBlocks: sc.KVTokensPerPod / max(sc.BlockSize, 1), BlockSize: sc.BlockSize, MaxNumSeqs: e.MaxNumSeqs,
+		MaxNumBatchedTokens: e.MaxNumBatchedTokens, PrefillTokensPerS: e.PrefillTokensPerS, DecodeITL: e.DecodeITL,
+		DecodePerSeq: e.DecodePerSeq, DecodePerKVToken: e.DecodePerKVToken}
+}
+
+// Prompt is one distinct prompt of a shared-prefix workload: a group's
+// system prompt followed by one of its questions. Its block hashes at any
+// block size are derived from (group, question, position), so equal hashes
+// mean equal token prefixes, at the engine's block size and at a router's.
+type Prompt struct {
+	ID, Group, Question int
+	SystemLen, Len      int
+}
+
+// Hashes returns the hashes of the prompt's first min(full blocks, limit)
+// blocks of blockSize tokens (limit <= 0: all full blocks). A block lying
+// wholly inside the system prompt is the group's; any later block is the
+// question's.
+func (p *Prompt) Hashes(blockSize, limit int) []uint64 {
+	n := p.Len / blockSize
+	if limit > 0 {
+		n = min(n, limit)
+	}
+	out := make([]uint64, n)
+	for k := range out {
+		key := uint64(p.Group)<<1 | 1
+		if (k+1)*blockSize > p.SystemLen {
+			key = uint64(p.ID) << 1
+		}
+		out[k] = mix64(mix64(key^0x9e3779b97f4a7c15) ^ uint64(blockSize)<<32 ^ uint64(k))
+	}
+	return out
+}
+
+// ScenarioRequest is one generated request.
+type ScenarioRequest struct {
+	Arrival   float64
+	Stage     int
+	Prompt    *Prompt
+	OutputLen int
+}
+
+// Workload is a scenario's generated prompts and requests (arrival order).
+type Workload struct {
+	Prompts  []Prompt
+	Requests []ScenarioRequest
+	// StageStart[i] is when stage i begins.
+	StageStart []float64
+}
+
+// GenerateWorkload builds the scenario's requests, deterministically from
+// its seed: stage by stage, Poisson (exponential gaps) or constant (evenly
+// spaced) arrivals; request i uses prompt order[i mod prompts], order being
+// one seeded shuffle of all (group, question) prompts.
+func (sc *Scenario) GenerateWorkload() *Workload {
+	d := sc.Data
+	w := &Workload{Prompts: make([]Prompt, 0, d.NumGroups*d.NumPromptsPerGroup)}
+	for g := 0; g < d.NumGroups; g++ {
+		for q := 0; q < d.NumPromptsPerGroup; q++ {
+			w.Prompts = append(w.Prompts, Prompt{ID: len(w.Prompts), Group: g, Question: q, SystemLen: d.SystemPromptLen,
+				Len: d.SystemPromptLen + d.QuestionLen})
+		}
+	}
+	rng := rand.New(rand.NewPCG(sc.Seed, 0x5ca1ab1e))
+	order := rng.Perm(len(w.Prompts))
+	t := 0.0
+	for si, st := range sc.Load.Stages {
+		w.StageStart = append(w.StageStart, t)
+		end := t + st.Duration
+		at := t
+		for {
+			if sc.Load.Type == "poisson" {
+				at += rng.ExpFloat64() / st.Rate
+			}
+			if at >= end {
+				break
+			}
+			p := &w.Prompts[order[len(w.Requests)%len(order)]]
+			w.Requests = append(w.Requests, ScenarioRequest{Arrival: at, Stage: si, Prompt: p, OutputLen: d.OutputLen})
+			if sc.Load.Type == "constant" {
+				at += 1 / st.Rate
+			}
+		}
+		t = end
+	}
+	return w
+}
+
+// SchedulerSpec is one entry of `schedulers:`: either a name (a built-in
+// profile, or a pick policy registered with RegisterPickPolicy), or a
+// mapping with a name and an EndpointPickerConfig-style profile: weighted
+// scorers and a picker.
+type SchedulerSpec struct {
+	Name    string       `yaml:"name"`
+	Picker  string       `yaml:"picker"` // max-score (default with scorers) | random
+	Scorers []ScorerSpec `yaml:"scorers"`
+	Policy  string       `yaml:"policy"` // a registered pick policy (instead of scorers)
+	Router  string       `yaml:"router"` // a trace-simulator routing policy (RouterOrder), default parameters
+}
+
+// ScorerSpec is one weighted scorer of a profile.
+type ScorerSpec struct {
+	Type   string  `yaml:"type"` // precise-prefix | approx-prefix | kv-cache-utilization | queue
+	Weight float64 `yaml:"weight"`
+	// precise-prefix: "minmax" (default; the llm-d scorer the published runs
+	// used) or "absolute" (matched/total, its later form).
+	Normalize string `yaml:"normalize"`
+	// approx-prefix (GIE prefix-cache-scorer): its own block size in tokens,
+	// blocks hashed at most, LRU entries per server.
+	BlockSizeTokens      int `yaml:"block_size_tokens"`
+	MaxPrefixBlocks      int `yaml:"max_prefix_blocks"`
+	LRUCapacityPerServer int `yaml:"lru_capacity_per_server"`
+}
+
+// UnmarshalYAML accepts a bare name as well as the mapping.
+func (s *SchedulerSpec) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		s.Name = n.Value
+		return nil
+	}
+	type plain SchedulerSpec
+	var p plain
+	if err := n.Decode(&p); err != nil {
+		return err
+	}
+	*s = SchedulerSpec(p)
+	return nil
+}
+
+// resolve turns a spec into a full profile: a bare built-in name expands to
+// its profile, a bare registered policy name to that policy.
+func (s SchedulerSpec) resolve() (SchedulerSpec, error) {
+	if strings.TrimSpace(s.Name) == "" {
+		return s, errors.New("scheduler needs a name")
+	}
+	if s.Policy == "" && s.Router == "" && len(s.Scorers) == 0 && s.Picker == "" {
+		if b, ok := builtinProfiles[s.Name]; ok {
+			b.Name = s.Name
+			return b, nil
+		}
+		if _, ok := pickPolicies[s.Name]; ok {
+			s.Policy = s.Name
+			return s, nil
+		}
+		return s, fmt.Errorf("unknown scheduler %q (built-in: %s; registered policies: %s)", s.Name,
+			strings.Join(sortedKeys(builtinProfiles), ", "), strings.Join(sortedKeys(pickPolicies), ", "))
+	}
+	if s.Router != "" {
+		if len(s.Scorers) > 0 || s.Picker != "" || s.Policy != "" {
+			return s, errors.New("router excludes policy, scorers and picker")
+		}
+		if _, ok := routerFactories[s.Router]; !ok {
+			return s, fmt.Errorf("unknown router %q (%s)", s.Router, strings.Join(RouterOrder, ", "))
+		}
+		return s, nil
+	}
+	if s.Policy != "" {
+		if len(s.Scorers) > 0 || s.Picker != "" {
+			return s, errors.New("policy and scorers/picker are exclusive")
+		}
+		if _, ok := pickPolicies[s.Policy]; !ok {
+			return s, fmt.Errorf("unknown pick policy %q", s.Policy)
+		}
+		return s, nil
+	}
+	if s.Picker == "" {
+		s.Picker = "max-score"
+	}
+	switch s.Picker {
+	case "random":
+		if len(s.Scorers) > 0 {
+			return s, errors.New("the random picker ignores scorers; drop them")
+		}
+	case "max-score":
+		if len(s.Scorers) == 0 {
+			return s, errors.New("max-score picker needs scorers")
+		}
+	default:
+		return s, fmt.Errorf("picker %q: want max-score or random", s.Picker)
+	}
+	for i := range s.Scorers {
+		sp := &s.Scorers[i]
+		if !(sp.Weight >= 0) || math.IsInf(sp.Weight, 0) {
+			return s, fmt.Errorf("scorer %s: weight must be finite and >= 0", sp.Type)
+		}
+		switch sp.Type {
+		case "precise-prefix":
+			if sp.Normalize == "" {
+				sp.Normalize = "minmax"
+			}
+			if sp.Normalize != "minmax" && sp.Normalize != "absolute" {
+				return s, fmt.Errorf("precise-prefix normalize %q: want minmax or absolute", sp.Normalize)
+			}
+		case "approx-prefix":
+			if sp.BlockSizeTokens == 0 {
+				sp.BlockSizeTokens = 16
+			}
+			if sp.MaxPrefixBlocks == 0 {
+				sp.MaxPrefixBlocks = 256
+			}
+			if sp.LRUCapacityPerServer == 0 {
+				sp.LRUCapacityPerServer = 31250
+			}
+			if sp.BlockSizeTokens < 1 || sp.MaxPrefixBlocks < 1 || sp.LRUCapacityPerServer < 1 ||
+				sp.LRUCapacityPerServer > maxScenarioBlocks {
+				return s, errors.New("approx-prefix: block_size_tokens, max_prefix_blocks and lru_capacity_per_server must be >= 1")
+			}
+		case "kv-cache-utilization", "queue":
+		default:
+			return s, fmt.Errorf("unknown scorer type %q (precise-prefix, approx-prefix, kv-cache-utilization, queue)", sp.Type)
+		}
+	}
+	return s, nil
+}
+
+// builtinProfiles are the scheduler configurations of llm-d's published
+// capacity benchmarks (EndpointPickerConfig profiles), by the names the
+// scenario files use. GIE's approximate prefix scorer defaults: 64-character
+// blocks (16 tokens at its assumed 4 characters per token), 256 blocks, an
+// LRU of 31,250 blocks per server.
+var builtinProfiles = map[string]SchedulerSpec{
+	"precise": {Picker: "max-score", Scorers: []ScorerSpec{
+		{Type: "precise-prefix", Weight: 3, Normalize: "minmax"},
+		{Type: "kv-cache-utilization", Weight: 2}, {Type: "queue", Weight: 2}}},
+	"estimated": {Picker: "max-score", Scorers: []ScorerSpec{
+		{Type: "approx-prefix", Weight: 1, BlockSizeTokens: 16, MaxPrefixBlocks: 256, LRUCapacityPerServer: 31250},
+		{Type: "kv-cache-utilization", Weight: 1}, {Type: "queue", Weight: 1}}},
+	"load": {Picker: "max-score", Scorers: []ScorerSpec{
+		{Type: "queue", Weight: 1}, {Type: "kv-cache-utilization", Weight: 1}}},
+	"random": {Picker: "random"},
+}

@@ -1,0 +1,398 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// smallScenarioFile is a fleet small enough for unit tests that still fills
+// its KV caches: 3 pods x 40 blocks of 16 tokens, 12 groups sharing a
+// 96-token system prompt, six schedulers (four built-in, two custom).
+const smallScenarioFile = "testdata/scenarios/small.yaml"
+
+func readSmall(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(smallScenarioFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func parseSmall(t *testing.T, extra string) *Scenario {
+	t.Helper()
+	sc, err := ParseScenario(strings.NewReader(readSmall(t) + extra))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+func TestScenarioConservationAndKVBound(t *testing.T) {
+	sc := parseSmall(t, "")
+	// The trace simulator's policies run through the same engines.
+	sc.Schedulers = append(sc.Schedulers, SchedulerSpec{Name: "ll", Router: "least-loaded"},
+		SchedulerSpec{Name: "legacy-precise", Router: "precise"}, SchedulerSpec{Name: "sglang", Router: "sglang"})
+	if err := sc.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	wl := sc.GenerateWorkload()
+	hits := map[string]float64{}
+	if len(wl.Requests) < 150 {
+		t.Fatalf("only %d requests generated", len(wl.Requests))
+	}
+	for _, spec := range sc.Schedulers {
+		run, err := NewScenarioRun(sc, wl, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		maxUsed := 0
+		run.OnStep = func(pod int, e *Engine) {
+			checkPool(t, e)
+			maxUsed = max(maxUsed, e.UsedBlocks())
+		}
+		res, err := run.Run()
+		if err != nil {
+			t.Fatalf("%s: %v", spec.Name, err)
+		}
+		var gen int64
+		perPod := 0
+		for i, rec := range run.records {
+			if !rec.done || rec.generated != wl.Requests[i].OutputLen || rec.firstToken < wl.Requests[i].Arrival ||
+				rec.finish < rec.firstToken {
+				t.Fatalf("%s: request %d: %+v", spec.Name, i, rec)
+			}
+			gen += int64(rec.generated)
+		}
+		var engGen int64
+		finished := 0
+		for _, e := range run.engines {
+			st := e.Stats()
+			engGen += st.GeneratedToken
+			finished += st.FinishedSeqs
+			if e.UsedBlocks() != 0 || e.Running() != 0 || e.Waiting() != 0 {
+				t.Errorf("%s: an engine is not drained", spec.Name)
+			}
+		}
+		for _, n := range res.PerPodRequests {
+			perPod += n
+		}
+		if engGen != gen || finished != len(wl.Requests) || perPod != len(wl.Requests) {
+			t.Errorf("%s: engines generated %d tokens (requests %d), finished %d, routed %d of %d requests",
+				spec.Name, engGen, gen, finished, perPod, len(wl.Requests))
+		}
+		if maxUsed > sc.engineConfig().KVBlocks || res.MaxKVUsage > 1 {
+			t.Errorf("%s: %d blocks used of %d", spec.Name, maxUsed, sc.engineConfig().KVBlocks)
+		}
+		hits[spec.Name] = res.HitRate
+		if res.MaxKVUsage < 0.9 {
+			t.Errorf("%s: KV peaked at %.0f%%: the scenario no longer exercises a full cache", spec.Name, 100*res.MaxKVUsage)
+		}
+	}
+	// The legacy precise router follows the pods' events it now receives.
+	if !(hits["legacy-precise"] > hits["ll"]+0.15) {
+		t.Errorf("legacy precise hit rate %.2f vs least-loaded %.2f", hits["legacy-precise"], hits["ll"])
+	}
+}
+
+func TestScenarioDeterministic(t *testing.T) {
+	run := func(sc *Scenario) []byte {
+		rep, err := RunScenario(sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rep.Results {
+			r.WallSeconds = 0
+		}
+		b, _ := json.Marshal(rep)
+		return b
+	}
+	a, b := run(parseSmall(t, "")), run(parseSmall(t, ""))
+	if !bytes.Equal(a, b) {
+		t.Error("two runs of the same scenario differ")
+	}
+	other := parseSmall(t, "")
+	other.Seed = 8
+	if bytes.Equal(a, run(other)) {
+		t.Error("another seed gave the same results: the seed is not used")
+	}
+}
+
+func TestScenarioPrecisePrefixBeatsRandomOnSmallFleet(t *testing.T) {
+	rep, err := RunScenario(parseSmall(t, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := map[string]*SchedulerResult{}
+	for _, r := range rep.Results {
+		by[r.Scheduler] = r
+	}
+	if !(by["precise"].HitRate > by["random"].HitRate+0.2) || !(by["precise"].TTFTMean < by["random"].TTFTMean) {
+		t.Errorf("precise hit %.2f TTFT %.3f vs random hit %.2f TTFT %.3f", by["precise"].HitRate, by["precise"].TTFTMean,
+			by["random"].HitRate, by["random"].TTFTMean)
+	}
+	if len(by["precise"].Stages) != 3 || by["precise"].Stages[0].Rate != 5 {
+		t.Errorf("stages %+v", by["precise"].Stages)
+	}
+}
+
+func TestPreciseIndexPodMapping(t *testing.T) {
+	x, err := newPreciseIndex(4, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.apply(2, []KVOp{{Blocks: []uint64{11, 12, 13}}}, 0)
+	x.apply(0, []KVOp{{Blocks: []uint64{11}}}, 0)
+	eps := make([]Endpoint, 4)
+	x.match([]uint64{11, 12, 13, 14}, eps)
+	want := []int{1, 0, 3, 0}
+	for p := range eps {
+		if eps[p].MatchedBlocks != want[p] {
+			t.Errorf("pod %d matched %d, want %d", p, eps[p].MatchedBlocks, want[p])
+		}
+	}
+	x.apply(2, []KVOp{{Removed: true, Blocks: []uint64{12}}}, 1)
+	x.match([]uint64{11, 12, 13}, eps)
+	if eps[2].MatchedBlocks != 1 {
+		t.Errorf("after removing block 12, pod 2 matched %d, want 1", eps[2].MatchedBlocks)
+	}
+}
+
+func TestScorersNormalise(t *testing.T) {
+	eps := []Endpoint{{Pod: 0, Waiting: 4, KVUsage: 0.25, MatchedBlocks: 0}, {Pod: 1, Waiting: 0, KVUsage: 1, MatchedBlocks: 3},
+		{Pod: 2, Waiting: 2, KVUsage: 0, MatchedBlocks: 5}}
+	out := make([]float64, 3)
+	req := &PickRequest{TotalBlocks: 10}
+	check := func(name string, want []float64) {
+		t.Helper()
+		for i := range want {
+			if math.Abs(out[i]-want[i]) > 1e-12 {
+				t.Errorf("%s: scores %v, want %v", name, out, want)
+				return
+			}
+		}
+	}
+	queueScorer{}.score(req, eps, out)
+	check("queue", []float64{0, 1, 0.5})
+	kvUsageScorer{}.score(req, eps, out)
+	check("kv", []float64{0.75, 0, 1})
+	(&precisePrefixScorer{}).score(req, eps, out)
+	check("precise minmax", []float64{0, 0, 1})
+	(&precisePrefixScorer{absolute: true}).score(req, eps, out)
+	check("precise absolute", []float64{0, 0.3, 0.5})
+	eps[1].MatchedBlocks, eps[2].MatchedBlocks = 5, 5
+	(&precisePrefixScorer{}).score(req, eps, out)
+	check("precise minmax equal", []float64{0, 1, 1})
+	for i := range eps {
+		eps[i].Waiting = 3
+	}
+	queueScorer{}.score(req, eps, out)
+	check("queue equal", []float64{1, 1, 1})
+}
+
+func TestApproxPrefixScorerGIEWalk(t *testing.T) {
+	// Block size 4, prompts of 16 tokens (4 blocks); two groups with a
+	// 12-token system prompt: the first 3 blocks are the group's.
+	a := newApproxPrefixScorer(3, 4, 256, 100)
+	p0 := &Prompt{ID: 0, Group: 0, Question: 0, SystemLen: 12, Len: 16}
+	p1 := &Prompt{ID: 1, Group: 0, Question: 1, SystemLen: 12, Len: 16}
+	p2 := &Prompt{ID: 2, Group: 1, Question: 0, SystemLen: 12, Len: 16}
+	eps := []Endpoint{{Pod: 0}, {Pod: 1}, {Pod: 2}}
+	out := make([]float64, 3)
+	a.record(&PickRequest{Prompt: p0}, 1)
+	a.score(&PickRequest{Prompt: p1}, eps, out)
+	if out[0] != 0 || out[1] != 0.75 || out[2] != 0 {
+		t.Errorf("same group, other question: %v, want [0 0.75 0]", out)
+	}
+	a.score(&PickRequest{Prompt: p0}, eps, out)
+	if out[1] != 1 {
+		t.Errorf("same prompt: %v, want pod 1 at 1", out)
+	}
+	a.score(&PickRequest{Prompt: p2}, eps, out)
+	if out[0] != 0 || out[1] != 0 || out[2] != 0 {
+		t.Errorf("other group: %v, want zeros", out)
+	}
+	// The walk stops at the first block no server holds, even if later
+	// blocks are held: pod 1 holds blocks 0, 1 and 3 of p1, not 2.
+	g := newApproxPrefixScorer(3, 4, 256, 100)
+	hs := g.blocks(p1)
+	for _, k := range []int{0, 1, 3} {
+		g.holders[hs[k]] = 1 << 1
+	}
+	g.score(&PickRequest{Prompt: p1}, eps, out)
+	if out[1] != 0.5 {
+		t.Errorf("walk past a gap: pod 1 scored %v, want 0.5 (2 of 4 blocks)", out[1])
+	}
+	// LRU bound: a 4-entry LRU per server forgets p0's blocks after p2's.
+	b := newApproxPrefixScorer(3, 4, 256, 4)
+	b.record(&PickRequest{Prompt: p0}, 0)
+	b.record(&PickRequest{Prompt: p2}, 0)
+	b.score(&PickRequest{Prompt: p0}, eps, out)
+	if out[0] != 0 || len(b.holders) != 4 {
+		t.Errorf("after eviction: %v with %d indexed blocks, want 0 and 4", out, len(b.holders))
+	}
+}
+
+func TestMaxScorePickerTiesAreSeededRandom(t *testing.T) {
+	spec, err := SchedulerSpec{Name: "q", Scorers: []ScorerSpec{{Type: "queue", Weight: 1}}}.resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps := []Endpoint{{Pod: 0}, {Pod: 1}, {Pod: 2}, {Pod: 3, Waiting: 1}}
+	pick := func(seed uint64) []int {
+		s, err := newScheduler(spec, 4, 16, 100, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []int
+		for i := 0; i < 60; i++ {
+			out = append(out, s.pick(&PickRequest{}, eps))
+		}
+		return out
+	}
+	a, b := pick(1), pick(1)
+	seen := map[int]bool{}
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatal("same seed, different picks")
+		}
+		seen[a[i]] = true
+	}
+	if len(seen) != 3 || seen[3] {
+		t.Errorf("picked %v: want all three tied pods and never the one with a queue", seen)
+	}
+}
+
+func TestExternalPickPolicyRunsThroughTheSimulator(t *testing.T) {
+	name := "test-fewest-in-flight-then-prefix"
+	sawMatch := false
+	RegisterPickPolicy(name, func(uint64) PickFunc {
+		return func(req *PickRequest, eps []Endpoint) int {
+			best := 0
+			for i, e := range eps {
+				if e.MatchedBlocks > 0 {
+					sawMatch = true
+				}
+				if e.MatchedBlocks > eps[best].MatchedBlocks ||
+					(e.MatchedBlocks == eps[best].MatchedBlocks && e.InFlight < eps[best].InFlight) {
+					best = i
+				}
+			}
+			return best
+		}
+	})
+	defer delete(pickPolicies, name)
+	sc := parseSmall(t, "")
+	sc.Schedulers = []SchedulerSpec{{Name: name}, {Name: "named", Policy: name}}
+	if err := sc.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := RunScenario(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sawMatch || rep.Results[0].HitRate < 0.3 {
+		t.Errorf("external policy: saw matched blocks %v, hit rate %.2f", sawMatch, rep.Results[0].HitRate)
+	}
+}
+
+func TestParseScenarioRejectsBadInput(t *testing.T) {
+	mods := map[string]func(string) string{
+		"unknown key":       func(s string) string { return s + "bogus: 1\n" },
+		"unknown scheduler": func(s string) string { return strings.Replace(s, "  - random\n", "  - nonesuch\n", 1) },
+		"bad load type":     func(s string) string { return strings.Replace(s, "type: poisson", "type: burst", 1) },
+		"warmup too long":   func(s string) string { return strings.Replace(s, "warmup_stages: 1", "warmup_stages: 3", 1) },
+		"request too big":   func(s string) string { return strings.Replace(s, "output_len: 24", "output_len: 600", 1) },
+		"bad scorer": func(s string) string {
+			return strings.Replace(s, "type: queue, weight: 1", "type: latency, weight: 1", 1)
+		},
+		"duplicate name": func(s string) string { return strings.Replace(s, "  - load\n", "  - random\n", 1) },
+		"router and scorers": func(s string) string {
+			return strings.Replace(s, "  - name: prefix-only\n", "  - name: prefix-only\n    router: random\n", 1)
+		},
+		"fleet too big": func(s string) string {
+			return strings.Replace(s, "kv_tokens_per_pod: 640", "kv_tokens_per_pod: 6400000000", 1)
+		},
+		"NaN rate":       func(s string) string { return strings.Replace(s, "rate: 10,", "rate: .nan,", 1) },
+		"unknown router": func(s string) string { return s + "  - {name: x, router: nonesuch}\n" },
+		"random picker with scorers": func(s string) string {
+			return strings.Replace(s, "  - name: prefix-only\n", "  - name: prefix-only\n    picker: random\n", 1)
+		},
+	}
+	small := readSmall(t)
+	for name, mod := range mods {
+		if _, err := ParseScenario(strings.NewReader(mod(small))); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	for _, bad := range []string{"", "pods: [", strings.Repeat("#", 2<<20)} {
+		if _, err := ParseScenario(strings.NewReader(bad)); err == nil {
+			t.Errorf("%.20q accepted", bad)
+		}
+	}
+}
+
+func TestSimulateScenarioCommand(t *testing.T) {
+	dir := t.TempDir()
+	path := smallScenarioFile
+	out, svg := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.svg")
+	var stdout, stderr bytes.Buffer
+	if err := RunSimulate([]string{"--scenario", path, "--out", out, "--svg", svg, "--markdown"}, nil, &stdout, &stderr); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "| precise |") || !strings.Contains(stdout.String(), "precise TTFT p90") {
+		t.Errorf("stdout:\n%s", stdout.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Results []map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Results) != 6 {
+		t.Fatalf("%d results", len(doc.Results))
+	}
+	for _, k := range []string{"scheduler", "output_tokens_per_s", "requests_per_s", "ttft_p90_s", "ttft_mean_s", "itl_mean_s", "hit_rate", "stages"} {
+		if _, ok := doc.Results[0][k]; !ok {
+			t.Errorf("result lacks %q", k)
+		}
+	}
+	s, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(s), "<polyline"); n != 12 || !strings.Contains(string(s), "TTFT p90") ||
+		strings.Contains(string(s), "NaN") || strings.Contains(string(s), "Inf") {
+		t.Errorf("svg has %d polylines", n)
+	}
+	if err := RunSimulate([]string{"--scenario", path, "--trace", "x"}, nil, &stdout, &stderr); err == nil {
+		t.Error("--scenario with --trace accepted")
+	}
+	if err := RunSimulate([]string{"--scenario", filepath.Join(dir, "missing.yaml")}, nil, &stdout, &stderr); err == nil {
+		t.Error("missing scenario file accepted")
+	}
+}
+
+func TestCommitted73CapacityScenarioParses(t *testing.T) {
+	sc, err := ReadScenarioFile("testdata/scenarios/llm-d-73-capacity.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl := sc.GenerateWorkload()
+	if sc.engineConfig().KVBlocks != 4802 || len(sc.Load.Stages) != 17 || len(wl.Prompts) != 750 {
+		t.Errorf("blocks %d stages %d prompts %d", sc.engineConfig().KVBlocks, len(sc.Load.Stages), len(wl.Prompts))
+	}
+	// Expected request count: sum of rate x duration = 17,258.
+	if n := len(wl.Requests); n < 16500 || n > 18000 {
+		t.Errorf("%d requests", n)
+	}
+}

@@ -1,0 +1,366 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+
+	"github.com/kvindex/kvindex/sim/cache"
+)
+
+// Endpoint is one pod as a scheduler sees it when a request arrives.
+// Waiting, Running and KVUsage are the pod's scraped metrics (refreshed every
+// metrics_interval_s, as an endpoint picker scrapes vLLM); InFlight is the
+// scheduler's own live count of requests it sent there that have not
+// finished; MatchedBlocks is what our precise index (fed by the pods' KV
+// events) says the pod holds of the request: leading blocks.
+type Endpoint struct {
+	Pod           int
+	Waiting       int
+	Running       int
+	KVUsage       float64
+	InFlight      int
+	MatchedBlocks int
+}
+
+// PickRequest is what a scheduler knows of the request being placed.
+type PickRequest struct {
+	Now          float64
+	Prompt       *Prompt
+	PromptTokens int
+	OutputTokens int
+	TotalBlocks  int      // full prompt blocks at the engine block size
+	Hashes       []uint64 // their hashes (the keys of the pods' KV events); read only
+}
+
+// PickFunc is an external placement policy: given the request and every
+// candidate endpoint (with load and matched blocks), it returns the index
+// into eps of the chosen one. Policies implemented for the daemon plug in
+// here through RegisterPickPolicy and run through the same simulator.
+type PickFunc func(req *PickRequest, eps []Endpoint) int
+
+// pickPolicies are the registered external policies: name -> constructor
+// (seeded, one fresh instance per simulation run).
+var pickPolicies = map[string]func(seed uint64) PickFunc{}
+
+// RegisterPickPolicy makes a policy available to scenario files by name. It
+// panics on a duplicate or empty name (a programming error at init time).
+func RegisterPickPolicy(name string, mk func(seed uint64) PickFunc) {
+	if name == "" || mk == nil {
+		panic("sim: RegisterPickPolicy needs a name and a constructor")
+	}
+	if _, dup := pickPolicies[name]; dup {
+		panic("sim: pick policy registered twice: " + name)
+	}
+	if _, dup := builtinProfiles[name]; dup {
+		panic("sim: pick policy shadows a built-in profile: " + name)
+	}
+	pickPolicies[name] = mk
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// scheduler is one placement policy inside the scenario simulator.
+type scheduler interface {
+	pick(req *PickRequest, eps []Endpoint) int
+	// routed is told the choice (the approximate prefix scorer learns from it).
+	routed(req *PickRequest, pod int)
+	// needsIndex: Endpoint.MatchedBlocks must be filled.
+	needsIndex() bool
+	// onKVEvents receives the pods' KV events (after the event lag) when
+	// wantsEvents says so.
+	wantsEvents() bool
+	onKVEvents(pod int, ops []KVOp, now float64)
+}
+
+// noKVEvents is embedded by schedulers that do not listen to the pods.
+type noKVEvents struct{}
+
+func (noKVEvents) wantsEvents() bool               { return false }
+func (noKVEvents) onKVEvents(int, []KVOp, float64) {}
+
+// newScheduler builds a resolved spec for a fleet of pods.
+func newScheduler(spec SchedulerSpec, pods, blockSize, kvBlocks int, seed uint64) (scheduler, error) {
+	rng := rand.New(rand.NewPCG(seed, 0xd1b54a32d192ed03))
+	if spec.Policy != "" {
+		return &externalPolicy{fn: pickPolicies[spec.Policy](seed)}, nil
+	}
+	if spec.Router != "" {
+		return newLegacyRouter(spec.Router, pods, blockSize, kvBlocks, seed)
+	}
+	if spec.Picker == "random" {
+		return &randomPicker{rng: rng}, nil
+	}
+	p := &profile{rng: rng}
+	for _, s := range spec.Scorers {
+		var sc profileScorer
+		switch s.Type {
+		case "precise-prefix":
+			sc = &precisePrefixScorer{absolute: s.Normalize == "absolute"}
+			p.index = true
+		case "approx-prefix":
+			if pods > 64 {
+				return nil, fmt.Errorf("approx-prefix: the simulated indexer holds at most 64 pods")
+			}
+			sc = newApproxPrefixScorer(pods, s.BlockSizeTokens, s.MaxPrefixBlocks, s.LRUCapacityPerServer)
+		case "kv-cache-utilization":
+			sc = kvUsageScorer{}
+		case "queue":
+			sc = queueScorer{}
+		}
+		p.scorers = append(p.scorers, sc)
+		p.weights = append(p.weights, s.Weight)
+	}
+	return p, nil
+}
+
+type externalPolicy struct {
+	noKVEvents
+	fn PickFunc
+}
+
+func (e *externalPolicy) pick(req *PickRequest, eps []Endpoint) int { return e.fn(req, eps) }
+func (*externalPolicy) routed(*PickRequest, int)                    {}
+func (*externalPolicy) needsIndex() bool                            { return true }
+
+// randomPicker is GIE's random-picker: uniform over the candidates.
+type randomPicker struct {
+	noKVEvents
+	rng *rand.Rand
+}
+
+func (r *randomPicker) pick(_ *PickRequest, eps []Endpoint) int { return r.rng.IntN(len(eps)) }
+func (*randomPicker) routed(*PickRequest, int)                  {}
+func (*randomPicker) needsIndex() bool                          { return false }
+
+// profileScorer writes one score in [0, 1] per endpoint.
+type profileScorer interface {
+	score(req *PickRequest, eps []Endpoint, out []float64)
+}
+
+// profile is an EndpointPickerConfig scheduling profile: the weighted sum of
+// its scorers, then the max-score picker, which breaks ties uniformly at
+// random (GIE's picker shuffles the candidates before taking the maximum).
+type profile struct {
+	noKVEvents
+	scorers []profileScorer
+	weights []float64
+	index   bool
+	rng     *rand.Rand
+	total   []float64
+	one     []float64
+	ties    []int
+}
+
+func (p *profile) needsIndex() bool { return p.index }
+
+func (p *profile) pick(req *PickRequest, eps []Endpoint) int {
+	n := len(eps)
+	p.total = append(p.total[:0], make([]float64, n)...)
+	p.one = append(p.one[:0], make([]float64, n)...)
+	for i, s := range p.scorers {
+		s.score(req, eps, p.one)
+		for j := range eps {
+			p.total[j] += p.weights[i] * p.one[j]
+		}
+	}
+	best := math.Inf(-1)
+	p.ties = p.ties[:0]
+	for j, v := range p.total {
+		switch {
+		case v > best:
+			best = v
+			p.ties = append(p.ties[:0], j)
+		case v == best:
+			p.ties = append(p.ties, j)
+		}
+	}
+	if len(p.ties) == 1 {
+		return p.ties[0]
+	}
+	return p.ties[p.rng.IntN(len(p.ties))]
+}
+
+func (p *profile) routed(req *PickRequest, pod int) {
+	for _, s := range p.scorers {
+		if a, ok := s.(*approxPrefixScorer); ok {
+			a.record(req, pod)
+		}
+	}
+}
+
+// kvUsageScorer is the kv-cache-utilization scorer: 1 - usage.
+type kvUsageScorer struct{}
+
+func (kvUsageScorer) score(_ *PickRequest, eps []Endpoint, out []float64) {
+	for i, e := range eps {
+		out[i] = 1 - e.KVUsage
+	}
+}
+
+// queueScorer is the queue scorer: waiting requests min-max normalised over
+// the candidates, shortest queue 1, longest 0; all equal: 1.
+type queueScorer struct{}
+
+func (queueScorer) score(_ *PickRequest, eps []Endpoint, out []float64) {
+	lo, hi := math.MaxInt, math.MinInt
+	for _, e := range eps {
+		lo, hi = min(lo, e.Waiting), max(hi, e.Waiting)
+	}
+	for i, e := range eps {
+		if hi == lo {
+			out[i] = 1
+		} else {
+			out[i] = float64(hi-e.Waiting) / float64(hi-lo)
+		}
+	}
+}
+
+// precisePrefixScorer scores from the precise index's matched blocks. minmax
+// (the llm-d scorer of the published runs): pods with no match get 0; among
+// pods with a match, (m - min) / (max - min), or 1 when all matches are
+// equal. absolute: matched / total blocks.
+type precisePrefixScorer struct{ absolute bool }
+
+func (s *precisePrefixScorer) score(req *PickRequest, eps []Endpoint, out []float64) {
+	if s.absolute {
+		for i, e := range eps {
+			out[i] = 0
+			if req.TotalBlocks > 0 {
+				out[i] = min(1, float64(e.MatchedBlocks)/float64(req.TotalBlocks))
+			}
+		}
+		return
+	}
+	lo, hi := math.MaxInt, 0
+	for _, e := range eps {
+		if e.MatchedBlocks > 0 {
+			lo, hi = min(lo, e.MatchedBlocks), max(hi, e.MatchedBlocks)
+		}
+	}
+	for i, e := range eps {
+		switch {
+		case e.MatchedBlocks == 0:
+			out[i] = 0
+		case hi == lo:
+			out[i] = 1
+		default:
+			out[i] = float64(e.MatchedBlocks-lo) / float64(hi-lo)
+		}
+	}
+}
+
+// approxPrefixScorer is GIE's prefix-cache-scorer: a router-side index built
+// only from its own routing decisions. The prompt is cut into blocks of its
+// own size (at most MaxBlocks); routing a request to a server records its
+// blocks in that server's LRU (LRUCapacity entries); a server's match is the
+// number of blocks, walking from the first, that it holds, the walk
+// stopping at the first block no server holds; the score is match / blocks.
+type approxPrefixScorer struct {
+	blockSize, maxBlocks int
+	lrus                 []*cache.LRU
+	holders              map[uint64]uint64 // block -> bitset of servers holding it
+	hashes               map[int][]uint64  // prompt ID -> its blocks at this block size (bounded by the workload's prompts)
+	scratch              []uint64
+	counts               []int
+}
+
+func newApproxPrefixScorer(pods, blockSize, maxBlocks, capacity int) *approxPrefixScorer {
+	a := &approxPrefixScorer{blockSize: blockSize, maxBlocks: maxBlocks, holders: make(map[uint64]uint64),
+		hashes: make(map[int][]uint64), counts: make([]int, pods)}
+	for i := 0; i < pods; i++ {
+		a.lrus = append(a.lrus, cache.NewLRU(capacity))
+	}
+	return a
+}
+
+func (a *approxPrefixScorer) blocks(p *Prompt) []uint64 {
+	h, ok := a.hashes[p.ID]
+	if !ok {
+		h = p.Hashes(a.blockSize, a.maxBlocks)
+		a.hashes[p.ID] = h
+	}
+	return h
+}
+
+func (a *approxPrefixScorer) score(req *PickRequest, eps []Endpoint, out []float64) {
+	hs := a.blocks(req.Prompt)
+	clear(a.counts)
+	for _, h := range hs {
+		set := a.holders[h]
+		if set == 0 {
+			break
+		}
+		for p := range a.counts {
+			if set&(1<<p) != 0 {
+				a.counts[p]++
+			}
+		}
+	}
+	for i, e := range eps {
+		out[i] = 0
+		if len(hs) > 0 {
+			out[i] = float64(a.counts[e.Pod]) / float64(len(hs))
+		}
+	}
+}
+
+func (a *approxPrefixScorer) record(req *PickRequest, pod int) {
+	for _, h := range a.blocks(req.Prompt) {
+		a.scratch = a.lrus[pod].Access(h, a.scratch[:0])
+		for _, ev := range a.scratch {
+			if s := a.holders[ev] &^ (1 << pod); s == 0 {
+				delete(a.holders, ev)
+			} else {
+				a.holders[ev] = s
+			}
+		}
+		a.holders[h] |= 1 << pod
+	}
+}
+
+// legacyRouter runs one of the trace simulator's routing policies
+// (random, least-loaded, chwbl, approx-prefix, aibrix, sglang, precise,
+// precise+spec, ...) inside the scenario simulator with their default
+// parameters: their load is the scheduler's own in-flight count, their
+// requests carry the engine block hashes, and they receive the pods' KV
+// events.
+type legacyRouter struct {
+	r    Router
+	req  Request
+	view View
+}
+
+func newLegacyRouter(name string, pods, blockSize, kvBlocks int, seed uint64) (*legacyRouter, error) {
+	p := DefaultRouterParams(pods, blockSize, kvBlocks)
+	p.Seed = seed
+	r, err := NewRouter(name, p)
+	if err != nil {
+		return nil, err
+	}
+	return &legacyRouter{r: r, view: View{Load: make([]int, pods), BlockSize: blockSize}}, nil
+}
+
+func (l *legacyRouter) pick(req *PickRequest, eps []Endpoint) int {
+	l.req = Request{InputLength: req.PromptTokens, OutputLength: req.OutputTokens, HashIDs: req.Hashes}
+	l.view.Now = req.Now
+	for i, e := range eps {
+		l.view.Load[i] = e.InFlight
+	}
+	return l.r.Route(&l.req, &l.view)
+}
+
+func (*legacyRouter) routed(*PickRequest, int) {}
+func (*legacyRouter) needsIndex() bool         { return false }
+func (*legacyRouter) wantsEvents() bool        { return true }
+func (l *legacyRouter) onKVEvents(pod int, ops []KVOp, now float64) {
+	l.r.OnKVEvents(pod, ops, now)
+}

@@ -1,0 +1,163 @@
+package zmtp
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults for the zero Options. Each is documented in the package README
+// section "Security and limits".
+const (
+	DefaultMaxMessageSize   = 64 << 20
+	DefaultMaxFrames        = 64
+	DefaultHandshakeTimeout = 5 * time.Second
+	DefaultWriteTimeout     = 10 * time.Second
+	DefaultMaxConns         = 1024
+	DefaultRecvQueue        = 256
+	// DefaultMaxBufferedBytes is the default of Options.MaxBufferedBytes:
+	// four messages of the default maximum size.
+	DefaultMaxBufferedBytes = 4 * DefaultMaxMessageSize
+)
+
+// Options bound what a peer can make a socket do. The zero value means
+// every default.
+type Options struct {
+	// MaxMessageSize caps the sum of a message's frame sizes (and so every
+	// single frame). A frame whose header declares more than what is left
+	// of the cap closes the connection before anything is allocated.
+	// Default 64 MiB.
+	MaxMessageSize int64
+	// MaxFrames caps the frames in one message. Default 64.
+	MaxFrames int
+	// MaxBufferedBytes caps the bytes held by all connections of a socket
+	// together: messages being read plus messages queued for Recv. A
+	// connection whose next read would exceed it is closed. Default 256 MiB;
+	// raised to MaxMessageSize if lower.
+	MaxBufferedBytes int64
+	// HandshakeTimeout bounds the whole greeting and READY exchange of a
+	// connection (a deadline, not a per-read timeout: dribbling bytes does
+	// not extend it). Default 5 s.
+	HandshakeTimeout time.Duration
+	// WriteTimeout bounds each write (subscriptions, PONG, PING, a Send
+	// without an earlier context deadline). Default 10 s.
+	WriteTimeout time.Duration
+	// HeartbeatInterval, when positive, sends a PING that often on ZMTP 3.1
+	// connections and closes a connection that sends nothing (no frame, no
+	// PONG) for HeartbeatTimeout. ZMTP 3.0 peers have no PING and are
+	// exempt. Default 0: off (the kernel's TCP keepalive still runs).
+	HeartbeatInterval time.Duration
+	// HeartbeatTimeout defaults to three HeartbeatIntervals.
+	HeartbeatTimeout time.Duration
+	// MaxConns caps a bound socket's connections, handshaking or not;
+	// further connections are closed at once. Default 1024.
+	MaxConns int
+	// RecvQueue is how many received messages wait for Recv before the
+	// connections stop reading (TCP then pushes back on the peers).
+	// Default 256.
+	RecvQueue int
+	// Counters, when set, receives this socket's counts, so several
+	// sockets (a redialled connection, one per endpoint) can share one set.
+	// Default: a set of the socket's own.
+	Counters *Counters
+	// OnDisconnect, when set, is called once for every connection that
+	// ends, with the peer's address and why (nil after Close). It runs on
+	// the connection's goroutine and must not block.
+	OnDisconnect func(peer string, err error)
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxMessageSize <= 0 {
+		o.MaxMessageSize = DefaultMaxMessageSize
+	}
+	o.MaxMessageSize = min(o.MaxMessageSize, math.MaxInt) // sizes become ints
+	if o.MaxFrames <= 0 {
+		o.MaxFrames = DefaultMaxFrames
+	}
+	if o.MaxBufferedBytes <= 0 {
+		o.MaxBufferedBytes = DefaultMaxBufferedBytes
+	}
+	o.MaxBufferedBytes = max(o.MaxBufferedBytes, o.MaxMessageSize)
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.HeartbeatInterval > 0 && o.HeartbeatTimeout <= 0 {
+		o.HeartbeatTimeout = 3 * o.HeartbeatInterval
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = DefaultMaxConns
+	}
+	if o.RecvQueue <= 0 {
+		o.RecvQueue = DefaultRecvQueue
+	}
+	return o
+}
+
+// Stats are a socket's counters since it was created. Every field but Open
+// only grows, so each maps onto a Prometheus counter.
+type Stats struct {
+	Accepted          uint64 // connections accepted by a bound socket
+	Rejected          uint64 // connections closed at once: MaxConns reached
+	Handshakes        uint64 // handshakes completed
+	HandshakeTimeouts uint64 // connections closed: HandshakeTimeout passed
+	HeartbeatTimeouts uint64 // connections closed: HeartbeatTimeout passed
+	Oversized         uint64 // connections closed: MaxMessageSize, MaxFrames or command size exceeded
+	BudgetExceeded    uint64 // connections closed: MaxBufferedBytes reached
+	ProtocolErrors    uint64 // connections closed: malformed greeting, command or frame, wrong socket type
+	PeerErrors        uint64 // connections the peer ended with an ERROR command
+	Panics            uint64 // connections closed by a recovered panic (a bug: report it)
+	Messages          uint64 // messages delivered to Recv
+	Filtered          uint64 // messages dropped: topic matches no subscription
+	Open              int64  // connections open now
+}
+
+// Counters accumulate Stats; share one across sockets through
+// Options.Counters. The zero value is ready to use.
+type Counters struct {
+	accepted, rejected, handshakes, handshakeTimeouts, heartbeatTimeouts atomic.Uint64
+	oversized, budget, protocol, peerErrors, panics, messages, filtered  atomic.Uint64
+	open                                                                 atomic.Int64
+}
+
+// Snapshot reads every counter.
+func (c *Counters) Snapshot() Stats {
+	return Stats{
+		Accepted:          c.accepted.Load(),
+		Rejected:          c.rejected.Load(),
+		Handshakes:        c.handshakes.Load(),
+		HandshakeTimeouts: c.handshakeTimeouts.Load(),
+		HeartbeatTimeouts: c.heartbeatTimeouts.Load(),
+		Oversized:         c.oversized.Load(),
+		BudgetExceeded:    c.budget.Load(),
+		ProtocolErrors:    c.protocol.Load(),
+		PeerErrors:        c.peerErrors.Load(),
+		Panics:            c.panics.Load(),
+		Messages:          c.messages.Load(),
+		Filtered:          c.filtered.Load(),
+		Open:              c.open.Load(),
+	}
+}
+
+// budget is a socket-wide allowance of buffered bytes.
+type budget struct {
+	used  atomic.Int64
+	limit int64
+}
+
+// take reserves n bytes, or reports false without reserving.
+func (b *budget) take(n int64) bool {
+	for {
+		u := b.used.Load()
+		if u+n > b.limit {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			return true
+		}
+	}
+}
+
+func (b *budget) give(n int64) { b.used.Add(-n) }
