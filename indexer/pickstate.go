@@ -66,10 +66,9 @@ type SpeculativeStore interface {
 // picker is Pick's state beside the index: the policies, the speculative
 // store and the routing history.
 type picker struct {
-	policies map[string]routing.Policy
-	order    []routing.Policy // index = policy number in metrics
-	def      int
-	now      func() time.Time
+	order []routing.Policy // index = policy number in metrics
+	def   int
+	now   func() time.Time
 	// spec is the speculative store (nil = off); specMem is set when it is
 	// the in-process one, whose emptiness Pick checks for free.
 	spec    SpeculativeStore
@@ -82,7 +81,7 @@ func newPicker(cfg PickConfig, idx kvindex.Index) (*picker, error) {
 	if cfg.Params != nil {
 		params = *cfg.Params
 	}
-	p := &picker{policies: map[string]routing.Policy{}, now: cfg.Now}
+	p := &picker{now: cfg.Now}
 	if p.now == nil {
 		p.now = time.Now
 	}
@@ -99,7 +98,6 @@ func newPicker(cfg PickConfig, idx kvindex.Index) (*picker, error) {
 		if name == def {
 			p.def = len(p.order)
 		}
-		p.policies[name] = pol
 		p.order = append(p.order, pol)
 	}
 	if p.def < 0 {
