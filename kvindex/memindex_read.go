@@ -3,6 +3,7 @@ package kvindex
 import (
 	"context"
 	"runtime"
+	"slices"
 	"sync/atomic"
 )
 
@@ -24,7 +25,7 @@ func (idx *MemoryIndex) Lookup(ctx context.Context, model ModelID, keys []Key, v
 	for i, k := range keys {
 		sk := uint64(k) ^ salt
 		h := mix64(sk)
-		b.raw, _, _, _ = idx.shardOf(h).read(h, sk, b.raw[:0], 0, false)
+		b.raw, _, _ = idx.shardOf(h).read(h, sk, b.raw[:0])
 		hs := b.holders[:0]
 		for _, h := range b.raw {
 			if idx.isLive(h) {
@@ -42,34 +43,94 @@ func (idx *MemoryIndex) Lookup(ctx context.Context, model ModelID, keys []Key, v
 
 // read appends a consistent copy of the packed holders of stored key sk
 // (hashed h, in this shard), stale ones included, to dst, and returns the
-// holder set's signature. When skip is set and the signature equals
-// skipSig, it copies nothing and reports same. Lock-free: see MemoryIndex.
-func (sh *shard) read(h, sk uint64, dst []uint64, skipSig uint64, skip bool) (out []uint64, sig uint64, found, same bool) {
+// key's value word (ref bit cleared, 0 if the key is absent) and holder-set
+// signature (see head). Lock-free: see MemoryIndex.
+func (sh *shard) read(h, sk uint64, dst []uint64) (out []uint64, v, sig uint64) {
 	for spins := 0; ; spins++ {
 		s1 := sh.seq.Load()
 		if s1&1 == 0 {
-			v := sh.probe(h, sk)
+			v = sh.probe(h, sk) &^ refBit
 			switch {
 			case v == 0:
 				if sh.seq.Load() == s1 {
-					return dst, 0, false, false
+					return dst, 0, 0
 				}
 			case v&tagMask == tagInline:
 				if sh.seq.Load() == s1 {
-					sig = v &^ refBit
-					if skip && sig == skipSig {
-						return dst, sig, true, true
-					}
-					return append(dst, v&holderMask), sig, true, false
+					return append(dst, v&holderMask), v, v
 				}
 			default:
-				if out, sig, ok := sh.readChunk(v, dst, skipSig, skip); ok && sh.seq.Load() == s1 {
-					return out, sig, true, skip && sig == skipSig
+				if out, sig, ok := sh.readChunk(v, dst); ok && sh.seq.Load() == s1 {
+					return out, v, sig
 				}
 			}
 		}
 		if spins > 16 {
 			runtime.Gosched() // the writer may have been descheduled
+		}
+	}
+}
+
+// head returns stored key sk's value word (ref bit cleared, 0 if absent)
+// and its holder-set signature, both from one consistent state of the
+// shard, without copying holders. The signature of a chunk is its stored
+// sum of holderSig; that of an inline holder is the value word itself.
+// Equal signatures mean equal holder sets (a 64-bit hash collision aside).
+func (sh *shard) head(h, sk uint64) (v, sig uint64) {
+	for spins := 0; ; spins++ {
+		s1 := sh.seq.Load()
+		if s1&1 == 0 {
+			v = sh.probe(h, sk) &^ refBit
+			sig = v
+			ok := true
+			if v&tagMask == tagChunk {
+				a := *sh.arena.Load()
+				if off := v & offMask; off < uint64(len(a)) {
+					sig = atomic.LoadUint64(&a[off])
+				} else {
+					ok = false // torn
+				}
+			}
+			if ok && sh.seq.Load() == s1 {
+				return v, sig
+			}
+		}
+		if spins > 16 {
+			runtime.Gosched()
+		}
+	}
+}
+
+// chunkHas reports whether stored key sk still has chunk value v with
+// signature sig, and x among its holders, all in one consistent state.
+func (sh *shard) chunkHas(h, sk, v, sig, x uint64) bool {
+	for spins := 0; ; spins++ {
+		s1 := sh.seq.Load()
+		if s1&1 == 0 {
+			has := false
+			if sh.probe(h, sk)&^refBit == v {
+				c, off := uint64(valCount(v)), v&offMask
+				a := *sh.arena.Load()
+				if off+1+c <= uint64(len(a)) && atomic.LoadUint64(&a[off]) == sig {
+					hs := a[off+1 : off+1+c]
+					lo, hi := 0, len(hs)
+					for lo < hi {
+						m := int(uint(lo+hi) >> 1)
+						if atomic.LoadUint64(&hs[m]) < x {
+							lo = m + 1
+						} else {
+							hi = m
+						}
+					}
+					has = lo < len(hs) && atomic.LoadUint64(&hs[lo]) == x
+				}
+			}
+			if sh.seq.Load() == s1 {
+				return has
+			}
+		}
+		if spins > 16 {
+			runtime.Gosched()
 		}
 	}
 }
@@ -94,9 +155,9 @@ func (sh *shard) probe(h, sk uint64) uint64 {
 	return 0
 }
 
-// readChunk copies the holders of chunk value v unless their signature
-// equals skipSig. ok is false for a torn (inconsistent) value.
-func (sh *shard) readChunk(v uint64, dst []uint64, skipSig uint64, skip bool) (out []uint64, sig uint64, ok bool) {
+// readChunk appends the holders of chunk value v to dst and returns their
+// signature. ok is false for a torn (inconsistent) value.
+func (sh *shard) readChunk(v uint64, dst []uint64) (out []uint64, sig uint64, ok bool) {
 	if v&tagMask != tagChunk {
 		return dst, 0, false
 	}
@@ -106,11 +167,11 @@ func (sh *shard) readChunk(v uint64, dst []uint64, skipSig uint64, skip bool) (o
 		return dst, 0, false
 	}
 	sig = atomic.LoadUint64(&a[off])
-	if skip && sig == skipSig {
-		return dst, sig, true
-	}
-	for j := off + 1; j <= off+c; j++ {
-		dst = append(dst, atomic.LoadUint64(&a[j]))
+	n := len(dst)
+	dst = slices.Grow(dst, int(c))[:n+int(c)]
+	src := a[off+1 : off+1+c]
+	for j := range src {
+		dst[n+j] = atomic.LoadUint64(&src[j])
 	}
 	return dst, sig, true
 }
