@@ -78,27 +78,53 @@ func (sh *shard) read(h, sk uint64, dst []uint64) (out []uint64, v, sig uint64) 
 // Equal signatures mean equal holder sets (a 64-bit hash collision aside).
 func (sh *shard) head(h, sk uint64) (v, sig uint64) {
 	for spins := 0; ; spins++ {
-		s1 := sh.seq.Load()
-		if s1&1 == 0 {
-			v = sh.probe(h, sk) &^ refBit
-			sig = v
-			ok := true
-			if v&tagMask == tagChunk {
-				a := *sh.arena.Load()
-				if off := v & offMask; off < uint64(len(a)) {
-					sig = atomic.LoadUint64(&a[off])
-				} else {
-					ok = false // torn
-				}
-			}
-			if ok && sh.seq.Load() == s1 {
-				return v, sig
-			}
+		s1, v := sh.headStart(h, sk)
+		if sig, ok := sh.headFinish(s1, v); ok {
+			return v, sig
 		}
 		if spins > 16 {
 			runtime.Gosched()
 		}
 	}
+}
+
+// headStart and headFinish are one attempt of head, split so that a caller
+// reading many keys can issue all their slot loads before it needs any
+// chunk: the cache misses then overlap. headStart returns the shard's
+// sequence number and the key's value word (ref bit cleared).
+func (sh *shard) headStart(h, sk uint64) (s1, v uint64) {
+	s1 = sh.seq.Load()
+	// probe, inlined: this runs once per scored key
+	t := *sh.tab.Load()
+	m := uint64(len(t) - 1) // len(t) is a power of two
+	j := h * slotWords
+	for n := len(t) / slotWords; n > 0; n-- {
+		j &= m
+		if j+1 >= uint64(len(t)) {
+			break
+		}
+		w := atomic.LoadUint64(&t[j+1])
+		if w == 0 || atomic.LoadUint64(&t[j]) == sk {
+			return s1, w &^ refBit
+		}
+		j += slotWords
+	}
+	return s1, 0
+}
+
+// headFinish returns the signature of value word v read by headStart, and
+// whether both are consistent (else the caller retries).
+func (sh *shard) headFinish(s1, v uint64) (sig uint64, ok bool) {
+	sig = v
+	if v&tagMask == tagChunk {
+		a := *sh.arena.Load()
+		off := v & offMask
+		if off >= uint64(len(a)) {
+			return 0, false // torn
+		}
+		sig = atomic.LoadUint64(&a[off])
+	}
+	return sig, s1&1 == 0 && sh.seq.Load() == s1
 }
 
 // chunkHas reports whether stored key sk still has chunk value v with

@@ -132,7 +132,14 @@ func (idx *MemoryIndex) scoreWalk(ctx context.Context, model ModelID, keys []Key
 			g.sk = uint64(keys[base+j]) ^ salt
 			g.h = mix64(g.sk)
 			g.sh = idx.shardOf(g.h)
-			g.v, g.sig = g.sh.head(g.h, g.sk)
+			g.s1, g.v = g.sh.headStart(g.h, g.sk)
+		}
+		for j := 0; j < n; j++ {
+			g := &group[j]
+			var ok bool
+			if g.sig, ok = g.sh.headFinish(g.s1, g.v); !ok {
+				g.v, g.sig = g.sh.head(g.h, g.sk)
+			}
 		}
 		for j := 0; j < n; j++ {
 			g := &group[j]
@@ -178,6 +185,7 @@ func (idx *MemoryIndex) scoreWalk(ctx context.Context, model ModelID, keys []Key
 type keyHead struct {
 	sh     *shard
 	h, sk  uint64
+	s1     uint64 // shard sequence number when v was read
 	v, sig uint64 // see shard.head
 }
 
