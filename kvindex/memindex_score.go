@@ -37,6 +37,7 @@ type memScore struct {
 	gen     uint32
 	all     bool    // no candidate filter: pods join at block 0
 	touched []PodID // pods taking part in this call
+	dead    []PodID // pods whose run ended, in the order they died
 	alive   int     // alive pods
 	w       TierWeights
 	raw     []uint64 // packed holders of the current block
@@ -53,14 +54,18 @@ func (idx *MemoryIndex) ScorePrefix(ctx context.Context, model ModelID, keys []K
 	if stop < 0 {
 		return ctx.Err()
 	}
+	// Longest runs first: pods still alive, then the dead ones latest
+	// death first. With one tier that is already the Scorer's order, which
+	// then only checks it.
 	for _, p := range st.touched {
-		a := &st.acc[p]
-		switch a.state {
-		case podAlive:
+		if a := &st.acc[p]; a.state == podAlive {
 			a.appendScore(res, p, stop, &st.w)
-		case podDead:
-			a.appendScore(res, p, a.end, &st.w)
 		}
+	}
+	for k := len(st.dead) - 1; k >= 0; k-- {
+		p := st.dead[k]
+		a := &st.acc[p]
+		a.appendScore(res, p, a.end, &st.w)
 	}
 	return nil
 }
@@ -73,6 +78,7 @@ func (st *memScore) begin(idx *MemoryIndex, w TierWeights, candidates []PodID) {
 		st.gen = 1
 	}
 	st.touched = st.touched[:0]
+	st.dead = st.dead[:0]
 	st.all = candidates == nil
 	for _, p := range candidates {
 		if p >= MaxPods || idx.epochs[p>>podPageBits].Load() == nil {
@@ -226,7 +232,11 @@ func (st *memScore) patch(idx *MemoryIndex, i int32, g *keyHead, prevV, prevSig 
 		st.prev = slices.Insert(st.prev, j, x)
 	}
 	if p := holderPod(x); st.isAlive(p) {
-		st.recount(idx, p, i, st.prev)
+		// p's holders are contiguous and x's place j is among them
+		for j > 0 && holderPod(st.prev[j-1]) == p {
+			j--
+		}
+		st.recount(idx, p, i, st.prev[j:])
 	}
 	return true
 }
@@ -294,17 +304,18 @@ func (st *memScore) diff(idx *MemoryIndex, i, step int32) {
 		st.mark(holderPod(cur[y]), step)
 	}
 	for _, p := range st.marked {
-		st.recount(idx, p, i, st.raw)
+		lo, _ := slices.BinarySearch(st.raw, uint64(p)<<holderPodShift)
+		st.recount(idx, p, i, st.raw[lo:])
 	}
 }
 
-// recount re-derives alive pod p's state at block i from its holders in
-// cur, block i's sorted holder list.
+// recount re-derives alive pod p's state at block i from its holders at
+// the start of cur, a tail of block i's sorted holder list that begins
+// with p's first holder, if any.
 func (st *memScore) recount(idx *MemoryIndex, p PodID, i int32, cur []uint64) {
 	a := &st.acc[p]
-	lo, _ := slices.BinarySearch(cur, uint64(p)<<holderPodShift)
 	best, any := a.cur, false
-	for _, h := range cur[lo:] {
+	for _, h := range cur {
 		if holderPod(h) != p {
 			break
 		}
@@ -318,6 +329,7 @@ func (st *memScore) recount(idx *MemoryIndex, p PodID, i int32, cur []uint64) {
 	switch {
 	case !any:
 		a.state, a.end = podDead, i
+		st.dead = append(st.dead, p)
 		st.alive--
 	case best != a.cur:
 		a.switchTier(i, best)

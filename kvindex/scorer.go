@@ -149,7 +149,10 @@ func (s *Scorer) Score(ctx context.Context, model ModelID, keys []Key, candidate
 		res.Pods = res.Pods[:0]
 		return err
 	}
-	slices.SortFunc(res.Pods, comparePodScores)
+	// a PrefixScorer may deliver them sorted already (see MemoryIndex)
+	if !slices.IsSortedFunc(res.Pods, comparePodScores) {
+		slices.SortFunc(res.Pods, comparePodScores)
+	}
 	return nil
 }
 
