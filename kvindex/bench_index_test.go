@@ -82,6 +82,13 @@ func BenchmarkMemoryAddEvicting(b *testing.B) {
 // keys), some blocks also on CPU, plus 200k unrelated entries so the tables
 // have a realistic size.
 func scoreFixture(b *testing.B, npods int) (*MemoryIndex, []Key) {
+	return scoreFixtureRuns(b, npods, 1)
+}
+
+// scoreFixtureRuns is scoreFixture with pods ending their runs in bunches
+// of bunch pods at a time (pod p holds the first 512*(p/bunch+1)/(npods/bunch)
+// blocks).
+func scoreFixtureRuns(b *testing.B, npods, bunch int) (*MemoryIndex, []Key) {
 	idx := NewMemoryIndex(MemoryConfig{})
 	ctx := context.Background()
 	keys := make([]Key, 512)
@@ -89,7 +96,7 @@ func scoreFixture(b *testing.B, npods int) (*MemoryIndex, []Key) {
 		keys[i] = benchKey(uint64(i))
 	}
 	for p := 0; p < npods; p++ {
-		n := 512 * (p + 1) / npods
+		n := 512 * (p/bunch + 1) / (npods / bunch)
 		if err := idx.Add(ctx, 0, PodID(p), TierGPU, 0, keys[:n]); err != nil {
 			b.Fatal(err)
 		}
@@ -111,8 +118,8 @@ func scoreFixture(b *testing.B, npods int) (*MemoryIndex, []Key) {
 	return idx, keys
 }
 
-func benchmarkScore(b *testing.B, npods int) {
-	idx, keys := scoreFixture(b, npods)
+func benchmarkScore(b *testing.B, npods, bunch int) {
+	idx, keys := scoreFixtureRuns(b, npods, bunch)
 	s := NewScorer(idx, DefaultTierWeights())
 	ctx := context.Background()
 	var res ScoreResult
@@ -133,8 +140,14 @@ func benchmarkScore(b *testing.B, npods int) {
 
 // BenchmarkScore512x8 and BenchmarkScore512x64: index lookup + scoring of a
 // 512-block request (8k tokens at block size 16), no transport.
-func BenchmarkScore512x8(b *testing.B)  { benchmarkScore(b, 8) }
-func BenchmarkScore512x64(b *testing.B) { benchmarkScore(b, 64) }
+func BenchmarkScore512x8(b *testing.B)  { benchmarkScore(b, 8, 1) }
+func BenchmarkScore512x64(b *testing.B) { benchmarkScore(b, 64, 1) }
+
+// BenchmarkScore512x64Bunched is BenchmarkScore512x64 with pods ending
+// their runs four at a time: holder sets then change by several holders
+// per step, which the fused scorer handles by a full diff instead of
+// patching one holder.
+func BenchmarkScore512x64Bunched(b *testing.B) { benchmarkScore(b, 64, 4) }
 
 // BenchmarkBytesPerEntry measures heap bytes per live (block, pod) entry for
 // 1M entries over 8 pods.

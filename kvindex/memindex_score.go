@@ -55,17 +55,24 @@ func (idx *MemoryIndex) ScorePrefix(ctx context.Context, model ModelID, keys []K
 		return ctx.Err()
 	}
 	// Longest runs first: pods still alive, then the dead ones latest
-	// death first. With one tier that is already the Scorer's order, which
-	// then only checks it.
+	// death first, pods that died together in the order they died (by
+	// PodID: diffs walk holders in pod order). With one tier that is
+	// already the Scorer's order, which then only checks it.
 	for _, p := range st.touched {
 		if a := &st.acc[p]; a.state == podAlive {
 			a.appendScore(res, p, stop, &st.w)
 		}
 	}
-	for k := len(st.dead) - 1; k >= 0; k-- {
-		p := st.dead[k]
-		a := &st.acc[p]
-		a.appendScore(res, p, a.end, &st.w)
+	for hi := len(st.dead); hi > 0; {
+		end := st.acc[st.dead[hi-1]].end
+		lo := hi - 1
+		for lo > 0 && st.acc[st.dead[lo-1]].end == end {
+			lo--
+		}
+		for _, p := range st.dead[lo:hi] {
+			st.acc[p].appendScore(res, p, end, &st.w)
+		}
+		hi = lo
 	}
 	return nil
 }
