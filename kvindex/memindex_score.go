@@ -104,10 +104,12 @@ func (st *memScore) begin(idx *MemoryIndex, w TierWeights, candidates []PodID) {
 
 // scoreWalk returns the block where the walk stopped (-1 if ctx is done).
 //
-// Keys go in groups of prefetchGroup: first every key of the group is
-// hashed and its header read (value word and holder-set signature, see
-// shard.head), the groups' loads back to back so that cache misses overlap;
-// then the group is walked. A block whose signature equals the previous
+// Keys go in groups of prefetchGroup. Each key's header (value word and
+// holder-set signature, see shard.head) is read in two halves: first the
+// slots of the whole group, then the chunk signatures of the whole group,
+// so that the cache misses of each half overlap instead of following one
+// another key by key. Then the group is walked. A block whose signature
+// equals the previous
 // step's costs one compare. Otherwise it is a step, handled by the cheapest
 // exact rule that applies:
 //
