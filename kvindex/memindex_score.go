@@ -139,6 +139,7 @@ func (idx *MemoryIndex) scoreWalk(ctx context.Context, model ModelID, keys []Key
 	var prevV, prevSig uint64 // value word and signature of the last step
 	var group [prefetchGroup]keyHead
 	salt := modelSalt(model)
+	shards, shift := idx.shards, 64-idx.shardBits // shardOf, hoisted
 	step := int32(0)
 	for base := 0; base < len(keys); base += prefetchGroup {
 		n := min(prefetchGroup, len(keys)-base)
@@ -146,7 +147,7 @@ func (idx *MemoryIndex) scoreWalk(ctx context.Context, model ModelID, keys []Key
 			g := &group[j]
 			g.sk = uint64(keys[base+j]) ^ salt
 			g.h = mix64(g.sk)
-			g.sh = idx.shardOf(g.h)
+			g.sh = &shards[g.h>>shift&uint64(len(shards)-1)]
 			g.s1, g.v = g.sh.headStart(g.h, g.sk)
 		}
 		for j := 0; j < n; j++ {
