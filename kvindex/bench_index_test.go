@@ -78,18 +78,11 @@ func BenchmarkMemoryAddEvicting(b *testing.B) {
 }
 
 // scoreFixture builds an index where npods pods share one 512-block prefix
-// but hold runs of different lengths (pod p holds the first 512*(p+1)/npods
-// blocks, so the last pod holds all of them and the lookup walks all 512
-// keys), some blocks also on CPU, plus 200k unrelated entries so the tables
-// have a realistic size.
-func scoreFixture(b *testing.B, npods int) (*MemoryIndex, []Key) {
-	return scoreFixtureRuns(b, npods, 1)
-}
-
-// scoreFixtureRuns is scoreFixture with pods ending their runs in bunches
-// of bunch pods at a time (pod p holds the first 512*(p/bunch+1)/(npods/bunch)
-// blocks).
-func scoreFixtureRuns(b *testing.B, npods, bunch int) (*MemoryIndex, []Key) {
+// but hold runs of different lengths, ending bunch pods at a time (pod p
+// holds the first 512*(p/bunch+1)/(npods/bunch) blocks, so the last pods
+// hold all of them and the lookup walks all 512 keys), some blocks also on
+// CPU, plus 200k unrelated entries so the tables have a realistic size.
+func scoreFixture(b *testing.B, npods, bunch int) (*MemoryIndex, []Key) {
 	idx := NewMemoryIndex(MemoryConfig{})
 	ctx := context.Background()
 	keys := make([]Key, 512)
@@ -120,7 +113,7 @@ func scoreFixtureRuns(b *testing.B, npods, bunch int) (*MemoryIndex, []Key) {
 }
 
 func benchmarkScore(b *testing.B, npods, bunch int) {
-	idx, keys := scoreFixtureRuns(b, npods, bunch)
+	idx, keys := scoreFixture(b, npods, bunch)
 	s := NewScorer(idx, DefaultTierWeights())
 	ctx := context.Background()
 	var res ScoreResult
@@ -182,6 +175,9 @@ func BenchmarkScore512x8Cold(b *testing.B) {
 	s := NewScorer(idx, DefaultTierWeights())
 	ctx := context.Background()
 	var res ScoreResult
+	if err := s.Score(ctx, 0, prompts[0], nil, &res); err != nil || len(res.Pods) != 8 {
+		b.Fatalf("fixture broken: %v %v", err, res.Pods)
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for n := 0; n < b.N; n++ {
