@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"runtime"
+	"sync"
 	"testing"
 )
 
@@ -77,11 +78,11 @@ func BenchmarkMemoryAddEvicting(b *testing.B) {
 }
 
 // scoreFixture builds an index where npods pods share one 512-block prefix
-// but hold runs of different lengths (pod p holds the first 512*(p+1)/npods
-// blocks, so the last pod holds all of them and the lookup walks all 512
-// keys), some blocks also on CPU, plus 200k unrelated entries so the tables
-// have a realistic size.
-func scoreFixture(b *testing.B, npods int) (*MemoryIndex, []Key) {
+// but hold runs of different lengths, ending bunch pods at a time (pod p
+// holds the first 512*(p/bunch+1)/(npods/bunch) blocks, so the last pods
+// hold all of them and the lookup walks all 512 keys), some blocks also on
+// CPU, plus 200k unrelated entries so the tables have a realistic size.
+func scoreFixture(b *testing.B, npods, bunch int) (*MemoryIndex, []Key) {
 	idx := NewMemoryIndex(MemoryConfig{})
 	ctx := context.Background()
 	keys := make([]Key, 512)
@@ -89,7 +90,7 @@ func scoreFixture(b *testing.B, npods int) (*MemoryIndex, []Key) {
 		keys[i] = benchKey(uint64(i))
 	}
 	for p := 0; p < npods; p++ {
-		n := 512 * (p + 1) / npods
+		n := 512 * (p/bunch + 1) / (npods / bunch)
 		if err := idx.Add(ctx, 0, PodID(p), TierGPU, 0, keys[:n]); err != nil {
 			b.Fatal(err)
 		}
@@ -111,8 +112,8 @@ func scoreFixture(b *testing.B, npods int) (*MemoryIndex, []Key) {
 	return idx, keys
 }
 
-func benchmarkScore(b *testing.B, npods int) {
-	idx, keys := scoreFixture(b, npods)
+func benchmarkScore(b *testing.B, npods, bunch int) {
+	idx, keys := scoreFixture(b, npods, bunch)
 	s := NewScorer(idx, DefaultTierWeights())
 	ctx := context.Background()
 	var res ScoreResult
@@ -133,8 +134,59 @@ func benchmarkScore(b *testing.B, npods int) {
 
 // BenchmarkScore512x8 and BenchmarkScore512x64: index lookup + scoring of a
 // 512-block request (8k tokens at block size 16), no transport.
-func BenchmarkScore512x8(b *testing.B)  { benchmarkScore(b, 8) }
-func BenchmarkScore512x64(b *testing.B) { benchmarkScore(b, 64) }
+func BenchmarkScore512x8(b *testing.B)  { benchmarkScore(b, 8, 1) }
+func BenchmarkScore512x64(b *testing.B) { benchmarkScore(b, 64, 1) }
+
+// BenchmarkScore512x64Bunched is BenchmarkScore512x64 with pods ending
+// their runs four at a time: holder sets then change by several holders
+// per step, which the fused scorer handles by a full diff instead of
+// patching one holder.
+func BenchmarkScore512x64Bunched(b *testing.B) { benchmarkScore(b, 64, 4) }
+
+// coldFixture holds 1024 different 512-block prompts, each a prefix of
+// which 8 pods hold (pod p the first 64*(p+1) blocks): 512k keys, far more
+// than the caches hold. Built once, it is shared by the runs of
+// BenchmarkScore512x8Cold.
+var coldFixture = sync.OnceValues(func() (*MemoryIndex, [][]Key) {
+	const prompts, npods = 1024, 8
+	idx := NewMemoryIndex(MemoryConfig{Capacity: 16 << 20})
+	ctx := context.Background()
+	keys := make([][]Key, prompts)
+	for q := range keys {
+		keys[q] = make([]Key, 512)
+		for i := range keys[q] {
+			keys[q][i] = benchKey(uint64(q)<<20 | uint64(i))
+		}
+		for p := 0; p < npods; p++ {
+			_ = idx.Add(ctx, 0, PodID(p), TierGPU, 0, keys[q][:512*(p+1)/npods])
+		}
+	}
+	return idx, keys
+})
+
+// BenchmarkScore512x8Cold is BenchmarkScore512x8 with each call scoring a
+// different prompt, so the slots and chunks it reads are mostly not in
+// cache: it measures how well the lookups' cache misses overlap.
+func BenchmarkScore512x8Cold(b *testing.B) {
+	idx, prompts := coldFixture()
+	if st := idx.Stats(); st.Evictions != 0 || st.Keys != 1024*512 {
+		b.Fatalf("fixture broken: %+v", st)
+	}
+	s := NewScorer(idx, DefaultTierWeights())
+	ctx := context.Background()
+	var res ScoreResult
+	if err := s.Score(ctx, 0, prompts[0], nil, &res); err != nil || len(res.Pods) != 8 {
+		b.Fatalf("fixture broken: %v %v", err, res.Pods)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		// a stride coprime to the prompt count visits every prompt
+		if err := s.Score(ctx, 0, prompts[n*7919%len(prompts)], nil, &res); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
 
 // BenchmarkBytesPerEntry measures heap bytes per live (block, pod) entry for
 // 1M entries over 8 pods.

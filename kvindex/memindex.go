@@ -184,6 +184,17 @@ func mix64(x uint64) uint64 {
 	return x
 }
 
+// unmix64 inverts mix64: unmix64(mix64(x)) == x. Fused scoring uses it to
+// recover the one holder by which two holder-set signatures differ.
+func unmix64(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0x9cb4b2f8129337db // inverse of 0xc4ceb9fe1a85ec53 mod 2^64
+	x ^= x >> 33
+	x *= 0x4f74430c22a54005 // inverse of 0xff51afd7ed558ccd mod 2^64
+	x ^= x >> 33
+	return x
+}
+
 // modelSalt is XORed into a model's keys (see MemoryIndex). Callers compute
 // it once per call, not per key.
 func modelSalt(m ModelID) uint64 {

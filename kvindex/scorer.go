@@ -89,14 +89,21 @@ func (r *podRun) switchTier(i int32, t Tier) {
 }
 
 // appendScore ends pod p's run at block matched (exclusive) and appends its
-// score to res.
+// score to res. It fills the new element in place, field by field: building
+// a PodScore and appending it costs several times more (wide loads of
+// freshly written narrow fields stall store forwarding).
 func (r *podRun) appendScore(res *ScoreResult, p PodID, matched int32, w *TierWeights) {
 	r.tiers[r.cur] += matched - r.runStart
-	ps := PodScore{Pod: p, MatchedBlocks: int(matched), TierBlocks: r.tiers}
-	for t, n := range r.tiers {
-		ps.Score += float64(n) * w[t]
+	res.Pods = append(res.Pods, PodScore{})
+	ps := &res.Pods[len(res.Pods)-1]
+	ps.Pod, ps.MatchedBlocks = p, int(matched)
+	var score float64
+	for t := range r.tiers {
+		n := r.tiers[t]
+		ps.TierBlocks[t] = n
+		score += float64(n) * w[t]
 	}
-	res.Pods = append(res.Pods, ps)
+	ps.Score = score
 }
 
 // podAcc is one pod's running match in a generic Score call. gen says
@@ -142,7 +149,10 @@ func (s *Scorer) Score(ctx context.Context, model ModelID, keys []Key, candidate
 		res.Pods = res.Pods[:0]
 		return err
 	}
-	slices.SortFunc(res.Pods, comparePodScores)
+	// a PrefixScorer may deliver them sorted already (see MemoryIndex)
+	if !slices.IsSortedFunc(res.Pods, comparePodScores) {
+		slices.SortFunc(res.Pods, comparePodScores)
+	}
 	return nil
 }
 

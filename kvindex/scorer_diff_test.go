@@ -118,8 +118,8 @@ func randomPrefixFleet(f *fleetBuilder, rng *rand.Rand, keys []Key, npods int) {
 func TestScorerDifferential(t *testing.T) {
 	ctx := context.Background()
 	seeds := 200
-	if testing.Short() {
-		seeds = 40
+	if testing.Short() || raceEnabled { // the concurrent test below is the one for -race
+		seeds = 20
 	}
 	// distinct weights: with a tie, which tier a block counts for is not
 	// defined
@@ -222,8 +222,8 @@ func TestScorerDifferentialConcurrent(t *testing.T) {
 		t.Fatalf("weak fixture: %d stable pods score", len(want))
 	}
 	rounds := 3000
-	if testing.Short() {
-		rounds = 500
+	if testing.Short() || raceEnabled {
+		rounds = 800
 	}
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
