@@ -24,9 +24,14 @@ var endSeq = [8]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 // replay socket and queues them, in order, ahead of the live batch that
 // revealed the gap. st.order is held (that is what keeps the order); st.mu
 // is taken only to publish statistics, so snapshots proceed meanwhile.
-func (s *Subscriber) replay(ctx context.Context, st *stream, src *source, model string, from, to uint64) {
+//
+// filled reports that every batch up to to-1 was queued, in one unbroken run
+// starting at run; run > from means the engine's buffer no longer holds the
+// start of the gap.
+func (s *Subscriber) replay(ctx context.Context, st *stream, src *source, model string, from, to uint64) (run uint64, filled bool) {
 	var got uint64
 	next := from
+	run = from
 	err := fetchReplay(ctx, src.replay, from, s.cfg.ReplayTimeout, s.drop, func(seq uint64, payload []byte) {
 		if seq < next || seq >= to {
 			return // outside the gap, or a duplicate
@@ -41,6 +46,9 @@ func (s *Subscriber) replay(ctx context.Context, st *stream, src *source, model 
 			st.stats.DecodeErrors += uint64(evErrs)
 			st.mu.Unlock()
 		}
+		if seq != next {
+			run = seq
+		}
 		next = seq + 1
 		got++
 		s.enqueue(st, b)
@@ -54,6 +62,7 @@ func (s *Subscriber) replay(ctx context.Context, st *stream, src *source, model 
 	case got < to-from:
 		result, err = "partial", errors.New("engine no longer buffers every missed batch")
 	}
+	filled = next == to && (err == nil || result == "partial")
 	st.mu.Lock()
 	st.stats.ReplayedBatches += got
 	st.stats.Replaying = false
@@ -66,6 +75,7 @@ func (s *Subscriber) replay(ctx context.Context, st *stream, src *source, model 
 	}
 	s.log.Log(ctx, lvl, "replay finished", "pod", st.key.pod, "dp_rank", st.key.rank, "from", from,
 		"to", to, "recovered", got, "wanted", to-from, "result", result, "err", err)
+	return run, filled
 }
 
 // replayDialAddr maps a replay endpoint to what net.Dial takes.

@@ -24,6 +24,21 @@ type StreamStats struct {
 	Restarts        uint64 // backward jumps (engine restarts)
 	DecodeErrors    uint64 // malformed events dropped
 	Overflows       uint64 // batches dropped on a full queue
+	// Complete is true when the sink has seen every batch of the current
+	// publisher lifetime since its cache was last empty (seq 0, or an
+	// AllBlocksCleared), so the index holds exactly what the pod holds.
+	// CompleteSinceSeq is the first seq of the unbroken run of batches the
+	// sink holds; IncompleteReason says why the run does not reach back to an
+	// empty cache: "joined_late" (first batch seen after seq 0 and no replay
+	// endpoint), "replay_window" (the engine's replay buffer no longer holds
+	// the start), "gap" (batches lost and not replayed), "restart" (the engine
+	// restarted and its first batches were missed), "overflow" (a batch
+	// dropped on a full queue).
+	Complete         bool
+	CompleteSinceSeq uint64
+	IncompleteReason string
+	// Epoch is SGLang's publisher lifecycle id (topic metadata), if sent.
+	Epoch string
 }
 
 type streamKey struct {
@@ -47,6 +62,7 @@ type stream struct {
 	lastSeq   uint64
 	needClear bool
 	clearWhy  string
+	epoch     string
 
 	// mu guards stats. It is held only to copy or bump them, never across
 	// I/O or a channel operation: Streams takes nothing else.
@@ -96,21 +112,36 @@ func (s *Subscriber) stream(k streamKey) *stream {
 }
 
 // sequence checks b's seq against the stream, repairs or flags what it finds
-// and queues b. evErrs is the number of b's events the decoder dropped.
-func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *kvindex.Batch, evErrs int) {
+// and queues b. evErrs is the number of b's events the decoder dropped;
+// epoch is SGLang's publisher lifecycle id from the topic (nil if none).
+//
+// A stream first seen after seq 0 is a gap from the start: with a replay
+// endpoint the engine's buffer is fetched (catching up a daemon that started
+// or reconnected after the engine published), otherwise the stream is marked
+// incomplete (StreamStats.Complete).
+func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *kvindex.Batch, evErrs int, epoch []byte) {
 	st.order.Lock()
 	defer st.order.Unlock()
 	var missed uint64
 	restart := false
 	last := st.lastSeq
-	if st.hasSeq {
-		switch {
-		case b.Seq == last+1:
-		case b.Seq > last+1:
-			missed = b.Seq - last - 1
-		default:
-			restart = true
-		}
+	from := last + 1
+	newEpoch := epoch != nil && string(epoch) != st.epoch
+	switch {
+	case st.hasSeq && newEpoch && st.epoch != "":
+		// Another publisher lifetime: its cache started empty whatever
+		// its seq says.
+		restart = true
+	case st.hasSeq && b.Seq == last+1:
+	case st.hasSeq && b.Seq > last+1:
+		missed = b.Seq - last - 1
+	case st.hasSeq:
+		restart = true
+	case b.Seq > 0:
+		missed, from = b.Seq, 0
+	}
+	if newEpoch {
+		st.epoch = string(epoch)
 	}
 	replay := missed > 0 && src.replay != ""
 
@@ -119,11 +150,12 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 	// removal clears it (RemoveEndpoint).
 	st.stats.Endpoint, st.stats.Engine, st.stats.Model = src.addr, src.engine, b.Model
 	st.stats.DecodeErrors += uint64(evErrs)
-	if missed > 0 {
+	st.stats.Epoch = st.epoch
+	if missed > 0 && st.hasSeq {
 		st.stats.SeqGaps++
 		st.stats.MissedBatches += missed
-		st.stats.Replaying = replay
 	}
+	st.stats.Replaying = replay
 	if restart {
 		st.stats.Restarts++
 	}
@@ -131,23 +163,55 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 
 	switch {
 	case missed > 0:
-		s.m.SeqGaps.Inc()
-		s.m.MissedBatches.Add(float64(missed))
-		s.log.Warn("KV event sequence gap: batches lost", "pod", b.Pod, "dp_rank", b.DPRank,
-			"last_seq", last, "seq", b.Seq, "missed", missed, "replay", replay)
+		if st.hasSeq {
+			s.m.SeqGaps.Inc()
+			s.m.MissedBatches.Add(float64(missed))
+			s.log.Warn("KV event sequence gap: batches lost", "pod", b.Pod, "dp_rank", b.DPRank,
+				"last_seq", last, "seq", b.Seq, "missed", missed, "replay", replay)
+		} else {
+			s.log.Info("joined a stream after its start", "pod", b.Pod, "dp_rank", b.DPRank,
+				"seq", b.Seq, "catch_up", replay)
+		}
+		why := "gap"
+		if !st.hasSeq {
+			why = "joined_late"
+		}
+		since, keep := b.Seq, false
 		if replay {
-			s.replay(ctx, st, src, b.Model, last+1, b.Seq)
+			run, filled := s.replay(ctx, st, src, b.Model, from, b.Seq)
 			if ctx.Err() != nil {
 				// The endpoint is being removed (its clear follows) or the
 				// subscriber is stopping: the live batch goes with the replay.
 				return
 			}
+			switch {
+			case !filled:
+			case run > from:
+				since, why = run, "replay_window"
+			case st.hasSeq:
+				keep = true // the gap is repaired: completeness unchanged
+			default:
+				since, why = 0, ""
+			}
+		}
+		if !keep {
+			st.setComplete(since, why)
 		}
 	case restart:
 		s.m.Restarts.Inc()
 		s.log.Warn("engine restart detected (sequence went backwards): clearing pod", "pod", b.Pod,
 			"dp_rank", b.DPRank, "last_seq", last, "seq", b.Seq)
 		st.needClear, st.clearWhy = true, "restart"
+		why := "restart"
+		if b.Seq == 0 {
+			why = ""
+		}
+		st.setComplete(b.Seq, why)
+	case !st.hasSeq:
+		st.setComplete(0, "")
+	}
+	if hasClear(b) {
+		st.setComplete(b.Seq, "")
 	}
 	st.hasSeq, st.lastSeq = true, b.Seq
 	st.mu.Lock()
@@ -155,6 +219,24 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 	st.stats.Batches++
 	st.mu.Unlock()
 	s.enqueue(st, b)
+}
+
+// setComplete records how far back the sink's view of the stream is
+// unbroken; why == "" means back to an empty cache.
+func (st *stream) setComplete(since uint64, why string) {
+	st.mu.Lock()
+	st.stats.CompleteSinceSeq, st.stats.IncompleteReason, st.stats.Complete = since, why, why == ""
+	st.mu.Unlock()
+}
+
+// hasClear reports whether the engine itself cleared its cache in b.
+func hasClear(b *kvindex.Batch) bool {
+	for i := range b.Events {
+		if b.Events[i].Kind == kvindex.AllBlocksCleared {
+			return true
+		}
+	}
+	return false
 }
 
 // enqueue hands b to its worker without blocking the socket reader. On a
@@ -184,4 +266,8 @@ func (s *Subscriber) enqueue(st *stream, b *kvindex.Batch) {
 			"pod", b.Pod, "dp_rank", b.DPRank, "seq", b.Seq)
 	}
 	st.needClear, st.clearWhy = true, "overflow"
+	st.mu.Lock()
+	// The clear that follows empties the index, not the pod's cache.
+	st.stats.Complete, st.stats.IncompleteReason, st.stats.CompleteSinceSeq = false, "overflow", b.Seq+1
+	st.mu.Unlock()
 }
