@@ -106,14 +106,15 @@ def main():
     fixtures = []
     h = keys(chain(TOKENS))
 
-    def add(name, version, payload, expect, topic=None, engine="vllm", notes=""):
+    def add(name, version, payload, expect, parity, topic=None, engine="vllm"):
         with open(os.path.join(OUT, name + ".msgpack"), "wb") as f:
             f.write(payload)
         # The same payload seeds the decoder's fuzz corpus (go test fuzz v1).
         with open(os.path.join(FUZZ, name), "w") as f:
             f.write('go test fuzz v1\n[]byte("%s")\n' % "".join("\\x%02x" % c for c in payload))
         fixtures.append({"name": name, "engine_version": version, "engine": engine,
-                         "topic": topic or ("kv@pod-%s@model-a" % name), "expect": expect, "notes": notes})
+                         "topic": topic or ("kv@pod-%s@model-a" % name), "expect": expect,
+                         "parity_matches": parity[0], "parity_unverified": parity[1]})
 
     def want(tier, ks, pod=None):
         return {"tier": tier, "keys": ks, **({"pod": pod} if pod else {})}
@@ -121,13 +122,13 @@ def main():
     # vLLM ~0.10-0.23: tagged arrays, [ts, events] without a DP rank.
     add("vllm_0_10_array", "vLLM 0.10-0.23 (array_like)", batch([
         stored("array", block_hashes=h, parent_block_hash=None, token_ids=TOKENS, block_size=BS, medium="GPU"),
-    ], omit_rank=True), [want("gpu", h)])
+    ], omit_rank=True), [want("gpu", h)], (2, 0))
 
     # vLLM >= 0.24: maps with "type", omit_defaults; a removal.
     add("vllm_0_24_map", "vLLM >= 0.24 (map, omit_defaults)", batch([
         stored("map", block_hashes=h, parent_block_hash=None, token_ids=TOKENS, block_size=BS, medium="GPU"),
         removed("map", block_hashes=h[1:], medium="GPU"),
-    ]), [want("gpu", h[:1])])
+    ]), [want("gpu", h[:1])], (2, 0))
 
     # Typed extra keys (LoRA, multimodal) and one key nobody knows yet.
     lora = keys(chain(TOKENS, [("sql-lora",), ("sql-lora",)]))
@@ -141,13 +142,13 @@ def main():
                extra_keys=[[{"type": "mm", "modality": "image", "hash": "img-A", "block_offset": 0}]]),
         stored("map", block_hashes=[future], parent_block_hash=None, token_ids=TOKENS[:4], block_size=BS,
                medium="GPU", extra_keys=[[{"type": "speculative_future_key", "weight": 0.5}]]),
-    ]), [want("gpu", lora + mm + [future])])
+    ]), [want("gpu", lora + mm + [future])], (3, 1))
 
     # Legacy raw tuples (vLLM 0.17+ extra_keys): LoRA name as a bare string.
     add("vllm_legacy_extra_keys", "vLLM 0.17+ extra_keys (raw tuples)", batch([
         stored("array", block_hashes=lora, parent_block_hash=None, token_ids=TOKENS, block_size=BS, lora_id=1,
                medium="GPU", lora_name="sql-lora", extra_keys=[["sql-lora"], ["sql-lora"]]),
-    ]), [want("gpu", lora)])
+    ]), [want("gpu", lora)], (2, 0))
 
     # Hybrid: group 0 full attention, group 1 sliding window.
     add("vllm_hybrid_groups", "vLLM hybrid (group_idx, kv_cache_spec_kind)", batch([
@@ -157,7 +158,7 @@ def main():
                group_idx=1, kv_cache_spec_kind="sliding_window", kv_cache_spec_sliding_window=4),
         removed("map", block_hashes=h[:1], medium="GPU", group_idx=1),  # out of window: match unchanged
         removed("map", block_hashes=h[1:], medium="GPU", group_idx=0),  # full attention evicts block 1
-    ]), [want("gpu", h[:1])])
+    ]), [want("gpu", h[:1])], (2, 0))
 
     # Copies: block 0 stored twice, removed once; block 1 removed with an
     # explicit remaining count of 0.
@@ -166,7 +167,7 @@ def main():
         stored("map", block_hashes=h[:1], parent_block_hash=None, token_ids=TOKENS[:4], block_size=BS, medium="GPU"),
         removed("map", block_hashes=h[:1], medium="GPU"),
         removed("map", block_hashes=h[1:], medium="GPU", remaining_copy_counts=[0]),
-    ]), [want("gpu", h[:1])])
+    ]), [want("gpu", h[:1])], (3, 0))
 
     # Locality and media.
     add("vllm_locality_media", "vLLM locality/ownership, connector media", batch([
@@ -175,13 +176,13 @@ def main():
         stored("map", block_hashes=h[:1], parent_block_hash=None, token_ids=[], block_size=0, medium="CPU_PINNED"),
         stored("map", block_hashes=h[1:], parent_block_hash=None, token_ids=[], block_size=0,
                medium="SHARED_STORAGE"),
-    ]), [want("cpu", h[:1]), want("external", h[1:])])
+    ]), [want("cpu", h[:1]), want("external", h[1:])], (0, 2))
 
     # llm-d storage-tier publisher: events packed as msgpack bytes.
     packed = [msgpack.packb(stored("array", block_hashes=h, parent_block_hash=None, token_ids=TOKENS,
                                    block_size=BS, medium="DISK"), use_bin_type=True)]
     add("llmd_packed_events", "llm-d storage-tier publisher (pre-packed events)", batch(packed),
-        [want("disk", h)])
+        [want("disk", h)], (2, 0))
 
     # SGLang with snapshots enabled (epoch in the topic), EAGLE token pairs,
     # a salted request's metadata map; hashes are SGLang's own (signed).
@@ -189,7 +190,7 @@ def main():
     pairs = [[t, t + 1] for t in TOKENS]
     add("sglang_eagle_epoch_salt", "SGLang (array_like, epoch topic, EAGLE pairs, cache_salt)", batch([
         ["BlockStored", [s64(0xF000000000000001), 7], None, pairs, BS, None, "GPU", {"cache_salt": "salt-1"}],
-    ]), [want("gpu", salted, pod="pod-sg")], topic="kv@pod-sg@model-a\x00sgl-kv-epoch=e1", engine="sglang")
+    ]), [want("gpu", salted, pod="pod-sg")], (0, 0), topic="kv@pod-sg@model-a\x00sgl-kv-epoch=e1", engine="sglang")
 
     with open(os.path.join(OUT, "manifest.json"), "w") as f:
         json.dump({"generator": "hack/gen_kvevent_fixtures.py", "hash": "sha256_cbor", "seed": "0",
