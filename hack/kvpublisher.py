@@ -8,6 +8,7 @@ kvindexd by hand. Needs Debian's python3-zmq and python3-msgpack; run it with
 Usage:
   /usr/bin/python3 hack/kvpublisher.py --endpoint tcp://127.0.0.1:PORT --mode connect|bind
                                        [--replay-endpoint tcp://127.0.0.1:PORT] [--replay-legacy]
+                                       [--buffer-steps N]
 
   --mode bind     the publisher binds ENDPOINT and kvindexd connects (per-pod topology,
                   like vLLM with endpoint "tcp://*:5557")
@@ -138,6 +139,8 @@ def main():
     ap.add_argument("--mode", choices=["connect", "bind"], required=True)
     ap.add_argument("--replay-endpoint")
     ap.add_argument("--replay-legacy", action="store_true")
+    ap.add_argument("--buffer-steps", type=int, default=10000,
+                    help="batches the replay buffer keeps (vLLM's buffer_steps, default 10000)")
     args = ap.parse_args()
 
     ctx = zmq.Context()
@@ -215,7 +218,7 @@ def main():
         seq = int(msg["seq"])
         payload = encode_batch(msg)
         buffered.append((seq, topic, payload))
-        del buffered[:-10000]  # vLLM's default buffer_steps
+        del buffered[:-args.buffer_steps]
         if not msg.get("skip_live", False):
             pub.send_multipart([topic, seq.to_bytes(8, "big"), payload])
 

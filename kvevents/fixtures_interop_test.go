@@ -218,3 +218,50 @@ func TestInteropFixturesIndexExactly(t *testing.T) {
 		t.Errorf("SGLang epoch %q", st.Epoch)
 	}
 }
+
+// A daemon that connects after the engine published catches up from the
+// engine's replay buffer (real libzmq ROUTER) and says how far the pod is
+// known complete; a buffer that no longer holds seq 0 leaves it incomplete.
+func TestInteropCatchUpAtFirstSight(t *testing.T) {
+	requireInterop(t)
+	for _, tc := range []struct {
+		name      string
+		buffer    string
+		since     uint64
+		complete  bool
+		why       string
+		wantBatch int
+	}{
+		{"whole_buffer", "100", 0, true, "", 4},
+		{"buffer_too_short", "2", 2, false, "replay_window", 2}, // the buffer holds 2 and 3
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sink := newCollectSink()
+			addr := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+			replay := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+			s := startSub(t, Config{Endpoints: []EndpointConfig{{Address: addr, ReplayAddress: replay}}}, sink, nil)
+			py := startPy(t, "--endpoint", addr, "--mode", "bind", "--replay-endpoint", replay, "--buffer-steps", tc.buffer)
+			const topic = "kv@pod-late@m"
+			for seq := 0; seq < 4; seq++ {
+				// 0..2 were published before we subscribed: only the buffer has them
+				py.SendJSON(obj{"topic": topic, "seq": seq, "form": "map", "skip_live": seq < 3, "events": []obj{{
+					"type": "BlockStored", "block_hashes": []any{100 + seq}, "parent_block_hash": nil,
+					"token_ids": []int{1, 2}, "block_size": 2}}})
+			}
+			bs := sink.waitFor(t, "seq 3", hasSeq("pod-late", 3))
+			py.Close()
+			if len(bs) != tc.wantBatch {
+				t.Fatalf("got %s", describe(bs))
+			}
+			for i, b := range bs {
+				if want := uint64(4 - tc.wantBatch + i); b.Seq != want {
+					t.Fatalf("batch %d seq %d, want %d (in order, before the live one)", i, b.Seq, want)
+				}
+			}
+			st := s.Streams()[0]
+			if st.Complete != tc.complete || st.CompleteSinceSeq != tc.since || st.IncompleteReason != tc.why || st.SeqGaps != 0 {
+				t.Fatalf("stream %+v", st)
+			}
+		})
+	}
+}
