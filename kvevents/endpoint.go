@@ -182,6 +182,9 @@ func (s *Subscriber) connectLoop(ctx context.Context, src *source) {
 			s.m.ConnectedEndpoints.Inc()
 			s.log.Info("connected to engine", "endpoint", src.addr)
 			backoff = s.cfg.ReconnectMin
+			if src.replay != "" && !s.cfg.DisableCatchUp {
+				s.catchUp(ctx, src)
+			}
 			s.recvLoop(ctx, sock, src)
 			src.connected.Store(false)
 			s.m.ConnectedEndpoints.Dec()

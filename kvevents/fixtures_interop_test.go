@@ -219,9 +219,9 @@ func TestInteropFixturesIndexExactly(t *testing.T) {
 	}
 }
 
-// A daemon that connects after the engine published catches up from the
-// engine's replay buffer (real libzmq ROUTER) and says how far the pod is
-// known complete; a buffer that no longer holds seq 0 leaves it incomplete.
+// A stream first seen after its start is replayed from seq 0 out of the
+// engine's buffer (real libzmq ROUTER), and says how far the pod is known
+// complete; a buffer that no longer holds seq 0 leaves it incomplete.
 func TestInteropCatchUpAtFirstSight(t *testing.T) {
 	requireInterop(t)
 	for _, tc := range []struct {
@@ -239,7 +239,9 @@ func TestInteropCatchUpAtFirstSight(t *testing.T) {
 			sink := newCollectSink()
 			addr := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
 			replay := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
-			s := startSub(t, Config{Endpoints: []EndpointConfig{{Address: addr, ReplayAddress: replay}}}, sink, nil)
+			// Catch-up at connect is off: this is the first live batch
+			// revealing the missed start (TestCatchUpAtConnect covers connect).
+			s := startSub(t, Config{DisableCatchUp: true, Endpoints: []EndpointConfig{{Address: addr, ReplayAddress: replay}}}, sink, nil)
 			py := startPy(t, "--endpoint", addr, "--mode", "bind", "--replay-endpoint", replay, "--buffer-steps", tc.buffer)
 			const topic = "kv@pod-late@m"
 			for seq := 0; seq < 4; seq++ {

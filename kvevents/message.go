@@ -114,7 +114,7 @@ func (s *Subscriber) handle(ctx context.Context, src *source, frames [][]byte) {
 	if !ok {
 		return
 	}
-	s.sequence(ctx, s.stream(streamKey{pod, b.DPRank}), src, b, evErrs, epoch)
+	s.sequence(ctx, s.stream(streamKey{pod, b.DPRank}), src, b, evErrs, epoch, fromLive)
 }
 
 // decode decodes payload into b and counts the outcome; it reports whether
@@ -132,6 +132,17 @@ func (s *Subscriber) decode(payload []byte, b *kvindex.Batch, src *source) (bool
 		if k := b.Events[i].Kind; k <= kvindex.AllBlocksCleared {
 			s.counts.events[e][k].Inc()
 		}
+	}
+	if ds.IgnoredFields > 0 {
+		s.m.IgnoredFields.WithLabelValues(b.Engine.String()).Add(float64(ds.IgnoredFields))
+		s.log.Debug("optional KV event fields not interpreted; events kept", "pod", b.Pod, "seq", b.Seq,
+			"fields", ds.IgnoredFields, "first", ds.FirstIgnored)
+	}
+	if ds.UnknownMedia > 0 {
+		s.m.UnknownMedia.Add(float64(ds.UnknownMedia))
+	}
+	if ds.PackedEvents > 0 {
+		s.m.PackedEvents.Add(float64(ds.PackedEvents))
 	}
 	if ds.EventErrors > 0 {
 		s.counts.evErrs[e].Add(float64(ds.EventErrors))

@@ -32,7 +32,7 @@ func (s *Subscriber) replay(ctx context.Context, st *stream, src *source, model 
 	var got uint64
 	next := from
 	run = from
-	err := fetchReplay(ctx, src.replay, from, s.cfg.ReplayTimeout, s.drop, func(seq uint64, payload []byte) {
+	err := fetchReplay(ctx, src.replay, from, s.cfg.ReplayTimeout, s.drop, func(_ []byte, seq uint64, payload []byte) {
 		if seq < next || seq >= to {
 			return // outside the gap, or a duplicate
 		}
@@ -78,6 +78,76 @@ func (s *Subscriber) replay(ctx context.Context, st *stream, src *source, model 
 	return run, filled
 }
 
+// catchUp asks a freshly (re)connected endpoint's replay socket for every
+// batch it buffered after the last one we hold from that endpoint (all of
+// them the first time), so a daemon that starts or reconnects after the
+// engine published serves the engine at once instead of waiting for its next
+// event. Batches go through sequence like live ones, in order; it runs before
+// the endpoint's live socket is read, and live copies of what it delivered
+// are dropped (stream.dedup). Replies without a topic (vLLM <= 0.25) need the
+// endpoint's Pod; otherwise the first live batch repairs the start.
+func (s *Subscriber) catchUp(ctx context.Context, src *source) {
+	from, known := s.resumeSeq(src)
+	var got, skipped int
+	err := fetchReplay(ctx, src.replay, from, s.cfg.ReplayTimeout, s.drop, func(topic []byte, seq uint64, payload []byte) {
+		pod, model := src.pod, src.model
+		var epoch []byte
+		if topic != nil {
+			if !bytes.HasPrefix(topic, s.filterB) {
+				s.drop("topic_filter")
+				return
+			}
+			podB, modelB := parseTopic(topic)
+			_, epoch, _ = splitTopicMeta(topic)
+			if pod == "" {
+				pod = string(podB)
+			}
+			if model == "" {
+				model = string(modelB)
+			}
+		}
+		if pod == "" {
+			skipped++
+			return
+		}
+		b := &kvindex.Batch{Pod: pod, Model: model, Engine: src.engine, Seq: seq}
+		ok, evErrs := s.decode(payload, b, src)
+		if ok && s.sequence(ctx, s.stream(streamKey{pod, b.DPRank}), src, b, evErrs, epoch, fromCatchUp) {
+			got++
+		}
+	})
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	s.m.CatchUps.WithLabelValues(result).Inc()
+	s.m.ReplayedBatches.Add(float64(got))
+	s.log.Info("caught up from the engine's replay buffer", "endpoint", src.addr, "from", from, "known", known,
+		"batches", got, "unattributed", skipped, "err", err)
+}
+
+// resumeSeq is where catch-up starts for src: after the lowest last seq of
+// the streams that arrived through it, or 0 if none did.
+func (s *Subscriber) resumeSeq(src *source) (from uint64, known bool) {
+	s.mu.Lock()
+	all := make([]*stream, 0, len(s.streams))
+	for _, st := range s.streams {
+		all = append(all, st)
+	}
+	s.mu.Unlock()
+	for _, st := range all {
+		ss := st.snapshot()
+		if ss.Endpoint != src.addr {
+			continue
+		}
+		if !known || ss.LastSeq+1 < from {
+			from = ss.LastSeq + 1
+		}
+		known = true
+	}
+	return from, known
+}
+
 // replayDialAddr maps a replay endpoint to what net.Dial takes.
 func replayDialAddr(endpoint string) (network, address string, err error) {
 	switch {
@@ -91,7 +161,7 @@ func replayDialAddr(endpoint string) (network, address string, err error) {
 
 // fetchReplay is one exchange with an engine's replay socket (a ROUTER): it
 // asks for every buffered batch from seq from on and hands each reply to
-// deliver until the end marker. Replies are ["", seq8, payload] (vLLM <=
+// deliver until the end marker (topic is nil in the older layout). Replies are ["", seq8, payload] (vLLM <=
 // 0.25) or ["", topic, seq8, payload] (>= 0.26); the end marker has seq
 // 0xffffffffffffffff and an empty payload.
 //
@@ -101,7 +171,7 @@ func replayDialAddr(endpoint string) (network, address string, err error) {
 // handshake and receive take no context: a peer that accepts but never
 // answers would hold the caller forever.
 func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time.Duration,
-	drop func(reason string), deliver func(seq uint64, payload []byte)) error {
+	drop func(reason string), deliver func(topic []byte, seq uint64, payload []byte)) error {
 	network, address, err := replayDialAddr(endpoint)
 	if err != nil {
 		return err
@@ -145,12 +215,12 @@ func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time
 		if len(f) > 0 && len(f[0]) == 0 {
 			f = f[1:] // the empty delimiter
 		}
-		var seqB, payload []byte
+		var topic, seqB, payload []byte
 		switch len(f) {
 		case 2:
 			seqB, payload = f[0], f[1]
 		case 3:
-			seqB, payload = f[1], f[2]
+			topic, seqB, payload = f[0], f[1], f[2]
 		default:
 			drop("replay_frame_count")
 			continue
@@ -162,6 +232,6 @@ func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time
 		if bytes.Equal(seqB, endSeq[:]) {
 			return nil
 		}
-		deliver(binary.BigEndian.Uint64(seqB), payload)
+		deliver(topic, binary.BigEndian.Uint64(seqB), payload)
 	}
 }

@@ -63,6 +63,10 @@ type stream struct {
 	needClear bool
 	clearWhy  string
 	epoch     string
+	// dedup: batches from dedupFrom up to lastSeq came through catch-up;
+	// their live copies are dropped until a newer live batch arrives.
+	dedup     bool
+	dedupFrom uint64
 
 	// mu guards stats. It is held only to copy or bump them, never across
 	// I/O or a channel operation: Streams takes nothing else.
@@ -111,39 +115,62 @@ func (s *Subscriber) stream(k streamKey) *stream {
 	return st
 }
 
+// seqSource says where a batch comes from: the live socket, or the replay
+// buffer asked for at connect (catchUp).
+type seqSource uint8
+
+const (
+	fromLive seqSource = iota
+	fromCatchUp
+)
+
 // sequence checks b's seq against the stream, repairs or flags what it finds
 // and queues b. evErrs is the number of b's events the decoder dropped;
 // epoch is SGLang's publisher lifecycle id from the topic (nil if none).
 //
-// A stream first seen after seq 0 is a gap from the start: with a replay
-// endpoint the engine's buffer is fetched (catching up a daemon that started
-// or reconnected after the engine published), otherwise the stream is marked
-// incomplete (StreamStats.Complete).
-func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *kvindex.Batch, evErrs int, epoch []byte) {
+// Missing batches are fetched from the engine's replay endpoint when it has
+// one: after a forward gap, from seq 0 for a stream first seen after its
+// start, and from seq 0 of the new lifetime after a restart. What cannot be
+// fetched leaves the stream incomplete (StreamStats.Complete). Batches that
+// came through catchUp are not fetched again: their own start is what the
+// engine's buffer holds. It reports whether b was queued.
+func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *kvindex.Batch, evErrs int,
+	epoch []byte, how seqSource) bool {
 	st.order.Lock()
 	defer st.order.Unlock()
-	var missed uint64
-	restart := false
-	last := st.lastSeq
-	from := last + 1
 	newEpoch := epoch != nil && string(epoch) != st.epoch
+	last := st.lastSeq
+	if st.hasSeq && !newEpoch && b.Seq <= last {
+		// Live batches published between our subscription and the
+		// catch-up reply arrive twice; catch-up ignores what we hold.
+		if how == fromCatchUp || st.dedup && b.Seq >= st.dedupFrom {
+			s.drop("duplicate")
+			return false
+		}
+	}
+	if how == fromLive {
+		st.dedup = false
+	}
+	var missed, from uint64
+	restart := false
 	switch {
 	case st.hasSeq && newEpoch && st.epoch != "":
 		// Another publisher lifetime: its cache started empty whatever
 		// its seq says.
-		restart = true
+		restart, missed, from = true, b.Seq, 0
 	case st.hasSeq && b.Seq == last+1:
 	case st.hasSeq && b.Seq > last+1:
-		missed = b.Seq - last - 1
+		missed, from = b.Seq-last-1, last+1
 	case st.hasSeq:
-		restart = true
-	case b.Seq > 0:
+		restart, missed, from = true, b.Seq, 0
+	default:
 		missed, from = b.Seq, 0
 	}
 	if newEpoch {
 		st.epoch = string(epoch)
 	}
-	replay := missed > 0 && src.replay != ""
+	replay := missed > 0 && src.replay != "" && how == fromLive
+	gap := st.hasSeq && !restart && missed > 0
 
 	st.mu.Lock()
 	// The endpoint a stream's latest batch came through is the one whose
@@ -151,7 +178,7 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 	st.stats.Endpoint, st.stats.Engine, st.stats.Model = src.addr, src.engine, b.Model
 	st.stats.DecodeErrors += uint64(evErrs)
 	st.stats.Epoch = st.epoch
-	if missed > 0 && st.hasSeq {
+	if gap {
 		st.stats.SeqGaps++
 		st.stats.MissedBatches += missed
 	}
@@ -161,64 +188,68 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 	}
 	st.mu.Unlock()
 
+	why := "joined_late"
 	switch {
-	case missed > 0:
-		if st.hasSeq {
-			s.m.SeqGaps.Inc()
-			s.m.MissedBatches.Add(float64(missed))
-			s.log.Warn("KV event sequence gap: batches lost", "pod", b.Pod, "dp_rank", b.DPRank,
-				"last_seq", last, "seq", b.Seq, "missed", missed, "replay", replay)
-		} else {
-			s.log.Info("joined a stream after its start", "pod", b.Pod, "dp_rank", b.DPRank,
-				"seq", b.Seq, "catch_up", replay)
-		}
-		why := "gap"
-		if !st.hasSeq {
-			why = "joined_late"
-		}
-		since, keep := b.Seq, false
-		if replay {
-			run, filled := s.replay(ctx, st, src, b.Model, from, b.Seq)
-			if ctx.Err() != nil {
-				// The endpoint is being removed (its clear follows) or the
-				// subscriber is stopping: the live batch goes with the replay.
-				return
-			}
-			switch {
-			case !filled:
-			case run > from:
-				since, why = run, "replay_window"
-			case st.hasSeq:
-				keep = true // the gap is repaired: completeness unchanged
-			default:
-				since, why = 0, ""
-			}
-		}
-		if !keep {
-			st.setComplete(since, why)
-		}
 	case restart:
 		s.m.Restarts.Inc()
-		s.log.Warn("engine restart detected (sequence went backwards): clearing pod", "pod", b.Pod,
-			"dp_rank", b.DPRank, "last_seq", last, "seq", b.Seq)
+		s.log.Warn("engine restart detected (sequence went backwards or a new epoch): clearing pod", "pod", b.Pod,
+			"dp_rank", b.DPRank, "last_seq", last, "seq", b.Seq, "epoch", st.epoch)
 		st.needClear, st.clearWhy = true, "restart"
-		why := "restart"
-		if b.Seq == 0 {
-			why = ""
+		why = "restart"
+	case gap:
+		s.m.SeqGaps.Inc()
+		s.m.MissedBatches.Add(float64(missed))
+		s.log.Warn("KV event sequence gap: batches lost", "pod", b.Pod, "dp_rank", b.DPRank,
+			"last_seq", last, "seq", b.Seq, "missed", missed, "replay", replay)
+		why = "gap"
+	case missed > 0:
+		s.log.Info("joined a stream after its start", "pod", b.Pod, "dp_rank", b.DPRank, "seq", b.Seq, "catch_up", replay)
+		if how == fromCatchUp {
+			why = "replay_window"
 		}
-		st.setComplete(b.Seq, why)
-	case !st.hasSeq:
+	}
+	switch {
+	case missed == 0 && st.hasSeq && !restart:
+		// in order: completeness unchanged
+	case missed == 0:
 		st.setComplete(0, "")
+	case replay:
+		run, filled := s.replay(ctx, st, src, b.Model, from, b.Seq)
+		if ctx.Err() != nil {
+			// The endpoint is being removed (its clear follows) or the
+			// subscriber is stopping: the live batch goes with the replay.
+			return false
+		}
+		switch {
+		case !filled:
+			st.setComplete(b.Seq, why)
+		case run > from:
+			st.setComplete(run, "replay_window")
+		case gap:
+			// repaired: completeness unchanged
+		default:
+			st.setComplete(0, "")
+		}
+	default:
+		st.setComplete(b.Seq, why)
 	}
 	if hasClear(b) {
 		st.setComplete(b.Seq, "")
 	}
 	st.hasSeq, st.lastSeq = true, b.Seq
+	if how == fromCatchUp {
+		// Until a newer live batch arrives, live batches up to this one
+		// are the copies catch-up already delivered.
+		if !st.dedup {
+			st.dedup, st.dedupFrom = true, b.Seq
+		}
+	}
 	st.mu.Lock()
 	st.stats.LastSeq = b.Seq
 	st.stats.Batches++
 	st.mu.Unlock()
 	s.enqueue(st, b)
+	return true
 }
 
 // setComplete records how far back the sink's view of the stream is

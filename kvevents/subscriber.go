@@ -53,6 +53,11 @@ type Config struct {
 	// ReplayTimeout bounds one replay exchange, connecting included
 	// (default 2s).
 	ReplayTimeout time.Duration
+	// DisableCatchUp stops the subscriber from asking an endpoint's replay
+	// address for its buffer each time it (re)connects; gaps are still
+	// replayed. Catching up is what lets a daemon that starts after an
+	// engine serve that engine before its next event.
+	DisableCatchUp bool
 	// DrainTimeout bounds how long Run keeps applying the batches still
 	// queued when it stops (default 2s; negative: none are applied). The
 	// context given to BatchSink.Apply ends when it expires; what is still
