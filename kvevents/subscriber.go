@@ -85,8 +85,11 @@ type Config struct {
 //
 // A forward gap (lost messages) is counted and logged; when the endpoint
 // has a ReplayAddress the missing batches are fetched and applied, in order,
-// before the live one. The exchange holds up only the reader of the socket
-// the gap arrived on: Streams and Endpoints never wait on the network.
+// before the live one, and the endpoint's buffer is asked for at every
+// (re)connect (catching up; see DisableCatchUp). The exchange holds up only
+// the reader of the socket concerned: Streams and Endpoints never wait on the
+// network. StreamStats.Complete says whether the sink has every batch since
+// the engine's cache was last empty.
 //
 // Shutdown: the sockets close first, then the workers apply what is still
 // queued for at most DrainTimeout; the rest is dropped and counted.

@@ -90,15 +90,31 @@ type PodStats struct {
 // our key computed from their token ids (and aliased); blocks we cannot key
 // are not indexed.
 //
+// What is indexed as the pod's own cache follows the engines' semantics
+// (see applier_tables.go for the bounded tables behind the last two):
+//
+//   - locality REMOTE blocks are held for the pod elsewhere: not indexed,
+//     counted (PodStats.RemoteBlocks);
+//   - only full-attention KV-cache groups bound a prefix match: blocks of
+//     sliding-window, mamba and other groups are counted, not indexed, so a
+//     sliding window dropping old blocks never shortens a match; with several
+//     full-attention groups a block is indexed while every one holds it and
+//     removed when any drops it. Groups are folded into group 0 in the index;
+//   - a hash stored twice is two physical copies: a removal keeps the block
+//     while remaining_copy_counts says copies remain, or, without that field
+//     (vLLM before it), while our own count of copies does.
+//
 // Error contract: an Index error is counted, the pod is marked untrusted and
 // the rest of the batch is dropped. Before the next batch of an untrusted pod
 // the applier clears the pod in the index; only when that succeeds is the pod
 // trusted again and its state rebuilt from new events.
 //
 // Memory is bounded: per model one digest cache (DigestCacheSize entries), per
-// aliased pod one alias table (AliasCacheSize entries), per pod a key scratch
-// buffer as large as its largest event, and a few alternate Hashers for
-// diagnosis (at most three per distinct KeyConfig).
+// aliased pod one alias table (AliasCacheSize entries), per vLLM pod one copy
+// table (CopyTableSize), per pod with several full-attention groups one group
+// mask table (GroupMaskTableSize), per pod at most 256 group descriptions and
+// a key scratch buffer as large as its largest event, and a few alternate
+// Hashers for diagnosis (at most three per distinct KeyConfig).
 type Applier struct {
 	idx      Index
 	in       *Interner
