@@ -57,6 +57,9 @@
 //	                                                                        indexed; with several full groups a block
 //	                                                                        is indexed while all hold it, removed when
 //	                                                                        any drops it
+//	vLLM with group_idx only    no kv_cache_spec_kind (before ~May 2026)    every group counts as full attention:
+//	                                                                        sliding-window evictions then shorten
+//	                                                                        matches (under-reports, never over)
 //	vLLM copies                 BlockRemoved.remaining_copy_counts          > 0 keeps the block; without the field the
 //	                                                                        applier counts copies itself (bounded)
 //	vLLM connectors             locality "REMOTE", ownership                REMOTE blocks are not the pod's cache: not

@@ -329,6 +329,12 @@ func decodeLoraNameOrSalt(r *reader, ev *kvindex.Event, es *evState) error {
 		return err
 	}
 	if isMapCode(c) {
+		before := es.ignored
+		defer func() {
+			// An unreadable metadata map may hide a cache_salt, which is
+			// part of the first block's hash.
+			es.extrasUnknown = es.extrasUnknown || es.ignored > before
+		}()
 		return optional(r, es, "metadata", func() error {
 			n, err := r.mapLen()
 			if err != nil {

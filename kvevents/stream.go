@@ -202,6 +202,9 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 		s.log.Warn("KV event sequence gap: batches lost", "pod", b.Pod, "dp_rank", b.DPRank,
 			"last_seq", last, "seq", b.Seq, "missed", missed, "replay", replay)
 		why = "gap"
+		if how == fromCatchUp {
+			why = "replay_window" // what we asked for is no longer buffered
+		}
 	case missed > 0:
 		s.log.Info("joined a stream after its start", "pod", b.Pod, "dp_rank", b.DPRank, "seq", b.Seq, "catch_up", replay)
 		if how == fromCatchUp {
