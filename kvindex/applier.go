@@ -43,12 +43,14 @@ type ApplierConfig struct {
 
 // PodStats is one (pod, DP rank)'s view from the applier.
 type PodStats struct {
-	Pod                                               string
-	DPRank                                            int
-	Model                                             string
-	Engine                                            Engine
-	EventsApplied, BlocksStored, BlocksRemoved        uint64
-	Clears                                            uint64
+	Pod                                        string
+	DPRank                                     int
+	Model                                      string
+	Engine                                     Engine
+	EventsApplied, BlocksStored, BlocksRemoved uint64
+	Clears                                     uint64
+	// Snapshots are states replaced by an engine snapshot (BlockSnapshot).
+	Snapshots                                         uint64
 	LastEvent                                         time.Time
 	ParityMatches, ParityMismatches, ParityUnverified uint64
 	ParityHint                                        string
@@ -194,7 +196,7 @@ type podState struct {
 
 // batchDelta counts one batch, added to the pod's stats and the metrics at once.
 type batchDelta struct {
-	events                          [AllBlocksCleared + 1]uint64
+	events                          [BlockSnapshot + 1]uint64
 	stored, removed, unkeyed        uint64
 	matches, mismatches, unverified uint64
 	unverifiedBy                    [numUnverifiedReasons]uint64
@@ -348,6 +350,8 @@ func (a *Applier) Apply(ctx context.Context, b *Batch) {
 				ps.resetParity()
 				ps.resetHolding()
 			}
+		case BlockSnapshot:
+			err = a.snapshot(ctx, ps, b.Engine, ev, &d)
 		default:
 			continue // decoders do not produce other kinds; nothing to apply
 		}
@@ -375,6 +379,7 @@ func (a *Applier) finish(ps *podState, b *Batch, d *batchDelta, start time.Time,
 	st.BlocksStored += d.stored
 	st.BlocksRemoved += d.removed
 	st.Clears += d.events[AllBlocksCleared]
+	st.Snapshots += d.events[BlockSnapshot]
 	st.LastEvent = start
 	st.ParityMatches += d.matches
 	st.ParityMismatches += d.mismatches
@@ -719,6 +724,44 @@ func (a *Applier) keepOnRemove(ps *podState, engine Engine, ev *Event, i int, bi
 		}
 	}
 	return false
+}
+
+// snapshot replaces what the index holds for the pod with ev.BlockHashes,
+// the pod's whole state at one point (SGLang's snapshot protocol). Snapshot
+// records carry SGLang hashes without token ids: a hash is indexed under the
+// key its earlier BlockStored gave it (alias), and one never seen stored is
+// counted unkeyed. The engine's cache being unchanged, parity conclusions and
+// aliases are kept. The records name no medium: they are indexed on
+// ev.Medium (GPU). Clear then add is not atomic for readers: a score in
+// between sees the pod empty (an under-report, never a stale block).
+func (a *Applier) snapshot(ctx context.Context, ps *podState, engine Engine, ev *Event, d *batchDelta) error {
+	if err := a.idx.ClearPod(ctx, ps.id); err != nil {
+		return err
+	}
+	ps.resetHolding()
+	keys := ps.keys[:0]
+	for _, eh := range ev.BlockHashes {
+		if ps.alias != nil {
+			if k, ok := ps.alias.get(eh); ok {
+				keys = append(keys, k)
+				continue
+			}
+		}
+		if engine == EngineSGLang {
+			d.unkeyed++
+			continue
+		}
+		keys = append(keys, Key(eh))
+	}
+	ps.keys = keys
+	if len(keys) == 0 {
+		return nil
+	}
+	if err := a.idx.Add(ctx, ps.modelID, ps.id, ev.Medium, 0, keys); err != nil {
+		return err
+	}
+	d.stored += uint64(len(keys))
+	return nil
 }
 
 func (a *Applier) aliasPut(ps *podState, eh uint64, k Key) {

@@ -225,3 +225,35 @@ func TestCountTableBounded(t *testing.T) {
 		t.Fatal("deleted entry found")
 	}
 }
+
+// A snapshot replaces the pod's state: blocks it does not list go (a lost
+// removal is repaired), listed SGLang hashes are indexed under the keys
+// their earlier BlockStored gave them, hashes never seen stored are counted.
+func TestApplierSnapshotReplacesState(t *testing.T) {
+	e := newApplierEnv(t, cborSeed0)
+	toks := seq(1, 12)
+	ours := ourKeys(t, cborSeed0, toks, RequestExtras{})
+	sg := []uint64{0xf000000000000001, 0xf000000000000002, 0xf000000000000003}
+	e.apply("s", 0, EngineSGLang, Event{Kind: BlockStored, BlockHashes: sg, TokenIDs: toks, BlockSize: 4})
+	id := e.podID("s", 0)
+	if e.idx.count(id) != 3 {
+		t.Fatalf("stored: %v", e.idx.held)
+	}
+	// The engine dropped block 1 (removal lost) and stored one we never saw.
+	e.apply("s", 0, EngineSGLang, Event{Kind: BlockSnapshot, BlockHashes: []uint64{sg[0], sg[2], 77}})
+	if e.idx.count(id) != 2 || !e.idx.has(id, ours[0]) || !e.idx.has(id, ours[2]) || e.idx.has(id, ours[1]) {
+		t.Fatalf("after snapshot: %v", e.idx.held)
+	}
+	p := e.pod("s", 0)
+	if p.Snapshots != 1 || p.Clears != 0 {
+		t.Fatalf("stats %+v", p)
+	}
+	if e.metric("kvindexd_blocks_unkeyed_total") != 1 {
+		t.Fatal("unknown hash not counted")
+	}
+	// Aliases survive: a later removal still translates.
+	e.apply("s", 0, EngineSGLang, Event{Kind: BlockRemoved, BlockHashes: sg[:1]})
+	if e.idx.has(id, ours[0]) {
+		t.Fatal("alias lost by the snapshot")
+	}
+}

@@ -12,7 +12,7 @@ import (
 // counters are not duplicated here: the indexer package exports them at scrape
 // time from Applier.PodStats and Index.Stats (kvindexd_pod_*, kvindexd_index_*).
 type Metrics struct {
-	events             [AllBlocksCleared + 1]prometheus.Counter // by EventKind
+	events             [BlockSnapshot + 1]prometheus.Counter // by EventKind
 	blocksStored       prometheus.Counter
 	blocksRemoved      prometheus.Counter
 	blocksUnkeyed      prometheus.Counter
@@ -58,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		batchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "apply_batch_seconds",
 			Help: "Time to apply one engine batch to the index.", Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10)}),
 	}
-	for _, k := range []EventKind{BlockStored, BlockRemoved, AllBlocksCleared} {
+	for _, k := range []EventKind{BlockStored, BlockRemoved, AllBlocksCleared, BlockSnapshot} {
 		m.events[k] = events.WithLabelValues(k.String())
 	}
 	unverified := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "parity_unverified_total",
@@ -81,7 +81,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // flush adds one batch's counts.
 func (m *Metrics) flush(d *batchDelta, took time.Duration) {
-	for k := BlockStored; k <= AllBlocksCleared; k++ {
+	for k := BlockStored; k <= BlockSnapshot; k++ {
 		if d.events[k] > 0 {
 			m.events[k].Add(float64(d.events[k]))
 		}

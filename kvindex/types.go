@@ -174,6 +174,10 @@ const (
 	BlockStored EventKind = iota + 1
 	BlockRemoved
 	AllBlocksCleared
+	// BlockSnapshot is the pod's whole state at one point (SGLang's
+	// snapshot protocol): exactly BlockHashes are cached, nothing else. No
+	// engine sends it as an event; kvevents builds it from a snapshot reply.
+	BlockSnapshot
 )
 
 func (k EventKind) String() string {
@@ -184,6 +188,8 @@ func (k EventKind) String() string {
 		return "block_removed"
 	case AllBlocksCleared:
 		return "all_blocks_cleared"
+	case BlockSnapshot:
+		return "block_snapshot"
 	}
 	return "unknown"
 }
