@@ -267,3 +267,63 @@ func TestInteropCatchUpAtFirstSight(t *testing.T) {
 		})
 	}
 }
+
+// SGLang's snapshot protocol through real libzmq: batches lost beyond repair
+// (no replay endpoint) make the subscriber ask the snapshot endpoint; the
+// pod's state is replaced by the snapshot (the lost removal of B repaired,
+// C never seen stored so not keyable), the live barrier batch is dropped as
+// already included, and later batches apply in order.
+func TestInteropSGLangSnapshotResync(t *testing.T) {
+	requireInterop(t)
+	env := newFixtureEnv(t)
+	m := NewMetrics(nil)
+	addr := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+	snap := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+	s := startSub(t, Config{Endpoints: []EndpointConfig{{Address: addr, SnapshotAddress: snap, Engine: kvindex.EngineSGLang}}}, env.sink, m)
+	py := startPy(t, "--endpoint", addr, "--mode", "bind", "--snapshot-endpoint", snap, "--epoch", "e1")
+	const topic = "kv@pod-snap@m\x00sgl-kv-epoch=e1"
+	store := func(seq int, skip bool, hashes []int64, tokens []int) obj {
+		return obj{"topic": topic, "seq": seq, "form": "sglang", "skip_live": skip, "events": []obj{{
+			"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": nil, "token_ids": tokens, "block_size": 4}}}
+	}
+	toks := func(from int) []int { return []int{from, from + 1, from + 2, from + 3} }
+	py.SendJSON(store(0, false, []int64{-11, -12}, append(toks(1), toks(5)...))) // A, B
+	py.SendJSON(obj{"topic": topic, "seq": 1, "form": "sglang", "skip_live": true, "events": []obj{{
+		"type": "BlockRemoved", "block_hashes": []int64{-12}}}}) // B removed: lost
+	py.SendJSON(store(2, true, []int64{-13}, toks(50)))  // C: lost
+	py.SendJSON(store(3, false, []int64{-14}, toks(60))) // D: reveals the gap
+	py.SendJSON(obj{"sleep": 2})                         // serve the snapshot request
+	py.SendJSON(store(5, false, []int64{-15}, toks(70))) // E: after the barrier (seq 4)
+	py.Close()
+	env.sink.wait(t, 4) // seq 0, 3, the snapshot, seq 5
+
+	h, err := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256CBOR, Seed: "0", BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(tokens ...uint32) uint64 {
+		return uint64(h.Keys(nil, tokens, kvindex.RequestExtras{})[len(tokens)/4-1])
+	}
+	a, b := key(1, 2, 3, 4), key(1, 2, 3, 4, 5, 6, 7, 8)
+	c, d, e := key(50, 51, 52, 53), key(60, 61, 62, 63), key(70, 71, 72, 73)
+	id := env.in.Pod("pod-snap", 0)
+	for _, k := range []struct {
+		name string
+		key  uint64
+		want bool
+	}{{"A", a, true}, {"B", b, false}, {"C", c, false}, {"D", d, true}, {"E", e, true}} {
+		if got := env.holds(t, "m", id, kvindex.TierGPU, k.key); got != k.want {
+			t.Errorf("block %s held = %v, want %v", k.name, got, k.want)
+		}
+	}
+	st := s.Streams()[0]
+	if !st.Complete || st.CompleteSinceSeq != 4 || st.LastSeq != 5 || st.SeqGaps != 1 || st.Restarts != 0 {
+		t.Fatalf("stream %+v", st)
+	}
+	if metricValue(m.Snapshots.WithLabelValues("ok")) != 1 || metricValue(m.DroppedFrames.WithLabelValues("duplicate")) != 1 {
+		t.Fatal("snapshot metrics")
+	}
+	if p := env.sink.a.PodStats()[0]; p.Snapshots != 1 {
+		t.Fatalf("pod %+v", p)
+	}
+}

@@ -18,6 +18,7 @@ type Metrics struct {
 	Restarts           prometheus.Counter
 	Replays            *prometheus.CounterVec // by result: ok | partial | error
 	CatchUps           *prometheus.CounterVec // by result: ok | error
+	Snapshots          *prometheus.CounterVec // by result: ok | stale | error
 	IgnoredFields      *prometheus.CounterVec // by engine
 	UnknownMedia       prometheus.Counter
 	PackedEvents       prometheus.Counter
@@ -54,6 +55,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "replays_total", Help: "Replay requests after a gap, by result (ok, partial, error)."}, []string{"result"}),
 		CatchUps: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "catch_ups_total", Help: "Replay-buffer requests at (re)connect of an endpoint with a replay address, by result (ok, error)."}, []string{"result"}),
+		Snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "snapshots_total", Help: "Engine snapshots (SGLang snapshot-v1) asked for after batches were lost beyond repair, by result (ok, stale, error)."}, []string{"result"}),
 		IgnoredFields: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "ignored_fields_total", Help: "Optional event fields whose value could not be interpreted and was skipped; their events are kept, by engine."}, []string{"engine"}),
 		UnknownMedia: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -71,7 +74,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.MessagesReceived, m.BatchesDecoded, m.EventsDecoded, m.DecodeErrors, m.DroppedFrames,
-			m.QueueOverflows, m.SeqGaps, m.MissedBatches, m.Restarts, m.Replays, m.CatchUps, m.IgnoredFields,
+			m.QueueOverflows, m.SeqGaps, m.MissedBatches, m.Restarts, m.Replays, m.CatchUps, m.Snapshots, m.IgnoredFields,
 			m.UnknownMedia, m.PackedEvents, m.ReplayedBatches,
 			m.SyntheticClears, m.ConnectedEndpoints, m.ShutdownDropped)
 	}

@@ -161,17 +161,51 @@ func replayDialAddr(endpoint string) (network, address string, err error) {
 
 // fetchReplay is one exchange with an engine's replay socket (a ROUTER): it
 // asks for every buffered batch from seq from on and hands each reply to
-// deliver until the end marker (topic is nil in the older layout). Replies are ["", seq8, payload] (vLLM <=
-// 0.25) or ["", topic, seq8, payload] (>= 0.26); the end marker has seq
-// 0xffffffffffffffff and an empty payload.
+// deliver until the end marker (topic is nil in the older layout). Replies
+// are ["", seq8, payload] (vLLM <= 0.25) or ["", topic, seq8, payload]
+// (>= 0.26); the end marker has seq 0xffffffffffffffff and an empty payload.
+func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time.Duration,
+	drop func(reason string), deliver func(topic []byte, seq uint64, payload []byte)) error {
+	var start [8]byte
+	binary.BigEndian.PutUint64(start[:], from)
+	err := dealerExchange(ctx, endpoint, timeout, start[:], func(f [][]byte) (bool, error) {
+		var topic, seqB, payload []byte
+		switch len(f) {
+		case 2:
+			seqB, payload = f[0], f[1]
+		case 3:
+			topic, seqB, payload = f[0], f[1], f[2]
+		default:
+			drop("replay_frame_count")
+			return false, nil
+		}
+		if len(seqB) != 8 {
+			drop("replay_seq_length")
+			return false, nil
+		}
+		if bytes.Equal(seqB, endSeq[:]) {
+			return true, nil
+		}
+		deliver(topic, binary.BigEndian.Uint64(seqB), payload)
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("replay %w", err)
+	}
+	return nil
+}
+
+// dealerExchange sends request (after the empty delimiter) to an engine's
+// ROUTER socket and hands each reply's frames, delimiter removed, to handle
+// until it reports done or fails.
 //
 // The whole exchange, connecting and the ZMTP handshake included, ends
 // within timeout, or earlier when ctx does. It speaks ZMTP on its own
 // connection rather than through a zmq4 DEALER socket because zmq4's
 // handshake and receive take no context: a peer that accepts but never
 // answers would hold the caller forever.
-func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time.Duration,
-	drop func(reason string), deliver func(topic []byte, seq uint64, payload []byte)) error {
+func dealerExchange(ctx context.Context, endpoint string, timeout time.Duration, request []byte,
+	handle func(frames [][]byte) (done bool, err error)) error {
 	network, address, err := replayDialAddr(endpoint)
 	if err != nil {
 		return err
@@ -182,7 +216,7 @@ func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time
 		if cerr := ctx.Err(); cerr != nil {
 			err = cerr // the deadline or shutdown is the cause, not the i/o error it produced
 		}
-		return fmt.Errorf("replay %s: %s: %w", endpoint, what, err)
+		return fmt.Errorf("%s: %s: %w", endpoint, what, err)
 	}
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, network, address)
@@ -198,9 +232,7 @@ func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time
 	if err != nil {
 		return fail("handshake", err)
 	}
-	var start [8]byte
-	binary.BigEndian.PutUint64(start[:], from)
-	if err := zc.SendMsg(zmq4.NewMsgFrom([]byte{}, start[:])); err != nil {
+	if err := zc.SendMsg(zmq4.NewMsgFrom([]byte{}, request)); err != nil {
 		return fail("request", err)
 	}
 	for {
@@ -215,23 +247,12 @@ func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time
 		if len(f) > 0 && len(f[0]) == 0 {
 			f = f[1:] // the empty delimiter
 		}
-		var topic, seqB, payload []byte
-		switch len(f) {
-		case 2:
-			seqB, payload = f[0], f[1]
-		case 3:
-			topic, seqB, payload = f[0], f[1], f[2]
-		default:
-			drop("replay_frame_count")
-			continue
+		done, err := handle(f)
+		if err != nil {
+			return fail("reply", err)
 		}
-		if len(seqB) != 8 {
-			drop("replay_seq_length")
-			continue
-		}
-		if bytes.Equal(seqB, endSeq[:]) {
+		if done {
 			return nil
 		}
-		deliver(topic, binary.BigEndian.Uint64(seqB), payload)
 	}
 }

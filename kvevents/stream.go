@@ -188,6 +188,12 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 	}
 	st.mu.Unlock()
 
+	// broke: this batch showed batches lost beyond repair.
+	broke := false
+	mark := func(since uint64, why string) {
+		st.setComplete(since, why)
+		broke = broke || why != ""
+	}
 	why := "joined_late"
 	switch {
 	case restart:
@@ -215,7 +221,7 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 	case missed == 0 && st.hasSeq && !restart:
 		// in order: completeness unchanged
 	case missed == 0:
-		st.setComplete(0, "")
+		mark(0, "")
 	case replay:
 		run, filled := s.replay(ctx, st, src, b.Model, from, b.Seq)
 		if ctx.Err() != nil {
@@ -225,20 +231,21 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 		}
 		switch {
 		case !filled:
-			st.setComplete(b.Seq, why)
+			mark(b.Seq, why)
 		case run > from:
-			st.setComplete(run, "replay_window")
+			mark(run, "replay_window")
 		case gap:
 			// repaired: completeness unchanged
 		default:
-			st.setComplete(0, "")
+			mark(0, "")
 		}
 	default:
-		st.setComplete(b.Seq, why)
+		mark(b.Seq, why)
 	}
 	if hasClear(b) {
-		st.setComplete(b.Seq, "")
+		mark(b.Seq, "")
 	}
+	lost := broke && how == fromLive && src.snapshot != "" && !st.snapshot().Complete
 	st.hasSeq, st.lastSeq = true, b.Seq
 	if how == fromCatchUp {
 		// Until a newer live batch arrives, live batches up to this one
@@ -252,6 +259,11 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 	st.stats.Batches++
 	st.mu.Unlock()
 	s.enqueue(st, b)
+	if lost {
+		// b first: its token ids give the aliases the snapshot's hashes
+		// are indexed under.
+		s.resync(ctx, st, src, b.Model)
+	}
 	return true
 }
 

@@ -58,6 +58,9 @@ type Config struct {
 	// replayed. Catching up is what lets a daemon that starts after an
 	// engine serve that engine before its next event.
 	DisableCatchUp bool
+	// MaxSnapshotRecords bounds the records of one engine snapshot
+	// (default DefaultMaxSnapshotRecords); a larger one is refused.
+	MaxSnapshotRecords int
 	// DrainTimeout bounds how long Run keeps applying the batches still
 	// queued when it stops (default 2s; negative: none are applied). The
 	// context given to BatchSink.Apply ends when it expires; what is still
@@ -149,6 +152,9 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 	}
 	if cfg.ReplayTimeout <= 0 {
 		cfg.ReplayTimeout = DefaultReplayTimeout
+	}
+	if cfg.MaxSnapshotRecords <= 0 {
+		cfg.MaxSnapshotRecords = DefaultMaxSnapshotRecords
 	}
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
