@@ -121,7 +121,7 @@ func (s *Subscriber) catchUp(ctx context.Context, src *source) {
 		result = "error"
 	}
 	s.m.CatchUps.WithLabelValues(result).Inc()
-	s.m.ReplayedBatches.Add(float64(got))
+	s.m.CaughtUpBatches.Add(float64(got))
 	s.log.Info("caught up from the engine's replay buffer", "endpoint", src.addr, "from", from, "known", known,
 		"batches", got, "unattributed", skipped, "err", err)
 }

@@ -342,7 +342,7 @@ func TestCatchUpAtConnect(t *testing.T) {
 		t.Fatalf("duplicate live batch mistaken for a restart: %+v", st)
 	}
 	// counted once the exchange ended, which was before live reading began
-	if metricValue(m.CatchUps.WithLabelValues("ok")) != 1 || metricValue(m.ReplayedBatches) != 3 {
+	if metricValue(m.CatchUps.WithLabelValues("ok")) != 1 || metricValue(m.CaughtUpBatches) != 3 || metricValue(m.ReplayedBatches) != 0 {
 		t.Fatal("catch-up metrics")
 	}
 }
