@@ -76,8 +76,10 @@
 //	                                                                        model); a lone shorter trailing page is
 //	                                                                        unverified, never a block-size hint
 //	SGLang snapshots            topic + "\x00sgl-kv-epoch=<id>" (and        suffix stripped from the model; a new
-//	                            "\x00sgl-kv-snapshot=<id>" on the empty     epoch is a restart (clear); the barrier
-//	                            barrier batch)                              batch is an ordinary empty batch
+//	                            "\x00sgl-kv-snapshot=<id>" on the empty     epoch is a restart (clear); with the
+//	                            barrier batch); snapshot-v1 endpoint        endpoint's SnapshotAddress, batches lost
+//	                                                                        beyond repair make the pod's state be
+//	                                                                        replaced by a snapshot (snapshot.go)
 //	llm-d storage publisher     events list holding msgpack bin values      each bin decoded as the event it holds
 //	                            that are encoded events                     (packed_events_total)
 //
@@ -87,10 +89,13 @@
 // engine's hash. Only the event's structure, tag, block_hashes and
 // parent_block_hash are required.
 //
-// SGLang's snapshot endpoint (snapshot-v1) is not used: its records carry
-// SGLang hashes without token ids, which cannot become router keys for
-// blocks this daemon has not seen stored. Catching up through the replay
-// buffer (below) carries token ids.
+// An SGLang snapshot is the cache's state at its barrier: kvindex replaces
+// what the index holds for the pod with it (kvindex.BlockSnapshot), which
+// repairs lost removals. Its records carry SGLang hashes without token ids,
+// so only blocks whose BlockStored was seen (the hash -> key alias) are
+// indexed; the others are counted unkeyed. The records name no medium: they
+// are indexed as GPU. Catching up through the replay buffer (below) carries
+// token ids and is tried first.
 //
 // # Sequence numbers
 //
@@ -123,6 +128,7 @@
 //	stream.go      per-(pod, dp rank) sequence tracking, synthetic clears, StreamStats
 //	replay.go      the replay exchange with an engine's ROUTER: after a gap,
 //	               and catching up at connect
+//	snapshot.go    SGLang's snapshot-v1 exchange and the resync it drives
 //	dispatch.go    the ordered per-stream workers and their queues, drain at shutdown
 //	decode.go, event.go, msgpack.go
 //	               the payload decoder (vLLM array/map forms, SGLang)
