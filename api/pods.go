@@ -119,8 +119,10 @@ type EndpointInfo struct {
 	Model         string `json:"model,omitempty"`
 	Engine        string `json:"engine,omitempty"`
 	ReplayAddress string `json:"replay_address,omitempty"`
-	Connected     bool   `json:"connected"`
-	Bound         bool   `json:"bound"`
+	// SnapshotAddress is SGLang's snapshot_endpoint (snapshot-v1).
+	SnapshotAddress string `json:"snapshot_address,omitempty"`
+	Connected       bool   `json:"connected"`
+	Bound           bool   `json:"bound"`
 }
 
 func (s *Server) listEndpoints() ([]EndpointInfo, *Error) {
@@ -131,7 +133,8 @@ func (s *Server) listEndpoints() ([]EndpointInfo, *Error) {
 	out := make([]EndpointInfo, 0, len(eps))
 	for _, ep := range eps {
 		out = append(out, EndpointInfo{Address: ep.Address, Pod: ep.Pod, Model: ep.Model,
-			Engine: ep.Engine.String(), ReplayAddress: ep.ReplayAddress, Connected: ep.Connected, Bound: ep.Bound})
+			Engine: ep.Engine.String(), ReplayAddress: ep.ReplayAddress, SnapshotAddress: ep.SnapshotAddress,
+			Connected: ep.Connected, Bound: ep.Bound})
 	}
 	return out, nil
 }
@@ -149,7 +152,7 @@ func (s *Server) addEndpoint(ep EndpointInfo) *Error {
 		return errorf(codes.InvalidArgument, "engine %q: want vllm or sglang", ep.Engine)
 	}
 	err := s.cfg.Subscriber.AddEndpoint(kvevents.EndpointConfig{Address: ep.Address, Pod: ep.Pod, Model: ep.Model,
-		Engine: eng, ReplayAddress: ep.ReplayAddress})
+		Engine: eng, ReplayAddress: ep.ReplayAddress, SnapshotAddress: ep.SnapshotAddress})
 	if err != nil {
 		return errorf(codes.InvalidArgument, "add endpoint %s: %v", ep.Address, err)
 	}
