@@ -296,6 +296,8 @@ func TestDecodeOptionalFieldsNeverDropBlocks(t *testing.T) {
 			func(ev kvindex.Event) bool { return reflect.DeepEqual(ev.ExtraKeys, opaque("float")) }},
 		{"extra_keys_flat", []any{"BlockStored", []uint64{1}, nil, []int{1}, 1, nil, nil, nil, []any{"x"}}, "",
 			func(ev kvindex.Event) bool { return reflect.DeepEqual(ev.ExtraKeys, opaque("extra_keys entry")) }},
+		{"sglang_extra_keys", []any{"BlockStored", []int64{1}, nil, []int{1}, 1, nil, "GPU", []any{[]any{"salt-1"}}}, "",
+			func(ev kvindex.Event) bool { return reflect.DeepEqual(ev.ExtraKeys, [][]any{{"salt-1"}}) }},
 		{"copies_str", map[string]any{"type": "BlockRemoved", "block_hashes": []uint64{1}, "remaining_copy_counts": "x"}, "remaining_copy_counts",
 			func(ev kvindex.Event) bool { return !ev.HasRemainingCopies }},
 		{"spec_kind_int", map[string]any{"type": "BlockStored", "block_hashes": []uint64{1}, "kv_cache_spec_kind": 3}, "kv_cache_spec_kind",
@@ -381,6 +383,10 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var b kvindex.Batch
 		_, _ = Decode(data, kvindex.EngineVLLM, &b)
+		_, _ = Decode(data, kvindex.EngineSGLang, &b)
+		// the snapshot replies are msgpack from the engine too
+		_, _ = decodeSnapshotHeader(data)
+		_, _ = decodeSnapshotChunk(data, nil, 1<<10)
 	})
 }
 

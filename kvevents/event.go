@@ -318,8 +318,9 @@ func parseTier(s []byte) (kvindex.Tier, bool) {
 
 // decodeLoraNameOrSalt handles array position 7 of BlockStored: vLLM puts
 // lora_name (str) there, SGLang a map {"cache_salt": ...} on salted requests
-// (its BlockStoredWithMetadata). A value that is neither leaves the blocks
-// unhashable: lora_name is part of vLLM's hash input.
+// (its BlockStoredWithMetadata) or, in a proposed extension, extra_keys (a
+// list: its only field after medium). A value that is none of these leaves
+// the blocks unhashable: lora_name is part of vLLM's hash input.
 func decodeLoraNameOrSalt(r *reader, ev *kvindex.Event, es *evState) error {
 	if r.nextNil() {
 		return nil
@@ -327,6 +328,9 @@ func decodeLoraNameOrSalt(r *reader, ev *kvindex.Event, es *evState) error {
 	c, err := r.peek()
 	if err != nil {
 		return err
+	}
+	if isArrayCode(c) {
+		return decodeField(r, kvindex.EngineSGLang, ev, fExtraKeys, es)
 	}
 	if isMapCode(c) {
 		before := es.ignored
