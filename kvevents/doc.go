@@ -70,6 +70,7 @@
 //	SGLang (all)                array events only, hashes signed int64,     indexed under keys computed from token ids
 //	                            8th BlockStored element {"cache_salt": s}   (SGLang hashes mean nothing to routers);
 //	                                                                        salt hashed on a request's first block
+//	SGLang extra_keys (proposed) a list at BlockStored position 7          decoded as extra_keys, hashed with the block
 //	SGLang EAGLE                token_ids as pairs [[t_i, t_i+1], ...]      t_i (the pair's first token) is the token
 //	                                                                        at that position
 //	SGLang page size            block_size = --page-size (default 1)        must equal kvindex's block size (per
