@@ -104,7 +104,7 @@ type PodStats struct {
 //     removed when any drops it. Groups are folded into group 0 in the index;
 //   - a hash stored twice is two physical copies: a removal keeps the block
 //     while remaining_copy_counts says copies remain, or, without that field
-//     (vLLM before it), while our own count of copies does.
+//     (vLLM before it), while our own count of GPU copies does.
 //
 // Error contract: an Index error is counted, the pod is marked untrusted and
 // the rest of the batch is dropped. Before the next batch of an untrusted pod
@@ -651,7 +651,11 @@ func (ps *podState) removeGroup(ev *Event) (bounds bool, bit uint16) {
 // indexed: a second physical copy of a block is only counted (vLLM), and
 // with several full-attention groups a block waits until all hold it.
 func (a *Applier) holdStored(ps *podState, engine Engine, ev *Event, bit uint16, keys []Key, d *batchDelta) []Key {
-	track := engine == EngineVLLM && !ps.copiesAuthority
+	// Copies are counted on the GPU tier only: vLLM's block pool announces
+	// a hash once per physical block, so a second store is a second copy.
+	// Connectors (CPU offload, LMCache) may announce a block again without
+	// a second copy; counting those would keep a removed block indexed.
+	track := engine == EngineVLLM && !ps.copiesAuthority && ev.Medium == TierGPU
 	if !track && bit == 0 {
 		return keys
 	}

@@ -5,7 +5,7 @@ package kvindex
 // round trip):
 //
 //   - copyTable (vLLM pods whose BlockRemoved carries no remaining_copy_counts):
-//     (key, tier, group) -> number of physical copies stored. vLLM can cache
+//     (key, tier, group) -> number of physical copies stored, GPU tier only. vLLM can cache
 //     one hash in two blocks (two requests computing the same block at once)
 //     and reports each; removing one copy must not unindex the block.
 //   - maskTable (pods with more than one full-attention group): (key, tier) ->
