@@ -60,6 +60,9 @@ type Indexer struct {
 	tok     PromptTokenizer
 	// health is the backend's check; nil when the backend cannot fail.
 	health kvindex.HealthChecker
+	// names is the backend's shared-name lookup; nil for a process-local
+	// index (see sharedNames in score.go).
+	names kvindex.SharedNames
 	// trusted is the applier's candidate filter, held as a typed func so
 	// scoring cannot lose it: a pod is untrusted from an index write failure
 	// until it has been cleared, and its entries are not served meanwhile.
@@ -96,6 +99,9 @@ func New(ctx context.Context, cfg Config) (*Indexer, error) {
 	}
 	if hc, ok := x.idx.(kvindex.HealthChecker); ok {
 		x.health = hc
+	}
+	if sn, ok := x.idx.(kvindex.SharedNames); ok {
+		x.names = sn
 	}
 	x.scorer = kvindex.NewScorer(x.idx, weights)
 	x.applier = kvindex.NewApplier(kvindex.ApplierConfig{

@@ -13,6 +13,9 @@ import (
 type metrics struct {
 	lookup prometheus.Histogram
 	tokens prometheus.Histogram
+	// sharedModels counts models interned on the read path because the
+	// shared index (Redis) holds them though this process saw no event.
+	sharedModels prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, x *Indexer) (*metrics, error) {
@@ -27,8 +30,12 @@ func newMetrics(reg *prometheus.Registry, x *Indexer) (*metrics, error) {
 			Help:    "Tokens per score request (token_ids and prompt inputs).",
 			Buckets: prometheus.ExponentialBuckets(16, 2, 14),
 		}),
+		sharedModels: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindexd_shared_models_interned_total",
+			Help: "Models this daemon learned from the shared index on the read path (no event for them received here).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.lookup, m.tokens, &statsCollector{x: x}} {
+	for _, c := range []prometheus.Collector{m.lookup, m.tokens, m.sharedModels, &statsCollector{x: x}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
