@@ -120,6 +120,9 @@ func (s *Server) listEndpoints() ([]EndpointInfo, *Error) {
 }
 
 func (s *Server) addEndpoint(ep EndpointInfo) *Error {
+	if !s.adminEnabled() {
+		return errAdminOff
+	}
 	if s.cfg.Subscriber == nil {
 		return errorf(codes.Unimplemented, "no event subscriber is running")
 	}
@@ -131,6 +134,9 @@ func (s *Server) addEndpoint(ep EndpointInfo) *Error {
 	if !ok {
 		return errorf(codes.InvalidArgument, "engine %q: want vllm or sglang", ep.Engine)
 	}
+	if err := s.endpointPolicy().CheckEndpoint(context.Background(), ep.Address, ep.ReplayAddress); err != nil {
+		return errorf(codes.InvalidArgument, "%v", err)
+	}
 	err := s.cfg.Subscriber.AddEndpoint(kvevents.EndpointConfig{Address: ep.Address, Pod: ep.Pod, Model: ep.Model,
 		Engine: eng, ReplayAddress: ep.ReplayAddress})
 	if err != nil {
@@ -141,6 +147,9 @@ func (s *Server) addEndpoint(ep EndpointInfo) *Error {
 }
 
 func (s *Server) removeEndpoint(address string) *Error {
+	if !s.adminEnabled() {
+		return errAdminOff
+	}
 	if s.cfg.Subscriber == nil {
 		return errorf(codes.Unimplemented, "no event subscriber is running")
 	}

@@ -15,9 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/kvindex/kvindex/api"
 	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/internal/redact"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
@@ -27,6 +29,10 @@ import (
 
 // shutdownGrace bounds how long in-flight requests may finish on shutdown.
 const shutdownGrace = 5 * time.Second
+
+// grpcHandshakeTimeout bounds a new gRPC connection's handshake (TLS and
+// HTTP/2 preface): a client that connects and stays silent is dropped.
+const grpcHandshakeTimeout = 10 * time.Second
 
 // daemon is the wired process: one registry, the indexer (which owns the
 // interner, index, applier and scorer), the subscriber feeding the indexer's
@@ -50,6 +56,7 @@ type daemon struct {
 	grpcSrv        *grpc.Server
 	httpSrv        *http.Server
 	closers        []func() error
+	sec            *security
 }
 
 // newDaemon builds every part and opens the listeners (so their addresses
@@ -57,6 +64,9 @@ type daemon struct {
 func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, err error) {
 	// d is not the named result: `return nil, err` must not nil it before
 	// the deferred close releases what was opened so far.
+	// Every line the daemon and its libraries log goes through redaction:
+	// URLs with credentials (--index, endpoints) never reach the log.
+	log = redact.Logger(log)
 	d := &daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
 	defer func() {
 		if err != nil {
@@ -75,6 +85,9 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	}
 	backend, err := d.backend()
 	if err != nil {
+		return nil, err
+	}
+	if d.sec, err = buildSecurity(ctx, cfg, d.reg, log); err != nil {
 		return nil, err
 	}
 	d.idx, err = indexer.New(ctx, indexer.Config{
@@ -110,6 +123,8 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 
 	d.api, err = api.New(api.Config{
 		Indexer: d.idx, Subscriber: d.sub, Registry: d.reg, Logger: log.With("component", "api"),
+		Auth: d.sec.tokens, MetricsAuth: cfg.MetricsAuth, AdminAPI: cfg.AdminAPI, Endpoints: d.sec.policy,
+		MaxBodyBytes: cfg.HTTPMaxBodyBytes,
 	})
 	if err != nil {
 		return nil, err
@@ -118,14 +133,23 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 		if d.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 			return nil, fmt.Errorf("--grpc-addr: %w", err)
 		}
+		d.grpcLn = api.LimitListener(d.grpcLn, cfg.GRPCMaxConns, "grpc", d.sec.conns)
 		// A 1M-token request is ~5 MB of protobuf: above gRPC's 4 MB default.
-		d.grpcSrv = d.api.NewGRPCServer(grpc.MaxRecvMsgSize(64 << 20))
+		opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.ConnectionTimeout(grpcHandshakeTimeout)}
+		if d.sec.grpcTLS != nil {
+			opts = append(opts, grpc.Creds(credentials.NewTLS(d.sec.grpcTLS.ServerConfig("h2"))))
+		}
+		d.grpcSrv = d.api.NewGRPCServer(opts...)
 	}
 	if cfg.HTTPAddr != "" {
 		if d.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 			return nil, fmt.Errorf("--http-addr: %w", err)
 		}
-		d.httpSrv = &http.Server{Handler: d.api.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		d.httpLn = api.LimitListener(d.httpLn, cfg.HTTPMaxConns, "http", d.sec.conns)
+		d.httpSrv = d.api.NewHTTPServer(cfg.httpLimits())
+		if d.sec.httpTLS != nil {
+			d.httpSrv.TLSConfig = d.sec.httpTLS.ServerConfig("h2", "http/1.1")
+		}
 	}
 	return d, nil
 }
@@ -239,9 +263,16 @@ func (d *daemon) Run(ctx context.Context) error {
 		wg.Go(func() { fail("grpc", d.grpcSrv.Serve(d.grpcLn)) })
 		d.log.Info("gRPC listening", "addr", d.GRPCAddr())
 	}
+	if d.sec.tokens != nil {
+		wg.Go(func() { d.sec.tokens.Watch(ctx, tokenReloadEvery) })
+	}
 	if d.httpSrv != nil {
 		wg.Go(func() {
-			if err := d.httpSrv.Serve(d.httpLn); !errors.Is(err, http.ErrServerClosed) {
+			serve := d.httpSrv.Serve
+			if d.httpSrv.TLSConfig != nil {
+				serve = func(ln net.Listener) error { return d.httpSrv.ServeTLS(ln, "", "") }
+			}
+			if err := serve(d.httpLn); !errors.Is(err, http.ErrServerClosed) {
 				fail("http", err)
 			}
 		})
