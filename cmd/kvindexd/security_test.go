@@ -210,3 +210,57 @@ func TestDaemonTLSAndTokens(t *testing.T) {
 		t.Errorf("gRPC Score with a read token: %v", err)
 	}
 }
+
+// The security settings come from flags, env and both config file formats,
+// and inconsistent ones are refused at start.
+func TestSecurityConfig(t *testing.T) {
+	dir := t.TempDir()
+	yml := filepath.Join(dir, "c.yaml")
+	js := filepath.Join(dir, "c.json")
+	if err := os.WriteFile(yml, []byte("auth_token_file: /etc/kv/tokens\nadmin_api: true\nhttp_read_timeout: 7s\nallowed_endpoint_cidrs: [10.0.0.0/8]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(js, []byte(`{"tls_cert_file":"/c","tls_key_file":"/k","http_max_conns":9,"http_idle_timeout":"1m"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"KVINDEX_HTTP_READ_HEADER_TIMEOUT": "2s"}
+	cfg, err := loadConfig([]string{"--config", yml, "--metrics-auth"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AuthTokenFile != "/etc/kv/tokens" || !cfg.AdminAPI || !cfg.MetricsAuth || time.Duration(cfg.HTTPReadTimeout) != 7*time.Second ||
+		time.Duration(cfg.HTTPReadHeaderTimeout) != 2*time.Second || len(cfg.AllowedEndpointCIDRs) != 1 || cfg.HTTPMaxConns != 10000 {
+		t.Errorf("yaml: %+v", cfg.SecurityConfig)
+	}
+	cfg, err = loadConfig([]string{"--config", js}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.TLSCertFile != "/c" || cfg.HTTPMaxConns != 9 || time.Duration(cfg.HTTPIdleTimeout) != time.Minute {
+		t.Errorf("json: %+v", cfg.SecurityConfig)
+	}
+	for _, args := range [][]string{
+		{"--tls-cert-file", "/c"},
+		{"--tls-client-ca-file", "/ca"},
+		{"--metrics-auth"},
+		{"--allowed-endpoint-cidrs", "10.0.0.0/33"},
+		{"--http-read-timeout", "-1s"},
+		{"--http-max-conns", "-1"},
+		{"--endpoint", "tcp://10.0.0.7:5557", "--allowed-endpoint-cidrs", "192.168.0.0/16"},
+	} {
+		args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--zmq-bind", "tcp://127.0.0.1:0"}, args...)
+		cfg, err := loadConfig(args, func(string) string { return "" }, io.Discard)
+		if err == nil {
+			var d *daemon
+			d, err = newDaemon(context.Background(), cfg, slog.New(slog.DiscardHandler))
+			if d != nil {
+				d.close()
+			}
+		}
+		if err == nil {
+			t.Errorf("%v: accepted", args)
+		} else if strings.Contains(strings.Join(args, " "), "192.168") && !strings.Contains(err.Error(), "outside") {
+			t.Errorf("%v: %v, want the address named outside the CIDRs", args, err)
+		}
+	}
+}
