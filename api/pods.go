@@ -42,6 +42,9 @@ type PodInfo struct {
 	ParityHint       string  `json:"parity_hint,omitempty"`
 	IndexErrors      uint64  `json:"index_errors"`
 	Untrusted        bool    `json:"untrusted"`
+	// Stale: loaded from the snapshot at start and not scored until its
+	// stream resumes.
+	Stale bool `json:"stale,omitempty"`
 }
 
 // listPods joins the indexer's per-(pod, rank) view with the subscriber's
@@ -67,7 +70,7 @@ func (s *Server) listPods(ctx context.Context) []PodInfo {
 			EventsApplied: st.EventsApplied, BlocksStored: st.BlocksStored, BlocksRemoved: st.BlocksRemoved,
 			Clears: st.Clears, ParityMatches: st.ParityMatches, ParityMismatches: st.ParityMismatches,
 			ParityUnverified: st.ParityUnverified, ParityHint: st.ParityHint, IndexErrors: st.IndexErrors,
-			Untrusted: st.Untrusted}
+			Untrusted: st.Untrusted, Stale: ps.Stale}
 		if !st.LastEvent.IsZero() {
 			p.LastEvent = st.LastEvent.UTC().Format(time.RFC3339Nano)
 			p.LastEventUnix = float64(st.LastEvent.UnixNano()) / 1e9

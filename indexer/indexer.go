@@ -68,6 +68,8 @@ type Indexer struct {
 	// until it has been cleared, and its entries are not served meanwhile.
 	trusted func(kvindex.PodID) bool
 	m       *metrics
+	// gate holds back pods loaded from a snapshot (restore.go).
+	gate restoreGate
 }
 
 // New builds the interner, hashers, backend, scorer and applier.
@@ -108,7 +110,7 @@ func New(ctx context.Context, cfg Config) (*Indexer, error) {
 		Index: x.idx, Interner: x.in, Hashers: hashers, DigestCacheSize: cfg.DigestCacheSize,
 		Metrics: kvindex.NewMetrics(cfg.Registry), Logger: cfg.Logger.With("component", "applier"),
 	})
-	x.trusted = x.applier.Trusted
+	x.trusted = func(p kvindex.PodID) bool { return x.applier.Trusted(p) && !x.gate.stale(p) }
 	if x.m, err = newMetrics(cfg.Registry, x); err != nil {
 		_ = x.Close()
 		return nil, err
@@ -116,8 +118,9 @@ func New(ctx context.Context, cfg Config) (*Indexer, error) {
 	return x, nil
 }
 
-// Sink is where kvevents delivers decoded engine batches (the applier).
-func (x *Indexer) Sink() kvindex.BatchSink { return x.applier }
+// Sink is where kvevents delivers decoded engine batches: the applier,
+// behind the gate of pods restored from a snapshot.
+func (x *Indexer) Sink() kvindex.BatchSink { return gatedSink{x} }
 
 // KeyConfig is the block-key config used for model.
 func (x *Indexer) KeyConfig(model string) kvindex.KeyConfig { return x.hashers.For(model).Config() }

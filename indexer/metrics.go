@@ -16,6 +16,9 @@ type metrics struct {
 	// sharedModels counts models interned on the read path because the
 	// shared index (Redis) holds them though this process saw no event.
 	sharedModels prometheus.Counter
+	// restoreClears counts snapshot pods cleared because their stream
+	// restarted since the snapshot.
+	restoreClears prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, x *Indexer) (*metrics, error) {
@@ -34,8 +37,16 @@ func newMetrics(reg *prometheus.Registry, x *Indexer) (*metrics, error) {
 			Name: "kvindexd_shared_models_interned_total",
 			Help: "Models this daemon learned from the shared index on the read path (no event for them received here).",
 		}),
+		restoreClears: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindexd_snapshot_restart_clears_total",
+			Help: "Pods loaded from a snapshot and cleared because their engine restarted since (first seq at or below the snapshot's).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.lookup, m.tokens, m.sharedModels, &statsCollector{x: x}} {
+	stale := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kvindexd_snapshot_stale_pods",
+		Help: "Pods loaded from a snapshot that are not served until their stream resumes.",
+	}, func() float64 { return float64(x.StalePods()) })
+	for _, c := range []prometheus.Collector{m.lookup, m.tokens, m.sharedModels, m.restoreClears, stale, &statsCollector{x: x}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

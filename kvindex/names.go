@@ -15,3 +15,11 @@ type SharedNames interface {
 	// not yet cleaned up) for key under the model called model.
 	HasModelKey(ctx context.Context, model string, key Key) (bool, error)
 }
+
+// NumModels is how many models have been interned; every ModelID is below
+// it (snapshots record the model table by id).
+func (in *Interner) NumModels() int {
+	in.mu.RLock()
+	defer in.mu.RUnlock()
+	return len(in.modNames)
+}

@@ -61,6 +61,8 @@ type Config struct {
 	// Security: TLS, tokens, admin API, endpoint policy, HTTP limits
 	// (security.go).
 	SecurityConfig `yaml:",inline"`
+	// SnapshotConfig: the in-memory index saved and reloaded (snapshot.go).
+	SnapshotConfig `yaml:",inline"`
 }
 
 // ModelConfig overrides the key settings for one model (config file only):
@@ -103,6 +105,7 @@ func DefaultConfig() Config {
 		LogLevel:       "info",
 		LogFormat:      "text",
 		SecurityConfig: defaultSecurity(),
+		SnapshotConfig: defaultSnapshot(),
 	}
 }
 
@@ -245,6 +248,7 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug | info | warn | error")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text | json")
 	securityFlags(fs, &cfg.SecurityConfig)
+	snapshotFlags(fs, &cfg.SnapshotConfig)
 	return fs
 }
 
@@ -360,6 +364,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--log-format %q: want text or json", c.LogFormat)
 	}
 	if err := c.validateSecurity(); err != nil {
+		return err
+	}
+	if err := c.validateSnapshot(c.Index); err != nil {
 		return err
 	}
 	return nil

@@ -24,6 +24,7 @@ import (
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
 	"github.com/kvindex/kvindex/prefixstore"
+	"github.com/kvindex/kvindex/snapshot"
 	"github.com/kvindex/kvindex/tokenization"
 )
 
@@ -57,6 +58,9 @@ type daemon struct {
 	httpSrv        *http.Server
 	closers        []func() error
 	sec            *security
+	// saver writes snapshots of the in-memory index (--snapshot-path).
+	saver *snapshot.Saver
+	snapM *snapshot.Metrics
 }
 
 // newDaemon builds every part and opens the listeners (so their addresses
@@ -99,6 +103,13 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 		return nil, err
 	}
 	d.closers = append(d.closers, d.idx.Close)
+	var restored *snapshot.Loaded
+	if cfg.SnapshotPath != "" {
+		if d.snapM, err = snapshot.NewMetrics(d.reg); err != nil {
+			return nil, err
+		}
+		restored = d.loadSnapshot()
+	}
 
 	bindEngine, _ := kvindex.ParseEngine(cfg.BindEngine)
 	subCfg := kvevents.Config{Bind: cfg.ZMQBind, BindEngine: bindEngine, TopicFilter: cfg.TopicFilter,
@@ -120,6 +131,14 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	}
 	// The bind socket is open from here on: a failure below must release it.
 	d.closers = append(d.closers, d.sub.Close)
+	if restored != nil {
+		d.resumeSnapshot(restored)
+	}
+	if cfg.SnapshotPath != "" {
+		if d.saver, err = d.newSaver(); err != nil {
+			return nil, err
+		}
+	}
 
 	d.api, err = api.New(api.Config{
 		Indexer: d.idx, Subscriber: d.sub, Registry: d.reg, Logger: log.With("component", "api"),
@@ -266,6 +285,9 @@ func (d *daemon) Run(ctx context.Context) error {
 	if d.sec.tokens != nil {
 		wg.Go(func() { d.sec.tokens.Watch(ctx, tokenReloadEvery) })
 	}
+	if d.saver != nil {
+		wg.Go(func() { d.saver.Run(ctx) })
+	}
 	if d.httpSrv != nil {
 		wg.Go(func() {
 			serve := d.httpSrv.Serve
@@ -306,6 +328,10 @@ func (d *daemon) Run(ctx context.Context) error {
 		}
 	}
 	wg.Wait()
+	if d.saver != nil {
+		// The event path has stopped: this is the newest state.
+		_ = d.saver.Save()
+	}
 	d.close()
 	select {
 	case err := <-errc:
