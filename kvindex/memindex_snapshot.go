@@ -127,3 +127,35 @@ func (idx *MemoryIndex) RestoreBlock(k SlotKey, holders []Holder) error {
 	}
 	return err
 }
+
+// Reserve sizes the slot tables for about blocks more blocks. Restoring
+// blocks in the order RangeBlocks produced them (table order) into tables
+// that are still small piles them into long probe runs; tables sized for
+// the final count up front take them in order at the cost of one probe
+// each.
+func (idx *MemoryIndex) Reserve(blocks int64) {
+	// 1/8 slack: keys spread over shards by hash, not exactly evenly.
+	per := (blocks+int64(len(idx.shards))-1)/int64(len(idx.shards)) + blocks/int64(8*len(idx.shards))
+	for i := range idx.shards {
+		sh := &idx.shards[i]
+		sh.mu.Lock()
+		sh.seq.Add(1)
+		want := sh.keys.Load() + per
+		if n := int64(len(*sh.tab.Load()) / slotWords); want*maxLoadDen > n*maxLoadNum {
+			if sh.keys.Load() == 0 {
+				for want*maxLoadDen > n*maxLoadNum {
+					n *= 2
+				}
+				t := make([]uint64, n*slotWords)
+				sh.tab.Store(&t)
+				sh.hand = 0
+			} else {
+				for want*maxLoadDen > int64(len(*sh.tab.Load())/slotWords)*maxLoadNum {
+					sh.grow()
+				}
+			}
+		}
+		sh.seq.Add(1)
+		sh.mu.Unlock()
+	}
+}

@@ -275,6 +275,16 @@ func Load(path string, idx *kvindex.MemoryIndex, in *kvindex.Interner) (*Loaded,
 	if binary.LittleEndian.Uint32(sum[:]) != crc.Sum32() {
 		return nil, fmt.Errorf("%w: %s: checksum mismatch", ErrCorrupt, path)
 	}
+	// The trailer's block count sizes the tables before the blocks come
+	// (see MemoryIndex.Reserve); bounded by the file, as each block takes
+	// at least 10 bytes.
+	var trailer [16]byte
+	if _, err := f.ReadAt(trailer[:], size-4-16); err != nil {
+		return nil, fmt.Errorf("snapshot: read %s: %w", path, err)
+	}
+	if blocks := binary.LittleEndian.Uint64(trailer[:8]); blocks <= uint64(size/10) {
+		idx.Reserve(int64(blocks))
+	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
