@@ -25,7 +25,9 @@ func snapHolders(t *testing.T, idx *MemoryIndex, m ModelID, k Key) []Holder {
 	if len(c.got) == 0 {
 		return nil
 	}
-	slices.SortFunc(c.got[0], func(a, b Holder) int { return int(a.Pod)<<16 + int(a.Tier)<<8 + int(a.Group) - (int(b.Pod)<<16 + int(b.Tier)<<8 + int(b.Group)) })
+	slices.SortFunc(c.got[0], func(a, b Holder) int {
+		return int(a.Pod)<<16 + int(a.Tier)<<8 + int(a.Group) - (int(b.Pod)<<16 + int(b.Tier)<<8 + int(b.Group))
+	})
 	return c.got[0]
 }
 
