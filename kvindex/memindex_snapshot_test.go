@@ -122,3 +122,54 @@ func TestRangeBlocksAllocations(t *testing.T) {
 		t.Errorf("%v allocations for %d blocks", allocs, len(keys))
 	}
 }
+
+// RangeBlocks runs while writers add, remove and clear: every block it
+// reports has live holders of real pods (run under -race).
+func TestRangeBlocksConcurrentWriters(t *testing.T) {
+	idx := NewMemoryIndex(MemoryConfig{Capacity: 1 << 16})
+	ctx := context.Background()
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		rng := rand.New(rand.NewPCG(5, 6))
+		keys := make([]Key, 64)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			for i := range keys {
+				keys[i] = Key(rng.Uint64N(4096))
+			}
+			p := PodID(rng.IntN(4))
+			switch rng.IntN(10) {
+			case 0:
+				_ = idx.ClearPod(ctx, p)
+			case 1, 2, 3:
+				_ = idx.Remove(ctx, 0, p, TierGPU, 0, keys)
+			default:
+				_ = idx.Add(ctx, 0, p, TierGPU, 0, keys)
+			}
+		}
+	}()
+	for range 50 {
+		err := idx.RangeBlocks(func(_ SlotKey, hs []Holder) error {
+			if len(hs) == 0 {
+				return fmt.Errorf("block without holders")
+			}
+			for _, h := range hs {
+				if h.Pod >= 4 || h.Tier != TierGPU {
+					return fmt.Errorf("holder %+v", h)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(done)
+	<-finished
+}
