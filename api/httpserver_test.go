@@ -64,7 +64,7 @@ func healthz(t *testing.T, addr string) {
 // is closed by the server after the read timeout. Without a read timeout
 // they stayed open for ever.
 func TestSlowBodiesAreCutOff(t *testing.T) {
-	addr, m := serveLimited(t, Config{}, HTTPLimits{ReadHeaderTimeout: 200 * time.Millisecond, ReadTimeout: 300 * time.Millisecond}, 1000)
+	addr, m := serveLimited(t, Config{}, HTTPLimits{ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second}, 1000)
 	const n = 200
 	conns := make([]net.Conn, 0, n)
 	defer func() {
@@ -81,7 +81,8 @@ func TestSlowBodiesAreCutOff(t *testing.T) {
 		fmt.Fprintf(c, "POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"model\":\"m\",\"token_ids\":[1,2,")
 	}
 	open := m.open.WithLabelValues("http")
-	waitUntil(t, "all slow connections accepted", func() bool { return value(open) >= n })
+	// While the slow bodies are pending (the read timeout has not fired for
+	// most of them yet), a probe is still served.
 	healthz(t, addr)
 	for i, c := range conns {
 		// The server answers (an error for the unfinished body) and closes;
@@ -98,7 +99,7 @@ func TestSlowBodiesAreCutOff(t *testing.T) {
 // here the idle connections holding every slot are closed by the header
 // timeout, and the waiting /healthz is served.
 func TestConnectionLimit(t *testing.T) {
-	addr, m := serveLimited(t, Config{}, HTTPLimits{ReadHeaderTimeout: 300 * time.Millisecond}, 5)
+	addr, m := serveLimited(t, Config{}, HTTPLimits{ReadHeaderTimeout: time.Second}, 5)
 	var idle []net.Conn
 	for range 5 {
 		c, err := net.Dial("tcp", addr)

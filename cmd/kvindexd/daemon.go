@@ -166,6 +166,9 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 		}
 		d.httpLn = api.LimitListener(d.httpLn, cfg.HTTPMaxConns, "http", d.sec.conns)
 		d.httpSrv = d.api.NewHTTPServer(cfg.httpLimits())
+		// net/http's own messages (TLS handshake failures of scanners,
+		// timeouts) go through the redacting logger, at debug level.
+		d.httpSrv.ErrorLog = slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelDebug)
 		if d.sec.httpTLS != nil {
 			d.httpSrv.TLSConfig = d.sec.httpTLS.ServerConfig("h2", "http/1.1")
 		}
