@@ -121,7 +121,11 @@ func (s *Server) guard(next http.Handler) http.Handler {
 				writeError(w, errorf(codes.ResourceExhausted, "request body of %d bytes is above the limit of %d", r.ContentLength, max))
 				return
 			}
-			r.Body = http.MaxBytesReader(w, r.Body, max)
+			// The score handler caps its body at maxBodyBytes itself: wrap
+			// (one allocation) only for a lower cap.
+			if max < maxBodyBytes && hasBody(r) {
+				r.Body = http.MaxBytesReader(w, r.Body, max)
+			}
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -158,8 +162,10 @@ func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 func (s *Server) grpcGuard(ctx context.Context, method string) error {
 	need := grpcScope(method)
 	token := ""
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get("authorization"); len(v) > 0 {
+	if s.cfg.Auth != nil && need != ScopeNone {
+		// ValueFromIncomingContext reads one key without copying the
+		// whole metadata map.
+		if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
 			token = bearer(v[0])
 		}
 	}
