@@ -59,9 +59,14 @@ type StreamSeq struct {
 	Seq    uint64
 }
 
+// BlockRanger walks an index's blocks (kvindex.MemoryIndex.RangeBlocks).
+type BlockRanger interface {
+	RangeBlocks(fn func(k kvindex.SlotKey, holders []kvindex.Holder) error) error
+}
+
 // Source is what a snapshot is taken of.
 type Source struct {
-	Index    *kvindex.MemoryIndex
+	Index    BlockRanger
 	Interner *kvindex.Interner
 	// Streams returns the streams' last sequence numbers; it is called
 	// before the index is read, so the content is at least that new.
@@ -153,6 +158,13 @@ func Write(path string, src Source, now time.Time) (Written, error) {
 	})
 	if err != nil {
 		return w, fmt.Errorf("snapshot: %w", err)
+	}
+	// A model interned during the walk may have blocks in it under an id
+	// the model table does not name; loaded, they could surface under
+	// another model given that id. Such a snapshot is dropped; the next
+	// interval writes a complete one.
+	if n := src.Interner.NumModels(); n != nm {
+		return w, fmt.Errorf("snapshot: %d model(s) appeared while it was written; skipped, the next one will hold them", n-nm)
 	}
 	e.u8(0)
 	e.u64(uint64(w.Blocks))

@@ -290,3 +290,41 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+// ranger runs during once, at the first block of the walk.
+type ranger struct {
+	idx    *kvindex.MemoryIndex
+	during func()
+}
+
+func (r ranger) RangeBlocks(fn func(kvindex.SlotKey, []kvindex.Holder) error) error {
+	first := true
+	return r.idx.RangeBlocks(func(k kvindex.SlotKey, hs []kvindex.Holder) error {
+		if first {
+			first = false
+			r.during()
+		}
+		return fn(k, hs)
+	})
+}
+
+// A model interned while the blocks are walked makes the write fail rather
+// than record blocks of a model the table does not name; the previous
+// snapshot stays.
+func TestModelAddedDuringWrite(t *testing.T) {
+	f, _ := sample(t)
+	path := filepath.Join(t.TempDir(), "index.snap")
+	write(t, f, path, nil)
+	before, _ := os.ReadFile(path)
+	_, err := Write(path, Source{Index: ranger{f.idx, func() { f.in.Model("during/walk") }}, Interner: f.in}, time.Now())
+	if err == nil {
+		t.Fatal("a model interned during the walk was not noticed")
+	}
+	after, _ := os.ReadFile(path)
+	if !bytes.Equal(before, after) {
+		t.Fatal("the previous snapshot changed")
+	}
+	if _, err := Write(path, Source{Index: f.idx, Interner: f.in}, time.Now()); err != nil {
+		t.Fatalf("the next write: %v", err)
+	}
+}
