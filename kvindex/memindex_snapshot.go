@@ -104,17 +104,19 @@ func (idx *MemoryIndex) RestoreBlock(k SlotKey, holders []Holder) error {
 		}
 		idx.ensurePod(hd.Pod)
 	}
-	var err error
-	for _, hd := range holders {
-		epoch := idx.epochOf(hd.Pod)
-		sh.mu.Lock()
-		sh.seq.Add(1)
-		newEntry, newBlock, e := sh.add(idx, h, sk, packHolder(hd.Pod, epoch, hd.Tier, hd.Group))
+	// One lock for the whole block. commit takes podMu under sh.mu, the
+	// order eviction already uses.
+	sh.mu.Lock()
+	sh.seq.Add(1)
+	defer func() {
 		sh.seq.Add(1)
 		sh.mu.Unlock()
-		if e != nil {
-			err = e
-			break
+	}()
+	for _, hd := range holders {
+		epoch := idx.epochOf(hd.Pod)
+		newEntry, newBlock, err := sh.add(idx, h, sk, packHolder(hd.Pod, epoch, hd.Tier, hd.Group))
+		if err != nil {
+			return err
 		}
 		var dEntries, dBlocks int64
 		if newEntry {
@@ -125,7 +127,7 @@ func (idx *MemoryIndex) RestoreBlock(k SlotKey, holders []Holder) error {
 		}
 		idx.commit(hd.Pod, epoch, dEntries, dBlocks)
 	}
-	return err
+	return nil
 }
 
 // Reserve sizes the slot tables for about blocks more blocks. Restoring
