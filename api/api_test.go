@@ -447,7 +447,7 @@ func TestEndpointsHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Indexer: idx, Subscriber: sub, Logger: slog.New(slog.DiscardHandler)})
+	srv, err := New(Config{Indexer: idx, Subscriber: sub, Logger: slog.New(slog.DiscardHandler), AdminAPI: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,6 +458,9 @@ func TestEndpointsHTTP(t *testing.T) {
 		req, err := http.NewRequest(method, ts.URL+path, strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

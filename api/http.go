@@ -45,7 +45,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	return mux
+	return s.guard(mux)
 }
 
 // httpStatus maps a gRPC code to the HTTP status of the same meaning.
@@ -59,6 +59,12 @@ func httpStatus(c codes.Code) int {
 		return http.StatusUnprocessableEntity
 	case codes.NotFound:
 		return http.StatusNotFound
+	case codes.Unauthenticated:
+		return http.StatusUnauthorized
+	case codes.PermissionDenied:
+		return http.StatusForbidden
+	case codes.ResourceExhausted:
+		return http.StatusRequestEntityTooLarge
 	case codes.Unimplemented:
 		return http.StatusNotImplemented
 	case codes.Unavailable:
@@ -71,9 +77,13 @@ func httpStatus(c codes.Code) int {
 	return http.StatusInternalServerError
 }
 
-func writeError(w http.ResponseWriter, e *Error) {
+func writeError(w http.ResponseWriter, e *Error) { writeErrorStatus(w, httpStatus(e.Code), e) }
+
+// writeErrorStatus is writeError with an HTTP status of its own (415 has no
+// gRPC code).
+func writeErrorStatus(w http.ResponseWriter, status int, e *Error) {
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(httpStatus(e.Code))
+	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(struct {
 		Error string `json:"error"`
 		Code  string `json:"code"`
@@ -128,6 +138,9 @@ func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
 func (sc *httpScratch) parse(w http.ResponseWriter, r *http.Request) (indexer.Query, *Error) {
 	sc.buf.Reset()
 	if _, err := sc.buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes)); err != nil {
+		if tooBig := new(http.MaxBytesError); errors.As(err, &tooBig) {
+			return indexer.Query{}, errorf(codes.ResourceExhausted, "read body: %v", err)
+		}
 		return indexer.Query{}, errorf(codes.InvalidArgument, "read body: %v", err)
 	}
 	b := &sc.body

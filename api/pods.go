@@ -57,6 +57,9 @@ type PodInfo struct {
 	GroupSkippedBlocks  uint64 `json:"group_skipped_blocks"`
 	CopiesKept          uint64 `json:"copies_kept"`
 	FullAttentionGroups int    `json:"full_attention_groups"`
+	// Stale: loaded from the snapshot at start and not scored until its
+	// stream resumes.
+	Stale bool `json:"stale,omitempty"`
 }
 
 // listPods joins the indexer's per-(pod, rank) view with the subscriber's
@@ -83,7 +86,8 @@ func (s *Server) listPods(ctx context.Context) []PodInfo {
 			Clears: st.Clears, ParityMatches: st.ParityMatches, ParityMismatches: st.ParityMismatches,
 			ParityUnverified: st.ParityUnverified, ParityHint: st.ParityHint, IndexErrors: st.IndexErrors,
 			Untrusted: st.Untrusted, UnverifiedReason: st.UnverifiedReason, RemoteBlocks: st.RemoteBlocks,
-			GroupSkippedBlocks: st.GroupSkippedBlocks, CopiesKept: st.CopiesKept, FullAttentionGroups: st.FullAttentionGroups}
+			GroupSkippedBlocks: st.GroupSkippedBlocks, CopiesKept: st.CopiesKept, FullAttentionGroups: st.FullAttentionGroups,
+			Stale: ps.Stale}
 		if !st.LastEvent.IsZero() {
 			p.LastEvent = st.LastEvent.UTC().Format(time.RFC3339Nano)
 			p.LastEventUnix = float64(st.LastEvent.UnixNano()) / 1e9
@@ -140,6 +144,9 @@ func (s *Server) listEndpoints() ([]EndpointInfo, *Error) {
 }
 
 func (s *Server) addEndpoint(ep EndpointInfo) *Error {
+	if !s.adminEnabled() {
+		return errAdminOff
+	}
 	if s.cfg.Subscriber == nil {
 		return errorf(codes.Unimplemented, "no event subscriber is running")
 	}
@@ -151,6 +158,9 @@ func (s *Server) addEndpoint(ep EndpointInfo) *Error {
 	if !ok {
 		return errorf(codes.InvalidArgument, "engine %q: want vllm or sglang", ep.Engine)
 	}
+	if err := s.endpointPolicy().CheckEndpoint(context.Background(), ep.Address, ep.ReplayAddress); err != nil {
+		return errorf(codes.InvalidArgument, "%v", err)
+	}
 	err := s.cfg.Subscriber.AddEndpoint(kvevents.EndpointConfig{Address: ep.Address, Pod: ep.Pod, Model: ep.Model,
 		Engine: eng, ReplayAddress: ep.ReplayAddress, SnapshotAddress: ep.SnapshotAddress})
 	if err != nil {
@@ -161,6 +171,9 @@ func (s *Server) addEndpoint(ep EndpointInfo) *Error {
 }
 
 func (s *Server) removeEndpoint(address string) *Error {
+	if !s.adminEnabled() {
+		return errAdminOff
+	}
 	if s.cfg.Subscriber == nil {
 		return errorf(codes.Unimplemented, "no event subscriber is running")
 	}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/internal/redact"
 )
 
 // Error is a request failure with the gRPC code both transports map from
@@ -22,7 +23,9 @@ type Error struct {
 func (e *Error) Error() string { return e.Msg }
 
 func errorf(c codes.Code, format string, args ...any) *Error {
-	return &Error{Code: c, Msg: fmt.Sprintf(format, args...)}
+	// Messages may quote addresses a client or the config gave (endpoint,
+	// replay, Redis URLs): credentials in them never reach an answer.
+	return &Error{Code: c, Msg: redact.String(fmt.Sprintf(format, args...))}
 }
 
 // grpcCodes maps the indexer's transport-neutral codes.
@@ -40,7 +43,7 @@ func fromIndexer(err error) *Error {
 	var ie *indexer.Error
 	if errors.As(err, &ie) {
 		if c, ok := grpcCodes[ie.Code]; ok {
-			return &Error{Code: c, Msg: ie.Msg}
+			return &Error{Code: c, Msg: redact.String(ie.Msg)}
 		}
 	}
 	return errorf(codes.Internal, "%v", err)

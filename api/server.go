@@ -47,6 +47,22 @@ type Config struct {
 	// its metrics there and serves it on /metrics. nil = a private registry.
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
+
+	// Auth, when set, requires a bearer token on every call but the probes
+	// (see guard.go); nil serves without authentication.
+	Auth *Tokens
+	// MetricsAuth requires a read token on /metrics too (with Auth).
+	MetricsAuth bool
+	// AdminAPI serves endpoint management (POST/DELETE /v1/endpoints,
+	// AddEndpoint, RemoveEndpoint). It is also on when Auth holds an admin
+	// token; otherwise those calls answer PermissionDenied / 403.
+	AdminAPI bool
+	// Endpoints checks the addresses given to AddEndpoint; nil accepts any
+	// tcp:// or ipc:// address with a host (DefaultEndpointPolicy).
+	Endpoints *EndpointPolicy
+	// MaxBodyBytes caps an HTTP request body (0 = no cap beyond each
+	// handler's own).
+	MaxBodyBytes int64
 }
 
 // Server implements both gRPC services and the HTTP handler.
@@ -66,6 +82,7 @@ type Server struct {
 	// is called must not report ready again while requests drain.
 	stopping atomic.Bool
 	llmd     llmdService
+	guardM   *guardMetrics
 }
 
 // New checks the config and registers the metrics.
@@ -89,6 +106,9 @@ func New(cfg Config) (*Server, error) {
 	if s.pickMetrics, err = newPickMetrics(cfg.Registry); err != nil {
 		return nil, err
 	}
+	if s.guardM, err = newGuardMetrics(cfg.Registry); err != nil {
+		return nil, err
+	}
 	// Until the first health check ran, an index that can fail is not ready.
 	canFail := s.idx.CanBeUnavailable()
 	s.ready.Store(!canFail)
@@ -105,9 +125,10 @@ func (s *Server) RegisterGRPC(gs *grpc.Server) {
 	reflection.Register(gs)
 }
 
-// NewGRPCServer returns a grpc.Server with every service registered.
+// NewGRPCServer returns a grpc.Server with every service registered behind
+// the access guard (GRPCServerOptions).
 func (s *Server) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
-	gs := grpc.NewServer(opts...)
+	gs := grpc.NewServer(append(s.GRPCServerOptions(), opts...)...)
 	s.RegisterGRPC(gs)
 	return gs
 }

@@ -62,12 +62,17 @@ type Indexer struct {
 	tok     PromptTokenizer
 	// health is the backend's check; nil when the backend cannot fail.
 	health kvindex.HealthChecker
+	// names is the backend's shared-name lookup; nil for a process-local
+	// index (see sharedNames in score.go).
+	names kvindex.SharedNames
 	// trusted is the applier's candidate filter, held as a typed func so
 	// scoring cannot lose it: a pod is untrusted from an index write failure
 	// until it has been cleared, and its entries are not served meanwhile.
 	trusted func(kvindex.PodID) bool
 	pick    *picker
 	m       *metrics
+	// gate holds back pods loaded from a snapshot (restore.go).
+	gate restoreGate
 }
 
 // New builds the interner, hashers, backend, scorer and applier.
@@ -100,12 +105,15 @@ func New(ctx context.Context, cfg Config) (*Indexer, error) {
 	if hc, ok := x.idx.(kvindex.HealthChecker); ok {
 		x.health = hc
 	}
+	if sn, ok := x.idx.(kvindex.SharedNames); ok {
+		x.names = sn
+	}
 	x.scorer = kvindex.NewScorer(x.idx, weights)
 	x.applier = kvindex.NewApplier(kvindex.ApplierConfig{
 		Index: x.idx, Interner: x.in, Hashers: hashers, DigestCacheSize: cfg.DigestCacheSize,
 		Metrics: kvindex.NewMetrics(cfg.Registry), Logger: cfg.Logger.With("component", "applier"),
 	})
-	x.trusted = x.applier.Trusted
+	x.trusted = func(p kvindex.PodID) bool { return x.applier.Trusted(p) && !x.gate.stale(p) }
 	if x.pick, err = newPicker(cfg.Pick, x.idx); err != nil {
 		_ = x.Close()
 		return nil, err
@@ -118,8 +126,9 @@ func New(ctx context.Context, cfg Config) (*Indexer, error) {
 }
 
 // Sink is where kvevents delivers decoded engine batches: the applier,
-// followed by dropping the speculative entries the events answer.
-func (x *Indexer) Sink() kvindex.BatchSink { return pickSink{x} }
+// behind the gate of pods restored from a snapshot, followed by dropping the
+// speculative entries the events answer.
+func (x *Indexer) Sink() kvindex.BatchSink { return gatedSink{x} }
 
 // KeyConfig is the block-key config used for model.
 func (x *Indexer) KeyConfig(model string) kvindex.KeyConfig { return x.hashers.For(model).Config() }

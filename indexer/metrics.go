@@ -19,6 +19,12 @@ type metrics struct {
 	picks      [][routing.NumReasons]prometheus.Counter
 	specBlocks prometheus.Counter
 	specErrors prometheus.Counter
+	// sharedModels counts models interned on the read path because the
+	// shared index (Redis) holds them though this process saw no event.
+	sharedModels prometheus.Counter
+	// restoreClears counts snapshot pods cleared because their stream
+	// restarted since the snapshot.
+	restoreClears prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, x *Indexer) (*metrics, error) {
@@ -32,6 +38,14 @@ func newMetrics(reg *prometheus.Registry, x *Indexer) (*metrics, error) {
 			Name:    "kvindexd_score_tokens",
 			Help:    "Tokens per score request (token_ids and prompt inputs).",
 			Buckets: prometheus.ExponentialBuckets(16, 2, 14),
+		}),
+		sharedModels: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindexd_shared_models_interned_total",
+			Help: "Models this daemon learned from the shared index on the read path (no event for them received here).",
+		}),
+		restoreClears: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindexd_snapshot_restart_clears_total",
+			Help: "Pods loaded from a snapshot and cleared because their engine restarted since (first seq at or below the snapshot's).",
 		}),
 	}
 	picks := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -52,7 +66,12 @@ func newMetrics(reg *prometheus.Registry, x *Indexer) (*metrics, error) {
 		Name: "kvindexd_pick_speculative_errors_total",
 		Help: "Failed reads or writes of the shared speculative store; the pick went on without speculation.",
 	})
-	for _, c := range []prometheus.Collector{m.lookup, m.tokens, picks, m.specBlocks, m.specErrors, &statsCollector{x: x}} {
+
+	stale := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kvindexd_snapshot_stale_pods",
+		Help: "Pods loaded from a snapshot that are not served until their stream resumes.",
+	}, func() float64 { return float64(x.StalePods()) })
+	for _, c := range []prometheus.Collector{m.lookup, m.tokens, picks, m.specBlocks, m.specErrors, m.sharedModels, m.restoreClears, stale, &statsCollector{x: x}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -24,6 +24,8 @@ type PodStatus struct {
 	// Blocks the index holds for the pod; -1 when the index cannot say now
 	// (a listing still answers while the backend is down).
 	Blocks int64
+	// Stale: loaded from a snapshot, not served until its stream resumes.
+	Stale bool
 }
 
 // Pods lists every (pod, rank) the applier has seen plus the also refs
@@ -32,6 +34,7 @@ type PodStatus struct {
 // (kvindex.PodBlocksBatcher), else one read per pod.
 func (x *Indexer) Pods(ctx context.Context, also []PodRef) []PodStatus {
 	stats := x.applier.PodStats()
+	also = append(also[:len(also):len(also)], x.gate.refs()...)
 	out := make([]PodStatus, 0, len(stats)+len(also))
 	seen := make(map[PodRef]struct{}, len(stats)+len(also))
 	for _, st := range stats {
@@ -52,6 +55,13 @@ func (x *Indexer) Pods(ctx context.Context, also []PodRef) []PodStatus {
 		return cmp.Compare(a.Stats.DPRank, b.Stats.DPRank)
 	})
 	x.fillBlocks(ctx, out)
+	if x.gate.pending.Load() != 0 {
+		for i := range out {
+			if id, ok := x.in.LookupPod(out[i].Stats.Pod, out[i].Stats.DPRank); ok {
+				out[i].Stale = x.gate.stale(id)
+			}
+		}
+	}
 	return out
 }
 

@@ -127,6 +127,9 @@ type Result struct {
 	ranks   []RankScore
 	entries []rankEntry
 	byName  map[string]int
+	// nameFilter, when set, keeps only these pod names (a pods filter naming
+	// pods this process has not interned yet, on a shared index).
+	nameFilter []string
 }
 
 type rankEntry struct {
@@ -155,6 +158,7 @@ func (r *Result) clear() {
 	r.Pods = r.Pods[:0]
 	r.ranks = r.ranks[:0]
 	r.keys = r.keys[:0]
+	r.nameFilter = nil
 }
 
 // Code classifies an Error independently of any transport; api maps it to

@@ -33,19 +33,35 @@ func (x *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 	modelID, modelKnown := in.model, in.modelKnown
 	r.BlockSize = in.blockSize
 	r.TotalBlocks = len(r.keys)
+	if !modelKnown && len(r.keys) > 0 && x.names != nil {
+		var err *Error
+		if modelID, modelKnown, err = x.sharedModel(ctx, q.Model, r.keys[0]); err != nil {
+			return err
+		}
+	}
 
 	var cands []kvindex.PodID
+	r.nameFilter = nil
 	if len(q.Pods) > 0 {
 		r.cands = r.cands[:0]
+		unknown := false
 		for _, name := range q.Pods {
+			n := len(r.cands)
 			r.cands = x.in.AppendPodsNamed(r.cands, name)
+			unknown = unknown || len(r.cands) == n
 		}
 		cands = r.cands
+		if unknown && x.names != nil {
+			// Another daemon may have written a pod this one never met:
+			// score every holder (the backend interns what it reads) and
+			// keep the named pods by name.
+			cands, r.nameFilter = nil, q.Pods
+		}
 	}
 	// Nothing can match: unknown model, no full block, or a pod filter that
 	// names no known pod. Answer empty without touching the index, except
 	// that an index that is down must still be reported as down.
-	if !modelKnown || len(r.keys) == 0 || (len(q.Pods) > 0 && len(cands) == 0) {
+	if !modelKnown || len(r.keys) == 0 || (len(q.Pods) > 0 && len(cands) == 0 && r.nameFilter == nil) {
 		if err := x.Healthy(ctx); err != nil {
 			return errorf(Unavailable, "index unavailable: %v", err)
 		}
@@ -140,6 +156,9 @@ func (r *Result) aggregate(in *kvindex.Interner, trusted func(kvindex.PodID) boo
 			continue // its entries may predate a lost removal
 		}
 		name, rank := in.PodName(ps.Pod)
+		if r.nameFilter != nil && !slices.Contains(r.nameFilter, name) {
+			continue
+		}
 		i, ok := r.byName[name]
 		if !ok {
 			i = len(r.Pods)
@@ -201,4 +220,24 @@ func ctxError(err error) *Error {
 		return errorf(DeadlineExceeded, "deadline exceeded")
 	}
 	return errorf(Canceled, "request canceled")
+}
+
+// sharedModel interns a model this process has not met when the shared index
+// holds the query's first block under its name (kvindex.SharedNames), so
+// every daemon sharing the index answers the same query the same way. Only
+// names the index really holds are interned: a client cannot grow the
+// interner with made-up model names.
+func (x *Indexer) sharedModel(ctx context.Context, model string, first kvindex.Key) (kvindex.ModelID, bool, *Error) {
+	ok, err := x.names.HasModelKey(ctx, model, first)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, false, ctxError(ctx.Err())
+		}
+		return 0, false, errorf(Unavailable, "index unavailable: %v", err)
+	}
+	if !ok {
+		return 0, false, nil
+	}
+	x.m.sharedModels.Inc()
+	return x.in.Model(model), true, nil
 }

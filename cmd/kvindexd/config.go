@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/internal/redact"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/routing"
@@ -66,6 +67,11 @@ type Config struct {
 	SpecTTL         string `json:"speculative_ttl" yaml:"speculative_ttl"`
 	HistoryTTL      string `json:"history_ttl" yaml:"history_ttl"`
 	HistoryCapacity int    `json:"history_capacity" yaml:"history_capacity"`
+	// Security: TLS, tokens, admin API, endpoint policy, HTTP limits
+	// (security.go).
+	SecurityConfig `yaml:",inline"`
+	// SnapshotConfig: the in-memory index saved and reloaded (snapshot.go).
+	SnapshotConfig `yaml:",inline"`
 }
 
 // ModelConfig overrides the key settings for one model (config file only):
@@ -94,21 +100,23 @@ type EndpointSpec struct {
 // DefaultConfig is what the daemon runs with when told nothing.
 func DefaultConfig() Config {
 	return Config{
-		GRPCAddr:    ":50051",
-		HTTPAddr:    ":8080",
-		ZMQBind:     kvevents.DefaultBind,
-		BindEngine:  "vllm",
-		TopicFilter: kvevents.DefaultTopicFilter,
-		Workers:     0, // kvevents default (one per CPU)
-		QueueSize:   0, // kvevents default
-		Index:       "memory",
-		LeaseTTL:    "10s",
-		HashAlgo:    string(kvindex.AlgoSHA256), // vLLM's default since v0.10.2
-		HashSeed:    "",
-		BlockSize:   16,
-		TierWeights: "gpu=1.0,cpu=0.8,disk=0.5,external=0.3",
-		LogLevel:    "info",
-		LogFormat:   "text",
+		GRPCAddr:       ":50051",
+		HTTPAddr:       ":8080",
+		ZMQBind:        kvevents.DefaultBind,
+		BindEngine:     "vllm",
+		TopicFilter:    kvevents.DefaultTopicFilter,
+		Workers:        0, // kvevents default (one per CPU)
+		QueueSize:      0, // kvevents default
+		Index:          "memory",
+		LeaseTTL:       "10s",
+		HashAlgo:       string(kvindex.AlgoSHA256), // vLLM's default since v0.10.2
+		HashSeed:       "",
+		BlockSize:      16,
+		TierWeights:    "gpu=1.0,cpu=0.8,disk=0.5,external=0.3",
+		LogLevel:       "info",
+		LogFormat:      "text",
+		SecurityConfig: defaultSecurity(),
+		SnapshotConfig: defaultSnapshot(),
 	}
 }
 
@@ -256,6 +264,8 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.HistoryCapacity, "history-capacity", cfg.HistoryCapacity, "routing history bound in (block, pod) entries (0 = default)")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug | info | warn | error")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text | json")
+	securityFlags(fs, &cfg.SecurityConfig)
+	snapshotFlags(fs, &cfg.SnapshotConfig)
 	return fs
 }
 
@@ -291,7 +301,8 @@ func loadConfig(args []string, getenv func(string) string, out io.Writer) (Confi
 			return cfg, err
 		}
 	}
-	fs := flagSet(&cfg, &configPath, out)
+	// The flag package echoes a bad value; it may be a URL with a password.
+	fs := flagSet(&cfg, &configPath, redact.Writer(out))
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
 		if f.Name == "config" {
@@ -371,6 +382,12 @@ func (c *Config) validate() error {
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("--log-format %q: want text or json", c.LogFormat)
+	}
+	if err := c.validateSecurity(); err != nil {
+		return err
+	}
+	if err := c.validateSnapshot(c.Index); err != nil {
+		return err
 	}
 	return nil
 }

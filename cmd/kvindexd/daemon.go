@@ -15,19 +15,26 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/kvindex/kvindex/api"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/indexer/redisspec"
+	"github.com/kvindex/kvindex/internal/redact"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
 	"github.com/kvindex/kvindex/prefixstore"
+	"github.com/kvindex/kvindex/snapshot"
 	"github.com/kvindex/kvindex/tokenization"
 )
 
 // shutdownGrace bounds how long in-flight requests may finish on shutdown.
 const shutdownGrace = 5 * time.Second
+
+// grpcHandshakeTimeout bounds a new gRPC connection's handshake (TLS and
+// HTTP/2 preface): a client that connects and stays silent is dropped.
+const grpcHandshakeTimeout = 10 * time.Second
 
 // daemon is the wired process: one registry, the indexer (which owns the
 // interner, index, applier and scorer), the subscriber feeding the indexer's
@@ -51,6 +58,10 @@ type daemon struct {
 	grpcSrv        *grpc.Server
 	httpSrv        *http.Server
 	closers        []func() error
+	sec            *security
+	// saver writes snapshots of the in-memory index (--snapshot-path).
+	saver *snapshot.Saver
+	snapM *snapshot.Metrics
 }
 
 // newDaemon builds every part and opens the listeners (so their addresses
@@ -58,6 +69,9 @@ type daemon struct {
 func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, err error) {
 	// d is not the named result: `return nil, err` must not nil it before
 	// the deferred close releases what was opened so far.
+	// Every line the daemon and its libraries log goes through redaction:
+	// URLs with credentials (--index, endpoints) never reach the log.
+	log = redact.Logger(log)
 	d := &daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
 	defer func() {
 		if err != nil {
@@ -83,6 +97,9 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 		return nil, err
 	}
 	pick.SharedSpeculative = sharedSpeculative
+	if d.sec, err = buildSecurity(ctx, cfg, d.reg, log); err != nil {
+		return nil, err
+	}
 	d.idx, err = indexer.New(ctx, indexer.Config{
 		Keys: def, ModelKeys: perModel, Backend: backend, TierWeights: &weights,
 		DigestCacheSize: cfg.DigestCacheSize, Tokenizer: d.promptTokenizer(),
@@ -92,6 +109,13 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 		return nil, err
 	}
 	d.closers = append(d.closers, d.idx.Close)
+	var restored *snapshot.Loaded
+	if cfg.SnapshotPath != "" {
+		if d.snapM, err = snapshot.NewMetrics(d.reg); err != nil {
+			return nil, err
+		}
+		restored = d.loadSnapshot()
+	}
 
 	bindEngine, _ := kvindex.ParseEngine(cfg.BindEngine)
 	subCfg := kvevents.Config{Bind: cfg.ZMQBind, BindEngine: bindEngine, TopicFilter: cfg.TopicFilter,
@@ -113,9 +137,19 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	}
 	// The bind socket is open from here on: a failure below must release it.
 	d.closers = append(d.closers, d.sub.Close)
+	if restored != nil {
+		d.resumeSnapshot(restored)
+	}
+	if cfg.SnapshotPath != "" {
+		if d.saver, err = d.newSaver(); err != nil {
+			return nil, err
+		}
+	}
 
 	d.api, err = api.New(api.Config{
 		Indexer: d.idx, Subscriber: d.sub, Registry: d.reg, Logger: log.With("component", "api"),
+		Auth: d.sec.tokens, MetricsAuth: cfg.MetricsAuth, AdminAPI: cfg.AdminAPI, Endpoints: d.sec.policy,
+		MaxBodyBytes: cfg.HTTPMaxBodyBytes,
 	})
 	if err != nil {
 		return nil, err
@@ -124,14 +158,26 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 		if d.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 			return nil, fmt.Errorf("--grpc-addr: %w", err)
 		}
+		d.grpcLn = api.LimitListener(d.grpcLn, cfg.GRPCMaxConns, "grpc", d.sec.conns)
 		// A 1M-token request is ~5 MB of protobuf: above gRPC's 4 MB default.
-		d.grpcSrv = d.api.NewGRPCServer(grpc.MaxRecvMsgSize(64 << 20))
+		opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.ConnectionTimeout(grpcHandshakeTimeout)}
+		if d.sec.grpcTLS != nil {
+			opts = append(opts, grpc.Creds(credentials.NewTLS(d.sec.grpcTLS.ServerConfig("h2"))))
+		}
+		d.grpcSrv = d.api.NewGRPCServer(opts...)
 	}
 	if cfg.HTTPAddr != "" {
 		if d.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 			return nil, fmt.Errorf("--http-addr: %w", err)
 		}
-		d.httpSrv = &http.Server{Handler: d.api.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		d.httpLn = api.LimitListener(d.httpLn, cfg.HTTPMaxConns, "http", d.sec.conns)
+		d.httpSrv = d.api.NewHTTPServer(cfg.httpLimits())
+		// net/http's own messages (TLS handshake failures of scanners,
+		// timeouts) go through the redacting logger, at debug level.
+		d.httpSrv.ErrorLog = slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelDebug)
+		if d.sec.httpTLS != nil {
+			d.httpSrv.TLSConfig = d.sec.httpTLS.ServerConfig("h2", "http/1.1")
+		}
 	}
 	return d, nil
 }
@@ -258,9 +304,19 @@ func (d *daemon) Run(ctx context.Context) error {
 		wg.Go(func() { fail("grpc", d.grpcSrv.Serve(d.grpcLn)) })
 		d.log.Info("gRPC listening", "addr", d.GRPCAddr())
 	}
+	if d.sec.tokens != nil {
+		wg.Go(func() { d.sec.tokens.Watch(ctx, tokenReloadEvery) })
+	}
+	if d.saver != nil {
+		wg.Go(func() { d.saver.Run(ctx) })
+	}
 	if d.httpSrv != nil {
 		wg.Go(func() {
-			if err := d.httpSrv.Serve(d.httpLn); !errors.Is(err, http.ErrServerClosed) {
+			serve := d.httpSrv.Serve
+			if d.httpSrv.TLSConfig != nil {
+				serve = func(ln net.Listener) error { return d.httpSrv.ServeTLS(ln, "", "") }
+			}
+			if err := serve(d.httpLn); !errors.Is(err, http.ErrServerClosed) {
 				fail("http", err)
 			}
 		})
@@ -294,6 +350,10 @@ func (d *daemon) Run(ctx context.Context) error {
 		}
 	}
 	wg.Wait()
+	if d.saver != nil {
+		// The event path has stopped: this is the newest state.
+		_ = d.saver.Save()
+	}
 	d.close()
 	select {
 	case err := <-errc:

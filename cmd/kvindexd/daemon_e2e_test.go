@@ -295,7 +295,7 @@ func TestEndToEnd(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			index := b.index(t)
-			e := startDaemon(t, func(c *Config) { c.Index = index })
+			e := startDaemon(t, func(c *Config) { c.Index, c.AdminAPI = index, true })
 			runEndToEnd(t, e)
 		})
 	}

@@ -17,6 +17,8 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/kvindex/kvindex/internal/redact"
 )
 
 // subcommand is one `kvindexd <name>` tool. Owners of other packages add
@@ -55,7 +57,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		fmt.Fprintf(stderr, "kvindexd %s: %v\n", name, err)
+		fmt.Fprintf(stderr, "kvindexd %s: %s\n", name, redact.Error(err))
 		return 1
 	}
 	return 0

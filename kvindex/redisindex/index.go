@@ -263,11 +263,7 @@ func (x *Index) modelPrefix(m kvindex.ModelID) string {
 	if ok {
 		return s
 	}
-	name := x.in.ModelName(m)
-	if strings.ContainsAny(name, "{}%") {
-		name = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(name)
-	}
-	s = x.ns + ":b:" + name + ":"
+	s = x.modelPrefixOf(x.in.ModelName(m))
 	x.nmu.Lock()
 	x.modelPfx[m] = s
 	x.nmu.Unlock()

@@ -1,0 +1,86 @@
+package indexer
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvindex/redisindex"
+	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
+)
+
+// redisIndexer is an indexer on the Redis at url with its own interner, as
+// a separate daemon has.
+func redisIndexer(t *testing.T, url string) *Indexer {
+	t.Helper()
+	return newTestIndexer(t, Config{Backend: func(ctx context.Context, in *kvindex.Interner) (kvindex.Index, error) {
+		f, err := redisindex.ParseIndexFlag(url + "?namespace=shared")
+		if err != nil {
+			return nil, err
+		}
+		f.Redis.Interner = in
+		return redisindex.New(ctx, f.Redis)
+	}})
+}
+
+// Two daemons sharing one Redis namespace answer the same request the same
+// way, though only one of them received the events: the other learns the
+// model and the pods from the shared index on the read path. Before, the
+// second answered {"pods": []} for the model and for a pods filter.
+func TestSharedRedisSameAnswerOnEveryDaemon(t *testing.T) {
+	srv := redistest.Start(t)
+	writer := redisIndexer(t, srv.URL())
+	reader := redisIndexer(t, srv.URL())
+
+	// The reader interns another model and pod first, so its ids differ
+	// from the writer's: names, not ids, must travel through Redis.
+	reader.Sink().Apply(context.Background(), &kvindex.Batch{Pod: "pod-z", Model: "reader/only", DPRank: 3, Events: []kvindex.Event{
+		storeEvent(seqTokens(9000, 2*testBlock), 2, kvindex.TierGPU)}})
+	prompt := seqTokens(100, 6*testBlock)
+	writer.Sink().Apply(context.Background(), &kvindex.Batch{Pod: "pod-w", Model: "other/model", Events: []kvindex.Event{
+		storeEvent(seqTokens(7000, testBlock), 1, kvindex.TierGPU)}})
+	apply(writer, "pod-a", 0, storeEvent(prompt, 5, kvindex.TierGPU))
+	apply(writer, "pod-b", 1, storeEvent(prompt, 3, kvindex.TierCPU))
+
+	queries := []Query{
+		{Model: testModel, Kind: InputTokens, TokenIDs: prompt},
+		{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, kvindex.RequestExtras{})},
+		{Model: testModel, Kind: InputTokens, TokenIDs: prompt, Pods: []string{"pod-b"}},
+		{Model: testModel, Kind: InputTokens, TokenIDs: prompt, Pods: []string{"pod-b", "pod-nobody"}},
+	}
+	want := []string{
+		"total=6 pod-a:5/20/5.00[0:5,] pod-b:3/12/2.40[1:3,]",
+		"total=6 pod-a:5/20/5.00[0:5,] pod-b:3/12/2.40[1:3,]",
+		"total=6 pod-b:3/12/2.40[1:3,]",
+		"total=6 pod-b:3/12/2.40[1:3,]",
+	}
+	var r Result
+	// The pods filter first, on a reader that has not met pod-b at all.
+	for _, i := range []int{2, 0, 1, 3} {
+		for name, x := range map[string]*Indexer{"writer": writer, "reader": reader} {
+			if got := mustScore(t, x, &queries[i], &r); got != want[i] {
+				t.Errorf("%s, query %d: %s, want %s", name, i, got, want[i])
+			}
+		}
+	}
+
+	// A model nobody wrote stays unknown: names a client makes up are not
+	// interned.
+	q := Query{Model: "made/up", Kind: InputTokens, TokenIDs: prompt}
+	if got := mustScore(t, reader, &q, &r); got != "total=6" {
+		t.Errorf("unknown model: %s", got)
+	}
+	if _, ok := reader.in.LookupModel("made/up"); ok {
+		t.Error("a model the shared index does not hold was interned")
+	}
+	// Redis gone: the fallback lookup is an error, never an empty score.
+	srv.Kill()
+	q = Query{Model: "other/model", Kind: InputTokens, TokenIDs: seqTokens(7000, testBlock)}
+	var e *Error
+	if err := reader.Score(context.Background(), &q, &r); err == nil {
+		t.Errorf("Redis down: no error, got %s", summary(&r))
+	} else if !errors.As(err, &e) || e.Code != Unavailable {
+		t.Errorf("Redis down: %v, want Unavailable", err)
+	}
+}

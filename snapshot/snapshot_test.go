@@ -1,0 +1,330 @@
+package snapshot
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/kvindex"
+)
+
+// fleet is an index with its interner, filled the way the applier fills it.
+type fleet struct {
+	in  *kvindex.Interner
+	idx *kvindex.MemoryIndex
+}
+
+func newFleet(capacity int64) *fleet {
+	return &fleet{in: kvindex.NewInterner(), idx: kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: capacity})}
+}
+
+func (f *fleet) add(t testing.TB, model, pod string, rank int, tier kvindex.Tier, group uint8, keys []kvindex.Key) {
+	t.Helper()
+	if err := f.idx.Add(context.Background(), f.in.Model(model), f.in.Pod(pod, rank), tier, group, keys); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// holders is what a lookup of (model, key) returns, by pod name and rank.
+func (f *fleet) holders(t testing.TB, model string, k kvindex.Key) []string {
+	t.Helper()
+	m, ok := f.in.LookupModel(model)
+	if !ok {
+		return nil
+	}
+	var v visitor
+	if err := f.idx.Lookup(context.Background(), m, []kvindex.Key{k}, &v); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, h := range v.hs {
+		name, rank := f.in.PodName(h.Pod)
+		out = append(out, name+"/"+string(rune('0'+rank))+"/"+h.Tier.String()+"/"+string(rune('a'+h.Group)))
+	}
+	slices.Sort(out)
+	return out
+}
+
+type visitor struct{ hs []kvindex.Holder }
+
+func (v *visitor) Visit(_ int, _ kvindex.Key, hs []kvindex.Holder) bool {
+	v.hs = append(v.hs[:0], hs...)
+	return true
+}
+
+func keys(rng *rand.Rand, n int) []kvindex.Key {
+	out := make([]kvindex.Key, n)
+	for i := range out {
+		out[i] = kvindex.Key(rng.Uint64())
+	}
+	return out
+}
+
+func sample(t *testing.T) (*fleet, map[string][]kvindex.Key) {
+	f := newFleet(1 << 20)
+	rng := rand.New(rand.NewPCG(7, 7))
+	shared := keys(rng, 300)
+	byModel := map[string][]kvindex.Key{"org/model-a": shared, "org/model-b": keys(rng, 200)}
+	f.add(t, "org/model-a", "pod-1", 0, kvindex.TierGPU, 0, shared)
+	f.add(t, "org/model-a", "pod-2", 0, kvindex.TierCPU, 0, shared[:150])
+	f.add(t, "org/model-a", "pod-3", 1, kvindex.TierGPU, 1, shared[100:])
+	f.add(t, "org/model-b", "pod-2", 0, kvindex.TierDisk, 0, byModel["org/model-b"])
+	f.add(t, "org/model-b", "gone", 0, kvindex.TierGPU, 0, byModel["org/model-b"])
+	if err := f.idx.ClearPod(context.Background(), f.in.Pod("gone", 0)); err != nil {
+		t.Fatal(err)
+	}
+	return f, byModel
+}
+
+func write(t testing.TB, f *fleet, path string, seqs []StreamSeq) Written {
+	t.Helper()
+	w, err := Write(path, Source{Index: f.idx, Interner: f.in, Streams: func() []StreamSeq { return seqs }}, time.Unix(1700000000, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func TestRoundTrip(t *testing.T) {
+	f, byModel := sample(t)
+	path := filepath.Join(t.TempDir(), "index.snap")
+	w := write(t, f, path, []StreamSeq{{Pod: "pod-1", Seq: 41}, {Pod: "pod-3", DPRank: 1, Seq: 7}})
+	if w.Entries != f.idx.Stats().Entries {
+		t.Fatalf("wrote %d entries, index holds %d", w.Entries, f.idx.Stats().Entries)
+	}
+	matches, _ := filepath.Glob(path + ".tmp-*")
+	if len(matches) != 0 {
+		t.Fatalf("temporary files left: %v", matches)
+	}
+	g := newFleet(1 << 20)
+	l, err := Load(path, g.idx, g.in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Entries != w.Entries || l.Blocks != w.Blocks || !l.Created.Equal(time.Unix(1700000000, 0)) {
+		t.Fatalf("loaded %+v, wrote %+v", l, w)
+	}
+	seqs := map[string]RestoredPod{}
+	for _, p := range l.Pods {
+		seqs[p.Name] = p
+	}
+	if p := seqs["pod-1"]; !p.HasSeq || p.Seq != 41 {
+		t.Errorf("pod-1: %+v", p)
+	}
+	if p := seqs["pod-2"]; p.HasSeq {
+		t.Errorf("pod-2 has no stream but got %+v", p)
+	}
+	if p := seqs["pod-3"]; !p.HasSeq || p.Seq != 7 || p.DPRank != 1 {
+		t.Errorf("pod-3: %+v", p)
+	}
+	for model, ks := range byModel {
+		for _, k := range ks {
+			if a, b := f.holders(t, model, k), g.holders(t, model, k); !slices.Equal(a, b) {
+				t.Fatalf("%s %x: before %v, after %v", model, k, a, b)
+			}
+		}
+	}
+	if g.idx.Stats().Entries != f.idx.Stats().Entries {
+		t.Errorf("entries %d after load, %d before", g.idx.Stats().Entries, f.idx.Stats().Entries)
+	}
+	// Bounded: a few bytes per entry.
+	if w.Bytes > 12*w.Entries+1024 {
+		t.Errorf("%d bytes for %d entries", w.Bytes, w.Entries)
+	}
+}
+
+// A model table that does not intern to the same ids (the interner already
+// knows another model) is refused: slot keys would land under wrong models.
+func TestModelTableMismatch(t *testing.T) {
+	f, _ := sample(t)
+	path := filepath.Join(t.TempDir(), "index.snap")
+	write(t, f, path, nil)
+	g := newFleet(1 << 20)
+	g.in.Model("some/other")
+	if _, err := Load(path, g.idx, g.in); err == nil {
+		t.Fatal("loaded into an interner with another model table")
+	}
+	if g.idx.Stats().Entries != 0 {
+		t.Fatal("entries visible after a refused load")
+	}
+}
+
+// Every truncation and random corruption is an error, never a panic, and
+// leaves no entry visible.
+func TestCorruptFiles(t *testing.T) {
+	f, _ := sample(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "index.snap")
+	write(t, f, path, []StreamSeq{{Pod: "pod-1", Seq: 3}})
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.snap")
+	try := func(what string, b []byte) {
+		t.Helper()
+		if err := os.WriteFile(bad, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		g := newFleet(1 << 20)
+		if _, err := Load(bad, g.idx, g.in); err == nil {
+			t.Fatalf("%s: loaded", what)
+		}
+		if n := g.idx.Stats().Entries; n != 0 {
+			t.Fatalf("%s: %d entries visible after a failed load", what, n)
+		}
+	}
+	for n := 0; n < len(good); n += 1 + n/50 {
+		try("truncated", good[:n])
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 200 {
+		b := slices.Clone(good)
+		b[rng.IntN(len(b))] ^= byte(1 + rng.IntN(255))
+		try("bit flip", b)
+	}
+	// Corrupt content with a valid checksum: the parser's own checks.
+	body := good[:len(good)-4]
+	withCRC := func(b []byte) []byte {
+		return binary.LittleEndian.AppendUint32(slices.Clone(b), crc32.Checksum(b, castagnoli))
+	}
+	for i := len(magic) + 4; i < len(body); i += 1 + i/40 {
+		b := slices.Clone(body)
+		b[i] ^= 0xff
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("panic on corrupt byte %d: %v", i, r)
+				}
+			}()
+			g := newFleet(1 << 20)
+			_, err := Load(writeTmp(t, dir, withCRC(b)), g.idx, g.in)
+			if err != nil && g.idx.Stats().Entries != 0 {
+				t.Fatalf("byte %d: entries visible after a failed load", i)
+			}
+		}()
+	}
+	// A huge count must not allocate: the parser refuses counts beyond the file.
+	huge := slices.Clone(body[:len(magic)+4+8+8])
+	huge = binary.AppendUvarint(huge, 1<<60)
+	try("huge model count", withCRC(huge))
+	var wrongVersion []byte
+	wrongVersion = append(wrongVersion, magic...)
+	wrongVersion = binary.LittleEndian.AppendUint32(wrongVersion, 99)
+	wrongVersion = append(wrongVersion, make([]byte, 24)...)
+	g := newFleet(1 << 20)
+	if _, err := Load(writeTmp(t, dir, withCRC(wrongVersion)), g.idx, g.in); err == nil || !bytes.Contains([]byte(err.Error()), []byte("version 99")) {
+		t.Errorf("version 99: %v", err)
+	}
+	if _, err := Load(filepath.Join(dir, "missing"), g.idx, g.in); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+func writeTmp(t *testing.T, dir string, b []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, "crafted.snap")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A failed write leaves the previous snapshot as it was.
+func TestFailedWriteKeepsPrevious(t *testing.T) {
+	f, _ := sample(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "index.snap")
+	write(t, f, path, nil)
+	before, _ := os.ReadFile(path)
+	if err := os.Chmod(dir, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chmod(dir, 0o700)
+	if os.Geteuid() == 0 {
+		t.Skip("root ignores directory permissions")
+	}
+	if _, err := Write(path, Source{Index: f.idx, Interner: f.in}, time.Now()); err == nil {
+		t.Fatal("write into a read-only directory succeeded")
+	}
+	after, _ := os.ReadFile(path)
+	if !bytes.Equal(before, after) {
+		t.Fatal("the previous snapshot changed")
+	}
+}
+
+func FuzzLoad(f *testing.F) {
+	fl := newFleet(1 << 16)
+	fl.add(f, "m", "p", 0, kvindex.TierGPU, 0, []kvindex.Key{1, 2, 3})
+	fl.add(f, "m", "q", 2, kvindex.TierCPU, 3, []kvindex.Key{2, 3})
+	dir := f.TempDir()
+	path := filepath.Join(dir, "seed.snap")
+	write(f, fl, path, []StreamSeq{{Pod: "p", Seq: 9}})
+	good, err := os.ReadFile(path)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add(good[:len(good)/2])
+	// The fuzzer mutates the body; the checksum is recomputed so the
+	// parser behind it is what gets exercised.
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > 4 {
+			b = binary.LittleEndian.AppendUint32(b[:len(b)-4:len(b)-4], crc32.Checksum(b[:len(b)-4], castagnoli))
+		}
+		p := filepath.Join(t.TempDir(), "f.snap")
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		g := newFleet(1 << 16)
+		if _, err := Load(p, g.idx, g.in); err != nil && g.idx.Stats().Entries != 0 {
+			t.Fatal("entries visible after a failed load")
+		}
+	})
+}
+
+// ranger runs during once, at the first block of the walk.
+type ranger struct {
+	idx    *kvindex.MemoryIndex
+	during func()
+}
+
+func (r ranger) RangeBlocks(fn func(kvindex.SlotKey, []kvindex.Holder) error) error {
+	first := true
+	return r.idx.RangeBlocks(func(k kvindex.SlotKey, hs []kvindex.Holder) error {
+		if first {
+			first = false
+			r.during()
+		}
+		return fn(k, hs)
+	})
+}
+
+// A model interned while the blocks are walked makes the write fail rather
+// than record blocks of a model the table does not name; the previous
+// snapshot stays.
+func TestModelAddedDuringWrite(t *testing.T) {
+	f, _ := sample(t)
+	path := filepath.Join(t.TempDir(), "index.snap")
+	write(t, f, path, nil)
+	before, _ := os.ReadFile(path)
+	_, err := Write(path, Source{Index: ranger{f.idx, func() { f.in.Model("during/walk") }}, Interner: f.in}, time.Now())
+	if err == nil {
+		t.Fatal("a model interned during the walk was not noticed")
+	}
+	after, _ := os.ReadFile(path)
+	if !bytes.Equal(before, after) {
+		t.Fatal("the previous snapshot changed")
+	}
+	if _, err := Write(path, Source{Index: f.idx, Interner: f.in}, time.Now()); err != nil {
+		t.Fatalf("the next write: %v", err)
+	}
+}
