@@ -42,6 +42,21 @@ type PodInfo struct {
 	ParityHint       string  `json:"parity_hint,omitempty"`
 	IndexErrors      uint64  `json:"index_errors"`
 	Untrusted        bool    `json:"untrusted"`
+	// Complete: the index has every batch of the engine's current lifetime
+	// since its cache was last empty; otherwise it holds only what arrived
+	// from complete_since_seq on, and incomplete_reason says why
+	// (kvevents.StreamStats).
+	Complete         bool   `json:"complete"`
+	CompleteSinceSeq uint64 `json:"complete_since_seq"`
+	IncompleteReason string `json:"incomplete_reason,omitempty"`
+	Epoch            string `json:"epoch,omitempty"` // SGLang publisher lifetime
+	UnverifiedReason string `json:"unverified_reason,omitempty"`
+	// Blocks deliberately not indexed as the pod's own cache, and removals
+	// that kept a block because another copy remains (kvindex.PodStats).
+	RemoteBlocks        uint64 `json:"remote_blocks"`
+	GroupSkippedBlocks  uint64 `json:"group_skipped_blocks"`
+	CopiesKept          uint64 `json:"copies_kept"`
+	FullAttentionGroups int    `json:"full_attention_groups"`
 }
 
 // listPods joins the indexer's per-(pod, rank) view with the subscriber's
@@ -67,7 +82,8 @@ func (s *Server) listPods(ctx context.Context) []PodInfo {
 			EventsApplied: st.EventsApplied, BlocksStored: st.BlocksStored, BlocksRemoved: st.BlocksRemoved,
 			Clears: st.Clears, ParityMatches: st.ParityMatches, ParityMismatches: st.ParityMismatches,
 			ParityUnverified: st.ParityUnverified, ParityHint: st.ParityHint, IndexErrors: st.IndexErrors,
-			Untrusted: st.Untrusted}
+			Untrusted: st.Untrusted, UnverifiedReason: st.UnverifiedReason, RemoteBlocks: st.RemoteBlocks,
+			GroupSkippedBlocks: st.GroupSkippedBlocks, CopiesKept: st.CopiesKept, FullAttentionGroups: st.FullAttentionGroups}
 		if !st.LastEvent.IsZero() {
 			p.LastEvent = st.LastEvent.UTC().Format(time.RFC3339Nano)
 			p.LastEventUnix = float64(st.LastEvent.UnixNano()) / 1e9
@@ -90,6 +106,7 @@ func (s *Server) listPods(ctx context.Context) []PodInfo {
 		p.Restarts = st.Restarts
 		p.DecodeErrors = st.DecodeErrors
 		p.Overflows = st.Overflows
+		p.Complete, p.CompleteSinceSeq, p.IncompleteReason, p.Epoch = st.Complete, st.CompleteSinceSeq, st.IncompleteReason, st.Epoch
 	}
 	return out
 }
@@ -102,8 +119,10 @@ type EndpointInfo struct {
 	Model         string `json:"model,omitempty"`
 	Engine        string `json:"engine,omitempty"`
 	ReplayAddress string `json:"replay_address,omitempty"`
-	Connected     bool   `json:"connected"`
-	Bound         bool   `json:"bound"`
+	// SnapshotAddress is SGLang's snapshot_endpoint (snapshot-v1).
+	SnapshotAddress string `json:"snapshot_address,omitempty"`
+	Connected       bool   `json:"connected"`
+	Bound           bool   `json:"bound"`
 }
 
 func (s *Server) listEndpoints() ([]EndpointInfo, *Error) {
@@ -114,7 +133,8 @@ func (s *Server) listEndpoints() ([]EndpointInfo, *Error) {
 	out := make([]EndpointInfo, 0, len(eps))
 	for _, ep := range eps {
 		out = append(out, EndpointInfo{Address: ep.Address, Pod: ep.Pod, Model: ep.Model,
-			Engine: ep.Engine.String(), ReplayAddress: ep.ReplayAddress, Connected: ep.Connected, Bound: ep.Bound})
+			Engine: ep.Engine.String(), ReplayAddress: ep.ReplayAddress, SnapshotAddress: ep.SnapshotAddress,
+			Connected: ep.Connected, Bound: ep.Bound})
 	}
 	return out, nil
 }
@@ -132,7 +152,7 @@ func (s *Server) addEndpoint(ep EndpointInfo) *Error {
 		return errorf(codes.InvalidArgument, "engine %q: want vllm or sglang", ep.Engine)
 	}
 	err := s.cfg.Subscriber.AddEndpoint(kvevents.EndpointConfig{Address: ep.Address, Pod: ep.Pod, Model: ep.Model,
-		Engine: eng, ReplayAddress: ep.ReplayAddress})
+		Engine: eng, ReplayAddress: ep.ReplayAddress, SnapshotAddress: ep.SnapshotAddress})
 	if err != nil {
 		return errorf(codes.InvalidArgument, "add endpoint %s: %v", ep.Address, err)
 	}

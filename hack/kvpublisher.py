@@ -8,11 +8,19 @@ kvindexd by hand. Needs Debian's python3-zmq and python3-msgpack; run it with
 Usage:
   /usr/bin/python3 hack/kvpublisher.py --endpoint tcp://127.0.0.1:PORT --mode connect|bind
                                        [--replay-endpoint tcp://127.0.0.1:PORT] [--replay-legacy]
+                                       [--buffer-steps N]
 
   --mode bind     the publisher binds ENDPOINT and kvindexd connects (per-pod topology,
                   like vLLM with endpoint "tcp://*:5557")
   --mode connect  the publisher connects to ENDPOINT where kvindexd's SUB is bound
                   (central topology, like vLLM with endpoint "tcp://indexer:5557")
+  --snapshot-endpoint  also bind a ROUTER serving SGLang's snapshot-v1 protocol: the
+                  publisher mirrors the blocks of every "sglang" batch (published or not);
+                  on ["", "snapshot-v1"] it publishes an empty barrier batch at the next seq
+                  with topic <topic of the last batch> + "\x00sgl-kv-snapshot=<id>" and
+                  answers ["", "header", [1, epoch, rank, resume_seq, barrier_seq, id, n]],
+                  ["", "chunk", [[parent, [hash]], ...]], ["", "end", ""]. --epoch names the
+                  epoch in the header (topics carry it as the test writes them).
   --replay-endpoint  also bind a ROUTER serving vLLM's replay protocol for everything
                   published: request [b"", start_seq(8B BE)], replies
                   [b"", topic, seq8, payload] (vLLM >= 0.26) or, with --replay-legacy,
@@ -138,6 +146,10 @@ def main():
     ap.add_argument("--mode", choices=["connect", "bind"], required=True)
     ap.add_argument("--replay-endpoint")
     ap.add_argument("--replay-legacy", action="store_true")
+    ap.add_argument("--snapshot-endpoint")
+    ap.add_argument("--epoch", default="e1")
+    ap.add_argument("--buffer-steps", type=int, default=10000,
+                    help="batches the replay buffer keeps (vLLM's buffer_steps, default 10000)")
     args = ap.parse_args()
 
     ctx = zmq.Context()
@@ -153,6 +165,48 @@ def main():
         router.bind(args.replay_endpoint)
 
     buffered = []  # (seq, topic, payload), like vLLM's replay buffer
+    snap = None
+    if args.snapshot_endpoint:
+        snap = ctx.socket(zmq.ROUTER)
+        snap.bind(args.snapshot_endpoint)
+    mirror = {}  # SGLang's placement mirror: hash -> [parent, [hash]]
+    state = {"next_seq": 0, "topic": b"", "rank": 0}
+
+    def mirror_apply(events):
+        for ev in events:
+            kind = ev["type"]
+            if kind == "BlockStored":
+                parent = ev.get("parent_block_hash")
+                parent = None if parent is None else sglang_hash(parent)
+                for h in ev.get("block_hashes", []):
+                    h = sglang_hash(h)
+                    mirror[h] = [parent, [h]]
+                    parent = h
+            elif kind == "BlockRemoved":
+                for h in ev.get("block_hashes", []):
+                    mirror.pop(sglang_hash(h), None)
+            else:
+                mirror.clear()
+
+    def serve_snapshot():
+        while snap is not None and snap.poll(0):
+            frames = snap.recv_multipart()
+            if len(frames) != 3 or frames[1] != b"" or frames[2] != b"snapshot-v1":
+                continue
+            client = frames[0]
+            barrier_seq = state["next_seq"]
+            barrier_id = "cut-%d" % barrier_seq
+            topic = state["topic"] + b"\x00sgl-kv-snapshot=" + barrier_id.encode()
+            payload = msgpack.packb([time.time(), [], state["rank"]], use_bin_type=True)
+            pub.send_multipart([topic, barrier_seq.to_bytes(8, "big"), payload])
+            buffered.append((barrier_seq, topic, payload))
+            state["next_seq"] = barrier_seq + 1
+            records = list(mirror.values())
+            header = [1, args.epoch, state["rank"], barrier_seq + 1, barrier_seq, barrier_id, len(records)]
+            snap.send_multipart([client, b"", b"header", msgpack.packb(header, use_bin_type=True)])
+            for i in range(0, len(records), 2):
+                snap.send_multipart([client, b"", b"chunk", msgpack.packb(records[i:i + 2], use_bin_type=True)])
+            snap.send_multipart([client, b"", b"end", b""])
 
     def serve_replay():
         while router is not None and router.poll(0):
@@ -192,6 +246,7 @@ def main():
     threading.Thread(target=reader, daemon=True).start()
     while True:
         serve_replay()
+        serve_snapshot()
         try:
             line = lines.get(timeout=0.01)
         except queue.Empty:
@@ -206,6 +261,7 @@ def main():
             end = time.time() + float(msg["sleep"])
             while time.time() < end:
                 serve_replay()
+                serve_snapshot()
                 time.sleep(0.005)
             continue
         if "raw_frames" in msg:
@@ -215,13 +271,20 @@ def main():
         seq = int(msg["seq"])
         payload = encode_batch(msg)
         buffered.append((seq, topic, payload))
-        del buffered[:-10000]  # vLLM's default buffer_steps
+        del buffered[:-args.buffer_steps]
+        state["next_seq"] = max(state["next_seq"], seq + 1)
+        state["topic"] = topic.split(b"\x00sgl-kv-snapshot=")[0]
+        state["rank"] = msg.get("dp_rank", 0) or 0
+        if msg.get("form") == "sglang":
+            mirror_apply(msg.get("events", []))
         if not msg.get("skip_live", False):
             pub.send_multipart([topic, seq.to_bytes(8, "big"), payload])
 
     pub.close(linger=5000)
     if router is not None:
         router.close(linger=1000)
+    if snap is not None:
+        snap.close(linger=1000)
     ctx.term()
     print("done", flush=True)
 

@@ -18,6 +18,17 @@ type DecodeStats struct {
 	// HasDPRank is false when the batch carried no data-parallel rank (older
 	// engines, or nil): DPRank is then 0.
 	HasDPRank bool
+	// IgnoredFields counts optional fields whose value could not be
+	// interpreted and was skipped (their events are kept); FirstIgnored
+	// names the first.
+	IgnoredFields int
+	FirstIgnored  string
+	// UnknownMedia counts events whose medium is not in kvindex.MediumTiers
+	// (indexed as external storage).
+	UnknownMedia int
+	// PackedEvents counts events that arrived as msgpack bytes holding an
+	// encoded event (llm-d's storage-tier publisher) and were decoded.
+	PackedEvents int
 }
 
 // BatchError means the whole message could not be decoded (not a batch, or
@@ -168,8 +179,18 @@ func decodeEvents(r *reader, engine kvindex.Engine, b *kvindex.Batch, st *Decode
 		start := r.p
 		b.Events = append(b.Events, kvindex.Event{})
 		ev := &b.Events[len(b.Events)-1]
-		tag, err := decodeEvent(r, engine, ev)
+		var es evState
+		tag, err := decodeEventOrPacked(r, engine, ev, &es, st)
 		if err == nil {
+			if es.ignored > 0 {
+				if st.IgnoredFields == 0 {
+					st.FirstIgnored = es.ignoredName
+				}
+				st.IgnoredFields += es.ignored
+			}
+			if es.unknownMedium {
+				st.UnknownMedia++
+			}
 			continue
 		}
 		// Drop this event only: rewind and skip the whole value. If even
@@ -185,6 +206,33 @@ func decodeEvents(r *reader, engine kvindex.Engine, b *kvindex.Batch, st *Decode
 		}
 	}
 	return nil
+}
+
+// decodeEventOrPacked decodes one element of the events list. llm-d's
+// storage-tier publisher puts each event in the list as msgpack bytes
+// holding an already encoded event: such a bin is decoded as the event it
+// holds (one level: bytes inside those bytes are an error).
+func decodeEventOrPacked(r *reader, engine kvindex.Engine, ev *kvindex.Event, es *evState, st *DecodeStats) (string, error) {
+	c, err := r.peek()
+	if err != nil || !isBinCode(c) {
+		return decodeEvent(r, engine, ev, es)
+	}
+	raw, err := r.strOrBin()
+	if err != nil {
+		return "", err
+	}
+	inner := reader{b: raw}
+	if c, err := inner.peek(); err == nil && isBinCode(c) {
+		return "", errors.New("packed event holds bytes again")
+	}
+	tag, err := decodeEvent(&inner, engine, ev, es)
+	if err == nil && inner.remaining() != 0 {
+		err = fmt.Errorf("%d trailing bytes after packed event", inner.remaining())
+	}
+	if err == nil {
+		st.PackedEvents++
+	}
+	return tag, err
 }
 
 // minEventBytes is the smallest encoding of an event Decode keeps:
@@ -206,13 +254,22 @@ const (
 	fExtraKeys
 	fGroupIdx
 	fCacheSalt
+	fSpecKind
+	fSlidingWindow
+	fLocality
+	fOwnership
+	fCopies
+	fCopiesOrLocality // BlockRemoved array position 4
 )
 
-// Array-form field positions (index 0 is the tag). SGLang's BlockStored
-// shares positions 1..6 with vLLM; its 8th element (index 7) is a map,
-// where vLLM has lora_name, so index 7 is decoded by its type.
-var storedFields = [...]field{fNone, fHashes, fParent, fTokens, fBlockSize, fLoraID, fMedium, fLoraNameOrSalt, fExtraKeys, fGroupIdx}
-var removedFields = [...]field{fNone, fHashes, fMedium, fGroupIdx}
+// Array-form field positions (index 0 is the tag), in the declaration order
+// of vLLM's structs (msgspec array_like encodes fields in that order and,
+// with omit_defaults, drops trailing defaults). SGLang's BlockStored shares
+// positions 1..6 with vLLM; its 8th element (index 7) is a map where vLLM
+// has lora_name, so index 7 is decoded by its type.
+var storedFields = [...]field{fNone, fHashes, fParent, fTokens, fBlockSize, fLoraID, fMedium, fLoraNameOrSalt,
+	fExtraKeys, fGroupIdx, fSpecKind, fSlidingWindow, fLocality, fOwnership}
+var removedFields = [...]field{fNone, fHashes, fMedium, fGroupIdx, fCopiesOrLocality, fOwnership}
 
 func mapField(name []byte) field {
 	switch string(name) {
@@ -228,7 +285,7 @@ func mapField(name []byte) field {
 		return fLoraID
 	case "medium":
 		return fMedium
-	case "lora_name":
+	case "lora_name", "metadata":
 		return fLoraNameOrSalt
 	case "extra_keys":
 		return fExtraKeys
@@ -236,6 +293,16 @@ func mapField(name []byte) field {
 		return fGroupIdx
 	case "cache_salt":
 		return fCacheSalt
+	case "kv_cache_spec_kind":
+		return fSpecKind
+	case "kv_cache_spec_sliding_window":
+		return fSlidingWindow
+	case "locality":
+		return fLocality
+	case "ownership":
+		return fOwnership
+	case "remaining_copy_counts":
+		return fCopies
 	}
 	return fNone
 }

@@ -22,10 +22,14 @@ func sampleBatch() *kvindex.Batch {
 			{Kind: kvindex.BlockStored, BlockHashes: []uint64{3236607068019569386, 0xfedcba9876543210, 1},
 				ParentHash: 0x8000000000000000, HasParent: true, TokenIDs: []uint32{1, 2, 3, 70000, 1 << 31, 0xffffffff},
 				BlockSize: 2, LoraID: 7, HasLoraID: true, LoraName: "sql-lora", Medium: kvindex.TierCPU,
-				ExtraKeys: [][]any{{"sql-lora", int64(5), []byte{0xde, 0xad}, []any{"img-1", int64(3)}}, nil, {"salt"}},
-				GroupIdx:  2},
+				ExtraKeys: [][]any{{"sql-lora", int64(5), []byte{0xde, 0xad}, []any{"img-1", int64(3)}, true, nil}, nil, {"salt"}},
+				GroupIdx:  2, GroupKind: kvindex.GroupSlidingWindow, SlidingWindow: 128, Ownership: "pod-b"},
+			{Kind: kvindex.BlockStored, BlockHashes: []uint64{43}, TokenIDs: []uint32{9, 9}, BlockSize: 2, Medium: kvindex.TierExternal,
+				GroupKind: kvindex.GroupFullAttention, Remote: true},
 			{Kind: kvindex.BlockStored, BlockHashes: []uint64{42}, TokenIDs: []uint32{9, 9}, BlockSize: 2, Medium: kvindex.TierGPU},
-			{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{0xfedcba9876543210, 5}, Medium: kvindex.TierDisk, GroupIdx: 1},
+			{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{0xfedcba9876543210, 5}, Medium: kvindex.TierDisk, GroupIdx: 1,
+				RemainingCopies: []uint32{1, 0}, HasRemainingCopies: true},
+			{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{6}, Medium: kvindex.TierGPU},
 			{Kind: kvindex.AllBlocksCleared},
 		},
 	}
@@ -205,14 +209,16 @@ func TestDecodeFieldVariants(t *testing.T) {
 		return e.EncodeString("future-field")
 	})
 	got, st := mustDecode(t, p, kvindex.EngineVLLM)
-	if st.EventErrors != 0 || st.HasDPRank || got.Timestamp != 2.5 {
+	// position 12 (locality) holds a map: skipped and counted
+	if st.EventErrors != 0 || st.HasDPRank || got.Timestamp != 2.5 || st.IgnoredFields != 1 || st.FirstIgnored != "locality" {
 		t.Fatalf("stats %+v ts %v", st, got.Timestamp)
 	}
 	want := []kvindex.Event{
 		{Kind: kvindex.BlockStored, BlockHashes: []uint64{1}, TokenIDs: []uint32{5, 6}, BlockSize: 2},
-		{Kind: kvindex.BlockStored, BlockHashes: []uint64{2}, ParentHash: 1, HasParent: true, TokenIDs: []uint32{7, 8}, BlockSize: 2, Medium: kvindex.TierCPU},
-		{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{3, 4}, Medium: kvindex.TierExternal, GroupIdx: 3},
-		{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{9}, Medium: kvindex.TierDisk, GroupIdx: 1},
+		{Kind: kvindex.BlockStored, BlockHashes: []uint64{2}, ParentHash: 1, HasParent: true, TokenIDs: []uint32{7, 8}, BlockSize: 2,
+			Medium: kvindex.TierCPU, GroupKind: kvindex.GroupSlidingWindow, SlidingWindow: 4096, Ownership: "session"},
+		{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{3, 4}, Medium: kvindex.TierExternal, GroupIdx: 3, GroupKind: kvindex.GroupFullAttention},
+		{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{9}, Medium: kvindex.TierDisk, GroupIdx: 1, Ownership: "ownership"},
 		{Kind: kvindex.AllBlocksCleared},
 	}
 	if !reflect.DeepEqual(got.Events, want) {
@@ -222,8 +228,6 @@ func TestDecodeFieldVariants(t *testing.T) {
 
 func TestDecodeMalformedEventDropsOnlyThatEvent(t *testing.T) {
 	bad := map[string]any{
-		"negative_token":   []any{"BlockStored", []uint64{1}, nil, []int{1, -2}, 2},
-		"token_too_big":    []any{"BlockStored", []uint64{1}, nil, []uint64{1 << 32}, 1},
 		"float_hash":       []any{"BlockRemoved", []any{1.5}},
 		"nil_hash":         []any{"BlockRemoved", []any{nil}},
 		"empty_bytes_hash": []any{"BlockRemoved", []any{[]byte{}}},
@@ -232,13 +236,6 @@ func TestDecodeMalformedEventDropsOnlyThatEvent(t *testing.T) {
 		"tag_not_string":   []any{7, []uint64{1}},
 		"not_array_or_map": "BlockStored",
 		"map_without_type": map[string]any{"block_hashes": []uint64{1}},
-		"medium_int":       []any{"BlockRemoved", []uint64{1}, 5},
-		"extra_keys_float": []any{"BlockStored", []uint64{1}, nil, []int{1}, 1, nil, nil, nil, []any{[]any{1.5}}},
-		"extra_keys_flat":  []any{"BlockStored", []uint64{1}, nil, []int{1}, 1, nil, nil, nil, []any{"x"}},
-		"group_negative":   []any{"BlockRemoved", []uint64{1}, nil, -1},
-		"lora_id_str":      []any{"BlockStored", []uint64{1}, nil, []int{1}, 1, "x"},
-		"block_size_neg":   []any{"BlockStored", []uint64{1}, nil, []int{1}, -16},
-		"deep_extra_keys":  []any{"BlockStored", []uint64{1}, nil, []int{1}, 1, nil, nil, nil, []any{deepList(40)}},
 	}
 	for name, ev := range bad {
 		t.Run(name, func(t *testing.T) {
@@ -261,6 +258,68 @@ func TestDecodeMalformedEventDropsOnlyThatEvent(t *testing.T) {
 			}
 			if len(got.Events) != 2 || got.Events[0].BlockHashes[0] != 10 || got.Events[1].BlockHashes[0] != 11 || got.DPRank != 2 {
 				t.Fatalf("got %+v", got)
+			}
+		})
+	}
+}
+
+// An optional field that cannot be interpreted never drops a block: the
+// event is kept, the field skipped and counted, and what hashing needed is
+// marked so the applier indexes the block under the engine's hash.
+func TestDecodeOptionalFieldsNeverDropBlocks(t *testing.T) {
+	opaque := func(what string) [][]any { return [][]any{{kvindex.OpaqueExtraKey{What: what}}} }
+	for _, tc := range []struct {
+		name    string
+		ev      any
+		ignored string
+		check   func(ev kvindex.Event) bool
+	}{
+		{"negative_token", []any{"BlockStored", []uint64{1}, nil, []int{1, -2}, 2}, "token_ids",
+			func(ev kvindex.Event) bool { return ev.TokenIDs == nil && ev.BlockSize == 2 }},
+		{"token_too_big", []any{"BlockStored", []uint64{1}, nil, []uint64{1 << 32}, 1}, "token_ids",
+			func(ev kvindex.Event) bool { return ev.TokenIDs == nil }},
+		{"medium_int", []any{"BlockRemoved", []uint64{1}, 5}, "medium",
+			func(ev kvindex.Event) bool { return ev.Medium == kvindex.TierExternal }},
+		{"group_negative", []any{"BlockRemoved", []uint64{1}, nil, -1}, "group_idx",
+			func(ev kvindex.Event) bool { return ev.GroupIdx == 0 }},
+		{"lora_id_str", []any{"BlockStored", []uint64{1}, nil, []int{1}, 1, "x"}, "lora_id",
+			func(ev kvindex.Event) bool { return !ev.HasLoraID }},
+		{"block_size_neg", []any{"BlockStored", []uint64{1}, nil, []int{1}, -16}, "block_size",
+			func(ev kvindex.Event) bool { return ev.BlockSize == 0 }},
+		{"lora_name_int", []any{"BlockStored", []uint64{1}, nil, []int{1}, 1, nil, nil, 7}, "lora_name",
+			func(ev kvindex.Event) bool { return reflect.DeepEqual(ev.ExtraKeys, opaque("extra_keys")) }},
+		{"extra_keys_str", []any{"BlockStored", []uint64{1}, nil, []int{1}, 1, nil, nil, nil, "x"}, "extra_keys",
+			func(ev kvindex.Event) bool { return reflect.DeepEqual(ev.ExtraKeys, opaque("extra_keys")) }},
+		{"deep_extra_keys", []any{"BlockStored", []uint64{1}, nil, []int{1}, 1, nil, nil, nil, []any{deepList(40)}}, "extra_keys",
+			func(ev kvindex.Event) bool { return reflect.DeepEqual(ev.ExtraKeys, opaque("extra_keys")) }},
+		{"extra_keys_float", []any{"BlockStored", []uint64{1}, nil, []int{1}, 1, nil, nil, nil, []any{[]any{1.5}}}, "",
+			func(ev kvindex.Event) bool { return reflect.DeepEqual(ev.ExtraKeys, opaque("float")) }},
+		{"extra_keys_flat", []any{"BlockStored", []uint64{1}, nil, []int{1}, 1, nil, nil, nil, []any{"x"}}, "",
+			func(ev kvindex.Event) bool { return reflect.DeepEqual(ev.ExtraKeys, opaque("extra_keys entry")) }},
+		{"sglang_extra_keys", []any{"BlockStored", []int64{1}, nil, []int{1}, 1, nil, "GPU", []any{[]any{"salt-1"}}}, "",
+			func(ev kvindex.Event) bool { return reflect.DeepEqual(ev.ExtraKeys, [][]any{{"salt-1"}}) }},
+		{"copies_str", map[string]any{"type": "BlockRemoved", "block_hashes": []uint64{1}, "remaining_copy_counts": "x"}, "remaining_copy_counts",
+			func(ev kvindex.Event) bool { return !ev.HasRemainingCopies }},
+		{"spec_kind_int", map[string]any{"type": "BlockStored", "block_hashes": []uint64{1}, "kv_cache_spec_kind": 3}, "kv_cache_spec_kind",
+			func(ev kvindex.Event) bool { return ev.GroupKind == kvindex.GroupKindUnknown }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := encodeWith(t, func(e *msgpack.Encoder) error {
+				e.EncodeArrayLen(3)
+				e.EncodeFloat64(0)
+				e.EncodeArrayLen(1)
+				e.Encode(tc.ev)
+				return e.EncodeInt(0)
+			})
+			got, st := mustDecode(t, p, kvindex.EngineVLLM)
+			if st.EventErrors != 0 || len(got.Events) != 1 || got.Events[0].BlockHashes[0] != 1 {
+				t.Fatalf("stats %+v events %+v", st, got.Events)
+			}
+			if (tc.ignored != "") != (st.IgnoredFields == 1) || st.FirstIgnored != tc.ignored {
+				t.Fatalf("ignored %d %q, want %q", st.IgnoredFields, st.FirstIgnored, tc.ignored)
+			}
+			if !tc.check(got.Events[0]) {
+				t.Fatalf("event %+v", got.Events[0])
 			}
 		})
 	}
@@ -324,6 +383,10 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var b kvindex.Batch
 		_, _ = Decode(data, kvindex.EngineVLLM, &b)
+		_, _ = Decode(data, kvindex.EngineSGLang, &b)
+		// the snapshot replies are msgpack from the engine too
+		_, _ = decodeSnapshotHeader(data)
+		_, _ = decodeSnapshotChunk(data, nil, 1<<10)
 	})
 }
 

@@ -29,13 +29,94 @@
 // any integer width and sign or as byte digests, and drops only the event
 // that is malformed.
 //
+// # Wire formats by engine version
+//
+// What Decode reads, by engine version, and what the daemon does with it
+// (fixtures of each shape: testdata/fixtures, made by
+// hack/gen_kvevent_fixtures.py; field tables: kvindex.Event).
+//
+//	engine / version            shape                                       handling
+//	vLLM 0.10-0.23              [ts, events] or [ts, events, dp_rank];      array events decoded by position; trailing
+//	                            events ["BlockStored", hashes, parent,      defaults may be absent (msgspec omit_defaults)
+//	                            tokens, block_size, lora_id, medium]
+//	vLLM >= 0.24                events {"type": tag, field: value}          map events by name, any key order; unknown
+//	                                                                        keys skipped
+//	vLLM, INT_BLOCK_HASHES=0    hashes as 16/32/64-byte digests             last 8 bytes, big-endian (SGLang: first 8)
+//	vLLM ~Jan 2026              lora_name                                   hashed as vLLM does (the adapter name)
+//	vLLM 0.17+ (Feb 2026)       extra_keys: per block nil or a tuple of     hashed exactly: str, int, bool, nil, bytes,
+//	                            str/int/bytes/(id, offset)                  nested tuples
+//	vLLM typed extra keys       {"type": "lora"|"cache_salt"|"mm"|          lora name, salt, (mm hash, block_offset),
+//	                            "prompt_embeds"|"legacy", ...}              embeds digest, legacy value hashed as those;
+//	                                                                        unknown types, floats, maps: the block is
+//	                                                                        indexed under the engine hash and counted
+//	                                                                        (parity_unverified{reason="extra_keys"})
+//	vLLM hybrid (spring 2026)   group_idx, kv_cache_spec_kind,              only full-attention groups (full_attention,
+//	                            kv_cache_spec_sliding_window                mla_attention, sink_full_attention, or not
+//	                                                                        described) are indexed; sliding window,
+//	                                                                        mamba and other groups are counted, not
+//	                                                                        indexed; with several full groups a block
+//	                                                                        is indexed while all hold it, removed when
+//	                                                                        any drops it
+//	vLLM with group_idx only    no kv_cache_spec_kind (before ~May 2026)    every group counts as full attention:
+//	                                                                        sliding-window evictions then shorten
+//	                                                                        matches (under-reports, never over)
+//	vLLM copies                 BlockRemoved.remaining_copy_counts          > 0 keeps the block; without the field the
+//	                                                                        applier counts copies itself (bounded)
+//	vLLM connectors             locality "REMOTE", ownership                REMOTE blocks are not the pod's cache: not
+//	                                                                        indexed, counted (remote_blocks); ownership
+//	                                                                        carried in kvindex.Event
+//	vLLM/LMCache/SGLang media   medium strings                              kvindex.MediumTiers (one table); unknown
+//	                                                                        media: external tier, counted
+//	SGLang (all)                array events only, hashes signed int64,     indexed under keys computed from token ids
+//	                            8th BlockStored element {"cache_salt": s}   (SGLang hashes mean nothing to routers);
+//	                                                                        salt hashed on a request's first block
+//	SGLang extra_keys (proposed) a list at BlockStored position 7          decoded as extra_keys, hashed with the block
+//	SGLang EAGLE                token_ids as pairs [[t_i, t_i+1], ...]      t_i (the pair's first token) is the token
+//	                                                                        at that position
+//	SGLang page size            block_size = --page-size (default 1)        must equal kvindex's block size (per
+//	                                                                        model); a lone shorter trailing page is
+//	                                                                        unverified, never a block-size hint
+//	SGLang snapshots            topic + "\x00sgl-kv-epoch=<id>" (and        suffix stripped from the model; a new
+//	                            "\x00sgl-kv-snapshot=<id>" on the empty     epoch is a restart (clear); with the
+//	                            barrier batch); snapshot-v1 endpoint        endpoint's SnapshotAddress, batches lost
+//	                                                                        beyond repair make the pod's state be
+//	                                                                        replaced by a snapshot (snapshot.go)
+//	llm-d storage publisher     events list holding msgpack bin values      each bin decoded as the event it holds
+//	                            that are encoded events                     (packed_events_total)
+//
+// An optional field whose value cannot be interpreted never drops a block:
+// it is skipped and counted (ignored_fields_total), and when it is an input
+// of the block hash (extra_keys, lora_name) the block is indexed under the
+// engine's hash. Only the event's structure, tag, block_hashes and
+// parent_block_hash are required.
+//
+// An SGLang snapshot is the cache's state at its barrier: kvindex replaces
+// what the index holds for the pod with it (kvindex.BlockSnapshot), which
+// repairs lost removals. Its records carry SGLang hashes without token ids,
+// so only blocks whose BlockStored was seen (the hash -> key alias) are
+// indexed; the others are counted unkeyed. The records name no medium: they
+// are indexed as GPU. Catching up through the replay buffer (below) carries
+// token ids and is tried first.
+//
 // # Sequence numbers
 //
 // seq counts from 0 per engine process. A forward jump is counted (gaps,
 // missed batches) and, with a replay endpoint, repaired by fetching the
-// missed batches before applying the live one. A backward jump means the
-// engine restarted: a synthetic AllBlocksCleared is delivered before its
-// batch. See Subscriber for the other synthetic clears.
+// missed batches before applying the live one. A backward jump (or a new
+// SGLang epoch) means the engine restarted: a synthetic AllBlocksCleared is
+// delivered before its batch, and with a replay endpoint the new lifetime's
+// first batches are fetched after it. See Subscriber for the other synthetic
+// clears.
+//
+// Catching up: each time an endpoint with a replay address connects or
+// reconnects, the subscriber asks for every batch the engine buffered after
+// the last one it holds (all of them the first time) before reading live
+// messages, so a daemon started after the engine serves it at once; live
+// copies of those batches are dropped. A stream first seen after seq 0 is
+// replayed from 0 the same way. StreamStats.Complete says whether the index
+// holds every batch since the engine's cache was last empty;
+// CompleteSinceSeq and IncompleteReason say how far back it does and why
+// not (a gap older than the replay buffer: "replay_window").
 //
 // # Files
 //
@@ -46,7 +127,9 @@
 //	               reconnect with backoff, the receive loop
 //	message.go     one message -> one batch: frame checks, topic, decode counters
 //	stream.go      per-(pod, dp rank) sequence tracking, synthetic clears, StreamStats
-//	replay.go      the replay exchange with an engine's ROUTER after a gap
+//	replay.go      the replay exchange with an engine's ROUTER: after a gap,
+//	               and catching up at connect
+//	snapshot.go    SGLang's snapshot-v1 exchange and the resync it drives
 //	dispatch.go    the ordered per-stream workers and their queues, drain at shutdown
 //	decode.go, event.go, msgpack.go
 //	               the payload decoder (vLLM array/map forms, SGLang)

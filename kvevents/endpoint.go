@@ -26,16 +26,21 @@ type EndpointConfig struct {
 	// ipc://); when set, a sequence gap is repaired by asking it for the
 	// missed batches.
 	ReplayAddress string
+	// SnapshotAddress is SGLang's snapshot_endpoint (ROUTER, tcp:// or
+	// ipc://); when set, a stream that lost batches beyond what replay
+	// repairs has its state replaced by a snapshot (see snapshot.go).
+	SnapshotAddress string
 }
 
 // EndpointStatus describes one socket for listings.
 type EndpointStatus struct {
-	Address       string
-	Pod, Model    string
-	Engine        kvindex.Engine
-	ReplayAddress string
-	Connected     bool // connect topology: a publisher is attached; bind: listening
-	Bound         bool // this is the bind socket
+	Address         string
+	Pod, Model      string
+	Engine          kvindex.Engine
+	ReplayAddress   string
+	SnapshotAddress string
+	Connected       bool // connect topology: a publisher is attached; bind: listening
+	Bound           bool // this is the bind socket
 }
 
 // source is one socket's worth of configuration and state.
@@ -45,6 +50,7 @@ type source struct {
 	model     string
 	engine    kvindex.Engine
 	replay    string
+	snapshot  string
 	bound     bool
 	connected atomic.Bool
 	cancel    context.CancelFunc
@@ -62,8 +68,11 @@ func (s *Subscriber) AddEndpoint(ep EndpointConfig) error {
 	if !strings.Contains(ep.Address, "://") {
 		return fmt.Errorf("kvevents: endpoint %q: want transport://address", ep.Address)
 	}
-	if ep.ReplayAddress != "" {
-		if _, _, err := replayDialAddr(ep.ReplayAddress); err != nil {
+	for _, a := range []string{ep.ReplayAddress, ep.SnapshotAddress} {
+		if a == "" {
+			continue
+		}
+		if _, _, err := replayDialAddr(a); err != nil {
 			return fmt.Errorf("kvevents: %w", err)
 		}
 	}
@@ -76,7 +85,8 @@ func (s *Subscriber) AddEndpoint(ep EndpointConfig) error {
 		return fmt.Errorf("kvevents: endpoint %q already added", ep.Address)
 	}
 	src := &source{addr: ep.Address, pod: ep.Pod, model: ep.Model, engine: ep.Engine, replay: ep.ReplayAddress,
-		msgs: s.m.MessagesReceived.WithLabelValues("connect")}
+		snapshot: ep.SnapshotAddress,
+		msgs:     s.m.MessagesReceived.WithLabelValues("connect")}
 	s.endpoints[ep.Address] = src
 	s.order = append(s.order, ep.Address)
 	if s.running && s.runCtx.Err() == nil {
@@ -159,7 +169,7 @@ func (s *Subscriber) Endpoints() []EndpointStatus {
 	for _, a := range s.order {
 		src := s.endpoints[a]
 		out = append(out, EndpointStatus{Address: a, Pod: src.pod, Model: src.model, Engine: src.engine,
-			ReplayAddress: src.replay, Connected: src.connected.Load()})
+			ReplayAddress: src.replay, SnapshotAddress: src.snapshot, Connected: src.connected.Load()})
 	}
 	return out
 }
@@ -182,6 +192,9 @@ func (s *Subscriber) connectLoop(ctx context.Context, src *source) {
 			s.m.ConnectedEndpoints.Inc()
 			s.log.Info("connected to engine", "endpoint", src.addr)
 			backoff = s.cfg.ReconnectMin
+			if src.replay != "" && !s.cfg.DisableCatchUp {
+				s.catchUp(ctx, src)
+			}
 			s.recvLoop(ctx, sock, src)
 			src.connected.Store(false)
 			s.m.ConnectedEndpoints.Dec()

@@ -5,14 +5,39 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/kvindex/kvindex/kvindex"
 )
 
+// evState is what decoding one event learns besides the event itself.
+type evState struct {
+	// extrasUnknown: extra_keys or lora_name was present but not readable,
+	// so no block of the event can be hashed; it is still indexed.
+	extrasUnknown bool
+	// ignored counts optional fields skipped because their value could not
+	// be interpreted; ignoredName names the first.
+	ignored     int
+	ignoredName string
+	// unknownMedium: medium was a string missing from kvindex.MediumTiers.
+	unknownMedium bool
+}
+
+func (s *evState) ignore(name string) {
+	if s.ignored == 0 {
+		s.ignoredName = name
+	}
+	s.ignored++
+}
+
 // decodeEvent decodes one event (array or map form) into ev. It returns the
 // tag it read (only materialised on error, for the error message) and any
 // error; on error the caller rewinds and skips the whole event.
-func decodeEvent(r *reader, engine kvindex.Engine, ev *kvindex.Event) (string, error) {
+//
+// Only what makes the event meaningless is an error: its structure, its tag,
+// block_hashes and parent_block_hash. An optional field whose value cannot
+// be interpreted is skipped and counted (evState), and the blocks are kept.
+func decodeEvent(r *reader, engine kvindex.Engine, ev *kvindex.Event, es *evState) (string, error) {
 	c, err := r.peek()
 	if err != nil {
 		return "", err
@@ -46,11 +71,10 @@ func decodeEvent(r *reader, engine kvindex.Engine, ev *kvindex.Event) (string, e
 			if i < len(fields) {
 				f = fields[i]
 			}
-			if err := decodeField(r, engine, ev, f); err != nil {
+			if err := decodeField(r, engine, ev, f, es); err != nil {
 				return string(tag), err
 			}
 		}
-		return "", nil
 	case isMapCode(c):
 		n, err := r.mapLen()
 		if err != nil {
@@ -70,7 +94,7 @@ func decodeEvent(r *reader, engine kvindex.Engine, ev *kvindex.Event) (string, e
 			}
 			// decodeField names the field in its errors; an unknown key's
 			// value is only skipped, and failing that fails the batch.
-			if err := decodeField(r, engine, ev, mapField(k)); err != nil {
+			if err := decodeField(r, engine, ev, mapField(k), es); err != nil {
 				return string(tag), err
 			}
 		}
@@ -81,12 +105,33 @@ func decodeEvent(r *reader, engine kvindex.Engine, ev *kvindex.Event) (string, e
 		if ev.Kind == 0 {
 			return string(tag), errUnknownEvent
 		}
-		return "", nil
+	default:
+		return "", &typeError{"event array or map", c}
 	}
-	return "", &typeError{"event array or map", c}
+	if es.extrasUnknown && ev.Kind == kvindex.BlockStored {
+		ev.ExtraKeys = make([][]any, len(ev.BlockHashes))
+		for i := range ev.ExtraKeys {
+			ev.ExtraKeys[i] = []any{kvindex.OpaqueExtraKey{What: "extra_keys"}}
+		}
+	}
+	return "", nil
 }
 
-func decodeField(r *reader, engine kvindex.Engine, ev *kvindex.Event, f field) error {
+// optional decodes an optional field with fn; a value fn cannot interpret
+// is skipped and counted instead of failing the event.
+func optional(r *reader, es *evState, name string, fn func() error) error {
+	start := r.p
+	if err := fn(); err != nil {
+		r.p = start
+		if serr := r.skip(); serr != nil {
+			return fmt.Errorf("%s: %w", name, serr)
+		}
+		es.ignore(name)
+	}
+	return nil
+}
+
+func decodeField(r *reader, engine kvindex.Engine, ev *kvindex.Event, f field, es *evState) error {
 	var err error
 	switch f {
 	case fHashes:
@@ -94,6 +139,7 @@ func decodeField(r *reader, engine kvindex.Engine, ev *kvindex.Event, f field) e
 		if err != nil {
 			err = fmt.Errorf("block_hashes: %w", err)
 		}
+		return err
 	case fParent:
 		if r.nextNil() {
 			ev.HasParent = false
@@ -104,93 +150,178 @@ func decodeField(r *reader, engine kvindex.Engine, ev *kvindex.Event, f field) e
 		if err != nil {
 			err = fmt.Errorf("parent_block_hash: %w", err)
 		}
+		return err
 	case fTokens:
-		ev.TokenIDs, err = decodeTokens(r)
-		if err != nil {
-			err = fmt.Errorf("token_ids: %w", err)
-		}
+		return optional(r, es, "token_ids", func() error {
+			ev.TokenIDs, ev.Bigram, err = decodeTokens(r)
+			return err
+		})
 	case fBlockSize:
-		if r.nextNil() {
-			return nil
-		}
-		var v int64
-		if v, err = r.int64v(); err == nil && (v < 0 || v > math.MaxInt32) {
-			err = fmt.Errorf("%d out of range", v)
-		}
-		ev.BlockSize = int(v)
-		if err != nil {
-			err = fmt.Errorf("block_size: %w", err)
-		}
+		return optional(r, es, "block_size", func() error {
+			v, err := optInt(r, math.MaxInt32)
+			ev.BlockSize = int(v)
+			return err
+		})
 	case fLoraID:
-		if r.nextNil() {
-			return nil
-		}
-		ev.LoraID, err = r.int64v()
-		ev.HasLoraID = err == nil
-		if err != nil {
-			err = fmt.Errorf("lora_id: %w", err)
-		}
+		return optional(r, es, "lora_id", func() error {
+			if r.nextNil() {
+				return nil
+			}
+			ev.LoraID, err = r.int64v()
+			ev.HasLoraID = err == nil
+			return err
+		})
 	case fMedium:
-		if r.nextNil() {
-			ev.Medium = kvindex.TierGPU
+		before := es.ignored
+		err := optional(r, es, "medium", func() error {
+			if r.nextNil() {
+				ev.Medium = kvindex.TierGPU
+				return nil
+			}
+			s, err := r.strOrBin()
+			if err != nil {
+				return err
+			}
+			var known bool
+			ev.Medium, known = parseTier(s)
+			es.unknownMedium = es.unknownMedium || !known
 			return nil
+		})
+		if es.ignored > before {
+			// Unreadable: not the pod's GPU cache for sure, so not GPU.
+			ev.Medium = kvindex.TierExternal
 		}
-		var s []byte
-		if s, err = r.strOrBin(); err != nil {
-			return fmt.Errorf("medium: %w", err)
-		}
-		ev.Medium = parseTier(s)
+		return err
 	case fLoraNameOrSalt:
-		return decodeLoraNameOrSalt(r, ev)
+		return decodeLoraNameOrSalt(r, ev, es)
 	case fCacheSalt:
-		if r.nextNil() {
-			return nil
-		}
-		var s []byte
-		if s, err = r.strOrBin(); err != nil {
-			return fmt.Errorf("cache_salt: %w", err)
-		}
-		ev.CacheSalt = string(s)
+		return optional(r, es, "cache_salt", func() error {
+			if r.nextNil() {
+				return nil
+			}
+			s, err := r.strOrBin()
+			ev.CacheSalt = string(s)
+			return err
+		})
 	case fExtraKeys:
-		ev.ExtraKeys, err = decodeExtraKeys(r)
-		if err != nil {
-			err = fmt.Errorf("extra_keys: %w", err)
-		}
+		return optional(r, es, "extra_keys", func() error {
+			ev.ExtraKeys, err = decodeExtraKeys(r)
+			if err != nil {
+				es.extrasUnknown = true
+			}
+			return err
+		})
 	case fGroupIdx:
-		if r.nextNil() {
-			ev.GroupIdx = 0
-			return nil
+		return optional(r, es, "group_idx", func() error {
+			v, err := optInt(r, math.MaxInt32)
+			ev.GroupIdx = int(v)
+			return err
+		})
+	case fSpecKind:
+		return optional(r, es, "kv_cache_spec_kind", func() error {
+			if r.nextNil() {
+				return nil
+			}
+			s, err := r.strOrBin()
+			ev.GroupKind = kvindex.ParseGroupKind(string(s))
+			return err
+		})
+	case fSlidingWindow:
+		return optional(r, es, "kv_cache_spec_sliding_window", func() error {
+			v, err := optInt(r, math.MaxInt32)
+			ev.SlidingWindow = int(v)
+			return err
+		})
+	case fLocality:
+		return optional(r, es, "locality", func() error {
+			if r.nextNil() {
+				return nil
+			}
+			s, err := r.strOrBin()
+			ev.Remote = err == nil && isRemote(s)
+			return err
+		})
+	case fOwnership:
+		return optional(r, es, "ownership", func() error {
+			if r.nextNil() {
+				return nil
+			}
+			s, err := r.strOrBin()
+			ev.Ownership = string(s)
+			return err
+		})
+	case fCopies:
+		return optional(r, es, "remaining_copy_counts", func() error {
+			return decodeCopies(r, ev)
+		})
+	case fCopiesOrLocality:
+		// BlockRemoved's 5th array element: vLLM's remaining_copy_counts
+		// (a list) or, from publishers following the older draft, locality.
+		if c, err := r.peek(); err == nil && isStrCode(c) {
+			return decodeField(r, engine, ev, fLocality, es)
 		}
-		var v int64
-		if v, err = r.int64v(); err == nil && (v < 0 || v > math.MaxUint8) {
-			// Holder.Group is a uint8: a larger group index cannot be
-			// represented in the index, so reject rather than truncate.
-			err = fmt.Errorf("%d out of range", v)
-		}
-		ev.GroupIdx = int(v)
-		if err != nil {
-			err = fmt.Errorf("group_idx: %w", err)
-		}
-	default:
-		err = r.skip()
+		return decodeField(r, engine, ev, fCopies, es)
 	}
-	return err
+	return r.skip()
+}
+
+// optInt reads nil (0) or an integer in [0, hi].
+func optInt(r *reader, hi int64) (int64, error) {
+	if r.nextNil() {
+		return 0, nil
+	}
+	v, err := r.int64v()
+	if err == nil && (v < 0 || v > hi) {
+		return 0, fmt.Errorf("%d out of range", v)
+	}
+	return v, err
+}
+
+func isRemote(s []byte) bool {
+	return len(s) == 6 && strings.EqualFold(string(s), "REMOTE")
+}
+
+// decodeCopies reads remaining_copy_counts: nil or a list of counts.
+func decodeCopies(r *reader, ev *kvindex.Event) error {
+	if r.nextNil() {
+		return nil
+	}
+	n, err := r.arrayLen()
+	if err != nil {
+		return err
+	}
+	out := make([]uint32, n)
+	for i := range out {
+		v, err := r.int64v()
+		if err != nil {
+			return err
+		}
+		if v < 0 || v > math.MaxUint32 {
+			return fmt.Errorf("copy count %d out of range", v)
+		}
+		out[i] = uint32(v)
+	}
+	ev.RemainingCopies, ev.HasRemainingCopies = out, true
+	return nil
 }
 
 // parseTier avoids the allocation of string(s) for the common media.
-func parseTier(s []byte) kvindex.Tier {
+func parseTier(s []byte) (kvindex.Tier, bool) {
 	switch string(s) {
 	case "GPU", "gpu":
-		return kvindex.TierGPU
-	case "CPU", "cpu":
-		return kvindex.TierCPU
+		return kvindex.TierGPU, true
+	case "CPU", "cpu", "CPU_PINNED":
+		return kvindex.TierCPU, true
 	}
-	return kvindex.ParseTier(string(s))
+	return kvindex.LookupTier(string(s))
 }
 
 // decodeLoraNameOrSalt handles array position 7 of BlockStored: vLLM puts
-// lora_name (str) there, SGLang a map {"cache_salt": ...} on salted requests.
-func decodeLoraNameOrSalt(r *reader, ev *kvindex.Event) error {
+// lora_name (str) there, SGLang a map {"cache_salt": ...} on salted requests
+// (its BlockStoredWithMetadata) or, in a proposed extension, extra_keys (a
+// list: its only field after medium). A value that is none of these leaves
+// the blocks unhashable: lora_name is part of vLLM's hash input.
+func decodeLoraNameOrSalt(r *reader, ev *kvindex.Event, es *evState) error {
 	if r.nextNil() {
 		return nil
 	}
@@ -198,36 +329,49 @@ func decodeLoraNameOrSalt(r *reader, ev *kvindex.Event) error {
 	if err != nil {
 		return err
 	}
+	if isArrayCode(c) {
+		return decodeField(r, kvindex.EngineSGLang, ev, fExtraKeys, es)
+	}
 	if isMapCode(c) {
-		n, err := r.mapLen()
-		if err != nil {
-			return err
-		}
-		for i := 0; i < n; i++ {
-			k, err := r.strOrBin()
+		before := es.ignored
+		defer func() {
+			// An unreadable metadata map may hide a cache_salt, which is
+			// part of the first block's hash.
+			es.extrasUnknown = es.extrasUnknown || es.ignored > before
+		}()
+		return optional(r, es, "metadata", func() error {
+			n, err := r.mapLen()
 			if err != nil {
-				return fmt.Errorf("extra map key: %w", err)
-			}
-			if string(k) == "cache_salt" && !r.nextNil() {
-				s, err := r.strOrBin()
-				if err != nil {
-					return fmt.Errorf("cache_salt: %w", err)
-				}
-				ev.CacheSalt = string(s)
-				continue
-			}
-			if err := r.skip(); err != nil {
 				return err
 			}
+			for i := 0; i < n; i++ {
+				k, err := r.strOrBin()
+				if err != nil {
+					return err
+				}
+				if string(k) == "cache_salt" && !r.nextNil() {
+					s, err := r.strOrBin()
+					if err != nil {
+						return err
+					}
+					ev.CacheSalt = string(s)
+					continue
+				}
+				if err := r.skip(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	return optional(r, es, "lora_name", func() error {
+		s, err := r.strOrBin()
+		if err != nil {
+			es.extrasUnknown = true
 		}
-		return nil
-	}
-	s, err := r.strOrBin()
-	if err != nil {
-		return fmt.Errorf("lora_name: %w", err)
-	}
-	ev.LoraName = string(s)
-	return nil
+		ev.LoraName = string(s)
+		return err
+	})
 }
 
 func decodeHashes(r *reader, engine kvindex.Engine) ([]uint64, error) {
@@ -301,15 +445,19 @@ func normaliseHashBytes(b []byte, engine kvindex.Engine) (uint64, error) {
 	return v, nil
 }
 
-func decodeTokens(r *reader) ([]uint32, error) {
+// decodeTokens reads token_ids. SGLang with EAGLE speculative decoding keys
+// its radix tree by bigrams and publishes each position as a pair [t_i,
+// t_i+1]: the first token is the token at that position, the second its
+// successor. The first is kept (bigram reports that pairs were seen).
+func decodeTokens(r *reader) (out []uint32, bigram bool, err error) {
 	if r.nextNil() {
-		return nil, nil
+		return nil, false, nil
 	}
 	n, err := r.arrayLen()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	out := make([]uint32, n)
+	out = make([]uint32, n)
 	b := r.b
 	for i := range out {
 		// Fast paths for the encodings token ids actually use.
@@ -327,20 +475,54 @@ func decodeTokens(r *reader) ([]uint32, error) {
 				out[i] = binary.BigEndian.Uint32(b[p+1:])
 				r.p += 5
 				continue
+			case isArrayCode(c):
+				if out[i], err = tokenPair(r); err != nil {
+					return nil, false, fmt.Errorf("[%d]: %w", i, err)
+				}
+				bigram = true
+				continue
 			}
 		}
-		v, neg, err := r.intBits()
-		if err != nil {
-			return nil, fmt.Errorf("[%d]: %w", i, err)
+		if out[i], err = tokenID(r); err != nil {
+			return nil, false, fmt.Errorf("[%d]: %w", i, err)
 		}
-		if neg || v > math.MaxUint32 {
-			return nil, fmt.Errorf("[%d]: token id %d out of range", i, int64(v))
-		}
-		out[i] = uint32(v)
 	}
-	return out, nil
+	return out, bigram, nil
 }
 
+func tokenID(r *reader) (uint32, error) {
+	v, neg, err := r.intBits()
+	if err != nil {
+		return 0, err
+	}
+	if neg || v > math.MaxUint32 {
+		return 0, fmt.Errorf("token id %d out of range", int64(v))
+	}
+	return uint32(v), nil
+}
+
+// tokenPair reads an EAGLE bigram [t_i, t_i+1] and returns t_i.
+func tokenPair(r *reader) (uint32, error) {
+	n, err := r.arrayLen()
+	if err != nil {
+		return 0, err
+	}
+	if n != 2 {
+		return 0, fmt.Errorf("token pair has %d elements", n)
+	}
+	t, err := tokenID(r)
+	if err != nil {
+		return 0, err
+	}
+	_, err = tokenID(r)
+	return t, err
+}
+
+// decodeExtraKeys reads extra_keys: nil or one entry per block, each nil or
+// a list. A list's values are decoded by decodeExtraValue: what cannot be
+// reproduced becomes an OpaqueExtraKey, so the block stays indexed (under
+// the engine's hash) instead of being dropped. An error means the field's
+// shape itself is unreadable.
 func decodeExtraKeys(r *reader) ([][]any, error) {
 	if r.nextNil() {
 		return nil, nil
@@ -354,56 +536,152 @@ func decodeExtraKeys(r *reader) ([][]any, error) {
 		if r.nextNil() {
 			continue
 		}
-		if out[i], err = decodeAnyList(r, 0); err != nil {
-			return nil, fmt.Errorf("block %d: %w", i, err)
-		}
-	}
-	return out, nil
-}
-
-// decodeAnyList decodes one extra-keys tuple: elements are str -> string,
-// int -> int64, bytes -> []byte, nil -> nil, nested list -> []any. Anything
-// else cannot be part of a vLLM hash input we reproduce, so it is an error.
-func decodeAnyList(r *reader, depth int) ([]any, error) {
-	if depth > maxDepth {
-		return nil, errTooDeep
-	}
-	n, err := r.arrayLen()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]any, n)
-	for i := range out {
 		c, err := r.peek()
 		if err != nil {
 			return nil, err
 		}
-		switch {
-		case c == 0xc0:
-			r.p++
-		case isStrCode(c):
-			s, err := r.strOrBin()
-			if err != nil {
+		if !isArrayCode(c) {
+			// One block's entry is not a tuple: that block is unhashable.
+			if err := r.skip(); err != nil {
 				return nil, err
 			}
-			out[i] = string(s)
-		case isBinCode(c):
-			s, err := r.strOrBin()
-			if err != nil {
-				return nil, err
-			}
-			out[i] = append([]byte(nil), s...)
-		case isIntCode(c):
-			if out[i], err = r.int64v(); err != nil {
-				return nil, err
-			}
-		case isArrayCode(c):
-			if out[i], err = decodeAnyList(r, depth+1); err != nil {
-				return nil, err
-			}
-		default:
-			return nil, &typeError{"extra key (str, int, bytes or list)", c}
+			out[i] = []any{kvindex.OpaqueExtraKey{What: "extra_keys entry"}}
+			continue
 		}
+		v, err := decodeExtraValue(r, 0)
+		if err != nil {
+			return nil, fmt.Errorf("block %d: %w", i, err)
+		}
+		out[i] = v.([]any)
 	}
 	return out, nil
+}
+
+// decodeExtraValue decodes one value of an extra-keys tuple as vLLM hashed
+// it: str -> string, int -> int64, bool, nil, bytes -> []byte, list -> []any
+// (a tuple). Typed keys, tagged maps {"type": ...}, become the value vLLM's
+// block hasher saw:
+//
+//	{"type": "lora", "name": n}                  -> n
+//	{"type": "cache_salt", "salt": s}            -> s
+//	{"type": "prompt_embeds", "hash": h}         -> h (bytes)
+//	{"type": "mm", "hash": id, "block_offset": o} -> (id, o)
+//	{"type": "legacy", "value": v}               -> v
+//
+// Floats, other maps and extension types become an OpaqueExtraKey. Only
+// truncation and nesting beyond maxDepth are errors.
+func decodeExtraValue(r *reader, depth int) (any, error) {
+	if depth > maxDepth {
+		return nil, errTooDeep
+	}
+	c, err := r.peek()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case c == 0xc0:
+		r.p++
+		return nil, nil
+	case c == 0xc2 || c == 0xc3:
+		r.p++
+		return c == 0xc3, nil
+	case isStrCode(c):
+		s, err := r.strOrBin()
+		return string(s), err
+	case isBinCode(c):
+		s, err := r.strOrBin()
+		return append([]byte(nil), s...), err
+	case isIntCode(c):
+		v, neg, err := r.intBits()
+		if err == nil && c == 0xcf && !neg && v > math.MaxInt64 {
+			// Python ints are unbounded; one above int64 is hashable by
+			// vLLM but not reproduced here.
+			return kvindex.OpaqueExtraKey{What: "uint64"}, nil
+		}
+		return int64(v), err
+	case isArrayCode(c):
+		n, err := r.arrayLen()
+		if err != nil {
+			return nil, err
+		}
+		out := make([]any, n)
+		for i := range out {
+			if out[i], err = decodeExtraValue(r, depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	case isMapCode(c):
+		return decodeTaggedKey(r, depth)
+	}
+	what := "float"
+	if c != 0xca && c != 0xcb {
+		what = fmt.Sprintf("msgpack type 0x%02x", c)
+	}
+	return kvindex.OpaqueExtraKey{What: what}, r.skip()
+}
+
+// decodeTaggedKey reads a typed extra key {"type": tag, field: value, ...}
+// in any key order (see decodeExtraValue).
+func decodeTaggedKey(r *reader, depth int) (any, error) {
+	n, err := r.mapLen()
+	if err != nil {
+		return nil, err
+	}
+	var tag string
+	var name, hash, offset, value any
+	var hasOffset, hasValue, badKey bool
+	for i := 0; i < n; i++ {
+		kc, err := r.peek()
+		if err != nil {
+			return nil, err
+		}
+		if !isStrCode(kc) {
+			badKey = true
+			if err := r.skip(); err != nil {
+				return nil, err
+			}
+			if err := r.skip(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		k, _ := r.strOrBin()
+		v, err := decodeExtraValue(r, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		switch string(k) {
+		case "type":
+			tag, _ = v.(string)
+		case "name", "salt":
+			name = v
+		case "hash":
+			hash = v
+		case "block_offset", "offset":
+			offset, hasOffset = v, true
+		case "value":
+			value, hasValue = v, true
+		}
+	}
+	str := func(v any) bool { _, ok := v.(string); return ok }
+	switch {
+	case badKey:
+	case tag == "lora" && str(name), tag == "cache_salt" && str(name):
+		return name, nil
+	case tag == "prompt_embeds":
+		if b, ok := hash.([]byte); ok {
+			return b, nil
+		}
+	case tag == "mm" && str(hash) && hasOffset:
+		if _, ok := offset.(int64); ok {
+			return []any{hash, offset}, nil
+		}
+	case tag == "legacy" && hasValue:
+		return value, nil
+	}
+	if tag == "" {
+		tag = "map"
+	}
+	return kvindex.OpaqueExtraKey{What: "extra key " + tag}, nil
 }

@@ -127,7 +127,8 @@ func TestInteropPerPodTopologyReplay(t *testing.T) {
 			m := NewMetrics(nil)
 			addr := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
 			replay := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
-			s := startSub(t, Config{Endpoints: []EndpointConfig{{Address: addr, ReplayAddress: replay, Engine: tc.engine}}}, sink, m)
+			// Catch-up at connect is off: this is the gap path (TestCatchUpAtConnect covers connect).
+			s := startSub(t, Config{DisableCatchUp: true, Endpoints: []EndpointConfig{{Address: addr, ReplayAddress: replay, Engine: tc.engine}}}, sink, m)
 			args := []string{"--endpoint", addr, "--mode", "bind", "--replay-endpoint", replay}
 			if tc.legacy {
 				args = append(args, "--replay-legacy")

@@ -37,9 +37,36 @@ func (s *Subscriber) drop(reason string) {
 	s.m.DroppedFrames.WithLabelValues(reason).Inc()
 }
 
+// SGLang publishers with a snapshot endpoint append metadata to the topic
+// frame: "\x00sgl-kv-epoch=<id>" on every batch and, on the empty batch that
+// marks a snapshot cut, "\x00sgl-kv-snapshot=<barrier id>" after it.
+var (
+	epochMarker   = []byte("\x00sgl-kv-epoch=")
+	barrierMarker = []byte("\x00sgl-kv-snapshot=")
+)
+
+// splitTopicMeta separates a topic from SGLang's metadata suffix. Anything
+// after a NUL is metadata, never part of the pod or model name.
+func splitTopicMeta(topic []byte) (base, epoch, barrier []byte) {
+	i := bytes.IndexByte(topic, 0)
+	if i < 0 {
+		return topic, nil, nil
+	}
+	base, meta := topic[:i], topic[i:]
+	if bytes.HasPrefix(meta, epochMarker) {
+		epoch = meta[len(epochMarker):]
+		if j := bytes.Index(epoch, barrierMarker); j >= 0 {
+			epoch, barrier = epoch[:j], epoch[j+len(barrierMarker):]
+		}
+	}
+	return base, epoch, barrier
+}
+
 // parseTopic splits kv@<pod>@<model>: pod is between the first and second
 // '@', model is everything after the second (model names may contain '@').
+// SGLang's metadata suffix (splitTopicMeta) is not part of either.
 func parseTopic(topic []byte) (pod, model []byte) {
+	topic, _, _ = splitTopicMeta(topic)
 	i := bytes.IndexByte(topic, '@')
 	if i < 0 {
 		return nil, nil
@@ -70,6 +97,7 @@ func (s *Subscriber) handle(ctx context.Context, src *source, frames [][]byte) {
 		return
 	}
 	podB, modelB := parseTopic(topic)
+	_, epoch, _ := splitTopicMeta(topic)
 	pod, model := src.pod, src.model
 	if pod == "" {
 		pod = string(podB)
@@ -86,7 +114,7 @@ func (s *Subscriber) handle(ctx context.Context, src *source, frames [][]byte) {
 	if !ok {
 		return
 	}
-	s.sequence(ctx, s.stream(streamKey{pod, b.DPRank}), src, b, evErrs)
+	s.sequence(ctx, s.stream(streamKey{pod, b.DPRank}), src, b, evErrs, epoch, fromLive)
 }
 
 // decode decodes payload into b and counts the outcome; it reports whether
@@ -104,6 +132,17 @@ func (s *Subscriber) decode(payload []byte, b *kvindex.Batch, src *source) (bool
 		if k := b.Events[i].Kind; k <= kvindex.AllBlocksCleared {
 			s.counts.events[e][k].Inc()
 		}
+	}
+	if ds.IgnoredFields > 0 {
+		s.m.IgnoredFields.WithLabelValues(b.Engine.String()).Add(float64(ds.IgnoredFields))
+		s.log.Debug("optional KV event fields not interpreted; events kept", "pod", b.Pod, "seq", b.Seq,
+			"fields", ds.IgnoredFields, "first", ds.FirstIgnored)
+	}
+	if ds.UnknownMedia > 0 {
+		s.m.UnknownMedia.Add(float64(ds.UnknownMedia))
+	}
+	if ds.PackedEvents > 0 {
+		s.m.PackedEvents.Add(float64(ds.PackedEvents))
 	}
 	if ds.EventErrors > 0 {
 		s.counts.evErrs[e].Add(float64(ds.EventErrors))

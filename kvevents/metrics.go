@@ -17,6 +17,12 @@ type Metrics struct {
 	MissedBatches      prometheus.Counter
 	Restarts           prometheus.Counter
 	Replays            *prometheus.CounterVec // by result: ok | partial | error
+	CatchUps           *prometheus.CounterVec // by result: ok | error
+	CaughtUpBatches    prometheus.Counter
+	Snapshots          *prometheus.CounterVec // by result: ok | stale | error
+	IgnoredFields      *prometheus.CounterVec // by engine
+	UnknownMedia       prometheus.Counter
+	PackedEvents       prometheus.Counter
 	ReplayedBatches    prometheus.Counter
 	SyntheticClears    *prometheus.CounterVec // by reason: restart | overflow | endpoint_removed
 	ConnectedEndpoints prometheus.Gauge
@@ -48,8 +54,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "restarts_total", Help: "Backward sequence jumps (engine restarts); the pod is cleared."}),
 		Replays: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "replays_total", Help: "Replay requests after a gap, by result (ok, partial, error)."}, []string{"result"}),
+		CatchUps: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "catch_ups_total", Help: "Replay-buffer requests at (re)connect of an endpoint with a replay address, by result (ok, error)."}, []string{"result"}),
+		CaughtUpBatches: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "caught_up_batches_total", Help: "Batches received from replay buffers at (re)connect and applied."}),
+		Snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "snapshots_total", Help: "Engine snapshots (SGLang snapshot-v1) asked for after batches were lost beyond repair, by result (ok, stale, error)."}, []string{"result"}),
+		IgnoredFields: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "ignored_fields_total", Help: "Optional event fields whose value could not be interpreted and was skipped; their events are kept, by engine."}, []string{"engine"}),
+		UnknownMedia: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "unknown_media_total", Help: "Events whose medium is not in kvindex's media table (indexed as external storage)."}),
+		PackedEvents: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "packed_events_total", Help: "Events that arrived as msgpack bytes holding an encoded event (llm-d storage-tier publisher) and were decoded."}),
 		ReplayedBatches: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "replayed_batches_total", Help: "Missed batches recovered through replay."}),
+			Name: "replayed_batches_total", Help: "Missed batches recovered through replay after a gap."}),
 		SyntheticClears: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "synthetic_clears_total", Help: "AllBlocksCleared events kvevents delivered itself, by reason."}, []string{"reason"}),
 		ConnectedEndpoints: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
@@ -59,7 +77,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.MessagesReceived, m.BatchesDecoded, m.EventsDecoded, m.DecodeErrors, m.DroppedFrames,
-			m.QueueOverflows, m.SeqGaps, m.MissedBatches, m.Restarts, m.Replays, m.ReplayedBatches,
+			m.QueueOverflows, m.SeqGaps, m.MissedBatches, m.Restarts, m.Replays, m.CatchUps, m.CaughtUpBatches, m.Snapshots, m.IgnoredFields,
+			m.UnknownMedia, m.PackedEvents, m.ReplayedBatches,
 			m.SyntheticClears, m.ConnectedEndpoints, m.ShutdownDropped)
 	}
 	return m

@@ -24,10 +24,15 @@ var endSeq = [8]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 // replay socket and queues them, in order, ahead of the live batch that
 // revealed the gap. st.order is held (that is what keeps the order); st.mu
 // is taken only to publish statistics, so snapshots proceed meanwhile.
-func (s *Subscriber) replay(ctx context.Context, st *stream, src *source, model string, from, to uint64) {
+//
+// filled reports that every batch up to to-1 was queued, in one unbroken run
+// starting at run; run > from means the engine's buffer no longer holds the
+// start of the gap.
+func (s *Subscriber) replay(ctx context.Context, st *stream, src *source, model string, from, to uint64) (run uint64, filled bool) {
 	var got uint64
 	next := from
-	err := fetchReplay(ctx, src.replay, from, s.cfg.ReplayTimeout, s.drop, func(seq uint64, payload []byte) {
+	run = from
+	err := fetchReplay(ctx, src.replay, from, s.cfg.ReplayTimeout, s.drop, func(_ []byte, seq uint64, payload []byte) {
 		if seq < next || seq >= to {
 			return // outside the gap, or a duplicate
 		}
@@ -40,6 +45,9 @@ func (s *Subscriber) replay(ctx context.Context, st *stream, src *source, model 
 			st.mu.Lock()
 			st.stats.DecodeErrors += uint64(evErrs)
 			st.mu.Unlock()
+		}
+		if seq != next {
+			run = seq
 		}
 		next = seq + 1
 		got++
@@ -54,6 +62,7 @@ func (s *Subscriber) replay(ctx context.Context, st *stream, src *source, model 
 	case got < to-from:
 		result, err = "partial", errors.New("engine no longer buffers every missed batch")
 	}
+	filled = next == to && (err == nil || result == "partial")
 	st.mu.Lock()
 	st.stats.ReplayedBatches += got
 	st.stats.Replaying = false
@@ -66,6 +75,77 @@ func (s *Subscriber) replay(ctx context.Context, st *stream, src *source, model 
 	}
 	s.log.Log(ctx, lvl, "replay finished", "pod", st.key.pod, "dp_rank", st.key.rank, "from", from,
 		"to", to, "recovered", got, "wanted", to-from, "result", result, "err", err)
+	return run, filled
+}
+
+// catchUp asks a freshly (re)connected endpoint's replay socket for every
+// batch it buffered after the last one we hold from that endpoint (all of
+// them the first time), so a daemon that starts or reconnects after the
+// engine published serves the engine at once instead of waiting for its next
+// event. Batches go through sequence like live ones, in order; it runs before
+// the endpoint's live socket is read, and live copies of what it delivered
+// are dropped (stream.dedup). Replies without a topic (vLLM <= 0.25) need the
+// endpoint's Pod; otherwise the first live batch repairs the start.
+func (s *Subscriber) catchUp(ctx context.Context, src *source) {
+	from, known := s.resumeSeq(src)
+	var got, skipped int
+	err := fetchReplay(ctx, src.replay, from, s.cfg.ReplayTimeout, s.drop, func(topic []byte, seq uint64, payload []byte) {
+		pod, model := src.pod, src.model
+		var epoch []byte
+		if topic != nil {
+			if !bytes.HasPrefix(topic, s.filterB) {
+				s.drop("topic_filter")
+				return
+			}
+			podB, modelB := parseTopic(topic)
+			_, epoch, _ = splitTopicMeta(topic)
+			if pod == "" {
+				pod = string(podB)
+			}
+			if model == "" {
+				model = string(modelB)
+			}
+		}
+		if pod == "" {
+			skipped++
+			return
+		}
+		b := &kvindex.Batch{Pod: pod, Model: model, Engine: src.engine, Seq: seq}
+		ok, evErrs := s.decode(payload, b, src)
+		if ok && s.sequence(ctx, s.stream(streamKey{pod, b.DPRank}), src, b, evErrs, epoch, fromCatchUp) {
+			got++
+		}
+	})
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	s.m.CatchUps.WithLabelValues(result).Inc()
+	s.m.CaughtUpBatches.Add(float64(got))
+	s.log.Info("caught up from the engine's replay buffer", "endpoint", src.addr, "from", from, "known", known,
+		"batches", got, "unattributed", skipped, "err", err)
+}
+
+// resumeSeq is where catch-up starts for src: after the lowest last seq of
+// the streams that arrived through it, or 0 if none did.
+func (s *Subscriber) resumeSeq(src *source) (from uint64, known bool) {
+	s.mu.Lock()
+	all := make([]*stream, 0, len(s.streams))
+	for _, st := range s.streams {
+		all = append(all, st)
+	}
+	s.mu.Unlock()
+	for _, st := range all {
+		ss := st.snapshot()
+		if ss.Endpoint != src.addr {
+			continue
+		}
+		if !known || ss.LastSeq+1 < from {
+			from = ss.LastSeq + 1
+		}
+		known = true
+	}
+	return from, known
 }
 
 // replayDialAddr maps a replay endpoint to what net.Dial takes.
@@ -81,17 +161,51 @@ func replayDialAddr(endpoint string) (network, address string, err error) {
 
 // fetchReplay is one exchange with an engine's replay socket (a ROUTER): it
 // asks for every buffered batch from seq from on and hands each reply to
-// deliver until the end marker. Replies are ["", seq8, payload] (vLLM <=
-// 0.25) or ["", topic, seq8, payload] (>= 0.26); the end marker has seq
-// 0xffffffffffffffff and an empty payload.
+// deliver until the end marker (topic is nil in the older layout). Replies
+// are ["", seq8, payload] (vLLM <= 0.25) or ["", topic, seq8, payload]
+// (>= 0.26); the end marker has seq 0xffffffffffffffff and an empty payload.
+func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time.Duration,
+	drop func(reason string), deliver func(topic []byte, seq uint64, payload []byte)) error {
+	var start [8]byte
+	binary.BigEndian.PutUint64(start[:], from)
+	err := dealerExchange(ctx, endpoint, timeout, start[:], func(f [][]byte) (bool, error) {
+		var topic, seqB, payload []byte
+		switch len(f) {
+		case 2:
+			seqB, payload = f[0], f[1]
+		case 3:
+			topic, seqB, payload = f[0], f[1], f[2]
+		default:
+			drop("replay_frame_count")
+			return false, nil
+		}
+		if len(seqB) != 8 {
+			drop("replay_seq_length")
+			return false, nil
+		}
+		if bytes.Equal(seqB, endSeq[:]) {
+			return true, nil
+		}
+		deliver(topic, binary.BigEndian.Uint64(seqB), payload)
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("replay %w", err)
+	}
+	return nil
+}
+
+// dealerExchange sends request (after the empty delimiter) to an engine's
+// ROUTER socket and hands each reply's frames, delimiter removed, to handle
+// until it reports done or fails.
 //
 // The whole exchange, connecting and the ZMTP handshake included, ends
 // within timeout, or earlier when ctx does. It speaks ZMTP on its own
 // connection rather than through a zmq4 DEALER socket because zmq4's
 // handshake and receive take no context: a peer that accepts but never
 // answers would hold the caller forever.
-func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time.Duration,
-	drop func(reason string), deliver func(seq uint64, payload []byte)) error {
+func dealerExchange(ctx context.Context, endpoint string, timeout time.Duration, request []byte,
+	handle func(frames [][]byte) (done bool, err error)) error {
 	network, address, err := replayDialAddr(endpoint)
 	if err != nil {
 		return err
@@ -102,7 +216,7 @@ func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time
 		if cerr := ctx.Err(); cerr != nil {
 			err = cerr // the deadline or shutdown is the cause, not the i/o error it produced
 		}
-		return fmt.Errorf("replay %s: %s: %w", endpoint, what, err)
+		return fmt.Errorf("%s: %s: %w", endpoint, what, err)
 	}
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, network, address)
@@ -118,9 +232,7 @@ func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time
 	if err != nil {
 		return fail("handshake", err)
 	}
-	var start [8]byte
-	binary.BigEndian.PutUint64(start[:], from)
-	if err := zc.SendMsg(zmq4.NewMsgFrom([]byte{}, start[:])); err != nil {
+	if err := zc.SendMsg(zmq4.NewMsgFrom([]byte{}, request)); err != nil {
 		return fail("request", err)
 	}
 	for {
@@ -135,23 +247,12 @@ func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time
 		if len(f) > 0 && len(f[0]) == 0 {
 			f = f[1:] // the empty delimiter
 		}
-		var seqB, payload []byte
-		switch len(f) {
-		case 2:
-			seqB, payload = f[0], f[1]
-		case 3:
-			seqB, payload = f[1], f[2]
-		default:
-			drop("replay_frame_count")
-			continue
+		done, err := handle(f)
+		if err != nil {
+			return fail("reply", err)
 		}
-		if len(seqB) != 8 {
-			drop("replay_seq_length")
-			continue
-		}
-		if bytes.Equal(seqB, endSeq[:]) {
+		if done {
 			return nil
 		}
-		deliver(binary.BigEndian.Uint64(seqB), payload)
 	}
 }

@@ -89,7 +89,7 @@ func TestReplayPartialAndUnreachable(t *testing.T) {
 			}
 			sink := newCollectSink()
 			m := NewMetrics(nil)
-			s := startSub(t, Config{Endpoints: []EndpointConfig{{Address: pub.Addr(), ReplayAddress: replay}}}, sink, m)
+			s := startSub(t, Config{DisableCatchUp: true, Endpoints: []EndpointConfig{{Address: pub.Addr(), ReplayAddress: replay}}}, sink, m)
 			pub.WaitSubscribed(ctx, topic)
 			pub.Publish(topic, 0, p[0])
 			pub.Publish(topic, 3, p[3])
@@ -171,7 +171,7 @@ func TestStreamsAnswerDuringSlowReplay(t *testing.T) {
 	}()
 	sink := newCollectSink()
 	s := startSub(t, Config{ReplayTimeout: 5 * time.Second,
-		Endpoints: []EndpointConfig{{Address: pub.Addr(), ReplayAddress: replay}}}, sink, nil)
+		DisableCatchUp: true, Endpoints: []EndpointConfig{{Address: pub.Addr(), ReplayAddress: replay}}}, sink, nil)
 	pub.WaitSubscribed(ctx, topic)
 	pub.Publish(topic, 0, p[0])
 	pub.Publish(topic, 3, p[3])
@@ -238,7 +238,7 @@ func TestReplayStalledPeerTimesOut(t *testing.T) {
 	sink := newCollectSink()
 	m := NewMetrics(nil)
 	s := startSub(t, Config{ReplayTimeout: 200 * time.Millisecond,
-		Endpoints: []EndpointConfig{{Address: pub.Addr(), ReplayAddress: "tcp://" + ln.Addr().String()}}}, sink, m)
+		DisableCatchUp: true, Endpoints: []EndpointConfig{{Address: pub.Addr(), ReplayAddress: "tcp://" + ln.Addr().String()}}}, sink, m)
 	pub.WaitSubscribed(ctx, topic)
 	pub.Publish(topic, 0, payload(t, storedBatch(50)))
 	pub.Publish(topic, 3, payload(t, storedBatch(53)))
@@ -271,7 +271,7 @@ func TestRemoveEndpointAbandonsReplay(t *testing.T) {
 	m := NewMetrics(nil)
 	// far longer than the test's own deadline: only cancellation can end it
 	s := startSub(t, Config{ReplayTimeout: 10 * testTimeout,
-		Endpoints: []EndpointConfig{{Address: pub.Addr(), ReplayAddress: replay}}}, sink, m)
+		DisableCatchUp: true, Endpoints: []EndpointConfig{{Address: pub.Addr(), ReplayAddress: replay}}}, sink, m)
 	pub.WaitSubscribed(ctx, topic)
 	pub.Publish(topic, 0, p[0])
 	pub.Publish(topic, 3, p[3])
@@ -299,5 +299,50 @@ func TestRemoveEndpointAbandonsReplay(t *testing.T) {
 	}
 	if v := metricValue(m.Replays.WithLabelValues("error")); v != 1 {
 		t.Fatalf("replays{error} = %v", v)
+	}
+}
+
+// At connect the subscriber asks the replay socket for its buffer: a daemon
+// started after the engine published serves it before its next event. Live
+// copies of what the catch-up delivered are dropped, newer ones apply.
+func TestCatchUpAtConnect(t *testing.T) {
+	const topic = "kv@pod-c@m"
+	ctx := testCtx(t)
+	pub, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	p := map[uint64][]byte{}
+	for seq := uint64(0); seq < 4; seq++ {
+		p[seq] = payload(t, storedBatch(seq+70))
+	}
+	replay := serveReplay(t, ctx, "tcp://127.0.0.1:0", topic, p, []uint64{0, 1, 2})
+	sink := newCollectSink()
+	m := NewMetrics(nil)
+	s := startSub(t, Config{Endpoints: []EndpointConfig{{Address: pub.Addr(), ReplayAddress: replay}}}, sink, m)
+	bs := sink.waitFor(t, "caught up to seq 2", hasSeq("pod-c", 2))
+	if len(bs) != 3 || bs[0].Seq != 0 || bs[2].Seq != 2 {
+		t.Fatalf("catch-up: %s", describe(bs))
+	}
+	st := s.Streams()[0]
+	if !st.Complete || st.CompleteSinceSeq != 0 || st.LastSeq != 2 || st.Endpoint != pub.Addr() {
+		t.Fatalf("stream %+v", st)
+	}
+	if err := pub.WaitSubscribed(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+	pub.Publish(topic, 2, p[2]) // the live copy of a caught-up batch
+	pub.Publish(topic, 3, p[3])
+	bs = sink.waitFor(t, "seq 3", hasSeq("pod-c", 3))
+	if len(bs) != 4 || bs[3].Seq != 3 || len(bs[3].Events) != 1 {
+		t.Fatalf("after catch-up: %s", describe(bs))
+	}
+	if st := s.Streams()[0]; st.Restarts != 0 || !st.Complete || metricValue(m.DroppedFrames.WithLabelValues("duplicate")) != 1 {
+		t.Fatalf("duplicate live batch mistaken for a restart: %+v", st)
+	}
+	// counted once the exchange ended, which was before live reading began
+	if metricValue(m.CatchUps.WithLabelValues("ok")) != 1 || metricValue(m.CaughtUpBatches) != 3 || metricValue(m.ReplayedBatches) != 0 {
+		t.Fatal("catch-up metrics")
 	}
 }

@@ -24,6 +24,21 @@ type StreamStats struct {
 	Restarts        uint64 // backward jumps (engine restarts)
 	DecodeErrors    uint64 // malformed events dropped
 	Overflows       uint64 // batches dropped on a full queue
+	// Complete is true when the sink has seen every batch of the current
+	// publisher lifetime since its cache was last empty (seq 0, or an
+	// AllBlocksCleared), so the index holds exactly what the pod holds.
+	// CompleteSinceSeq is the first seq of the unbroken run of batches the
+	// sink holds; IncompleteReason says why the run does not reach back to an
+	// empty cache: "joined_late" (first batch seen after seq 0 and no replay
+	// endpoint), "replay_window" (the engine's replay buffer no longer holds
+	// the start), "gap" (batches lost and not replayed), "restart" (the engine
+	// restarted and its first batches were missed), "overflow" (a batch
+	// dropped on a full queue).
+	Complete         bool
+	CompleteSinceSeq uint64
+	IncompleteReason string
+	// Epoch is SGLang's publisher lifecycle id (topic metadata), if sent.
+	Epoch string
 }
 
 type streamKey struct {
@@ -47,6 +62,11 @@ type stream struct {
 	lastSeq   uint64
 	needClear bool
 	clearWhy  string
+	epoch     string
+	// dedup: batches from dedupFrom up to lastSeq came through catch-up;
+	// their live copies are dropped until a newer live batch arrives.
+	dedup     bool
+	dedupFrom uint64
 
 	// mu guards stats. It is held only to copy or bump them, never across
 	// I/O or a channel operation: Streams takes nothing else.
@@ -95,66 +115,174 @@ func (s *Subscriber) stream(k streamKey) *stream {
 	return st
 }
 
+// seqSource says where a batch comes from: the live socket, or the replay
+// buffer asked for at connect (catchUp).
+type seqSource uint8
+
+const (
+	fromLive seqSource = iota
+	fromCatchUp
+)
+
 // sequence checks b's seq against the stream, repairs or flags what it finds
-// and queues b. evErrs is the number of b's events the decoder dropped.
-func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *kvindex.Batch, evErrs int) {
+// and queues b. evErrs is the number of b's events the decoder dropped;
+// epoch is SGLang's publisher lifecycle id from the topic (nil if none).
+//
+// Missing batches are fetched from the engine's replay endpoint when it has
+// one: after a forward gap, from seq 0 for a stream first seen after its
+// start, and from seq 0 of the new lifetime after a restart. What cannot be
+// fetched leaves the stream incomplete (StreamStats.Complete). Batches that
+// came through catchUp are not fetched again: their own start is what the
+// engine's buffer holds. It reports whether b was queued.
+func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *kvindex.Batch, evErrs int,
+	epoch []byte, how seqSource) bool {
 	st.order.Lock()
 	defer st.order.Unlock()
-	var missed uint64
-	restart := false
+	newEpoch := epoch != nil && string(epoch) != st.epoch
 	last := st.lastSeq
-	if st.hasSeq {
-		switch {
-		case b.Seq == last+1:
-		case b.Seq > last+1:
-			missed = b.Seq - last - 1
-		default:
-			restart = true
+	if st.hasSeq && !newEpoch && b.Seq <= last {
+		// Live batches published between our subscription and the
+		// catch-up reply arrive twice; catch-up ignores what we hold.
+		if how == fromCatchUp || st.dedup && b.Seq >= st.dedupFrom {
+			s.drop("duplicate")
+			return false
 		}
 	}
-	replay := missed > 0 && src.replay != ""
+	if how == fromLive {
+		st.dedup = false
+	}
+	var missed, from uint64
+	restart := false
+	switch {
+	case st.hasSeq && newEpoch && st.epoch != "":
+		// Another publisher lifetime: its cache started empty whatever
+		// its seq says.
+		restart, missed, from = true, b.Seq, 0
+	case st.hasSeq && b.Seq == last+1:
+	case st.hasSeq && b.Seq > last+1:
+		missed, from = b.Seq-last-1, last+1
+	case st.hasSeq:
+		restart, missed, from = true, b.Seq, 0
+	default:
+		missed, from = b.Seq, 0
+	}
+	if newEpoch {
+		st.epoch = string(epoch)
+	}
+	replay := missed > 0 && src.replay != "" && how == fromLive
+	gap := st.hasSeq && !restart && missed > 0
 
 	st.mu.Lock()
 	// The endpoint a stream's latest batch came through is the one whose
 	// removal clears it (RemoveEndpoint).
 	st.stats.Endpoint, st.stats.Engine, st.stats.Model = src.addr, src.engine, b.Model
 	st.stats.DecodeErrors += uint64(evErrs)
-	if missed > 0 {
+	st.stats.Epoch = st.epoch
+	if gap {
 		st.stats.SeqGaps++
 		st.stats.MissedBatches += missed
-		st.stats.Replaying = replay
 	}
+	st.stats.Replaying = replay
 	if restart {
 		st.stats.Restarts++
 	}
 	st.mu.Unlock()
 
+	// broke: this batch showed batches lost beyond repair.
+	broke := false
+	mark := func(since uint64, why string) {
+		st.setComplete(since, why)
+		broke = broke || why != ""
+	}
+	why := "joined_late"
 	switch {
-	case missed > 0:
+	case restart:
+		s.m.Restarts.Inc()
+		s.log.Warn("engine restart detected (sequence went backwards or a new epoch): clearing pod", "pod", b.Pod,
+			"dp_rank", b.DPRank, "last_seq", last, "seq", b.Seq, "epoch", st.epoch)
+		st.needClear, st.clearWhy = true, "restart"
+		why = "restart"
+	case gap:
 		s.m.SeqGaps.Inc()
 		s.m.MissedBatches.Add(float64(missed))
 		s.log.Warn("KV event sequence gap: batches lost", "pod", b.Pod, "dp_rank", b.DPRank,
 			"last_seq", last, "seq", b.Seq, "missed", missed, "replay", replay)
-		if replay {
-			s.replay(ctx, st, src, b.Model, last+1, b.Seq)
-			if ctx.Err() != nil {
-				// The endpoint is being removed (its clear follows) or the
-				// subscriber is stopping: the live batch goes with the replay.
-				return
-			}
+		why = "gap"
+		if how == fromCatchUp {
+			why = "replay_window" // what we asked for is no longer buffered
 		}
-	case restart:
-		s.m.Restarts.Inc()
-		s.log.Warn("engine restart detected (sequence went backwards): clearing pod", "pod", b.Pod,
-			"dp_rank", b.DPRank, "last_seq", last, "seq", b.Seq)
-		st.needClear, st.clearWhy = true, "restart"
+	case missed > 0:
+		s.log.Info("joined a stream after its start", "pod", b.Pod, "dp_rank", b.DPRank, "seq", b.Seq, "catch_up", replay)
+		if how == fromCatchUp {
+			why = "replay_window"
+		}
 	}
+	switch {
+	case missed == 0 && st.hasSeq && !restart:
+		// in order: completeness unchanged
+	case missed == 0:
+		mark(0, "")
+	case replay:
+		run, filled := s.replay(ctx, st, src, b.Model, from, b.Seq)
+		if ctx.Err() != nil {
+			// The endpoint is being removed (its clear follows) or the
+			// subscriber is stopping: the live batch goes with the replay.
+			return false
+		}
+		switch {
+		case !filled:
+			mark(b.Seq, why)
+		case run > from:
+			mark(run, "replay_window")
+		case gap:
+			// repaired: completeness unchanged
+		default:
+			mark(0, "")
+		}
+	default:
+		mark(b.Seq, why)
+	}
+	if hasClear(b) {
+		mark(b.Seq, "")
+	}
+	lost := broke && how == fromLive && src.snapshot != "" && !st.snapshot().Complete
 	st.hasSeq, st.lastSeq = true, b.Seq
+	if how == fromCatchUp {
+		// Until a newer live batch arrives, live batches up to this one
+		// are the copies catch-up already delivered.
+		if !st.dedup {
+			st.dedup, st.dedupFrom = true, b.Seq
+		}
+	}
 	st.mu.Lock()
 	st.stats.LastSeq = b.Seq
 	st.stats.Batches++
 	st.mu.Unlock()
 	s.enqueue(st, b)
+	if lost {
+		// b first: its token ids give the aliases the snapshot's hashes
+		// are indexed under.
+		s.resync(ctx, st, src, b.Model)
+	}
+	return true
+}
+
+// setComplete records how far back the sink's view of the stream is
+// unbroken; why == "" means back to an empty cache.
+func (st *stream) setComplete(since uint64, why string) {
+	st.mu.Lock()
+	st.stats.CompleteSinceSeq, st.stats.IncompleteReason, st.stats.Complete = since, why, why == ""
+	st.mu.Unlock()
+}
+
+// hasClear reports whether the engine itself cleared its cache in b.
+func hasClear(b *kvindex.Batch) bool {
+	for i := range b.Events {
+		if b.Events[i].Kind == kvindex.AllBlocksCleared {
+			return true
+		}
+	}
+	return false
 }
 
 // enqueue hands b to its worker without blocking the socket reader. On a
@@ -184,4 +312,8 @@ func (s *Subscriber) enqueue(st *stream, b *kvindex.Batch) {
 			"pod", b.Pod, "dp_rank", b.DPRank, "seq", b.Seq)
 	}
 	st.needClear, st.clearWhy = true, "overflow"
+	st.mu.Lock()
+	// The clear that follows empties the index, not the pod's cache.
+	st.stats.Complete, st.stats.IncompleteReason, st.stats.CompleteSinceSeq = false, "overflow", b.Seq+1
+	st.mu.Unlock()
 }

@@ -53,6 +53,14 @@ type Config struct {
 	// ReplayTimeout bounds one replay exchange, connecting included
 	// (default 2s).
 	ReplayTimeout time.Duration
+	// DisableCatchUp stops the subscriber from asking an endpoint's replay
+	// address for its buffer each time it (re)connects; gaps are still
+	// replayed. Catching up is what lets a daemon that starts after an
+	// engine serve that engine before its next event.
+	DisableCatchUp bool
+	// MaxSnapshotRecords bounds the records of one engine snapshot
+	// (default DefaultMaxSnapshotRecords); a larger one is refused.
+	MaxSnapshotRecords int
 	// DrainTimeout bounds how long Run keeps applying the batches still
 	// queued when it stops (default 2s; negative: none are applied). The
 	// context given to BatchSink.Apply ends when it expires; what is still
@@ -80,8 +88,11 @@ type Config struct {
 //
 // A forward gap (lost messages) is counted and logged; when the endpoint
 // has a ReplayAddress the missing batches are fetched and applied, in order,
-// before the live one. The exchange holds up only the reader of the socket
-// the gap arrived on: Streams and Endpoints never wait on the network.
+// before the live one, and the endpoint's buffer is asked for at every
+// (re)connect (catching up; see DisableCatchUp). The exchange holds up only
+// the reader of the socket concerned: Streams and Endpoints never wait on the
+// network. StreamStats.Complete says whether the sink has every batch since
+// the engine's cache was last empty.
 //
 // Shutdown: the sockets close first, then the workers apply what is still
 // queued for at most DrainTimeout; the rest is dropped and counted.
@@ -141,6 +152,9 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 	}
 	if cfg.ReplayTimeout <= 0 {
 		cfg.ReplayTimeout = DefaultReplayTimeout
+	}
+	if cfg.MaxSnapshotRecords <= 0 {
+		cfg.MaxSnapshotRecords = DefaultMaxSnapshotRecords
 	}
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -33,21 +34,43 @@ type ApplierConfig struct {
 	// AliasCacheSize bounds each aliased pod's engine-hash -> own-key table
 	// (entries; 0 = default). An addition to the shared contract.
 	AliasCacheSize int
+	// CopyTableSize bounds each vLLM pod's copy-count table and
+	// GroupMaskTableSize each multi-group pod's group-mask table (entries;
+	// 0 = default; see applier_tables.go).
+	CopyTableSize      int
+	GroupMaskTableSize int
 }
 
 // PodStats is one (pod, DP rank)'s view from the applier.
 type PodStats struct {
-	Pod                                               string
-	DPRank                                            int
-	Model                                             string
-	Engine                                            Engine
-	EventsApplied, BlocksStored, BlocksRemoved        uint64
-	Clears                                            uint64
+	Pod                                        string
+	DPRank                                     int
+	Model                                      string
+	Engine                                     Engine
+	EventsApplied, BlocksStored, BlocksRemoved uint64
+	Clears                                     uint64
+	// Snapshots are states replaced by an engine snapshot (BlockSnapshot).
+	Snapshots                                         uint64
 	LastEvent                                         time.Time
 	ParityMatches, ParityMismatches, ParityUnverified uint64
 	ParityHint                                        string
-	IndexErrors                                       uint64
-	Untrusted                                         bool
+	// UnverifiedReason is why the latest unverified block could not be
+	// checked (see the reason label of kvindexd_parity_unverified_total).
+	UnverifiedReason string
+	IndexErrors      uint64
+	Untrusted        bool
+	// RemoteBlocks are stored blocks with locality REMOTE: held for the pod
+	// elsewhere, so not indexed as its own cache.
+	RemoteBlocks uint64
+	// GroupSkippedBlocks are blocks of sliding-window, mamba and other
+	// groups that do not bound a prefix match, so are not indexed.
+	GroupSkippedBlocks uint64
+	// CopiesKept are removals that left the block indexed because another
+	// physical copy remains (remaining_copy_counts or our own count).
+	CopiesKept uint64
+	// FullAttentionGroups is how many full-attention KV-cache groups the pod
+	// has shown (0 until it names one: a single group is assumed).
+	FullAttentionGroups int
 }
 
 // Applier applies decoded engine batches to an Index (it is the BatchSink of
@@ -69,15 +92,31 @@ type PodStats struct {
 // our key computed from their token ids (and aliased); blocks we cannot key
 // are not indexed.
 //
+// What is indexed as the pod's own cache follows the engines' semantics
+// (see applier_tables.go for the bounded tables behind the last two):
+//
+//   - locality REMOTE blocks are held for the pod elsewhere: not indexed,
+//     counted (PodStats.RemoteBlocks);
+//   - only full-attention KV-cache groups bound a prefix match: blocks of
+//     sliding-window, mamba and other groups are counted, not indexed, so a
+//     sliding window dropping old blocks never shortens a match; with several
+//     full-attention groups a block is indexed while every one holds it and
+//     removed when any drops it. Groups are folded into group 0 in the index;
+//   - a hash stored twice is two physical copies: a removal keeps the block
+//     while remaining_copy_counts says copies remain, or, without that field
+//     (vLLM before it), while our own count of GPU copies does.
+//
 // Error contract: an Index error is counted, the pod is marked untrusted and
 // the rest of the batch is dropped. Before the next batch of an untrusted pod
 // the applier clears the pod in the index; only when that succeeds is the pod
 // trusted again and its state rebuilt from new events.
 //
 // Memory is bounded: per model one digest cache (DigestCacheSize entries), per
-// aliased pod one alias table (AliasCacheSize entries), per pod a key scratch
-// buffer as large as its largest event, and a few alternate Hashers for
-// diagnosis (at most three per distinct KeyConfig).
+// aliased pod one alias table (AliasCacheSize entries), per vLLM pod one copy
+// table (CopyTableSize), per pod with several full-attention groups one group
+// mask table (GroupMaskTableSize), per pod at most 256 group descriptions and
+// a key scratch buffer as large as its largest event, and a few alternate
+// Hashers for diagnosis (at most three per distinct KeyConfig).
 type Applier struct {
 	idx      Index
 	in       *Interner
@@ -86,6 +125,8 @@ type Applier struct {
 	log      *slog.Logger
 	dcSize   int
 	aliasCap int
+	copyCap  int
+	maskCap  int
 
 	mu      sync.RWMutex
 	pods    map[podKey]*podState
@@ -130,6 +171,20 @@ type podState struct {
 	everMatched bool
 	loggedHint  string
 
+	// groups is what the pod said of its KV-cache groups (index = group_idx,
+	// at most maxGroups); fullBit numbers its full-attention groups for the
+	// group mask (0 = not full or not seen).
+	groups  []GroupKind
+	named   []bool
+	fullBit []uint8
+	nFull   int
+	// copies counts physical copies (nil once the pod sends
+	// remaining_copy_counts, or for engines that never duplicate); masks
+	// tracks which full-attention groups hold a block (nil unless nFull > 1).
+	copies          *countTable
+	copiesAuthority bool
+	masks           *countTable
+
 	// applyMu serialises Apply and Recover on one pod: it guards the fields
 	// above mu. kvevents already applies a pod's batches one at a time, so
 	// the lock is uncontended except while Recover runs.
@@ -141,12 +196,40 @@ type podState struct {
 
 // batchDelta counts one batch, added to the pod's stats and the metrics at once.
 type batchDelta struct {
-	events                          [AllBlocksCleared + 1]uint64
+	events                          [BlockSnapshot + 1]uint64
 	stored, removed, unkeyed        uint64
 	matches, mismatches, unverified uint64
+	unverifiedBy                    [numUnverifiedReasons]uint64
+	lastUnverified                  unverifiedReason
+	remote, groupSkipped            uint64
+	copiesKept, tableEvictions      uint64
 	indexErrors, unresolved         uint64
 	recoveries                      uint64
 	hint                            string
+}
+
+// unverifiedReason says why a block's hash could not be recomputed.
+type unverifiedReason uint8
+
+const (
+	unverifiedNone unverifiedReason = iota
+	unverifiedNoTokens
+	unverifiedTokenCount // token_ids is not block_size tokens per block
+	unverifiedPartialBlock
+	unverifiedBlockSize // SGLang page size differs from the block size
+	unverifiedParent    // parent digest unknown (not seen, or evicted)
+	unverifiedExtraKeys // an extra key we cannot reproduce (typed key, float...)
+	unverifiedLoraName  // LoRA request without lora_name or extra_keys
+	numUnverifiedReasons
+)
+
+var unverifiedNames = [numUnverifiedReasons]string{"", "no_tokens", "token_count", "partial_block", "block_size",
+	"parent_unknown", "extra_keys", "lora_name_missing"}
+
+func (d *batchDelta) unverify(r unverifiedReason, n uint64) {
+	d.unverified += n
+	d.unverifiedBy[r] += n
+	d.lastUnverified = r
 }
 
 // NewApplier returns an Applier. Index, Interner and Hashers are required.
@@ -163,9 +246,15 @@ func NewApplier(cfg ApplierConfig) *Applier {
 	if cfg.AliasCacheSize <= 0 {
 		cfg.AliasCacheSize = DefaultAliasCacheSize
 	}
+	if cfg.CopyTableSize <= 0 {
+		cfg.CopyTableSize = DefaultCopyTableSize
+	}
+	if cfg.GroupMaskTableSize <= 0 {
+		cfg.GroupMaskTableSize = DefaultGroupMaskTableSize
+	}
 	a := &Applier{
 		idx: cfg.Index, in: cfg.Interner, hashers: cfg.Hashers, m: cfg.Metrics, log: cfg.Logger,
-		dcSize: cfg.DigestCacheSize, aliasCap: cfg.AliasCacheSize,
+		dcSize: cfg.DigestCacheSize, aliasCap: cfg.AliasCacheSize, copyCap: cfg.CopyTableSize, maskCap: cfg.GroupMaskTableSize,
 		pods: map[podKey]*podState{}, digests: map[ModelID]*digestCache{}, alt: map[KeyConfig]*Hasher{},
 		untrustedIDs: map[PodID]struct{}{},
 	}
@@ -220,6 +309,12 @@ func (ps *podState) resetParity() {
 	ps.mu.Unlock()
 }
 
+// resetHolding forgets the copy counts and group masks: after a clear the
+// pod holds nothing. What it said of its groups stays (same engine config).
+func (ps *podState) resetHolding() {
+	ps.copies, ps.masks = nil, nil
+}
+
 // Apply implements BatchSink.
 func (a *Applier) Apply(ctx context.Context, b *Batch) {
 	start := time.Now()
@@ -237,6 +332,7 @@ func (a *Applier) Apply(ctx context.Context, b *Batch) {
 			return
 		}
 		ps.untrusted = false
+		ps.resetHolding()
 		d.recoveries++
 		a.log.Info("pod cleared after index error; trusted again, rebuilding from new events", "pod", ps.name, "dp_rank", ps.rank)
 	}
@@ -252,7 +348,10 @@ func (a *Applier) Apply(ctx context.Context, b *Batch) {
 			if err = a.idx.ClearPod(ctx, ps.id); err == nil {
 				d.hint = ""
 				ps.resetParity()
+				ps.resetHolding()
 			}
+		case BlockSnapshot:
+			err = a.snapshot(ctx, ps, b.Engine, ev, &d)
 		default:
 			continue // decoders do not produce other kinds; nothing to apply
 		}
@@ -280,10 +379,18 @@ func (a *Applier) finish(ps *podState, b *Batch, d *batchDelta, start time.Time,
 	st.BlocksStored += d.stored
 	st.BlocksRemoved += d.removed
 	st.Clears += d.events[AllBlocksCleared]
+	st.Snapshots += d.events[BlockSnapshot]
 	st.LastEvent = start
 	st.ParityMatches += d.matches
 	st.ParityMismatches += d.mismatches
 	st.ParityUnverified += d.unverified
+	if d.lastUnverified != unverifiedNone {
+		st.UnverifiedReason = unverifiedNames[d.lastUnverified]
+	}
+	st.RemoteBlocks += d.remote
+	st.GroupSkippedBlocks += d.groupSkipped
+	st.CopiesKept += d.copiesKept
+	st.FullAttentionGroups = ps.nFull
 	if d.hint != "" {
 		st.ParityHint = d.hint
 	}
@@ -299,16 +406,6 @@ func (a *Applier) finish(ps *podState, b *Batch, d *batchDelta, start time.Time,
 			"pod", ps.name, "dp_rank", ps.rank, "model", b.Model, "hint", d.hint)
 	}
 	a.m.flush(d, time.Since(start))
-}
-
-func groupOf(g int) uint8 {
-	switch {
-	case g < 0:
-		return 0
-	case g > 255:
-		return 255
-	}
-	return uint8(g)
 }
 
 // eventExtras sets ek to block i's extra keys. ok=false means they cannot be
@@ -340,6 +437,15 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 	if n == 0 {
 		return nil
 	}
+	bounds, bit := ps.storeGroup(ev)
+	switch {
+	case ev.Remote:
+		d.remote += uint64(n)
+		return nil
+	case !bounds:
+		d.groupSkipped += uint64(n)
+		return nil
+	}
 	h := ps.hasher
 	bs, dlen := h.cfg.BlockSize, h.dlen
 	sglang := engine == EngineSGLang
@@ -347,7 +453,22 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 
 	haveTokens := len(ev.TokenIDs) > 0
 	bsWrong := haveTokens && ev.BlockSize > 0 && ev.BlockSize != bs
-	canHash := haveTokens && !bsWrong && len(ev.TokenIDs) == n*bs
+	// A lone block shorter than the block size with exactly that many tokens
+	// is a trailing partial page (SGLang), not a different configuration:
+	// no hint from it.
+	partial := bsWrong && n == 1 && ev.BlockSize < bs && len(ev.TokenIDs) == ev.BlockSize
+	bsWrong = bsWrong && !partial
+	base := unverifiedNone
+	switch {
+	case !haveTokens:
+		base = unverifiedNoTokens
+	case partial:
+		base = unverifiedPartialBlock
+	case bsWrong:
+		base = unverifiedBlockSize
+	case len(ev.TokenIDs) != n*bs:
+		base = unverifiedTokenCount
+	}
 	if bsWrong {
 		if !sglang {
 			d.mismatches += uint64(n) // counted here, not again as unverified below
@@ -355,7 +476,8 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 		if !ps.hintFinal {
 			ps.hintFinal = true
 			d.hint = fmt.Sprintf("block size: engine publishes block_size=%d but kvindex is configured with %d; "+
-				"set the engine's --block-size or kvindex's block size (per model) to agree", ev.BlockSize, bs)
+				"set the engine's --block-size (SGLang: --page-size, default 1) or kvindex's block size (per model) to agree",
+				ev.BlockSize, bs)
 		}
 	}
 
@@ -368,7 +490,14 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 	}
 	var ek extraKeys
 	for i, eh := range ev.BlockHashes {
-		if canHash && parentOK && eventExtras(&ek, ev, engine, i) {
+		reason := base
+		if reason == unverifiedNone && !parentOK {
+			reason = unverifiedParent
+		}
+		if reason == unverifiedNone && !eventExtras(&ek, ev, engine, i) {
+			reason = unverifiedLoraName
+		}
+		if reason == unverifiedNone {
 			var dg [32]byte
 			var err error
 			ps.buf, dg, err = h.digest(ps.buf, parent[:dlen], ev.TokenIDs[i*bs:(i+1)*bs], &ek)
@@ -405,7 +534,8 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 				}
 				continue
 			}
-			// unsupported extra-key value: fall through, unverifiable
+			// an extra key we cannot serialise (OpaqueExtraKey, ...)
+			reason = unverifiedExtraKeys
 		}
 		// Not computable here; the chain may resume if we know this block.
 		parentOK = ps.dc.get(eh, &parent)
@@ -414,7 +544,7 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 			k, aliased = ps.alias.get(eh)
 		}
 		if !bsWrong || sglang {
-			d.unverified++
+			d.unverify(reason, 1)
 		}
 		switch {
 		case aliased:
@@ -425,11 +555,213 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 			keys = append(keys, Key(eh))
 		}
 	}
+	keys = a.holdStored(ps, engine, ev, bit, keys, d)
 	ps.keys = keys
 	if len(keys) == 0 {
 		return nil
 	}
-	if err := a.idx.Add(ctx, ps.modelID, ps.id, ev.Medium, groupOf(ev.GroupIdx), keys); err != nil {
+	if err := a.idx.Add(ctx, ps.modelID, ps.id, ev.Medium, 0, keys); err != nil {
+		return err
+	}
+	d.stored += uint64(len(keys))
+	return nil
+}
+
+// maxGroups bounds the KV-cache groups a pod may describe; maxFullGroups
+// the full-attention ones a group mask can track.
+const (
+	maxGroups     = 256
+	maxFullGroups = 16
+)
+
+// storeGroup learns what ev says of its group and reports whether the group
+// bounds a prefix match (full attention, or not described: older engines)
+// and, when the pod has several full-attention groups, the group's mask bit.
+func (ps *podState) storeGroup(ev *Event) (bounds bool, bit uint16) {
+	g := ev.GroupIdx
+	if g < 0 || g >= maxGroups {
+		return false, 0
+	}
+	for len(ps.groups) <= g {
+		ps.groups = append(ps.groups, GroupKindUnknown)
+		ps.named = append(ps.named, false)
+		ps.fullBit = append(ps.fullBit, 0)
+	}
+	kind := ev.GroupKind
+	if kind == GroupKindUnknown && ev.SlidingWindow > 0 {
+		kind = GroupSlidingWindow
+	}
+	if (kind != GroupKindUnknown && kind != ps.groups[g]) || !ps.named[g] {
+		if kind != GroupKindUnknown {
+			ps.groups[g] = kind
+		}
+		ps.named[g] = true
+		ps.numberGroups()
+	}
+	return ps.groupBit(g)
+}
+
+// numberGroups gives every bounding group (full or undescribed) a mask bit,
+// in group order. A change of the full-group set forgets the masks: they
+// were taken against another set.
+func (ps *podState) numberGroups() {
+	n := 0
+	for g, k := range ps.groups {
+		ps.fullBit[g] = 0
+		if (k == GroupFullAttention || k == GroupKindUnknown) && n < maxFullGroups && ps.named[g] {
+			n++
+			ps.fullBit[g] = uint8(n)
+		}
+	}
+	if n != ps.nFull {
+		ps.nFull, ps.masks = n, nil
+	}
+}
+
+func (ps *podState) groupBit(g int) (bounds bool, bit uint16) {
+	switch k := ps.groups[g]; {
+	case k != GroupFullAttention && k != GroupKindUnknown:
+		return false, 0
+	case ps.fullBit[g] == 0:
+		return false, 0 // beyond maxFullGroups
+	case ps.nFull > 1:
+		return true, 1 << (ps.fullBit[g] - 1)
+	}
+	return true, 0
+}
+
+// removeGroup is storeGroup for a removal: it learns nothing; a group never
+// described is treated as bounding (the removal is applied, the safe way).
+func (ps *podState) removeGroup(ev *Event) (bounds bool, bit uint16) {
+	g := ev.GroupIdx
+	if g < 0 || g >= maxGroups {
+		return false, 0
+	}
+	if g >= len(ps.groups) || !ps.named[g] {
+		return true, 0
+	}
+	if k := ps.groups[g]; k == GroupFullAttention || k == GroupKindUnknown {
+		_, bit = ps.groupBit(g)
+		return true, bit
+	}
+	return false, 0
+}
+
+// holdStored filters the keys of a stored event down to those that become
+// indexed: a second physical copy of a block is only counted (vLLM), and
+// with several full-attention groups a block waits until all hold it.
+func (a *Applier) holdStored(ps *podState, engine Engine, ev *Event, bit uint16, keys []Key, d *batchDelta) []Key {
+	// Copies are counted on the GPU tier only: vLLM's block pool announces
+	// a hash once per physical block, so a second store is a second copy.
+	// Connectors (CPU offload, LMCache) may announce a block again without
+	// a second copy; counting those would keep a removed block indexed.
+	track := engine == EngineVLLM && !ps.copiesAuthority && ev.Medium == TierGPU
+	if !track && bit == 0 {
+		return keys
+	}
+	all := uint16(1)<<ps.nFull - 1
+	out := keys[:0]
+	for _, k := range keys {
+		if track {
+			if ps.copies == nil {
+				ps.copies = newCountTable(a.copyCap)
+			}
+			ck := entryKey(k, ev.Medium, ev.GroupIdx)
+			c, held := ps.copies.get(ck)
+			if c < math.MaxUint16 {
+				c++
+			}
+			if ps.copies.put(ck, c) {
+				d.tableEvictions++
+			}
+			if held {
+				continue // another copy is indexed already
+			}
+		}
+		if bit != 0 {
+			if ps.masks == nil {
+				ps.masks = newCountTable(a.maskCap)
+			}
+			mk := entryKey(k, ev.Medium, -1)
+			m, _ := ps.masks.get(mk)
+			m |= bit
+			if ps.masks.put(mk, m) {
+				d.tableEvictions++
+			}
+			if m != all {
+				continue
+			}
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+// keepOnRemove reports whether removing copy i of key k leaves the block
+// held: the engine says copies remain, or our count does. It also clears
+// k's group bit.
+func (a *Applier) keepOnRemove(ps *podState, engine Engine, ev *Event, i int, bit uint16, k Key, d *batchDelta) bool {
+	switch {
+	case ev.HasRemainingCopies:
+		if i < len(ev.RemainingCopies) && ev.RemainingCopies[i] > 0 {
+			d.copiesKept++
+			return true
+		}
+	case engine == EngineVLLM && ps.copies != nil:
+		ck := entryKey(k, ev.Medium, ev.GroupIdx)
+		if c, held := ps.copies.get(ck); held && c > 1 {
+			ps.copies.put(ck, c-1)
+			d.copiesKept++
+			return true
+		}
+		ps.copies.del(ck)
+	}
+	if bit != 0 && ps.masks != nil {
+		// Any full-attention group dropping the block ends the match there.
+		mk := entryKey(k, ev.Medium, -1)
+		if m, ok := ps.masks.get(mk); ok {
+			if m &^= bit; m == 0 {
+				ps.masks.del(mk)
+			} else {
+				ps.masks.put(mk, m)
+			}
+		}
+	}
+	return false
+}
+
+// snapshot replaces what the index holds for the pod with ev.BlockHashes,
+// the pod's whole state at one point (SGLang's snapshot protocol). Snapshot
+// records carry SGLang hashes without token ids: a hash is indexed under the
+// key its earlier BlockStored gave it (alias), and one never seen stored is
+// counted unkeyed. The engine's cache being unchanged, parity conclusions and
+// aliases are kept. The records name no medium: they are indexed on
+// ev.Medium (GPU). Clear then add is not atomic for readers: a score in
+// between sees the pod empty (an under-report, never a stale block).
+func (a *Applier) snapshot(ctx context.Context, ps *podState, engine Engine, ev *Event, d *batchDelta) error {
+	if err := a.idx.ClearPod(ctx, ps.id); err != nil {
+		return err
+	}
+	ps.resetHolding()
+	keys := ps.keys[:0]
+	for _, eh := range ev.BlockHashes {
+		if ps.alias != nil {
+			if k, ok := ps.alias.get(eh); ok {
+				keys = append(keys, k)
+				continue
+			}
+		}
+		if engine == EngineSGLang {
+			d.unkeyed++
+			continue
+		}
+		keys = append(keys, Key(eh))
+	}
+	ps.keys = keys
+	if len(keys) == 0 {
+		return nil
+	}
+	if err := a.idx.Add(ctx, ps.modelID, ps.id, ev.Medium, 0, keys); err != nil {
 		return err
 	}
 	d.stored += uint64(len(keys))
@@ -444,29 +776,46 @@ func (a *Applier) aliasPut(ps *podState, eh uint64, k Key) {
 }
 
 func (a *Applier) removed(ctx context.Context, ps *podState, engine Engine, ev *Event, d *batchDelta) error {
+	bounds, bit := ps.removeGroup(ev)
+	switch {
+	case ev.Remote:
+		d.remote += uint64(len(ev.BlockHashes))
+		return nil
+	case !bounds:
+		d.groupSkipped += uint64(len(ev.BlockHashes))
+		return nil
+	}
+	if ev.HasRemainingCopies && !ps.copiesAuthority {
+		// The engine counts copies itself: ours are no longer needed.
+		ps.copiesAuthority, ps.copies = true, nil
+	}
 	keys := ps.keys[:0]
-	for _, eh := range ev.BlockHashes {
+	for i, eh := range ev.BlockHashes {
+		k := Key(eh)
 		if ps.alias != nil {
-			if k, ok := ps.alias.get(eh); ok {
-				// Keep the alias: the block may still be held on another tier.
-				keys = append(keys, k)
-				continue
-			}
-			d.unresolved++
-		}
-		if engine == EngineSGLang {
-			if ps.alias == nil {
+			var ok bool
+			if k, ok = ps.alias.get(eh); !ok {
 				d.unresolved++
+				if engine == EngineSGLang {
+					continue
+				}
+				k = Key(eh)
 			}
+			// Keep the alias: the block may still be held on another tier.
+		} else if engine == EngineSGLang {
+			d.unresolved++
 			continue
 		}
-		keys = append(keys, Key(eh))
+		if a.keepOnRemove(ps, engine, ev, i, bit, k, d) {
+			continue
+		}
+		keys = append(keys, k)
 	}
 	ps.keys = keys
 	if len(keys) == 0 {
 		return nil
 	}
-	if err := a.idx.Remove(ctx, ps.modelID, ps.id, ev.Medium, groupOf(ev.GroupIdx), keys); err != nil {
+	if err := a.idx.Remove(ctx, ps.modelID, ps.id, ev.Medium, 0, keys); err != nil {
 		return err
 	}
 	d.removed += uint64(len(keys))
@@ -597,6 +946,7 @@ func (a *Applier) Recover(ctx context.Context) (int, error) {
 				lastErr = err
 			} else {
 				ps.untrusted = false
+				ps.resetHolding()
 				ps.mu.Lock()
 				ps.st.Untrusted = false
 				ps.mu.Unlock()

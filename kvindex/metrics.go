@@ -12,13 +12,16 @@ import (
 // counters are not duplicated here: the indexer package exports them at scrape
 // time from Applier.PodStats and Index.Stats (kvindexd_pod_*, kvindexd_index_*).
 type Metrics struct {
-	events             [AllBlocksCleared + 1]prometheus.Counter // by EventKind
+	events             [BlockSnapshot + 1]prometheus.Counter // by EventKind
 	blocksStored       prometheus.Counter
 	blocksRemoved      prometheus.Counter
 	blocksUnkeyed      prometheus.Counter
 	parityMatches      prometheus.Counter
 	parityMismatches   prometheus.Counter
-	parityUnverified   prometheus.Counter
+	parityUnverified   [numUnverifiedReasons]prometheus.Counter // by reason
+	blocksSkipped      [2]prometheus.Counter                    // remote, group
+	copiesKept         prometheus.Counter
+	tableEvictions     prometheus.Counter
 	indexErrors        prometheus.Counter
 	unresolvedRemovals prometheus.Counter
 	recoveryClears     prometheus.Counter
@@ -38,12 +41,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help})
 	}
 	m := &Metrics{
-		blocksStored:       c("blocks_stored_total", "Block keys added to the index by BlockStored events."),
-		blocksRemoved:      c("blocks_removed_total", "Block keys removed from the index by BlockRemoved events."),
-		blocksUnkeyed:      c("blocks_unkeyed_total", "Stored blocks not indexed because no usable key exists (SGLang block without token ids or with an unknown parent)."),
-		parityMatches:      c("parity_matches_total", "Blocks whose engine hash equals the key computed from their token ids."),
-		parityMismatches:   c("parity_mismatches_total", "Blocks whose engine hash differs from the key computed from their token ids (indexed under the computed key)."),
-		parityUnverified:   c("parity_unverified_total", "Blocks whose hash could not be checked (no token ids, parent digest unknown, extra keys unknown)."),
+		blocksStored:     c("blocks_stored_total", "Block keys added to the index by BlockStored events."),
+		blocksRemoved:    c("blocks_removed_total", "Block keys removed from the index by BlockRemoved events."),
+		blocksUnkeyed:    c("blocks_unkeyed_total", "Stored blocks not indexed because no usable key exists (SGLang block without token ids or with an unknown parent)."),
+		parityMatches:    c("parity_matches_total", "Blocks whose engine hash equals the key computed from their token ids."),
+		parityMismatches: c("parity_mismatches_total", "Blocks whose engine hash differs from the key computed from their token ids (indexed under the computed key)."),
+		copiesKept: c("copies_kept_total", "Block removals that left the block indexed because another physical copy remains "+
+			"(remaining_copy_counts, or kvindex's own count)."),
+		tableEvictions: c("hold_table_evictions_total", "Entries of the per-pod copy-count and group-mask tables replaced at capacity "+
+			"(precision lost in the safe direction: a block may be unindexed early)."),
 		indexErrors:        c("index_errors_total", "Index operations that failed; the pod is marked untrusted and rebuilt."),
 		unresolvedRemovals: c("unresolved_removals_total", "Removed engine hashes of aliased pods (mismatch or SGLang) with no alias to translate them."),
 		recoveryClears:     c("recovery_clears_total", "Pods cleared to recover from an index error."),
@@ -52,12 +58,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		batchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "apply_batch_seconds",
 			Help: "Time to apply one engine batch to the index.", Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10)}),
 	}
-	for _, k := range []EventKind{BlockStored, BlockRemoved, AllBlocksCleared} {
+	for _, k := range []EventKind{BlockStored, BlockRemoved, AllBlocksCleared, BlockSnapshot} {
 		m.events[k] = events.WithLabelValues(k.String())
 	}
+	unverified := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "parity_unverified_total",
+		Help: "Blocks indexed under the engine's hash because it could not be recomputed, by reason (no_tokens, token_count, " +
+			"partial_block, block_size, parent_unknown, extra_keys, lora_name_missing)."}, []string{"reason"})
+	for r := unverifiedNoTokens; r < numUnverifiedReasons; r++ {
+		m.parityUnverified[r] = unverified.WithLabelValues(unverifiedNames[r])
+	}
+	skipped := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "blocks_not_indexed_total",
+		Help: "Blocks of events deliberately not indexed as the pod's: locality REMOTE (reason=remote), or a KV-cache group " +
+			"that does not bound a prefix match: sliding window, mamba, other (reason=group)."}, []string{"reason"})
+	m.blocksSkipped[0], m.blocksSkipped[1] = skipped.WithLabelValues("remote"), skipped.WithLabelValues("group")
 	if reg != nil {
 		reg.MustRegister(events, m.blocksStored, m.blocksRemoved, m.blocksUnkeyed, m.parityMatches,
-			m.parityMismatches, m.parityUnverified, m.indexErrors, m.unresolvedRemovals,
+			m.parityMismatches, unverified, skipped, m.copiesKept, m.tableEvictions, m.indexErrors, m.unresolvedRemovals,
 			m.recoveryClears, m.untrustedPods, m.batchDuration)
 	}
 	return m
@@ -65,7 +81,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // flush adds one batch's counts.
 func (m *Metrics) flush(d *batchDelta, took time.Duration) {
-	for k := BlockStored; k <= AllBlocksCleared; k++ {
+	for k := BlockStored; k <= BlockSnapshot; k++ {
 		if d.events[k] > 0 {
 			m.events[k].Add(float64(d.events[k]))
 		}
@@ -80,7 +96,13 @@ func (m *Metrics) flush(d *batchDelta, took time.Duration) {
 	add(m.blocksUnkeyed, d.unkeyed)
 	add(m.parityMatches, d.matches)
 	add(m.parityMismatches, d.mismatches)
-	add(m.parityUnverified, d.unverified)
+	for r := unverifiedNoTokens; r < numUnverifiedReasons; r++ {
+		add(m.parityUnverified[r], d.unverifiedBy[r])
+	}
+	add(m.blocksSkipped[0], d.remote)
+	add(m.blocksSkipped[1], d.groupSkipped)
+	add(m.copiesKept, d.copiesKept)
+	add(m.tableEvictions, d.tableEvictions)
 	add(m.indexErrors, d.indexErrors)
 	add(m.unresolvedRemovals, d.unresolved)
 	add(m.recoveryClears, d.recoveries)

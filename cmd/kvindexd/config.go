@@ -80,13 +80,15 @@ type ModelConfig struct {
 }
 
 // EndpointSpec is one engine publisher to connect to. On the command line:
-// address[,pod=NAME][,model=NAME][,engine=vllm|sglang][,replay=ADDRESS].
+// address[,pod=NAME][,model=NAME][,engine=vllm|sglang][,replay=ADDRESS][,snapshot=ADDRESS].
 type EndpointSpec struct {
 	Address string `json:"address" yaml:"address"`
 	Pod     string `json:"pod" yaml:"pod"`
 	Model   string `json:"model" yaml:"model"`
 	Engine  string `json:"engine" yaml:"engine"`
 	Replay  string `json:"replay" yaml:"replay"`
+	// Snapshot is SGLang's snapshot_endpoint (snapshot-v1).
+	Snapshot string `json:"snapshot" yaml:"snapshot"`
 }
 
 // DefaultConfig is what the daemon runs with when told nothing.
@@ -130,8 +132,10 @@ func parseEndpointSpec(s string) (EndpointSpec, error) {
 			ep.Engine = v
 		case "replay":
 			ep.Replay = v
+		case "snapshot":
+			ep.Snapshot = v
 		default:
-			return ep, fmt.Errorf("endpoint %q: unknown option %q (pod, model, engine, replay)", s, k)
+			return ep, fmt.Errorf("endpoint %q: unknown option %q (pod, model, engine, replay, snapshot)", s, k)
 		}
 	}
 	if _, ok := kvindex.ParseEngine(ep.Engine); !ok {
@@ -226,7 +230,7 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP/JSON listen address (\"\" = off)")
 	fs.StringVar(&cfg.ZMQBind, "zmq-bind", cfg.ZMQBind, "ZMQ address the SUB socket binds for engines that connect (\"\" = off)")
 	fs.StringVar(&cfg.BindEngine, "bind-engine", cfg.BindEngine, "engine kind publishing to the bind socket: vllm or sglang")
-	fs.Var(endpointsFlag{&cfg.Endpoints}, "endpoint", "engine publisher to connect to, repeatable: address[,pod=..][,model=..][,engine=vllm|sglang][,replay=..]")
+	fs.Var(endpointsFlag{&cfg.Endpoints}, "endpoint", "engine publisher to connect to, repeatable: address[,pod=..][,model=..][,engine=vllm|sglang][,replay=..][,snapshot=..]")
 	fs.StringVar(&cfg.TopicFilter, "topic-filter", cfg.TopicFilter, "ZMQ topic prefix to subscribe to")
 	fs.BoolVar(&cfg.AllTopics, "all-topics", cfg.AllTopics, "subscribe to every topic (vLLM's default topic is \"\"; such streams need --endpoint ...,pod=NAME)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "event apply workers (0 = number of CPUs)")

@@ -30,7 +30,7 @@ tokenizers: {small/model: /models/small}
 	}
 	env := map[string]string{"KVINDEX_HTTP_ADDR": ":9100", "KVINDEX_BLOCK_SIZE": "64",
 		"KVINDEX_ENDPOINT": "tcp://10.0.0.2:5557,pod=p2;tcp://10.0.0.3:5557,engine=sglang"}
-	cfg, err := loadConfig([]string{"--config", file, "--http-addr", ":9200", "--endpoint", "tcp://10.0.0.4:5557,pod=p4,replay=tcp://10.0.0.4:5558"},
+	cfg, err := loadConfig([]string{"--config", file, "--http-addr", ":9200", "--endpoint", "tcp://10.0.0.4:5557,pod=p4,replay=tcp://10.0.0.4:5558,snapshot=tcp://10.0.0.4:5559"},
 		func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -41,9 +41,9 @@ tokenizers: {small/model: /models/small}
 	}
 	var eps []string
 	for _, e := range cfg.Endpoints {
-		eps = append(eps, e.Address+"|"+e.Pod+"|"+e.Model+"|"+e.Engine+"|"+e.Replay)
+		eps = append(eps, e.Address+"|"+e.Pod+"|"+e.Model+"|"+e.Engine+"|"+e.Replay+"|"+e.Snapshot)
 	}
-	want := "tcp://10.0.0.1:5557|p1|m1||,tcp://10.0.0.2:5557|p2|||,tcp://10.0.0.3:5557|||sglang|,tcp://10.0.0.4:5557|p4|||tcp://10.0.0.4:5558"
+	want := "tcp://10.0.0.1:5557|p1|m1|||,tcp://10.0.0.2:5557|p2||||,tcp://10.0.0.3:5557|||sglang||,tcp://10.0.0.4:5557|p4|||tcp://10.0.0.4:5558|tcp://10.0.0.4:5559"
 	if got := strings.Join(eps, ","); got != want {
 		t.Fatalf("endpoints:\n got %s\nwant %s", got, want)
 	}

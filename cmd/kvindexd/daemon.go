@@ -196,7 +196,8 @@ func (d *daemon) promptTokenizer() indexer.PromptTokenizer {
 
 func (e EndpointSpec) kvevents() kvevents.EndpointConfig {
 	eng, _ := kvindex.ParseEngine(e.Engine)
-	return kvevents.EndpointConfig{Address: e.Address, Pod: e.Pod, Model: e.Model, Engine: eng, ReplayAddress: e.Replay}
+	return kvevents.EndpointConfig{Address: e.Address, Pod: e.Pod, Model: e.Model, Engine: eng, ReplayAddress: e.Replay,
+		SnapshotAddress: e.Snapshot}
 }
 
 // GRPCAddr and HTTPAddr are the bound addresses ("" when off).

@@ -113,7 +113,25 @@ func EncodeVLLMBatch(b *kvindex.Batch, opt VLLMEncodeOptions) ([]byte, error) {
 		ev := &b.Events[i]
 		switch ev.Kind {
 		case kvindex.BlockStored:
-			e.head("BlockStored", 10, opt)
+			// Fields after group_idx are written only when set, like
+			// msgspec's omit_defaults; in array form a later field set
+			// forces the earlier ones out as nil.
+			tail := 0
+			switch {
+			case ev.Ownership != "":
+				tail = 4
+			case ev.Remote:
+				tail = 3
+			case ev.SlidingWindow != 0:
+				tail = 2
+			case ev.GroupKind != kvindex.GroupKindUnknown:
+				tail = 1
+			}
+			n := 10 + tail
+			if opt.MapForm {
+				n = 10 + countSet(ev.GroupKind != kvindex.GroupKindUnknown, ev.SlidingWindow != 0, ev.Remote, ev.Ownership != "")
+			}
+			e.head("BlockStored", n, opt)
 			e.key("block_hashes", opt)
 			e.hashes(ev.BlockHashes, opt)
 			e.key("parent_block_hash", opt)
@@ -144,14 +162,37 @@ func EncodeVLLMBatch(b *kvindex.Batch, opt VLLMEncodeOptions) ([]byte, error) {
 			e.extraKeys(ev.ExtraKeys)
 			e.key("group_idx", opt)
 			e.do(e.enc.EncodeInt(int64(ev.GroupIdx)))
+			e.optString("kv_cache_spec_kind", groupKindWireName(ev.GroupKind), tail >= 1, opt)
+			e.optInt("kv_cache_spec_sliding_window", ev.SlidingWindow, tail >= 2, opt)
+			locality := ""
+			if ev.Remote {
+				locality = "REMOTE"
+			}
+			e.optString("locality", locality, tail >= 3, opt)
+			e.optString("ownership", ev.Ownership, tail >= 4, opt)
 		case kvindex.BlockRemoved:
-			e.head("BlockRemoved", 4, opt)
+			n := 5 // the tag and four fields
+			if opt.MapForm && !ev.HasRemainingCopies {
+				n = 4
+			}
+			e.head("BlockRemoved", n, opt)
 			e.key("block_hashes", opt)
 			e.hashes(ev.BlockHashes, opt)
 			e.key("medium", opt)
 			e.do(e.enc.EncodeString(tierWireName(ev.Medium)))
 			e.key("group_idx", opt)
 			e.do(e.enc.EncodeInt(int64(ev.GroupIdx)))
+			if !opt.MapForm || ev.HasRemainingCopies {
+				e.key("remaining_copy_counts", opt)
+				if ev.HasRemainingCopies {
+					e.do(e.enc.EncodeArrayLen(len(ev.RemainingCopies)))
+					for _, c := range ev.RemainingCopies {
+						e.do(e.enc.EncodeUint(uint64(c)))
+					}
+				} else {
+					e.do(e.enc.EncodeNil())
+				}
+			}
 		case kvindex.AllBlocksCleared:
 			e.head("AllBlocksCleared", 1, opt)
 		default:
@@ -165,6 +206,49 @@ func EncodeVLLMBatch(b *kvindex.Batch, opt VLLMEncodeOptions) ([]byte, error) {
 		return nil, e.err
 	}
 	return e.buf.Bytes(), nil
+}
+
+func countSet(bs ...bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
+}
+
+func groupKindWireName(k kvindex.GroupKind) string {
+	if k == kvindex.GroupKindUnknown {
+		return ""
+	}
+	return k.String()
+}
+
+// optString writes an optional trailing field: by name when set in map
+// form, by position (nil when unset) in array form while inTail.
+func (e *encoder) optString(name, v string, inTail bool, opt VLLMEncodeOptions) {
+	switch {
+	case opt.MapForm && v != "":
+		e.key(name, opt)
+		e.do(e.enc.EncodeString(v))
+	case !opt.MapForm && inTail && v != "":
+		e.do(e.enc.EncodeString(v))
+	case !opt.MapForm && inTail:
+		e.do(e.enc.EncodeNil())
+	}
+}
+
+func (e *encoder) optInt(name string, v int, inTail bool, opt VLLMEncodeOptions) {
+	switch {
+	case opt.MapForm && v != 0:
+		e.key(name, opt)
+		e.do(e.enc.EncodeInt(int64(v)))
+	case !opt.MapForm && inTail && v != 0:
+		e.do(e.enc.EncodeInt(int64(v)))
+	case !opt.MapForm && inTail:
+		e.do(e.enc.EncodeNil())
+	}
 }
 
 // head starts an event of n fields (the tag included): {"type": tag, ...}

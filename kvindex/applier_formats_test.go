@@ -1,0 +1,259 @@
+package kvindex
+
+import (
+	"testing"
+)
+
+// A hash stored twice (two physical copies) and removed once stays indexed:
+// without remaining_copy_counts the applier counts copies itself.
+func TestApplierCopiesCounted(t *testing.T) {
+	e := newApplierEnv(t, cborSeed0)
+	toks := seq(1, 8)
+	eh := engineKeys(t, cborSeed0, toks, RequestExtras{})
+	e.apply("p", 0, EngineVLLM, stored(eh, toks, 4, 0, 2))
+	e.apply("p", 0, EngineVLLM, stored(eh, toks, 4, 0, 1)) // a second copy of block 0
+	id := e.podID("p", 0)
+	e.apply("p", 0, EngineVLLM, Event{Kind: BlockRemoved, BlockHashes: eh})
+	if !e.idx.has(id, Key(eh[0])) || e.idx.has(id, Key(eh[1])) {
+		t.Fatalf("after one removal: %v", e.idx.held)
+	}
+	e.apply("p", 0, EngineVLLM, Event{Kind: BlockRemoved, BlockHashes: eh[:1]})
+	if e.idx.count(id) != 0 {
+		t.Fatalf("last copy removed but block held: %v", e.idx.held)
+	}
+	if p := e.pod("p", 0); p.CopiesKept != 1 {
+		t.Fatalf("copies kept %d", p.CopiesKept)
+	}
+	if e.metric("kvindexd_copies_kept_total") != 1 {
+		t.Fatal("metric")
+	}
+	// Copies are per tier: the CPU copy is a separate holder.
+	cpu := stored(eh, toks, 4, 0, 1)
+	cpu.Medium = TierCPU
+	e.apply("p", 0, EngineVLLM, stored(eh, toks, 4, 0, 1), cpu)
+	e.apply("p", 0, EngineVLLM, Event{Kind: BlockRemoved, BlockHashes: eh[:1], Medium: TierCPU})
+	if !e.idx.has(id, Key(eh[0])) || e.idx.count(id) != 1 {
+		t.Fatalf("tiers mixed: %v", e.idx.held)
+	}
+}
+
+// remaining_copy_counts is the engine's own count: it wins, and a removal
+// with 0 left removes even a block we saw stored twice.
+func TestApplierRemainingCopyCounts(t *testing.T) {
+	e := newApplierEnv(t, cborSeed0)
+	toks := seq(1, 8)
+	eh := engineKeys(t, cborSeed0, toks, RequestExtras{})
+	e.apply("p", 0, EngineVLLM, stored(eh, toks, 4, 0, 2), stored(eh, toks, 4, 0, 2))
+	id := e.podID("p", 0)
+	e.apply("p", 0, EngineVLLM, Event{Kind: BlockRemoved, BlockHashes: eh, RemainingCopies: []uint32{1, 0}, HasRemainingCopies: true})
+	if !e.idx.has(id, Key(eh[0])) || e.idx.has(id, Key(eh[1])) {
+		t.Fatalf("remaining counts not honoured: %v", e.idx.held)
+	}
+	e.apply("p", 0, EngineVLLM, Event{Kind: BlockRemoved, BlockHashes: eh[:1], RemainingCopies: []uint32{0}, HasRemainingCopies: true})
+	if e.idx.count(id) != 0 {
+		t.Fatal("count 0 must remove")
+	}
+	e.a.mu.RLock()
+	ps := e.a.pods[podKey{"p", 0}]
+	e.a.mu.RUnlock()
+	if ps.copies != nil || !ps.copiesAuthority {
+		t.Fatal("own copy table kept although the engine counts")
+	}
+}
+
+// Hybrid model: group 0 full attention, group 1 sliding window. Sliding
+// window removals do not shorten the match; a block evicted by the
+// full-attention group no longer scores even while the sliding group holds it.
+func TestApplierHybridGroups(t *testing.T) {
+	e := newApplierEnv(t, cborSeed0)
+	toks := seq(1, 12)
+	eh := engineKeys(t, cborSeed0, toks, RequestExtras{})
+	full := stored(eh, toks, 4, 0, 3)
+	full.GroupKind = GroupFullAttention
+	swa := stored(eh, toks, 4, 0, 3)
+	swa.GroupIdx, swa.GroupKind, swa.SlidingWindow = 1, GroupSlidingWindow, 4
+	e.apply("h", 0, EngineVLLM, full, swa)
+	id := e.podID("h", 0)
+	if e.idx.count(id) != 3 {
+		t.Fatalf("stored: %v", e.idx.held)
+	}
+	// The sliding window drops blocks 0 and 1: still a full prefix.
+	e.apply("h", 0, EngineVLLM, Event{Kind: BlockRemoved, BlockHashes: eh[:2], GroupIdx: 1})
+	if e.idx.count(id) != 3 {
+		t.Fatal("sliding-window removal shortened the match")
+	}
+	// The full-attention group evicts block 1: the match ends at block 0.
+	e.apply("h", 0, EngineVLLM, Event{Kind: BlockRemoved, BlockHashes: eh[1:2], GroupIdx: 0})
+	m, _ := e.in.LookupModel(testModel)
+	var got []int
+	_ = e.idx.Lookup(t.Context(), m, []Key{Key(eh[0]), Key(eh[1]), Key(eh[2])}, visitFunc(func(i int, _ Key, hs []Holder) bool {
+		got = append(got, i)
+		return true
+	}))
+	if len(got) != 1 {
+		t.Fatalf("evicted full-attention block still matches: keys held at %v", got)
+	}
+	if p := e.pod("h", 0); p.GroupSkippedBlocks != 5 || p.FullAttentionGroups != 1 {
+		t.Fatalf("stats %+v", p)
+	}
+}
+
+type visitFunc func(i int, k Key, hs []Holder) bool
+
+func (f visitFunc) Visit(i int, k Key, hs []Holder) bool { return f(i, k, hs) }
+
+// Two full-attention groups (e.g. layers of different head sizes): a block
+// is indexed once both hold it and unindexed when either drops it.
+func TestApplierTwoFullAttentionGroups(t *testing.T) {
+	e := newApplierEnv(t, cborSeed0)
+	toks := seq(1, 8)
+	eh := engineKeys(t, cborSeed0, toks, RequestExtras{})
+	g0 := stored(eh, toks, 4, 0, 2)
+	g0.GroupKind = GroupFullAttention
+	g1 := g0
+	g1.GroupIdx = 1
+	e.apply("f", 0, EngineVLLM, g0)
+	id := e.podID("f", 0)
+	if e.idx.count(id) != 2 { // only one full group known so far
+		t.Fatalf("first group: %v", e.idx.held)
+	}
+	e.apply("f", 0, EngineVLLM, Event{Kind: AllBlocksCleared})
+	e.apply("f", 0, EngineVLLM, g1)
+	if e.idx.count(id) != 0 {
+		t.Fatal("indexed before every full-attention group held it")
+	}
+	e.apply("f", 0, EngineVLLM, g0)
+	if e.idx.count(id) != 2 {
+		t.Fatalf("both groups hold it: %v", e.idx.held)
+	}
+	e.apply("f", 0, EngineVLLM, Event{Kind: BlockRemoved, BlockHashes: eh[1:], GroupIdx: 1})
+	if e.idx.has(id, Key(eh[1])) || !e.idx.has(id, Key(eh[0])) {
+		t.Fatalf("one group dropped block 1: %v", e.idx.held)
+	}
+	if p := e.pod("f", 0); p.FullAttentionGroups != 2 {
+		t.Fatalf("stats %+v", p)
+	}
+}
+
+// locality REMOTE: held for the pod elsewhere, not its own cache.
+func TestApplierRemoteNotIndexed(t *testing.T) {
+	e := newApplierEnv(t, cborSeed0)
+	toks := seq(1, 8)
+	eh := engineKeys(t, cborSeed0, toks, RequestExtras{})
+	ev := stored(eh, toks, 4, 0, 2)
+	ev.Remote = true
+	e.apply("r", 0, EngineVLLM, ev)
+	if e.idx.count(e.podID("r", 0)) != 0 || e.pod("r", 0).RemoteBlocks != 2 {
+		t.Fatal("remote blocks indexed as the pod's")
+	}
+	if e.metric("kvindexd_blocks_not_indexed_total") != 2 {
+		t.Fatal("metric")
+	}
+}
+
+// Typed extra keys hash exactly as the values vLLM hashed; keys that cannot
+// be reproduced still index the block, under the engine's hash, counted.
+func TestApplierTypedAndOpaqueExtraKeys(t *testing.T) {
+	e := newApplierEnv(t, cborSeed0)
+	toks := seq(1, 8)
+	x := RequestExtras{LoraName: "sql-lora"}
+	eh := engineKeys(t, cborSeed0, toks, x)
+	ev := stored(eh, toks, 4, 0, 2)
+	ev.ExtraKeys = [][]any{{"sql-lora"}, {"sql-lora"}} // what the decoder makes of {"type": "lora", ...}
+	e.apply("x", 0, EngineVLLM, ev)
+	if p := e.pod("x", 0); p.ParityMatches != 2 {
+		t.Fatalf("typed LoRA key: %+v", p)
+	}
+	other := engineKeys(t, cborSeed0, seq(50, 4), RequestExtras{})
+	op := stored(other, seq(50, 4), 4, 0, 1)
+	op.ExtraKeys = [][]any{{OpaqueExtraKey{What: "extra key future"}}}
+	e.apply("x", 0, EngineVLLM, op)
+	p := e.pod("x", 0)
+	if p.ParityUnverified != 1 || p.UnverifiedReason != "extra_keys" || !e.idx.has(e.podID("x", 0), Key(other[0])) {
+		t.Fatalf("opaque key: %+v", p)
+	}
+}
+
+// A trailing partial page (SGLang) is unverified, and sets no block-size hint.
+func TestApplierPartialPageNoHint(t *testing.T) {
+	e := newApplierEnv(t, cborSeed0)
+	e.apply("s", 0, EngineVLLM, Event{Kind: BlockStored, BlockHashes: []uint64{7}, TokenIDs: seq(1, 3), BlockSize: 3})
+	p := e.pod("s", 0)
+	if p.ParityHint != "" || p.ParityUnverified != 1 || p.UnverifiedReason != "partial_block" {
+		t.Fatalf("partial page: %+v", p)
+	}
+	// Whole blocks of another size do name the block size.
+	e.apply("s", 0, EngineVLLM, Event{Kind: BlockStored, BlockHashes: []uint64{8, 9}, TokenIDs: seq(1, 6), BlockSize: 3})
+	if p := e.pod("s", 0); p.ParityHint == "" {
+		t.Fatal("no block-size hint for whole blocks of another size")
+	}
+}
+
+func TestCountTableBounded(t *testing.T) {
+	ct := newCountTable(64)
+	evicted := 0
+	for i := uint64(0); i < 1000; i++ {
+		v := uint16(1)
+		if i%7 == 0 {
+			v = 3
+		}
+		if ct.put(i*0x9E3779B97F4A7C15, v) {
+			evicted++
+		}
+	}
+	if len(ct.sets)*cacheWays != 64 || evicted != 1000-64 {
+		t.Fatalf("sets %d evicted %d", len(ct.sets), evicted)
+	}
+	// Entries with count 1 go first: most multi-copy entries survive.
+	multi := 0
+	for s := range ct.sets {
+		for w := 0; w < cacheWays; w++ {
+			if ct.sets[s].vals[w] == 3 {
+				multi++
+			}
+		}
+	}
+	if multi < 16 {
+		t.Fatalf("only %d multi-copy entries kept", multi)
+	}
+	ct.put(5, 2)
+	if v, ok := ct.get(5); !ok || v != 2 {
+		t.Fatal("latest entry lost")
+	}
+	ct.del(5)
+	if _, ok := ct.get(5); ok {
+		t.Fatal("deleted entry found")
+	}
+}
+
+// A snapshot replaces the pod's state: blocks it does not list go (a lost
+// removal is repaired), listed SGLang hashes are indexed under the keys
+// their earlier BlockStored gave them, hashes never seen stored are counted.
+func TestApplierSnapshotReplacesState(t *testing.T) {
+	e := newApplierEnv(t, cborSeed0)
+	toks := seq(1, 12)
+	ours := ourKeys(t, cborSeed0, toks, RequestExtras{})
+	sg := []uint64{0xf000000000000001, 0xf000000000000002, 0xf000000000000003}
+	e.apply("s", 0, EngineSGLang, Event{Kind: BlockStored, BlockHashes: sg, TokenIDs: toks, BlockSize: 4})
+	id := e.podID("s", 0)
+	if e.idx.count(id) != 3 {
+		t.Fatalf("stored: %v", e.idx.held)
+	}
+	// The engine dropped block 1 (removal lost) and stored one we never saw.
+	e.apply("s", 0, EngineSGLang, Event{Kind: BlockSnapshot, BlockHashes: []uint64{sg[0], sg[2], 77}})
+	if e.idx.count(id) != 2 || !e.idx.has(id, ours[0]) || !e.idx.has(id, ours[2]) || e.idx.has(id, ours[1]) {
+		t.Fatalf("after snapshot: %v", e.idx.held)
+	}
+	p := e.pod("s", 0)
+	if p.Snapshots != 1 || p.Clears != 0 {
+		t.Fatalf("stats %+v", p)
+	}
+	if e.metric("kvindexd_blocks_unkeyed_total") != 1 {
+		t.Fatal("unknown hash not counted")
+	}
+	// Aliases survive: a later removal still translates.
+	e.apply("s", 0, EngineSGLang, Event{Kind: BlockRemoved, BlockHashes: sg[:1]})
+	if e.idx.has(id, ours[0]) {
+		t.Fatal("alias lost by the snapshot")
+	}
+}
