@@ -45,7 +45,7 @@ func (s *scanner) object(field func(key string) error) error {
 	}
 	for {
 		s.ws()
-		key, err := s.str()
+		key, err := s.key()
 		if err != nil {
 			return err
 		}
@@ -132,6 +132,36 @@ func (s *scanner) scoreField(key string, out *scoreBody) error {
 		return fmt.Errorf("unknown field %q (want model, token_ids, block_hashes, prompt, pods, lora_name, cache_salt)", key)
 	}
 	return err
+}
+
+// knownKeys are the field names of score and pick requests: key returns
+// these constants instead of allocating a string per field per request.
+var knownKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{"model", "prompt", "lora_name", "cache_salt", "token_ids", "block_hashes", "pods",
+		"policy", "candidates", "pod", "dp_rank", "waiting", "running", "kv_usage", "events"} {
+		m[k] = k
+	}
+	return m
+}()
+
+// key reads an object key; known plain keys cost no allocation (the map
+// lookup with a converted []byte does not allocate).
+func (s *scanner) key() (string, error) {
+	if s.eat('"') {
+		start := s.p
+		for s.p < len(s.b) && s.b[s.p] != '"' && s.b[s.p] != '\\' && s.b[s.p] >= 0x20 && s.b[s.p] < 0x80 {
+			s.p++
+		}
+		if s.p < len(s.b) && s.b[s.p] == '"' {
+			if k, ok := knownKeys[string(s.b[start:s.p])]; ok {
+				s.p++
+				return k, nil
+			}
+		}
+		s.p = start - 1
+	}
+	return s.str()
 }
 
 type scanner struct {
