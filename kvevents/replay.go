@@ -7,14 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
-	"github.com/go-zeromq/zmq4/security/null"
-
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/zmtp"
 )
 
 // endSeq is the sequence number of the replay socket's end marker.
@@ -27,7 +24,7 @@ var endSeq = [8]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 func (s *Subscriber) replay(ctx context.Context, st *stream, src *source, model string, from, to uint64) {
 	var got uint64
 	next := from
-	err := fetchReplay(ctx, src.replay, from, s.cfg.ReplayTimeout, s.drop, func(seq uint64, payload []byte) {
+	err := fetchReplay(ctx, src.replay, from, s.cfg.ReplayTimeout, s.cfg.Transport, s.drop, func(seq uint64, payload []byte) {
 		if seq < next || seq >= to {
 			return // outside the gap, or a duplicate
 		}
@@ -68,15 +65,15 @@ func (s *Subscriber) replay(ctx context.Context, st *stream, src *source, model 
 		"to", to, "recovered", got, "wanted", to-from, "result", result, "err", err)
 }
 
-// replayDialAddr maps a replay endpoint to what net.Dial takes.
-func replayDialAddr(endpoint string) (network, address string, err error) {
+// checkReplayAddr accepts the replay endpoints vLLM can bind: tcp:// and
+// ipc://.
+func checkReplayAddr(endpoint string) error {
 	switch {
-	case strings.HasPrefix(endpoint, "tcp://") && len(endpoint) > len("tcp://"):
-		return "tcp", endpoint[len("tcp://"):], nil
-	case strings.HasPrefix(endpoint, "ipc://") && len(endpoint) > len("ipc://"):
-		return "unix", endpoint[len("ipc://"):], nil
+	case strings.HasPrefix(endpoint, "tcp://") && len(endpoint) > len("tcp://"),
+		strings.HasPrefix(endpoint, "ipc://") && len(endpoint) > len("ipc://"):
+		return nil
 	}
-	return "", "", fmt.Errorf("replay endpoint %q: want tcp://host:port or ipc://path", endpoint)
+	return fmt.Errorf("replay endpoint %q: want tcp://host:port or ipc://path", endpoint)
 }
 
 // fetchReplay is one exchange with an engine's replay socket (a ROUTER): it
@@ -86,14 +83,11 @@ func replayDialAddr(endpoint string) (network, address string, err error) {
 // 0xffffffffffffffff and an empty payload.
 //
 // The whole exchange, connecting and the ZMTP handshake included, ends
-// within timeout, or earlier when ctx does. It speaks ZMTP on its own
-// connection rather than through a zmq4 DEALER socket because zmq4's
-// handshake and receive take no context: a peer that accepts but never
-// answers would hold the caller forever.
-func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time.Duration,
+// within timeout, or earlier when ctx does; opts bound what the engine can
+// make us buffer.
+func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time.Duration, opts zmtp.Options,
 	drop func(reason string), deliver func(seq uint64, payload []byte)) error {
-	network, address, err := replayDialAddr(endpoint)
-	if err != nil {
+	if err := checkReplayAddr(endpoint); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -104,32 +98,20 @@ func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time
 		}
 		return fmt.Errorf("replay %s: %s: %w", endpoint, what, err)
 	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, network, address)
+	d, err := zmtp.DialDealer(ctx, endpoint, opts)
 	if err != nil {
 		return fail("connect", err)
 	}
-	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(dl)
-	}
-	defer context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })()
-	zc, err := zmq4.Open(conn, null.Security(), zmq4.Dealer, nil, false, nil)
-	if err != nil {
-		return fail("handshake", err)
-	}
+	defer d.Close()
 	var start [8]byte
 	binary.BigEndian.PutUint64(start[:], from)
-	if err := zc.SendMsg(zmq4.NewMsgFrom([]byte{}, start[:])); err != nil {
+	if err := d.Send(ctx, []byte{}, start[:]); err != nil {
 		return fail("request", err)
 	}
 	for {
-		msg, err := zc.RecvMsg()
+		msg, err := d.Recv(ctx)
 		if err != nil {
 			return fail("receive", err)
-		}
-		if msg.Type == zmq4.CmdMsg {
-			continue // PING (answered by RecvMsg) or another command
 		}
 		f := msg.Frames
 		if len(f) > 0 && len(f[0]) == 0 {

@@ -4,17 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log"
 	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
-
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/zmtp"
 )
 
 // Defaults. Config's zero values mean these, except Bind: "" disables the
@@ -58,6 +55,11 @@ type Config struct {
 	// context given to BatchSink.Apply ends when it expires; what is still
 	// queued then is dropped and counted (shutdown_dropped_batches_total).
 	DrainTimeout time.Duration
+	// Transport bounds what a ZMQ peer can make every socket (bind,
+	// connect, replay) do: message size, handshake deadline, connections,
+	// buffered bytes. The zero value means zmtp's defaults. Its Counters
+	// field is ignored: the sockets count into Metrics.ZMQ.
+	Transport zmtp.Options
 }
 
 // Subscriber receives engine KV events over ZeroMQ, decodes them and hands
@@ -98,7 +100,7 @@ type Subscriber struct {
 	cancel    context.CancelFunc
 	closeOnce sync.Once
 
-	bindSock zmq4.Socket
+	bindSock *zmtp.Sub
 	bindSrc  *source
 	bindAddr string // as listed (the real port, the configured host)
 	bindDial string // BindAddr
@@ -111,8 +113,6 @@ type Subscriber struct {
 	order     []string
 	streams   map[streamKey]*stream
 }
-
-var discardZMQLog = log.New(io.Discard, "", 0)
 
 // NewSubscriber validates cfg and binds the bind socket (so a port in use is
 // reported here). Nothing is received until Run; a caller that never runs it
@@ -145,6 +145,7 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
+	cfg.Transport.Counters = m.ZMQ
 	filter := cfg.TopicFilter
 	if filter == "" {
 		filter = DefaultTopicFilter
@@ -171,13 +172,8 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if cfg.Bind != "" {
-		sock := zmq4.NewSub(s.ctx, zmq4.WithLogger(discardZMQLog))
-		if err := sock.SetOption(zmq4.OptionSubscribe, filter); err != nil {
-			s.cancel()
-			return nil, fmt.Errorf("kvevents: subscribe: %w", err)
-		}
-		if err := sock.Listen(cfg.Bind); err != nil {
-			sock.Close()
+		sock, err := zmtp.ListenSub(cfg.Bind, cfg.Transport, filter)
+		if err != nil {
 			s.cancel()
 			return nil, fmt.Errorf("kvevents: bind %s: %w", cfg.Bind, err)
 		}
