@@ -67,6 +67,12 @@ func (s *Subscriber) AddEndpoint(ep EndpointConfig) error {
 			return fmt.Errorf("kvevents: %w", err)
 		}
 	}
+	if why := checkName([]byte(ep.Pod), MaxPodNameBytes); why != "" {
+		return fmt.Errorf("kvevents: endpoint %q: pod name: %s", ep.Address, why)
+	}
+	if why := checkName([]byte(ep.Model), MaxModelNameBytes); why != "" {
+		return fmt.Errorf("kvevents: endpoint %q: model name: %s", ep.Address, why)
+	}
 	if ep.Engine != kvindex.EngineVLLM && ep.Engine != kvindex.EngineSGLang {
 		return fmt.Errorf("kvevents: endpoint %q: unknown engine %d", ep.Address, ep.Engine)
 	}
@@ -128,7 +134,7 @@ func (s *Subscriber) RemoveEndpoint(address string) error {
 	for k, st := range s.streams {
 		if st.snapshot().Endpoint == address {
 			gone = append(gone, st)
-			delete(s.streams, k)
+			s.forgetStreamLocked(k)
 		}
 	}
 	s.mu.Unlock()

@@ -1,6 +1,8 @@
 package kvevents
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvindex/kvindex/zmtp"
@@ -26,6 +28,10 @@ type Metrics struct {
 	// ZMQ counts what the transport did with its peers, shared by every
 	// socket of the Subscriber; exported as kvindexd_kvevents_zmq_*.
 	ZMQ *zmtp.Counters
+
+	limits limitMetrics
+	// the subscriber whose state the gauges read (watch); set once
+	sub atomic.Pointer[Subscriber]
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil = not
@@ -63,11 +69,32 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "shutdown_dropped_batches_total", Help: "Batches still queued when the subscriber stopped and not applied within the drain timeout."}),
 		ZMQ: &zmtp.Counters{},
 	}
+	m.limits = limitMetrics{
+		expired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "streams_expired_total", Help: "Streams silent beyond --pod-expiry, cleared from the index and forgotten."}),
+		logSuppressed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "log_lines_suppressed_total", Help: "Warning lines not written because their source (endpoint, pod) exceeded its log rate."}),
+	}
+	gauge := func(name, help string, v func(*Subscriber) float64) prometheus.GaugeFunc {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help}, func() float64 {
+			if s := m.sub.Load(); s != nil {
+				return v(s)
+			}
+			return 0
+		})
+	}
+	m.limits.streams = gauge("streams", "(pod, dp rank) streams tracked (bounded by --max-streams).",
+		func(s *Subscriber) float64 { return float64(s.lim.nStream.Load()) })
+	m.limits.models = gauge("models", "Distinct model names of the tracked streams (bounded by --max-models).",
+		func(s *Subscriber) float64 { return float64(s.lim.nModel.Load()) })
+	m.limits.queuedBytes = gauge("queued_bytes", "Estimated memory of the decoded batches waiting for the workers (bounded by the queue budget).",
+		func(s *Subscriber) float64 { return float64(s.work.budget.used.Load()) })
 	if reg != nil {
 		reg.MustRegister(m.MessagesReceived, m.BatchesDecoded, m.EventsDecoded, m.DecodeErrors, m.DroppedFrames,
 			m.QueueOverflows, m.SeqGaps, m.MissedBatches, m.Restarts, m.Replays, m.ReplayedBatches,
 			m.SyntheticClears, m.ConnectedEndpoints, m.ShutdownDropped)
 		reg.MustRegister(zmqCollectors(m.ZMQ)...)
+		reg.MustRegister(m.limits.expired, m.limits.logSuppressed, m.limits.streams, m.limits.models, m.limits.queuedBytes)
 	}
 	return m
 }
@@ -107,3 +134,6 @@ func zmqCollectors(c *zmtp.Counters) []prometheus.Collector {
 			func() float64 { return float64(c.Snapshot().Open) }),
 	}
 }
+
+// watch points the state gauges at s (the first Subscriber using m).
+func (m *Metrics) watch(s *Subscriber) { m.sub.CompareAndSwap(nil, s) }

@@ -100,6 +100,14 @@ func (s *Subscriber) stream(k streamKey) *stream {
 func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *kvindex.Batch, evErrs int) {
 	st.order.Lock()
 	defer st.order.Unlock()
+	if st.hasSeq {
+		if why := seqVerdict(st.lastSeq, b.Seq); why != "" {
+			s.drop(why)
+			s.warn(src.addr+"|"+b.Pod, "dropping KV event batch: sequence number does not advance", "pod", b.Pod,
+				"dp_rank", b.DPRank, "last_seq", st.lastSeq, "seq", b.Seq, "reason", why)
+			return
+		}
+	}
 	var missed uint64
 	restart := false
 	last := st.lastSeq
@@ -133,7 +141,7 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 	case missed > 0:
 		s.m.SeqGaps.Inc()
 		s.m.MissedBatches.Add(float64(missed))
-		s.log.Warn("KV event sequence gap: batches lost", "pod", b.Pod, "dp_rank", b.DPRank,
+		s.warn(src.addr+"|"+b.Pod, "KV event sequence gap: batches lost", "pod", b.Pod, "dp_rank", b.DPRank,
 			"last_seq", last, "seq", b.Seq, "missed", missed, "replay", replay)
 		if replay {
 			s.replay(ctx, st, src, b.Model, last+1, b.Seq)
@@ -145,7 +153,7 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 		}
 	case restart:
 		s.m.Restarts.Inc()
-		s.log.Warn("engine restart detected (sequence went backwards): clearing pod", "pod", b.Pod,
+		s.warn(src.addr+"|"+b.Pod, "engine restart detected (sequence went back to a low value): clearing pod", "pod", b.Pod,
 			"dp_rank", b.DPRank, "last_seq", last, "seq", b.Seq)
 		st.needClear, st.clearWhy = true, "restart"
 	}

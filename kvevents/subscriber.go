@@ -55,6 +55,16 @@ type Config struct {
 	// context given to BatchSink.Apply ends when it expires; what is still
 	// queued then is dropped and counted (shutdown_dropped_batches_total).
 	DrainTimeout time.Duration
+	// MaxStreams, MaxModels and MaxDPRanks bound the (pod, dp rank) streams,
+	// the model names and the ranks accepted (defaults 10000, 1000, 64); a
+	// batch beyond them is dropped and counted. PodExpiry (default 1h;
+	// negative: never) forgets a stream silent that long, clearing it from
+	// the sink. QueueBytes (default 256 MiB) bounds the decoded batches
+	// queued for all workers; beyond it a batch overflows like on a full
+	// queue. See limits.go.
+	MaxStreams, MaxModels, MaxDPRanks int
+	PodExpiry                         time.Duration
+	QueueBytes                        int64
 	// Transport bounds what a ZMQ peer can make every socket (bind,
 	// connect, replay) do: message size, handshake deadline, connections,
 	// buffered bytes. The zero value means zmtp's defaults. Its Counters
@@ -95,6 +105,7 @@ type Subscriber struct {
 	log     *slog.Logger
 	counts  decodeCounters
 	work    *dispatcher
+	logs    *logLimiter
 
 	ctx       context.Context // lifetime of the bind socket; ended by Close
 	cancel    context.CancelFunc
@@ -112,6 +123,7 @@ type Subscriber struct {
 	endpoints map[string]*source
 	order     []string
 	streams   map[streamKey]*stream
+	lim       limits
 }
 
 // NewSubscriber validates cfg and binds the bind socket (so a port in use is
@@ -146,6 +158,21 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
 	cfg.Transport.Counters = m.ZMQ
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
+	if cfg.MaxModels <= 0 {
+		cfg.MaxModels = DefaultMaxModels
+	}
+	if cfg.MaxDPRanks <= 0 {
+		cfg.MaxDPRanks = DefaultMaxDPRanks
+	}
+	if cfg.PodExpiry == 0 {
+		cfg.PodExpiry = DefaultPodExpiry
+	}
+	if cfg.QueueBytes <= 0 {
+		cfg.QueueBytes = DefaultQueueBytes
+	}
 	filter := cfg.TopicFilter
 	if filter == "" {
 		filter = DefaultTopicFilter
@@ -161,10 +188,13 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 		m:         m,
 		log:       log,
 		counts:    newDecodeCounters(m),
-		work:      newDispatcher(sink, cfg.Workers, cfg.QueueSize, m.ShutdownDropped, log),
+		work:      newDispatcher(sink, cfg.Workers, cfg.QueueSize, cfg.QueueBytes, m, log),
+		logs:      newLogLimiter(m.limits.logSuppressed),
 		endpoints: map[string]*source{},
 		streams:   map[streamKey]*stream{},
+		lim:       newLimits(),
 	}
+	m.watch(s)
 	for _, ep := range cfg.Endpoints {
 		if err := s.AddEndpoint(ep); err != nil {
 			return nil, err
@@ -237,6 +267,13 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	}
 	for _, addr := range s.order {
 		s.startEndpoint(s.endpoints[addr])
+	}
+	if s.cfg.PodExpiry > 0 {
+		s.readers.Add(1)
+		go func() {
+			defer s.readers.Done()
+			s.expireLoop(runCtx)
+		}()
 	}
 	s.mu.Unlock()
 
