@@ -24,6 +24,7 @@ type Metrics struct {
 	recoveryClears     prometheus.Counter
 	untrustedPods      prometheus.Gauge
 	batchDuration      prometheus.Histogram
+	limits             limitMetrics // applier_limits.go
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil = unregistered,
@@ -52,6 +53,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		batchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "apply_batch_seconds",
 			Help: "Time to apply one engine batch to the index.", Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10)}),
 	}
+	limits, limitCollectors := newLimitMetrics(ns)
+	m.limits = limits
 	for _, k := range []EventKind{BlockStored, BlockRemoved, AllBlocksCleared} {
 		m.events[k] = events.WithLabelValues(k.String())
 	}
@@ -59,6 +62,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(events, m.blocksStored, m.blocksRemoved, m.blocksUnkeyed, m.parityMatches,
 			m.parityMismatches, m.parityUnverified, m.indexErrors, m.unresolvedRemovals,
 			m.recoveryClears, m.untrustedPods, m.batchDuration)
+		reg.MustRegister(limitCollectors...)
 	}
 	return m
 }
