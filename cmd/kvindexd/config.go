@@ -56,6 +56,8 @@ type Config struct {
 
 	LogLevel  string `json:"log_level" yaml:"log_level"`
 	LogFormat string `json:"log_format" yaml:"log_format"`
+
+	LimitsConfig `yaml:",inline"`
 }
 
 // ModelConfig overrides the key settings for one model (config file only):
@@ -97,6 +99,8 @@ func DefaultConfig() Config {
 		TierWeights: "gpu=1.0,cpu=0.8,disk=0.5,external=0.3",
 		LogLevel:    "info",
 		LogFormat:   "text",
+
+		LimitsConfig: defaultLimits(),
 	}
 }
 
@@ -238,6 +242,7 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.PrefixCapacity, "prefix-store-capacity", cfg.PrefixCapacity, "prefix store size in chunks (0 = default)")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug | info | warn | error")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text | json")
+	limitFlags(fs, &cfg.LimitsConfig)
 	return fs
 }
 
@@ -351,7 +356,7 @@ func (c *Config) validate() error {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("--log-format %q: want text or json", c.LogFormat)
 	}
-	return nil
+	return c.LimitsConfig.validate()
 }
 
 // keyConfigs returns the default key config and the per-model overrides
