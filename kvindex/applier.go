@@ -128,10 +128,10 @@ type podState struct {
 	alias     *aliasTable // nil until the pod first needs aliasing
 	// aliasOwner counts alias tables against ApplierLimits.MaxAliasTables.
 	aliasOwner *limitState
-	overShare  bool // logged that the pod reached its PodShare
-	keys      []Key       // scratch for Add/Remove
-	buf       []byte      // scratch for serialisation
-	hintFinal bool        // the parity hint names a definite cause
+	overShare  bool   // logged that the pod reached its PodShare
+	keys       []Key  // scratch for Add/Remove
+	buf        []byte // scratch for serialisation
+	hintFinal  bool   // the parity hint names a definite cause
 	// everMatched: some block of this pod matched, so a mismatch means unseen
 	// extra keys, not a configuration difference.
 	everMatched bool
