@@ -53,7 +53,12 @@ var (
 	descPodIndexErrors    = prometheus.NewDesc("kvindexd_pod_index_errors_total", "Index write failures while applying this pod's events.", podLabels, nil)
 	descPodUntrusted      = prometheus.NewDesc("kvindexd_pod_untrusted", "1 while the pod's entries are not trusted (reset pending after an index failure).", podLabels, nil)
 	descPodLastEvent      = prometheus.NewDesc("kvindexd_pod_last_event_timestamp_seconds", "Time the last event of the pod was applied.", podLabels, nil)
+	descPodsOmitted       = prometheus.NewDesc("kvindexd_pod_series_omitted", "Pods (and DP ranks) beyond the first MaxPodSeries, in name order, whose kvindexd_pod_* series are not exported (see /v1/pods).", nil, nil)
 )
+
+// MaxPodSeries bounds the pods with kvindexd_pod_* series: ten series per pod
+// with names up to 253 bytes would make a 10k-pod scrape ~40 MB.
+const MaxPodSeries = 1000
 
 // statsCollector reads the live index and applier statistics at scrape time.
 type statsCollector struct{ x *Indexer }
@@ -61,7 +66,7 @@ type statsCollector struct{ x *Indexer }
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descIndexEntries, descIndexKeys, descIndexEvicted, descIndexExpired,
 		descPodEvents, descPodStored, descPodRemoved, descPodClears, descPodParityMatch, descPodParityMismatch,
-		descPodParityUnver, descPodIndexErrors, descPodUntrusted, descPodLastEvent} {
+		descPodParityUnver, descPodIndexErrors, descPodUntrusted, descPodLastEvent, descPodsOmitted} {
 		ch <- d
 	}
 }
@@ -73,7 +78,9 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descIndexEvicted, prometheus.CounterValue, float64(st.Evictions))
 	ch <- prometheus.MustNewConstMetric(descIndexExpired, prometheus.CounterValue, float64(st.Expired))
 
-	for _, p := range c.x.applier.PodStats() {
+	pods := c.x.applier.PodStats()
+	ch <- prometheus.MustNewConstMetric(descPodsOmitted, prometheus.GaugeValue, float64(max(len(pods)-MaxPodSeries, 0)))
+	for _, p := range pods[:min(len(pods), MaxPodSeries)] {
 		l := []string{p.Pod, strconv.Itoa(p.DPRank), p.Model}
 		counter := func(d *prometheus.Desc, v uint64) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)

@@ -11,11 +11,11 @@ import (
 // Defaults of ApplierLimits.
 const (
 	// DefaultMaxDigestCaches bounds the models with a parity digest cache
-	// (~11 MB each at DefaultDigestCacheSize): ~350 MB.
-	DefaultMaxDigestCaches = 32
+	// (~11 MB each at DefaultDigestCacheSize): ~180 MB.
+	DefaultMaxDigestCaches = 16
 	// DefaultMaxAliasTables bounds the pods with an alias table (~4.7 MB each
-	// at DefaultAliasCacheSize): ~600 MB.
-	DefaultMaxAliasTables = 128
+	// at DefaultAliasCacheSize): ~300 MB.
+	DefaultMaxAliasTables = 64
 	// DefaultPodShare is what the daemon configures: one pod holds at most a
 	// quarter of the in-memory index. The applier's own default is none.
 	DefaultPodShare = 4
