@@ -22,7 +22,8 @@
 //
 // # Messages
 //
-// Every message is [topic, seq (8 bytes, big-endian), msgpack payload];
+// Messages arrive through package zmtp (ZMTP 3.x over TCP or IPC). Every
+// message is [topic, seq (8 bytes, big-endian), msgpack payload];
 // anything else is dropped and counted. Topic kv@<pod>@<model> names the pod
 // and model; an endpoint's Pod/Model override it. The payload decoder
 // (Decode) accepts vLLM's array and map event forms and SGLang's, hashes of
@@ -33,9 +34,22 @@
 //
 // seq counts from 0 per engine process. A forward jump is counted (gaps,
 // missed batches) and, with a replay endpoint, repaired by fetching the
-// missed batches before applying the live one. A backward jump means the
-// engine restarted: a synthetic AllBlocksCleared is delivered before its
-// batch. See Subscriber for the other synthetic clears.
+// missed batches before applying the live one. A backward jump to a low
+// value (below 16, or below half the last one) means the engine restarted: a
+// synthetic AllBlocksCleared is delivered before its batch. An equal number
+// (a duplicate) or a backward jump that stays high (a batch from the past)
+// is dropped and counted, never a clear. See Subscriber for the other
+// synthetic clears.
+//
+// # Limits
+//
+// What a publisher can make the subscriber hold is bounded (limits.go):
+// streams, model names, DP ranks, name length and form (valid UTF-8, no
+// control characters: names become metric labels and JSON), array elements
+// per payload, the memory of queued batches, and warnings per source (rate
+// limited, with a count of what was suppressed). A stream silent for
+// PodExpiry is cleared and forgotten. The ZMQ transport (package zmtp)
+// bounds message size, handshakes and connections.
 //
 // # Files
 //
@@ -47,6 +61,8 @@
 //	message.go     one message -> one batch: frame checks, topic, decode counters
 //	stream.go      per-(pod, dp rank) sequence tracking, synthetic clears, StreamStats
 //	replay.go      the replay exchange with an engine's ROUTER after a gap
+//	limits.go      the caps on streams, models, ranks and names, pod expiry,
+//	               the sequence verdicts, rate-limited warnings
 //	dispatch.go    the ordered per-stream workers and their queues, drain at shutdown
 //	decode.go, event.go, msgpack.go
 //	               the payload decoder (vLLM array/map forms, SGLang)
