@@ -82,18 +82,7 @@ func (s *Subscriber) Streams() []StreamStats {
 	return out
 }
 
-// stream returns k's stream, creating it on first sight.
-func (s *Subscriber) stream(k streamKey) *stream {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.streams[k]
-	if st == nil {
-		st = &stream{key: k, worker: s.work.workerFor(k)}
-		st.stats.Pod, st.stats.DPRank = k.pod, k.rank
-		s.streams[k] = st
-	}
-	return st
-}
+// Streams are created by admit (limits.go), which enforces the caps.
 
 // sequence checks b's seq against the stream, repairs or flags what it finds
 // and queues b. evErrs is the number of b's events the decoder dropped.
