@@ -109,7 +109,7 @@ func (a *Applier) initLimits(l ApplierLimits) {
 func (a *Applier) digestCacheFor(ps *podState, id ModelID) *digestCache {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if ps.hasher != nil {
+	if ps.dc != nil { // the pod holds its current model's cache
 		a.releaseDigestLocked(ps.modelID)
 	}
 	dc := a.digests[id]
@@ -128,9 +128,6 @@ func (a *Applier) digestCacheFor(ps *podState, id ModelID) *digestCache {
 
 // releaseDigestLocked drops one pod's hold on model id's cache; a.mu is held.
 func (a *Applier) releaseDigestLocked(id ModelID) {
-	if _, ok := a.lim.dcRefs[id]; !ok {
-		return // that pod got no cache
-	}
 	if a.lim.dcRefs[id]--; a.lim.dcRefs[id] <= 0 {
 		delete(a.lim.dcRefs, id)
 		delete(a.digests, id)
@@ -211,8 +208,9 @@ func (a *Applier) ForgetPod(ctx context.Context, pod string, dpRank int) {
 	if a.pods[k] == ps {
 		delete(a.pods, k)
 	}
-	if ps.hasher != nil {
+	if ps.dc != nil {
 		a.releaseDigestLocked(ps.modelID)
+		ps.dc = nil
 	}
 	a.mu.Unlock()
 	ps.dropAlias()
