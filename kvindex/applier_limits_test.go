@@ -171,3 +171,22 @@ func TestForgetPod(t *testing.T) {
 		t.Fatalf("returning pod %+v", p)
 	}
 }
+
+// A pod that was refused a digest cache holds none: forgetting it leaves the
+// cache another pod of its model got later.
+func TestRefusedPodReleasesNoDigestCache(t *testing.T) {
+	e, _ := limitedEnv(t, cborSeed0, nil, ApplierLimits{MaxDigestCaches: 1})
+	ev := unverified(1, 1)
+	e.a.Apply(context.Background(), &Batch{Pod: "a", Model: "m1", Events: []Event{ev}})
+	e.a.Apply(context.Background(), &Batch{Pod: "b", Model: "m2", Events: []Event{ev}}) // refused
+	e.a.ForgetPod(context.Background(), "a", 0)
+	e.a.Apply(context.Background(), &Batch{Pod: "c", Model: "m2", Events: []Event{ev}}) // gets m2's cache
+	e.a.ForgetPod(context.Background(), "b", 0)
+	if got := e.metric("kvindexd_digest_caches"); got != 1 {
+		t.Fatalf("digest caches %v, want c's", got)
+	}
+	e.a.ForgetPod(context.Background(), "c", 0)
+	if got := e.metric("kvindexd_digest_caches"); got != 0 {
+		t.Fatalf("digest caches %v after every pod left", got)
+	}
+}
