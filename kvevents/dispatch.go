@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -32,6 +33,12 @@ type dispatcher struct {
 	queues  []chan *kvindex.Batch
 	dropped prometheus.Counter
 	log     *slog.Logger
+	// budget bounds the estimated memory of all queued batches together:
+	// a count bound alone would let large batches hold gigabytes.
+	budget byteBudget
+	// forgets are the queued orders to drop a pod's state in the sink
+	// (queueForget): placeholder batches recognised by identity.
+	forgets sync.Map
 
 	// mu is read-held while a batch is queued and write-held to stop, so
 	// nothing is queued after the workers' final drain.
@@ -45,9 +52,9 @@ type dispatcher struct {
 	lost        atomic.Int64 // batches dropped at shutdown, for the log
 }
 
-func newDispatcher(sink kvindex.BatchSink, workers, queueSize int, dropped prometheus.Counter, log *slog.Logger) *dispatcher {
-	d := &dispatcher{sink: sink, queues: make([]chan *kvindex.Batch, workers), dropped: dropped, log: log,
-		draining: make(chan struct{})}
+func newDispatcher(sink kvindex.BatchSink, workers, queueSize int, queueBytes int64, m *Metrics, log *slog.Logger) *dispatcher {
+	d := &dispatcher{sink: sink, queues: make([]chan *kvindex.Batch, workers), dropped: m.ShutdownDropped, log: log,
+		draining: make(chan struct{}), budget: byteBudget{limit: queueBytes}}
 	for i := range d.queues {
 		d.queues[i] = make(chan *kvindex.Batch, queueSize)
 	}
@@ -69,16 +76,45 @@ func (d *dispatcher) tryQueue(w int, b *kvindex.Batch) bool {
 	if d.stopped {
 		return false
 	}
+	size := batchBytes(b)
+	if !d.budget.take(size) {
+		return false
+	}
 	select {
 	case d.queues[w] <- b:
 		return true
 	default:
+		d.budget.give(size)
 		return false
 	}
 }
 
-// queue queues b for worker w, waiting for room until ctx ends.
+// queue queues b for worker w, waiting for room until ctx ends. It is for
+// the subscriber's own small batches (clears): they are counted in the
+// budget but never refused by it.
 func (d *dispatcher) queue(ctx context.Context, w int, b *kvindex.Batch) error {
+	size := batchBytes(b)
+	d.budget.used.Add(size)
+	if err := d.send(ctx, w, b); err != nil {
+		d.budget.give(size)
+		return err
+	}
+	return nil
+}
+
+// queueForget queues, behind what worker w holds, the order to forget pod's
+// state in the sink (if it is a kvindex.PodForgetter).
+func (d *dispatcher) queueForget(ctx context.Context, w int, pod string, rank int) error {
+	b := &kvindex.Batch{Pod: pod, DPRank: rank}
+	d.forgets.Store(b, struct{}{})
+	if err := d.send(ctx, w, b); err != nil {
+		d.forgets.Delete(b)
+		return err
+	}
+	return nil
+}
+
+func (d *dispatcher) send(ctx context.Context, w int, b *kvindex.Batch) error {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.stopped {
@@ -126,12 +162,54 @@ func (d *dispatcher) work(q chan *kvindex.Batch) {
 // apply hands b to the sink, or drops and counts it once the drain bound
 // has passed (Apply's context is only ever cancelled by stop).
 func (d *dispatcher) apply(b *kvindex.Batch) {
+	if _, forget := d.forgets.LoadAndDelete(b); forget {
+		if f, ok := d.sink.(kvindex.PodForgetter); ok && d.applyCtx.Err() == nil {
+			f.ForgetPod(d.applyCtx, b.Pod, b.DPRank)
+		}
+		return
+	}
+	size := batchBytes(b) // what tryQueue or queue charged
+	defer d.budget.give(size)
 	if d.applyCtx.Err() != nil {
 		d.dropped.Inc()
 		d.lost.Add(1)
 		return
 	}
 	d.sink.Apply(d.applyCtx, b)
+}
+
+// byteBudget is an allowance of bytes shared by all queues.
+type byteBudget struct {
+	used  atomic.Int64
+	limit int64
+}
+
+// take reserves n bytes, or reports false without reserving. A batch
+// larger than the whole budget is still taken when nothing else is queued,
+// so no single batch is refused forever.
+func (b *byteBudget) take(n int64) bool {
+	for {
+		u := b.used.Load()
+		if u > 0 && u+n > b.limit {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			return true
+		}
+	}
+}
+
+func (b *byteBudget) give(n int64) { b.used.Add(-n) }
+
+// batchBytes estimates the memory a decoded batch holds.
+func batchBytes(b *kvindex.Batch) int64 {
+	n := int64(unsafe.Sizeof(*b)) + int64(len(b.Pod)+len(b.Model))
+	for i := range b.Events {
+		ev := &b.Events[i]
+		n += int64(unsafe.Sizeof(*ev)) + 8*int64(len(ev.BlockHashes)) + 4*int64(len(ev.TokenIDs)) +
+			int64(len(ev.LoraName)+len(ev.CacheSalt)) + 32*int64(len(ev.ExtraKeys))
+	}
+	return n
 }
 
 // stop refuses new batches, lets the workers apply what is queued for at

@@ -22,7 +22,8 @@
 //
 // # Messages
 //
-// Every message is [topic, seq (8 bytes, big-endian), msgpack payload];
+// Messages arrive through package zmtp (ZMTP 3.x over TCP or IPC). Every
+// message is [topic, seq (8 bytes, big-endian), msgpack payload];
 // anything else is dropped and counted. Topic kv@<pod>@<model> names the pod
 // and model; an endpoint's Pod/Model override it. The payload decoder
 // (Decode) accepts vLLM's array and map event forms and SGLang's, hashes of
@@ -102,8 +103,9 @@
 //
 // seq counts from 0 per engine process. A forward jump is counted (gaps,
 // missed batches) and, with a replay endpoint, repaired by fetching the
-// missed batches before applying the live one. A backward jump (or a new
-// SGLang epoch) means the engine restarted: a synthetic AllBlocksCleared is
+// missed batches before applying the live one. A backward jump to a low
+// value (below 16, or below half the last one) or a new SGLang epoch means
+// the engine restarted: a synthetic AllBlocksCleared is
 // delivered before its batch, and with a replay endpoint the new lifetime's
 // first batches are fetched after it. See Subscriber for the other synthetic
 // clears.
@@ -118,6 +120,19 @@
 // CompleteSinceSeq and IncompleteReason say how far back it does and why
 // not (a gap older than the replay buffer: "replay_window").
 //
+// An equal sequence number (a duplicate) or a backward jump that stays high
+// (a batch from the past) is dropped and counted, never a clear.
+//
+// # Limits
+//
+// What a publisher can make the subscriber hold is bounded (limits.go):
+// streams, model names, DP ranks, name length and form (valid UTF-8, no
+// control characters: names become metric labels and JSON), array elements
+// per payload, the memory of queued batches, and warnings per source (rate
+// limited, with a count of what was suppressed). A stream silent for
+// PodExpiry is cleared and forgotten. The ZMQ transport (package zmtp)
+// bounds message size, handshakes and connections.
+//
 // # Files
 //
 // One role per file, so a change to one concern stays in one place:
@@ -130,6 +145,8 @@
 //	replay.go      the replay exchange with an engine's ROUTER: after a gap,
 //	               and catching up at connect
 //	snapshot.go    SGLang's snapshot-v1 exchange and the resync it drives
+//	limits.go      the caps on streams, models, ranks and names, pod expiry,
+//	               the sequence verdicts, rate-limited warnings
 //	dispatch.go    the ordered per-stream workers and their queues, drain at shutdown
 //	decode.go, event.go, msgpack.go
 //	               the payload decoder (vLLM array/map forms, SGLang)

@@ -9,10 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/zmtp"
 )
 
 // EndpointConfig is one engine endpoint the subscriber connects to
@@ -72,9 +72,15 @@ func (s *Subscriber) AddEndpoint(ep EndpointConfig) error {
 		if a == "" {
 			continue
 		}
-		if _, _, err := replayDialAddr(a); err != nil {
+		if err := checkReplayAddr(a); err != nil {
 			return fmt.Errorf("kvevents: %w", err)
 		}
+	}
+	if why := checkName([]byte(ep.Pod), MaxPodNameBytes); why != "" {
+		return fmt.Errorf("kvevents: endpoint %q: pod name: %s", ep.Address, why)
+	}
+	if why := checkName([]byte(ep.Model), MaxModelNameBytes); why != "" {
+		return fmt.Errorf("kvevents: endpoint %q: model name: %s", ep.Address, why)
 	}
 	if ep.Engine != kvindex.EngineVLLM && ep.Engine != kvindex.EngineSGLang {
 		return fmt.Errorf("kvevents: endpoint %q: unknown engine %d", ep.Address, ep.Engine)
@@ -138,7 +144,7 @@ func (s *Subscriber) RemoveEndpoint(address string) error {
 	for k, st := range s.streams {
 		if st.snapshot().Endpoint == address {
 			gone = append(gone, st)
-			delete(s.streams, k)
+			s.forgetStreamLocked(k)
 		}
 	}
 	s.mu.Unlock()
@@ -176,17 +182,15 @@ func (s *Subscriber) Endpoints() []EndpointStatus {
 
 // connectLoop keeps one endpoint connected, redialling with exponential
 // backoff whenever the publisher goes away (a pod restarting, a network
-// blip). zmq4's own reconnect is not used: it gives no signal, and we want
-// Connected in Endpoints() and the backoff bounds.
+// blip). The transport does not reconnect by itself: we want Connected in
+// Endpoints() and the backoff bounds.
 func (s *Subscriber) connectLoop(ctx context.Context, src *source) {
 	backoff := s.cfg.ReconnectMin
 	for {
-		sock := zmq4.NewSub(ctx, zmq4.WithLogger(discardZMQLog), zmq4.WithDialerMaxRetries(0),
-			zmq4.WithDialerTimeout(max(s.cfg.ReconnectMax, time.Second)))
-		err := sock.SetOption(zmq4.OptionSubscribe, s.filter)
-		if err == nil {
-			err = sock.Dial(src.addr)
-		}
+		// The dial and the handshake are bounded; the connection is not.
+		dctx, cancel := context.WithTimeout(ctx, max(s.cfg.ReconnectMax, time.Second))
+		sock, err := zmtp.DialSub(dctx, src.addr, s.cfg.Transport, s.filter)
+		cancel()
 		if err == nil {
 			src.connected.Store(true)
 			s.m.ConnectedEndpoints.Inc()
@@ -196,6 +200,7 @@ func (s *Subscriber) connectLoop(ctx context.Context, src *source) {
 				s.catchUp(ctx, src)
 			}
 			s.recvLoop(ctx, sock, src)
+			sock.Close()
 			src.connected.Store(false)
 			s.m.ConnectedEndpoints.Dec()
 			if ctx.Err() == nil {
@@ -204,7 +209,6 @@ func (s *Subscriber) connectLoop(ctx context.Context, src *source) {
 		} else {
 			s.log.Debug("connect failed", "endpoint", src.addr, "err", err, "retry_in", backoff)
 		}
-		sock.Close()
 		select {
 		case <-ctx.Done():
 			return
@@ -214,24 +218,17 @@ func (s *Subscriber) connectLoop(ctx context.Context, src *source) {
 	}
 }
 
-// recvLoop reads messages until the socket fails. For the bind socket an
-// error is one engine's connection closing: keep going.
-func (s *Subscriber) recvLoop(ctx context.Context, sock zmq4.Socket, src *source) {
+// recvLoop reads messages until the socket fails: for a dialled socket,
+// its one connection ended (the caller redials); a bound socket fails only
+// once closed, its connections failing one by one inside the transport.
+func (s *Subscriber) recvLoop(ctx context.Context, sock *zmtp.Sub, src *source) {
 	for {
-		msg, err := sock.Recv()
+		msg, err := sock.Recv(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			// s.ctx ends before Close closes the bind socket, so a closed
-			// socket is never mistaken for one engine going away.
-			if src.bound && s.ctx.Err() == nil {
-				continue
-			}
 			return
-		}
-		if msg.Type == zmq4.CmdMsg {
-			continue
 		}
 		s.handle(ctx, src, msg.Frames)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -109,12 +110,27 @@ func (s *Subscriber) handle(ctx context.Context, src *source, frames [][]byte) {
 		s.drop("no_pod")
 		return
 	}
+	if why := checkName(podB, MaxPodNameBytes); why != "" && src.pod == "" {
+		s.drop("pod_name_" + why)
+		s.warn(src.addr, "dropping KV events: pod name in topic rejected", "endpoint", src.addr, "reason", why, "pod", printable(podB))
+		return
+	}
+	if why := checkName(modelB, MaxModelNameBytes); why != "" && src.model == "" {
+		s.drop("model_name_" + why)
+		s.warn(src.addr+"|"+pod, "dropping KV events: model name in topic rejected", "endpoint", src.addr, "pod", pod,
+			"reason", why, "model", printable(modelB))
+		return
+	}
 	b := &kvindex.Batch{Pod: pod, Model: model, Engine: src.engine, Seq: binary.BigEndian.Uint64(frames[1])}
 	ok, evErrs := s.decode(frames[2], b, src)
 	if !ok {
 		return
 	}
-	s.sequence(ctx, s.stream(streamKey{pod, b.DPRank}), src, b, evErrs, epoch, fromLive)
+	st := s.admitBatch(src, b)
+	if st == nil {
+		return
+	}
+	s.sequence(ctx, st, src, b, evErrs, epoch, fromLive)
 }
 
 // decode decodes payload into b and counts the outcome; it reports whether
@@ -124,7 +140,10 @@ func (s *Subscriber) decode(payload []byte, b *kvindex.Batch, src *source) (bool
 	ds, err := Decode(payload, b.Engine, b)
 	if err != nil {
 		s.counts.bErrs[e].Inc()
-		s.log.Warn("dropping malformed KV event message", "pod", b.Pod, "seq", b.Seq, "endpoint", src.addr, "err", err)
+		if errors.Is(err, ErrTooManyElements) {
+			s.drop("too_many_elements")
+		}
+		s.warn(src.addr+"|"+b.Pod, "dropping malformed KV event message", "pod", b.Pod, "seq", b.Seq, "endpoint", src.addr, "err", err)
 		return false, 0
 	}
 	s.counts.batches[e].Inc()
@@ -146,7 +165,7 @@ func (s *Subscriber) decode(payload []byte, b *kvindex.Batch, src *source) (bool
 	}
 	if ds.EventErrors > 0 {
 		s.counts.evErrs[e].Add(float64(ds.EventErrors))
-		s.log.Warn("dropped malformed KV events", "pod", b.Pod, "dp_rank", b.DPRank, "seq", b.Seq,
+		s.warn(src.addr+"|"+b.Pod, "dropped malformed KV events", "pod", b.Pod, "dp_rank", b.DPRank, "seq", b.Seq,
 			"dropped", ds.EventErrors, "first", ds.FirstEventError)
 	}
 	return true, ds.EventErrors

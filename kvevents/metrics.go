@@ -1,10 +1,14 @@
 package kvevents
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvindex/kvindex/zmtp"
 )
 
-// Metrics are the kvevents Prometheus series, namespace "kvindex",
+// Metrics are the kvevents Prometheus series, namespace "kvindexd",
 // subsystem "kvevents".
 type Metrics struct {
 	MessagesReceived   *prometheus.CounterVec // by socket: bind | connect
@@ -27,6 +31,13 @@ type Metrics struct {
 	SyntheticClears    *prometheus.CounterVec // by reason: restart | overflow | endpoint_removed
 	ConnectedEndpoints prometheus.Gauge
 	ShutdownDropped    prometheus.Counter
+	// ZMQ counts what the transport did with its peers, shared by every
+	// socket of the Subscriber; exported as kvindexd_kvevents_zmq_*.
+	ZMQ *zmtp.Counters
+
+	limits limitMetrics
+	// the subscriber whose state the gauges read (watch); set once
+	sub atomic.Pointer[Subscriber]
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil = not
@@ -74,12 +85,74 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "connected_endpoints", Help: "Connect-topology endpoints currently connected."}),
 		ShutdownDropped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "shutdown_dropped_batches_total", Help: "Batches still queued when the subscriber stopped and not applied within the drain timeout."}),
+		ZMQ: &zmtp.Counters{},
 	}
+	m.limits = limitMetrics{
+		expired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "streams_expired_total", Help: "Streams silent beyond --pod-expiry, cleared from the index and forgotten."}),
+		logSuppressed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "log_lines_suppressed_total", Help: "Warning lines not written because their source (endpoint, pod) exceeded its log rate."}),
+	}
+	gauge := func(name, help string, v func(*Subscriber) float64) prometheus.GaugeFunc {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help}, func() float64 {
+			if s := m.sub.Load(); s != nil {
+				return v(s)
+			}
+			return 0
+		})
+	}
+	m.limits.streams = gauge("streams", "(pod, dp rank) streams tracked (bounded by --max-streams).",
+		func(s *Subscriber) float64 { return float64(s.lim.nStream.Load()) })
+	m.limits.models = gauge("models", "Distinct model names of the tracked streams (bounded by --max-models).",
+		func(s *Subscriber) float64 { return float64(s.lim.nModel.Load()) })
+	m.limits.queuedBytes = gauge("queued_bytes", "Estimated memory of the decoded batches waiting for the workers (bounded by the queue budget).",
+		func(s *Subscriber) float64 { return float64(s.work.budget.used.Load()) })
 	if reg != nil {
 		reg.MustRegister(m.MessagesReceived, m.BatchesDecoded, m.EventsDecoded, m.DecodeErrors, m.DroppedFrames,
 			m.QueueOverflows, m.SeqGaps, m.MissedBatches, m.Restarts, m.Replays, m.CatchUps, m.CaughtUpBatches, m.Snapshots, m.IgnoredFields,
 			m.UnknownMedia, m.PackedEvents, m.ReplayedBatches,
 			m.SyntheticClears, m.ConnectedEndpoints, m.ShutdownDropped)
+		reg.MustRegister(zmqCollectors(m.ZMQ)...)
+		reg.MustRegister(m.limits.expired, m.limits.logSuppressed, m.limits.streams, m.limits.models, m.limits.queuedBytes)
 	}
 	return m
 }
+
+// zmqCollectors exports the transport's counters, read at scrape time.
+func zmqCollectors(c *zmtp.Counters) []prometheus.Collector {
+	const ns, sub = "kvindexd", "kvevents"
+	counter := func(name, help string, v func(zmtp.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "zmq_" + name, Help: help},
+			func() float64 { return float64(v(c.Snapshot())) })
+	}
+	return []prometheus.Collector{
+		counter("connections_accepted_total", "Connections the bind socket accepted.",
+			func(s zmtp.Stats) uint64 { return s.Accepted }),
+		counter("connections_rejected_total", "Connections closed at once because the bind socket held --zmq-max-conns.",
+			func(s zmtp.Stats) uint64 { return s.Rejected }),
+		counter("handshakes_total", "ZMTP handshakes completed (bind, connect and replay sockets).",
+			func(s zmtp.Stats) uint64 { return s.Handshakes }),
+		counter("handshake_timeouts_total", "Connections closed because the handshake did not finish within --zmq-handshake-timeout.",
+			func(s zmtp.Stats) uint64 { return s.HandshakeTimeouts }),
+		counter("heartbeat_timeouts_total", "Connections closed because the peer stopped answering heartbeats.",
+			func(s zmtp.Stats) uint64 { return s.HeartbeatTimeouts }),
+		counter("oversized_total", "Connections closed because a frame or message exceeded --zmq-max-message-size (or the frame or command caps).",
+			func(s zmtp.Stats) uint64 { return s.Oversized }),
+		counter("buffer_budget_drops_total", "Connections closed because all connections together would buffer more than the budget.",
+			func(s zmtp.Stats) uint64 { return s.BudgetExceeded }),
+		counter("protocol_errors_total", "Connections closed for a malformed greeting, command or frame, or a wrong socket type.",
+			func(s zmtp.Stats) uint64 { return s.ProtocolErrors }),
+		counter("peer_errors_total", "Connections the peer ended with a ZMTP ERROR command.",
+			func(s zmtp.Stats) uint64 { return s.PeerErrors }),
+		counter("panics_total", "Connections closed by a recovered panic in the transport (a bug: please report).",
+			func(s zmtp.Stats) uint64 { return s.Panics }),
+		counter("filtered_messages_total", "Messages dropped by the transport because their topic matches no subscription.",
+			func(s zmtp.Stats) uint64 { return s.Filtered }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "zmq_open_connections",
+			Help: "ZMQ connections open now (bind, connect and replay sockets)."},
+			func() float64 { return float64(c.Snapshot().Open) }),
+	}
+}
+
+// watch points the state gauges at s (the first Subscriber using m).
+func (m *Metrics) watch(s *Subscriber) { m.sub.CompareAndSwap(nil, s) }

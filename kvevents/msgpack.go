@@ -18,9 +18,14 @@ import (
 // Encoding (tests, demo publisher) uses github.com/vmihailenco/msgpack/v5, so
 // the decoder is checked against an independent implementation.
 type reader struct {
-	b []byte
-	p int
+	b     []byte
+	p     int
+	elems int // array elements declared so far (MaxElementsPerMessage)
 }
+
+// ErrTooManyElements: the payload declares more than MaxElementsPerMessage
+// array elements in all (the batch is dropped whole).
+var ErrTooManyElements = errors.New("msgpack: more array elements than a message may hold")
 
 var (
 	errTruncated = errors.New("msgpack: truncated value")
@@ -258,6 +263,9 @@ func (r *reader) arrayLen() (int, error) {
 	}
 	if n > uint64(r.remaining()) {
 		return 0, errTruncated
+	}
+	if r.elems += int(n); r.elems > MaxElementsPerMessage {
+		return 0, ErrTooManyElements
 	}
 	return int(n), nil
 }

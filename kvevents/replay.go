@@ -7,14 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
-	"github.com/go-zeromq/zmq4/security/null"
-
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/zmtp"
 )
 
 // endSeq is the sequence number of the replay socket's end marker.
@@ -32,7 +29,7 @@ func (s *Subscriber) replay(ctx context.Context, st *stream, src *source, model 
 	var got uint64
 	next := from
 	run = from
-	err := fetchReplay(ctx, src.replay, from, s.cfg.ReplayTimeout, s.drop, func(_ []byte, seq uint64, payload []byte) {
+	err := fetchReplay(ctx, src.replay, from, s.cfg.ReplayTimeout, s.cfg.Transport, s.drop, func(_ []byte, seq uint64, payload []byte) {
 		if seq < next || seq >= to {
 			return // outside the gap, or a duplicate
 		}
@@ -89,7 +86,7 @@ func (s *Subscriber) replay(ctx context.Context, st *stream, src *source, model 
 func (s *Subscriber) catchUp(ctx context.Context, src *source) {
 	from, known := s.resumeSeq(src)
 	var got, skipped int
-	err := fetchReplay(ctx, src.replay, from, s.cfg.ReplayTimeout, s.drop, func(topic []byte, seq uint64, payload []byte) {
+	err := fetchReplay(ctx, src.replay, from, s.cfg.ReplayTimeout, s.cfg.Transport, s.drop, func(topic []byte, seq uint64, payload []byte) {
 		pod, model := src.pod, src.model
 		var epoch []byte
 		if topic != nil {
@@ -112,7 +109,11 @@ func (s *Subscriber) catchUp(ctx context.Context, src *source) {
 		}
 		b := &kvindex.Batch{Pod: pod, Model: model, Engine: src.engine, Seq: seq}
 		ok, evErrs := s.decode(payload, b, src)
-		if ok && s.sequence(ctx, s.stream(streamKey{pod, b.DPRank}), src, b, evErrs, epoch, fromCatchUp) {
+		if !ok || checkName([]byte(pod), MaxPodNameBytes) != "" || checkName([]byte(model), MaxModelNameBytes) != "" {
+			s.drop("catch_up_rejected")
+			return
+		}
+		if st := s.admitBatch(src, b); st != nil && s.sequence(ctx, st, src, b, evErrs, epoch, fromCatchUp) {
 			got++
 		}
 	})
@@ -148,15 +149,14 @@ func (s *Subscriber) resumeSeq(src *source) (from uint64, known bool) {
 	return from, known
 }
 
-// replayDialAddr maps a replay endpoint to what net.Dial takes.
-func replayDialAddr(endpoint string) (network, address string, err error) {
+// checkReplayAddr accepts what the replay and snapshot exchanges can dial.
+func checkReplayAddr(endpoint string) error {
 	switch {
-	case strings.HasPrefix(endpoint, "tcp://") && len(endpoint) > len("tcp://"):
-		return "tcp", endpoint[len("tcp://"):], nil
-	case strings.HasPrefix(endpoint, "ipc://") && len(endpoint) > len("ipc://"):
-		return "unix", endpoint[len("ipc://"):], nil
+	case strings.HasPrefix(endpoint, "tcp://") && len(endpoint) > len("tcp://"),
+		strings.HasPrefix(endpoint, "ipc://") && len(endpoint) > len("ipc://"):
+		return nil
 	}
-	return "", "", fmt.Errorf("replay endpoint %q: want tcp://host:port or ipc://path", endpoint)
+	return fmt.Errorf("replay endpoint %q: want tcp://host:port or ipc://path", endpoint)
 }
 
 // fetchReplay is one exchange with an engine's replay socket (a ROUTER): it
@@ -164,11 +164,11 @@ func replayDialAddr(endpoint string) (network, address string, err error) {
 // deliver until the end marker (topic is nil in the older layout). Replies
 // are ["", seq8, payload] (vLLM <= 0.25) or ["", topic, seq8, payload]
 // (>= 0.26); the end marker has seq 0xffffffffffffffff and an empty payload.
-func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time.Duration,
+func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time.Duration, opts zmtp.Options,
 	drop func(reason string), deliver func(topic []byte, seq uint64, payload []byte)) error {
 	var start [8]byte
 	binary.BigEndian.PutUint64(start[:], from)
-	err := dealerExchange(ctx, endpoint, timeout, start[:], func(f [][]byte) (bool, error) {
+	err := dealerExchange(ctx, endpoint, timeout, opts, start[:], func(f [][]byte) (bool, error) {
 		var topic, seqB, payload []byte
 		switch len(f) {
 		case 2:
@@ -200,14 +200,11 @@ func fetchReplay(ctx context.Context, endpoint string, from uint64, timeout time
 // until it reports done or fails.
 //
 // The whole exchange, connecting and the ZMTP handshake included, ends
-// within timeout, or earlier when ctx does. It speaks ZMTP on its own
-// connection rather than through a zmq4 DEALER socket because zmq4's
-// handshake and receive take no context: a peer that accepts but never
-// answers would hold the caller forever.
-func dealerExchange(ctx context.Context, endpoint string, timeout time.Duration, request []byte,
+// within timeout, or earlier when ctx does; opts bound what the engine can
+// make us buffer.
+func dealerExchange(ctx context.Context, endpoint string, timeout time.Duration, opts zmtp.Options, request []byte,
 	handle func(frames [][]byte) (done bool, err error)) error {
-	network, address, err := replayDialAddr(endpoint)
-	if err != nil {
+	if err := checkReplayAddr(endpoint); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -218,30 +215,18 @@ func dealerExchange(ctx context.Context, endpoint string, timeout time.Duration,
 		}
 		return fmt.Errorf("%s: %s: %w", endpoint, what, err)
 	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, network, address)
+	d, err := zmtp.DialDealer(ctx, endpoint, opts)
 	if err != nil {
 		return fail("connect", err)
 	}
-	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(dl)
-	}
-	defer context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })()
-	zc, err := zmq4.Open(conn, null.Security(), zmq4.Dealer, nil, false, nil)
-	if err != nil {
-		return fail("handshake", err)
-	}
-	if err := zc.SendMsg(zmq4.NewMsgFrom([]byte{}, request)); err != nil {
+	defer d.Close()
+	if err := d.Send(ctx, []byte{}, request); err != nil {
 		return fail("request", err)
 	}
 	for {
-		msg, err := zc.RecvMsg()
+		msg, err := d.Recv(ctx)
 		if err != nil {
 			return fail("receive", err)
-		}
-		if msg.Type == zmq4.CmdMsg {
-			continue // PING (answered by RecvMsg) or another command
 		}
 		f := msg.Frames
 		if len(f) > 0 && len(f[0]) == 0 {

@@ -10,10 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
-
 	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/zmtp"
 )
 
 // serveReplay answers vLLM replay requests (>= 0.26 format) from buf on a
@@ -21,14 +20,14 @@ import (
 // to connect to.
 func serveReplay(t *testing.T, ctx context.Context, endpoint, topic string, buf map[uint64][]byte, order []uint64) string {
 	t.Helper()
-	router := zmq4.NewRouter(ctx, zmq4.WithLogger(discardZMQLog))
-	if err := router.Listen(endpoint); err != nil {
+	router, err := zmtp.ListenRouter(endpoint, zmtp.Options{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { router.Close() })
 	go func() {
 		for {
-			msg, err := router.Recv()
+			msg, err := router.Recv(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -43,10 +42,10 @@ func serveReplay(t *testing.T, ctx context.Context, endpoint, topic string, buf 
 				if seq >= start {
 					var s8 [8]byte
 					binary.BigEndian.PutUint64(s8[:], seq)
-					router.SendMulti(zmq4.NewMsgFrom(id, nil, []byte(topic), s8[:], buf[seq]))
+					router.Send(ctx, id, nil, []byte(topic), s8[:], buf[seq])
 				}
 			}
-			router.SendMulti(zmq4.NewMsgFrom(id, nil, []byte(topic), endSeq[:], nil))
+			router.Send(ctx, id, nil, []byte(topic), endSeq[:], nil)
 		}
 	}()
 	if strings.HasPrefix(endpoint, "tcp://") {
@@ -119,14 +118,14 @@ func TestReplayPartialAndUnreachable(t *testing.T) {
 // closed: an engine whose replay socket is slow.
 func slowReplay(t *testing.T, ctx context.Context, topic string, p map[uint64][]byte) (addr string, requested chan struct{}, release chan struct{}) {
 	t.Helper()
-	router := zmq4.NewRouter(ctx, zmq4.WithLogger(discardZMQLog))
-	if err := router.Listen("tcp://127.0.0.1:0"); err != nil {
+	router, err := zmtp.ListenRouter("tcp://127.0.0.1:0", zmtp.Options{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { router.Close() })
 	requested, release = make(chan struct{}, 1), make(chan struct{})
 	go func() {
-		msg, err := router.Recv()
+		msg, err := router.Recv(ctx)
 		if err != nil || len(msg.Frames) != 3 {
 			return
 		}
@@ -140,9 +139,9 @@ func slowReplay(t *testing.T, ctx context.Context, topic string, p map[uint64][]
 		for _, seq := range []uint64{1, 2} {
 			var s8 [8]byte
 			binary.BigEndian.PutUint64(s8[:], seq)
-			router.SendMulti(zmq4.NewMsgFrom(id, nil, []byte(topic), s8[:], p[seq]))
+			router.Send(ctx, id, nil, []byte(topic), s8[:], p[seq])
 		}
-		router.SendMulti(zmq4.NewMsgFrom(id, nil, []byte(topic), endSeq[:], nil))
+		router.Send(ctx, id, nil, []byte(topic), endSeq[:], nil)
 	}()
 	return "tcp://" + router.Addr().String(), requested, release
 }

@@ -7,7 +7,12 @@ package kvevents
 // endpoint has a replay address), a jump back a restart (the pod is
 // cleared). A stream that already received batches is left alone.
 func (s *Subscriber) ResumeFrom(pod string, dpRank int, seq uint64) {
-	st := s.stream(streamKey{pod, dpRank})
+	// The model is not known until the first batch; admit re-homes the
+	// stream's model count then.
+	st, _ := s.admit(streamKey{pod, dpRank}, "")
+	if st == nil {
+		return // over the stream limit: the first batch decides
+	}
 	st.order.Lock()
 	defer st.order.Unlock()
 	if st.hasSeq {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/zmtp"
 )
 
 // SGLang's snapshot protocol (snapshot-v1). A publisher started with a
@@ -39,11 +40,11 @@ type snapshotHeader struct {
 
 // fetchSnapshot runs one snapshot exchange and returns its header and the
 // block hashes it lists (SGLang's, normalised like event hashes).
-func fetchSnapshot(ctx context.Context, endpoint string, timeout time.Duration, maxRecords int) (snapshotHeader, []uint64, error) {
+func fetchSnapshot(ctx context.Context, endpoint string, timeout time.Duration, opts zmtp.Options, maxRecords int) (snapshotHeader, []uint64, error) {
 	var h snapshotHeader
 	var hashes []uint64
 	sawHeader := false
-	err := dealerExchange(ctx, endpoint, timeout, snapshotRequest, func(f [][]byte) (bool, error) {
+	err := dealerExchange(ctx, endpoint, timeout, opts, snapshotRequest, func(f [][]byte) (bool, error) {
 		if len(f) != 2 {
 			return false, fmt.Errorf("reply of %d frames", len(f))
 		}
@@ -173,7 +174,7 @@ func decodeSnapshotChunk(b []byte, out []uint64, maxRecords int) ([]uint64, erro
 // are dropped as already included. st.order is held. It reports whether the
 // stream is complete again.
 func (s *Subscriber) resync(ctx context.Context, st *stream, src *source, model string) bool {
-	h, hashes, err := fetchSnapshot(ctx, src.snapshot, s.cfg.ReplayTimeout, s.cfg.MaxSnapshotRecords)
+	h, hashes, err := fetchSnapshot(ctx, src.snapshot, s.cfg.ReplayTimeout, s.cfg.Transport, s.cfg.MaxSnapshotRecords)
 	result := "ok"
 	switch {
 	case err != nil:

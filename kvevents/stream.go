@@ -102,18 +102,7 @@ func (s *Subscriber) Streams() []StreamStats {
 	return out
 }
 
-// stream returns k's stream, creating it on first sight.
-func (s *Subscriber) stream(k streamKey) *stream {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.streams[k]
-	if st == nil {
-		st = &stream{key: k, worker: s.work.workerFor(k)}
-		st.stats.Pod, st.stats.DPRank = k.pod, k.rank
-		s.streams[k] = st
-	}
-	return st
-}
+// Streams are created by admit (limits.go), which enforces the caps.
 
 // seqSource says where a batch comes from: the live socket, or the replay
 // buffer asked for at connect (catchUp).
@@ -140,6 +129,16 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 	defer st.order.Unlock()
 	newEpoch := epoch != nil && string(epoch) != st.epoch
 	last := st.lastSeq
+	if st.hasSeq && !newEpoch && how == fromLive && !(st.dedup && b.Seq >= st.dedupFrom) {
+		// A repeated or slightly older seq is not a restart: only a jump
+		// back to a low value is (seqVerdict).
+		if why := seqVerdict(last, b.Seq); why != "" {
+			s.drop(why)
+			s.warn(src.addr+"|"+b.Pod, "dropping KV event batch: sequence number does not advance", "pod", b.Pod,
+				"dp_rank", b.DPRank, "last_seq", last, "seq", b.Seq, "reason", why)
+			return false
+		}
+	}
 	if st.hasSeq && !newEpoch && b.Seq <= last {
 		// Live batches published between our subscription and the
 		// catch-up reply arrive twice; catch-up ignores what we hold.
@@ -198,14 +197,14 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 	switch {
 	case restart:
 		s.m.Restarts.Inc()
-		s.log.Warn("engine restart detected (sequence went backwards or a new epoch): clearing pod", "pod", b.Pod,
+		s.warn(src.addr+"|"+b.Pod, "engine restart detected (sequence went back to a low value or a new epoch): clearing pod", "pod", b.Pod,
 			"dp_rank", b.DPRank, "last_seq", last, "seq", b.Seq, "epoch", st.epoch)
 		st.needClear, st.clearWhy = true, "restart"
 		why = "restart"
 	case gap:
 		s.m.SeqGaps.Inc()
 		s.m.MissedBatches.Add(float64(missed))
-		s.log.Warn("KV event sequence gap: batches lost", "pod", b.Pod, "dp_rank", b.DPRank,
+		s.warn(src.addr+"|"+b.Pod, "KV event sequence gap: batches lost", "pod", b.Pod, "dp_rank", b.DPRank,
 			"last_seq", last, "seq", b.Seq, "missed", missed, "replay", replay)
 		why = "gap"
 		if how == fromCatchUp {

@@ -4,17 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log"
 	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
-
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/zmtp"
 )
 
 // Defaults. Config's zero values mean these, except Bind: "" disables the
@@ -66,6 +63,21 @@ type Config struct {
 	// context given to BatchSink.Apply ends when it expires; what is still
 	// queued then is dropped and counted (shutdown_dropped_batches_total).
 	DrainTimeout time.Duration
+	// MaxStreams, MaxModels and MaxDPRanks bound the (pod, dp rank) streams,
+	// the model names and the ranks accepted (defaults 10000, 1000, 64); a
+	// batch beyond them is dropped and counted. PodExpiry (default 1h;
+	// negative: never) forgets a stream silent that long, clearing it from
+	// the sink. QueueBytes (default 256 MiB) bounds the decoded batches
+	// queued for all workers; beyond it a batch overflows like on a full
+	// queue. See limits.go.
+	MaxStreams, MaxModels, MaxDPRanks int
+	PodExpiry                         time.Duration
+	QueueBytes                        int64
+	// Transport bounds what a ZMQ peer can make every socket (bind,
+	// connect, replay) do: message size, handshake deadline, connections,
+	// buffered bytes. The zero value means zmtp's defaults. Its Counters
+	// field is ignored: the sockets count into Metrics.ZMQ.
+	Transport zmtp.Options
 }
 
 // Subscriber receives engine KV events over ZeroMQ, decodes them and hands
@@ -104,12 +116,13 @@ type Subscriber struct {
 	log     *slog.Logger
 	counts  decodeCounters
 	work    *dispatcher
+	logs    *logLimiter
 
 	ctx       context.Context // lifetime of the bind socket; ended by Close
 	cancel    context.CancelFunc
 	closeOnce sync.Once
 
-	bindSock zmq4.Socket
+	bindSock *zmtp.Sub
 	bindSrc  *source
 	bindAddr string // as listed (the real port, the configured host)
 	bindDial string // BindAddr
@@ -121,9 +134,8 @@ type Subscriber struct {
 	endpoints map[string]*source
 	order     []string
 	streams   map[streamKey]*stream
+	lim       limits
 }
-
-var discardZMQLog = log.New(io.Discard, "", 0)
 
 // NewSubscriber validates cfg and binds the bind socket (so a port in use is
 // reported here). Nothing is received until Run; a caller that never runs it
@@ -159,6 +171,22 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
+	cfg.Transport.Counters = m.ZMQ
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
+	if cfg.MaxModels <= 0 {
+		cfg.MaxModels = DefaultMaxModels
+	}
+	if cfg.MaxDPRanks <= 0 {
+		cfg.MaxDPRanks = DefaultMaxDPRanks
+	}
+	if cfg.PodExpiry == 0 {
+		cfg.PodExpiry = DefaultPodExpiry
+	}
+	if cfg.QueueBytes <= 0 {
+		cfg.QueueBytes = DefaultQueueBytes
+	}
 	filter := cfg.TopicFilter
 	if filter == "" {
 		filter = DefaultTopicFilter
@@ -174,10 +202,13 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 		m:         m,
 		log:       log,
 		counts:    newDecodeCounters(m),
-		work:      newDispatcher(sink, cfg.Workers, cfg.QueueSize, m.ShutdownDropped, log),
+		work:      newDispatcher(sink, cfg.Workers, cfg.QueueSize, cfg.QueueBytes, m, log),
+		logs:      newLogLimiter(m.limits.logSuppressed),
 		endpoints: map[string]*source{},
 		streams:   map[streamKey]*stream{},
+		lim:       newLimits(),
 	}
+	m.watch(s)
 	for _, ep := range cfg.Endpoints {
 		if err := s.AddEndpoint(ep); err != nil {
 			return nil, err
@@ -185,13 +216,8 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if cfg.Bind != "" {
-		sock := zmq4.NewSub(s.ctx, zmq4.WithLogger(discardZMQLog))
-		if err := sock.SetOption(zmq4.OptionSubscribe, filter); err != nil {
-			s.cancel()
-			return nil, fmt.Errorf("kvevents: subscribe: %w", err)
-		}
-		if err := sock.Listen(cfg.Bind); err != nil {
-			sock.Close()
+		sock, err := zmtp.ListenSub(cfg.Bind, cfg.Transport, filter)
+		if err != nil {
 			s.cancel()
 			return nil, fmt.Errorf("kvevents: bind %s: %w", cfg.Bind, err)
 		}
@@ -255,6 +281,13 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	}
 	for _, addr := range s.order {
 		s.startEndpoint(s.endpoints[addr])
+	}
+	if s.cfg.PodExpiry > 0 {
+		s.readers.Add(1)
+		go func() {
+			defer s.readers.Done()
+			s.expireLoop(runCtx)
+		}()
 	}
 	s.mu.Unlock()
 

@@ -39,6 +39,8 @@ type ApplierConfig struct {
 	// 0 = default; see applier_tables.go).
 	CopyTableSize      int
 	GroupMaskTableSize int
+	// Limits bound how many of those tables exist (applier_limits.go).
+	Limits ApplierLimits
 }
 
 // PodStats is one (pod, DP rank)'s view from the applier.
@@ -135,6 +137,8 @@ type Applier struct {
 	altMu sync.Mutex
 	alt   map[KeyConfig]*Hasher
 
+	lim limitState
+
 	// untrustedIDs mirrors the pods whose index state is not trusted, so the
 	// read path can leave them out of scores (Trusted) without touching the
 	// per-pod state; nUntrusted lets it skip the lookup when there are none.
@@ -163,9 +167,12 @@ type podState struct {
 
 	untrusted bool
 	alias     *aliasTable // nil until the pod first needs aliasing
-	keys      []Key       // scratch for Add/Remove
-	buf       []byte      // scratch for serialisation
-	hintFinal bool        // the parity hint names a definite cause
+	// aliasOwner counts alias tables against ApplierLimits.MaxAliasTables.
+	aliasOwner *limitState
+	overShare  bool   // logged that the pod reached its PodShare
+	keys       []Key  // scratch for Add/Remove
+	buf        []byte // scratch for serialisation
+	hintFinal  bool   // the parity hint names a definite cause
 	// everMatched: some block of this pod matched, so a mismatch means unseen
 	// extra keys, not a configuration difference.
 	everMatched bool
@@ -258,6 +265,7 @@ func NewApplier(cfg ApplierConfig) *Applier {
 		pods: map[podKey]*podState{}, digests: map[ModelID]*digestCache{}, alt: map[KeyConfig]*Hasher{},
 		untrustedIDs: map[PodID]struct{}{},
 	}
+	a.initLimits(cfg.Limits)
 	return a
 }
 
@@ -286,13 +294,7 @@ func (a *Applier) bindModel(ps *podState, model string) {
 		return
 	}
 	id := a.in.Model(model)
-	a.mu.Lock()
-	dc := a.digests[id]
-	if dc == nil {
-		dc = newDigestCache(a.dcSize)
-		a.digests[id] = dc
-	}
-	a.mu.Unlock()
+	dc := a.digestCacheFor(ps, id)
 	if ps.hasher != nil { // the pod now serves another model: start parity afresh
 		ps.resetParity()
 	}
@@ -303,7 +305,8 @@ func (a *Applier) bindModel(ps *podState, model string) {
 // pod's cache is wiped (AllBlocksCleared: often an engine restart, maybe with
 // a new seed) or it changes model, so a stale hint does not outlive its cause.
 func (ps *podState) resetParity() {
-	ps.hintFinal, ps.everMatched, ps.alias = false, false, nil
+	ps.hintFinal, ps.everMatched = false, false
+	ps.dropAlias()
 	ps.mu.Lock()
 	ps.st.ParityHint = ""
 	ps.mu.Unlock()
@@ -508,7 +511,10 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 				keys = append(keys, k)
 				switch {
 				case sglang:
-					a.aliasPut(ps, eh, k)
+					if !a.aliasPut(ps, eh, k) {
+						keys = keys[:len(keys)-1]
+						d.unkeyed++
+					}
 				case uint64(k) == eh:
 					d.matches++
 					ps.everMatched = true
@@ -527,7 +533,9 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 					}
 				default:
 					d.mismatches++
-					a.aliasPut(ps, eh, k)
+					if !a.aliasPut(ps, eh, k) {
+						keys[len(keys)-1] = Key(eh) // removals must still find it
+					}
 					if !ps.hintFinal {
 						a.diagnose(ps, ev, engine, i, eh, d)
 					}
@@ -556,6 +564,7 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 		}
 	}
 	keys = a.holdStored(ps, engine, ev, bit, keys, d)
+	keys = a.trimToShare(ps, keys)
 	ps.keys = keys
 	if len(keys) == 0 {
 		return nil
@@ -766,13 +775,6 @@ func (a *Applier) snapshot(ctx context.Context, ps *podState, engine Engine, ev 
 	}
 	d.stored += uint64(len(keys))
 	return nil
-}
-
-func (a *Applier) aliasPut(ps *podState, eh uint64, k Key) {
-	if ps.alias == nil {
-		ps.alias = newAliasTable(a.aliasCap)
-	}
-	ps.alias.put(eh, k)
 }
 
 func (a *Applier) removed(ctx context.Context, ps *podState, engine Engine, ev *Event, d *batchDelta) error {

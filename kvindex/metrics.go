@@ -27,6 +27,7 @@ type Metrics struct {
 	recoveryClears     prometheus.Counter
 	untrustedPods      prometheus.Gauge
 	batchDuration      prometheus.Histogram
+	limits             limitMetrics // applier_limits.go
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil = unregistered,
@@ -58,6 +59,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		batchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "apply_batch_seconds",
 			Help: "Time to apply one engine batch to the index.", Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10)}),
 	}
+	limits, limitCollectors := newLimitMetrics(ns)
+	m.limits = limits
 	for _, k := range []EventKind{BlockStored, BlockRemoved, AllBlocksCleared, BlockSnapshot} {
 		m.events[k] = events.WithLabelValues(k.String())
 	}
@@ -75,6 +78,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(events, m.blocksStored, m.blocksRemoved, m.blocksUnkeyed, m.parityMatches,
 			m.parityMismatches, unverified, skipped, m.copiesKept, m.tableEvictions, m.indexErrors, m.unresolvedRemovals,
 			m.recoveryClears, m.untrustedPods, m.batchDuration)
+		reg.MustRegister(limitCollectors...)
 	}
 	return m
 }

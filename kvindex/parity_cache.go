@@ -110,7 +110,12 @@ func newDigestCache(entries int) *digestCache {
 	return &digestCache{shift: shift, sets: make([]digestSet, n)}
 }
 
+// get and put on a nil cache (a model over ApplierLimits.MaxDigestCaches)
+// find nothing and keep nothing.
 func (c *digestCache) get(k uint64, out *[32]byte) bool {
+	if c == nil {
+		return false
+	}
 	i := setIndex(k, c.shift)
 	l := &c.locks[i%digestCacheLocks]
 	l.Lock()
@@ -124,6 +129,9 @@ func (c *digestCache) get(k uint64, out *[32]byte) bool {
 }
 
 func (c *digestCache) put(k uint64, d *[32]byte) {
+	if c == nil {
+		return
+	}
 	i := setIndex(k, c.shift)
 	l := &c.locks[i%digestCacheLocks]
 	l.Lock()

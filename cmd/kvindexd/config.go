@@ -72,6 +72,8 @@ type Config struct {
 	SecurityConfig `yaml:",inline"`
 	// SnapshotConfig: the in-memory index saved and reloaded (snapshot.go).
 	SnapshotConfig `yaml:",inline"`
+	// Limits: caps on what publishers can make the daemon hold (config_limits.go).
+	LimitsConfig `yaml:",inline"`
 }
 
 // ModelConfig overrides the key settings for one model (config file only):
@@ -117,6 +119,7 @@ func DefaultConfig() Config {
 		LogFormat:      "text",
 		SecurityConfig: defaultSecurity(),
 		SnapshotConfig: defaultSnapshot(),
+		LimitsConfig:   defaultLimits(),
 	}
 }
 
@@ -266,6 +269,7 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text | json")
 	securityFlags(fs, &cfg.SecurityConfig)
 	snapshotFlags(fs, &cfg.SnapshotConfig)
+	limitFlags(fs, &cfg.LimitsConfig)
 	return fs
 }
 
@@ -389,7 +393,7 @@ func (c *Config) validate() error {
 	if err := c.validateSnapshot(c.Index); err != nil {
 		return err
 	}
-	return nil
+	return c.LimitsConfig.validate()
 }
 
 // pickConfig turns the pick settings into the indexer's PickConfig (the

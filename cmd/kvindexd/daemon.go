@@ -102,7 +102,7 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	}
 	d.idx, err = indexer.New(ctx, indexer.Config{
 		Keys: def, ModelKeys: perModel, Backend: backend, TierWeights: &weights,
-		DigestCacheSize: cfg.DigestCacheSize, Tokenizer: d.promptTokenizer(),
+		DigestCacheSize: cfg.DigestCacheSize, Tokenizer: d.promptTokenizer(), ApplierLimits: cfg.LimitsConfig.applier(),
 		Registry: d.reg, Logger: log, Pick: pick,
 	})
 	if err != nil {
@@ -120,6 +120,7 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	bindEngine, _ := kvindex.ParseEngine(cfg.BindEngine)
 	subCfg := kvevents.Config{Bind: cfg.ZMQBind, BindEngine: bindEngine, TopicFilter: cfg.TopicFilter,
 		AllTopics: cfg.AllTopics, Workers: cfg.Workers, QueueSize: cfg.QueueSize}
+	cfg.LimitsConfig.subscriber(&subCfg)
 	for _, ep := range cfg.Endpoints {
 		subCfg.Endpoints = append(subCfg.Endpoints, ep.kvevents())
 	}

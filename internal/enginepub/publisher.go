@@ -10,43 +10,40 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
-	"log"
 	"net"
 	"strings"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
+	"github.com/kvindex/kvindex/zmtp"
 )
 
 // Publisher is a pure-Go ZeroMQ PUB socket that speaks the engines' framing
 // [topic, seq(8B BE), payload]. Tests and the demo use it; interop with real
 // libzmq is covered by hack/kvpublisher.py.
 type Publisher struct {
-	sock   zmq4.Socket
-	cancel context.CancelFunc
-	addr   string
+	sock *zmtp.Pub
+	addr string
 }
 
 // NewPublisher binds (bind=true) or connects endpoint. A bound "tcp://host:0"
-// picks a free port; Addr reports it.
+// picks a free port; Addr reports it. Connecting completes the handshake (or
+// fails) within zmtp.DefaultHandshakeTimeout.
 func NewPublisher(endpoint string, bind bool) (*Publisher, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	sock := zmq4.NewPub(ctx, zmq4.WithLogger(log.New(io.Discard, "", 0)))
-	p := &Publisher{sock: sock, cancel: cancel, addr: endpoint}
+	var sock *zmtp.Pub
 	var err error
 	if bind {
-		err = sock.Listen(endpoint)
-		if err == nil {
-			p.addr = dialable(endpoint, sock.Addr())
-		}
+		sock, err = zmtp.ListenPub(endpoint, zmtp.Options{})
 	} else {
-		err = sock.Dial(endpoint)
+		ctx, cancel := context.WithTimeout(context.Background(), zmtp.DefaultHandshakeTimeout)
+		sock, err = zmtp.DialPub(ctx, endpoint, zmtp.Options{})
+		cancel()
 	}
 	if err != nil {
-		sock.Close()
-		cancel()
 		return nil, fmt.Errorf("enginepub: publisher %s: %w", endpoint, err)
+	}
+	p := &Publisher{sock: sock, addr: endpoint}
+	if bind {
+		p.addr = dialable(endpoint, sock.Addr())
 	}
 	return p, nil
 }
@@ -82,18 +79,14 @@ func (p *Publisher) Publish(topic string, seq uint64, payload []byte) error {
 
 // SendFrames sends an arbitrary multipart message (malformed-input tests).
 func (p *Publisher) SendFrames(frames ...[]byte) error {
-	return p.sock.SendMulti(zmq4.NewMsgFrom(frames...))
+	return p.sock.Send(context.Background(), frames...)
 }
 
 // WaitSubscribed blocks until a subscriber whose filter matches topic is
 // attached (ZeroMQ drops what a PUB sends before that: the slow joiner).
 func (p *Publisher) WaitSubscribed(ctx context.Context, topic string) error {
-	t, ok := p.sock.(zmq4.Topics)
-	if !ok {
-		return fmt.Errorf("enginepub: socket does not report subscriptions")
-	}
 	for {
-		for _, sub := range t.Topics() {
+		for _, sub := range p.sock.Topics() {
 			if strings.HasPrefix(topic, sub) {
 				return nil
 			}
@@ -109,5 +102,4 @@ func (p *Publisher) WaitSubscribed(ctx context.Context, topic string) error {
 // Close closes the socket.
 func (p *Publisher) Close() {
 	p.sock.Close()
-	p.cancel()
 }

@@ -1,0 +1,230 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/kvindex"
+)
+
+// TestMemoryBoundHostilePublishers runs the real binary with its default
+// limits and feeds it, through its bind port, 100,000 distinct pod names of
+// 253 bytes (a few of 1 MB), 1,000 models whose blocks carry token ids
+// (digest caches) with hashes that never match (alias tables), payloads just
+// under the message cap that declare millions of hashes, and 100 MB
+// messages. It reports the daemon's peak RSS and checks it stays under
+// maxPeakRSS, that /metrics and /v1/pods stay small and valid, and that the
+// daemon still serves. It takes a few minutes and ~1 GB: set
+// KVINDEX_MEMORY_BOUND=1 to run it.
+//
+//	KVINDEX_MEMORY_BOUND=1 go test -run TestMemoryBoundHostilePublishers -v -timeout 30m ./internal/e2e/
+func TestMemoryBoundHostilePublishers(t *testing.T) {
+	if os.Getenv("KVINDEX_MEMORY_BOUND") == "" {
+		t.Skip("set KVINDEX_MEMORY_BOUND=1 (minutes, ~1 GB)")
+	}
+	const maxPeakRSS = 1 << 30
+	bin := filepath.Join(t.TempDir(), "kvindexd")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/kvindexd")
+	build.Dir = RepoRoot(t)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+	zmqAddr := fmt.Sprintf("tcp://127.0.0.1:%d", FreePort(t))
+	cmd := exec.Command(bin, "--grpc-addr", fmt.Sprintf("127.0.0.1:%d", FreePort(t)), "--http-addr", httpAddr,
+		"--zmq-bind", zmqAddr, "--hash-seed", "0", "--log-level", "warn")
+	logs := &lockedWriter{w: &bytes.Buffer{}}
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	base := "http://" + httpAddr
+	waitHTTP(t, base+"/readyz")
+	rss0 := procStatus(t, cmd.Process.Pid, "VmRSS")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	pub := dialPub(t, ctx, zmqAddr)
+	rng := rand.New(rand.NewPCG(9, 9))
+	sent := 0
+	send := func(p *enginepub.Publisher, topic string, seq uint64, b *kvindex.Batch) {
+		payload, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Publish(topic, seq, payload); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+		sent++
+	}
+	// 100k pods of 253-byte names over 1,000 models; 4 blocks each with
+	// token ids and hashes that are not the blocks' keys.
+	for i := 0; i < 100_000; i++ {
+		pod := fmt.Sprintf("hostile-%06d-", i)
+		pod += strings.Repeat(string(rune('a'+i%26)), 253-len(pod))
+		hashes := make([]uint64, 4)
+		for j := range hashes {
+			hashes[j] = rng.Uint64()
+		}
+		toks := make([]uint32, 4*16)
+		for j := range toks {
+			toks[j] = rng.Uint32N(150000)
+		}
+		b := &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: hashes, TokenIDs: toks, BlockSize: 16}}}
+		send(pub, fmt.Sprintf("kv@%s@org/model-%04d", pod, i%1000), 0, b)
+	}
+	// 1 MB pod names
+	for i := 0; i < 20; i++ {
+		send(pub, "kv@"+strings.Repeat("p", 1<<20)+strconv.Itoa(i)+"@m", 0, &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}})
+	}
+	// 60 MB payloads of one-byte hashes: under the message cap, over the
+	// elements cap
+	big := append([]byte{0x92, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x93, 0xac}, "BlockRemoved"...)
+	n := 60 << 20
+	big = append(big, 0xdd, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	big = append(big, bytes.Repeat([]byte{1}, n)...)
+	big = append(big, 0xc0)
+	for i := 0; i < 4; i++ {
+		var s8 [8]byte
+		binary.BigEndian.PutUint64(s8[:], uint64(i))
+		if err := pub.SendFrames([]byte("kv@big@m"), s8[:], big); err != nil {
+			t.Fatal(err)
+		}
+		sent++
+	}
+	waitReceived(t, base, sent)
+	pub.Close()
+	// 100 MB messages: over the cap, each closes its connection
+	hundred := bytes.Repeat([]byte{0x01}, 100<<20)
+	for i := 0; i < 3; i++ {
+		p := dialPub(t, ctx, zmqAddr)
+		_ = p.SendFrames([]byte("kv@huge@m"), make([]byte, 8), hundred)
+		p.Close()
+	}
+
+	metricsBody, took := get(t, base+"/metrics")
+	podsBody, _ := get(t, base+"/v1/pods")
+	if !json.Valid(podsBody) {
+		t.Fatal("/v1/pods is not valid JSON")
+	}
+	peak := procStatus(t, cmd.Process.Pid, "VmHWM")
+	rss := procStatus(t, cmd.Process.Pid, "VmRSS")
+	t.Logf("RSS at start %d MB, after the flood %d MB, peak %d MB; /metrics %d KB in %v, /v1/pods %d KB",
+		rss0>>20, rss>>20, peak>>20, len(metricsBody)>>10, took.Round(time.Millisecond), len(podsBody)>>10)
+	for _, l := range strings.Split(string(metricsBody), "\n") {
+		if strings.HasPrefix(l, "kvindexd_kvevents_dropped_frames_total") || strings.HasPrefix(l, "kvindexd_kvevents_zmq_oversized") ||
+			strings.HasPrefix(l, "kvindexd_kvevents_streams ") || strings.HasPrefix(l, "kvindexd_kvevents_models ") ||
+			strings.HasPrefix(l, "kvindexd_digest_caches ") || strings.HasPrefix(l, "kvindexd_alias_tables ") {
+			t.Log(l)
+		}
+	}
+	if peak > maxPeakRSS {
+		t.Fatalf("peak RSS %d MB over the %d MB bound", peak>>20, maxPeakRSS>>20)
+	}
+	if len(metricsBody) > 64<<20 {
+		t.Fatalf("/metrics is %d MB", len(metricsBody)>>20)
+	}
+	waitHTTP(t, base+"/readyz")
+}
+
+func dialPub(t *testing.T, ctx context.Context, addr string) *enginepub.Publisher {
+	t.Helper()
+	p, err := enginepub.NewPublisher(addr, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitSubscribed(ctx, "kv@"); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func waitHTTP(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", url, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func get(t *testing.T, url string) ([]byte, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s: %d %v", url, resp.StatusCode, err)
+	}
+	return b, time.Since(start)
+}
+
+// waitReceived waits until the daemon has taken n messages off its bind
+// socket (and so decoded, dropped or queued each).
+func waitReceived(t *testing.T, base string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		body, _ := get(t, base+"/metrics")
+		for _, l := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(l, `kvindexd_kvevents_messages_received_total{socket="bind"} `) {
+				v, _ := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
+				if int(v) >= n {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon did not receive %d messages", n)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// procStatus reads a "kB" field of /proc/<pid>/status, in bytes.
+func procStatus(t *testing.T, pid int, field string) int64 {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
