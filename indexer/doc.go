@@ -19,7 +19,14 @@
 // applier no longer trusts (an index write failed and the pod has not been
 // cleared since) are an explicit candidate filter of every score.
 //
-// The Query/Result shape leaves room for more input kinds (a chat "messages"
-// input is one more InputKind with its own field) and for a later Pick method
-// that chooses one pod from the same Result rather than listing them all.
+// Inputs are token ids, block hashes, a /v1/completions prompt (through
+// Config.Tokenizer) or a chat request (through Config.Chat, which renders it
+// with the model's chat template); Query.SetOpenAIRequest reads a router's
+// OpenAI body into one of them. The Query/Result shape leaves room for a
+// later Pick method that chooses one pod from the same Result.
+//
+// With Config.Prediction on, a sample of scored requests is remembered and
+// checked against the blocks the engines later store (predict.go): a
+// rendering or hashing difference from the engines shows as a miss rate
+// near 100%.
 package indexer
