@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -16,6 +17,21 @@ type scoreBody struct {
 	tokens                             []uint32
 	hashes                             []uint64
 	pods                               []string
+	// The chat input and a router's OpenAI body are handed on as JSON.
+	messages, tools, documents, kwargs json.RawMessage
+	request                            json.RawMessage
+	addGen, cont, addSpecial           optBool
+}
+
+// optBool is a JSON boolean that may be absent or null.
+type optBool struct{ set, v bool }
+
+func (o optBool) ptr() *bool {
+	if !o.set {
+		return nil
+	}
+	v := o.v
+	return &v
 }
 
 // parseScoreBody is a strict decoder for the fixed shape of a score request.
@@ -101,8 +117,25 @@ func parseScoreBody(data []byte, out *scoreBody) error {
 				out.pods = append(out.pods, p)
 				return nil
 			})
+		case "messages":
+			out.messages, err = s.raw(key)
+		case "tools":
+			out.tools, err = s.raw(key)
+		case "documents":
+			out.documents, err = s.raw(key)
+		case "chat_template_kwargs":
+			out.kwargs, err = s.raw(key)
+		case "request":
+			out.request, err = s.raw(key)
+		case "add_generation_prompt":
+			out.addGen, err = s.optBool(key)
+		case "continue_final_message":
+			out.cont, err = s.optBool(key)
+		case "add_special_tokens":
+			out.addSpecial, err = s.optBool(key)
 		default:
-			return fmt.Errorf("unknown field %q (want model, token_ids, block_hashes, prompt, pods, lora_name, cache_salt)", key)
+			return fmt.Errorf("unknown field %q (want model, token_ids, block_hashes, prompt, messages, request, pods, lora_name, cache_salt, "+
+				"tools, documents, add_generation_prompt, continue_final_message, chat_template_kwargs, add_special_tokens)", key)
 		}
 		if err != nil {
 			return err
@@ -247,6 +280,35 @@ func (s *scanner) array(key string, elem func(i int) error) error {
 		}
 		return s.errorf("%s: expected ',' or ']'", key)
 	}
+}
+
+// raw reads any JSON value (null = absent) and returns a copy of its text.
+func (s *scanner) raw(key string) (json.RawMessage, error) {
+	if s.null() {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(s.b[s.p:]))
+	var v json.RawMessage
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("%s: invalid JSON: %v", key, err)
+	}
+	s.p += int(dec.InputOffset())
+	return v, nil
+}
+
+// optBool reads true, false or null.
+func (s *scanner) optBool(key string) (optBool, error) {
+	switch {
+	case s.null():
+		return optBool{}, nil
+	case bytes.HasPrefix(s.b[s.p:], []byte("true")):
+		s.p += 4
+		return optBool{set: true, v: true}, nil
+	case bytes.HasPrefix(s.b[s.p:], []byte("false")):
+		s.p += 5
+		return optBool{set: true}, nil
+	}
+	return optBool{}, s.errorf("%s: expected true, false or null", key)
 }
 
 // number skips a JSON number token.

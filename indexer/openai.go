@@ -110,3 +110,28 @@ func (q *Query) setCompletionPrompt(raw json.RawMessage) error {
 	}
 	return errorf(InvalidArgument, "request: prompt must be a string, a list with one string, or token ids in [0, 2^32)")
 }
+
+// chatJSON is the chat input as one JSON object (gRPC's chat_json).
+type chatJSON struct {
+	chattemplate.Request
+	AddSpecialTokens *bool `json:"add_special_tokens,omitempty"`
+}
+
+// SetChatJSON makes q a messages input from a JSON object with messages
+// and, optionally, tools, documents, add_generation_prompt,
+// continue_final_message, chat_template_kwargs and add_special_tokens.
+// Unknown fields are refused: a misspelt option would otherwise change the
+// rendering silently. Errors are *Error.
+func (q *Query) SetChatJSON(raw []byte) error {
+	var c chatJSON
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return errorf(InvalidArgument, "chat_json: %v", err)
+	}
+	if dec.More() {
+		return errorf(InvalidArgument, "chat_json: trailing data after the object")
+	}
+	q.Kind, q.Chat, q.AddSpecialTokens = InputMessages, &c.Request, c.AddSpecialTokens
+	return nil
+}
