@@ -73,8 +73,12 @@ type predictor struct {
 	// taking the lock.
 	awaiting atomic.Int64
 
-	mu      sync.Mutex
-	pending map[predKey]int64 // deadline
+	mu sync.Mutex
+	// pending holds each awaited key's deadline, per model: a plain
+	// uint64-keyed map is the fastest lookup Go has, which the apply path
+	// pays per stored block while keys are awaited.
+	pending  map[kvindex.ModelID]map[kvindex.Key]int64
+	nPending int
 	fifo    []predEntry       // by deadline; fifo[head:] is live
 	head    int
 	models  map[kvindex.ModelID]*predCounts
@@ -95,7 +99,7 @@ func newPredictor(cfg PredictionConfig, in *kvindex.Interner, reg *prometheus.Re
 		cfg.Capacity = DefaultPredictionCapacity
 	}
 	p := &predictor{rate: cfg.SampleRate, window: cfg.Window, capacity: cfg.Capacity, in: in,
-		now: time.Now, rand: rand.Float64, pending: map[predKey]int64{}, models: map[kvindex.ModelID]*predCounts{}}
+		now: time.Now, rand: rand.Float64, pending: map[kvindex.ModelID]map[kvindex.Key]int64{}, models: map[kvindex.ModelID]*predCounts{}}
 	if reg != nil {
 		if err := reg.Register(predCollector{p}); err != nil {
 			return nil, err
@@ -124,21 +128,26 @@ func (p *predictor) sample(model kvindex.ModelID, r *Result) {
 	defer p.mu.Unlock()
 	p.expire(now)
 	c := p.counts(model)
+	pm := p.pending[model]
+	if pm == nil {
+		pm = map[kvindex.Key]int64{}
+		p.pending[model] = pm
+	}
 	for _, k := range r.keys[held:] {
-		pk := predKey{model, k}
-		if _, ok := p.pending[pk]; ok {
+		if _, ok := pm[k]; ok {
 			continue // already awaited for an earlier request
 		}
 		if len(p.fifo)-p.head >= p.capacity {
 			p.dropped++
 			continue
 		}
-		p.pending[pk] = deadline
-		p.fifo = append(p.fifo, predEntry{pk, deadline})
+		pm[k] = deadline
+		p.fifo = append(p.fifo, predEntry{predKey{model, k}, deadline})
+		p.nPending++
 		c.predicted++
 		c.pending++
 	}
-	p.awaiting.Store(int64(len(p.pending)))
+	p.awaiting.Store(int64(p.nPending))
 }
 
 // observe settles awaited keys that an engine just stored. It runs on the
@@ -150,16 +159,17 @@ func (p *predictor) observe(model kvindex.ModelID, keys []kvindex.Key) {
 	}
 	var now int64
 	p.mu.Lock()
+	pm := p.pending[model]
 	for _, k := range keys {
-		pk := predKey{model, k}
-		deadline, ok := p.pending[pk]
+		deadline, ok := pm[k]
 		if !ok {
 			continue
 		}
 		if now == 0 {
 			now = p.now().UnixNano()
 		}
-		delete(p.pending, pk)
+		delete(pm, k)
+		p.nPending--
 		c := p.models[model]
 		c.pending--
 		if now <= deadline {
@@ -168,7 +178,7 @@ func (p *predictor) observe(model kvindex.ModelID, keys []kvindex.Key) {
 			c.missed++ // arrived, but after the window: counted as the window says
 		}
 	}
-	p.awaiting.Store(int64(len(p.pending)))
+	p.awaiting.Store(int64(p.nPending))
 	p.mu.Unlock()
 }
 
@@ -178,8 +188,10 @@ func (p *predictor) expire(now int64) {
 		e := p.fifo[p.head]
 		p.fifo[p.head] = predEntry{}
 		p.head++
-		if d, ok := p.pending[e.k]; ok && d == e.deadline {
-			delete(p.pending, e.k)
+		pm := p.pending[e.k.model]
+		if d, ok := pm[e.k.key]; ok && d == e.deadline {
+			delete(pm, e.k.key)
+			p.nPending--
 			c := p.models[e.k.model]
 			c.pending--
 			c.missed++
@@ -191,7 +203,7 @@ func (p *predictor) expire(now int64) {
 		p.fifo = p.fifo[:n]
 		p.head = 0
 	}
-	p.awaiting.Store(int64(len(p.pending)))
+	p.awaiting.Store(int64(p.nPending))
 }
 
 func (p *predictor) counts(model kvindex.ModelID) *predCounts {
@@ -286,7 +298,7 @@ func (c predCollector) Collect(ch chan<- prometheus.Metric) {
 	p := c.p
 	p.mu.Lock()
 	p.expire(p.now().UnixNano())
-	pending, dropped := len(p.pending), p.dropped
+	pending, dropped := p.nPending, p.dropped
 	type row struct {
 		name string
 		c    predCounts

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kvindex/kvindex/api"
+	"github.com/kvindex/kvindex/chatprompt"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
@@ -77,9 +78,17 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	if err != nil {
 		return nil, err
 	}
+	prediction, err := cfg.predictionConfig()
+	if err != nil {
+		return nil, err
+	}
+	prompts, chats, err := d.tokenizers()
+	if err != nil {
+		return nil, err
+	}
 	d.idx, err = indexer.New(ctx, indexer.Config{
 		Keys: def, ModelKeys: perModel, Backend: backend, TierWeights: &weights,
-		DigestCacheSize: cfg.DigestCacheSize, Tokenizer: d.promptTokenizer(),
+		DigestCacheSize: cfg.DigestCacheSize, Tokenizer: prompts, Chat: chats, Prediction: prediction,
 		Registry: d.reg, Logger: log,
 	})
 	if err != nil {
@@ -159,22 +168,34 @@ func (d *daemon) backend() (indexer.BackendFunc, error) {
 	}, nil
 }
 
-// promptTokenizer returns the prefix store over the tokenizer registry.
-// It is always on: a model with no tokenizer is an error to the caller that
-// names where the daemon looked, never an empty score.
-func (d *daemon) promptTokenizer() indexer.PromptTokenizer {
+// tokenizers returns the prefix store over the tokenizer registry (prompts)
+// and the chat renderer over the same registry and store (chats), so a chat
+// is rendered with the template of the very directory its tokenizer comes
+// from. Both are always on: a model with no tokenizer or template is an
+// error to the caller that names where the daemon looked, never an empty
+// score.
+func (d *daemon) tokenizers() (*prefixstore.Store, *chatprompt.Renderer, error) {
 	models := map[string]string{}
+	templates := map[string]string{}
 	for name, m := range d.cfg.Models {
 		if m.Tokenizer != "" {
 			models[name] = m.Tokenizer
+		}
+		if m.ChatTemplate != "" {
+			templates[name] = m.ChatTemplate
 		}
 	}
 	for name, path := range d.cfg.Tokenizers {
 		models[name] = path
 	}
 	reg := tokenization.NewRegistry(tokenization.RegistryConfig{Models: models, HFCacheDir: d.cfg.HFCacheDir, Dirs: d.cfg.TokenizersDir})
-	return prefixstore.New(prefixstore.Config{ChunkBytes: d.cfg.PrefixChunkBytes, Capacity: d.cfg.PrefixCapacity}, reg,
+	store := prefixstore.New(prefixstore.Config{ChunkBytes: d.cfg.PrefixChunkBytes, Capacity: d.cfg.PrefixCapacity}, reg,
 		prefixstore.NewMetrics(d.reg))
+	chats, err := chatprompt.New(chatprompt.Config{Registry: reg, Tokenizer: store, Templates: templates, Registerer: d.reg})
+	if err != nil {
+		return nil, nil, err
+	}
+	return store, chats, nil
 }
 
 func (e EndpointSpec) kvevents() kvevents.EndpointConfig {
