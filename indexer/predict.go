@@ -79,10 +79,10 @@ type predictor struct {
 	// pays per stored block while keys are awaited.
 	pending  map[kvindex.ModelID]map[kvindex.Key]int64
 	nPending int
-	fifo    []predEntry       // by deadline; fifo[head:] is live
-	head    int
-	models  map[kvindex.ModelID]*predCounts
-	dropped uint64
+	fifo     []predEntry // by deadline; fifo[head:] is live
+	head     int
+	models   map[kvindex.ModelID]*predCounts
+	dropped  uint64
 }
 
 func newPredictor(cfg PredictionConfig, in *kvindex.Interner, reg *prometheus.Registry) (*predictor, error) {
