@@ -12,7 +12,6 @@ import (
 
 	"github.com/kvindex/kvindex/chattemplate"
 	"github.com/kvindex/kvindex/prefixstore"
-	"github.com/kvindex/kvindex/tokenization"
 )
 
 // benchTurns builds a 20-turn chat (system prompt, 20 user and 20 assistant
@@ -71,7 +70,7 @@ func benchTurns(b *testing.B) []*chattemplate.Request {
 func BenchmarkChat20Turns(b *testing.B) {
 	turns := benchTurns(b)
 	last, prev := turns[len(turns)-1], turns[len(turns)-2]
-	treg := tokenization.NewRegistry(tokenization.RegistryConfig{Models: map[string]string{"qwen3": qwen3Dir}})
+	treg := registry()
 	r, err := New(Config{Registry: treg, Tokenizer: prefixstore.New(prefixstore.Config{}, treg, nil)})
 	if err != nil {
 		b.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,9 +27,53 @@ type fixture struct {
 	tok *tokenization.Tokenizer
 }
 
-func newFixture(t *testing.T, models map[string]string, templates map[string]string, capacity int) *fixture {
+// bareDir holds a tiny real tokenizer without tokenizer_config.json: a
+// model without a chat template (tiny, because loading Qwen3 twice costs
+// tens of seconds under -race).
+var bareDir string
+
+// tinyTokenizerJSON is a minimal valid tokenizer.json (BPE over "a", "b").
+const tinyTokenizerJSON = `{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,` +
+	`"pre_tokenizer":null,"post_processor":null,"decoder":null,"model":{"type":"BPE","dropout":null,"unk_token":null,` +
+	`"continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,` +
+	`"ignore_merges":false,"vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]}}`
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "chatprompt-bare")
+	if err != nil {
+		panic(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), []byte(tinyTokenizerJSON), 0o644); err != nil {
+		panic(err)
+	}
+	bareDir = dir
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+var (
+	sharedRegOnce sync.Once
+	sharedReg     *tokenization.Registry
+)
+
+// registry is shared by every test so the Qwen3 tokenizer is parsed once
+// per test binary (slow under -race). Every name but "bare" and "nowhere"
+// is the Qwen3 directory; overrides are per Renderer.
+func registry() *tokenization.Registry {
+	sharedRegOnce.Do(func() {
+		m := map[string]string{"bare": bareDir}
+		for _, name := range []string{"qwen3", "org/qwen3", "plain", "broken", "raises"} {
+			m[name] = qwen3Dir
+		}
+		sharedReg = tokenization.NewRegistry(tokenization.RegistryConfig{Models: m})
+	})
+	return sharedReg
+}
+
+func newFixture(t *testing.T, templates map[string]string, capacity int) *fixture {
 	t.Helper()
-	treg := tokenization.NewRegistry(tokenization.RegistryConfig{Models: models})
+	treg := registry()
 	reg := prometheus.NewRegistry()
 	store := prefixstore.New(prefixstore.Config{}, treg, prefixstore.NewMetrics(reg))
 	r, err := New(Config{Registry: treg, Tokenizer: store, Templates: templates, Capacity: capacity, Registerer: reg})
@@ -78,7 +123,7 @@ func chat(t *testing.T, msgs ...[2]string) *chattemplate.Request {
 // the prefix store serves the first turn's tokens (its hit counter moves)
 // while the ids stay equal to tokenizing the rendered text in full.
 func TestSecondTurnReusesFirstTurnTokens(t *testing.T) {
-	f := newFixture(t, map[string]string{"qwen3": qwen3Dir}, nil, 0)
+	f := newFixture(t, nil, 0)
 	system := strings.Repeat("You answer questions about caches, in detail and with examples. ", 40)
 	turns := []*chattemplate.Request{
 		chat(t, [2]string{"system", system}, [2]string{"user", "What is a prefix cache?"}),
@@ -121,14 +166,6 @@ func TestSecondTurnReusesFirstTurnTokens(t *testing.T) {
 }
 
 func TestErrorsAreClassified(t *testing.T) {
-	bare := t.TempDir() // a tokenizer without tokenizer_config.json: no template
-	gz, err := os.ReadFile(filepath.Join(qwen3Dir, "tokenizer.json.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(bare, "tokenizer.json.gz"), gz, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	broken := filepath.Join(t.TempDir(), "broken.jinja")
 	if err := os.WriteFile(broken, []byte("{% include 'x' %}"), 0o644); err != nil {
 		t.Fatal(err)
@@ -137,8 +174,7 @@ func TestErrorsAreClassified(t *testing.T) {
 	if err := os.WriteFile(raises, []byte("{{ raise_exception('Conversation roles must alternate') }}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	f := newFixture(t, map[string]string{"qwen3": qwen3Dir, "bare": bare, "broken": qwen3Dir, "raises": qwen3Dir},
-		map[string]string{"broken": broken, "raises": raises}, 0)
+	f := newFixture(t, map[string]string{"broken": broken, "raises": raises}, 0)
 	ctx := context.Background()
 
 	// The request's fault: malformed messages, conflicting options, or a
@@ -185,7 +221,7 @@ func TestOverrideAndCacheBound(t *testing.T) {
 	if err := os.WriteFile(override, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	f := newFixture(t, map[string]string{"qwen3": qwen3Dir, "plain": qwen3Dir}, map[string]string{"plain": override}, 1)
+	f := newFixture(t, map[string]string{"plain": override}, 1)
 	req := chat(t, [2]string{"user", "hi"})
 	for range 2 {
 		own, err := f.r.Render("qwen3", req)
@@ -211,5 +247,42 @@ func TestOverrideAndCacheBound(t *testing.T) {
 	}
 	if g := f.counter(t, "kvindexd_chat_templates_cached"); g != 1 {
 		t.Fatalf("cached gauge %v", g)
+	}
+}
+
+// Concurrent first requests for two models share one template load each
+// and render exactly (run with -race).
+func TestConcurrentRenders(t *testing.T) {
+	f := newFixture(t, nil, 0)
+	req := chat(t, [2]string{"system", strings.Repeat("Shared system prompt. ", 30)}, [2]string{"user", "hi"})
+	want, err := f.r.Render("qwen3", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.r.mu.Lock()
+	clear(f.r.entries) // start cold again
+	f.r.mu.Unlock()
+	wantIDs, _ := f.tok.Encode(want, false)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := range 16 {
+		wg.Go(func() {
+			model := []string{"qwen3", "org/qwen3"}[i%2]
+			ids, err := f.r.TokenizeChat(context.Background(), model, req, false)
+			if err == nil && !slices.Equal(ids, wantIDs) {
+				err = errors.New("ids differ from full tokenization")
+			}
+			if err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if f.r.Cached() != 1 {
+		t.Fatalf("%d template sets for two names of one directory", f.r.Cached())
 	}
 }

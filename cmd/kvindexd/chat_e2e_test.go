@@ -229,12 +229,11 @@ func TestChatScoreEqualsEngineTokenIDs(t *testing.T) {
 	}
 	// A model whose tokenizer has no chat template is this daemon's limit
 	// (422), not the request's fault.
+	// A tiny real tokenizer.json (BPE over "a", "b") and no tokenizer_config.json.
 	bare := t.TempDir()
-	gz, err := os.ReadFile(filepath.Join(qwen3Dir, "tokenizer.json.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(bare, "tokenizer.json.gz"), gz, 0o644); err != nil {
+	tiny := `{"version":"1.0","added_tokens":[],"normalizer":null,"pre_tokenizer":null,"post_processor":null,"decoder":null,` +
+		`"model":{"type":"BPE","unk_token":null,"vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]}}`
+	if err := os.WriteFile(filepath.Join(bare, "tokenizer.json"), []byte(tiny), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	e2 := startDaemon(t, func(c *Config) { c.Tokenizers = map[string]string{"bare": bare} })
