@@ -60,7 +60,7 @@ type predCounts struct {
 
 // predictor holds the awaited keys. Memory is bounded by Capacity: the
 // FIFO (which also holds entries already seen, until their deadline) never
-// exceeds it, and the pending map is a subset of the FIFO. The per-model
+// exceeds it, and the pending maps hold a subset of the FIFO. The per-model
 // counts are keyed by model ids the interner already knows.
 type predictor struct {
 	rate     float64
@@ -69,7 +69,7 @@ type predictor struct {
 	in       *kvindex.Interner
 	now      func() time.Time
 	rand     func() float64
-	// awaiting mirrors len(pending): the apply path returns on 0 without
+	// awaiting mirrors nPending: the apply path returns on 0 without
 	// taking the lock.
 	awaiting atomic.Int64
 
