@@ -24,6 +24,17 @@ func (s *Server) Score(ctx context.Context, req *kvindexv1.ScoreRequest) (*kvind
 		q.Kind, q.BlockHashes = indexer.InputHashes, in.BlockHashes.GetHashes()
 	case *kvindexv1.ScoreRequest_Prompt:
 		q.Kind, q.Prompt = indexer.InputPrompt, in.Prompt
+	case *kvindexv1.ScoreRequest_ChatJson:
+		if err := q.SetChatJSON([]byte(in.ChatJson)); err != nil {
+			s.metrics.observeRequest(indexer.InputMessages, codes.InvalidArgument, 0)
+			return nil, fromIndexer(err).grpc()
+		}
+	case *kvindexv1.ScoreRequest_OpenaiRequestJson:
+		if err := q.SetOpenAIRequest([]byte(in.OpenaiRequestJson)); err != nil {
+			e := fromIndexer(err)
+			s.metrics.observeRequest(indexer.InputNone, e.Code, 0)
+			return nil, e.grpc()
+		}
 	}
 	a, err := s.score(ctx, &q)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
 
+	"github.com/kvindex/kvindex/chattemplate"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/kvindex"
 )
@@ -28,6 +29,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/score", s.handleScore)
 	mux.HandleFunc("POST /v1/pick", s.handlePick)
 	mux.HandleFunc("GET /v1/pods", s.handlePods)
+	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /v1/endpoints", s.handleListEndpoints)
 	mux.HandleFunc("POST /v1/endpoints", s.handleAddEndpoint)
 	mux.HandleFunc("DELETE /v1/endpoints", s.handleRemoveEndpoint)
@@ -161,8 +163,26 @@ func (sc *httpScratch) parse(w http.ResponseWriter, r *http.Request) (indexer.Qu
 		n++
 		q.Kind, q.Prompt = indexer.InputPrompt, b.prompt
 	}
+	if b.messages != nil {
+		n++
+		q.Kind = indexer.InputMessages
+		q.Chat = &chattemplate.Request{Messages: b.messages, Tools: b.tools, Documents: b.documents,
+			AddGenerationPrompt: b.addGen.ptr(), ContinueFinalMessage: b.cont.v, ChatTemplateKwargs: b.kwargs}
+	} else if b.tools != nil || b.documents != nil || b.kwargs != nil || b.addGen.set || b.cont.set {
+		return q, errorf(codes.InvalidArgument, "tools, documents, add_generation_prompt, continue_final_message and chat_template_kwargs apply to messages only")
+	}
+	q.AddSpecialTokens = b.addSpecial.ptr()
+	if b.request != nil {
+		if n > 0 || q.AddSpecialTokens != nil {
+			return q, errorf(codes.InvalidArgument, "request carries the whole OpenAI body: give no other input field beside it")
+		}
+		if err := q.SetOpenAIRequest(b.request); err != nil {
+			return q, fromIndexer(err)
+		}
+		return q, nil
+	}
 	if n > 1 {
-		return q, errorf(codes.InvalidArgument, "give exactly one of token_ids, block_hashes or prompt")
+		return q, errorf(codes.InvalidArgument, "give exactly one of token_ids, block_hashes, prompt, messages or request")
 	}
 	return q, nil
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -16,6 +17,10 @@ type scoreBody struct {
 	tokens                             []uint32
 	hashes                             []uint64
 	pods                               []string
+	// The chat input and a router's OpenAI body are handed on as JSON.
+	messages, tools, documents, kwargs json.RawMessage
+	request                            json.RawMessage
+	addGen, cont, addSpecial           optBool
 }
 
 // parseScoreBody is a strict decoder for the fixed shape of a score request.
@@ -128,8 +133,25 @@ func (s *scanner) scoreField(key string, out *scoreBody) error {
 			out.pods = append(out.pods, p)
 			return nil
 		})
+	case "messages":
+		out.messages, err = s.raw(key)
+	case "tools":
+		out.tools, err = s.raw(key)
+	case "documents":
+		out.documents, err = s.raw(key)
+	case "chat_template_kwargs":
+		out.kwargs, err = s.raw(key)
+	case "request":
+		out.request, err = s.raw(key)
+	case "add_generation_prompt":
+		out.addGen, err = s.optBool(key)
+	case "continue_final_message":
+		out.cont, err = s.optBool(key)
+	case "add_special_tokens":
+		out.addSpecial, err = s.optBool(key)
 	default:
-		return fmt.Errorf("unknown field %q (want model, token_ids, block_hashes, prompt, pods, lora_name, cache_salt)", key)
+		return fmt.Errorf("unknown field %q (want model, token_ids, block_hashes, prompt, messages, request, pods, lora_name, cache_salt, "+
+			"tools, documents, add_generation_prompt, continue_final_message, chat_template_kwargs, add_special_tokens)", key)
 	}
 	return err
 }
@@ -139,6 +161,8 @@ func (s *scanner) scoreField(key string, out *scoreBody) error {
 var knownKeys = func() map[string]string {
 	m := map[string]string{}
 	for _, k := range []string{"model", "prompt", "lora_name", "cache_salt", "token_ids", "block_hashes", "pods",
+		"messages", "tools", "documents", "chat_template_kwargs", "request", "add_generation_prompt",
+		"continue_final_message", "add_special_tokens",
 		"policy", "candidates", "pod", "dp_rank", "waiting", "running", "kv_usage", "events"} {
 		m[k] = k
 	}
@@ -335,4 +359,44 @@ func (s *scanner) int(key string, i int) (int64, error) {
 		return -int64(v), nil
 	}
 	return int64(v), nil
+}
+
+// raw reads any JSON value (null = absent) and returns a copy of its text.
+func (s *scanner) raw(key string) (json.RawMessage, error) {
+	if s.null() {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(s.b[s.p:]))
+	var v json.RawMessage
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("%s: invalid JSON: %v", key, err)
+	}
+	s.p += int(dec.InputOffset())
+	return v, nil
+}
+
+// optBool reads true, false or null.
+func (s *scanner) optBool(key string) (optBool, error) {
+	switch {
+	case s.null():
+		return optBool{}, nil
+	case bytes.HasPrefix(s.b[s.p:], []byte("true")):
+		s.p += 4
+		return optBool{set: true, v: true}, nil
+	case bytes.HasPrefix(s.b[s.p:], []byte("false")):
+		s.p += 5
+		return optBool{set: true}, nil
+	}
+	return optBool{}, s.errorf("%s: expected true, false or null", key)
+}
+
+// optBool is a JSON boolean that may be absent or null.
+type optBool struct{ set, v bool }
+
+func (o optBool) ptr() *bool {
+	if !o.set {
+		return nil
+	}
+	v := o.v
+	return &v
 }

@@ -20,6 +20,16 @@
 // applier no longer trusts (an index write failed and the pod has not been
 // cleared since) are an explicit candidate filter of every score.
 //
+// Inputs are token ids, block hashes, a /v1/completions prompt (through
+// Config.Tokenizer) or a chat request (through Config.Chat, which renders it
+// with the model's chat template); Query.SetOpenAIRequest reads a router's
+// OpenAI body into one of them. 
+//
+// With Config.Prediction on, a sample of scored requests is remembered and
+// checked against the blocks the engines later store (predict.go): a
+// rendering or hashing difference from the engines shows as a miss rate
+// near 100%.
+//
 // Pick answers "where should this request go" on the same path: the same
 // inputs and keys as Score, one index lookup over the router's candidates,
 // then a policy of package routing weighs each candidate's cached prefix
@@ -29,7 +39,4 @@
 // through Redis when the index is) and a routing history for candidates
 // that publish no events. Both are bounded, counted and on an injectable
 // clock.
-//
-// The Query/Result shape leaves room for more input kinds (a chat "messages"
-// input is one more InputKind with its own field).
 package indexer

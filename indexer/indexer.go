@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvindex/kvindex/chattemplate"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -17,6 +18,22 @@ import (
 // passes the prefix store.
 type PromptTokenizer interface {
 	TokenizePrompt(ctx context.Context, model, prompt string) ([]uint32, error)
+}
+
+// RenderedTokenizer is a PromptTokenizer that can also tokenize without
+// special tokens (a prompt sent with add_special_tokens=false). The prefix
+// store implements it.
+type RenderedTokenizer interface {
+	TokenizeRendered(ctx context.Context, model, text string) ([]uint32, error)
+}
+
+// ChatTokenizer turns a chat request into the token ids vLLM's chat endpoint
+// computes: the model's chat template, then tokenization with
+// add_special_tokens=addSpecial (false unless the request says otherwise).
+// Errors that are the request's fault are *chattemplate.RequestError; any
+// other error means this daemon cannot render for the model.
+type ChatTokenizer interface {
+	TokenizeChat(ctx context.Context, model string, req *chattemplate.Request, addSpecial bool) ([]uint32, error)
 }
 
 // BackendFunc builds the index backend on the interner the Indexer owns. It
@@ -46,6 +63,12 @@ type Config struct {
 	ApplierLimits kvindex.ApplierLimits
 	// Tokenizer scores prompts; nil makes a prompt query FailedPrecondition.
 	Tokenizer PromptTokenizer
+	// Chat scores chat requests; nil makes a messages query
+	// FailedPrecondition.
+	Chat ChatTokenizer
+	// Prediction samples scored requests to check that the blocks they
+	// predict are later stored by the engines (see PredictionConfig).
+	Prediction PredictionConfig
 	// Registry receives the applier's and the indexer's metrics; nil = a
 	// private registry.
 	Registry *prometheus.Registry
@@ -62,6 +85,9 @@ type Indexer struct {
 	applier *kvindex.Applier
 	scorer  *kvindex.Scorer
 	tok     PromptTokenizer
+	chat    ChatTokenizer
+	// pred is nil when prediction sampling is off.
+	pred *predictor
 	// health is the backend's check; nil when the backend cannot fail.
 	health kvindex.HealthChecker
 	// names is the backend's shared-name lookup; nil for a process-local
@@ -93,7 +119,7 @@ func New(ctx context.Context, cfg Config) (*Indexer, error) {
 	if err != nil {
 		return nil, err
 	}
-	x := &Indexer{in: kvindex.NewInterner(), hashers: hashers, tok: cfg.Tokenizer}
+	x := &Indexer{in: kvindex.NewInterner(), hashers: hashers, tok: cfg.Tokenizer, chat: cfg.Chat}
 	if cfg.Backend == nil {
 		x.idx = kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: cfg.Capacity})
 	} else {
@@ -111,8 +137,18 @@ func New(ctx context.Context, cfg Config) (*Indexer, error) {
 		x.names = sn
 	}
 	x.scorer = kvindex.NewScorer(x.idx, weights)
+	applied := x.idx
+	if cfg.Prediction.SampleRate > 0 {
+		if x.pred, err = newPredictor(cfg.Prediction, x.in, cfg.Registry); err != nil {
+			_ = x.Close()
+			return nil, err
+		}
+		// The applier's writes pass the predictor, which sees every stored
+		// key under the key the index keeps (after aliasing).
+		applied = observedIndex{Index: x.idx, p: x.pred}
+	}
 	x.applier = kvindex.NewApplier(kvindex.ApplierConfig{
-		Index: x.idx, Interner: x.in, Hashers: hashers, DigestCacheSize: cfg.DigestCacheSize,
+		Index: applied, Interner: x.in, Hashers: hashers, DigestCacheSize: cfg.DigestCacheSize,
 		Metrics: kvindex.NewMetrics(cfg.Registry), Logger: cfg.Logger.With("component", "applier"),
 		Limits: cfg.ApplierLimits,
 	})

@@ -2,12 +2,13 @@ package indexer
 
 import (
 	"fmt"
+	"strings"
 
+	"github.com/kvindex/kvindex/chattemplate"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
-// InputKind is which field of a Query carries the request. A new input (a
-// chat "messages" list) is one more kind with its own Query field.
+// InputKind is which field of a Query carries the request.
 type InputKind uint8
 
 const (
@@ -15,11 +16,14 @@ const (
 	InputTokens
 	InputHashes
 	InputPrompt
+	// InputMessages is a chat request, rendered with the model's chat
+	// template and tokenized as vLLM's chat endpoint does.
+	InputMessages
 	// NumInputKinds sizes per-kind tables (request metrics).
 	NumInputKinds
 )
 
-var inputKindNames = [NumInputKinds]string{"none", "token_ids", "block_hashes", "prompt"}
+var inputKindNames = [NumInputKinds]string{"none", "token_ids", "block_hashes", "prompt", "messages"}
 
 func (k InputKind) String() string {
 	if k < NumInputKinds {
@@ -41,8 +45,15 @@ type Query struct {
 	TokenIDs    []uint32
 	BlockHashes []uint64 // as the engine publishes them: already our keys
 	Prompt      string
-	// LoraName and CacheSalt enter the keys of TokenIDs and Prompt inputs,
-	// as vLLM mixes them into a request's block hashes.
+	// Chat is a chat request: messages, tools, documents,
+	// add_generation_prompt (default true), continue_final_message and
+	// chat_template_kwargs.
+	Chat *chattemplate.Request
+	// AddSpecialTokens overrides vLLM's default for a Prompt (true) or Chat
+	// (false) input, as a request's add_special_tokens does; nil = default.
+	AddSpecialTokens *bool
+	// LoraName and CacheSalt enter the keys of TokenIDs, Prompt and Chat
+	// inputs, as vLLM mixes them into a request's block hashes.
 	LoraName  string
 	CacheSalt string
 	// Pods restricts the answer to these pod names (every DP rank of each);
@@ -67,7 +78,7 @@ func (q *Query) validate() *Error {
 			return errorf(InvalidArgument, "block_hashes has %d entries, limit %d", len(q.BlockHashes), MaxInputLen)
 		}
 		if q.LoraName != "" || q.CacheSalt != "" {
-			return errorf(InvalidArgument, "lora_name and cache_salt apply to token_ids or prompt, not to block_hashes (they are already part of the hashes)")
+			return errorf(InvalidArgument, "lora_name and cache_salt apply to token_ids, prompt or messages, not to block_hashes (they are already part of the hashes)")
 		}
 	case InputPrompt:
 		if q.Prompt == "" {
@@ -76,8 +87,18 @@ func (q *Query) validate() *Error {
 		if q.Model == "" {
 			return errorf(InvalidArgument, "model is required to tokenize a prompt")
 		}
+	case InputMessages:
+		if q.Chat == nil || isNullJSON(q.Chat.Messages) {
+			return errorf(InvalidArgument, "messages is empty")
+		}
+		if q.Model == "" {
+			return errorf(InvalidArgument, "model is required to render messages")
+		}
 	default:
-		return errorf(InvalidArgument, "one of token_ids, block_hashes or prompt is required (non-empty)")
+		return errorf(InvalidArgument, "one of token_ids, block_hashes, prompt or messages is required (non-empty)")
+	}
+	if q.AddSpecialTokens != nil && q.Kind != InputPrompt && q.Kind != InputMessages {
+		return errorf(InvalidArgument, "add_special_tokens applies to prompt or messages only")
 	}
 	for _, p := range q.Pods {
 		if p == "" {
@@ -85,6 +106,11 @@ func (q *Query) validate() *Error {
 		}
 	}
 	return nil
+}
+
+func isNullJSON(raw []byte) bool {
+	s := strings.TrimSpace(string(raw))
+	return s == "" || s == "null"
 }
 
 // TierCounts are the blocks of a matched run per storage tier.

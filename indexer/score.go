@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kvindex/kvindex/chattemplate"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -72,6 +73,9 @@ func (x *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 		return err
 	}
 	r.aggregate(x.in, x.trusted)
+	if x.pred != nil {
+		x.pred.sample(modelID, r)
+	}
 	return nil
 }
 
@@ -120,20 +124,69 @@ func (x *Indexer) requestKeys(ctx context.Context, q *Query, keys *[]kvindex.Key
 			*keys = append(*keys, kvindex.Key(h))
 		}
 	case InputPrompt:
-		if x.tok == nil {
-			return in, errorf(FailedPrecondition, "prompt scoring is not configured (no tokenizers: see --tokenizers-dir, --hf-cache-dir, tokenizer model map)")
-		}
-		tokens, err := x.tok.TokenizePrompt(ctx, q.Model, q.Prompt)
+		tokens, err := x.promptTokens(ctx, q)
 		if err != nil {
-			if ctx.Err() != nil {
-				return in, ctxError(ctx.Err())
-			}
-			return in, errorf(FailedPrecondition, "tokenize prompt for model %q: %v", q.Model, err)
+			return in, err
+		}
+		in.tokens = len(tokens)
+		x.tokenKeys(keys, hasher, tokens, q)
+	case InputMessages:
+		tokens, err := x.chatTokens(ctx, q)
+		if err != nil {
+			return in, err
 		}
 		in.tokens = len(tokens)
 		x.tokenKeys(keys, hasher, tokens, q)
 	}
 	return in, nil
+}
+
+const noTokenizers = "no tokenizers: see --tokenizers-dir, --hf-cache-dir, tokenizer model map"
+
+func (x *Indexer) promptTokens(ctx context.Context, q *Query) ([]uint32, *Error) {
+	if x.tok == nil {
+		return nil, errorf(FailedPrecondition, "prompt scoring is not configured (%s)", noTokenizers)
+	}
+	var tokens []uint32
+	var err error
+	if q.AddSpecialTokens != nil && !*q.AddSpecialTokens {
+		rt, ok := x.tok.(RenderedTokenizer)
+		if !ok {
+			return nil, errorf(FailedPrecondition, "prompt scoring with add_special_tokens=false is not configured")
+		}
+		tokens, err = rt.TokenizeRendered(ctx, q.Model, q.Prompt)
+	} else {
+		tokens, err = x.tok.TokenizePrompt(ctx, q.Model, q.Prompt)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctxError(ctx.Err())
+		}
+		return nil, errorf(FailedPrecondition, "tokenize prompt for model %q: %v", q.Model, err)
+	}
+	return tokens, nil
+}
+
+// chatTokens renders and tokenizes a chat request. A request the template
+// refuses (raise_exception, malformed messages) is the caller's fault; a
+// model without a usable template or tokenizer is this daemon's limit.
+func (x *Indexer) chatTokens(ctx context.Context, q *Query) ([]uint32, *Error) {
+	if x.chat == nil {
+		return nil, errorf(FailedPrecondition, "chat scoring is not configured (%s)", noTokenizers)
+	}
+	addSpecial := q.AddSpecialTokens != nil && *q.AddSpecialTokens
+	tokens, err := x.chat.TokenizeChat(ctx, q.Model, q.Chat, addSpecial)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctxError(ctx.Err())
+		}
+		var re *chattemplate.RequestError
+		if errors.As(err, &re) {
+			return nil, errorf(InvalidArgument, "messages: %v", err)
+		}
+		return nil, errorf(FailedPrecondition, "render messages for model %q: %v", q.Model, err)
+	}
+	return tokens, nil
 }
 
 // tokenKeys hashes the full blocks of tokens into *keys.

@@ -60,10 +60,17 @@ type Store struct {
 	m   *Metrics
 
 	mu sync.Mutex
-	// One cache per tokenizer, not per model name: names that resolve to the
-	// same tokenizer ("org/x" and "x", any "*/x" found in a tokenizers dir)
-	// share it, so request-chosen names cannot multiply the memory bound.
-	models map[*tokenization.Tokenizer]*modelStore
+	// One cache per tokenizer and mode, not per model name: names that
+	// resolve to the same tokenizer ("org/x" and "x", any "*/x" found in a
+	// tokenizers dir) share it, so request-chosen names cannot multiply the
+	// memory bound. The mode (add_special_tokens) is part of the key because
+	// the ids of one text differ by the tokens it adds.
+	models map[storeKey]*modelStore
+}
+
+type storeKey struct {
+	tok        *tokenization.Tokenizer
+	addSpecial bool
 }
 
 // New returns a Store that loads tokenizers from reg. m may be nil (no metrics).
@@ -77,27 +84,35 @@ func New(cfg Config, reg *tokenization.Registry, m *Metrics) *Store {
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	return &Store{cfg: cfg, reg: reg, m: m, models: map[*tokenization.Tokenizer]*modelStore{}}
+	return &Store{cfg: cfg, reg: reg, m: m, models: map[storeKey]*modelStore{}}
 }
 
-// Stats is a snapshot of one tokenizer's cache.
+// Stats is a snapshot of one tokenizer's cache in one mode.
 type Stats struct {
-	Model     string // the first model name served from this cache
-	Chunks    int
-	Evictions uint64
+	Model string // the first model name served from this cache
+	// AddSpecialTokens is the mode: true for prompts (TokenizePrompt), false
+	// for rendered chats (TokenizeRendered).
+	AddSpecialTokens bool
+	Chunks           int
+	Evictions        uint64
 }
 
 // Stats lists every model's cache size, sorted by model.
 func (s *Store) Stats() []Stats {
 	s.mu.Lock()
 	out := make([]Stats, 0, len(s.models))
-	for _, ms := range s.models {
+	for k, ms := range s.models {
 		ms.mu.Lock()
-		out = append(out, Stats{Model: ms.name, Chunks: len(ms.nodes), Evictions: ms.evictions})
+		out = append(out, Stats{Model: ms.name, AddSpecialTokens: k.addSpecial, Chunks: len(ms.nodes), Evictions: ms.evictions})
 		ms.mu.Unlock()
 	}
 	s.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].Model < out[j].Model })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Model != out[j].Model {
+			return out[i].Model < out[j].Model
+		}
+		return !out[i].AddSpecialTokens && out[j].AddSpecialTokens
+	})
 	return out
 }
 
@@ -105,6 +120,20 @@ func (s *Store) Stats() []Stats {
 // (add_special_tokens=true, so BOS where the model's post-processor adds it). The
 // result always equals the tokenizer's Encode(prompt, true).
 func (s *Store) TokenizePrompt(ctx context.Context, model, prompt string) ([]uint32, error) {
+	return s.tokenize(ctx, model, prompt, true)
+}
+
+// TokenizeRendered returns the ids of a rendered chat prompt for model with
+// add_special_tokens=false, as vLLM tokenizes the output of a chat template
+// (the template writes BOS and the other special tokens itself). The result
+// always equals the tokenizer's Encode(prompt, false). A growing conversation
+// re-renders to a text that extends the previous turn's, so its unchanged
+// prefix comes from the cache.
+func (s *Store) TokenizeRendered(ctx context.Context, model, prompt string) ([]uint32, error) {
+	return s.tokenize(ctx, model, prompt, false)
+}
+
+func (s *Store) tokenize(ctx context.Context, model, prompt string, addSpecial bool) ([]uint32, error) {
 	start := time.Now()
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -114,7 +143,7 @@ func (s *Store) TokenizePrompt(ctx context.Context, model, prompt string) ([]uin
 		s.m.errors.Inc()
 		return nil, err
 	}
-	ms := s.modelStore(tok, model)
+	ms := s.modelStore(storeKey{tok, addSpecial}, model)
 	margin := 2*tok.MaxAddedTokenBytes() + 16
 
 	c := s.cfg.ChunkBytes
@@ -142,7 +171,7 @@ func (s *Store) TokenizePrompt(ctx context.Context, model, prompt string) ([]uin
 	}
 	if !hit {
 		s.m.misses.Inc()
-		full, bounds, err := tok.EncodeBoundaries(prompt, true)
+		full, bounds, err := tok.EncodeBoundaries(prompt, addSpecial)
 		if err != nil {
 			s.m.errors.Inc()
 			return nil, fmt.Errorf("tokenize prompt for model %q: %w", model, err)
@@ -157,7 +186,7 @@ func (s *Store) TokenizePrompt(ctx context.Context, model, prompt string) ([]uin
 	s.m.hits.Inc()
 	reused := len(ids)
 	// the suffix's boundaries let the prompt's new chunks be cached too
-	suffix, sb, err := tok.EncodeSuffixBoundaries(prompt, bound.Offset, true)
+	suffix, sb, err := tok.EncodeSuffixBoundaries(prompt, bound.Offset, addSpecial)
 	if err != nil {
 		s.m.errors.Inc()
 		return nil, fmt.Errorf("tokenize prompt for model %q: %w", model, err)
@@ -177,13 +206,13 @@ func (s *Store) observe(start time.Time, tokens, reused int) {
 	s.m.reusedTokens.Add(float64(reused))
 }
 
-func (s *Store) modelStore(tok *tokenization.Tokenizer, model string) *modelStore {
+func (s *Store) modelStore(k storeKey, model string) *modelStore {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ms, ok := s.models[tok]
+	ms, ok := s.models[k]
 	if !ok {
 		ms = newModelStore(model, s.cfg.Capacity, s.m)
-		s.models[tok] = ms
+		s.models[k] = ms
 	}
 	return ms
 }

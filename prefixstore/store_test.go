@@ -407,7 +407,7 @@ func TestLRUBoundedAndKeepsSharedPrefix(t *testing.T) {
 		h = xxh3.HashStringSeed(shared[i*chunk:(i+1)*chunk], h)
 		hashes[i] = h
 	}
-	if matched, _, _ := s.modelStore(tok, "qwen3").lookup(shared, chunk, hashes); matched != n {
+	if matched, _, _ := s.modelStore(storeKey{tok, true}, "qwen3").lookup(shared, chunk, hashes); matched != n {
 		t.Fatalf("shared prefix: %d of %d chunks still cached", matched, n)
 	}
 }
@@ -438,7 +438,7 @@ func TestCollisionIsNotReused(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	p := randomText(r, nil, 2000)
 	checkExact(t, s, tok, "qwen3", p)
-	ms := s.modelStore(tok, "qwen3")
+	ms := s.modelStore(storeKey{tok, true}, "qwen3")
 	ms.mu.Lock()
 	for _, n := range ms.nodes {
 		if n.index == 0 {

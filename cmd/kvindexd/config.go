@@ -58,6 +58,12 @@ type Config struct {
 	PrefixChunkBytes int               `json:"prefix_store_chunk_bytes" yaml:"prefix_store_chunk_bytes"`
 	PrefixCapacity   int               `json:"prefix_store_capacity" yaml:"prefix_store_capacity"`
 
+	// The prediction check: a sample of scored requests is compared with the
+	// blocks the engines later store (GET /v1/models, kvindexd_prediction_*).
+	PredictionSampleRate float64 `json:"prediction_sample_rate" yaml:"prediction_sample_rate"`
+	PredictionWindow     string  `json:"prediction_window" yaml:"prediction_window"`
+	PredictionCapacity   int     `json:"prediction_capacity" yaml:"prediction_capacity"`
+
 	LogLevel  string `json:"log_level" yaml:"log_level"`
 	LogFormat string `json:"log_format" yaml:"log_format"`
 
@@ -85,6 +91,9 @@ type ModelConfig struct {
 	BlockSize int    `json:"block_size" yaml:"block_size"`
 	// Tokenizer is a directory holding tokenizer.json (+ tokenizer_config.json).
 	Tokenizer string `json:"tokenizer" yaml:"tokenizer"`
+	// ChatTemplate is a Jinja2 chat template file used for the model's chat
+	// requests instead of the tokenizer's own (the engine's --chat-template).
+	ChatTemplate string `json:"chat_template" yaml:"chat_template"`
 }
 
 // EndpointSpec is one engine publisher to connect to. On the command line:
@@ -120,6 +129,12 @@ func DefaultConfig() Config {
 		SecurityConfig: defaultSecurity(),
 		SnapshotConfig: defaultSnapshot(),
 		LimitsConfig:   defaultLimits(),
+
+		// 1 in 100 scored requests: a miss rate within minutes at router
+		// traffic, at a cost the apply path does not show (see
+		// BenchmarkApplyWithPrediction in package indexer).
+		PredictionSampleRate: 0.01,
+		PredictionWindow:     "30s",
 	}
 }
 
@@ -265,6 +280,9 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.SpecTTL, "speculative-ttl", cfg.SpecTTL, "how long a picked pod is assumed to hold the request's blocks before its events arrive (\"\" = 2s, negative = off)")
 	fs.StringVar(&cfg.HistoryTTL, "history-ttl", cfg.HistoryTTL, "how long picks are remembered for pods without KV events (\"\" = 120s, negative = off)")
 	fs.IntVar(&cfg.HistoryCapacity, "history-capacity", cfg.HistoryCapacity, "routing history bound in (block, pod) entries (0 = default)")
+	fs.Float64Var(&cfg.PredictionSampleRate, "prediction-sample-rate", cfg.PredictionSampleRate, "fraction of scored requests whose predicted blocks are checked against the engines' stored blocks (0 = off)")
+	fs.StringVar(&cfg.PredictionWindow, "prediction-window", cfg.PredictionWindow, "how long a predicted block may take to be stored before it counts as missed")
+	fs.IntVar(&cfg.PredictionCapacity, "prediction-capacity", cfg.PredictionCapacity, "predicted blocks awaited at once (0 = default 65536); more are dropped and counted")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug | info | warn | error")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text | json")
 	securityFlags(fs, &cfg.SecurityConfig)
@@ -378,6 +396,19 @@ func (c *Config) validate() error {
 	if _, err := c.pickConfig(); err != nil {
 		return err
 	}
+	if _, err := c.predictionConfig(); err != nil {
+		return err
+	}
+	for name, m := range c.Models {
+		if m.ChatTemplate == "" {
+			continue
+		}
+		if st, err := os.Stat(m.ChatTemplate); err != nil {
+			return fmt.Errorf("models[%s].chat_template: %w", name, err)
+		} else if st.IsDir() {
+			return fmt.Errorf("models[%s].chat_template %s: want a template file", name, m.ChatTemplate)
+		}
+	}
 	if c.GRPCAddr == "" && c.HTTPAddr == "" {
 		return errors.New("both --grpc-addr and --http-addr are off: nothing would serve scores")
 	}
@@ -450,6 +481,25 @@ func (c *Config) keyConfigs() (kvindex.KeyConfig, map[string]kvindex.KeyConfig, 
 		per[name] = kc
 	}
 	return def, per, nil
+}
+
+// predictionConfig checks and converts the prediction settings.
+func (c *Config) predictionConfig() (indexer.PredictionConfig, error) {
+	pc := indexer.PredictionConfig{SampleRate: c.PredictionSampleRate, Capacity: c.PredictionCapacity}
+	if pc.SampleRate < 0 || pc.SampleRate > 1 {
+		return pc, fmt.Errorf("--prediction-sample-rate %v: want a fraction in [0, 1]", pc.SampleRate)
+	}
+	if pc.Capacity < 0 {
+		return pc, errors.New("--prediction-capacity must not be negative")
+	}
+	if c.PredictionWindow != "" {
+		w, err := time.ParseDuration(c.PredictionWindow)
+		if err != nil || w <= 0 {
+			return pc, fmt.Errorf("--prediction-window %q: want a positive duration such as 30s", c.PredictionWindow)
+		}
+		pc.Window = w
+	}
+	return pc, nil
 }
 
 func parseTierWeights(s string) (kvindex.TierWeights, error) {

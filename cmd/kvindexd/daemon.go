@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/kvindex/kvindex/api"
+	"github.com/kvindex/kvindex/chatprompt"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/indexer/redisspec"
 	"github.com/kvindex/kvindex/internal/redact"
@@ -97,13 +98,21 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 		return nil, err
 	}
 	pick.SharedSpeculative = sharedSpeculative
+	prediction, err := cfg.predictionConfig()
+	if err != nil {
+		return nil, err
+	}
+	prompts, chats, err := d.tokenizers()
+	if err != nil {
+		return nil, err
+	}
 	if d.sec, err = buildSecurity(ctx, cfg, d.reg, log); err != nil {
 		return nil, err
 	}
 	d.idx, err = indexer.New(ctx, indexer.Config{
 		Keys: def, ModelKeys: perModel, Backend: backend, TierWeights: &weights,
-		DigestCacheSize: cfg.DigestCacheSize, Tokenizer: d.promptTokenizer(), ApplierLimits: cfg.LimitsConfig.applier(),
-		Registry: d.reg, Logger: log, Pick: pick,
+		DigestCacheSize: cfg.DigestCacheSize, Tokenizer: prompts, Chat: chats, Prediction: prediction,
+		ApplierLimits: cfg.LimitsConfig.applier(), Registry: d.reg, Logger: log, Pick: pick,
 	})
 	if err != nil {
 		return nil, err
@@ -223,22 +232,34 @@ func sharedSpeculative(idx kvindex.Index, ttl time.Duration) (indexer.Speculativ
 	return redisspec.New(ri.Client(), ri.Namespace(), ttl)
 }
 
-// promptTokenizer returns the prefix store over the tokenizer registry.
-// It is always on: a model with no tokenizer is an error to the caller that
-// names where the daemon looked, never an empty score.
-func (d *daemon) promptTokenizer() indexer.PromptTokenizer {
+// tokenizers returns the prefix store over the tokenizer registry (prompts)
+// and the chat renderer over the same registry and store (chats), so a chat
+// is rendered with the template of the very directory its tokenizer comes
+// from. Both are always on: a model with no tokenizer or template is an
+// error to the caller that names where the daemon looked, never an empty
+// score.
+func (d *daemon) tokenizers() (*prefixstore.Store, *chatprompt.Renderer, error) {
 	models := map[string]string{}
+	templates := map[string]string{}
 	for name, m := range d.cfg.Models {
 		if m.Tokenizer != "" {
 			models[name] = m.Tokenizer
+		}
+		if m.ChatTemplate != "" {
+			templates[name] = m.ChatTemplate
 		}
 	}
 	for name, path := range d.cfg.Tokenizers {
 		models[name] = path
 	}
 	reg := tokenization.NewRegistry(tokenization.RegistryConfig{Models: models, HFCacheDir: d.cfg.HFCacheDir, Dirs: d.cfg.TokenizersDir})
-	return prefixstore.New(prefixstore.Config{ChunkBytes: d.cfg.PrefixChunkBytes, Capacity: d.cfg.PrefixCapacity}, reg,
+	store := prefixstore.New(prefixstore.Config{ChunkBytes: d.cfg.PrefixChunkBytes, Capacity: d.cfg.PrefixCapacity}, reg,
 		prefixstore.NewMetrics(d.reg))
+	chats, err := chatprompt.New(chatprompt.Config{Registry: reg, Tokenizer: store, Templates: templates, Registerer: d.reg})
+	if err != nil {
+		return nil, nil, err
+	}
+	return store, chats, nil
 }
 
 func (e EndpointSpec) kvevents() kvevents.EndpointConfig {

@@ -123,6 +123,8 @@ type ScoreRequest struct {
 	//	*ScoreRequest_TokenIds
 	//	*ScoreRequest_BlockHashes
 	//	*ScoreRequest_Prompt
+	//	*ScoreRequest_ChatJson
+	//	*ScoreRequest_OpenaiRequestJson
 	Input     isScoreRequest_Input `protobuf_oneof:"input"`
 	LoraName  string               `protobuf:"bytes,5,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
 	CacheSalt string               `protobuf:"bytes,6,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
@@ -203,6 +205,24 @@ func (x *ScoreRequest) GetPrompt() string {
 	return ""
 }
 
+func (x *ScoreRequest) GetChatJson() string {
+	if x != nil {
+		if x, ok := x.Input.(*ScoreRequest_ChatJson); ok {
+			return x.ChatJson
+		}
+	}
+	return ""
+}
+
+func (x *ScoreRequest) GetOpenaiRequestJson() string {
+	if x != nil {
+		if x, ok := x.Input.(*ScoreRequest_OpenaiRequestJson); ok {
+			return x.OpenaiRequestJson
+		}
+	}
+	return ""
+}
+
 func (x *ScoreRequest) GetLoraName() string {
 	if x != nil {
 		return x.LoraName
@@ -241,11 +261,36 @@ type ScoreRequest_Prompt struct {
 	Prompt string `protobuf:"bytes,4,opt,name=prompt,proto3,oneof"`
 }
 
+type ScoreRequest_ChatJson struct {
+	// A chat request as a JSON object: {"messages": [...], "tools": [...],
+	// "documents": [...], "add_generation_prompt": true,
+	// "continue_final_message": false, "chat_template_kwargs": {...},
+	// "add_special_tokens": false}, all but messages optional. It is rendered
+	// with the model's chat template and tokenized as vLLM's chat endpoint
+	// does. JSON text rather than google.protobuf.Struct: Struct holds every
+	// number as a double, and a template printing the integer 1 would print
+	// 1.0, changing the tokens.
+	ChatJson string `protobuf:"bytes,8,opt,name=chat_json,json=chatJson,proto3,oneof"`
+}
+
+type ScoreRequest_OpenaiRequestJson struct {
+	// A router's OpenAI request body exactly as received: a
+	// /v1/chat/completions body (scored as chat_json) or a /v1/completions
+	// body (prompt: a string, a list with one string, or token ids). model
+	// above is the base model; a different "model" in the body names a LoRA
+	// adapter (lora_name), and its "cache_salt" applies.
+	OpenaiRequestJson string `protobuf:"bytes,9,opt,name=openai_request_json,json=openaiRequestJson,proto3,oneof"`
+}
+
 func (*ScoreRequest_TokenIds) isScoreRequest_Input() {}
 
 func (*ScoreRequest_BlockHashes) isScoreRequest_Input() {}
 
 func (*ScoreRequest_Prompt) isScoreRequest_Input() {}
+
+func (*ScoreRequest_ChatJson) isScoreRequest_Input() {}
+
+func (*ScoreRequest_OpenaiRequestJson) isScoreRequest_Input() {}
 
 type TierCounts struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1608,12 +1653,14 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\bTokenIDs\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\rR\x03ids\"%\n" +
 	"\vBlockHashes\x12\x16\n" +
-	"\x06hashes\x18\x01 \x03(\x04R\x06hashes\"\x8a\x02\n" +
+	"\x06hashes\x18\x01 \x03(\x04R\x06hashes\"\xdb\x02\n" +
 	"\fScoreRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x123\n" +
 	"\ttoken_ids\x18\x02 \x01(\v2\x14.kvindex.v1.TokenIDsH\x00R\btokenIds\x12<\n" +
 	"\fblock_hashes\x18\x03 \x01(\v2\x17.kvindex.v1.BlockHashesH\x00R\vblockHashes\x12\x18\n" +
-	"\x06prompt\x18\x04 \x01(\tH\x00R\x06prompt\x12\x1b\n" +
+	"\x06prompt\x18\x04 \x01(\tH\x00R\x06prompt\x12\x1d\n" +
+	"\tchat_json\x18\b \x01(\tH\x00R\bchatJson\x120\n" +
+	"\x13openai_request_json\x18\t \x01(\tH\x00R\x11openaiRequestJson\x12\x1b\n" +
 	"\tlora_name\x18\x05 \x01(\tR\bloraName\x12\x1d\n" +
 	"\n" +
 	"cache_salt\x18\x06 \x01(\tR\tcacheSalt\x12\x12\n" +
@@ -1820,6 +1867,8 @@ func file_kvindex_v1_indexer_proto_init() {
 		(*ScoreRequest_TokenIds)(nil),
 		(*ScoreRequest_BlockHashes)(nil),
 		(*ScoreRequest_Prompt)(nil),
+		(*ScoreRequest_ChatJson)(nil),
+		(*ScoreRequest_OpenaiRequestJson)(nil),
 	}
 	file_kvindex_v1_indexer_proto_msgTypes[17].OneofWrappers = []any{}
 	file_kvindex_v1_indexer_proto_msgTypes[18].OneofWrappers = []any{

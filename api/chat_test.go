@@ -1,0 +1,191 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvindex/kvindex/chattemplate"
+	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/kvindex"
+	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+)
+
+// echoChat "renders" a chat as the bytes of its compacted messages JSON
+// (the real renderer is tested in chatprompt and end to end in the daemon);
+// messages containing "RAISE" make the template raise, model "no-template"
+// has none. It records the last request for option checks.
+type echoChat struct{ last *chattemplate.Request }
+
+func (e *echoChat) TokenizeChat(_ context.Context, model string, req *chattemplate.Request, _ bool) ([]uint32, error) {
+	e.last = req
+	if model == "no-template" {
+		return nil, chattemplate.ErrNoTemplate
+	}
+	if bytes.Contains(req.Messages, []byte("RAISE")) {
+		return nil, &chattemplate.RequestError{Err: errors.New("Conversation roles must alternate user/assistant")}
+	}
+	return echoIDs(req.Messages), nil
+}
+
+func echoIDs(messages []byte) []uint32 {
+	var b bytes.Buffer
+	_ = json.Compact(&b, messages)
+	out := make([]uint32, b.Len())
+	for i, c := range b.Bytes() {
+		out[i] = uint32(c)
+	}
+	return out
+}
+
+func TestScoreMessagesBothTransports(t *testing.T) {
+	chat := &echoChat{}
+	st := newStackWith(t, indexer.Config{Keys: testKeys, Chat: chat, Tokenizer: echoPrompt{}})
+	msgs := `[{"role":"user","content":"what does a KV cache hold, and for how long?"}]`
+	ids := echoIDs([]byte(msgs))
+	full := len(ids) / testBlock
+	st.store("pod-a", 0, kvindex.TierGPU, ids, full, kvindex.RequestExtras{})
+	st.store("pod-b", 0, kvindex.TierGPU, ids, 3, kvindex.RequestExtras{})
+	idsJSON, _ := json.Marshal(ids)
+	want := summaryHTTP(st.scoreHTTP(`{"model":"` + testModel + `","token_ids":` + string(idsJSON) + `}`))
+	if !strings.Contains(want, "pod-a:"+itoa(full)+"/") {
+		t.Fatalf("token ids score %s: fixture broken", want)
+	}
+
+	chatOpts := `"tools":[{"type":"function","function":{"name":"f"}}],"chat_template_kwargs":{"enable_thinking":false},"add_generation_prompt":false`
+	bodies := map[string]string{
+		"messages":      `{"model":"` + testModel + `","messages":` + msgs + `,` + chatOpts + `}`,
+		"chat body":     `{"model":"` + testModel + `","request":{"model":"` + testModel + `","messages":` + msgs + `,` + chatOpts + `,"temperature":0,"stream":true}}`,
+		"model in body": `{"request":{"model":"` + testModel + `","messages":` + msgs + `,` + chatOpts + `}}`,
+	}
+	for name, body := range bodies {
+		if got := summaryHTTP(st.scoreHTTP(body)); got != want {
+			t.Errorf("HTTP %s:\n got %s\nwant %s", name, got, want)
+		}
+		if string(chat.last.Tools) != `[{"type":"function","function":{"name":"f"}}]` || *chat.last.AddGenerationPrompt ||
+			string(chat.last.ChatTemplateKwargs) != `{"enable_thinking":false}` {
+			t.Errorf("HTTP %s: options not passed: %+v", name, chat.last)
+		}
+	}
+	ctx := context.Background()
+	for name, req := range map[string]*kvindexv1.ScoreRequest{
+		"chat_json": {Model: testModel, Input: &kvindexv1.ScoreRequest_ChatJson{ChatJson: `{"messages":` + msgs + `,` + chatOpts + `}`}},
+		"openai_request_json": {Model: testModel, Input: &kvindexv1.ScoreRequest_OpenaiRequestJson{
+			OpenaiRequestJson: `{"model":"` + testModel + `","messages":` + msgs + `,` + chatOpts + `}`}},
+	} {
+		resp, err := st.grpc.Score(ctx, req)
+		if err != nil {
+			t.Fatalf("gRPC %s: %v", name, err)
+		}
+		if got := summaryGRPC(resp); got != want {
+			t.Errorf("gRPC %s:\n got %s\nwant %s", name, got, want)
+		}
+	}
+	// A completions body: a prompt string and token ids.
+	prompt := string(bytes.Repeat([]byte("abcd"), 10))
+	st.store("pod-c", 0, kvindex.TierGPU, echoPrompt{}.ids(prompt), 10, kvindex.RequestExtras{})
+	for _, body := range []string{
+		`{"model":"` + testModel + `","request":{"model":"` + testModel + `","prompt":"` + prompt + `","max_tokens":5}}`,
+		`{"model":"` + testModel + `","request":{"prompt":["` + prompt + `"]}}`,
+	} {
+		if got := summaryHTTP(st.scoreHTTP(body)); !strings.HasPrefix(got, "total=10 pod-c:10/") {
+			t.Errorf("completions %s: %s", body, got)
+		}
+	}
+	resp, err := st.grpc.Score(ctx, &kvindexv1.ScoreRequest{Model: testModel,
+		Input: &kvindexv1.ScoreRequest_OpenaiRequestJson{OpenaiRequestJson: `{"prompt":` + string(idsJSON) + `}`}})
+	if err != nil || summaryGRPC(resp) != want {
+		t.Errorf("gRPC completions token ids: %v %v", resp, err)
+	}
+}
+
+// echoPrompt tokenizes a prompt as its bytes.
+type echoPrompt struct{}
+
+func (echoPrompt) ids(p string) []uint32 {
+	out := make([]uint32, len(p))
+	for i := range p {
+		out[i] = uint32(p[i])
+	}
+	return out
+}
+
+func (e echoPrompt) TokenizePrompt(_ context.Context, _, p string) ([]uint32, error) {
+	return e.ids(p), nil
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+func TestScoreMessagesErrors(t *testing.T) {
+	st := newStackWith(t, indexer.Config{Keys: testKeys, Chat: &echoChat{}})
+	msgs := `[{"role":"user","content":"hi"}]`
+	cases := []struct {
+		body   string
+		status int
+		want   string
+	}{
+		{`{"model":"m","messages":[{"role":"user","content":"RAISE"}]}`, http.StatusBadRequest, "Conversation roles must alternate"},
+		{`{"model":"no-template","messages":` + msgs + `}`, http.StatusUnprocessableEntity, "no chat template"},
+		{`{"model":"m","request":{"messages":` + msgs + `,"chat_template":"{{ x }}"}}`, http.StatusUnprocessableEntity, "chat_template"},
+		{`{"model":"m","messages":` + msgs + `,"prompt":"x"}`, http.StatusBadRequest, "exactly one"},
+		{`{"model":"m","request":{"messages":` + msgs + `},"prompt":"x"}`, http.StatusBadRequest, "no other input"},
+		{`{"model":"m","tools":[]}`, http.StatusBadRequest, "apply to messages only"},
+		{`{"model":"m","messages":[{"role":"user",}]}`, http.StatusBadRequest, "messages: invalid JSON"},
+		{`{"model":"m","messages":` + msgs + `,"add_generation_prompt":"yes"}`, http.StatusBadRequest, "expected true, false or null"},
+		{`{"model":"m","request":{"prompt":["a","b"]}}`, http.StatusBadRequest, "one request at a time"},
+		{`{"model":"m","request":"text"}`, http.StatusBadRequest, "not an OpenAI request object"},
+	}
+	for _, c := range cases {
+		code, b := st.post("/v1/score", c.body)
+		if code != c.status || !strings.Contains(string(b), c.want) {
+			t.Errorf("%s: %d %s, want %d containing %q", c.body, code, b, c.status, c.want)
+		}
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		req  *kvindexv1.ScoreRequest
+		code codes.Code
+	}{
+		{&kvindexv1.ScoreRequest{Model: "m", Input: &kvindexv1.ScoreRequest_ChatJson{ChatJson: `{"messages":[{"role":"user","content":"RAISE"}]}`}}, codes.InvalidArgument},
+		{&kvindexv1.ScoreRequest{Model: "m", Input: &kvindexv1.ScoreRequest_ChatJson{ChatJson: `{"messages":` + msgs + `,"add_generation":true}`}}, codes.InvalidArgument},
+		{&kvindexv1.ScoreRequest{Model: "no-template", Input: &kvindexv1.ScoreRequest_ChatJson{ChatJson: `{"messages":` + msgs + `}`}}, codes.FailedPrecondition},
+		{&kvindexv1.ScoreRequest{Model: "m", Input: &kvindexv1.ScoreRequest_OpenaiRequestJson{OpenaiRequestJson: `{}`}}, codes.InvalidArgument},
+	} {
+		_, err := st.grpc.Score(ctx, c.req)
+		if status.Code(err) != c.code {
+			t.Errorf("%v: got %v, want %v", c.req, err, c.code)
+		}
+	}
+}
+
+func TestModelsListsPredictions(t *testing.T) {
+	st := newStackWith(t, indexer.Config{Keys: testKeys, Prediction: indexer.PredictionConfig{SampleRate: 1}})
+	tokens := seqTokens(10, 6*testBlock)
+	st.store("pod-a", 0, kvindex.TierGPU, tokens, 2, kvindex.RequestExtras{})
+	ids, _ := json.Marshal(tokens)
+	st.scoreHTTP(`{"model":"` + testModel + `","token_ids":` + string(ids) + `}`)
+	st.store("pod-a", 0, kvindex.TierGPU, tokens, 5, kvindex.RequestExtras{})
+	resp, err := http.Get(st.http.URL + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		PredictionEnabled bool        `json:"prediction_enabled"`
+		Models            []ModelInfo `json:"models"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	want := PredictionStats{Predicted: 4, Seen: 3, Pending: 1}
+	if !out.PredictionEnabled || len(out.Models) != 1 || out.Models[0].Model != testModel || out.Models[0].Prediction != want {
+		t.Fatalf("GET /v1/models: %+v, want %s with %+v", out, testModel, want)
+	}
+}
