@@ -25,7 +25,11 @@ const maxBodyBytes = 64 << 20
 // Handler returns the HTTP/JSON surface.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", s.handleStatusPage)
+	mux.HandleFunc("GET /v1/status", s.handleStatus)
 	mux.HandleFunc("POST /v1/score", s.handleScore)
+	mux.HandleFunc("POST /query", s.handleMooncakeQuery)
+	mux.HandleFunc("POST /query_by_hash", s.handleMooncakeQueryByHash)
 	mux.HandleFunc("GET /v1/pods", s.handlePods)
 	mux.HandleFunc("GET /v1/endpoints", s.handleListEndpoints)
 	mux.HandleFunc("POST /v1/endpoints", s.handleAddEndpoint)
@@ -44,7 +48,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	return mux
+	return jsonMuxErrors(mux)
 }
 
 // httpStatus maps a gRPC code to the HTTP status of the same meaning.
@@ -70,14 +74,7 @@ func httpStatus(c codes.Code) int {
 	return http.StatusInternalServerError
 }
 
-func writeError(w http.ResponseWriter, e *Error) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(httpStatus(e.Code))
-	_ = json.NewEncoder(w).Encode(struct {
-		Error string `json:"error"`
-		Code  string `json:"code"`
-	}{e.Msg, e.Code.String()})
-}
+func writeError(w http.ResponseWriter, e *Error) { writeErrorStatus(w, httpStatus(e.Code), e) }
 
 // writeJSON sets the headers before the status: after WriteHeader they
 // would be dropped.
