@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/tokenization"
 )
 
 // Config is everything `kvindexd serve` can be told. Precedence, lowest first:
@@ -56,6 +57,9 @@ type Config struct {
 
 	LogLevel  string `json:"log_level" yaml:"log_level"`
 	LogFormat string `json:"log_format" yaml:"log_format"`
+
+	// Discovery subscribes to engine pods found in Kubernetes.
+	Discovery DiscoveryConfig `json:"discovery" yaml:"discovery"`
 }
 
 // ModelConfig overrides the key settings for one model (config file only):
@@ -97,6 +101,7 @@ func DefaultConfig() Config {
 		TierWeights: "gpu=1.0,cpu=0.8,disk=0.5,external=0.3",
 		LogLevel:    "info",
 		LogFormat:   "text",
+		Discovery:   defaultDiscoveryConfig(),
 	}
 }
 
@@ -238,6 +243,7 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.PrefixCapacity, "prefix-store-capacity", cfg.PrefixCapacity, "prefix store size in chunks (0 = default)")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug | info | warn | error")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text | json")
+	discoveryFlags(fs, &cfg.Discovery)
 	return fs
 }
 
@@ -350,6 +356,40 @@ func (c *Config) validate() error {
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("--log-format %q: want text or json", c.LogFormat)
+	}
+	if err := c.validateTokenizers(); err != nil {
+		return err
+	}
+	return c.validateDiscovery()
+}
+
+// validateTokenizers checks at start that every tokenizer named explicitly
+// is there: a typo would otherwise surface only as a failed request.
+func (c *Config) validateTokenizers() error {
+	names := make([]string, 0, len(c.Tokenizers))
+	for name := range c.Tokenizers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if dir := c.Tokenizers[name]; !tokenization.HasTokenizerFile(dir) {
+			return fmt.Errorf("--tokenizer %s=%s: no tokenizer.json or tokenizer.json.gz in %s", name, dir, dir)
+		}
+	}
+	names = names[:0]
+	for name := range c.Models {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if dir := c.Models[name].Tokenizer; dir != "" && !tokenization.HasTokenizerFile(dir) {
+			return fmt.Errorf("models[%s].tokenizer %s: no tokenizer.json or tokenizer.json.gz there", name, dir)
+		}
+	}
+	for _, dir := range c.TokenizersDir {
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			return fmt.Errorf("--tokenizers-dir %s: not a directory", dir)
+		}
 	}
 	return nil
 }
