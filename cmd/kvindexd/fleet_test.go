@@ -17,7 +17,11 @@ const fleetModel = "Qwen/Qwen3-8B"
 // fleetPrompt is the prompt every pod of the fleet holds a prefix of.
 const fleetPrompt = "You are a helpful assistant. Answer briefly and cite your sources. " +
 	"The user asks about the weather in Lisbon, Porto and Faro for the coming week, " +
-	"and wants a table with the highs, the lows and the chance of rain for every day."
+	"and wants a table with the highs, the lows and the chance of rain for every day. " +
+	"Use metric units, name the forecast service you relied on, and say how certain each day is. " +
+	"If a city has no forecast, write so in its row instead of guessing. Keep the table under " +
+	"twenty lines, put the warmest day in bold, and end with one sentence of advice on what to pack " +
+	"for a walking holiday that visits all three cities, starting in the north and ending in the south."
 
 // fleetPod is one engine of the published fleet: how many leading blocks of
 // the prompt it holds, on which tier, from which DP rank.
