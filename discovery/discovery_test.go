@@ -418,6 +418,12 @@ func TestConfigErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%+v) = %v, want an error containing %q", tc.cfg, err, tc.want)
 		}
+		if err := Validate(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate(%+v) = %v, want an error containing %q", tc.cfg, err, tc.want)
+		}
+	}
+	if err := Validate(Config{Selector: "app=vllm"}); err != nil {
+		t.Errorf("Validate with defaults: %v", err)
 	}
 	if _, err := New(Config{Selector: "a=b"}, nil, rec, nil, nil); err == nil {
 		t.Error("New without a client succeeded")
