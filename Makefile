@@ -9,10 +9,18 @@ TESTFLAGS ?= -race -count=1 -timeout 45m
 FULL_PKGS ?= ./kvindex/ ./tokenization/ ./prefixstore/
 BENCHTIME ?= 1s
 RUN_ARGS ?= --index memory --log-level info
+# `make run` serves a demo model, Qwen/Qwen3-8B, with the committed Qwen3
+# tokenizer (prompt scoring works out of the box) and seed 0 (start engines
+# with PYTHONHASHSEED=0). RUN_ARGS come after these and win.
+RUN_DEMO_ARGS ?= --hash-seed 0 --tokenizer Qwen/Qwen3-8B=tokenization/testdata/qwen3
+IMAGE    ?= kvindexd:dev
+# helm for `make helm-check`, built from the Go module proxy into .cache/bin.
+HELM_VERSION ?= v3.22.0
+HELM     ?= $(CURDIR)/.cache/bin/helm
 PROTOC   ?= protoc
 GOBIN    := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build run test test-deps test-short bench lint proto demo loadgen fetch-tokenizers fuzz clean
+.PHONY: all build run test test-deps test-short bench lint proto demo loadgen fetch-tokenizers fuzz clean image helm-check manifests
 
 all: build
 
@@ -24,14 +32,16 @@ build:
 # The daemon on the in-memory index: engines connect to tcp://<host>:5557,
 # gRPC on :50051, HTTP on :8080. Extra flags: make run RUN_ARGS="--hash-seed 0 ..."
 run:
-	$(GO) run ./cmd/kvindexd serve $(RUN_ARGS)
+	$(GO) run ./cmd/kvindexd serve $(RUN_DEMO_ARGS) $(RUN_ARGS)
 
 # Every test: the whole tree with the race detector, then the race-trimmed
 # packages in full. Tests that need real parts start them (python3-zmq
-# publisher, redis-server on loopback); test-deps installs what is missing.
+# publisher, redis-server on loopback, headless chromium); test-deps installs
+# what is missing. hack/testreport prints go test's usual lines plus every
+# skipped test with its reason (plain go test hides them).
 test: test-deps
-	$(GO) test $(TESTFLAGS) $(PKGS)
-	$(GO) test -count=1 -timeout 30m $(FULL_PKGS)
+	$(GO) run ./hack/testreport -- $(GO) test -json $(TESTFLAGS) $(PKGS)
+	$(GO) run ./hack/testreport -- $(GO) test -json -count=1 -timeout 30m $(FULL_PKGS)
 
 # Fuzzes every parser of peer bytes for FUZZTIME each: the ZMTP framing
 # (greeting, commands, the whole stream) and the KV-event payload decoder.
@@ -88,3 +98,33 @@ fetch-tokenizers:
 
 clean:
 	rm -rf $(BIN)
+
+# The container image (Dockerfile) with the first builder that works:
+# docker (with a reachable daemon), podman, buildah. IMAGE=repo/name:tag.
+image:
+	@if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then \
+		echo "docker build -t $(IMAGE) ."; docker build -t $(IMAGE) .; \
+	elif command -v podman >/dev/null 2>&1; then \
+		echo "podman build -t $(IMAGE) ."; podman build -t $(IMAGE) .; \
+	elif command -v buildah >/dev/null 2>&1; then \
+		echo "buildah bud -t $(IMAGE) ."; buildah bud -t $(IMAGE) .; \
+	elif command -v docker >/dev/null 2>&1; then \
+		echo "make image: docker is installed but its daemon is not reachable (docker info failed):" >&2; \
+		echo "  start dockerd, point DOCKER_HOST at one, or install podman or buildah" >&2; exit 1; \
+	else \
+		echo "make image: no container builder found: install docker, podman or buildah" >&2; exit 1; \
+	fi
+
+# Lints the Helm chart and renders it in every supported shape, then checks
+# that deploy/manifests/ (the chart rendered for people without Helm) is up
+# to date. Builds helm into .cache/bin on first use (a few minutes).
+helm-check: $(HELM)
+	HELM=$(HELM) hack/helm-check.sh
+
+# Re-renders deploy/manifests/ from the chart.
+manifests: $(HELM)
+	HELM=$(HELM) hack/helm-check.sh --write
+
+$(HELM):
+	GOBIN=$(dir $(HELM)) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+

@@ -26,8 +26,12 @@ const maxBodyBytes = 64 << 20
 // Handler returns the HTTP/JSON surface.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", s.handleStatusPage)
+	mux.HandleFunc("GET /v1/status", s.handleStatus)
 	mux.HandleFunc("POST /v1/score", s.handleScore)
 	mux.HandleFunc("POST /v1/pick", s.handlePick)
+	mux.HandleFunc("POST /query", s.handleMooncakeQuery)
+	mux.HandleFunc("POST /query_by_hash", s.handleMooncakeQueryByHash)
 	mux.HandleFunc("GET /v1/pods", s.handlePods)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /v1/endpoints", s.handleListEndpoints)
@@ -47,7 +51,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	return s.guard(mux)
+	return s.guard(jsonMuxErrors(mux))
 }
 
 // httpStatus maps a gRPC code to the HTTP status of the same meaning.
@@ -80,17 +84,6 @@ func httpStatus(c codes.Code) int {
 }
 
 func writeError(w http.ResponseWriter, e *Error) { writeErrorStatus(w, httpStatus(e.Code), e) }
-
-// writeErrorStatus is writeError with an HTTP status of its own (415 has no
-// gRPC code).
-func writeErrorStatus(w http.ResponseWriter, status int, e *Error) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(struct {
-		Error string `json:"error"`
-		Code  string `json:"code"`
-	}{e.Msg, e.Code.String()})
-}
 
 // writeJSON sets the headers before the status: after WriteHeader they
 // would be dropped.

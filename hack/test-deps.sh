@@ -3,7 +3,8 @@
 # on a fresh Debian/Ubuntu machine: real libzmq for the interop publisher
 # (python3-zmq, python3-msgpack), the golden-vector references (python3-cbor2,
 # python3-xxhash, python3-jinja2), redis-server/redis-cli for the Redis tests,
-# and (npm) the reference tokenizer plus the model tokenizer files.
+# chromium for the status page's headless-browser test, and (npm) the
+# reference tokenizer plus the model tokenizer files.
 # Idempotent and quiet when everything is there.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -13,6 +14,7 @@ need_apt=()
 /usr/bin/python3 -c 'import cbor2, xxhash, jinja2' 2>/dev/null || need_apt+=(python3-cbor2 python3-xxhash python3-jinja2)
 command -v redis-server >/dev/null && command -v redis-cli >/dev/null || need_apt+=(redis-server redis-tools)
 command -v npm >/dev/null || need_apt+=(nodejs npm)
+command -v chromium >/dev/null || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""
   if [ "$(id -u)" -ne 0 ]; then

@@ -61,10 +61,12 @@ func registry() *tokenization.Registry {
 func needModel(t testing.TB, model string) *tokenization.Tokenizer {
 	t.Helper()
 	if !tokenization.HasTokenizerFile(modelDir(model)) {
-		msg := fmt.Sprintf("SKIPPING %s: no tokenizer files in %s (run hack/tokenizers/setup.sh)", model, modelDir(model))
+		msg := fmt.Sprintf("!!! SKIPPING %s: no tokenizer files in %s (run hack/tokenizers/setup.sh)", model, modelDir(model))
 		if os.Getenv("KVINDEX_REQUIRE_ALL_TOKENIZERS") == "1" {
 			t.Fatal(msg)
 		}
+		// t.Skip alone is silent in go test's default output.
+		fmt.Fprintln(os.Stderr, msg)
 		t.Skip(msg)
 	}
 	tok, err := registry().Get(model)

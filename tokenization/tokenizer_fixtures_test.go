@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"compress/gzip"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -45,10 +46,12 @@ func encLoad(t testing.TB, model string) *Tokenizer {
 	}
 	dir := encFixtureDir(model)
 	if !HasTokenizerFile(dir) {
-		msg := "SKIPPING " + model + ": no tokenizer files in " + dir + " (run hack/tokenizers/setup.sh or make fetch-tokenizers)"
+		msg := "!!! SKIPPING " + model + ": no tokenizer files in " + dir + " (run hack/tokenizers/setup.sh or make fetch-tokenizers)"
 		if os.Getenv("KVINDEX_REQUIRE_ALL_TOKENIZERS") == "1" {
 			t.Fatal(msg)
 		}
+		// t.Skip alone is silent in go test's default output.
+		fmt.Fprintln(os.Stderr, msg)
 		t.Skip(msg)
 	}
 	tj, cj, err := ReadTokenizerFiles(dir)

@@ -21,6 +21,7 @@ import (
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/routing"
+	"github.com/kvindex/kvindex/tokenization"
 )
 
 // Config is everything `kvindexd serve` can be told. Precedence, lowest first:
@@ -80,6 +81,8 @@ type Config struct {
 	SnapshotConfig `yaml:",inline"`
 	// Limits: caps on what publishers can make the daemon hold (config_limits.go).
 	LimitsConfig `yaml:",inline"`
+	// Discovery subscribes to engine pods found in Kubernetes.
+	Discovery DiscoveryConfig `json:"discovery" yaml:"discovery"`
 }
 
 // ModelConfig overrides the key settings for one model (config file only):
@@ -135,6 +138,7 @@ func DefaultConfig() Config {
 		// BenchmarkApplyWithPrediction in package indexer).
 		PredictionSampleRate: 0.01,
 		PredictionWindow:     "30s",
+		Discovery:            defaultDiscoveryConfig(),
 	}
 }
 
@@ -288,6 +292,7 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	securityFlags(fs, &cfg.SecurityConfig)
 	snapshotFlags(fs, &cfg.SnapshotConfig)
 	limitFlags(fs, &cfg.LimitsConfig)
+	discoveryFlags(fs, &cfg.Discovery)
 	return fs
 }
 
@@ -424,7 +429,13 @@ func (c *Config) validate() error {
 	if err := c.validateSnapshot(c.Index); err != nil {
 		return err
 	}
-	return c.LimitsConfig.validate()
+	if err := c.LimitsConfig.validate(); err != nil {
+		return err
+	}
+	if err := c.validateTokenizers(); err != nil {
+		return err
+	}
+	return c.validateDiscovery()
 }
 
 // pickConfig turns the pick settings into the indexer's PickConfig (the
@@ -453,6 +464,38 @@ func (c *Config) pickConfig() (indexer.PickConfig, error) {
 		return pc, errors.New("--history-capacity must not be negative")
 	}
 	return pc, nil
+
+}
+
+// validateTokenizers checks at start that every tokenizer named explicitly
+// is there: a typo would otherwise surface only as a failed request.
+func (c *Config) validateTokenizers() error {
+	names := make([]string, 0, len(c.Tokenizers))
+	for name := range c.Tokenizers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if dir := c.Tokenizers[name]; !tokenization.HasTokenizerFile(dir) {
+			return fmt.Errorf("--tokenizer %s=%s: no tokenizer.json or tokenizer.json.gz in %s", name, dir, dir)
+		}
+	}
+	names = names[:0]
+	for name := range c.Models {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if dir := c.Models[name].Tokenizer; dir != "" && !tokenization.HasTokenizerFile(dir) {
+			return fmt.Errorf("models[%s].tokenizer %s: no tokenizer.json or tokenizer.json.gz there", name, dir)
+		}
+	}
+	for _, dir := range c.TokenizersDir {
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			return fmt.Errorf("--tokenizers-dir %s: not a directory", dir)
+		}
+	}
+	return nil
 }
 
 // keyConfigs returns the default key config and the per-model overrides

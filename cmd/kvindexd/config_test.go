@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,15 @@ import (
 
 func TestConfigPrecedence(t *testing.T) {
 	dir := t.TempDir()
+	// Explicit tokenizers must exist at start: give both a tokenizer.json.
+	for _, m := range []string{"big", "small"} {
+		if err := os.MkdirAll(filepath.Join(dir, m), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, m, "tokenizer.json"), []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	file := filepath.Join(dir, "kvindexd.yaml")
 	err := os.WriteFile(file, []byte(`
 http_addr: ":9000"
@@ -22,8 +32,8 @@ block_size: 32
 endpoints:
   - {address: "tcp://10.0.0.1:5557", pod: p1, model: m1}
 models:
-  big/model: {hash_algo: sha256_cbor, block_size: 64, tokenizer: /models/big}
-tokenizers: {small/model: /models/small}
+  big/model: {hash_algo: sha256_cbor, block_size: 64, tokenizer: `+filepath.Join(dir, "big")+`}
+tokenizers: {small/model: `+filepath.Join(dir, "small")+`}
 `), 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -118,5 +128,92 @@ func TestHelpListsSubcommands(t *testing.T) {
 	out.Reset()
 	if code := run([]string{"help", "serve"}, nil, &out, &out); code != 0 || !strings.Contains(out.String(), "-grpc-addr") {
 		t.Errorf("help serve: %d %s", code, out.String())
+	}
+}
+
+func TestConfigChecksTokenizersAtStart(t *testing.T) {
+	dir := t.TempDir()
+	noenv := func(string) string { return "" }
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tokenizer", "M=" + filepath.Join(dir, "missing")}, "--tokenizer M=" + filepath.Join(dir, "missing") + ": no tokenizer.json"},
+		{[]string{"--tokenizers-dir", filepath.Join(dir, "nope")}, "not a directory"},
+	} {
+		if _, err := loadConfig(tc.args, noenv, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+	yml := filepath.Join(dir, "c.yaml")
+	_ = os.WriteFile(yml, []byte("models:\n  m: {tokenizer: "+filepath.Join(dir, "gone")+"}\n"), 0o644)
+	if _, err := loadConfig([]string{"--config", yml}, noenv, io.Discard); err == nil || !strings.Contains(err.Error(), "models[m].tokenizer") {
+		t.Errorf("models.m.tokenizer missing: %v", err)
+	}
+	// The committed Qwen3 tokenizer (the one `make run` serves) passes.
+	if _, err := loadConfig([]string{"--tokenizer", "Qwen/Qwen3-8B=../../tokenization/testdata/qwen3"}, noenv, io.Discard); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestConfigDiscovery(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "d.yaml")
+	err := os.WriteFile(file, []byte(`
+discovery:
+  enabled: true
+  namespaces: [llm-a, llm-b]
+  selector: app=vllm
+  replay_port: 5558
+  dp_size: 2
+  pod_name: "{{.Name}}"
+`), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"KVINDEX_DISCOVER_ZMQ_PORT": "6000"}
+	cfg, err := loadConfig([]string{"--config", file, "--discover-namespace", "llm-c", "--discover-model-key", "model"},
+		func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := cfg.discoveryConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(dc.Namespaces, ","); got != "llm-a,llm-b,llm-c" || dc.Selector != "app=vllm" || dc.ZMQPort != 6000 ||
+		dc.ReplayPort != 5558 || dc.DPSize != 2 || dc.ServePort != 8000 || dc.PodName != "{{.Name}}" || dc.ModelKey != "model" ||
+		dc.Resync.String() != "5m0s" || dc.MaxPods != 4096 {
+		t.Fatalf("discovery config %+v", dc)
+	}
+	noenv := func(string) string { return "" }
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--discover-pods"}, "needs --discover-selector"},
+		{[]string{"--discover-pods", "--discover-selector", "app=vllm", "--leases", "--index", "redis://127.0.0.1:1"}, "do not combine"},
+		{[]string{"--discover-pods", "--discover-selector", "app in ("}, "label selector"},
+		{[]string{"--discover-pods", "--discover-selector", "a=b", "--discover-engine", "tgi"}, "--discover-engine"},
+		{[]string{"--discover-pods", "--discover-selector", "a=b", "--discover-resync", "often"}, "--discover-resync"},
+		{[]string{"--discover-pods", "--discover-selector", "a=b", "--discover-pod-name", "{{.Pod}}"}, "pod name template"},
+	} {
+		if _, err := loadConfig(tc.args, noenv, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+	// Outside a cluster without a kubeconfig, the daemon says why it cannot start.
+	cfg, err = loadConfig([]string{"--discover-pods", "--discover-selector", "app=vllm", "--kubeconfig", filepath.Join(dir, "none"),
+		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--zmq-bind", "tcp://127.0.0.1:0"}, noenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := newDaemon(t.Context(), cfg, slog.New(slog.DiscardHandler))
+	if err == nil {
+		d.close()
+		t.Fatal("newDaemon with a missing kubeconfig succeeded")
+	}
+	if !strings.Contains(err.Error(), "--discover-pods") {
+		t.Fatalf("newDaemon: %v", err)
 	}
 }

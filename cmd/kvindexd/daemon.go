@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvindex/kvindex/api"
 	"github.com/kvindex/kvindex/chatprompt"
+	"github.com/kvindex/kvindex/discovery"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/indexer/redisspec"
 	"github.com/kvindex/kvindex/internal/redact"
@@ -54,6 +55,8 @@ type daemon struct {
 	api      *api.Server
 	// leases, when set, runs the connect-topology lease loop (Redis only).
 	leases func(ctx context.Context) error
+	// discovery, when set, subscribes to the engine pods Kubernetes lists.
+	discovery *discovery.Discoverer
 
 	grpcLn, httpLn net.Listener
 	grpcSrv        *grpc.Server
@@ -152,6 +155,11 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	}
 	if cfg.SnapshotPath != "" {
 		if d.saver, err = d.newSaver(); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Discovery.Enabled {
+		if err := d.setupDiscovery(); err != nil {
 			return nil, err
 		}
 	}
@@ -314,6 +322,9 @@ func (d *daemon) Run(ctx context.Context) error {
 	subCtx, subCancel := context.WithCancel(context.Background())
 	defer subCancel()
 	wg.Go(func() { fail("kvevents", d.sub.Run(subCtx)) })
+	if d.discovery != nil {
+		wg.Go(func() { fail("discovery", d.discovery.Run(ctx)) })
+	}
 	leaseCtx, leaseCancel := context.WithCancel(context.Background())
 	defer leaseCancel()
 	leasesDone := make(chan struct{})
@@ -345,8 +356,10 @@ func (d *daemon) Run(ctx context.Context) error {
 		d.log.Info("HTTP listening", "addr", d.HTTPAddr())
 	}
 	if d.cfg.HashSeed == "" {
-		d.log.Warn("--hash-seed is empty: this matches only engines started with PYTHONHASHSEED set to the empty string; " +
-			"vLLM without PYTHONHASHSEED uses a random seed that no indexer can reproduce (parity mismatches in /v1/pods)")
+		d.log.Warn("--hash-seed is not set: start every engine with PYTHONHASHSEED=0 and this daemon with --hash-seed 0 " +
+			"(or KVINDEX_HASH_SEED=0, or hash_seed: \"0\" in the config file; any value works if both sides use the same). " +
+			"Unset, it matches only engines started with PYTHONHASHSEED set to the empty string; an engine without " +
+			"PYTHONHASHSEED hashes with a random seed no indexer can reproduce (parity_mismatches in /v1/pods)")
 	}
 	d.log.Info("kvindexd running", "zmq_bind", d.cfg.ZMQBind, "endpoints", len(d.cfg.Endpoints),
 		"hash_algo", d.cfg.HashAlgo, "block_size", d.cfg.BlockSize, "index", redactIndex(d.cfg.Index))

@@ -47,7 +47,10 @@ func Require(t testing.TB) string {
 		if ci != "" && ci != "0" && ci != "false" {
 			t.Fatalf("redis-server not found in PATH and CI=%s: the Redis backend tests must run in CI (install redis-server/redis-tools)", os.Getenv("CI"))
 		}
-		t.Skip("!!! SKIPPING REDIS TESTS: redis-server not found in PATH (install redis-server; set CI=true to make this a failure) !!!")
+		msg := "!!! SKIPPING REDIS TESTS: redis-server not found in PATH (apt-get install -y redis-server redis-tools, or run hack/test-deps.sh; CI=true makes this a failure) !!!"
+		// t.Skip alone is silent in go test's default output.
+		fmt.Fprintln(os.Stderr, msg)
+		t.Skip(msg)
 	}
 	return bin
 }
@@ -313,7 +316,9 @@ func StartCluster(t testing.TB, n int, extra ...string) *Cluster {
 		if ci != "" && ci != "0" && ci != "false" {
 			t.Fatalf("redis-cli not found in PATH and CI=%s", os.Getenv("CI"))
 		}
-		t.Skip("!!! SKIPPING REDIS CLUSTER TESTS: redis-cli not found in PATH !!!")
+		msg := "!!! SKIPPING REDIS CLUSTER TESTS: redis-cli not found in PATH (apt-get install -y redis-tools) !!!"
+		fmt.Fprintln(os.Stderr, msg)
+		t.Skip(msg)
 	}
 	c := &Cluster{}
 	for i := 0; i < n; i++ {

@@ -1,0 +1,177 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/kvindex"
+)
+
+// The Mooncake KV indexer query API (Mooncake's "KV-Store Indexer API"
+// proposal, also served by NVIDIA Dynamo's standalone indexer): POST /query
+// with token ids and POST /query_by_hash with block hashes, both mapped onto
+// indexer.Score so routers written for that API work unchanged.
+//
+// Mapping (README, "Mooncake indexer API"):
+//   - model, lora_name, cache_salt, token_ids: as in /v1/score;
+//   - seq_hashes (or the older name block_hash): /v1/score's block_hashes,
+//     i.e. the hashes the engines publish;
+//   - instance_id: restricts the answer to that pod (/v1/score's pods);
+//   - lora_name and cache_salt with hashes: accepted and ignored (the
+//     engine mixed them into the hashes already);
+//   - block_size: optional; when given it must equal the model's configured
+//     block size, since the index holds blocks of that size only;
+//   - tenant_id: kvindexd keeps one index for every tenant, so it only names
+//     the answer's top-level key (default "default").
+//
+// The answer is {tenant: {pod: {"longest_matched": T, "GPU": T, "CPU": T,
+// "DISK": T, "EXTERNAL": T, "DP": {"rank": T}}}} in tokens: longest_matched
+// is the pod's best DP rank's run of consecutive blocks from block 0 times
+// the block size, each medium the tokens of that run held on it, and DP
+// each rank's own run. Pods holding not even the first block are left out.
+
+const mooncakeDefaultTenant = "default"
+
+// mooncakeMedia are the answer's medium keys by tier.
+var mooncakeMedia = [kvindex.NumTiers]string{"GPU", "CPU", "DISK", "EXTERNAL"}
+
+type mooncakeRequest struct {
+	Model      string        `json:"model"`
+	LoraName   string        `json:"lora_name"`
+	LoraID     *int64        `json:"lora_id"`
+	TokenIDs   []uint32      `json:"token_ids"`
+	SeqHashes  []json.Number `json:"seq_hashes"`
+	BlockHash  []json.Number `json:"block_hash"`
+	TenantID   string        `json:"tenant_id"`
+	InstanceID string        `json:"instance_id"`
+	BlockSize  int           `json:"block_size"`
+	CacheSalt  string        `json:"cache_salt"`
+}
+
+func (s *Server) handleMooncakeQuery(w http.ResponseWriter, r *http.Request) {
+	s.mooncake(w, r, false)
+}
+
+func (s *Server) handleMooncakeQueryByHash(w http.ResponseWriter, r *http.Request) {
+	s.mooncake(w, r, true)
+}
+
+func (s *Server) mooncake(w http.ResponseWriter, r *http.Request, byHash bool) {
+	req, q, e := parseMooncake(w, r, byHash)
+	if e != nil {
+		s.metrics.observeRequest(indexer.InputNone, e.Code, 0)
+		writeError(w, e)
+		return
+	}
+	if req.BlockSize != 0 {
+		if bs := s.idx.KeyConfig(req.Model).BlockSize; bs != req.BlockSize {
+			e := errorf(codes.InvalidArgument, "block_size %d: model %q is indexed in blocks of %d tokens (--block-size, models.NAME.block_size)",
+				req.BlockSize, req.Model, bs)
+			s.metrics.observeRequest(q.Kind, e.Code, 0)
+			writeError(w, e)
+			return
+		}
+	}
+	res, e := s.score(r.Context(), &q)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	defer putResult(res)
+	tenant := req.TenantID
+	if tenant == "" {
+		tenant = mooncakeDefaultTenant
+	}
+	b := append([]byte(`{`), appendString(nil, tenant)...)
+	b = append(b, ":{"...)
+	bs := int64(res.BlockSize)
+	for i := range res.Pods {
+		p := &res.Pods[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, p.Pod)
+		b = append(b, `:{"longest_matched":`...)
+		b = strconv.AppendInt(b, int64(p.MatchedBlocks)*bs, 10)
+		for t, name := range mooncakeMedia {
+			b = append(b, `,"`...)
+			b = append(b, name...)
+			b = append(b, `":`...)
+			b = strconv.AppendInt(b, int64(p.Tiers[t])*bs, 10)
+		}
+		b = append(b, `,"DP":{`...)
+		for j := range p.Ranks {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = strconv.AppendInt(b, int64(p.Ranks[j].DPRank), 10)
+			b = append(b, `":`...)
+			b = strconv.AppendInt(b, int64(p.Ranks[j].MatchedBlocks)*bs, 10)
+		}
+		b = append(b, "}}"...)
+	}
+	b = append(b, "}}\n"...)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+func parseMooncake(w http.ResponseWriter, r *http.Request, byHash bool) (mooncakeRequest, indexer.Query, *Error) {
+	var req mooncakeRequest
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes)); err != nil {
+		return req, indexer.Query{}, errorf(codes.InvalidArgument, "read body: %v", err)
+	}
+	dec := json.NewDecoder(&buf)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, indexer.Query{}, errorf(codes.InvalidArgument, "invalid JSON body: %v", err)
+	}
+	if req.Model == "" {
+		return req, indexer.Query{}, errorf(codes.InvalidArgument, "model is required")
+	}
+	if req.LoraID != nil {
+		return req, indexer.Query{}, errorf(codes.InvalidArgument, "lora_id is not supported: send lora_name (the adapter name the engine hashes)")
+	}
+	if req.BlockSize < 0 {
+		return req, indexer.Query{}, errorf(codes.InvalidArgument, "block_size %d is negative", req.BlockSize)
+	}
+	q := indexer.Query{Model: req.Model, LoraName: req.LoraName, CacheSalt: req.CacheSalt}
+	if req.InstanceID != "" {
+		q.Pods = []string{req.InstanceID}
+	}
+	if !byHash {
+		if req.SeqHashes != nil || req.BlockHash != nil {
+			return req, q, errorf(codes.InvalidArgument, "/query takes token_ids; send hashes to /query_by_hash")
+		}
+		q.Kind, q.TokenIDs = indexer.InputTokens, req.TokenIDs
+		return req, q, nil
+	}
+	if req.TokenIDs != nil {
+		return req, q, errorf(codes.InvalidArgument, "/query_by_hash takes seq_hashes; send token ids to /query")
+	}
+	hashes := req.SeqHashes
+	if req.BlockHash != nil {
+		if hashes != nil {
+			return req, q, errorf(codes.InvalidArgument, "give seq_hashes or block_hash, not both")
+		}
+		hashes = req.BlockHash
+	}
+	q.Kind, q.BlockHashes = indexer.InputHashes, make([]uint64, len(hashes))
+	for i, h := range hashes {
+		v, err := parseHash(h.String())
+		if err != nil {
+			return req, q, errorf(codes.InvalidArgument, "seq_hashes[%d]: %v", i, err)
+		}
+		q.BlockHashes[i] = v
+	}
+	// The engine mixed the adapter and salt into the hashes already; RFC
+	// clients send them along anyway, so they are accepted and not reused.
+	q.LoraName, q.CacheSalt = "", ""
+	return req, q, nil
+}

@@ -1,0 +1,75 @@
+package api
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/kvindex/kvindex/kvindex"
+)
+
+func TestStatusPageIsSelfContained(t *testing.T) {
+	st := newStack(t)
+	resp, err := http.Get(st.http.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET /: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	page := string(body)
+	for _, want := range []string{`id="pods"`, `id="scoreform"`, `id="chart"`, "/v1/status", "/v1/pods", "/v1/score"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %s", want)
+		}
+	}
+	// No external assets: nothing is loaded from another origin.
+	if m := regexp.MustCompile(`(?i)(src|href)\s*=\s*["']?(https?:)?//|<link|@import|url\(`).FindString(page); m != "" {
+		t.Errorf("the page references an external asset: %q", m)
+	}
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") {
+		t.Errorf("Content-Security-Policy = %q", csp)
+	}
+	// Only / itself: other paths are not the page.
+	if r, _ := http.Get(st.http.URL + "/index.html"); r.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /index.html: %d", r.StatusCode)
+	}
+}
+
+func TestStatusCounters(t *testing.T) {
+	st := newStack(t)
+	get := func() Status {
+		t.Helper()
+		resp, err := http.Get(st.http.URL + "/v1/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var s Status
+		if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s0 := get()
+	if !s0.Ready || s0.Time <= 0 || s0.ScoreRequests != 0 || s0.EventsApplied != 0 {
+		t.Fatalf("fresh status: %+v", s0)
+	}
+	prompt := seqTokens(1, 4*testBlock)
+	st.store("pod-a", 0, kvindex.TierGPU, prompt, 4, kvindex.RequestExtras{})
+	st.store("pod-b", 0, kvindex.TierGPU, prompt, 2, kvindex.RequestExtras{})
+	ids, _ := json.Marshal(prompt)
+	for range 3 {
+		st.scoreHTTP(`{"model":"` + testModel + `","token_ids":` + string(ids) + `}`)
+	}
+	st.post("/v1/score", `{}`) // failures count as requests too
+	s1 := get()
+	if s1.EventsApplied != 2 || s1.ScoreRequests != 4 || s1.Time < s0.Time {
+		t.Fatalf("status after 2 events and 4 requests: %+v", s1)
+	}
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kvindex/kvindex/discovery"
+	"github.com/kvindex/kvindex/kvindex"
+)
+
+// DiscoveryConfig is the `discovery:` block of the config file and the
+// --discover-* flags: Kubernetes pods to subscribe to (package discovery).
+type DiscoveryConfig struct {
+	Enabled    bool     `json:"enabled" yaml:"enabled"`
+	Namespaces []string `json:"namespaces" yaml:"namespaces"`
+	Selector   string   `json:"selector" yaml:"selector"`
+	ZMQPort    int      `json:"zmq_port" yaml:"zmq_port"`
+	ReplayPort int      `json:"replay_port" yaml:"replay_port"`
+	DPSize     int      `json:"dp_size" yaml:"dp_size"`
+	ServePort  int      `json:"serve_port" yaml:"serve_port"`
+	PodName    string   `json:"pod_name" yaml:"pod_name"`
+	ModelKey   string   `json:"model_key" yaml:"model_key"`
+	Engine     string   `json:"engine" yaml:"engine"`
+	Resync     string   `json:"resync" yaml:"resync"`
+	MaxPods    int      `json:"max_pods" yaml:"max_pods"`
+	Kubeconfig string   `json:"kubeconfig" yaml:"kubeconfig"`
+}
+
+func defaultDiscoveryConfig() DiscoveryConfig {
+	return DiscoveryConfig{ZMQPort: discovery.DefaultZMQPort, DPSize: 1, ServePort: discovery.DefaultServePort,
+		PodName: discovery.DefaultPodName, ModelKey: discovery.DefaultModelKey, Engine: "vllm",
+		Resync: discovery.DefaultResync.String(), MaxPods: discovery.DefaultMaxPods}
+}
+
+func discoveryFlags(fs *flag.FlagSet, c *DiscoveryConfig) {
+	fs.BoolVar(&c.Enabled, "discover-pods", c.Enabled, "subscribe to the Ready engine pods Kubernetes lists (needs --discover-selector)")
+	fs.Var(listFlag{&c.Namespaces}, "discover-namespace", "namespace to watch, repeatable or comma-separated (none = every namespace)")
+	fs.StringVar(&c.Selector, "discover-selector", c.Selector, "label selector of the engine pods, e.g. app=vllm")
+	fs.IntVar(&c.ZMQPort, "discover-zmq-port", c.ZMQPort, "engines' ZMQ publisher port (DP rank r: port+r); pod annotation "+discovery.AnnotationZMQPort)
+	fs.IntVar(&c.ReplayPort, "discover-replay-port", c.ReplayPort, "engines' replay port (0 = none; DP rank r: port+r); pod annotation "+discovery.AnnotationReplayPort)
+	fs.IntVar(&c.DPSize, "discover-dp-size", c.DPSize, "data-parallel ranks per pod; pod annotation "+discovery.AnnotationDPSize)
+	fs.IntVar(&c.ServePort, "discover-serve-port", c.ServePort, "engines' request port, for pod names; pod annotation "+discovery.AnnotationServePort)
+	fs.StringVar(&c.PodName, "discover-pod-name", c.PodName, "template of a discovered pod's name: {{.IP}} {{.ServePort}} {{.ZMQPort}} {{.Name}} {{.Namespace}}")
+	fs.StringVar(&c.ModelKey, "discover-model-key", c.ModelKey, "pod annotation or label holding the model name (absent: the topic's model)")
+	fs.StringVar(&c.Engine, "discover-engine", c.Engine, "engine kind of discovered pods: vllm or sglang; pod annotation "+discovery.AnnotationEngine)
+	fs.StringVar(&c.Resync, "discover-resync", c.Resync, "how often every watched pod is reconciled again")
+	fs.IntVar(&c.MaxPods, "discover-max-pods", c.MaxPods, "most pods subscribed at once")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig for --discover-pods outside a cluster (default: the in-cluster service account)")
+}
+
+// validateDiscovery checks the settings that need no cluster.
+func (c *Config) validateDiscovery() error {
+	d := c.Discovery
+	if !d.Enabled {
+		return nil
+	}
+	if d.Selector == "" {
+		return errors.New("--discover-pods needs --discover-selector (the engine pods' labels, e.g. app=vllm)")
+	}
+	if c.Leases {
+		// Leases divide a fixed endpoint list; every daemon would discover
+		// every pod and apply its events once more.
+		return errors.New("--discover-pods and --leases do not combine: with discovery, run one daemon per shared index, " +
+			"or give each replica its own in-memory index")
+	}
+	if _, ok := kvindex.ParseEngine(d.Engine); !ok {
+		return fmt.Errorf("--discover-engine %q: want vllm or sglang", d.Engine)
+	}
+	if r, err := time.ParseDuration(d.Resync); err != nil || r <= 0 {
+		return fmt.Errorf("--discover-resync %q: want a positive duration such as 5m", d.Resync)
+	}
+	_, err := c.discoveryConfig()
+	return err
+}
+
+func (c *Config) discoveryConfig() (discovery.Config, error) {
+	d := c.Discovery
+	eng, _ := kvindex.ParseEngine(d.Engine)
+	resync, _ := time.ParseDuration(d.Resync)
+	dc := discovery.Config{Namespaces: d.Namespaces, Selector: d.Selector, ZMQPort: d.ZMQPort, ReplayPort: d.ReplayPort,
+		DPSize: d.DPSize, ServePort: d.ServePort, PodName: d.PodName, ModelKey: d.ModelKey, Engine: eng,
+		Resync: resync, MaxPods: d.MaxPods}
+	// New validates everything but the cluster connection; a fake client
+	// suffices for that.
+	return dc, discovery.Validate(dc)
+}
+
+// setupDiscovery builds the pod watcher over the daemon's subscriber.
+func (d *daemon) setupDiscovery() error {
+	dc, err := d.cfg.discoveryConfig()
+	if err != nil {
+		return err
+	}
+	// Empty kubeconfig: the in-cluster service account.
+	rc, err := clientcmd.BuildConfigFromFlags("", d.cfg.Discovery.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("--discover-pods: Kubernetes client config: %w", err)
+	}
+	rc.UserAgent = "kvindexd"
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("--discover-pods: %w", err)
+	}
+	d.discovery, err = discovery.New(dc, client, d.sub, d.reg, d.log.With("component", "discovery"))
+	return err
+}

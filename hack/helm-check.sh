@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Lints deploy/helm/kvindexd, renders it with every option that changes its
+# shape, and checks deploy/manifests/kvindexd.yaml (the default rendering,
+# for people without Helm) against a fresh render. --write updates it.
+# Called by `make helm-check` / `make manifests` with HELM set.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+HELM=${HELM:-helm}
+chart=deploy/helm/kvindexd
+out=deploy/manifests/kvindexd.yaml
+
+render_default() {
+  echo "# Rendered from deploy/helm/kvindexd with its default values by \`make manifests\`"
+  echo "# (helm template kvindexd deploy/helm/kvindexd --namespace kvindex). Do not edit:"
+  echo "# change the chart and re-render. \`kubectl create namespace kvindex && kubectl apply -f\` this file."
+  "$HELM" template kvindexd "$chart" --namespace kvindex
+}
+
+if [ "${1:-}" = "--write" ]; then
+  render_default > "$out"
+  echo "wrote $out"
+  exit 0
+fi
+
+"$HELM" lint --strict "$chart"
+# Every shape the chart can take must render and lint.
+variants=(
+  ""
+  "--set snapshot.enabled=true"
+  "--set discovery.enabled=false --set replicaCount=1 --set networkPolicy.enginePodSelector.matchLabels.app=vllm"
+  "--set redis.url=redis://redis:6379/0 --set replicaCount=1"
+  "--set redis.existingSecret=kv-redis --set discovery.enabled=false"
+  "--set discovery.namespaces={*} --set serviceMonitor.enabled=true"
+  "--set discovery.namespaces={llm-a,llm-b} --set tokenizers.volume.persistentVolumeClaim.claimName=tokenizers"
+  "--set podDisruptionBudget.enabled=false --set networkPolicy.enabled=false --set service.zmq.enabled=false"
+)
+for v in "${variants[@]}"; do
+  # shellcheck disable=SC2086
+  "$HELM" lint --strict "$chart" $v >/dev/null || { echo "helm lint failed with: $v" >&2; "$HELM" lint --strict "$chart" $v; exit 1; }
+  # shellcheck disable=SC2086
+  "$HELM" template kvindexd "$chart" --namespace kvindex $v >/dev/null || { echo "helm template failed with: $v" >&2; exit 1; }
+done
+# Combinations the chart must refuse, with its reason.
+if "$HELM" template kvindexd "$chart" --set redis.url=redis://r:6379 --set replicaCount=2 >/dev/null 2>&1; then
+  echo "helm template accepted discovery + Redis + 2 replicas (each replica would apply every event)" >&2; exit 1
+fi
+if "$HELM" template kvindexd "$chart" --set discovery.selector= >/dev/null 2>&1; then
+  echo "helm template accepted discovery without a selector" >&2; exit 1
+fi
+if ! diff -u "$out" <(render_default) >/dev/null; then
+  diff -u "$out" <(render_default) | head -50 >&2 || true
+  echo "deploy/manifests/kvindexd.yaml is out of date: run make manifests" >&2
+  exit 1
+fi
+echo "helm-check: chart lints and renders in ${#variants[@]} shapes; deploy/manifests is up to date"
