@@ -42,6 +42,9 @@ type Config struct {
 	TierWeights *kvindex.TierWeights
 	// DigestCacheSize bounds the applier's per-model digest cache (0 = default).
 	DigestCacheSize int
+	// KeyCacheSize bounds each key config's request-path key cache in blocks
+	// (0 = kvindex.DefaultKeyCacheSize, < 0 = no cache: hash every block).
+	KeyCacheSize int
 	// Tokenizer scores prompts; nil makes a prompt query FailedPrecondition.
 	Tokenizer PromptTokenizer
 	// Registry receives the applier's and the indexer's metrics; nil = a
@@ -54,6 +57,7 @@ type Config struct {
 type Indexer struct {
 	in      *kvindex.Interner
 	hashers *kvindex.HasherSet
+	keys    keyCaches
 	idx     kvindex.Index
 	applier *kvindex.Applier
 	scorer  *kvindex.Scorer
@@ -83,7 +87,8 @@ func New(ctx context.Context, cfg Config) (*Indexer, error) {
 	if err != nil {
 		return nil, err
 	}
-	x := &Indexer{in: kvindex.NewInterner(), hashers: hashers, tok: cfg.Tokenizer}
+	x := &Indexer{in: kvindex.NewInterner(), hashers: hashers, tok: cfg.Tokenizer,
+		keys: newKeyCaches(hashers, cfg.ModelKeys, cfg.KeyCacheSize)}
 	if cfg.Backend == nil {
 		x.idx = kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: cfg.Capacity})
 	} else {

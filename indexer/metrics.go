@@ -28,7 +28,7 @@ func newMetrics(reg *prometheus.Registry, x *Indexer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(16, 2, 14),
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.lookup, m.tokens, &statsCollector{x: x}} {
+	for _, c := range []prometheus.Collector{m.lookup, m.tokens, &statsCollector{x: x}, keyCacheCollector{x.keys}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -89,10 +89,11 @@ func (x *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 	return nil
 }
 
-// tokenKeys hashes the full blocks of tokens into r.keys.
+// tokenKeys hashes the full blocks of tokens into r.keys, reusing the keys
+// of blocks an earlier request already hashed.
 func (x *Indexer) tokenKeys(r *Result, h *kvindex.Hasher, tokens []uint32, q *Query) {
 	x.m.tokens.Observe(float64(len(tokens)))
-	r.keys = h.Keys(r.keys[:0], tokens, kvindex.RequestExtras{LoraName: q.LoraName, CacheSalt: q.CacheSalt})
+	r.keys = x.keys.keys(h, r.keys[:0], tokens, kvindex.RequestExtras{LoraName: q.LoraName, CacheSalt: q.CacheSalt})
 }
 
 // aggregate folds the scorer's per-(pod, rank) results into one entry per
