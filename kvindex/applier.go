@@ -46,8 +46,11 @@ type PodStats struct {
 	LastEvent                                         time.Time
 	ParityMatches, ParityMismatches, ParityUnverified uint64
 	ParityHint                                        string
-	IndexErrors                                       uint64
-	Untrusted                                         bool
+	// ParitySampledOut: blocks indexed unverified because the pod had proven
+	// its configuration and was being sampled (parity_sampling.go).
+	ParitySampledOut uint64
+	IndexErrors      uint64
+	Untrusted        bool
 }
 
 // Applier applies decoded engine batches to an Index (it is the BatchSink of
@@ -129,6 +132,7 @@ type podState struct {
 	// extra keys, not a configuration difference.
 	everMatched bool
 	loggedHint  string
+	parity      paritySampler // full checking or sampling (parity_sampling.go)
 
 	// applyMu serialises Apply and Recover on one pod: it guards the fields
 	// above mu. kvevents already applies a pod's batches one at a time, so
@@ -144,6 +148,7 @@ type batchDelta struct {
 	events                          [AllBlocksCleared + 1]uint64
 	stored, removed, unkeyed        uint64
 	matches, mismatches, unverified uint64
+	sampledOut                      uint64
 	indexErrors, unresolved         uint64
 	recoveries                      uint64
 	hint                            string
@@ -215,6 +220,7 @@ func (a *Applier) bindModel(ps *podState, model string) {
 // a new seed) or it changes model, so a stale hint does not outlive its cause.
 func (ps *podState) resetParity() {
 	ps.hintFinal, ps.everMatched, ps.alias = false, false, nil
+	ps.parity.reset()
 	ps.mu.Lock()
 	ps.st.ParityHint = ""
 	ps.mu.Unlock()
@@ -237,6 +243,7 @@ func (a *Applier) Apply(ctx context.Context, b *Batch) {
 			return
 		}
 		ps.untrusted = false
+		ps.parity.reset()
 		d.recoveries++
 		a.log.Info("pod cleared after index error; trusted again, rebuilding from new events", "pod", ps.name, "dp_rank", ps.rank)
 	}
@@ -284,6 +291,7 @@ func (a *Applier) finish(ps *podState, b *Batch, d *batchDelta, start time.Time,
 	st.ParityMatches += d.matches
 	st.ParityMismatches += d.mismatches
 	st.ParityUnverified += d.unverified
+	st.ParitySampledOut += d.sampledOut
 	if d.hint != "" {
 		st.ParityHint = d.hint
 	}
@@ -366,6 +374,10 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 	} else {
 		parentOK = ps.dc.get(ev.ParentHash, &parent)
 	}
+	if !sglang && !ps.parity.check(canHash && parentOK) {
+		ps.keys = a.storedUnchecked(ps, ev, keys, d)
+		return a.addStored(ctx, ps, ev, d)
+	}
 	var ek extraKeys
 	for i, eh := range ev.BlockHashes {
 		if canHash && parentOK && eventExtras(&ek, ev, engine, i) {
@@ -383,12 +395,14 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 				case uint64(k) == eh:
 					d.matches++
 					ps.everMatched = true
+					ps.parity.matched()
 				case ps.everMatched:
 					// Other blocks of this pod match, so its seed, algorithm and
 					// block size are right: the engine hashed extra keys it did not
 					// publish (multimodal items, cache_salt without extra_keys).
 					// Its hash is then the truth for this block; ours is not.
 					d.mismatches++
+					ps.parity.reset()
 					keys[len(keys)-1] = Key(eh)
 					if !ps.hintFinal {
 						ps.hintFinal = true
@@ -398,6 +412,7 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 					}
 				default:
 					d.mismatches++
+					ps.parity.reset()
 					a.aliasPut(ps, eh, k)
 					if !ps.hintFinal {
 						a.diagnose(ps, ev, engine, i, eh, d)
@@ -426,6 +441,12 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 		}
 	}
 	ps.keys = keys
+	return a.addStored(ctx, ps, ev, d)
+}
+
+// addStored adds the event's keys, prepared in ps.keys, to the index.
+func (a *Applier) addStored(ctx context.Context, ps *podState, ev *Event, d *batchDelta) error {
+	keys := ps.keys
 	if len(keys) == 0 {
 		return nil
 	}

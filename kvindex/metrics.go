@@ -19,6 +19,7 @@ type Metrics struct {
 	parityMatches      prometheus.Counter
 	parityMismatches   prometheus.Counter
 	parityUnverified   prometheus.Counter
+	paritySampledOut   prometheus.Counter
 	indexErrors        prometheus.Counter
 	unresolvedRemovals prometheus.Counter
 	recoveryClears     prometheus.Counter
@@ -44,6 +45,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		parityMatches:      c("parity_matches_total", "Blocks whose engine hash equals the key computed from their token ids."),
 		parityMismatches:   c("parity_mismatches_total", "Blocks whose engine hash differs from the key computed from their token ids (indexed under the computed key)."),
 		parityUnverified:   c("parity_unverified_total", "Blocks whose hash could not be checked (no token ids, parent digest unknown, extra keys unknown)."),
+		paritySampledOut:   c("parity_sampled_out_total", "Blocks of pods with a proven configuration indexed without re-hashing (parity sampling)."),
 		indexErrors:        c("index_errors_total", "Index operations that failed; the pod is marked untrusted and rebuilt."),
 		unresolvedRemovals: c("unresolved_removals_total", "Removed engine hashes of aliased pods (mismatch or SGLang) with no alias to translate them."),
 		recoveryClears:     c("recovery_clears_total", "Pods cleared to recover from an index error."),
@@ -57,7 +59,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(events, m.blocksStored, m.blocksRemoved, m.blocksUnkeyed, m.parityMatches,
-			m.parityMismatches, m.parityUnverified, m.indexErrors, m.unresolvedRemovals,
+			m.parityMismatches, m.parityUnverified, m.paritySampledOut, m.indexErrors, m.unresolvedRemovals,
 			m.recoveryClears, m.untrustedPods, m.batchDuration)
 	}
 	return m
@@ -81,6 +83,7 @@ func (m *Metrics) flush(d *batchDelta, took time.Duration) {
 	add(m.parityMatches, d.matches)
 	add(m.parityMismatches, d.mismatches)
 	add(m.parityUnverified, d.unverified)
+	add(m.paritySampledOut, d.sampledOut)
 	add(m.indexErrors, d.indexErrors)
 	add(m.unresolvedRemovals, d.unresolved)
 	add(m.recoveryClears, d.recoveries)
