@@ -32,6 +32,7 @@ type dispatcher struct {
 	queues  []chan *kvindex.Batch
 	dropped prometheus.Counter
 	log     *slog.Logger
+	bp      backpressure // what a reader does on a full queue (backpressure.go)
 
 	// mu is read-held while a batch is queued and write-held to stop, so
 	// nothing is queued after the workers' final drain.
