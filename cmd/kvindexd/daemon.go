@@ -79,7 +79,7 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	}
 	d.idx, err = indexer.New(ctx, indexer.Config{
 		Keys: def, ModelKeys: perModel, Backend: backend, TierWeights: &weights,
-		DigestCacheSize: cfg.DigestCacheSize, Tokenizer: d.promptTokenizer(),
+		DigestCacheSize: cfg.DigestCacheSize, KeyCacheSize: cfg.KeyCacheSize, Tokenizer: d.promptTokenizer(),
 		Registry: d.reg, Logger: log,
 	})
 	if err != nil {
