@@ -135,10 +135,7 @@ func oursInsert(b *testing.B) {
 }
 
 func theirsInsert(b *testing.B) {
-	idx, err := kvblock.NewInMemoryIndex(nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	idx := theirIndex(b)
 	ks := promptKeys(64)
 	keys := make([][]kvblock.BlockHash, len(ks))
 	for i := range ks {
@@ -188,12 +185,21 @@ func oursScore(n int) func(b *testing.B) {
 	}
 }
 
+// theirIndex is the peer's in-memory index with room for every pod of a key
+// (its default keeps 10 pods per key, which would drop most of the 64).
+func theirIndex(b *testing.B) *kvblock.InMemoryIndex {
+	cfg := kvblock.DefaultInMemoryIndexConfig()
+	cfg.PodCacheSize = 128
+	idx, err := kvblock.NewInMemoryIndex(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return idx
+}
+
 func theirsScore(n int) func(b *testing.B) {
 	return func(b *testing.B) {
-		idx, err := kvblock.NewInMemoryIndex(nil)
-		if err != nil {
-			b.Fatal(err)
-		}
+		idx := theirIndex(b)
 		var keys []kvblock.BlockHash
 		for _, k := range promptKeys(1)[0] {
 			keys = append(keys, kvblock.BlockHash(k))
