@@ -20,7 +20,7 @@ HELM     ?= $(CURDIR)/.cache/bin/helm
 PROTOC   ?= protoc
 GOBIN    := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build run test test-deps test-short bench lint proto demo loadgen fetch-tokenizers fuzz clean image helm-check manifests
+.PHONY: all build run test test-deps test-short bench compare lint proto demo loadgen fetch-tokenizers fuzz clean image helm-check manifests
 
 all: build
 
@@ -67,6 +67,20 @@ test-short:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+# kvindex next to github.com/llm-d/llm-d-kv-cache on the same fixtures
+# (bench/compare, its own module: never part of build or test). The peer comes
+# from the module proxy; LLMD_KV_CACHE_DIR=/path/to/checkout uses a local copy
+# instead (through a private go.mod, the committed one is left alone).
+COMPARE_ARGS ?= -benchtime 300ms
+compare:
+	@if [ -n "$(LLMD_KV_CACHE_DIR)" ]; then \
+		cd bench/compare && cp go.mod .local.mod && cp go.sum .local.sum && \
+		$(GO) mod edit -modfile=.local.mod -replace=github.com/llm-d/llm-d-kv-cache=$(abspath $(LLMD_KV_CACHE_DIR)) && \
+		$(GO) run -modfile=.local.mod -mod=mod . $(COMPARE_ARGS); \
+	else \
+		cd bench/compare && $(GO) run -mod=mod . $(COMPARE_ARGS); \
+	fi
 
 lint:
 	@out="$$(gofmt -l $$(find . -name '*.go' -not -path '*/node_modules/*' -not -path './.cache/*'))"; \

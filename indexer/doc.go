@@ -23,7 +23,7 @@
 // Inputs are token ids, block hashes, a /v1/completions prompt (through
 // Config.Tokenizer) or a chat request (through Config.Chat, which renders it
 // with the model's chat template); Query.SetOpenAIRequest reads a router's
-// OpenAI body into one of them. 
+// OpenAI body into one of them.
 //
 // With Config.Prediction on, a sample of scored requests is remembered and
 // checked against the blocks the engines later store (predict.go): a

@@ -61,6 +61,9 @@ type Config struct {
 	DigestCacheSize int
 	// ApplierLimits bound the applier's per-model and per-pod state.
 	ApplierLimits kvindex.ApplierLimits
+	// KeyCacheSize bounds each key config's request-path key cache in blocks
+	// (0 = kvindex.DefaultKeyCacheSize, < 0 = no cache: hash every block).
+	KeyCacheSize int
 	// Tokenizer scores prompts; nil makes a prompt query FailedPrecondition.
 	Tokenizer PromptTokenizer
 	// Chat scores chat requests; nil makes a messages query
@@ -81,6 +84,7 @@ type Config struct {
 type Indexer struct {
 	in      *kvindex.Interner
 	hashers *kvindex.HasherSet
+	keys    keyCaches
 	idx     kvindex.Index
 	applier *kvindex.Applier
 	scorer  *kvindex.Scorer
@@ -119,7 +123,8 @@ func New(ctx context.Context, cfg Config) (*Indexer, error) {
 	if err != nil {
 		return nil, err
 	}
-	x := &Indexer{in: kvindex.NewInterner(), hashers: hashers, tok: cfg.Tokenizer, chat: cfg.Chat}
+	x := &Indexer{in: kvindex.NewInterner(), hashers: hashers, tok: cfg.Tokenizer, chat: cfg.Chat,
+		keys: newKeyCaches(hashers, cfg.ModelKeys, cfg.KeyCacheSize)}
 	if cfg.Backend == nil {
 		x.idx = kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: cfg.Capacity})
 	} else {

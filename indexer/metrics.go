@@ -71,7 +71,7 @@ func newMetrics(reg *prometheus.Registry, x *Indexer) (*metrics, error) {
 		Name: "kvindexd_snapshot_stale_pods",
 		Help: "Pods loaded from a snapshot that are not served until their stream resumes.",
 	}, func() float64 { return float64(x.StalePods()) })
-	for _, c := range []prometheus.Collector{m.lookup, m.tokens, picks, m.specBlocks, m.specErrors, m.sharedModels, m.restoreClears, stale, &statsCollector{x: x}} {
+	for _, c := range []prometheus.Collector{m.lookup, m.tokens, picks, m.specBlocks, m.specErrors, m.sharedModels, m.restoreClears, stale, &statsCollector{x: x}, keyCacheCollector{x.keys}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

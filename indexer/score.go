@@ -189,10 +189,11 @@ func (x *Indexer) chatTokens(ctx context.Context, q *Query) ([]uint32, *Error) {
 	return tokens, nil
 }
 
-// tokenKeys hashes the full blocks of tokens into *keys.
+// tokenKeys hashes the full blocks of tokens into *keys, reusing the keys
+// of blocks an earlier request already hashed.
 func (x *Indexer) tokenKeys(keys *[]kvindex.Key, h *kvindex.Hasher, tokens []uint32, q *Query) {
 	x.m.tokens.Observe(float64(len(tokens)))
-	*keys = h.Keys((*keys)[:0], tokens, kvindex.RequestExtras{LoraName: q.LoraName, CacheSalt: q.CacheSalt})
+	*keys = x.keys.keys(h, (*keys)[:0], tokens, kvindex.RequestExtras{LoraName: q.LoraName, CacheSalt: q.CacheSalt})
 }
 
 // aggregate folds the scorer's per-(pod, rank) results into one entry per

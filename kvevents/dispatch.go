@@ -39,6 +39,7 @@ type dispatcher struct {
 	// forgets are the queued orders to drop a pod's state in the sink
 	// (queueForget): placeholder batches recognised by identity.
 	forgets sync.Map
+	bp      backpressure // what a reader does on a full queue (backpressure.go)
 
 	// mu is read-held while a batch is queued and write-held to stop, so
 	// nothing is queued after the workers' final drain.

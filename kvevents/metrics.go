@@ -17,6 +17,8 @@ type Metrics struct {
 	DecodeErrors       *prometheus.CounterVec // by engine, level: event | batch
 	DroppedFrames      *prometheus.CounterVec // by reason
 	QueueOverflows     prometheus.Counter
+	QueueWaits         prometheus.Counter // batches a reader waited to queue (backpressure)
+	QueueWaitSeconds   prometheus.Counter
 	SeqGaps            prometheus.Counter
 	MissedBatches      prometheus.Counter
 	Restarts           prometheus.Counter
@@ -57,6 +59,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "dropped_frames_total", Help: "Messages dropped before decoding, by reason."}, []string{"reason"}),
 		QueueOverflows: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "queue_overflows_total", Help: "Batches dropped because their worker queue was full (the pod is cleared before its next batch)."}),
+		QueueWaits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "queue_waits_total", Help: "Batches whose reader waited for room in a full worker queue (backpressure on the socket)."}),
+		QueueWaitSeconds: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "queue_wait_seconds_total", Help: "Time readers spent waiting for room in full worker queues."}),
 		SeqGaps: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "seq_gaps_total", Help: "Forward jumps in a stream's sequence numbers."}),
 		MissedBatches: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -109,7 +115,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		func(s *Subscriber) float64 { return float64(s.work.budget.used.Load()) })
 	if reg != nil {
 		reg.MustRegister(m.MessagesReceived, m.BatchesDecoded, m.EventsDecoded, m.DecodeErrors, m.DroppedFrames,
-			m.QueueOverflows, m.SeqGaps, m.MissedBatches, m.Restarts, m.Replays, m.CatchUps, m.CaughtUpBatches, m.Snapshots, m.IgnoredFields,
+			m.QueueOverflows, m.QueueWaits, m.QueueWaitSeconds, m.SeqGaps, m.MissedBatches, m.Restarts, m.Replays, m.CatchUps, m.CaughtUpBatches, m.Snapshots, m.IgnoredFields,
 			m.UnknownMedia, m.PackedEvents, m.ReplayedBatches,
 			m.SyntheticClears, m.ConnectedEndpoints, m.ShutdownDropped)
 		reg.MustRegister(zmqCollectors(m.ZMQ)...)

@@ -284,10 +284,11 @@ func hasClear(b *kvindex.Batch) bool {
 	return false
 }
 
-// enqueue hands b to its worker without blocking the socket reader. On a
-// full queue the batch is dropped and the stream marked: a synthetic
-// AllBlocksCleared goes in front of its next queued batch, because the sink
-// has now missed events and its state for the pod is no longer complete.
+// enqueue hands b to its worker, waiting a bounded time on a full queue
+// (backpressure.go). If the queue stays full the batch is dropped and the
+// stream marked: a synthetic AllBlocksCleared goes in front of its next
+// queued batch, because the sink has now missed events and its state for
+// the pod is no longer complete.
 // st.order is held.
 func (s *Subscriber) enqueue(st *stream, b *kvindex.Batch) {
 	if st.needClear {
@@ -295,7 +296,7 @@ func (s *Subscriber) enqueue(st *stream, b *kvindex.Batch) {
 		ev = append(ev, kvindex.Event{Kind: kvindex.AllBlocksCleared})
 		b.Events = append(ev, b.Events...)
 	}
-	if s.work.tryQueue(st.worker, b) {
+	if s.work.queueBounded(st.worker, b) {
 		if st.needClear {
 			s.m.SyntheticClears.WithLabelValues(st.clearWhy).Inc()
 			st.needClear = false

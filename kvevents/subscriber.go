@@ -44,6 +44,10 @@ type Config struct {
 	Workers int
 	// QueueSize bounds each worker's queue, in batches (default 1024).
 	QueueSize int
+	// QueueWait is how long a socket reader waits for room in a full queue
+	// before dropping the batch and clearing its pod (default
+	// DefaultQueueWait; negative: drop at once). See backpressure.go.
+	QueueWait time.Duration
 	// ReconnectMin/Max bound the exponential backoff between attempts to
 	// (re)connect an endpoint (defaults 100ms and 5s).
 	ReconnectMin, ReconnectMax time.Duration
@@ -156,6 +160,9 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 	if cfg.QueueSize <= 0 {
 		cfg.QueueSize = DefaultQueueSize
 	}
+	if cfg.QueueWait == 0 {
+		cfg.QueueWait = DefaultQueueWait
+	}
 	if cfg.ReconnectMin <= 0 {
 		cfg.ReconnectMin = DefaultReconnectMin
 	}
@@ -209,6 +216,7 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 		lim:       newLimits(),
 	}
 	m.watch(s)
+	s.work.bp = backpressure{wait: cfg.QueueWait, waits: m.QueueWaits, waitSecs: m.QueueWaitSeconds}
 	for _, ep := range cfg.Endpoints {
 		if err := s.AddEndpoint(ep); err != nil {
 			return nil, err

@@ -229,10 +229,10 @@ func TestSeqGapAndRestart(t *testing.T) {
 }
 
 // Overflow is driven through handle() without running workers, so the queue
-// fills deterministically.
+// fills deterministically; the reader's wait for room is kept short.
 func TestQueueOverflowClearsBeforeNextBatch(t *testing.T) {
 	m := NewMetrics(nil)
-	s, err := NewSubscriber(Config{Workers: 1, QueueSize: 1}, newCollectSink(), m, nil)
+	s, err := NewSubscriber(Config{Workers: 1, QueueSize: 1, QueueWait: 10 * time.Millisecond}, newCollectSink(), m, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,6 +59,9 @@ type PodStats struct {
 	// UnverifiedReason is why the latest unverified block could not be
 	// checked (see the reason label of kvindexd_parity_unverified_total).
 	UnverifiedReason string
+	// ParitySampledOut: blocks indexed unverified because the pod had proven
+	// its configuration and was being sampled (parity_sampling.go).
+	ParitySampledOut uint64
 	IndexErrors      uint64
 	Untrusted        bool
 	// RemoteBlocks are stored blocks with locality REMOTE: held for the pod
@@ -177,6 +180,7 @@ type podState struct {
 	// extra keys, not a configuration difference.
 	everMatched bool
 	loggedHint  string
+	parity      paritySampler // full checking or sampling (parity_sampling.go)
 
 	// groups is what the pod said of its KV-cache groups (index = group_idx,
 	// at most maxGroups); fullBit numbers its full-attention groups for the
@@ -210,6 +214,7 @@ type batchDelta struct {
 	lastUnverified                  unverifiedReason
 	remote, groupSkipped            uint64
 	copiesKept, tableEvictions      uint64
+	sampledOut                      uint64
 	indexErrors, unresolved         uint64
 	recoveries                      uint64
 	hint                            string
@@ -307,6 +312,7 @@ func (a *Applier) bindModel(ps *podState, model string) {
 func (ps *podState) resetParity() {
 	ps.hintFinal, ps.everMatched = false, false
 	ps.dropAlias()
+	ps.parity.reset()
 	ps.mu.Lock()
 	ps.st.ParityHint = ""
 	ps.mu.Unlock()
@@ -336,6 +342,7 @@ func (a *Applier) Apply(ctx context.Context, b *Batch) {
 		}
 		ps.untrusted = false
 		ps.resetHolding()
+		ps.parity.reset()
 		d.recoveries++
 		a.log.Info("pod cleared after index error; trusted again, rebuilding from new events", "pod", ps.name, "dp_rank", ps.rank)
 	}
@@ -394,6 +401,7 @@ func (a *Applier) finish(ps *podState, b *Batch, d *batchDelta, start time.Time,
 	st.GroupSkippedBlocks += d.groupSkipped
 	st.CopiesKept += d.copiesKept
 	st.FullAttentionGroups = ps.nFull
+	st.ParitySampledOut += d.sampledOut
 	if d.hint != "" {
 		st.ParityHint = d.hint
 	}
@@ -491,6 +499,14 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 	} else {
 		parentOK = ps.dc.get(ev.ParentHash, &parent)
 	}
+	if !sglang && !ps.parity.check(base == unverifiedNone && parentOK) {
+		// Sampled out: the engine's hashes (or their aliases) go in
+		// unchecked, through the same copy, group and share accounting.
+		keys = a.storedUnchecked(ps, ev, keys, d)
+		keys = a.holdStored(ps, engine, ev, bit, keys, d)
+		ps.keys = a.trimToShare(ps, keys)
+		return a.addStored(ctx, ps, ev, d)
+	}
 	var ek extraKeys
 	for i, eh := range ev.BlockHashes {
 		reason := base
@@ -518,12 +534,14 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 				case uint64(k) == eh:
 					d.matches++
 					ps.everMatched = true
+					ps.parity.matched()
 				case ps.everMatched:
 					// Other blocks of this pod match, so its seed, algorithm and
 					// block size are right: the engine hashed extra keys it did not
 					// publish (multimodal items, cache_salt without extra_keys).
 					// Its hash is then the truth for this block; ours is not.
 					d.mismatches++
+					ps.parity.reset()
 					keys[len(keys)-1] = Key(eh)
 					if !ps.hintFinal {
 						ps.hintFinal = true
@@ -533,6 +551,7 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 					}
 				default:
 					d.mismatches++
+					ps.parity.reset()
 					if !a.aliasPut(ps, eh, k) {
 						keys[len(keys)-1] = Key(eh) // removals must still find it
 					}
@@ -566,6 +585,12 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 	keys = a.holdStored(ps, engine, ev, bit, keys, d)
 	keys = a.trimToShare(ps, keys)
 	ps.keys = keys
+	return a.addStored(ctx, ps, ev, d)
+}
+
+// addStored adds the event's keys, prepared in ps.keys, to the index.
+func (a *Applier) addStored(ctx context.Context, ps *podState, ev *Event, d *batchDelta) error {
+	keys := ps.keys
 	if len(keys) == 0 {
 		return nil
 	}

@@ -22,6 +22,7 @@ type Metrics struct {
 	blocksSkipped      [2]prometheus.Counter                    // remote, group
 	copiesKept         prometheus.Counter
 	tableEvictions     prometheus.Counter
+	paritySampledOut   prometheus.Counter
 	indexErrors        prometheus.Counter
 	unresolvedRemovals prometheus.Counter
 	recoveryClears     prometheus.Counter
@@ -51,6 +52,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"(remaining_copy_counts, or kvindex's own count)."),
 		tableEvictions: c("hold_table_evictions_total", "Entries of the per-pod copy-count and group-mask tables replaced at capacity "+
 			"(precision lost in the safe direction: a block may be unindexed early)."),
+		paritySampledOut:   c("parity_sampled_out_total", "Blocks of pods with a proven configuration indexed without re-hashing (parity sampling)."),
 		indexErrors:        c("index_errors_total", "Index operations that failed; the pod is marked untrusted and rebuilt."),
 		unresolvedRemovals: c("unresolved_removals_total", "Removed engine hashes of aliased pods (mismatch or SGLang) with no alias to translate them."),
 		recoveryClears:     c("recovery_clears_total", "Pods cleared to recover from an index error."),
@@ -76,7 +78,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.blocksSkipped[0], m.blocksSkipped[1] = skipped.WithLabelValues("remote"), skipped.WithLabelValues("group")
 	if reg != nil {
 		reg.MustRegister(events, m.blocksStored, m.blocksRemoved, m.blocksUnkeyed, m.parityMatches,
-			m.parityMismatches, unverified, skipped, m.copiesKept, m.tableEvictions, m.indexErrors, m.unresolvedRemovals,
+			m.parityMismatches, unverified, skipped, m.copiesKept, m.tableEvictions, m.paritySampledOut, m.indexErrors, m.unresolvedRemovals,
 			m.recoveryClears, m.untrustedPods, m.batchDuration)
 		reg.MustRegister(limitCollectors...)
 	}
@@ -107,6 +109,7 @@ func (m *Metrics) flush(d *batchDelta, took time.Duration) {
 	add(m.blocksSkipped[1], d.groupSkipped)
 	add(m.copiesKept, d.copiesKept)
 	add(m.tableEvictions, d.tableEvictions)
+	add(m.paritySampledOut, d.sampledOut)
 	add(m.indexErrors, d.indexErrors)
 	add(m.unresolvedRemovals, d.unresolved)
 	add(m.recoveryClears, d.recoveries)

@@ -52,6 +52,7 @@ type Config struct {
 	Models          map[string]ModelConfig `json:"models" yaml:"models"`
 	TierWeights     string                 `json:"tier_weights" yaml:"tier_weights"`
 	DigestCacheSize int                    `json:"digest_cache_size" yaml:"digest_cache_size"`
+	KeyCacheSize    int                    `json:"key_cache_size" yaml:"key_cache_size"`
 
 	TokenizersDir    []string          `json:"tokenizers_dir" yaml:"tokenizers_dir"`
 	HFCacheDir       string            `json:"hf_cache_dir" yaml:"hf_cache_dir"`
@@ -274,6 +275,7 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.HashSeed, "hash-seed", cfg.HashSeed, "the engines' PYTHONHASHSEED (string, as set in their environment)")
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "vLLM --block-size")
 	fs.StringVar(&cfg.TierWeights, "tier-weights", cfg.TierWeights, "score weight per tier: gpu=1,cpu=0.8,disk=0.5,external=0.3")
+	fs.IntVar(&cfg.KeyCacheSize, "key-cache-size", cfg.KeyCacheSize, "request-path block keys cached per key config, so shared prompt prefixes are not re-hashed (0 = default, -1 = off)")
 	fs.IntVar(&cfg.DigestCacheSize, "digest-cache-size", cfg.DigestCacheSize, "recent block digests kept for the live parity check (0 = default)")
 	fs.Var(listFlag{&cfg.TokenizersDir}, "tokenizers-dir", "directory whose subdirectories hold tokenizer.json per model (repeatable)")
 	fs.StringVar(&cfg.HFCacheDir, "hf-cache-dir", cfg.HFCacheDir, "HuggingFace hub cache (models--org--name/snapshots/...)")

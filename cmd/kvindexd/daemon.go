@@ -114,7 +114,7 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	}
 	d.idx, err = indexer.New(ctx, indexer.Config{
 		Keys: def, ModelKeys: perModel, Backend: backend, TierWeights: &weights,
-		DigestCacheSize: cfg.DigestCacheSize, Tokenizer: prompts, Chat: chats, Prediction: prediction,
+		DigestCacheSize: cfg.DigestCacheSize, KeyCacheSize: cfg.KeyCacheSize, Tokenizer: prompts, Chat: chats, Prediction: prediction,
 		ApplierLimits: cfg.LimitsConfig.applier(), Registry: d.reg, Logger: log, Pick: pick,
 	})
 	if err != nil {

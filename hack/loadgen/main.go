@@ -5,7 +5,9 @@
 //	make run &                     # or any kvindexd on 127.0.0.1
 //	go run ./hack/loadgen --pods 64 --tokens 8192 --concurrency 8 --duration 10s
 //
-// It prints p50/p90/p99/max and throughput per transport. Bounded by
+// It prints p50/p90/p99/max and throughput per transport. With --publishers
+// N it runs the mixed scenario instead (mixed.go): N engines publish stored
+// blocks with token ids while the gRPC clients score. Bounded by
 // --duration and --requests; refuses non-loopback addresses.
 package main
 
@@ -46,6 +48,8 @@ type options struct {
 	mode                    string
 	input                   string
 	publish                 bool
+	publishers, stepBlocks  int
+	engineRate              float64
 }
 
 func main() {
@@ -66,6 +70,9 @@ func main() {
 	flag.Int64Var(&o.requests, "requests", 200000, "at most this many requests per transport")
 	flag.StringVar(&o.mode, "mode", "both", "grpc | http | both")
 	flag.StringVar(&o.input, "input", "tokens", "tokens (daemon hashes the blocks) | hashes (block_hashes: lookup + transport only)")
+	flag.IntVar(&o.publishers, "publishers", 0, "mixed scenario: engines publishing BlockStored with token ids while the gRPC clients score (0 = off)")
+	flag.Float64Var(&o.engineRate, "engine-rate", 12500, "mixed scenario: stored blocks/s per engine")
+	flag.IntVar(&o.stepBlocks, "step-blocks", 32, "mixed scenario: blocks stored per engine step (batch)")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
@@ -126,6 +133,12 @@ func run(o options) error {
 	}
 	fmt.Printf("loadgen: %d pods, %d prompts of %d tokens (%d blocks) as %s, concurrency %d, %s per transport\n",
 		o.pods, o.prompts, o.tokens, o.tokens/o.blockSize, o.input, o.concurrency, o.duration)
+	if o.publishers > 0 {
+		if o.engineRate <= 0 || o.stepBlocks <= 0 {
+			return fmt.Errorf("--engine-rate and --step-blocks must be positive")
+		}
+		return runMixed(o, h, prompts)
+	}
 	if o.mode == "grpc" || o.mode == "both" {
 		if err := measureGRPC(o, prompts, hashes); err != nil {
 			return err

@@ -1,0 +1,78 @@
+package indexer
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvindex/kvindex/kvindex"
+)
+
+// keyCaches holds one request-path key cache per distinct key config (the
+// default and each per-model override), so a prompt prefix that many
+// requests share is hashed once. Built in New and read-only afterwards.
+type keyCaches map[*kvindex.Hasher]*kvindex.KeyCache
+
+// newKeyCaches sizes each cache to entries blocks; entries < 0 disables the
+// caches (every request hashes all its blocks), 0 is the default size.
+func newKeyCaches(hashers *kvindex.HasherSet, models map[string]kvindex.KeyConfig, entries int) keyCaches {
+	if entries < 0 {
+		return nil
+	}
+	if entries == 0 {
+		entries = kvindex.DefaultKeyCacheSize
+	}
+	kc := keyCaches{}
+	add := func(h *kvindex.Hasher) {
+		if kc[h] == nil {
+			kc[h] = kvindex.NewKeyCache(h, entries)
+		}
+	}
+	add(hashers.Default())
+	for m := range models {
+		add(hashers.For(m))
+	}
+	return kc
+}
+
+// keys appends the keys of tokens under h, through h's cache when it has one.
+func (kc keyCaches) keys(h *kvindex.Hasher, dst []kvindex.Key, tokens []uint32, x kvindex.RequestExtras) []kvindex.Key {
+	if c := kc[h]; c != nil {
+		return c.Keys(dst, tokens, x)
+	}
+	return h.Keys(dst, tokens, x)
+}
+
+func (kc keyCaches) stats() (s kvindex.KeyCacheStats) {
+	for _, c := range kc {
+		st := c.Stats()
+		s.Capacity += st.Capacity
+		s.Hits += st.Hits
+		s.Misses += st.Misses
+		s.Evictions += st.Evictions
+	}
+	return s
+}
+
+var (
+	descKeyCacheCapacity  = prometheus.NewDesc("kvindexd_key_cache_capacity_blocks", "Blocks the request-path key caches can hold (all key configs).", nil, nil)
+	descKeyCacheHits      = prometheus.NewDesc("kvindexd_key_cache_hits_total", "Request blocks whose key came from the key cache (not re-hashed).", nil, nil)
+	descKeyCacheMisses    = prometheus.NewDesc("kvindexd_key_cache_misses_total", "Request blocks hashed because the key cache did not hold them.", nil, nil)
+	descKeyCacheEvictions = prometheus.NewDesc("kvindexd_key_cache_evictions_total", "Key cache entries replaced at the capacity bound.", nil, nil)
+)
+
+// keyCacheCollector reads the key caches' counters at scrape time.
+type keyCacheCollector struct{ kc keyCaches }
+
+func (c keyCacheCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descKeyCacheCapacity
+	ch <- descKeyCacheHits
+	ch <- descKeyCacheMisses
+	ch <- descKeyCacheEvictions
+}
+
+func (c keyCacheCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.kc.stats()
+	ch <- prometheus.MustNewConstMetric(descKeyCacheCapacity, prometheus.GaugeValue, float64(s.Capacity))
+	ch <- prometheus.MustNewConstMetric(descKeyCacheHits, prometheus.CounterValue, float64(s.Hits))
+	ch <- prometheus.MustNewConstMetric(descKeyCacheMisses, prometheus.CounterValue, float64(s.Misses))
+	ch <- prometheus.MustNewConstMetric(descKeyCacheEvictions, prometheus.CounterValue, float64(s.Evictions))
+}

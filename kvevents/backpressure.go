@@ -1,0 +1,61 @@
+package kvevents
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvindex/kvindex/kvindex"
+)
+
+// DefaultQueueWait is how long a socket reader waits for room in a full
+// worker queue before it drops the batch (Config.QueueWait).
+const DefaultQueueWait = time.Second
+
+// Backpressure before loss. A full worker queue means the sink is behind.
+// Dropping the batch at once would make the pod's index state incomplete,
+// which costs a clear of everything the pod holds (a synthetic
+// AllBlocksCleared) and makes its prefixes cold for routing until the engine
+// has republished them. So the reader that decoded the batch first waits, up
+// to wait, for the worker to make room. While it waits it reads nothing more
+// from its socket: the TCP window closes and the publisher's ZeroMQ queue
+// absorbs the burst (and, past its high-water mark, drops whole messages,
+// which the sequence check then sees as a gap and replays when the engine
+// has a replay socket). Only a sink that stays behind for the whole wait
+// loses the batch and clears the pod, counted and logged as an overflow.
+type backpressure struct {
+	wait     time.Duration // < 0: never wait (drop at once)
+	waits    prometheus.Counter
+	waitSecs prometheus.Counter
+}
+
+// queueBounded queues b for worker w, waiting up to d.bp.wait for room; false
+// means b was not queued (still full, or shutdown has begun).
+func (d *dispatcher) queueBounded(w int, b *kvindex.Batch) bool {
+	if d.tryQueue(w, b) {
+		return true
+	}
+	if d.bp.wait <= 0 {
+		return false
+	}
+	start := time.Now()
+	t := time.NewTimer(d.bp.wait)
+	defer t.Stop()
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.stopped {
+		return false
+	}
+	queued := false
+	select {
+	case d.queues[w] <- b:
+		queued = true
+	case <-t.C:
+	case <-d.draining:
+	}
+	if d.bp.waits != nil {
+		d.bp.waits.Inc()
+		d.bp.waitSecs.Add(time.Since(start).Seconds())
+	}
+	return queued
+}

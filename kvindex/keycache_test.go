@@ -1,0 +1,182 @@
+package kvindex
+
+import (
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+)
+
+// keyCachePrompts builds prompts that share prefixes the way chat traffic
+// does: a few system prompts, each continued by several conversations.
+func keyCachePrompts(r *rand.Rand, n, blocks, bs int) [][]uint32 {
+	systems := make([][]uint32, 3)
+	for i := range systems {
+		systems[i] = randTokens(r, (blocks/2)*bs+r.IntN(bs))
+	}
+	out := make([][]uint32, n)
+	for i := range out {
+		p := slices.Clone(systems[r.IntN(len(systems))])
+		out[i] = append(p, randTokens(r, r.IntN(blocks/2*bs)+1)...)
+	}
+	return out
+}
+
+func randTokens(r *rand.Rand, n int) []uint32 {
+	t := make([]uint32, n)
+	for i := range t {
+		t[i] = uint32(r.IntN(200000))
+	}
+	return t
+}
+
+func TestKeyCacheEqualsHasher(t *testing.T) {
+	for _, algo := range HashAlgos {
+		t.Run(string(algo), func(t *testing.T) {
+			h, err := NewHasher(KeyConfig{Algo: algo, Seed: "0", BlockSize: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(1, uint64(len(algo))))
+			prompts := keyCachePrompts(r, 40, 24, 4)
+			// Small enough to evict: correctness must not depend on hits.
+			c := NewKeyCache(h, 64)
+			for round := 0; round < 3; round++ {
+				for i, p := range prompts {
+					want := h.Keys(nil, p, RequestExtras{})
+					if got := c.Keys(nil, p, RequestExtras{}); !slices.Equal(got, want) {
+						t.Fatalf("round %d prompt %d: cache %v, hasher %v", round, i, got, want)
+					}
+				}
+			}
+			st := c.Stats()
+			if st.Hits == 0 || st.Misses == 0 || st.Evictions == 0 {
+				t.Fatalf("stats %+v: want hits, misses and evictions", st)
+			}
+		})
+	}
+}
+
+func TestKeyCacheTokensAndParentVerified(t *testing.T) {
+	h, err := NewHasher(KeyConfig{Algo: AlgoSHA256, Seed: "0", BlockSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewKeyCache(h, 1<<10)
+	// Same last block under different parents, and blocks differing in one
+	// token: each must get its own digest.
+	for _, p := range [][]uint32{{1, 2, 3, 4}, {9, 2, 3, 4}, {1, 2, 3, 5}, {3, 4}, {1, 2, 3, 4}} {
+		want := h.Keys(nil, p, RequestExtras{})
+		if got := c.Keys(nil, p, RequestExtras{}); !slices.Equal(got, want) {
+			t.Fatalf("%v: cache %v, hasher %v", p, got, want)
+		}
+	}
+	if st := c.Stats(); st.Hits != 3 || st.Misses != 6 {
+		t.Fatalf("stats %+v: want 3 hits (a shared first block, the repeated prompt), 6 misses", st)
+	}
+}
+
+func TestKeyCacheExtrasBypass(t *testing.T) {
+	h, err := NewHasher(KeyConfig{Algo: AlgoSHA256CBOR, Seed: "0", BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewKeyCache(h, 1<<10)
+	p := randTokens(rand.New(rand.NewPCG(2, 2)), 64)
+	plain := c.Keys(nil, p, RequestExtras{})
+	for _, x := range []RequestExtras{{LoraName: "a"}, {CacheSalt: "s"}} {
+		want := h.Keys(nil, p, x)
+		if got := c.Keys(nil, p, x); !slices.Equal(got, want) || slices.Equal(got, plain) {
+			t.Fatalf("%+v: cache %v, hasher %v, plain %v", x, got, want, plain)
+		}
+	}
+	if st := c.Stats(); st.Hits != 0 || st.Misses != 16 {
+		t.Fatalf("stats %+v: requests with extras must not touch the cache", st)
+	}
+}
+
+func TestKeyCacheConcurrent(t *testing.T) {
+	h, err := NewHasher(KeyConfig{Algo: AlgoXXHash, Seed: "0", BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompts := keyCachePrompts(rand.New(rand.NewPCG(3, 3)), 16, 32, 4)
+	want := make([][]Key, len(prompts))
+	for i, p := range prompts {
+		want[i] = h.Keys(nil, p, RequestExtras{})
+	}
+	c := NewKeyCache(h, 128)
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var dst []Key
+			for n := 0; n < 50; n++ {
+				i := (g*7 + n) % len(prompts)
+				if dst = c.Keys(dst[:0], prompts[i], RequestExtras{}); !slices.Equal(dst, want[i]) {
+					errs <- "concurrent lookup returned wrong keys"
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
+}
+
+func TestKeyCacheWarmDoesNotAllocate(t *testing.T) {
+	if hashRaceEnabled {
+		t.Skip("allocation counts are not meaningful under -race")
+	}
+	h, err := NewHasher(KeyConfig{Algo: AlgoSHA256, Seed: "0", BlockSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewKeyCache(h, DefaultKeyCacheSize)
+	p := randTokens(rand.New(rand.NewPCG(4, 4)), 8192)
+	dst := c.Keys(nil, p, RequestExtras{})
+	if n := testing.AllocsPerRun(50, func() { dst = c.Keys(dst[:0], p, RequestExtras{}) }); n != 0 {
+		t.Fatalf("warm Keys allocated %v times per call", n)
+	}
+}
+
+// BenchmarkKeyCache512 is the request path's hashing of an 8k-token prompt
+// (512 blocks of 16, sha256): cold = every block misses (a new prompt each
+// call), warm = the prompt was seen before. Hasher = no cache.
+func BenchmarkKeyCache512(b *testing.B) {
+	h, err := NewHasher(KeyConfig{Algo: AlgoSHA256, Seed: "0", BlockSize: 16})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(5, 5))
+	p := randTokens(r, 8192)
+	dst := make([]Key, 0, 512)
+	b.Run("hasher", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			dst = h.Keys(dst[:0], p, RequestExtras{})
+		}
+	})
+	b.Run("cold", func(b *testing.B) {
+		c := NewKeyCache(h, DefaultKeyCacheSize)
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			p[0] = uint32(i) // a new first block changes every key of the prompt
+			dst = c.Keys(dst[:0], p, RequestExtras{})
+		}
+	})
+	b.Run("warm", func(b *testing.B) {
+		c := NewKeyCache(h, DefaultKeyCacheSize)
+		dst = c.Keys(dst[:0], p, RequestExtras{})
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			dst = c.Keys(dst[:0], p, RequestExtras{})
+		}
+	})
+}
