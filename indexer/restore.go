@@ -92,8 +92,11 @@ func (x *Indexer) resume(ctx context.Context, b *kvindex.Batch) {
 	}
 	if !p.HasSeq || b.Seq <= p.Seq {
 		// The engine restarted since the snapshot (or it cannot be told):
-		// what the snapshot holds for it is not its cache any more.
-		_ = x.idx.ClearPod(ctx, id)
+		// what the snapshot holds for it is not its cache any more. The
+		// clear goes in front of the batch as an AllBlocksCleared so the
+		// applier forgets its own per-pod state with the index entries
+		// (copy counts, parity, aliases), as for any engine-side clear.
+		b.Events = append([]kvindex.Event{{Kind: kvindex.AllBlocksCleared}}, b.Events...)
 		x.m.restoreClears.Inc()
 	}
 }

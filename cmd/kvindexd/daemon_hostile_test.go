@@ -174,7 +174,7 @@ func hostileEngine(t *testing.T) (addr string, conns func() int) {
 // refuses what it sends, keeps redialling with backoff and keeps serving; a
 // real engine added next gets its events through.
 func TestHostileEngineEndpoint(t *testing.T) {
-	e := startDaemon(t, nil)
+	e := startDaemon(t, func(c *Config) { c.AdminAPI = true })
 	addr, conns := hostileEngine(t)
 	if code, body := e.do("POST", "/v1/endpoints", `{"address":"`+addr+`","pod":"pod-hostile","model":"`+e2eModel+`"}`); code != http.StatusCreated {
 		t.Fatalf("POST /v1/endpoints: %d %s", code, body)
