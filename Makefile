@@ -18,6 +18,7 @@ IMAGE    ?= kvindexd:dev
 HELM_VERSION ?= v3.22.0
 HELM     ?= $(CURDIR)/.cache/bin/helm
 PROTOC   ?= protoc
+STATICCHECK_VERSION ?= v0.8.2
 GOBIN    := $(shell $(GO) env GOPATH)/bin
 
 .PHONY: all build run test test-deps test-short bench compare lint proto demo loadgen fetch-tokenizers fuzz clean image helm-check manifests
@@ -86,6 +87,8 @@ lint:
 	@out="$$(gofmt -l $$(find . -name '*.go' -not -path '*/node_modules/*' -not -path './.cache/*'))"; \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	@command -v staticcheck >/dev/null || [ -x "$(GOBIN)/staticcheck" ] || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	PATH="$(GOBIN):$$PATH" staticcheck $(PKGS)
 
 # Regenerates proto/**/*.pb.go (committed, so building needs no protoc).
 # Needs protoc (Debian: protobuf-compiler); installs the Go plugins.

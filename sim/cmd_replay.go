@@ -10,7 +10,7 @@ import (
 	"github.com/kvindex/kvindex/sim/cache"
 )
 
-// RunReplay implements `kvindexd replay`: one cache, the seed-001 semantics,
+// RunReplay implements `kvindexd replay`: one cache, the replay semantics of sim/README.md,
 // one JSON object on stdout.
 func RunReplay(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)

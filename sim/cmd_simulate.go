@@ -98,7 +98,7 @@ func RunSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	trace := fs.String("trace", "", "Mooncake JSONL trace (plain or .gz)")
 	scenario := fs.String("scenario", "", "scenario YAML: vLLM engine model, staged load, schedulers (sim/README.md); other fleet flags are ignored")
-	gen := fs.Bool("gen-workload", false, "simulate the seed-003 generated workload instead of --trace (see --gen-* flags)")
+	gen := fs.Bool("gen-workload", false, "simulate the generated shared-prefix workload instead of --trace (see --gen-* flags)")
 	wl := DefaultWorkload()
 	wl.flags(fs, "gen-")
 	fc := FleetConfig{Service: DefaultServiceModel()}

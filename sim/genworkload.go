@@ -9,7 +9,7 @@ import (
 	"math/rand/v2"
 )
 
-// WorkloadConfig is the seed-003 benchmark shape: Groups groups of users each
+// WorkloadConfig is a shared-prefix benchmark shape: Groups groups of users each
 // sharing a long system prompt, Prompts distinct user prompts per group,
 // requests cycling through the groups ("alternated among 230 prompt groups,
 // each containing 5 unique user prompts; 8,000-token system prompt + 1,000-
@@ -23,7 +23,7 @@ type WorkloadConfig struct {
 	Seed                                   uint64
 }
 
-// DefaultWorkload is seed 003's shape at 10 requests/s, each prompt once.
+// DefaultWorkload is that shape (230 groups x 5 prompts) at 10 requests/s, each prompt once.
 func DefaultWorkload() WorkloadConfig {
 	return WorkloadConfig{Groups: 230, Prompts: 5, SystemTokens: 8000, UserTokens: 1000, OutputTokens: 1000,
 		Rate: 10, Rounds: 1, BlockSize: 512, Seed: 1}

@@ -7,7 +7,7 @@ import (
 )
 
 // ReplayResult is the JSON object `kvindexd replay` prints; field order is the
-// order the issue lists.
+// order sim/README.md lists.
 type ReplayResult struct {
 	Policy            string  `json:"policy"`
 	Capacity          int     `json:"capacity"`

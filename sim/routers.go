@@ -184,7 +184,7 @@ func affinityChoice(matched []int, q *Request, v *View, g LoadGuard, minMatch fl
 	return best
 }
 
-// ApproxRouter is seed 000's proposal: an approximate router-side prefix
+// ApproxRouter is the Gateway API Inference Extension's approximate-prefix proposal: an approximate router-side prefix
 // index from routing history, one LRU of Capacity blocks per pod (mimicking
 // the engine's LRU), longest-prefix match; the affinity is used only when the
 // match covers at least MinMatch of the prompt and the pod passes the load
@@ -215,7 +215,7 @@ func (r *ApproxRouter) Route(q *Request, v *View) int {
 	return best
 }
 
-// AIBrixRouter is AIBrix's prefix-cache routing (seed 002). A router-side
+// AIBrixRouter is AIBrix's prefix-cache routing. A router-side
 // table maps block hash -> pods it was routed to, bounded by BlockNumber
 // entries (AIBRIX_PREFIX_CACHE_BLOCK_NUMBER, default 200000) with LRU
 // eviction. Per request:

@@ -7,5 +7,5 @@ import "github.com/kvindex/kvindex/sim"
 func init() {
 	subcommands["replay"] = subcommand{"replay a Mooncake trace against one block cache (lru, lfu, s3fifo); prints JSON", sim.RunReplay}
 	subcommands["simulate"] = subcommand{"simulate a fleet of engines behind each routing policy on a trace", sim.RunSimulate}
-	subcommands["genworkload"] = subcommand{"write the seed-003 shared-system-prompt workload as Mooncake JSONL", sim.RunGenWorkload}
+	subcommands["genworkload"] = subcommand{"write the generated shared-system-prompt workload as Mooncake JSONL", sim.RunGenWorkload}
 }

@@ -285,7 +285,7 @@ const (
 	qGhost
 )
 
-// S3FIFO (Yang et al., SOSP'23) exactly as seed 001 states it: three FIFO
+// S3FIFO (Yang et al., SOSP'23) exactly as the replay semantics in sim/README.md state it: three FIFO
 // queues S (small, round-half-even(capacity*smallRatio)), M (main, the rest)
 // and G (ghost, metadata only, capacity = main), a per-block frequency
 // saturating at maxFreq, S->M promotion keeping freq, second-chance eviction
