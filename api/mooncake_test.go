@@ -93,7 +93,9 @@ func TestUnroutedRequestsAnswerJSON(t *testing.T) {
 		code, allow  string
 	}{
 		{"GET", "/v1/score", http.StatusMethodNotAllowed, "Unimplemented", "POST"},
-		{"PUT", "/v1/endpoints", http.StatusMethodNotAllowed, "Unimplemented", "DELETE, GET, HEAD, POST"},
+		{"PUT", "/v1/pick", http.StatusMethodNotAllowed, "Unimplemented", "POST"},
+		// /v1/endpoints is the admin API: off by default, so 403 before routing.
+		{"PUT", "/v1/endpoints", http.StatusForbidden, "PermissionDenied", ""},
 		{"GET", "/query", http.StatusMethodNotAllowed, "Unimplemented", "POST"},
 		{"GET", "/v2/nothing", http.StatusNotFound, "NotFound", ""},
 	} {
