@@ -30,9 +30,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	coreinformers "k8s.io/client-go/informers/core/v1"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/watch"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kvindex/kvindex/kvevents"
@@ -108,7 +109,7 @@ type podFields struct {
 // Discoverer keeps a Subscriber's endpoints equal to the Ready pods'.
 type Discoverer struct {
 	cfg      Config
-	client   kubernetes.Interface
+	client   corev1client.PodsGetter
 	sub      Subscriber
 	log      *slog.Logger
 	selector labels.Selector
@@ -192,7 +193,10 @@ func parse(cfg Config) (labels.Selector, *template.Template, error) {
 }
 
 // New checks cfg and registers the discovery metrics on reg (nil = none).
-func New(cfg Config, client kubernetes.Interface, sub Subscriber, reg prometheus.Registerer, log *slog.Logger) (*Discoverer, error) {
+// client is the core/v1 pods client (clientset.CoreV1()): discovery reads
+// nothing else, and the typed core client alone keeps the other API groups'
+// clients out of the binary.
+func New(cfg Config, client corev1client.PodsGetter, sub Subscriber, reg prometheus.Registerer, log *slog.Logger) (*Discoverer, error) {
 	if client == nil || sub == nil {
 		return nil, errors.New("discovery: a Kubernetes client and a subscriber are required")
 	}
@@ -219,8 +223,10 @@ func New(cfg Config, client kubernetes.Interface, sub Subscriber, reg prometheus
 			continue
 		}
 		seen[ns] = true
-		inf := coreinformers.NewFilteredPodInformer(client, ns, cfg.Resync, cache.Indexers{},
-			func(o *metav1.ListOptions) { o.LabelSelector = sel.String() })
+		// The wrapper lets a client that cannot stream lists through a watch
+		// (client-go's fake) say so, as generated informers do.
+		lw := cache.ToListWatcherWithWatchListSemantics(podListWatch(client.Pods(ns), sel.String()), client)
+		inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, cfg.Resync, cache.Indexers{})
 		// The cache keeps only what reconcile reads: a pod object is
 		// mostly spec and managed fields discovery never looks at.
 		if err := inf.SetTransform(slimPod); err != nil {
@@ -470,4 +476,18 @@ func slimPod(obj any) (any, error) {
 		}
 	}
 	return slim, nil
+}
+
+// podListWatch lists and watches the pods matching selector.
+func podListWatch(pods corev1client.PodInterface, selector string) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = selector
+			return pods.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = selector
+			return pods.Watch(ctx, o)
+		},
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kvindex/kvindex/kvevents"
@@ -103,6 +104,12 @@ func (r *recorder) waitState(t *testing.T, what, want string) {
 	}
 }
 
+// fakePods is the fake clientset's pods client. Like the fake clientset it
+// tells the reflector it cannot stream lists through a watch.
+type fakePods struct{ *fake.Clientset }
+
+func (f fakePods) Pods(ns string) corev1client.PodInterface { return f.CoreV1().Pods(ns) }
+
 type podOpt func(*corev1.Pod)
 
 func ready(ok bool) podOpt {
@@ -160,7 +167,7 @@ func (f *fixture) run(cfg Config) *fixture {
 	if cfg.Selector == "" {
 		cfg.Selector = "app=vllm"
 	}
-	d, err := New(cfg, f.client, f.rec, f.reg, slog.New(slog.DiscardHandler))
+	d, err := New(cfg, fakePods{f.client}, f.rec, f.reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +421,7 @@ func TestConfigErrors(t *testing.T) {
 		{Config{Selector: "a=b", ZMQPort: 70000}, "not a port"},
 		{Config{Selector: "a=b", DPSize: -1}, "dp size"},
 	} {
-		_, err := New(tc.cfg, client, rec, nil, nil)
+		_, err := New(tc.cfg, fakePods{client}, rec, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%+v) = %v, want an error containing %q", tc.cfg, err, tc.want)
 		}
@@ -442,7 +449,7 @@ func TestSlimPodKeepsWhatReconcileReads(t *testing.T) {
 	if len(sp.Spec.Containers) != 0 || len(sp.ManagedFields) != 0 {
 		t.Fatal("slimPod kept spec or managed fields")
 	}
-	d, err := New(Config{Selector: "app=vllm"}, fake.NewClientset(), newRecorder(), nil, nil)
+	d, err := New(Config{Selector: "app=vllm"}, fakePods{fake.NewClientset()}, newRecorder(), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

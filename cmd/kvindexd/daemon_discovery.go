@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kvindex/kvindex/discovery"
@@ -102,7 +102,7 @@ func (d *daemon) setupDiscovery() error {
 		return fmt.Errorf("--discover-pods: Kubernetes client config: %w", err)
 	}
 	rc.UserAgent = "kvindexd"
-	client, err := kubernetes.NewForConfig(rc)
+	client, err := corev1client.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("--discover-pods: %w", err)
 	}
