@@ -16,7 +16,11 @@ func TestChatTemplateAndPredictionConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(dir, "kvindex.yaml")
-	yaml := "models:\n  m:\n    tokenizer: /x\n    chat_template: " + tmpl + "\nprediction_sample_rate: 0.5\nprediction_window: 2m\nprediction_capacity: 100\n"
+	tokDir, err := filepath.Abs("../../tokenization/testdata/qwen3") // tokenizer paths are checked at start
+	if err != nil {
+		t.Fatal(err)
+	}
+	yaml := "models:\n  m:\n    tokenizer: " + tokDir + "\n    chat_template: " + tmpl + "\nprediction_sample_rate: 0.5\nprediction_window: 2m\nprediction_capacity: 100\n"
 	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
