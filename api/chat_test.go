@@ -189,3 +189,47 @@ func TestModelsListsPredictions(t *testing.T) {
 		t.Fatalf("GET /v1/models: %+v, want %s with %+v", out, testModel, want)
 	}
 }
+
+// A chat goes through Pick exactly as through Score: the pod holding the
+// rendered chat's blocks wins, over HTTP (messages, router body) and gRPC
+// (chat_json, openai_request_json); a template error keeps its code.
+func TestPickMessagesBothTransports(t *testing.T) {
+	chat := &echoChat{}
+	st := newStackWith(t, indexer.Config{Keys: testKeys, Chat: chat, Tokenizer: echoPrompt{}})
+	msgs := `[{"role":"user","content":"which pod holds this conversation's prefix?"}]`
+	ids := echoIDs([]byte(msgs))
+	st.store("pod-b", 0, kvindex.TierGPU, ids, len(ids)/testBlock, kvindex.RequestExtras{})
+	cands := `"candidates":[{"pod":"pod-a","running":1},{"pod":"pod-b","running":1}]`
+	for name, body := range map[string]string{
+		"messages": `{"model":"` + testModel + `","messages":` + msgs + `,` + cands + `}`,
+		"request":  `{"model":"` + testModel + `","request":{"model":"` + testModel + `","messages":` + msgs + `},` + cands + `}`,
+	} {
+		resp, err := http.Post(st.http.URL+"/v1/pick", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct{ Pod string }
+		err = json.NewDecoder(resp.Body).Decode(&got)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || got.Pod != "pod-b" {
+			t.Errorf("HTTP pick %s: %d %+v %v, want pod-b", name, resp.StatusCode, got, err)
+		}
+	}
+	grpcCands := []*kvindexv1.Candidate{{Pod: "pod-a", Running: 1}, {Pod: "pod-b", Running: 1}}
+	for name, req := range map[string]*kvindexv1.PickRequest{
+		"chat_json": {Model: testModel, Candidates: grpcCands,
+			Input: &kvindexv1.PickRequest_ChatJson{ChatJson: `{"messages":` + msgs + `}`}},
+		"openai_request_json": {Model: testModel, Candidates: grpcCands,
+			Input: &kvindexv1.PickRequest_OpenaiRequestJson{OpenaiRequestJson: `{"messages":` + msgs + `}`}},
+	} {
+		resp, err := st.grpc.Pick(context.Background(), req)
+		if err != nil || resp.GetPod() != "pod-b" {
+			t.Errorf("gRPC pick %s: %v %v, want pod-b", name, resp, err)
+		}
+	}
+	_, err := st.grpc.Pick(context.Background(), &kvindexv1.PickRequest{Model: testModel, Candidates: grpcCands,
+		Input: &kvindexv1.PickRequest_ChatJson{ChatJson: `{"messages":[{"role":"user","content":"RAISE"}]}`}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("gRPC pick with a raising template: %v, want InvalidArgument", err)
+	}
+}

@@ -142,7 +142,14 @@ func (sc *httpScratch) parse(w http.ResponseWriter, r *http.Request) (indexer.Qu
 	if err := parseScoreBody(sc.buf.Bytes(), b); err != nil {
 		return indexer.Query{}, errorf(codes.InvalidArgument, "%v", err)
 	}
-	q := indexer.Query{Model: b.model, LoraName: b.loraName, CacheSalt: b.cacheSalt, Pods: b.pods}
+	var q indexer.Query
+	return q, b.query(&q)
+}
+
+// query sets q's input from a decoded score (or pick) body: exactly one of
+// token_ids, block_hashes, prompt, messages or request.
+func (b *scoreBody) query(q *indexer.Query) *Error {
+	q.Model, q.LoraName, q.CacheSalt, q.Pods = b.model, b.loraName, b.cacheSalt, b.pods
 	n := 0
 	if b.hasTokens {
 		n++
@@ -162,22 +169,22 @@ func (sc *httpScratch) parse(w http.ResponseWriter, r *http.Request) (indexer.Qu
 		q.Chat = &chattemplate.Request{Messages: b.messages, Tools: b.tools, Documents: b.documents,
 			AddGenerationPrompt: b.addGen.ptr(), ContinueFinalMessage: b.cont.v, ChatTemplateKwargs: b.kwargs}
 	} else if b.tools != nil || b.documents != nil || b.kwargs != nil || b.addGen.set || b.cont.set {
-		return q, errorf(codes.InvalidArgument, "tools, documents, add_generation_prompt, continue_final_message and chat_template_kwargs apply to messages only")
+		return errorf(codes.InvalidArgument, "tools, documents, add_generation_prompt, continue_final_message and chat_template_kwargs apply to messages only")
 	}
 	q.AddSpecialTokens = b.addSpecial.ptr()
 	if b.request != nil {
 		if n > 0 || q.AddSpecialTokens != nil {
-			return q, errorf(codes.InvalidArgument, "request carries the whole OpenAI body: give no other input field beside it")
+			return errorf(codes.InvalidArgument, "request carries the whole OpenAI body: give no other input field beside it")
 		}
 		if err := q.SetOpenAIRequest(b.request); err != nil {
-			return q, fromIndexer(err)
+			return fromIndexer(err)
 		}
-		return q, nil
+		return nil
 	}
 	if n > 1 {
-		return q, errorf(codes.InvalidArgument, "give exactly one of token_ids, block_hashes, prompt, messages or request")
+		return errorf(codes.InvalidArgument, "give exactly one of token_ids, block_hashes, prompt, messages or request")
 	}
-	return q, nil
+	return nil
 }
 
 // parseHash accepts a block hash as vLLM publishes it (uint64) or as a

@@ -104,6 +104,18 @@ func (s *Server) Pick(ctx context.Context, req *kvindexv1.PickRequest) (*kvindex
 		q.Kind, q.BlockHashes = indexer.InputHashes, in.BlockHashes.GetHashes()
 	case *kvindexv1.PickRequest_Prompt:
 		q.Kind, q.Prompt = indexer.InputPrompt, in.Prompt
+	case *kvindexv1.PickRequest_ChatJson:
+		if err := q.SetChatJSON([]byte(in.ChatJson)); err != nil {
+			e := fromIndexer(err)
+			s.pickMetrics.observe(e.Code, 0)
+			return nil, e.grpc()
+		}
+	case *kvindexv1.PickRequest_OpenaiRequestJson:
+		if err := q.SetOpenAIRequest([]byte(in.OpenaiRequestJson)); err != nil {
+			e := fromIndexer(err)
+			s.pickMetrics.observe(e.Code, 0)
+			return nil, e.grpc()
+		}
 	}
 	if len(req.GetCandidates()) > indexer.MaxCandidates {
 		s.pickMetrics.observe(codes.InvalidArgument, 0)
@@ -174,8 +186,12 @@ func (s *Server) handlePick(w http.ResponseWriter, r *http.Request) {
 		httpPool.Put(sc)
 	}
 	if err != nil {
-		s.pickMetrics.observe(codes.InvalidArgument, 0)
-		writeError(w, errorf(codes.InvalidArgument, "%v", err))
+		e, ok := err.(*Error) // from the input's own checks, with its code
+		if !ok {
+			e = errorf(codes.InvalidArgument, "%v", err)
+		}
+		s.pickMetrics.observe(e.Code, 0)
+		writeError(w, e)
 		return
 	}
 	if e := s.pick(r.Context(), p); e != nil {
@@ -225,22 +241,8 @@ func parsePickBody(data []byte, p *pickScratch) error {
 	if err != nil {
 		return err
 	}
-	q.Model, q.LoraName, q.CacheSalt, q.Pods = b.model, b.loraName, b.cacheSalt, b.pods
-	n := 0
-	if b.hasTokens {
-		n++
-		q.Kind, q.TokenIDs = indexer.InputTokens, b.tokens
-	}
-	if b.hasHashes {
-		n++
-		q.Kind, q.BlockHashes = indexer.InputHashes, b.hashes
-	}
-	if b.hasPrompt {
-		n++
-		q.Kind, q.Prompt = indexer.InputPrompt, b.prompt
-	}
-	if n > 1 {
-		return fmt.Errorf("give exactly one of token_ids, block_hashes or prompt")
+	if e := b.query(&q.Query); e != nil {
+		return e
 	}
 	return nil
 }

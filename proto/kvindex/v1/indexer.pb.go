@@ -1310,6 +1310,8 @@ type PickRequest struct {
 	//	*PickRequest_TokenIds
 	//	*PickRequest_BlockHashes
 	//	*PickRequest_Prompt
+	//	*PickRequest_ChatJson
+	//	*PickRequest_OpenaiRequestJson
 	Input     isPickRequest_Input `protobuf_oneof:"input"`
 	LoraName  string              `protobuf:"bytes,5,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
 	CacheSalt string              `protobuf:"bytes,6,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
@@ -1393,6 +1395,24 @@ func (x *PickRequest) GetPrompt() string {
 	return ""
 }
 
+func (x *PickRequest) GetChatJson() string {
+	if x != nil {
+		if x, ok := x.Input.(*PickRequest_ChatJson); ok {
+			return x.ChatJson
+		}
+	}
+	return ""
+}
+
+func (x *PickRequest) GetOpenaiRequestJson() string {
+	if x != nil {
+		if x, ok := x.Input.(*PickRequest_OpenaiRequestJson); ok {
+			return x.OpenaiRequestJson
+		}
+	}
+	return ""
+}
+
 func (x *PickRequest) GetLoraName() string {
 	if x != nil {
 		return x.LoraName
@@ -1437,11 +1457,24 @@ type PickRequest_Prompt struct {
 	Prompt string `protobuf:"bytes,4,opt,name=prompt,proto3,oneof"`
 }
 
+type PickRequest_ChatJson struct {
+	// As in ScoreRequest: a chat request as JSON, or a router's OpenAI body.
+	ChatJson string `protobuf:"bytes,9,opt,name=chat_json,json=chatJson,proto3,oneof"`
+}
+
+type PickRequest_OpenaiRequestJson struct {
+	OpenaiRequestJson string `protobuf:"bytes,10,opt,name=openai_request_json,json=openaiRequestJson,proto3,oneof"`
+}
+
 func (*PickRequest_TokenIds) isPickRequest_Input() {}
 
 func (*PickRequest_BlockHashes) isPickRequest_Input() {}
 
 func (*PickRequest_Prompt) isPickRequest_Input() {}
+
+func (*PickRequest_ChatJson) isPickRequest_Input() {}
+
+func (*PickRequest_OpenaiRequestJson) isPickRequest_Input() {}
 
 type CandidateResult struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -1743,12 +1776,15 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\x06events\x18\x06 \x01(\bH\x01R\x06events\x88\x01\x01B\n" +
 	"\n" +
 	"\b_dp_rankB\t\n" +
-	"\a_events\"\xc4\x02\n" +
+	"\a_events\"\x95\x03\n" +
 	"\vPickRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x123\n" +
 	"\ttoken_ids\x18\x02 \x01(\v2\x14.kvindex.v1.TokenIDsH\x00R\btokenIds\x12<\n" +
 	"\fblock_hashes\x18\x03 \x01(\v2\x17.kvindex.v1.BlockHashesH\x00R\vblockHashes\x12\x18\n" +
-	"\x06prompt\x18\x04 \x01(\tH\x00R\x06prompt\x12\x1b\n" +
+	"\x06prompt\x18\x04 \x01(\tH\x00R\x06prompt\x12\x1d\n" +
+	"\tchat_json\x18\t \x01(\tH\x00R\bchatJson\x120\n" +
+	"\x13openai_request_json\x18\n" +
+	" \x01(\tH\x00R\x11openaiRequestJson\x12\x1b\n" +
 	"\tlora_name\x18\x05 \x01(\tR\bloraName\x12\x1d\n" +
 	"\n" +
 	"cache_salt\x18\x06 \x01(\tR\tcacheSalt\x125\n" +
@@ -1875,6 +1911,8 @@ func file_kvindex_v1_indexer_proto_init() {
 		(*PickRequest_TokenIds)(nil),
 		(*PickRequest_BlockHashes)(nil),
 		(*PickRequest_Prompt)(nil),
+		(*PickRequest_ChatJson)(nil),
+		(*PickRequest_OpenaiRequestJson)(nil),
 	}
 	file_kvindex_v1_indexer_proto_msgTypes[19].OneofWrappers = []any{}
 	file_kvindex_v1_indexer_proto_msgTypes[20].OneofWrappers = []any{}
