@@ -208,7 +208,10 @@ func decodeLoraNameOrSalt(r *reader, ev *kvindex.Event) error {
 			if err != nil {
 				return fmt.Errorf("extra map key: %w", err)
 			}
-			if string(k) == "cache_salt" && !r.nextNil() {
+			if string(k) == "cache_salt" {
+				if r.nextNil() {
+					continue // no salt; the nil is consumed, not skipped again
+				}
 				s, err := r.strOrBin()
 				if err != nil {
 					return fmt.Errorf("cache_salt: %w", err)
