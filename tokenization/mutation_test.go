@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 )
 
 // variantParts are text pieces for the synthetic tokenizers: their added
@@ -32,7 +34,11 @@ func TestVariantSuffixProperty(t *testing.T) {
 	}
 	for _, v := range variantFixtures {
 		raw := strings.NewReplacer(`"normalized":true`, `"normalized":false`, `"single_word":true`, `"single_word":false`).Replace(v.tokenizerJSON)
-		for name, tj := range map[string]string{v.name: v.tokenizerJSON, v.name + "/raw": raw} {
+		forms := map[string]string{v.name: v.tokenizerJSON, v.name + "/raw": raw}
+		if seq, ok := digitsBeforeMetaspace(v.tokenizerJSON); ok {
+			forms[v.name+"/digits-first"] = seq
+		}
+		for name, tj := range forms {
 			t.Run(name, func(t *testing.T) {
 				tk, err := Load([]byte(tj), nil)
 				if err != nil {
@@ -82,6 +88,32 @@ func TestVariantSuffixProperty(t *testing.T) {
 					t.Fatalf("only %d boundaries checked", checked)
 				}
 			})
+		}
+	}
+}
+
+// digitsBeforeMetaspace rewrites a Metaspace pre-tokenizer as a Sequence of
+// Digits then that Metaspace, so Metaspace also sees pieces that are not the
+// first of their input (its "always" scheme prefixes those too). The
+// property needs no reference ids, so a tokenizer no fixture has is fine.
+func digitsBeforeMetaspace(tj string) (string, bool) {
+	const ms = `"pre_tokenizer":{"type":"Metaspace"`
+	i := strings.Index(tj, ms)
+	if i < 0 {
+		return "", false
+	}
+	end := i + strings.IndexByte(tj[i+len(ms):], '}') + len(ms) + 1 // the flat Metaspace object ends here
+	return tj[:i] + `"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Digits","individual_digits":true},` +
+		tj[i+len(`"pre_tokenizer":`):end] + `]}` + tj[end:], true
+}
+
+// Lowercase's ASCII fast path against the unicode package.
+func TestLowerOfASCII(t *testing.T) {
+	for c := rune(0); c < utf8.RuneSelf; c++ {
+		l, changed := lowerOf(c)
+		want := unicode.ToLower(c)
+		if changed != (want != c) || (changed && l != string(want)) {
+			t.Fatalf("lowerOf(%q) = %q %v, want %q", c, l, changed, want)
 		}
 	}
 }
