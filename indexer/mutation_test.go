@@ -81,3 +81,32 @@ func TestRankAndPodOrderingTies(t *testing.T) {
 		t.Fatalf("pod-a tiers %v: want its best rank's (8 disk)", tiers)
 	}
 }
+
+// A Result reused after a filtered query scores every pod on an unfiltered
+// one: the candidate buffer left from the filter must not act as a filter.
+func TestReusedResultUnfilteredAfterFiltered(t *testing.T) {
+	x := newTestIndexer(t, Config{})
+	prompt := seqTokens(1, 2*testBlock)
+	apply(x, "pod-a", 0, storeEvent(prompt, 2, kvindex.TierGPU))
+	apply(x, "pod-b", 0, storeEvent(prompt, 1, kvindex.TierGPU))
+	var r Result
+	q := Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt, Pods: []string{"pod-b"}}
+	if got := mustScore(t, x, &q, &r); got != "total=2 pod-b:1/4/1.00[0:1,]" {
+		t.Fatalf("filtered: %s", got)
+	}
+	q.Pods = nil
+	if got := mustScore(t, x, &q, &r); got != "total=2 pod-a:2/8/2.00[0:2,] pod-b:1/4/1.00[0:1,]" {
+		t.Fatalf("unfiltered with the same Result: %s", got)
+	}
+}
+
+// Pods lists the extra pods a caller names even when there are more of them
+// than pods with events.
+func TestPodsListsMoreExtraPodsThanSeen(t *testing.T) {
+	x := newTestIndexer(t, Config{})
+	apply(x, "pod-a", 0, storeEvent(seqTokens(1, testBlock), 1, kvindex.TierGPU))
+	got := x.Pods(context.Background(), []PodRef{{"pod-x", 0}, {"pod-y", 0}, {"pod-z", 1}})
+	if len(got) != 4 {
+		t.Fatalf("Pods listed %d entries, want 4: %+v", len(got), got)
+	}
+}
