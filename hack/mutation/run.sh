@@ -29,9 +29,14 @@ pkgs=("$@")
 budget=${MUTATION_BUDGET:-40m}
 out=${MUTATION_OUT:-$root/results-mutation}
 mkdir -p "$out"
-export GOFLAGS="${GOFLAGS:-} -short"
+export GOFLAGS="${GOFLAGS:-} -short -count=1" # -count=1: a cached coverage run would make the per-mutant timeout tiny
 args=(unleash --config "$root/hack/mutation/gremlins.yaml")
-[ -z "${MUTATION_DIFF:-}" ] || args+=(--diff "$MUTATION_DIFF")
+if [ -n "${MUTATION_DIFF:-}" ]; then
+	args+=(--diff "$MUTATION_DIFF")
+	# gremlins names files relative to the package it runs in but reads
+	# repository-relative paths from git diff: make git print them relative
+	export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=diff.relative GIT_CONFIG_VALUE_0=true
+fi
 for re in ${MUTATION_EXCLUDE:-}; do
 	args+=(--exclude-files "$re")
 done
