@@ -3,6 +3,7 @@ package kvevents
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"testing"
 
@@ -308,5 +309,18 @@ func TestReplaySkipsOtherRanksAndDuplicates(t *testing.T) {
 	}
 	if v := metricValue(m.Replays.WithLabelValues("partial")); v != 1 {
 		t.Fatalf("replays{partial} = %v", v)
+	}
+}
+
+// The batch's DP rank may be any int32: the largest is accepted, one more
+// is a malformed batch.
+func TestDecodeDPRankRange(t *testing.T) {
+	p := encodeValue(t, []any{1.0, []any{}, int64(math.MaxInt32)})
+	if got, st := mustDecode(t, p, kvindex.EngineVLLM); got.DPRank != math.MaxInt32 || !st.HasDPRank {
+		t.Fatalf("rank %d, stats %+v", got.DPRank, st)
+	}
+	var b kvindex.Batch
+	if _, err := Decode(encodeValue(t, []any{1.0, []any{}, int64(math.MaxInt32) + 1}), kvindex.EngineVLLM, &b); err == nil {
+		t.Fatal("rank 2^31 accepted")
 	}
 }
