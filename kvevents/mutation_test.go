@@ -1,11 +1,14 @@
 package kvevents
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"reflect"
+	"runtime"
 	"testing"
+	"unsafe"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -322,5 +325,33 @@ func TestDecodeDPRankRange(t *testing.T) {
 	var b kvindex.Batch
 	if _, err := Decode(encodeValue(t, []any{1.0, []any{}, int64(math.MaxInt32) + 1}), kvindex.EngineVLLM, &b); err == nil {
 		t.Fatal("rank 2^31 accepted")
+	}
+}
+
+// A hostile event count (every remaining byte an event) must not make
+// Decode reserve an Event per payload byte: it reserves at most one per
+// minEventBytes bytes (the smallest event it keeps).
+func TestDecodeHostileEventCountAllocation(t *testing.T) {
+	const n = 200_000
+	p := binary.BigEndian.AppendUint32([]byte{0x92, 0x00, 0xdd}, n)
+	p = append(p, make([]byte, n)...)
+	for i := 7; i < len(p); i++ {
+		p[i] = 0xc0 // nil: not an event, dropped
+	}
+	var b kvindex.Batch
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	st, err := Decode(p, kvindex.EngineVLLM, &b)
+	runtime.ReadMemStats(&after)
+	if err != nil || st.EventErrors != n || len(b.Events) != 0 {
+		t.Fatalf("err %v, stats %+v, %d events", err, st.EventErrors, len(b.Events))
+	}
+	got := after.TotalAlloc - before.TotalAlloc
+	// the reserve, twice over, plus each dropped event's error value
+	limit := 2*(uint64(len(p))/minEventBytes+2)*uint64(unsafe.Sizeof(kvindex.Event{})) + 64*n
+	t.Logf("%d-byte payload: %d bytes allocated (limit %d)", len(p), got, limit)
+	if got > limit {
+		t.Fatalf("decoding a %d-byte payload allocated %d bytes (%dx)", len(p), got, got/uint64(len(p)))
 	}
 }
