@@ -96,3 +96,35 @@ func TestScanStringControlCharacters(t *testing.T) {
 		t.Fatalf("%d %s", code, b)
 	}
 }
+
+// Every prefix of a valid body is an error, never a panic or an accepted
+// request: the scanner checks the end of input wherever it looks ahead.
+func TestParseScoreBodyEveryTruncation(t *testing.T) {
+	for _, body := range []string{
+		`{"model":"m","token_ids":[1,22,333],"pods":null,"lora_name":null}`,
+		`{"model":"caf\u00e9","block_hashes":["18446744073709551615",-1,7],"pods":["a","b"],"cache_salt":"s"}`,
+		`{"prompt":"a\"b","model":"m","token_ids":null,"block_hashes":null}`,
+	} {
+		var sb scoreBody
+		if err := parseScoreBody([]byte(body), &sb); err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		for i := 0; i < len(body); i++ {
+			if err := parseScoreBody([]byte(body[:i]), &sb); err == nil {
+				t.Fatalf("prefix %q accepted", body[:i])
+			}
+		}
+	}
+}
+
+// An empty block_hashes list is no input (like an absent one): with
+// token_ids it is not "two inputs".
+func TestEmptyBlockHashesIsNoInput(t *testing.T) {
+	var sb scoreBody
+	if err := parseScoreBody([]byte(`{"model":"m","token_ids":[1,2],"block_hashes":[]}`), &sb); err != nil {
+		t.Fatal(err)
+	}
+	if sb.hasHashes || !sb.hasTokens {
+		t.Fatalf("hasHashes %v hasTokens %v", sb.hasHashes, sb.hasTokens)
+	}
+}
