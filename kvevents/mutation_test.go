@@ -355,3 +355,51 @@ func TestDecodeHostileEventCountAllocation(t *testing.T) {
 		t.Fatalf("decoding a %d-byte payload allocated %d bytes (%dx)", len(p), got, got/uint64(len(p)))
 	}
 }
+
+// Token ids in every msgpack integer width (the fast paths cover fixint,
+// uint16 and uint32 only), up to 2^32-1; block_size from 0 (not sent as
+// such by some engines) to MaxInt32.
+func TestDecodeTokenWidthsAndBlockSizeRange(t *testing.T) {
+	tokens := []byte{0x9a, 0x05, 0xcc, 200, 0xcd, 0x01, 0x00, 0xd0, 0x07, 0xd1, 0x01, 0x02, 0xd2, 0x00, 0x01, 0x00, 0x00,
+		0xd3, 0, 0, 0, 0, 0x7f, 0xff, 0xff, 0xff, 0xcf, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xce, 0xff, 0xff, 0xff, 0xfe,
+		0x00}
+	want := []uint32{5, 200, 256, 7, 258, 65536, math.MaxInt32, math.MaxUint32, math.MaxUint32 - 1, 0}
+	ev := func(blockSize []byte) []byte {
+		p := append([]byte{0x95, 0xab}, "BlockStored"...)
+		p = append(p, 0x91, 0x05, 0xc0)
+		p = append(p, tokens...)
+		return append(p, blockSize...)
+	}
+	for _, bs := range []struct {
+		enc  []byte
+		want int
+	}{{[]byte{0x00}, 0}, {[]byte{0xd2, 0x7f, 0xff, 0xff, 0xff}, math.MaxInt32}} {
+		got, st := mustDecode(t, batchOf(ev(bs.enc)), kvindex.EngineVLLM)
+		if st.EventErrors != 0 || len(got.Events) != 1 {
+			t.Fatalf("block_size %d: %+v %+v", bs.want, got.Events, st)
+		}
+		if e := got.Events[0]; e.BlockSize != bs.want || !reflect.DeepEqual(e.TokenIDs, want) {
+			t.Fatalf("block_size %d tokens %v, want %d %v", e.BlockSize, e.TokenIDs, bs.want, want)
+		}
+	}
+	for _, bad := range [][]byte{{0xff}, {0xd3, 0, 0, 0, 0, 0x80, 0, 0, 0}} { // -1, 2^31
+		_, st := mustDecode(t, batchOf(ev(bad)), kvindex.EngineVLLM)
+		if st.EventErrors != 1 {
+			t.Fatalf("block_size %x accepted", bad)
+		}
+	}
+}
+
+// SGLang's position-7 map is read to its end whatever the key order: a key
+// to skip before cache_salt must not end the map early.
+func TestDecodeSaltMapAnyOrder(t *testing.T) {
+	m := append([]byte{0x83, 0xa1, 'x', 0x01, 0xa1, 'y', 0x91, 0x02, 0xaa}, "cache_salt"...)
+	m = append(m, 0xa1, 's')
+	p := append([]byte{0x98, 0xab}, "BlockStored"...)
+	p = append(p, 0x91, 0x05, 0xc0, 0x91, 1, 1, 0xc0, 0xc0)
+	p = append(p, m...)
+	got, st := mustDecode(t, batchOf(p, encodeValue(t, []any{"BlockRemoved", []uint64{6}})), kvindex.EngineSGLang)
+	if st.EventErrors != 0 || len(got.Events) != 2 || got.Events[0].CacheSalt != "s" {
+		t.Fatalf("%+v %+v", got.Events, st)
+	}
+}
