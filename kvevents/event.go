@@ -349,7 +349,10 @@ func decodeLoraNameOrSalt(r *reader, ev *kvindex.Event, es *evState) error {
 				if err != nil {
 					return err
 				}
-				if string(k) == "cache_salt" && !r.nextNil() {
+				if string(k) == "cache_salt" {
+					if r.nextNil() {
+						continue // no salt; the nil is consumed, not skipped again
+					}
 					s, err := r.strOrBin()
 					if err != nil {
 						return err

@@ -214,6 +214,15 @@ func (t *Tokenizer) encode(text string, from int, add, wantB bool) ([]uint32, []
 	return ids, bounds, nil
 }
 
+// wordBefore reports, for a tokenizer with single_word added tokens, that a
+// word character precedes pos in the normalized segment ns. EncodeSuffix
+// from there would not see it, and a single_word token starting at pos would
+// match in the suffix where the whole text's match rejects it (HF requires a
+// non-word character before): no boundary there.
+func (t *Tokenizer) wordBefore(ns string, pos int) bool {
+	return t.singleWord && pos > 0 && isWordChar(lastRune(ns[:pos]))
+}
+
 func (t *Tokenizer) addBoundary(st *encState, off, n int) {
 	if off == 0 {
 		// EncodeSuffix(text, 0) is Encode(text), leading specials included
@@ -301,7 +310,7 @@ func (t *Tokenizer) run(st *encState, ids []uint32, text string, from int, normC
 			}
 			for i := range words {
 				w := &words[i]
-				if wantB && w.safe {
+				if wantB && w.safe && !t.wordBefore(nt.s, w.pos) {
 					if o := nt.orig(w.pos); o >= 0 {
 						t.addBoundary(st, o, len(ids))
 					}

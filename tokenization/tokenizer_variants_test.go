@@ -168,3 +168,35 @@ func TestSplitSpecialTokensConfig(t *testing.T) {
 		t.Errorf("default config: got %v", got)
 	}
 }
+
+// A single_word added token right after a word character does not match
+// (HF); EncodeSuffix from a boundary between the two would not see that
+// character, so no boundary may be reported there.
+func TestSingleWordTokenAfterWordCharIsNoBoundary(t *testing.T) {
+	for _, v := range variantFixtures {
+		if v.name != "bl_added_strip_flags" {
+			continue
+		}
+		tk, err := Load([]byte(v.tokenizerJSON), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, text := range []string{"1word-", "\u216bword-", ",word-", "a word-"} {
+			ids, bs, err := tk.EncodeBoundaries(text, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range bs {
+				suf, err := tk.EncodeSuffix(text, b.Offset, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := append(slices.Clip(ids[:b.Tokens]), suf...); !slices.Equal(got, ids) {
+					t.Fatalf("%q at boundary %+v: suffix %v, want %v", text, b, suf, ids[b.Tokens:])
+				}
+			}
+		}
+		return
+	}
+	t.Fatal("fixture bl_added_strip_flags not found")
+}
