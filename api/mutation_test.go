@@ -30,11 +30,6 @@ func TestUnknownPodFilterAfterPoolIsEmptied(t *testing.T) {
 	}
 }
 
-func jsonInts(v []uint32) string {
-	b, _ := json.Marshal(v)
-	return string(b)
-}
-
 // appendString must write valid JSON and valid UTF-8 for any name: control
 // characters escaped, invalid UTF-8 replaced as encoding/json does.
 func TestAppendStringAnyBytes(t *testing.T) {

@@ -38,20 +38,29 @@ func (d *dispatcher) queueBounded(w int, b *kvindex.Batch) bool {
 	if d.bp.wait <= 0 {
 		return false
 	}
-	start := time.Now()
-	t := time.NewTimer(d.bp.wait)
-	defer t.Stop()
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.stopped {
 		return false
 	}
+	// Waiting is for a full queue; a batch the byte budget refuses is
+	// refused now (waiting must not let it in over the budget).
+	size := batchBytes(b)
+	if !d.budget.take(size) {
+		return false
+	}
+	start := time.Now()
+	t := time.NewTimer(d.bp.wait)
+	defer t.Stop()
 	queued := false
 	select {
 	case d.queues[w] <- b:
 		queued = true
 	case <-t.C:
 	case <-d.draining:
+	}
+	if !queued {
+		d.budget.give(size)
 	}
 	if d.bp.waits != nil {
 		d.bp.waits.Inc()
