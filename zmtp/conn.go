@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -423,8 +424,9 @@ func (c *conn) writeMessage(ctx context.Context, frames [][]byte) error {
 	default:
 	}
 	deadline := time.Now().Add(c.opts.WriteTimeout)
+	ctxDeadline := false
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+		deadline, ctxDeadline = d, true
 	}
 	if err := c.nc.SetWriteDeadline(deadline); err != nil {
 		return err
@@ -443,8 +445,13 @@ func (c *conn) writeMessage(ctx context.Context, frames [][]byte) error {
 		bufs = append(bufs, hdrs[start:], f)
 	}
 	if _, err := bufs.WriteTo(c.nc); err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			err = ctx.Err()
+		case ctxDeadline && errors.Is(err, os.ErrDeadlineExceeded):
+			// The socket deadline is the context's and can fire a moment
+			// before the context's own timer marks it done.
+			err = context.DeadlineExceeded
 		}
 		err = fmt.Errorf("zmtp: send to %s: %w", c.peer, err)
 		c.fail(err)
