@@ -71,6 +71,7 @@ type engineSeq struct {
 	admitted   bool    // was admitted at least once (hit accounting is on first admission)
 	hitTokens  int     // prefix-cache hit on first admission
 	preempted  int
+	aborted    bool // the client went away: leaves at the next chance, frees its blocks
 }
 
 func (s *engineSeq) numTokens() int { return s.promptLen + s.generated }
@@ -200,6 +201,10 @@ type Engine struct {
 	// stepSeqs are the sequences scheduled in the step in progress.
 	stepSeqs   []*engineSeq
 	hitScratch []int32
+	// byReq finds a queued or running request for Abort; entries leave when
+	// the request finishes or is aborted, so it holds at most the requests
+	// inside the engine.
+	byReq map[int]*engineSeq
 }
 
 // EngineStats are an engine's lifetime counters.
@@ -214,6 +219,7 @@ type EngineStats struct {
 	DecodeTokens   int64
 	BusySeconds    float64
 	FinishedSeqs   int
+	AbortedSeqs    int
 	GeneratedToken int64
 }
 
@@ -222,7 +228,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Engine{cfg: cfg, pool: newBlockPool(cfg.KVBlocks)}, nil
+	return &Engine{cfg: cfg, pool: newBlockPool(cfg.KVBlocks), byReq: make(map[int]*engineSeq)}, nil
 }
 
 // Add queues a request. hashes are its full prompt blocks at the engine's
@@ -237,8 +243,53 @@ func (e *Engine) Add(req, promptLen, outputLen int, hashes []uint64, salt uint64
 	if need := (promptLen + outputLen - 1 + e.cfg.BlockSize - 1) / e.cfg.BlockSize; need > e.cfg.KVBlocks {
 		return fmt.Errorf("engine: request %d needs %d blocks, more than the pod's %d", req, need, e.cfg.KVBlocks)
 	}
-	e.waiting = append(e.waiting, &engineSeq{req: req, promptLen: promptLen, outputLen: outputLen, hashes: hashes, outSalt: mix64(salt)})
+	if _, dup := e.byReq[req]; dup {
+		return fmt.Errorf("engine: request %d added twice", req)
+	}
+	s := &engineSeq{req: req, promptLen: promptLen, outputLen: outputLen, hashes: hashes, outSalt: mix64(salt)}
+	e.byReq[req] = s
+	e.waiting = append(e.waiting, s)
 	return nil
+}
+
+// Abort removes a request whose client went away (vLLM aborts a request
+// when its HTTP connection closes): a queued one leaves the queue, a running
+// one frees its blocks (its computed full blocks stay cached, as vLLM's
+// freed blocks do). A request inside the step in progress leaves when the
+// step finishes, without sampling. It reports whether the request was in
+// the engine.
+func (e *Engine) Abort(req int) bool {
+	s, ok := e.byReq[req]
+	if !ok {
+		return false
+	}
+	s.aborted = true
+	if !e.busy || s.scheduled == 0 {
+		e.purgeAborted()
+	}
+	return true
+}
+
+// purgeAborted drops aborted sequences that are not part of a step in
+// progress from the queue and the running list and frees their blocks.
+func (e *Engine) purgeAborted() {
+	keep := func(list []*engineSeq) []*engineSeq {
+		k := 0
+		for _, s := range list {
+			if s.aborted && s.scheduled == 0 {
+				e.freeSeq(s)
+				delete(e.byReq, s.req)
+				e.stats.AbortedSeqs++
+				continue
+			}
+			list[k] = s
+			k++
+		}
+		clear(list[k:])
+		return list[:k]
+	}
+	e.waiting = keep(e.waiting)
+	e.running = keep(e.running)
 }
 
 // Waiting is the number of queued requests (vLLM's num_requests_waiting).
@@ -437,7 +488,13 @@ type SeqProgress struct {
 func (e *Engine) FinishStep(out []SeqProgress) []SeqProgress {
 	e.busy = false
 	finished := false
+	aborted := false
 	for _, s := range e.stepSeqs {
+		if s.aborted {
+			s.scheduled = 0
+			aborted = true
+			continue
+		}
 		s.computed += s.scheduled
 		s.scheduled = 0
 		for full := s.computed / e.cfg.BlockSize; s.registered < full; s.registered++ {
@@ -455,6 +512,7 @@ func (e *Engine) FinishStep(out []SeqProgress) []SeqProgress {
 			finished = true
 			e.stats.FinishedSeqs++
 			e.freeSeq(s)
+			delete(e.byReq, s.req)
 		}
 		out = append(out, p)
 	}
@@ -470,5 +528,8 @@ func (e *Engine) FinishStep(out []SeqProgress) []SeqProgress {
 		e.running = e.running[:k]
 	}
 	e.stepSeqs = e.stepSeqs[:0]
+	if aborted {
+		e.purgeAborted()
+	}
 	return out
 }

@@ -194,22 +194,22 @@ func WriteScenarioTable(w io.Writer, rep *ScenarioReport) {
 	for _, r := range rep.Results {
 		nw = max(nw, len(r.Scheduler))
 	}
-	fmt.Fprintf(w, "%-*s %11s %8s %9s %9s %8s %7s %8s %8s\n", nw,
-		"scheduler", "out_tok/s", "req/s", "ttft_p90", "ttft_mean", "itl_mean", "hit%", "preempt", "wall_s")
+	fmt.Fprintf(w, "%-*s %11s %8s %9s %9s %8s %7s %8s %7s %8s\n", nw,
+		"scheduler", "out_tok/s", "req/s", "ttft_p90", "ttft_mean", "itl_mean", "hit%", "preempt", "succ%", "wall_s")
 	for _, r := range rep.Results {
-		fmt.Fprintf(w, "%-*s %11.1f %8.3f %8.3fs %8.3fs %7.4fs %6.1f%% %8d %8.2f\n", nw, r.Scheduler, r.OutputTokensPerS,
-			r.RequestsPerS, r.TTFTp90, r.TTFTMean, r.ITLMean, 100*r.HitRate, r.Preemptions, r.WallSeconds)
+		fmt.Fprintf(w, "%-*s %11.1f %8.3f %8.3fs %8.3fs %7.4fs %6.1f%% %8d %6.1f%% %8.2f\n", nw, r.Scheduler, r.OutputTokensPerS,
+			r.RequestsPerS, r.TTFTp90, r.TTFTMean, r.ITLMean, 100*r.HitRate, r.Preemptions, 100*r.SuccessRate, r.WallSeconds)
 	}
 }
 
 // WriteScenarioMarkdown prints the summary and the per-stage TTFT p90 and
 // throughput as Markdown tables (sim/README.md).
 func WriteScenarioMarkdown(w io.Writer, rep *ScenarioReport) {
-	fmt.Fprintf(w, "| scheduler | output tok/s | req/s | TTFT p90 | TTFT mean | ITL mean | hit rate | preemptions |\n")
-	fmt.Fprintf(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	fmt.Fprintf(w, "| scheduler | output tok/s | req/s | TTFT p90 | TTFT mean | ITL mean | hit rate | preemptions | success |\n")
+	fmt.Fprintf(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range rep.Results {
-		fmt.Fprintf(w, "| %s | %.0f | %.2f | %.2f s | %.2f s | %.3f s | %.1f%% | %d |\n", r.Scheduler, r.OutputTokensPerS,
-			r.RequestsPerS, r.TTFTp90, r.TTFTMean, r.ITLMean, 100*r.HitRate, r.Preemptions)
+		fmt.Fprintf(w, "| %s | %.0f | %.2f | %.2f s | %.2f s | %.3f s | %.1f%% | %d | %.1f%% |\n", r.Scheduler, r.OutputTokensPerS,
+			r.RequestsPerS, r.TTFTp90, r.TTFTMean, r.ITLMean, 100*r.HitRate, r.Preemptions, 100*r.SuccessRate)
 	}
 	if len(rep.Results) == 0 {
 		return

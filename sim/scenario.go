@@ -29,8 +29,45 @@ type Scenario struct {
 	Engine         EngineSpec      `yaml:"engine"`
 	Load           LoadSpec        `yaml:"load"`
 	Data           DataSpec        `yaml:"data"`
+	Client         ClientSpec      `yaml:"client"`
 	Schedulers     []SchedulerSpec `yaml:"schedulers"`
 }
+
+// ClientSpec is the `client:` section: how the load generator sends the
+// requests and how results are measured (sim/README.md, "Client model").
+//
+// open (the default): every request is sent at its arrival time, stages
+// follow each other on the clock, and throughput is what the fleet delivered
+// inside each stage's window.
+//
+// inference-perf: the harness of the published llm-d runs. Each stage sends
+// int(rate x duration) requests and then waits until all of them have
+// finished before the next stage starts (StageGap later), so a stage starts
+// on an idle fleet with a warm cache; a stage's output tokens/s are its
+// successful requests' tokens over the span from its first send to its last
+// response, and its requests/s are its requests over its send span.
+type ClientSpec struct {
+	Type string `yaml:"type"` // open | inference-perf
+	// StageGap is the idle time between a stage's last response and the
+	// next stage's first scheduled send (inference-perf: load.interval 1 s
+	// plus the 1 s lead it gives its workers).
+	StageGap float64 `yaml:"stage_gap_s"`
+	// MaxConcurrency bounds the requests outstanding at once (0: no bound);
+	// a request that finds every slot taken waits in the client, and its
+	// TTFT counts from when it is actually sent, as inference-perf measures.
+	MaxConcurrency int `yaml:"max_concurrency"`
+	// Timeout is the client's total request timeout (0: none); a request
+	// that has not finished by then fails (it is left out of the latency and
+	// token figures) and the pod aborts it.
+	Timeout float64 `yaml:"timeout_s"`
+	// RequestOverhead is fixed time between the client sending a request
+	// and the endpoint picker seeing it (gateway, HTTP, tokenisation). It is
+	// part of the TTFT.
+	RequestOverhead float64 `yaml:"request_overhead_s"`
+}
+
+// drains reports whether stages wait for their requests (inference-perf).
+func (c ClientSpec) drains() bool { return c.Type == "inference-perf" }
 
 // EngineSpec is the `engine:` section (EngineConfig without the KV sizing).
 type EngineSpec struct {
@@ -45,7 +82,7 @@ type EngineSpec struct {
 // DefaultEngineSpec is an H100-class pod serving Qwen3-32B in BF16 with
 // tensor parallelism 2; the derivation of each number is in sim/README.md.
 func DefaultEngineSpec() EngineSpec {
-	return EngineSpec{PrefillTokensPerS: 16000, DecodeITL: 0.011, DecodePerSeq: 55e-6, DecodePerKVToken: 39e-9,
+	return EngineSpec{PrefillTokensPerS: 16000, DecodeITL: 0.017, DecodePerSeq: 55e-6, DecodePerKVToken: 52e-9,
 		MaxNumSeqs: 1024, MaxNumBatchedTokens: 8192}
 }
 
@@ -96,7 +133,7 @@ func ParseScenario(r io.Reader) (*Scenario, error) {
 		return nil, errors.New("scenario: file larger than 1 MiB")
 	}
 	sc := &Scenario{Seed: 1, KVEventLag: 0.05, MetricsPeriod: 0.05, Engine: DefaultEngineSpec(),
-		Load: LoadSpec{Type: "poisson"}, Data: DataSpec{Type: "shared_prefix"}}
+		Load: LoadSpec{Type: "poisson"}, Data: DataSpec{Type: "shared_prefix"}, Client: ClientSpec{Type: "open", StageGap: 2}}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(sc); err != nil {
@@ -155,6 +192,17 @@ func (sc *Scenario) Validate() error {
 	}
 	if total > maxScenarioRequests {
 		return fmt.Errorf("scenario: load asks for about %.0f requests, more than %d", total, maxScenarioRequests)
+	}
+	c := sc.Client
+	switch {
+	case c.Type != "open" && c.Type != "inference-perf":
+		return fmt.Errorf("scenario: client.type %q: want open or inference-perf", c.Type)
+	case !finiteNonNeg(c.StageGap) || !finiteNonNeg(c.Timeout) || !finiteNonNeg(c.RequestOverhead):
+		return errors.New("scenario: client.stage_gap_s, timeout_s and request_overhead_s must be finite and >= 0")
+	case c.MaxConcurrency < 0:
+		return errors.New("scenario: client.max_concurrency must be >= 0 (0: unbounded)")
+	case c.Timeout > 0 && c.Timeout <= c.RequestOverhead:
+		return errors.New("scenario: client.timeout_s must exceed request_overhead_s")
 	}
 	d := sc.Data
 	if d.Type != "shared_prefix" {
@@ -241,7 +289,11 @@ type Workload struct {
 // GenerateWorkload builds the scenario's requests, deterministically from
 // its seed: stage by stage, Poisson (exponential gaps) or constant (evenly
 // spaced) arrivals; request i uses prompt order[i mod prompts], order being
-// one seeded shuffle of all (group, question) prompts.
+// one seeded shuffle of all (group, question) prompts. With the open client
+// a stage's arrivals stop at its end; with inference-perf's it has exactly
+// int(rate x duration) of them, as that harness schedules (the last may
+// fall after the nominal end), and Arrival is relative to the stage's own
+// start, which is only known when the run reaches it.
 func (sc *Scenario) GenerateWorkload() *Workload {
 	d := sc.Data
 	w := &Workload{Prompts: make([]Prompt, 0, d.NumGroups*d.NumPromptsPerGroup)}
@@ -258,11 +310,15 @@ func (sc *Scenario) GenerateWorkload() *Workload {
 		w.StageStart = append(w.StageStart, t)
 		end := t + st.Duration
 		at := t
-		for {
+		want := -1
+		if sc.Client.drains() {
+			want = int(st.Rate * st.Duration)
+		}
+		for n := 0; ; n++ {
 			if sc.Load.Type == "poisson" {
 				at += rng.ExpFloat64() / st.Rate
 			}
-			if at >= end {
+			if (want < 0 && at >= end) || n == want {
 				break
 			}
 			p := &w.Prompts[order[len(w.Requests)%len(order)]]

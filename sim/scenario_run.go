@@ -3,6 +3,7 @@ package sim
 import (
 	"container/heap"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"time"
@@ -54,6 +55,9 @@ type StageResult struct {
 	ITLMean          float64 `json:"itl_mean_s"`
 	HitRate          float64 `json:"hit_rate"`
 	Preemptions      int     `json:"preemptions"`
+	// SuccessRate is the share of requests that finished before the client's
+	// timeout; latencies and tokens are over those.
+	SuccessRate float64 `json:"success_rate"`
 }
 
 // SchedulerResult is one scheduler's run: the summary over the measured
@@ -73,19 +77,27 @@ type SchedulerResult struct {
 // requestRecord is one request's life in the simulation.
 type requestRecord struct {
 	pod         int
+	send        float64 // the client sent it (TTFT counts from here)
 	firstToken  float64
-	finish      float64
+	finish      float64 // finished, or failed at the timeout
 	generated   int
 	hitTokens   int
 	preemptions int
-	done        bool
+	sent        bool
+	delivered   bool // reached the endpoint picker and a pod
+	done        bool // finished with all its tokens
+	failed      bool // timed out (and aborted on its pod)
 }
+
+func (rec *requestRecord) ended() bool { return rec.done || rec.failed }
 
 type scEvKind uint8
 
 const (
 	scStepDone scEvKind = iota
 	scKVDelivery
+	scDeliver // a sent request reaches the endpoint picker (after the overhead)
+	scTimeout // a request's client timeout
 )
 
 type scEvent struct {
@@ -93,6 +105,7 @@ type scEvent struct {
 	seq  uint64
 	kind scEvKind
 	pod  int
+	req  int
 	ops  []KVOp
 }
 
@@ -135,6 +148,15 @@ type ScenarioRun struct {
 	err      error
 	// Tokens generated and requests completed inside each stage's window.
 	stageTokens, stageDone []float64
+	// Client: the next request to schedule, each stage's start (NaN until
+	// the client reaches it), requests of each stage not yet ended, requests
+	// sent and not ended, and requests waiting for a concurrency slot.
+	next        int
+	stageBase   []float64
+	stageLeft   []int
+	outstanding int
+	clientQ     []int
+	maxOut      int // most requests outstanding at once (tests check the bound)
 	// OnStep, when set, is called after every engine step (tests check
 	// invariants there).
 	OnStep func(pod int, e *Engine)
@@ -149,7 +171,20 @@ func NewScenarioRun(sc *Scenario, wl *Workload, spec SchedulerSpec) (*ScenarioRu
 	r := &ScenarioRun{sc: sc, wl: wl, spec: spec, records: make([]requestRecord, len(wl.Requests)),
 		hashes: make(map[int][]uint64), eps: make([]Endpoint, sc.Pods), inFlight: make([]int, sc.Pods),
 		scraped: make([]Endpoint, sc.Pods), stageTokens: make([]float64, len(sc.Load.Stages)),
-		stageDone: make([]float64, len(sc.Load.Stages))}
+		stageDone: make([]float64, len(sc.Load.Stages)), stageBase: make([]float64, len(sc.Load.Stages)),
+		stageLeft: make([]int, len(sc.Load.Stages))}
+	for _, q := range wl.Requests {
+		r.stageLeft[q.Stage]++
+	}
+	for i := range r.stageBase {
+		r.stageBase[i] = math.NaN()
+		if !sc.Client.drains() {
+			r.stageBase[i] = wl.StageStart[i]
+		}
+	}
+	if sc.Client.drains() {
+		r.openStage(0, 0)
+	}
 	for p := 0; p < sc.Pods; p++ {
 		e, err := NewEngine(sc.engineConfig())
 		if err != nil {
@@ -184,48 +219,146 @@ func (r *ScenarioRun) engineHashes(p *Prompt) []uint64 {
 	return h
 }
 
-// Run simulates until every request has finished.
+// Run simulates until every request has ended (finished or timed out).
 func (r *ScenarioRun) Run() (*SchedulerResult, error) {
 	start := time.Now()
-	reqs := r.wl.Requests
-	next := 0
 	now := 0.0
-	for next < len(reqs) || r.events.Len() > 0 {
-		// Engine and index events at the same instant as an arrival go
-		// first: the arrival sees their effect.
-		if r.events.Len() > 0 && (next >= len(reqs) || r.events[0].t <= reqs[next].Arrival) {
+	for {
+		tA := r.nextScheduled()
+		if r.events.Len() == 0 && math.IsInf(tA, 1) {
+			break
+		}
+		// Engine, index and client events at the same instant as a
+		// scheduled send go first: the send sees their effect.
+		if r.events.Len() > 0 && r.events[0].t <= tA {
 			ev := heap.Pop(&r.events).(scEvent)
 			now = ev.t
-			switch ev.kind {
-			case scStepDone:
-				r.stepDone(ev.pod, now)
-			case scKVDelivery:
-				if r.index != nil {
-					r.index.apply(ev.pod, ev.ops, now)
-				}
-				if r.sched.wantsEvents() {
-					r.sched.onKVEvents(ev.pod, ev.ops, now)
-				}
+			if err := r.handle(ev, now); err != nil {
+				return nil, err
 			}
 			continue
 		}
-		now = reqs[next].Arrival
-		if err := r.arrive(next, now); err != nil {
-			return nil, err
-		}
-		next++
+		now = tA
+		r.schedule(r.next, now)
+		r.next++
 	}
 	if r.err != nil {
 		return nil, r.err
 	}
+	if r.next != len(r.wl.Requests) {
+		return nil, fmt.Errorf("scenario: %d of %d requests were never sent (simulator bug)", r.next, len(r.wl.Requests))
+	}
 	for i := range r.records {
-		if !r.records[i].done {
-			return nil, fmt.Errorf("scenario: request %d never finished (simulator bug)", i)
+		if !r.records[i].ended() {
+			return nil, fmt.Errorf("scenario: request %d never ended (simulator bug)", i)
 		}
 	}
 	res := r.summarise(now)
 	res.WallSeconds = time.Since(start).Seconds()
 	return res, nil
+}
+
+func (r *ScenarioRun) handle(ev scEvent, now float64) error {
+	switch ev.kind {
+	case scStepDone:
+		r.stepDone(ev.pod, now)
+	case scKVDelivery:
+		if r.index != nil {
+			r.index.apply(ev.pod, ev.ops, now)
+		}
+		if r.sched.wantsEvents() {
+			r.sched.onKVEvents(ev.pod, ev.ops, now)
+		}
+	case scDeliver:
+		if !r.records[ev.req].ended() {
+			return r.arrive(ev.req, now)
+		}
+	case scTimeout:
+		rec := &r.records[ev.req]
+		if rec.ended() {
+			return nil
+		}
+		rec.failed = true
+		if rec.delivered {
+			if !r.engines[rec.pod].Abort(ev.req) && r.err == nil {
+				r.err = fmt.Errorf("scenario: timed-out request %d was not on its pod (simulator bug)", ev.req)
+			}
+			r.inFlight[rec.pod]--
+			r.startStep(rec.pod, now) // freed blocks may admit waiting requests
+		}
+		r.ended(ev.req, now)
+	}
+	return nil
+}
+
+// nextScheduled is when the client means to send the next request: +Inf
+// when there is none, or its stage has not started (inference-perf: the
+// previous stage has not drained).
+func (r *ScenarioRun) nextScheduled() float64 {
+	if r.next >= len(r.wl.Requests) {
+		return math.Inf(1)
+	}
+	q := &r.wl.Requests[r.next]
+	b := r.stageBase[q.Stage]
+	if math.IsNaN(b) {
+		return math.Inf(1)
+	}
+	return b + q.Arrival - r.wl.StageStart[q.Stage]
+}
+
+// openStage starts stage s at base, and any following empty stage with it.
+func (r *ScenarioRun) openStage(s int, base float64) {
+	for ; s < len(r.stageBase); s++ {
+		r.stageBase[s] = base
+		if r.stageLeft[s] > 0 {
+			return
+		}
+	}
+}
+
+// schedule is request i's scheduled send: sent now, or queued in the
+// client while every concurrency slot is taken.
+func (r *ScenarioRun) schedule(i int, now float64) {
+	if c := r.sc.Client.MaxConcurrency; c > 0 && r.outstanding >= c {
+		r.clientQ = append(r.clientQ, i)
+		return
+	}
+	r.send(i, now)
+}
+
+func (r *ScenarioRun) send(i int, now float64) {
+	rec := &r.records[i]
+	rec.sent, rec.send = true, now
+	r.outstanding++
+	r.maxOut = max(r.maxOut, r.outstanding)
+	if t := r.sc.Client.Timeout; t > 0 {
+		r.push(scEvent{t: now + t, kind: scTimeout, req: i})
+	}
+	if o := r.sc.Client.RequestOverhead; o > 0 {
+		r.push(scEvent{t: now + o, kind: scDeliver, req: i})
+		return
+	}
+	if err := r.arrive(i, now); err != nil && r.err == nil {
+		r.err = err
+	}
+}
+
+// ended is the client seeing request i end (response or timeout): a slot
+// frees up, and with inference-perf's client the last request of a stage
+// starts the next one.
+func (r *ScenarioRun) ended(i int, now float64) {
+	r.records[i].finish = now
+	r.outstanding--
+	if len(r.clientQ) > 0 {
+		j := r.clientQ[0]
+		r.clientQ = r.clientQ[1:]
+		r.send(j, now)
+	}
+	s := r.wl.Requests[i].Stage
+	r.stageLeft[s]--
+	if r.sc.Client.drains() && r.stageLeft[s] == 0 && s+1 < len(r.stageBase) {
+		r.openStage(s+1, now+r.sc.Client.StageGap)
+	}
 }
 
 // scrape refreshes the schedulers' metric view at most every MetricsPeriod.
@@ -261,6 +394,7 @@ func (r *ScenarioRun) arrive(i int, now float64) error {
 	r.sched.routed(&pr, pod)
 	r.inFlight[pod]++
 	r.records[i].pod = pod
+	r.records[i].delivered = true
 	if err := r.engines[pod].Add(i, q.Prompt.Len, q.OutputLen, hs, uint64(i)); err != nil {
 		return err
 	}
@@ -296,10 +430,10 @@ func (r *ScenarioRun) stepDone(pod int, now float64) {
 				r.err = fmt.Errorf("scenario: request %d finished twice (simulator bug)", p.Req)
 			}
 			rec.done = true
-			rec.finish = now
 			rec.hitTokens = p.HitTokens
 			rec.preemptions = p.Preemptions
 			r.inFlight[pod]--
+			r.ended(p.Req, now)
 		}
 	}
 	if ops := e.TakeKVEvents(); len(ops) > 0 && (r.index != nil || r.sched.wantsEvents()) {
@@ -336,8 +470,12 @@ func (r *ScenarioRun) summarise(end float64) *SchedulerResult {
 	for s, ids := range byStage {
 		st := r.stageResult(ids)
 		st.Stage, st.Rate = s, sc.Load.Stages[s].Rate
-		st.OutputTokensPerS = r.stageTokens[s] / sc.Load.Stages[s].Duration
-		st.RequestsPerS = r.stageDone[s] / sc.Load.Stages[s].Duration
+		if sc.Client.drains() {
+			st.OutputTokensPerS, st.RequestsPerS = r.harnessThroughput(ids)
+		} else {
+			st.OutputTokensPerS = r.stageTokens[s] / sc.Load.Stages[s].Duration
+			st.RequestsPerS = r.stageDone[s] / sc.Load.Stages[s].Duration
+		}
 		res.Stages = append(res.Stages, st)
 		if s >= sc.Load.WarmupStages {
 			measured = append(measured, ids...)
@@ -364,6 +502,32 @@ func (r *ScenarioRun) summarise(end float64) *SchedulerResult {
 	return res
 }
 
+// harnessThroughput is inference-perf's per-stage throughput (its
+// summarize_requests, as the published reports read it): output tokens of
+// the successful requests over the span from the stage's first send to its
+// last response, and requests over the span of their sends.
+func (r *ScenarioRun) harnessThroughput(ids []int) (tokPerS, reqPerS float64) {
+	if len(ids) == 0 {
+		return 0, 0
+	}
+	first, lastSend, lastEnd := math.Inf(1), math.Inf(-1), math.Inf(-1)
+	tokens := 0.0
+	for _, i := range ids {
+		rec := &r.records[i]
+		first, lastSend, lastEnd = min(first, rec.send), max(lastSend, rec.send), max(lastEnd, rec.finish)
+		if rec.done {
+			tokens += float64(rec.generated)
+		}
+	}
+	if lastEnd > first {
+		tokPerS = tokens / (lastEnd - first)
+	}
+	if lastSend > first {
+		reqPerS = float64(len(ids)) / (lastSend - first)
+	}
+	return tokPerS, reqPerS
+}
+
 func (r *ScenarioRun) stageResult(ids []int) StageResult {
 	var st StageResult
 	st.Requests = len(ids)
@@ -373,9 +537,14 @@ func (r *ScenarioRun) stageResult(ids []int) StageResult {
 	ttft := make([]float64, 0, len(ids))
 	var prompt, hit, itlNum, itlDen float64
 	var ttftSum float64
+	ok := 0
 	for _, i := range ids {
 		q, rec := &r.wl.Requests[i], &r.records[i]
-		t := rec.firstToken - q.Arrival
+		if !rec.done {
+			continue // timed out: no latency, as inference-perf counts only successes
+		}
+		ok++
+		t := rec.firstToken - rec.send
 		ttft = append(ttft, t)
 		ttftSum += t
 		prompt += float64(q.Prompt.Len)
@@ -386,9 +555,13 @@ func (r *ScenarioRun) stageResult(ids []int) StageResult {
 		}
 		st.Preemptions += rec.preemptions
 	}
+	st.SuccessRate = float64(ok) / float64(len(ids))
+	if ok == 0 {
+		return st
+	}
 	slices.Sort(ttft)
 	st.TTFTp50, st.TTFTp90 = quantile(ttft, 0.5), quantile(ttft, 0.9)
-	st.TTFTMean = ttftSum / float64(len(ids))
+	st.TTFTMean = ttftSum / float64(ok)
 	if itlDen > 0 {
 		st.ITLMean = itlNum / itlDen
 	}
