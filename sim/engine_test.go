@@ -294,3 +294,45 @@ func TestEngineRejectsBadInput(t *testing.T) {
 		t.Error("more block hashes than full prompt blocks accepted")
 	}
 }
+
+func TestEngineSharedKVReadOnceChargesSharedBlocksOnce(t *testing.T) {
+	mk := func(shared bool) *Engine {
+		e, err := NewEngine(EngineConfig{KVBlocks: 20, BlockSize: 4, MaxNumSeqs: 8, MaxNumBatchedTokens: 64,
+			PrefillTokensPerS: 1000, DecodeITL: 0.01, DecodePerSeq: 0.001, DecodePerKVToken: 0.0001, SharedKVReadOnce: shared})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	hashes := []uint64{11, 12}
+	for _, shared := range []bool{false, true} {
+		e := mk(shared)
+		step := func() float64 {
+			dur, ok := e.StartStep()
+			if !ok {
+				t.Fatal("no step")
+			}
+			e.FinishStep(nil)
+			checkPool(t, e)
+			return dur
+		}
+		if err := e.Add(0, 8, 5, hashes, 0); err != nil {
+			t.Fatal(err)
+		}
+		step() // A's prefill: 8 tokens, first token sampled
+		if err := e.Add(1, 8, 5, hashes, 1); err != nil {
+			t.Fatal(err)
+		}
+		step() // A decodes; B reuses block 0 (block 1 is recomputed) and prefills 4 tokens
+		// Both decode. A: context 10 in blocks 0 (shared), 1, 2; B: context 9
+		// in blocks 0 (shared), 1', 2'. Per sequence: 10 + 9 = 19 tokens;
+		// shared once: block 0's 4 tokens counted once, 15.
+		want := 0.01 + 2*0.001 + 19*0.0001
+		if shared {
+			want = 0.01 + 2*0.001 + 15*0.0001
+		}
+		if got := step(); math.Abs(got-want) > 1e-12 {
+			t.Errorf("shared=%v: decode step %.6f s, want %.6f", shared, got, want)
+		}
+	}
+}
