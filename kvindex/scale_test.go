@@ -23,8 +23,7 @@ import (
 // (Go heap and RSS) and where it goes, score latency against the same
 // probe prompts at 1M and at the full size, and snapshot write and restore
 // at the full size. At 100M entries it peaks at about 4.5 GB RSS and takes
-// 3-10 minutes,
-// so it runs only when asked:
+// 3-10 minutes, so it runs only when asked:
 //
 //	KVINDEX_SCALE=1 go test ./kvindex/ -run '^TestScale$' -v -timeout 60m
 //
