@@ -94,9 +94,15 @@ func BenchmarkDecodeVLLMGeneric(b *testing.B) {
 // evicts the last 16 blocks of chunk i-8, so the index stays bounded while
 // the benchmark cycles through the payloads.
 func decodeApplyStream(b *testing.B, h *kvindex.Hasher, withTokens bool) (payloads [][]byte, blocksPerBatch int) {
+	return decodeApplyStreamSeed(b, h, withTokens, 0x243f6a8885a308d3)
+}
+
+// decodeApplyStreamSeed is decodeApplyStream with its tokens drawn from
+// seed, so engines given different seeds store different blocks.
+func decodeApplyStreamSeed(b *testing.B, h *kvindex.Hasher, withTokens bool, seed uint64) (payloads [][]byte, blocksPerBatch int) {
 	const chunks, perChunk, evict, lag, bs = 64, 32, 16, 8, 16
 	tokens := make([]uint32, chunks*perChunk*bs)
-	x := uint64(0x243f6a8885a308d3)
+	x := seed
 	for i := range tokens {
 		x = x*6364136223846793005 + 1442695040888963407
 		tokens[i] = uint32((x >> 33) % 151000)

@@ -306,6 +306,7 @@ func (sh *shard) alloc(class int) (int, error) {
 		// doubling's slack would cost more than the extra copying.
 		n := min(max(len(a)+len(a)/2, sh.arenaLen+size, 256), maxArena)
 		na := make([]uint64, n)
+		adviseHuge(na)
 		copy(na, a[:sh.arenaLen])
 		sh.arena.Store(&na)
 	}
@@ -327,6 +328,7 @@ func (sh *shard) grow() {
 	n := 2 * len(old) / slotWords
 	mask := n - 1
 	nt := make([]uint64, n*slotWords)
+	adviseHuge(nt)
 	for i := 0; i < len(old)/slotWords; i++ {
 		if old[i*slotWords+1] == 0 {
 			continue

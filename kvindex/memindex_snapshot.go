@@ -149,6 +149,7 @@ func (idx *MemoryIndex) Reserve(blocks int64) {
 					n *= 2
 				}
 				t := make([]uint64, n*slotWords)
+				adviseHuge(t)
 				sh.tab.Store(&t)
 				sh.hand = 0
 			} else {
