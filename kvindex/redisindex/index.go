@@ -1,15 +1,18 @@
 package redisindex
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/redis/go-redis/v9"
@@ -45,6 +48,10 @@ type Index struct {
 	fields   map[string]kvindex.Holder
 
 	cleanup chan cleanupItem
+
+	// write coalescing (writer.go)
+	wc              committer
+	wReqs, wFlushes atomic.Int64
 
 	entries, keys, expired atomic.Int64
 	malformed              atomic.Int64
@@ -473,12 +480,55 @@ var (
 	opRemove = writeOp{name: "remove", script: removeScript, remove: true}
 )
 
-// args builds the script arguments: removals take no TTL.
-func (op writeOp) args(field, epoch string, ttlMS int64, podF string) []any {
+// args builds the script arguments: an add takes the encoded record and
+// the TTL, a removal neither.
+func (op writeOp) args(field string, epoch uint64, es string, ttlMS int64, podF string) []any {
 	if op.remove {
-		return []any{field, epoch, podF}
+		return []any{field, es, podF}
 	}
-	return []any{field, epoch, ttlMS, podF}
+	return []any{encodeRecord(field, epoch), field, es, ttlMS, podF}
+}
+
+// maxFieldLen is the longest holder field a record can carry (2-byte
+// length); a pod name is at most 253 bytes in Kubernetes, so only a
+// misconfigured name reaches it.
+const maxFieldLen = 0xffff
+
+func errInvalidTier(op writeOp, tier kvindex.Tier) error {
+	return fmt.Errorf("redisindex: %s: invalid tier %d", op.name, tier)
+}
+
+func errFieldTooLong(op writeOp, field string) error {
+	return fmt.Errorf("redisindex: %s: holder name of %d bytes is too long (max %d)", op.name, len(field), maxFieldLen)
+}
+
+// encodeRecord is one holder's record in a block value (see scripts.go):
+// 2-byte length, field, 8-byte epoch, big endian.
+func encodeRecord(field string, epoch uint64) string {
+	b := make([]byte, 0, 2+len(field)+8)
+	b = append(b, byte(len(field)>>8), byte(len(field)))
+	b = append(b, field...)
+	for s := 56; s >= 0; s -= 8 {
+		b = append(b, byte(epoch>>uint(s)))
+	}
+	return string(b)
+}
+
+// nextRecord decodes the record of v starting at pos: its field, epoch and
+// the position after it; ok=false when v is malformed from pos on.
+func nextRecord[T string | []byte](v T, pos int) (field T, epoch uint64, next int, ok bool) {
+	if pos+10 > len(v) {
+		return field, 0, 0, false
+	}
+	n := int(v[pos])<<8 | int(v[pos+1])
+	next = pos + 10 + n
+	if next > len(v) {
+		return field, 0, 0, false
+	}
+	for i := pos + 2 + n; i < next; i++ {
+		epoch = epoch<<8 | uint64(v[i])
+	}
+	return v[pos+2 : pos+2+n], epoch, next, true
 }
 
 // tally sums the per-key codes of one write into the counter deltas of the
@@ -502,88 +552,6 @@ func (op writeOp) tally(codes []int64) (entries, blocks, keys int64, behind bool
 		return -entries, -blocks, -keys, behind
 	}
 	return entries, blocks, keys, behind
-}
-
-func (x *Index) write(ctx context.Context, op writeOp, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, group uint8, keys []kvindex.Key) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	if tier >= kvindex.NumTiers {
-		return fmt.Errorf("redisindex: %s: invalid tier %d", op.name, tier)
-	}
-	field := x.holderField(kvindex.Holder{Pod: pod, Tier: tier, Group: group})
-	podF := x.podFieldOf(pod)
-	bkeys := blockKeys(make([]string, 0, len(keys)), x.modelPrefix(model), keys)
-	for attempt := 0; ; attempt++ {
-		epoch := x.epochOf(pod)
-		es := strconv.FormatUint(epoch, 10)
-		codes, ver, err := x.runBlockScript(ctx, op.script, bkeys, op.args(field, es, x.ttlMS, podF))
-		if err != nil {
-			return unavailable(op.name, err)
-		}
-		de, db, dk, behind := op.tally(codes)
-		if de != 0 || db != 0 || dk != 0 {
-			if err := countScript.Run(ctx, x.c, []string{x.podsKey}, podF, es, de, db, dk).Err(); err != nil {
-				return unavailable(op.name, err)
-			}
-		}
-		// Someone cleared this pod (or Redis lost its epochs) since we
-		// cached its epoch: what we wrote is invisible. Reload and write
-		// again under the current epoch. Bounded: epochs only grow.
-		if err := x.ensureEpochs(ctx, ver); err != nil {
-			return unavailable(op.name, err)
-		}
-		if (behind || x.epochOf(pod) != epoch) && attempt < 3 && !op.remove {
-			if behind {
-				if err := x.loadEpochs(ctx); err != nil {
-					return unavailable(op.name, err)
-				}
-			}
-			if x.epochOf(pod) != epoch {
-				continue
-			}
-		}
-		return nil
-	}
-}
-
-// runBlockScript runs script over every key and returns the per-key codes
-// and the pods hash version read in the same round trip.
-func (x *Index) runBlockScript(ctx context.Context, script *redis.Script, bkeys []string, args []any) ([]int64, string, error) {
-	pipe := x.c.Pipeline()
-	verCmd := pipe.HGet(ctx, x.podsKey, "_v")
-	var cmds []*redis.Cmd
-	var groups [][]string
-	if x.cluster {
-		cmds = make([]*redis.Cmd, len(bkeys))
-		groups = make([][]string, len(bkeys))
-		for i := range bkeys {
-			groups[i] = bkeys[i : i+1]
-			cmds[i] = script.EvalSha(ctx, pipe, groups[i], args...)
-		}
-	} else {
-		groups = [][]string{bkeys}
-		cmds = []*redis.Cmd{script.EvalSha(ctx, pipe, bkeys, args...)}
-	}
-	_, _ = pipe.Exec(ctx)
-	ver, err := verCmd.Result()
-	if err != nil && err != redis.Nil {
-		return nil, "", err
-	}
-	if err := x.retryNoScript(ctx, cmds, func(i int) *redis.Cmd {
-		return script.Eval(ctx, x.c, groups[i], args...)
-	}); err != nil {
-		return nil, "", err
-	}
-	codes := make([]int64, 0, len(bkeys))
-	for _, c := range cmds {
-		r, err := c.Int64Slice()
-		if err != nil {
-			return nil, "", err
-		}
-		codes = append(codes, r...)
-	}
-	return codes, ver, nil
 }
 
 // ClearPod forgets everything pod holds in O(1): it moves the pod to a new
@@ -732,16 +700,34 @@ func (x *Index) Malformed() int64 { return x.malformed.Load() }
 type lookupBuf struct {
 	bkeys   []string
 	skeys   []string
-	cmds    []*redis.MapStringStringCmd
+	args    []any    // MGET arguments: pointers into bkeys (boxing a pointer does not allocate)
+	raw     rawReply // the MGET reply, raw RESP
+	vals    [][]byte // block values (into raw or the GET replies), nil = no key
+	gets    []*redis.StringCmd
 	holders []kvindex.Holder
+	fc      []fieldMemo
 }
+
+// fieldMemo is one field seen in this lookup: its holder and the current
+// epoch of its pod. A prompt's keys share a handful of fields, so most
+// records are resolved by comparing a short string with a few memos,
+// without the shared caches' lock or map hashing.
+type fieldMemo struct {
+	field string
+	h     kvindex.Holder
+	epoch uint64
+	ok    bool
+}
+
+const maxFieldMemos = 32
 
 var lookupPool = sync.Pool{New: func() any { return &lookupBuf{} }}
 
-// Lookup costs one round trip per Redis node: one pipeline of HGETALLs plus
-// the pods hash version (split per node and sent in parallel on Cluster);
-// the walk over the replies judges each entry against its pod's epoch and
-// stops at the first key without a live holder or when v says so. With
+// Lookup costs one round trip per Redis node: one pipeline of the pods hash
+// version and the block values (one MGET on a single node; one GET per key
+// on Cluster, split per node and sent in parallel by go-redis); the walk
+// over the values judges each record against its pod's epoch and stops at
+// the first key without a live holder or when v says so. With
 // Config.ServerWalk on a single node, a script walks the keys server-side
 // instead and stops reading at the first miss (lookupScripted).
 func (x *Index) Lookup(ctx context.Context, model kvindex.ModelID, keys []kvindex.Key, v kvindex.Visitor) error {
@@ -754,57 +740,45 @@ func (x *Index) Lookup(ctx context.Context, model kvindex.ModelID, keys []kvinde
 		return x.lookupScripted(ctx, b, model, keys, v)
 	}
 	b.bkeys = blockKeys(b.bkeys[:0], x.modelPrefix(model), keys)
-	pipe := x.c.Pipeline()
-	verCmd := pipe.HGet(ctx, x.podsKey, "_v")
-	b.cmds = b.cmds[:0]
-	for _, k := range b.bkeys {
-		b.cmds = append(b.cmds, pipe.HGetAll(ctx, k))
-	}
-	_, _ = pipe.Exec(ctx)
-	ver, err := verCmd.Result()
-	if err != nil && err != redis.Nil {
-		return unavailable("lookup", err)
-	}
-	// Check every reply before visiting anything: a partial answer (one
-	// Cluster node down) is an error, never a silently shorter prefix.
-	for _, c := range b.cmds {
-		if err := c.Err(); err != nil {
-			return unavailable("lookup", err)
-		}
-	}
-	if err := x.ensureEpochs(ctx, ver); err != nil {
+	if err := x.readValues(ctx, b); err != nil {
 		return unavailable("lookup", err)
 	}
 	x.emu.RLock()
 	epochs := x.epochs
 	x.emu.RUnlock()
+	b.fc = b.fc[:0]
 	visiting := true
-	for i, c := range b.cmds {
-		if !visiting && len(c.Val()) == 0 {
+	for i, val := range b.vals {
+		if !visiting && len(val) == 0 {
 			continue
 		}
 		b.holders = b.holders[:0]
-		for f, val := range c.Val() {
-			h, ok := x.parseField(f)
-			e, err := strconv.ParseUint(val, 10, 64)
-			if !ok || err != nil {
+		for pos := 0; pos < len(val); {
+			f, e, next, ok := nextRecord(val, pos)
+			if !ok {
+				x.malformed.Add(1)
+				break
+			}
+			pos = next
+			m := b.memo(x, f, epochs)
+			if !m.ok {
 				x.malformed.Add(1)
 				continue
 			}
-			if e < epochs[h.Pod] {
+			if e < m.epoch {
 				// Written before the pod's last clear: stale. Queue a
 				// compare-and-delete; if the queue is full the TTL or a
 				// later reader gets it.
 				select {
-				case x.cleanup <- cleanupItem{key: b.bkeys[i], field: f, value: val}:
+				case x.cleanup <- cleanupItem{key: b.bkeys[i], field: string(f), value: strconv.FormatUint(e, 10)}:
 				default:
 				}
 				continue
 			}
-			b.holders = append(b.holders, h)
+			b.holders = append(b.holders, m.h)
 		}
 		if !visiting {
-			// Past the end of the walk the replies are already here:
+			// Past the end of the walk the values are already here:
 			// only collect their stale entries for cleanup.
 			continue
 		}
@@ -817,8 +791,200 @@ func (x *Index) Lookup(ctx context.Context, model kvindex.ModelID, keys []kvinde
 			visiting = false
 		}
 	}
+	clear(b.vals) // do not keep the replies alive in the pool
+	clear(b.fc)
+	if cap(b.raw.b) > maxPooledReply {
+		b.raw.b = nil
+	}
 	return nil
 }
+
+// maxPooledReply: a pooled lookup keeps a reply buffer up to this size
+// (a 512-key, 8-pod prompt needs ~150 KiB); larger ones are dropped.
+const maxPooledReply = 1 << 20
+
+// memo resolves field f through the lookup's memos, then the shared cache.
+func (b *lookupBuf) memo(x *Index, f []byte, epochs map[kvindex.PodID]uint64) *fieldMemo {
+	for i := range b.fc {
+		if b.fc[i].field == string(f) {
+			return &b.fc[i]
+		}
+	}
+	fs := string(f)
+	h, ok := x.parseField(fs)
+	m := fieldMemo{field: fs, h: h, ok: ok}
+	if ok {
+		m.epoch = epochs[h.Pod]
+	}
+	if len(b.fc) < maxFieldMemos {
+		b.fc = append(b.fc, m)
+		return &b.fc[len(b.fc)-1]
+	}
+	b.fc = append(b.fc[:0], m) // a prompt with unusually many holders: start over
+	return &b.fc[0]
+}
+
+// readValues fetches the values of b.bkeys into b.vals in one pipeline
+// with the pods hash version, and brings the epoch cache up to date. Every
+// reply is checked before anything is visited: a partial answer (one
+// Cluster node down) is an error, never a silently shorter prefix.
+//
+// On a single node the values come from one MGET read as raw RESP into a
+// pooled buffer and split in place: go-redis' generic reply parsing costs
+// two allocations per key (a string and its interface box), which was most
+// of a warm lookup's client time.
+func (x *Index) readValues(ctx context.Context, b *lookupBuf) error {
+	b.vals = b.vals[:0]
+	if x.cluster {
+		return x.readValuesCluster(ctx, b)
+	}
+	b.args = append(b.args[:0], "mget")
+	for i := range b.bkeys {
+		b.args = append(b.args, &b.bkeys[i])
+	}
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		pipe := x.c.Pipeline()
+		verCmd := pipe.HGet(ctx, x.podsKey, "_v")
+		b.raw.b = b.raw.b[:0]
+		mget := redis.NewRawWriteToCmd(ctx, &b.raw, b.args...)
+		_ = pipe.Process(ctx, mget)
+		_, _ = pipe.Exec(ctx)
+		var ver string
+		ver, err = verCmd.Result()
+		if err == redis.Nil {
+			err = nil
+		}
+		if err == nil {
+			err = mget.Err()
+		}
+		if err == nil {
+			if b.vals, err = b.raw.bulkArray(b.vals, len(b.bkeys)); err != nil {
+				return err
+			}
+			return x.ensureEpochs(ctx, ver)
+		}
+		// The raw command is never retried by go-redis (it streams into
+		// a writer); retry a network error once, as go-redis would.
+		var rerr redis.Error
+		if errors.As(err, &rerr) || ctx.Err() != nil {
+			break
+		}
+	}
+	clear(b.args)
+	return err
+}
+
+// readValuesCluster: MGET may not span slots, and a prompt's keys are
+// spread over all of them: one GET per key, which go-redis groups per node.
+func (x *Index) readValuesCluster(ctx context.Context, b *lookupBuf) error {
+	pipe := x.c.Pipeline()
+	verCmd := pipe.HGet(ctx, x.podsKey, "_v")
+	b.gets = b.gets[:0]
+	for _, k := range b.bkeys {
+		b.gets = append(b.gets, pipe.Get(ctx, k))
+	}
+	_, _ = pipe.Exec(ctx)
+	defer clear(b.gets)
+	ver, err := verCmd.Result()
+	if err != nil && err != redis.Nil {
+		return err
+	}
+	for _, c := range b.gets {
+		s, err := c.Result()
+		if err != nil && err != redis.Nil && !redis.HasErrorPrefix(err, "WRONGTYPE") {
+			// WRONGTYPE: a key of the previous layout (a HASH), read
+			// as absent like MGET does; the next add replaces it.
+			return err
+		}
+		var v []byte
+		if s != "" {
+			// read-only view of the reply string
+			v = unsafe.Slice(unsafe.StringData(s), len(s))
+		}
+		b.vals = append(b.vals, v)
+	}
+	return x.ensureEpochs(ctx, ver)
+}
+
+// rawReply collects one raw RESP reply (redis.RawWriteToCmd writes into it).
+type rawReply struct{ b []byte }
+
+func (r *rawReply) Write(p []byte) (int, error) {
+	r.b = append(r.b, p...)
+	return len(p), nil
+}
+
+// ReadFrom lets io.Copy (which go-redis uses for each bulk string) read
+// straight into the buffer instead of allocating a copy buffer per value.
+func (r *rawReply) ReadFrom(src io.Reader) (int64, error) {
+	var total int64
+	for {
+		if len(r.b) == cap(r.b) {
+			r.b = append(r.b, 0)[:len(r.b)]
+		}
+		n, err := src.Read(r.b[len(r.b):cap(r.b)])
+		r.b = r.b[:len(r.b)+n]
+		total += int64(n)
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// bulkArray splits the reply, which must be an array of n bulk strings or
+// nulls (MGET's shape, RESP2 or RESP3), into dst: one slice per element
+// pointing into the reply, nil for a null.
+func (r *rawReply) bulkArray(dst [][]byte, n int) ([][]byte, error) {
+	b := r.b
+	line, rest, ok := respLine(b)
+	if !ok || len(line) == 0 {
+		return dst, errors.New("redisindex: truncated MGET reply")
+	}
+	if line[0] == '-' {
+		return dst, fmt.Errorf("redisindex: MGET: %s", line[1:])
+	}
+	if line[0] != '*' {
+		return dst, fmt.Errorf("redisindex: MGET reply of type %q, want an array", line[0])
+	}
+	if cnt, err := strconv.Atoi(string(line[1:])); err != nil || cnt != n {
+		return dst, fmt.Errorf("redisindex: MGET of %d keys answered %q values", n, line[1:])
+	}
+	for i := 0; i < n; i++ {
+		line, rest, ok = respLine(rest)
+		if !ok || len(line) == 0 {
+			return dst, errors.New("redisindex: truncated MGET reply")
+		}
+		switch {
+		case line[0] == '_' || string(line) == "$-1":
+			dst = append(dst, nil)
+		case line[0] == '$':
+			l, err := strconv.Atoi(string(line[1:]))
+			if err != nil || l < 0 || l+2 > len(rest) {
+				return dst, errors.New("redisindex: malformed MGET reply")
+			}
+			dst = append(dst, rest[:l:l])
+			rest = rest[l+2:]
+		default:
+			return dst, fmt.Errorf("redisindex: MGET element of type %q", line[0])
+		}
+	}
+	return dst, nil
+}
+
+// respLine splits off one CRLF-terminated line.
+func respLine(b []byte) (line, rest []byte, ok bool) {
+	i := bytes.Index(b, crlf)
+	if i < 0 {
+		return nil, nil, false
+	}
+	return b[:i], b[i+2:], true
+}
+
+var crlf = []byte("\r\n")
 
 // sortHolders orders holders by (pod, tier, group): deterministic output
 // whatever order Redis returned the hash fields in. Insertion sort: a block
