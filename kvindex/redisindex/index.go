@@ -457,7 +457,8 @@ func (x *Index) retryNoScript(ctx context.Context, cmds []*redis.Cmd, redo func(
 
 // Add records that pod holds keys on tier/group: one pipelined round trip
 // for the entries (one script run in single-node mode, one per key and node
-// in Cluster mode) plus one for the pod's counter.
+// in Cluster mode) plus one for the pod's counter, shared with every write
+// coalesced into the same flush (writer.go).
 func (x *Index) Add(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, group uint8, keys []kvindex.Key) error {
 	return x.write(ctx, opAdd, model, pod, tier, group, keys)
 }
