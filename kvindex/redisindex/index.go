@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -278,6 +279,25 @@ func (x *Index) modelPrefix(m kvindex.ModelID) string {
 }
 
 const hexDigits = "0123456789abcdef"
+
+// blockKeysInto is blockKeys into a reused buffer: the strings it returns
+// are views of buf and change when buf is reused, so they must not outlive
+// the caller's use of buf (Lookup clones the few it keeps).
+func blockKeysInto(dst []string, buf []byte, prefix string, keys []kvindex.Key) ([]string, []byte) {
+	n := len(prefix) + 16
+	buf = slices.Grow(buf[:0], n*len(keys))
+	for _, k := range keys {
+		buf = append(buf, prefix...)
+		for s := 60; s >= 0; s -= 4 {
+			buf = append(buf, hexDigits[(uint64(k)>>uint(s))&0xf])
+		}
+	}
+	all := unsafe.String(unsafe.SliceData(buf), len(buf))
+	for i := range keys {
+		dst = append(dst, all[i*n:(i+1)*n])
+	}
+	return dst, buf
+}
 
 // blockKeys fills dst with prefix+16 hex digits per key, building all of them
 // in one string allocation.
@@ -699,7 +719,8 @@ func (x *Index) Malformed() int64 { return x.malformed.Load() }
 // ---- read path ---------------------------------------------------------
 
 type lookupBuf struct {
-	bkeys   []string
+	bkeys   []string // views of kbuf, valid during one Lookup (clone to keep)
+	kbuf    []byte
 	skeys   []string
 	args    []any    // MGET arguments: pointers into bkeys (boxing a pointer does not allocate)
 	raw     rawReply // the MGET reply, raw RESP
@@ -740,7 +761,7 @@ func (x *Index) Lookup(ctx context.Context, model kvindex.ModelID, keys []kvinde
 	if x.serverWalk {
 		return x.lookupScripted(ctx, b, model, keys, v)
 	}
-	b.bkeys = blockKeys(b.bkeys[:0], x.modelPrefix(model), keys)
+	b.bkeys, b.kbuf = blockKeysInto(b.bkeys[:0], b.kbuf, x.modelPrefix(model), keys)
 	if err := x.readValues(ctx, b); err != nil {
 		return unavailable("lookup", err)
 	}
@@ -754,14 +775,14 @@ func (x *Index) Lookup(ctx context.Context, model kvindex.ModelID, keys []kvinde
 			continue
 		}
 		b.holders = b.holders[:0]
-		for pos := 0; pos < len(val); {
+		for pos, r := 0, 0; pos < len(val); r++ {
 			f, e, next, ok := nextRecord(val, pos)
 			if !ok {
 				x.malformed.Add(1)
 				break
 			}
 			pos = next
-			m := b.memo(x, f, epochs)
+			m := b.memo(x, f, r, epochs)
 			if !m.ok {
 				x.malformed.Add(1)
 				continue
@@ -771,7 +792,7 @@ func (x *Index) Lookup(ctx context.Context, model kvindex.ModelID, keys []kvinde
 				// compare-and-delete; if the queue is full the TTL or a
 				// later reader gets it.
 				select {
-				case x.cleanup <- cleanupItem{key: b.bkeys[i], field: string(f), value: strconv.FormatUint(e, 10)}:
+				case x.cleanup <- cleanupItem{key: strings.Clone(b.bkeys[i]), field: string(f), value: strconv.FormatUint(e, 10)}:
 				default:
 				}
 				continue
@@ -794,18 +815,28 @@ func (x *Index) Lookup(ctx context.Context, model kvindex.ModelID, keys []kvinde
 	}
 	clear(b.vals) // do not keep the replies alive in the pool
 	clear(b.fc)
+	clear(b.bkeys)
 	if cap(b.raw.b) > maxPooledReply {
 		b.raw.b = nil
+	}
+	if cap(b.kbuf) > maxPooledReply {
+		b.kbuf = nil
 	}
 	return nil
 }
 
-// maxPooledReply: a pooled lookup keeps a reply buffer up to this size
-// (a 512-key, 8-pod prompt needs ~150 KiB); larger ones are dropped.
+// maxPooledReply: a pooled lookup keeps a reply (or key) buffer up to this
+// size (a 512-key, 8-pod prompt needs ~100 KiB); larger ones are dropped.
 const maxPooledReply = 1 << 20
 
-// memo resolves field f through the lookup's memos, then the shared cache.
-func (b *lookupBuf) memo(x *Index, f []byte, epochs map[kvindex.PodID]uint64) *fieldMemo {
+// memo resolves field f, the r-th record of its value, through the
+// lookup's memos, then the shared cache. Writers append records, so
+// consecutive blocks usually list their holders in the same order: memo r
+// is tried first.
+func (b *lookupBuf) memo(x *Index, f []byte, r int, epochs map[kvindex.PodID]uint64) *fieldMemo {
+	if r < len(b.fc) && b.fc[r].field == string(f) {
+		return &b.fc[r]
+	}
 	for i := range b.fc {
 		if b.fc[i].field == string(f) {
 			return &b.fc[i]
