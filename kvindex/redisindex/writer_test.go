@@ -249,3 +249,40 @@ func TestCoalescedWritesKeepPodOrder(t *testing.T) {
 		})
 	}
 }
+
+// A block key left by the previous layout (a HASH per block) reads as
+// absent, on a single node (MGET) and on Cluster (GET), and the next add
+// replaces it: an upgrade needs no migration.
+func TestOldLayoutKeyReplaced(t *testing.T) {
+	for _, mode := range []string{"single", "cluster"} {
+		t.Run(mode, func(t *testing.T) {
+			var url string
+			if mode == "single" {
+				url = redistest.Start(t).URL()
+			} else {
+				url = redistest.StartCluster(t, 3).URL()
+			}
+			idx, in := newTestIndex(t, url, nil)
+			ctx := context.Background()
+			m, p := in.Model("m"), in.Pod("p", 0)
+			keys := seqKeys(2, 1)
+			k := idx.Namespace() + ":b:m:0000000000000001"
+			if err := idx.Client().HSet(ctx, k, "0.0.0.old", "1").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if got := indextest.Lookup(t, idx, m, keys, -1); len(got) != 0 {
+				t.Fatalf("old-layout key visited: %v", got)
+			}
+			if err := idx.Add(ctx, m, p, kvindex.TierGPU, 0, keys); err != nil {
+				t.Fatal(err)
+			}
+			got := indextest.Lookup(t, idx, m, keys, -1)
+			if len(got) != 2 || len(got[0].Holders) != 1 || got[0].Holders[0].Pod != p {
+				t.Fatalf("after add: %v", got)
+			}
+			if typ, _ := idx.Client().Type(ctx, k).Result(); typ != "string" {
+				t.Fatalf("block key is a %s after add", typ)
+			}
+		})
+	}
+}
