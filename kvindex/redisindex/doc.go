@@ -96,7 +96,7 @@
 // meanwhile, in one pipeline of block scripts and one of counters, however
 // many pods they come from (up to 64 writes or 16384 keys per flush). A
 // lone write is flushed at once, so coalescing adds no latency; under load
-// the round trips follow the flushes, not the writes (BenchmarkApply: ~4.8
+// the round trips follow the flushes, not the writes (BenchmarkApply: 4.5-5
 // writes per flush with 8 writers). Every caller still waits for its own
 // write and gets its own error, and one caller's writes are flushed in
 // order, so a pod's event stream (applied by one goroutine) keeps its order.
