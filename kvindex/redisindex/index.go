@@ -770,34 +770,48 @@ func (x *Index) Lookup(ctx context.Context, model kvindex.ModelID, keys []kvinde
 	x.emu.RUnlock()
 	b.fc = b.fc[:0]
 	visiting := true
+	var prev []byte // previous value parsed, and whether all of it was live and well-formed
+	prevClean := false
 	for i, val := range b.vals {
 		if !visiting && len(val) == 0 {
 			continue
 		}
-		b.holders = b.holders[:0]
-		for pos, r := 0, 0; pos < len(val); r++ {
-			f, e, next, ok := nextRecord(val, pos)
-			if !ok {
-				x.malformed.Add(1)
-				break
-			}
-			pos = next
-			m := b.memo(x, f, r, epochs)
-			if !m.ok {
-				x.malformed.Add(1)
-				continue
-			}
-			if e < m.epoch {
-				// Written before the pod's last clear: stale. Queue a
-				// compare-and-delete; if the queue is full the TTL or a
-				// later reader gets it.
-				select {
-				case x.cleanup <- cleanupItem{key: strings.Clone(b.bkeys[i]), field: string(f), value: strconv.FormatUint(e, 10)}:
-				default:
+		if len(val) > 0 && prevClean && bytes.Equal(val, prev) {
+			// Same bytes as the previous block (consecutive blocks of a
+			// warm prefix usually have the same holders): the same live
+			// holders, already sorted. Visitors only read holders.
+		} else {
+			clean := true
+			b.holders = b.holders[:0]
+			for pos, r := 0, 0; pos < len(val); r++ {
+				f, e, next, ok := nextRecord(val, pos)
+				if !ok {
+					x.malformed.Add(1)
+					clean = false
+					break
 				}
-				continue
+				pos = next
+				m := b.memo(x, f, r, epochs)
+				if !m.ok {
+					x.malformed.Add(1)
+					clean = false
+					continue
+				}
+				if e < m.epoch {
+					// Written before the pod's last clear: stale. Queue
+					// a compare-and-delete; if the queue is full the TTL
+					// or a later reader gets it.
+					select {
+					case x.cleanup <- cleanupItem{key: strings.Clone(b.bkeys[i]), field: string(f), value: strconv.FormatUint(e, 10)}:
+					default:
+					}
+					clean = false
+					continue
+				}
+				b.holders = append(b.holders, m.h)
 			}
-			b.holders = append(b.holders, m.h)
+			sortHolders(b.holders)
+			prev, prevClean = val, clean
 		}
 		if !visiting {
 			// Past the end of the walk the values are already here:
@@ -808,7 +822,6 @@ func (x *Index) Lookup(ctx context.Context, model kvindex.ModelID, keys []kvinde
 			visiting = false
 			continue
 		}
-		sortHolders(b.holders)
 		if !v.Visit(i, keys[i], b.holders) {
 			visiting = false
 		}
@@ -1081,7 +1094,6 @@ func (x *Index) lookupScripted(ctx context.Context, b *lookupBuf, model kvindex.
 		if len(b.holders) == 0 {
 			return nil
 		}
-		sortHolders(b.holders)
 		if !v.Visit(i, keys[i], b.holders) {
 			return nil
 		}
