@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -56,7 +57,7 @@ func BenchmarkScore512x8(b *testing.B) { benchScore(b, 64) }
 func BenchmarkScore512x8Miss(b *testing.B) { benchScore(b, 4) }
 
 func benchScore(b *testing.B, step int) {
-	run := func(b *testing.B, idx kvindex.Index, in *kvindex.Interner, rt *redistest.RoundTrips) {
+	run := func(b *testing.B, idx kvindex.Index, in *kvindex.Interner, rt *redistest.RoundTrips, nodes ...*redistest.Server) {
 		m, keys := fillPrefixes(b, idx, in, step)
 		sc := kvindex.NewScorer(idx, kvindex.DefaultTierWeights())
 		var res kvindex.ScoreResult
@@ -67,12 +68,14 @@ func benchScore(b *testing.B, step int) {
 		if rt != nil {
 			rt.Reset()
 		}
+		cpu := startCPU(b, nodes)
 		b.ResetTimer()
 		for b.Loop() {
 			if err := sc.Score(ctx, m, keys, nil, &res); err != nil {
 				b.Fatal(err)
 			}
 		}
+		cpu.report(b, b.N)
 		if rt != nil {
 			b.ReportMetric(float64(rt.Load())/float64(b.N), "roundtrips/op")
 		}
@@ -84,17 +87,17 @@ func benchScore(b *testing.B, step int) {
 	b.Run("redis", func(b *testing.B) {
 		s := redistest.Start(b)
 		idx, in, rt := benchIndex(b, s.URL())
-		run(b, idx, in, rt)
+		run(b, idx, in, rt, s)
 	})
 	b.Run("redis-server-walk", func(b *testing.B) {
 		s := redistest.Start(b)
 		idx, in, rt := benchIndex(b, s.URL(), true)
-		run(b, idx, in, rt)
+		run(b, idx, in, rt, s)
 	})
 	b.Run("redis-cluster3", func(b *testing.B) {
 		c := redistest.StartCluster(b, 3)
 		idx, in, rt := benchIndex(b, c.URL())
-		run(b, idx, in, rt)
+		run(b, idx, in, rt, c.Nodes...)
 	})
 }
 
@@ -102,13 +105,15 @@ func benchScore(b *testing.B, step int) {
 // BlockStored event of a long prompt) from 8 concurrent pods, reported as
 // block keys per second.
 func BenchmarkApply(b *testing.B) {
-	run := func(b *testing.B, url string) {
+	run := func(b *testing.B, url string, nodes ...*redistest.Server) {
 		idx, in, rt := benchIndex(b, url)
 		m := in.Model(benchModel)
 		var next atomic.Uint64
 		var podSeq atomic.Int32
 		ctx := context.Background()
 		rt.Reset()
+		w0 := idx.WriteStats()
+		cpu := startCPU(b, nodes)
 		start := time.Now()
 		b.SetParallelism(4) // 8 writers on 2 cores: the daemon's per-pod workers
 		b.RunParallel(func(pb *testing.PB) {
@@ -126,10 +131,21 @@ func BenchmarkApply(b *testing.B) {
 		})
 		el := time.Since(start)
 		b.ReportMetric(float64(b.N*64)/el.Seconds(), "keys/s")
+		cpu.reportPerKey(b, b.N*64)
 		b.ReportMetric(float64(rt.Load())/float64(b.N), "roundtrips/op")
+		w := idx.WriteStats()
+		if f := w.Flushes - w0.Flushes; f > 0 {
+			b.ReportMetric(float64(w.Requests-w0.Requests)/float64(f), "adds/flush")
+		}
 	}
-	b.Run("redis", func(b *testing.B) { run(b, redistest.Start(b).URL()) })
-	b.Run("redis-cluster3", func(b *testing.B) { run(b, redistest.StartCluster(b, 3).URL()) })
+	b.Run("redis", func(b *testing.B) {
+		s := redistest.Start(b)
+		run(b, s.URL(), s)
+	})
+	b.Run("redis-cluster3", func(b *testing.B) {
+		c := redistest.StartCluster(b, 3)
+		run(b, c.URL(), c.Nodes...)
+	})
 }
 
 // BenchmarkBytesPerEntry measures Redis memory (INFO memory used_memory
@@ -226,4 +242,65 @@ func BenchmarkPodListing(b *testing.B) {
 		}
 		b.ReportMetric(float64(rt.Load())/float64(b.N), "roundtrips/op")
 	})
+}
+
+// cpuMeter measures CPU time rather than wall time: on a loaded shared
+// machine wall-clock ns/op mostly measures waiting to be scheduled. It
+// reads this process' CPU (getrusage: client, GC and background work) and
+// every redis-server's own (INFO cpu used_cpu_user + used_cpu_sys).
+type cpuMeter struct {
+	nodes          []*redistest.Server
+	client, server time.Duration
+}
+
+func startCPU(b *testing.B, nodes []*redistest.Server) *cpuMeter {
+	return &cpuMeter{nodes: nodes, client: processCPU(b), server: serversCPU(b, nodes)}
+}
+
+func (c *cpuMeter) deltas(b *testing.B) (client, server time.Duration) {
+	return processCPU(b) - c.client, serversCPU(b, c.nodes) - c.server
+}
+
+// report adds client-cpu-us/op and server-cpu-us/op.
+func (c *cpuMeter) report(b *testing.B, n int) {
+	cl, sv := c.deltas(b)
+	b.ReportMetric(float64(cl.Microseconds())/float64(n), "client-cpu-us/op")
+	if len(c.nodes) > 0 {
+		b.ReportMetric(float64(sv.Microseconds())/float64(n), "server-cpu-us/op")
+	}
+}
+
+// reportPerKey adds the CPU time per written key, client and server.
+func (c *cpuMeter) reportPerKey(b *testing.B, keys int) {
+	cl, sv := c.deltas(b)
+	b.ReportMetric(float64(cl.Nanoseconds())/float64(keys), "client-cpu-ns/key")
+	if len(c.nodes) > 0 {
+		b.ReportMetric(float64(sv.Nanoseconds())/float64(keys), "server-cpu-ns/key")
+	}
+}
+
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func serversCPU(b *testing.B, nodes []*redistest.Server) time.Duration {
+	var sum time.Duration
+	for _, s := range nodes {
+		for _, f := range []string{"used_cpu_user", "used_cpu_sys"} {
+			v, err := s.InfoField("cpu", f)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sec, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sum += time.Duration(sec * float64(time.Second))
+		}
+	}
+	return sum
 }

@@ -1,15 +1,19 @@
 package redisindex
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/redis/go-redis/v9"
@@ -45,6 +49,10 @@ type Index struct {
 	fields   map[string]kvindex.Holder
 
 	cleanup chan cleanupItem
+
+	// write coalescing (writer.go)
+	wc              committer
+	wReqs, wFlushes atomic.Int64
 
 	entries, keys, expired atomic.Int64
 	malformed              atomic.Int64
@@ -272,6 +280,25 @@ func (x *Index) modelPrefix(m kvindex.ModelID) string {
 
 const hexDigits = "0123456789abcdef"
 
+// blockKeysInto is blockKeys into a reused buffer: the strings it returns
+// are views of buf and change when buf is reused, so they must not outlive
+// the caller's use of buf (Lookup clones the few it keeps).
+func blockKeysInto(dst []string, buf []byte, prefix string, keys []kvindex.Key) ([]string, []byte) {
+	n := len(prefix) + 16
+	buf = slices.Grow(buf[:0], n*len(keys))
+	for _, k := range keys {
+		buf = append(buf, prefix...)
+		for s := 60; s >= 0; s -= 4 {
+			buf = append(buf, hexDigits[(uint64(k)>>uint(s))&0xf])
+		}
+	}
+	all := unsafe.String(unsafe.SliceData(buf), len(buf))
+	for i := range keys {
+		dst = append(dst, all[i*n:(i+1)*n])
+	}
+	return dst, buf
+}
+
 // blockKeys fills dst with prefix+16 hex digits per key, building all of them
 // in one string allocation.
 func blockKeys(dst []string, prefix string, keys []kvindex.Key) []string {
@@ -450,7 +477,8 @@ func (x *Index) retryNoScript(ctx context.Context, cmds []*redis.Cmd, redo func(
 
 // Add records that pod holds keys on tier/group: one pipelined round trip
 // for the entries (one script run in single-node mode, one per key and node
-// in Cluster mode) plus one for the pod's counter.
+// in Cluster mode) plus one for the pod's counter, shared with every write
+// coalesced into the same flush (writer.go).
 func (x *Index) Add(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, group uint8, keys []kvindex.Key) error {
 	return x.write(ctx, opAdd, model, pod, tier, group, keys)
 }
@@ -473,12 +501,55 @@ var (
 	opRemove = writeOp{name: "remove", script: removeScript, remove: true}
 )
 
-// args builds the script arguments: removals take no TTL.
-func (op writeOp) args(field, epoch string, ttlMS int64, podF string) []any {
+// args builds the script arguments: an add takes the encoded record and
+// the TTL, a removal neither.
+func (op writeOp) args(field string, epoch uint64, es string, ttlMS int64, podF string) []any {
 	if op.remove {
-		return []any{field, epoch, podF}
+		return []any{field, es, podF}
 	}
-	return []any{field, epoch, ttlMS, podF}
+	return []any{encodeRecord(field, epoch), field, es, ttlMS, podF}
+}
+
+// maxFieldLen is the longest holder field a record can carry (2-byte
+// length); a pod name is at most 253 bytes in Kubernetes, so only a
+// misconfigured name reaches it.
+const maxFieldLen = 0xffff
+
+func errInvalidTier(op writeOp, tier kvindex.Tier) error {
+	return fmt.Errorf("redisindex: %s: invalid tier %d", op.name, tier)
+}
+
+func errFieldTooLong(op writeOp, field string) error {
+	return fmt.Errorf("redisindex: %s: holder name of %d bytes is too long (max %d)", op.name, len(field), maxFieldLen)
+}
+
+// encodeRecord is one holder's record in a block value (see scripts.go):
+// 2-byte length, field, 8-byte epoch, big endian.
+func encodeRecord(field string, epoch uint64) string {
+	b := make([]byte, 0, 2+len(field)+8)
+	b = append(b, byte(len(field)>>8), byte(len(field)))
+	b = append(b, field...)
+	for s := 56; s >= 0; s -= 8 {
+		b = append(b, byte(epoch>>uint(s)))
+	}
+	return string(b)
+}
+
+// nextRecord decodes the record of v starting at pos: its field, epoch and
+// the position after it; ok=false when v is malformed from pos on.
+func nextRecord[T string | []byte](v T, pos int) (field T, epoch uint64, next int, ok bool) {
+	if pos+10 > len(v) {
+		return field, 0, 0, false
+	}
+	n := int(v[pos])<<8 | int(v[pos+1])
+	next = pos + 10 + n
+	if next > len(v) {
+		return field, 0, 0, false
+	}
+	for i := pos + 2 + n; i < next; i++ {
+		epoch = epoch<<8 | uint64(v[i])
+	}
+	return v[pos+2 : pos+2+n], epoch, next, true
 }
 
 // tally sums the per-key codes of one write into the counter deltas of the
@@ -502,88 +573,6 @@ func (op writeOp) tally(codes []int64) (entries, blocks, keys int64, behind bool
 		return -entries, -blocks, -keys, behind
 	}
 	return entries, blocks, keys, behind
-}
-
-func (x *Index) write(ctx context.Context, op writeOp, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, group uint8, keys []kvindex.Key) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	if tier >= kvindex.NumTiers {
-		return fmt.Errorf("redisindex: %s: invalid tier %d", op.name, tier)
-	}
-	field := x.holderField(kvindex.Holder{Pod: pod, Tier: tier, Group: group})
-	podF := x.podFieldOf(pod)
-	bkeys := blockKeys(make([]string, 0, len(keys)), x.modelPrefix(model), keys)
-	for attempt := 0; ; attempt++ {
-		epoch := x.epochOf(pod)
-		es := strconv.FormatUint(epoch, 10)
-		codes, ver, err := x.runBlockScript(ctx, op.script, bkeys, op.args(field, es, x.ttlMS, podF))
-		if err != nil {
-			return unavailable(op.name, err)
-		}
-		de, db, dk, behind := op.tally(codes)
-		if de != 0 || db != 0 || dk != 0 {
-			if err := countScript.Run(ctx, x.c, []string{x.podsKey}, podF, es, de, db, dk).Err(); err != nil {
-				return unavailable(op.name, err)
-			}
-		}
-		// Someone cleared this pod (or Redis lost its epochs) since we
-		// cached its epoch: what we wrote is invisible. Reload and write
-		// again under the current epoch. Bounded: epochs only grow.
-		if err := x.ensureEpochs(ctx, ver); err != nil {
-			return unavailable(op.name, err)
-		}
-		if (behind || x.epochOf(pod) != epoch) && attempt < 3 && !op.remove {
-			if behind {
-				if err := x.loadEpochs(ctx); err != nil {
-					return unavailable(op.name, err)
-				}
-			}
-			if x.epochOf(pod) != epoch {
-				continue
-			}
-		}
-		return nil
-	}
-}
-
-// runBlockScript runs script over every key and returns the per-key codes
-// and the pods hash version read in the same round trip.
-func (x *Index) runBlockScript(ctx context.Context, script *redis.Script, bkeys []string, args []any) ([]int64, string, error) {
-	pipe := x.c.Pipeline()
-	verCmd := pipe.HGet(ctx, x.podsKey, "_v")
-	var cmds []*redis.Cmd
-	var groups [][]string
-	if x.cluster {
-		cmds = make([]*redis.Cmd, len(bkeys))
-		groups = make([][]string, len(bkeys))
-		for i := range bkeys {
-			groups[i] = bkeys[i : i+1]
-			cmds[i] = script.EvalSha(ctx, pipe, groups[i], args...)
-		}
-	} else {
-		groups = [][]string{bkeys}
-		cmds = []*redis.Cmd{script.EvalSha(ctx, pipe, bkeys, args...)}
-	}
-	_, _ = pipe.Exec(ctx)
-	ver, err := verCmd.Result()
-	if err != nil && err != redis.Nil {
-		return nil, "", err
-	}
-	if err := x.retryNoScript(ctx, cmds, func(i int) *redis.Cmd {
-		return script.Eval(ctx, x.c, groups[i], args...)
-	}); err != nil {
-		return nil, "", err
-	}
-	codes := make([]int64, 0, len(bkeys))
-	for _, c := range cmds {
-		r, err := c.Int64Slice()
-		if err != nil {
-			return nil, "", err
-		}
-		codes = append(codes, r...)
-	}
-	return codes, ver, nil
 }
 
 // ClearPod forgets everything pod holds in O(1): it moves the pod to a new
@@ -730,18 +719,37 @@ func (x *Index) Malformed() int64 { return x.malformed.Load() }
 // ---- read path ---------------------------------------------------------
 
 type lookupBuf struct {
-	bkeys   []string
+	bkeys   []string // views of kbuf, valid during one Lookup (clone to keep)
+	kbuf    []byte
 	skeys   []string
-	cmds    []*redis.MapStringStringCmd
+	args    []any    // MGET arguments: pointers into bkeys (boxing a pointer does not allocate)
+	raw     rawReply // the MGET reply, raw RESP
+	vals    [][]byte // block values (into raw or the GET replies), nil = no key
+	gets    []*redis.StringCmd
 	holders []kvindex.Holder
+	fc      []fieldMemo
 }
+
+// fieldMemo is one field seen in this lookup: its holder and the current
+// epoch of its pod. A prompt's keys share a handful of fields, so most
+// records are resolved by comparing a short string with a few memos,
+// without the shared caches' lock or map hashing.
+type fieldMemo struct {
+	field string
+	h     kvindex.Holder
+	epoch uint64
+	ok    bool
+}
+
+const maxFieldMemos = 32
 
 var lookupPool = sync.Pool{New: func() any { return &lookupBuf{} }}
 
-// Lookup costs one round trip per Redis node: one pipeline of HGETALLs plus
-// the pods hash version (split per node and sent in parallel on Cluster);
-// the walk over the replies judges each entry against its pod's epoch and
-// stops at the first key without a live holder or when v says so. With
+// Lookup costs one round trip per Redis node: one pipeline of the pods hash
+// version and the block values (one MGET on a single node; one GET per key
+// on Cluster, split per node and sent in parallel by go-redis); the walk
+// over the values judges each record against its pod's epoch and stops at
+// the first key without a live holder or when v says so. With
 // Config.ServerWalk on a single node, a script walks the keys server-side
 // instead and stops reading at the first miss (lookupScripted).
 func (x *Index) Lookup(ctx context.Context, model kvindex.ModelID, keys []kvindex.Key, v kvindex.Visitor) error {
@@ -753,58 +761,60 @@ func (x *Index) Lookup(ctx context.Context, model kvindex.ModelID, keys []kvinde
 	if x.serverWalk {
 		return x.lookupScripted(ctx, b, model, keys, v)
 	}
-	b.bkeys = blockKeys(b.bkeys[:0], x.modelPrefix(model), keys)
-	pipe := x.c.Pipeline()
-	verCmd := pipe.HGet(ctx, x.podsKey, "_v")
-	b.cmds = b.cmds[:0]
-	for _, k := range b.bkeys {
-		b.cmds = append(b.cmds, pipe.HGetAll(ctx, k))
-	}
-	_, _ = pipe.Exec(ctx)
-	ver, err := verCmd.Result()
-	if err != nil && err != redis.Nil {
-		return unavailable("lookup", err)
-	}
-	// Check every reply before visiting anything: a partial answer (one
-	// Cluster node down) is an error, never a silently shorter prefix.
-	for _, c := range b.cmds {
-		if err := c.Err(); err != nil {
-			return unavailable("lookup", err)
-		}
-	}
-	if err := x.ensureEpochs(ctx, ver); err != nil {
+	b.bkeys, b.kbuf = blockKeysInto(b.bkeys[:0], b.kbuf, x.modelPrefix(model), keys)
+	if err := x.readValues(ctx, b); err != nil {
 		return unavailable("lookup", err)
 	}
 	x.emu.RLock()
 	epochs := x.epochs
 	x.emu.RUnlock()
+	b.fc = b.fc[:0]
 	visiting := true
-	for i, c := range b.cmds {
-		if !visiting && len(c.Val()) == 0 {
+	var prev []byte // previous value parsed, and whether all of it was live and well-formed
+	prevClean := false
+	for i, val := range b.vals {
+		if !visiting && len(val) == 0 {
 			continue
 		}
-		b.holders = b.holders[:0]
-		for f, val := range c.Val() {
-			h, ok := x.parseField(f)
-			e, err := strconv.ParseUint(val, 10, 64)
-			if !ok || err != nil {
-				x.malformed.Add(1)
-				continue
-			}
-			if e < epochs[h.Pod] {
-				// Written before the pod's last clear: stale. Queue a
-				// compare-and-delete; if the queue is full the TTL or a
-				// later reader gets it.
-				select {
-				case x.cleanup <- cleanupItem{key: b.bkeys[i], field: f, value: val}:
-				default:
+		if len(val) > 0 && prevClean && bytes.Equal(val, prev) {
+			// Same bytes as the previous block (consecutive blocks of a
+			// warm prefix usually have the same holders): the same live
+			// holders, already sorted. Visitors only read holders.
+		} else {
+			clean := true
+			b.holders = b.holders[:0]
+			for pos, r := 0, 0; pos < len(val); r++ {
+				f, e, next, ok := nextRecord(val, pos)
+				if !ok {
+					x.malformed.Add(1)
+					clean = false
+					break
 				}
-				continue
+				pos = next
+				m := b.memo(x, f, r, epochs)
+				if !m.ok {
+					x.malformed.Add(1)
+					clean = false
+					continue
+				}
+				if e < m.epoch {
+					// Written before the pod's last clear: stale. Queue
+					// a compare-and-delete; if the queue is full the TTL
+					// or a later reader gets it.
+					select {
+					case x.cleanup <- cleanupItem{key: strings.Clone(b.bkeys[i]), field: string(f), value: strconv.FormatUint(e, 10)}:
+					default:
+					}
+					clean = false
+					continue
+				}
+				b.holders = append(b.holders, m.h)
 			}
-			b.holders = append(b.holders, h)
+			sortHolders(b.holders)
+			prev, prevClean = val, clean
 		}
 		if !visiting {
-			// Past the end of the walk the replies are already here:
+			// Past the end of the walk the values are already here:
 			// only collect their stale entries for cleanup.
 			continue
 		}
@@ -812,13 +822,214 @@ func (x *Index) Lookup(ctx context.Context, model kvindex.ModelID, keys []kvinde
 			visiting = false
 			continue
 		}
-		sortHolders(b.holders)
 		if !v.Visit(i, keys[i], b.holders) {
 			visiting = false
 		}
 	}
+	clear(b.vals) // do not keep the replies alive in the pool
+	clear(b.fc)
+	clear(b.bkeys)
+	if cap(b.raw.b) > maxPooledReply {
+		b.raw.b = nil
+	}
+	if cap(b.kbuf) > maxPooledReply {
+		b.kbuf = nil
+	}
 	return nil
 }
+
+// maxPooledReply: a pooled lookup keeps a reply (or key) buffer up to this
+// size (a 512-key, 8-pod prompt needs ~100 KiB); larger ones are dropped.
+const maxPooledReply = 1 << 20
+
+// memo resolves field f, the r-th record of its value, through the
+// lookup's memos, then the shared cache. Writers append records, so
+// consecutive blocks usually list their holders in the same order: memo r
+// is tried first.
+func (b *lookupBuf) memo(x *Index, f []byte, r int, epochs map[kvindex.PodID]uint64) *fieldMemo {
+	if r < len(b.fc) && b.fc[r].field == string(f) {
+		return &b.fc[r]
+	}
+	for i := range b.fc {
+		if b.fc[i].field == string(f) {
+			return &b.fc[i]
+		}
+	}
+	fs := string(f)
+	h, ok := x.parseField(fs)
+	m := fieldMemo{field: fs, h: h, ok: ok}
+	if ok {
+		m.epoch = epochs[h.Pod]
+	}
+	if len(b.fc) < maxFieldMemos {
+		b.fc = append(b.fc, m)
+		return &b.fc[len(b.fc)-1]
+	}
+	b.fc = append(b.fc[:0], m) // a prompt with unusually many holders: start over
+	return &b.fc[0]
+}
+
+// readValues fetches the values of b.bkeys into b.vals in one pipeline
+// with the pods hash version, and brings the epoch cache up to date. Every
+// reply is checked before anything is visited: a partial answer (one
+// Cluster node down) is an error, never a silently shorter prefix.
+//
+// On a single node the values come from one MGET read as raw RESP into a
+// pooled buffer and split in place: go-redis' generic reply parsing costs
+// two allocations per key (a string and its interface box), which was most
+// of a warm lookup's client time.
+func (x *Index) readValues(ctx context.Context, b *lookupBuf) error {
+	b.vals = b.vals[:0]
+	if x.cluster {
+		return x.readValuesCluster(ctx, b)
+	}
+	b.args = append(b.args[:0], "mget")
+	for i := range b.bkeys {
+		b.args = append(b.args, &b.bkeys[i])
+	}
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		pipe := x.c.Pipeline()
+		verCmd := pipe.HGet(ctx, x.podsKey, "_v")
+		b.raw.b = b.raw.b[:0]
+		mget := redis.NewRawWriteToCmd(ctx, &b.raw, b.args...)
+		_ = pipe.Process(ctx, mget)
+		_, _ = pipe.Exec(ctx)
+		var ver string
+		ver, err = verCmd.Result()
+		if err == redis.Nil {
+			err = nil
+		}
+		if err == nil {
+			err = mget.Err()
+		}
+		if err == nil {
+			if b.vals, err = b.raw.bulkArray(b.vals, len(b.bkeys)); err != nil {
+				return err
+			}
+			return x.ensureEpochs(ctx, ver)
+		}
+		// The raw command is never retried by go-redis (it streams into
+		// a writer); retry a network error once, as go-redis would.
+		var rerr redis.Error
+		if errors.As(err, &rerr) || ctx.Err() != nil {
+			break
+		}
+	}
+	clear(b.args)
+	return err
+}
+
+// readValuesCluster: MGET may not span slots, and a prompt's keys are
+// spread over all of them: one GET per key, which go-redis groups per node.
+func (x *Index) readValuesCluster(ctx context.Context, b *lookupBuf) error {
+	pipe := x.c.Pipeline()
+	verCmd := pipe.HGet(ctx, x.podsKey, "_v")
+	b.gets = b.gets[:0]
+	for _, k := range b.bkeys {
+		b.gets = append(b.gets, pipe.Get(ctx, k))
+	}
+	_, _ = pipe.Exec(ctx)
+	defer clear(b.gets)
+	ver, err := verCmd.Result()
+	if err != nil && err != redis.Nil {
+		return err
+	}
+	for _, c := range b.gets {
+		s, err := c.Result()
+		if err != nil && err != redis.Nil && !redis.HasErrorPrefix(err, "WRONGTYPE") {
+			// WRONGTYPE: a key of the previous layout (a HASH), read
+			// as absent like MGET does; the next add replaces it.
+			return err
+		}
+		var v []byte
+		if s != "" {
+			// read-only view of the reply string
+			v = unsafe.Slice(unsafe.StringData(s), len(s))
+		}
+		b.vals = append(b.vals, v)
+	}
+	return x.ensureEpochs(ctx, ver)
+}
+
+// rawReply collects one raw RESP reply (redis.RawWriteToCmd writes into it).
+type rawReply struct{ b []byte }
+
+func (r *rawReply) Write(p []byte) (int, error) {
+	r.b = append(r.b, p...)
+	return len(p), nil
+}
+
+// ReadFrom lets io.Copy (which go-redis uses for each bulk string) read
+// straight into the buffer instead of allocating a copy buffer per value.
+func (r *rawReply) ReadFrom(src io.Reader) (int64, error) {
+	var total int64
+	for {
+		if len(r.b) == cap(r.b) {
+			r.b = append(r.b, 0)[:len(r.b)]
+		}
+		n, err := src.Read(r.b[len(r.b):cap(r.b)])
+		r.b = r.b[:len(r.b)+n]
+		total += int64(n)
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// bulkArray splits the reply, which must be an array of n bulk strings or
+// nulls (MGET's shape, RESP2 or RESP3), into dst: one slice per element
+// pointing into the reply, nil for a null.
+func (r *rawReply) bulkArray(dst [][]byte, n int) ([][]byte, error) {
+	b := r.b
+	line, rest, ok := respLine(b)
+	if !ok || len(line) == 0 {
+		return dst, errors.New("redisindex: truncated MGET reply")
+	}
+	if line[0] == '-' {
+		return dst, fmt.Errorf("redisindex: MGET: %s", line[1:])
+	}
+	if line[0] != '*' {
+		return dst, fmt.Errorf("redisindex: MGET reply of type %q, want an array", line[0])
+	}
+	if cnt, err := strconv.Atoi(string(line[1:])); err != nil || cnt != n {
+		return dst, fmt.Errorf("redisindex: MGET of %d keys answered %q values", n, line[1:])
+	}
+	for i := 0; i < n; i++ {
+		line, rest, ok = respLine(rest)
+		if !ok || len(line) == 0 {
+			return dst, errors.New("redisindex: truncated MGET reply")
+		}
+		switch {
+		case line[0] == '_' || string(line) == "$-1":
+			dst = append(dst, nil)
+		case line[0] == '$':
+			l, err := strconv.Atoi(string(line[1:]))
+			if err != nil || l < 0 || l+2 > len(rest) {
+				return dst, errors.New("redisindex: malformed MGET reply")
+			}
+			dst = append(dst, rest[:l:l])
+			rest = rest[l+2:]
+		default:
+			return dst, fmt.Errorf("redisindex: MGET element of type %q", line[0])
+		}
+	}
+	return dst, nil
+}
+
+// respLine splits off one CRLF-terminated line.
+func respLine(b []byte) (line, rest []byte, ok bool) {
+	i := bytes.Index(b, crlf)
+	if i < 0 {
+		return nil, nil, false
+	}
+	return b[:i], b[i+2:], true
+}
+
+var crlf = []byte("\r\n")
 
 // sortHolders orders holders by (pod, tier, group): deterministic output
 // whatever order Redis returned the hash fields in. Insertion sort: a block
@@ -883,7 +1094,6 @@ func (x *Index) lookupScripted(ctx context.Context, b *lookupBuf, model kvindex.
 		if len(b.holders) == 0 {
 			return nil
 		}
-		sortHolders(b.holders)
 		if !v.Visit(i, keys[i], b.holders) {
 			return nil
 		}

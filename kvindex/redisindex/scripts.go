@@ -33,43 +33,93 @@ const (
 
 func (c blockCode) has(bit blockCode) bool { return c&bit != 0 }
 
-// podHolds: does the hash k hold a live (epoch >= ne) field of pod podF
-// other than except? Fields are "<tier>.<group>.<podF>"; a hash has one
-// field per holder, a handful.
-const luaPodHolds = `
-local function podHolds(k, podF, ne, except)
-  local kv = redis.call('HGETALL', k)
-  for j = 1, #kv, 2 do
-    local f = kv[j]
-    if f ~= except and tonumber(kv[j+1]) >= ne and string.match(f, '^%d+%.%d+%.(.*)$') == podF then
-      return true
+// A block key is a STRING: the concatenation of one record per holder,
+//
+//	2 bytes  field length L (big endian)
+//	L bytes  field "<tier>.<group>.<rank>.<pod name>"
+//	8 bytes  epoch the entry was written under (big endian)
+//
+// so a lookup is one MGET (a few hundred bytes per key) instead of one
+// HGETALL per key. The scripts below share the record walk: luaRecords
+// defines scan (find the caller's own record and whether its pod holds the
+// block through another live record) and getv (read a key; a key of another
+// type, such as the HASH of the previous layout, reads as absent; the next
+// add overwrites it).
+const luaRecords = `
+local function podOf(f)
+  return string.match(f, '^%d+%.%d+%.(.*)$')
+end
+local function getv(k)
+  local v = redis.pcall('GET', k)
+  if type(v) ~= 'string' then return false end
+  return v
+end
+-- scan(v, field, podF, ne) -> own record [s, e) and epoch (nil when
+-- absent), whether another record of podF is live (epoch >= ne), and
+-- whether v is malformed (then nothing else is reliable).
+local function scan(v, field, podF, ne)
+  local pos, n = 1, #v
+  local s, e, ep, other = nil, nil, nil, false
+  while pos <= n do
+    if pos + 9 > n then return s, e, ep, other, true end
+    local L = struct.unpack('>I2', v, pos)
+    local nxt = pos + 10 + L
+    if nxt - 1 > n then return s, e, ep, other, true end
+    local f = string.sub(v, pos + 2, pos + 1 + L)
+    local re = struct.unpack('>I8', v, pos + 2 + L)
+    if f == field then
+      s, e, ep = pos, nxt, re
+    elseif not other and re >= ne and podOf(f) == podF then
+      other = true
     end
+    pos = nxt
   end
-  return false
+  return s, e, ep, other, false
+end
+local function put(k, v, ttl)
+  if ttl > 0 then
+    redis.call('SET', k, v, 'PX', ttl)
+  else
+    redis.call('SET', k, v, 'KEEPTTL')
+  end
 end
 `
 
-// addScript: KEYS = block keys; ARGV = field, epoch, ttl ms (<=0: none), pod
-// field. Never downgrades an entry written under a newer epoch.
-var addScript = redis.NewScript(luaPodHolds + `
-local field, epoch, ttl, podF = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local ne = tonumber(epoch)
+// addScript: KEYS = block keys; ARGV = record (as encodeRecord builds it),
+// field, epoch, ttl ms (<=0: none), pod field. Never downgrades an entry
+// written under a newer epoch.
+var addScript = redis.NewScript(luaRecords + `
+local rec, field, ne, ttl, podF = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local out = {}
 for i, k in ipairs(KEYS) do
   local code = 0
-  local old = redis.call('HGET', k, field)
-  if old and tonumber(old) > ne then
-    code = 4
-  elseif old ~= epoch then
-    if not old and redis.call('EXISTS', k) == 0 then
-      code = 2 + 8
-    elseif not podHolds(k, podF, ne, field) then
-      code = 8
+  local nv = nil
+  local v = redis.pcall('GET', k)
+  if v == false then
+    nv, code = rec, 1 + 2 + 8
+  elseif type(v) ~= 'string' then
+    nv, code = rec, 1 + 8
+  else
+    local s, e, ep, other, bad = scan(v, field, podF, ne)
+    if bad then
+      nv, code = rec, 1 + 8
+    elseif ep and ep > ne then
+      code = 4
+    elseif ep ~= ne then
+      if s then
+        nv = string.sub(v, 1, s - 1) .. rec .. string.sub(v, e)
+      else
+        nv = v .. rec
+      end
+      code = 1
+      if not other then code = code + 8 end
     end
-    redis.call('HSET', k, field, epoch)
-    code = code + 1
   end
-  if ttl > 0 then redis.call('PEXPIRE', k, ttl) end
+  if nv then
+    put(k, nv, ttl)
+  elseif ttl > 0 then
+    redis.call('PEXPIRE', k, ttl)
+  end
   out[i] = code
 end
 return out
@@ -78,45 +128,66 @@ return out
 // removeScript: KEYS = block keys; ARGV = field, epoch, pod field. The entry
 // is deleted whatever its epoch (the owner's ordered stream says the block
 // is gone); only an entry of the current epoch counts as a live removal.
-var removeScript = redis.NewScript(luaPodHolds + `
-local field, epoch, podF = ARGV[1], ARGV[2], ARGV[3]
-local ne = tonumber(epoch)
+var removeScript = redis.NewScript(luaRecords + `
+local field, ne, podF = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local out = {}
 for i, k in ipairs(KEYS) do
   local code = 0
-  local old = redis.call('HGET', k, field)
-  if old then
-    redis.call('HDEL', k, field)
-    if redis.call('EXISTS', k) == 0 then
-      code = 2
-      if old == epoch then code = code + 1 + 8 end
-    elseif old == epoch then
-      code = 1
-      if not podHolds(k, podF, ne, field) then code = code + 8 end
+  local v = getv(k)
+  if v then
+    local s, e, ep, other, bad = scan(v, field, podF, ne)
+    if s and not bad then
+      local nv = string.sub(v, 1, s - 1) .. string.sub(v, e)
+      if nv == '' then
+        redis.call('DEL', k)
+        code = 2
+        if ep == ne then code = code + 1 + 8 end
+      else
+        redis.call('SET', k, nv, 'KEEPTTL')
+        if ep == ne then
+          code = 1
+          if not other then code = code + 8 end
+        end
+      end
+      if ep > ne then code = code + 4 end
     end
-    if tonumber(old) > ne then code = code + 4 end
   end
   out[i] = code
 end
 return out
 `)
 
-// cleanupScript: KEYS[1] = block key; ARGV = field1, value1, field2, ...
-// Deletes each field only if it still holds the stale value the reader saw
-// (compare-and-delete), so a concurrent re-add under a new epoch survives.
-// Returns {deleted, emptied(0/1)}.
+// cleanupScript: KEYS[1] = block key; ARGV = field1, epoch1, field2, ...
+// Deletes each record only if it still carries the stale epoch the reader
+// saw (compare-and-delete), so a concurrent re-add under a new epoch
+// survives. Returns {deleted, emptied(0/1)}.
 var cleanupScript = redis.NewScript(`
 local k = KEYS[1]
-local n = 0
-for i = 1, #ARGV, 2 do
-  if redis.call('HGET', k, ARGV[i]) == ARGV[i+1] then
-    redis.call('HDEL', k, ARGV[i])
+local v = redis.pcall('GET', k)
+if type(v) ~= 'string' then return {0, 0} end
+local want = {}
+for i = 1, #ARGV, 2 do want[ARGV[i]] = tonumber(ARGV[i + 1]) end
+local keep, n, pos, len = {}, 0, 1, #v
+while pos <= len do
+  if pos + 9 > len then return {0, 0} end
+  local L = struct.unpack('>I2', v, pos)
+  local nxt = pos + 10 + L
+  if nxt - 1 > len then return {0, 0} end
+  local f = string.sub(v, pos + 2, pos + 1 + L)
+  if want[f] ~= nil and want[f] == struct.unpack('>I8', v, pos + 2 + L) then
     n = n + 1
+  else
+    keep[#keep + 1] = string.sub(v, pos, nxt - 1)
   end
+  pos = nxt
 end
-local emptied = 0
-if n > 0 and redis.call('EXISTS', k) == 0 then emptied = 1 end
-return {n, emptied}
+if n == 0 then return {0, 0} end
+if #keep == 0 then
+  redis.call('DEL', k)
+  return {n, 1}
+end
+redis.call('SET', k, table.concat(keep), 'KEEPTTL')
+return {n, 0}
 `)
 
 // countScript: KEYS[1] = pods hash; ARGV = pod field, epoch, entries
@@ -162,8 +233,8 @@ return {ns, prev, v}
 
 // lookupScript (single node only: it reads keys of many slots): KEYS[1] =
 // pods hash, KEYS[2..] = block keys in prompt order. Walks the keys, judges
-// every entry against its pod's current epoch (read once per pod), deletes
-// stale entries on the spot (exact: epoch and entry are read atomically),
+// every record against its pod's current epoch (read once per pod), deletes
+// stale records on the spot (exact: epoch and entry are read atomically),
 // and stops at the first key without a live holder: keys past it are never
 // read. Reply: {stale deleted, keys emptied, n1, field..., n2, field...}.
 var lookupScript = redis.NewScript(`
@@ -174,13 +245,19 @@ local no = 2
 local deleted, emptied = 0, 0
 for i = 2, #KEYS do
   local k = KEYS[i]
-  local kv = redis.call('HGETALL', k)
+  local v = redis.pcall('GET', k)
+  if type(v) ~= 'string' then break end
   no = no + 1
   local slot = no
   out[slot] = 0
   local n, dels = 0, 0
-  for j = 1, #kv, 2 do
-    local f = kv[j]
+  local keep = {}
+  local pos, len = 1, #v
+  while pos + 9 <= len do
+    local L = struct.unpack('>I2', v, pos)
+    local nxt = pos + 10 + L
+    if nxt - 1 > len then break end
+    local f = string.sub(v, pos + 2, pos + 1 + L)
     -- fe: field -> its pod's epoch (false: malformed); a prompt's keys
     -- share a handful of fields, so each is parsed once per call.
     local e = fe[f]
@@ -196,18 +273,25 @@ for i = 2, #KEYS do
       end
       fe[f] = e
     end
-    local v = tonumber(kv[j + 1])
-    if not e or not v or v >= e then
+    if not e or struct.unpack('>I8', v, pos + 2 + L) >= e then
       n = n + 1
       no = no + 1
       out[no] = f
+      keep[#keep + 1] = string.sub(v, pos, nxt - 1)
     else
-      redis.call('HDEL', k, f)
       dels = dels + 1
     end
+    pos = nxt
   end
-  deleted = deleted + dels
-  if dels > 0 and n == 0 then emptied = emptied + 1 end
+  if dels > 0 then
+    deleted = deleted + dels
+    if n == 0 then
+      redis.call('DEL', k)
+      emptied = emptied + 1
+    else
+      redis.call('SET', k, table.concat(keep), 'KEEPTTL')
+    end
+  end
   if n == 0 then
     out[slot] = nil
     break

@@ -1,0 +1,288 @@
+package redisindex
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/internal/indextest"
+	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// gateHook holds the first pipeline sent after arm() until release is
+// closed, so a test can queue writes behind a flush that is on the wire.
+type gateHook struct {
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newGate() *gateHook {
+	return &gateHook{entered: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (g *gateHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
+}
+
+func (g *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (g *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if g.armed.CompareAndSwap(true, false) {
+			close(g.entered)
+			<-g.release
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func attachHook(c redis.UniversalClient, h redis.Hook) {
+	switch cc := c.(type) {
+	case *redis.ClusterClient:
+		cc.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
+	case *redis.Client:
+		cc.AddHook(h)
+	}
+}
+
+// Writes that arrive while a flush is on the wire are sent together by the
+// next flush: 1 + K concurrent Adds of K+1 pods cost 2 flushes (4 round
+// trips on a single node instead of 2 per Add), and every write lands.
+func TestWritesCoalesce(t *testing.T) {
+	for _, mode := range []string{"single", "cluster"} {
+		t.Run(mode, func(t *testing.T) {
+			var url string
+			if mode == "single" {
+				url = redistest.Start(t).URL()
+			} else {
+				url = redistest.StartCluster(t, 3).URL()
+			}
+			in := kvindex.NewInterner()
+			cfg := Config{URL: url, Namespace: uniqueNS(t), Interner: in, StatsRefresh: time.Hour}
+			c, err := NewClient(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gate := newGate()
+			var rt redistest.RoundTrips
+			rt.Attach(c)
+			attachHook(c, gate)
+			idx, err := NewWithClient(c, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			defer idx.Close()
+			ctx := context.Background()
+			m := in.Model("m")
+			keys := seqKeys(32, 9<<40)
+			// Warm: scripts loaded, epochs cached, cluster slots known.
+			if err := idx.Add(ctx, m, in.Pod("warm", 0), kvindex.TierGPU, 0, keys[:1]); err != nil {
+				t.Fatal(err)
+			}
+			if err := idx.Healthy(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			const K = 6
+			w0 := idx.WriteStats()
+			rt.Reset()
+			gate.armed.Store(true)
+			var wg sync.WaitGroup
+			errs := make(chan error, K+1)
+			add := func(p int) {
+				defer wg.Done()
+				errs <- idx.Add(ctx, m, in.Pod("p"+strconv.Itoa(p), 0), kvindex.TierGPU, 0, keys[:8*(p%4+1)])
+			}
+			wg.Add(1)
+			go add(0)
+			<-gate.entered // pod 0's flush is on the wire, held
+			for p := 1; p <= K; p++ {
+				wg.Add(1)
+				go add(p)
+			}
+			waitFor(t, "writes queued behind the held flush", func() bool { return idx.pendingWrites() == K })
+			close(gate.release)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			w := idx.WriteStats()
+			if got := w.Requests - w0.Requests; got != K+1 {
+				t.Fatalf("%d write requests, want %d", got, K+1)
+			}
+			if got := w.Flushes - w0.Flushes; got != 2 {
+				t.Fatalf("%d flushes for %d concurrent adds, want 2 (the held one, then all the queued ones)", got, K+1)
+			}
+			if mode == "single" {
+				// scripts + counters per flush
+				if got := rt.Load(); got != 4 {
+					t.Fatalf("%d round trips for %d adds in 2 flushes, want 4", got, K+1)
+				}
+			}
+			for p := 0; p <= K; p++ {
+				pod := in.Pod("p"+strconv.Itoa(p), 0)
+				want := int64(8 * (p%4 + 1))
+				if n, err := idx.PodBlocks(ctx, pod); err != nil || n != want {
+					t.Fatalf("pod %d holds %d blocks (%v), want %d", p, n, err, want)
+				}
+			}
+			got := indextest.Lookup(t, idx, m, keys, -1)
+			for i, v := range got {
+				// block i is held by "warm" (block 0) and by every pod
+				// whose prefix reaches it
+				want := 0
+				if i == 0 {
+					want = 1
+				}
+				for p := 0; p <= K; p++ {
+					if i < 8*(p%4+1) {
+						want++
+					}
+				}
+				if len(v.Holders) != want {
+					t.Fatalf("block %d: %d holders, want %d", i, len(v.Holders), want)
+				}
+			}
+		})
+	}
+}
+
+// Per-pod order survives coalescing: each pod's goroutine runs a sequence
+// of adds and removes whose result depends on their order, concurrently
+// with the other pods (so their writes share flushes); every pod ends with
+// exactly the blocks its sequence leaves.
+func TestCoalescedWritesKeepPodOrder(t *testing.T) {
+	for _, mode := range []string{"single", "cluster"} {
+		t.Run(mode, func(t *testing.T) {
+			var url string
+			if mode == "single" {
+				url = redistest.Start(t).URL()
+			} else {
+				url = redistest.StartCluster(t, 3).URL()
+			}
+			idx, in := newTestIndex(t, url, nil)
+			ctx := context.Background()
+			m := in.Model("m")
+			keys := seqKeys(40, 5<<40)
+			const pods, rounds = 8, 10
+			var wg sync.WaitGroup
+			errs := make(chan error, pods)
+			w0 := idx.WriteStats()
+			for p := range pods {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					pod := in.Pod("p"+strconv.Itoa(p), 0)
+					for r := range rounds {
+						steps := []struct {
+							remove bool
+							ks     []kvindex.Key
+						}{{false, keys}, {true, keys[10:]}, {false, keys[20:30]}, {true, keys[:5]}}
+						if r == rounds-1 && p%2 == 1 {
+							// odd pods end differently: order matters
+							steps = append(steps, struct {
+								remove bool
+								ks     []kvindex.Key
+							}{true, keys[20:25]})
+						}
+						for _, s := range steps {
+							var err error
+							if s.remove {
+								err = idx.Remove(ctx, m, pod, kvindex.TierGPU, 0, s.ks)
+							} else {
+								err = idx.Add(ctx, m, pod, kvindex.TierGPU, 0, s.ks)
+							}
+							if err != nil {
+								errs <- err
+								return
+							}
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			held := make([]map[kvindex.PodID]bool, len(keys))
+			for i, k := range keys {
+				held[i] = map[kvindex.PodID]bool{}
+				for _, v := range indextest.Lookup(t, idx, m, []kvindex.Key{k}, -1) {
+					for _, h := range v.Holders {
+						held[i][h.Pod] = true
+					}
+				}
+			}
+			for p := range pods {
+				pod := in.Pod("p"+strconv.Itoa(p), 0)
+				n := 0
+				for i := range keys {
+					want := (i >= 5 && i < 10) || (i >= 20 && i < 30)
+					if p%2 == 1 && i >= 20 && i < 25 {
+						want = false
+					}
+					if held[i][pod] != want {
+						t.Fatalf("pod %d, block %d: held=%v, want %v", p, i, held[i][pod], want)
+					}
+					if want {
+						n++
+					}
+				}
+				if got, err := idx.PodBlocks(ctx, pod); err != nil || got != int64(n) {
+					t.Fatalf("pod %d: PodBlocks %d (%v), want %d", p, got, err, n)
+				}
+			}
+			w := idx.WriteStats()
+			t.Logf("%d writes in %d flushes", w.Requests-w0.Requests, w.Flushes-w0.Flushes)
+		})
+	}
+}
+
+// A block key left by the previous layout (a HASH per block) reads as
+// absent, on a single node (MGET) and on Cluster (GET), and the next add
+// replaces it: an upgrade needs no migration.
+func TestOldLayoutKeyReplaced(t *testing.T) {
+	for _, mode := range []string{"single", "cluster"} {
+		t.Run(mode, func(t *testing.T) {
+			var url string
+			if mode == "single" {
+				url = redistest.Start(t).URL()
+			} else {
+				url = redistest.StartCluster(t, 3).URL()
+			}
+			idx, in := newTestIndex(t, url, nil)
+			ctx := context.Background()
+			m, p := in.Model("m"), in.Pod("p", 0)
+			keys := seqKeys(2, 1)
+			k := idx.Namespace() + ":b:m:0000000000000001"
+			if err := idx.Client().HSet(ctx, k, "0.0.0.old", "1").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if got := indextest.Lookup(t, idx, m, keys, -1); len(got) != 0 {
+				t.Fatalf("old-layout key visited: %v", got)
+			}
+			if err := idx.Add(ctx, m, p, kvindex.TierGPU, 0, keys); err != nil {
+				t.Fatal(err)
+			}
+			got := indextest.Lookup(t, idx, m, keys, -1)
+			if len(got) != 2 || len(got[0].Holders) != 1 || got[0].Holders[0].Pod != p {
+				t.Fatalf("after add: %v", got)
+			}
+			if typ, _ := idx.Client().Type(ctx, k).Result(); typ != "string" {
+				t.Fatalf("block key is a %s after add", typ)
+			}
+		})
+	}
+}
