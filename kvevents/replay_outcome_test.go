@@ -3,6 +3,7 @@ package kvevents
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/zmtp"
 )
 
 // logBuf is a log sink safe for the subscriber's goroutines.
@@ -127,5 +129,46 @@ func TestReplayOutcomeShapes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Catch-up names a batch after its topic, unless the endpoint overrides
+// the pod or the model: each name on its own.
+func TestCatchUpNamesFromTopicUnlessOverridden(t *testing.T) {
+	for _, tc := range []struct {
+		name, pod, model, wantPod, wantModel string
+	}{
+		{"topic", "", "", "pod-t", "m-t"},
+		{"model_set", "", "m-set", "pod-t", "m-set"},
+		{"pod_set", "pod-set", "", "pod-set", "m-t"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			pub, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pub.Close()
+			p := map[uint64][]byte{0: payload(t, storedBatch(90))}
+			replay := serveReplay(t, ctx, "tcp://127.0.0.1:0", "kv@pod-t@m-t", p, []uint64{0})
+			sink := newCollectSink()
+			startSub(t, Config{Endpoints: []EndpointConfig{{Address: pub.Addr(), ReplayAddress: replay, Pod: tc.pod, Model: tc.model}}}, sink, NewMetrics(nil))
+			bs := sink.waitFor(t, "caught up seq 0", hasSeq(tc.wantPod, 0))
+			if len(bs) != 1 || bs[0].Model != tc.wantModel {
+				t.Fatalf("catch-up batches %s, want model %q", describe(bs), tc.wantModel)
+			}
+		})
+	}
+}
+
+// A replay exchange that fails on the reply reports the cause, not only
+// where it failed (the deadline is the cause only once it has passed).
+func TestReplayExchangeKeepsTheCause(t *testing.T) {
+	ctx := testCtx(t)
+	addr := serveReplay(t, ctx, "tcp://127.0.0.1:0", "kv@pod-x@m", map[uint64][]byte{0: payload(t, storedBatch(1))}, []uint64{0})
+	errBad := errors.New("reply not understood")
+	err := dealerExchange(ctx, addr, testTimeout, zmtp.Options{}, make([]byte, 8), func([][]byte) (bool, error) { return false, errBad })
+	if !errors.Is(err, errBad) || !strings.Contains(err.Error(), "reply") {
+		t.Fatalf("exchange error %v, want it to wrap %v", err, errBad)
 	}
 }
