@@ -21,7 +21,7 @@ PROTOC   ?= protoc
 STATICCHECK_VERSION ?= v0.8.2
 GOBIN    := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build run test test-deps test-short bench compare lint proto demo loadgen fetch-tokenizers fuzz clean image helm-check manifests mutation mutation-ci
+.PHONY: all build run test test-deps test-short bench compare lint proto demo loadgen fetch-tokenizers fuzz clean image helm-check manifests mutation mutation-ci mutation-diff
 
 all: build
 
@@ -99,10 +99,17 @@ MUTATION_BUDGET ?= 60m
 mutation:
 	MUTATION_BUDGET=$(MUTATION_BUDGET) hack/mutation/run.sh $(MUTATION_PKGS)
 
-# The bounded CI subset: only mutants on non-test lines changed since the
-# merge base with MUTATION_BASE; packages without such lines are skipped.
-MUTATION_BASE ?= main
+# The bounded slice CI runs (.ci/run): every mutant of a fixed list of hot
+# files within one hard time budget, failing below an efficacy threshold
+# that leaves out the equivalents of hack/mutation/equivalent.txt
+# (hack/mutation/ci.sh: MUTATION_CI_FILES, MUTATION_CI_BUDGET, MUTATION_CI_MIN).
 mutation-ci:
+	hack/mutation/ci.sh
+
+# On a branch: only mutants on non-test lines changed since the merge base
+# with MUTATION_BASE; packages without such lines are skipped.
+MUTATION_BASE ?= main
+mutation-diff:
 	MUTATION_DIFF=$$(git merge-base HEAD $(MUTATION_BASE)) MUTATION_BUDGET=20m hack/mutation/run.sh $(MUTATION_PKGS)
 
 # Regenerates proto/**/*.pb.go (committed, so building needs no protoc).

@@ -8,6 +8,8 @@
 #   MUTATION_OUT=results-mutation         JSON results and logs
 #   MUTATION_EXCLUDE="re1 re2"            file regexps to leave out (replaces
 #                                         the exclude-files of gremlins.yaml)
+#   MUTATION_TIMEOUT_COEF=5               a mutant's tests may take this many
+#                                         times the unmutated run (TIMED OUT)
 #
 # Tests run with -short (through GOFLAGS): the trimmed property tests still
 # kill what the full ones kill, at a fraction of the time per mutant.
@@ -31,6 +33,7 @@ out=${MUTATION_OUT:-$root/results-mutation}
 mkdir -p "$out"
 export GOFLAGS="${GOFLAGS:-} -short -count=1" # -count=1: a cached coverage run would make the per-mutant timeout tiny
 args=(unleash --config "$root/hack/mutation/gremlins.yaml")
+[ -z "${MUTATION_TIMEOUT_COEF:-}" ] || args+=(--timeout-coefficient "$MUTATION_TIMEOUT_COEF")
 if [ -n "${MUTATION_DIFF:-}" ]; then
 	args+=(--diff "$MUTATION_DIFF")
 	# gremlins names files relative to the package it runs in but reads

@@ -1,0 +1,174 @@
+package kvevents
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/zmtp"
+)
+
+// logBuf is a log sink safe for the subscriber's goroutines.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// line returns the first logged line containing msg.
+func (l *logBuf) line(msg string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range strings.Split(l.b.String(), "\n") {
+		if strings.Contains(s, msg) {
+			return s
+		}
+	}
+	return ""
+}
+
+// startSubLog is startSub with the subscriber's log written to the result.
+func startSubLog(t *testing.T, cfg Config, sink kvindex.BatchSink, m *Metrics) (*Subscriber, *logBuf) {
+	t.Helper()
+	cfg.ReconnectMin, cfg.ReconnectMax = 20*time.Millisecond, 200*time.Millisecond
+	lb := &logBuf{}
+	s, err := NewSubscriber(cfg, sink, m, slog.New(slog.NewTextHandler(lb, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(testTimeout):
+			t.Error("Run did not return")
+		}
+	})
+	return s, lb
+}
+
+// What a gap replay makes of the stream, for each shape of the engine's
+// answer to a gap of seqs 1 and 2 (live 0, then live 3): the whole gap
+// (repaired: the stream stays complete), the gap without its start (the
+// engine's buffer moved on: complete again from the first recovered
+// batch), the gap without its end (incomplete from the live batch). Event
+// errors in replayed batches are counted on the stream, and the log says
+// how it went (a warning unless everything came back).
+func TestReplayOutcomeShapes(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		served   []uint64
+		seqs     string
+		complete bool
+		since    uint64
+		why      string
+		result   string
+		level    string
+	}{
+		{"whole_gap", []uint64{1, 2}, "[0 1 2 3]", true, 0, "", "ok", "INFO"},
+		{"start_gone", []uint64{2}, "[0 2 3]", false, 2, "replay_window", "partial", "WARN"},
+		{"end_missing", []uint64{1}, "[0 1 3]", false, 3, "gap", "partial", "WARN"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			topic := "kv@pod-" + tc.name + "@m"
+			ctx := testCtx(t)
+			pub, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pub.Close()
+			p := map[uint64][]byte{}
+			for seq := uint64(0); seq < 4; seq++ {
+				p[seq] = payload(t, storedBatch(seq+50))
+			}
+			// each replayed batch carries one event of an unknown type
+			for _, seq := range tc.served {
+				p[seq] = encodeValue(t, []any{1.0, []any{[]any{"BlockRemoved", []uint64{seq + 50}}, []any{"BlockTeleported"}}})
+			}
+			replay := serveReplay(t, ctx, "tcp://127.0.0.1:0", topic, p, tc.served)
+			sink := newCollectSink()
+			s, lb := startSubLog(t, Config{DisableCatchUp: true, Endpoints: []EndpointConfig{{Address: pub.Addr(), ReplayAddress: replay}}}, sink, NewMetrics(nil))
+			pub.WaitSubscribed(ctx, topic)
+			pub.Publish(topic, 0, p[0])
+			pub.Publish(topic, 3, p[3])
+			bs := sink.waitFor(t, "seq 3", hasSeq("pod-"+tc.name, 3))
+			var got []uint64
+			for _, b := range bs {
+				got = append(got, b.Seq)
+			}
+			if fmt.Sprint(got) != tc.seqs {
+				t.Fatalf("seqs %v, want %s", got, tc.seqs)
+			}
+			st := s.Streams()[0]
+			if st.Complete != tc.complete || st.CompleteSinceSeq != tc.since || st.IncompleteReason != tc.why {
+				t.Fatalf("stream complete=%v since %d (%q), want %v since %d (%q)", st.Complete, st.CompleteSinceSeq, st.IncompleteReason, tc.complete, tc.since, tc.why)
+			}
+			if st.DecodeErrors != uint64(len(tc.served)) {
+				t.Fatalf("decode errors %d, want one per replayed batch (%d)", st.DecodeErrors, len(tc.served))
+			}
+			line := lb.line(`msg="replay finished"`)
+			for _, want := range []string{"level=" + tc.level, " from=1 ", " to=3 ", fmt.Sprintf(" recovered=%d ", len(tc.served)), " wanted=2 ", " result=" + tc.result} {
+				if !strings.Contains(line, want) {
+					t.Fatalf("log line %q lacks %q", line, want)
+				}
+			}
+		})
+	}
+}
+
+// Catch-up names a batch after its topic, unless the endpoint overrides
+// the pod or the model: each name on its own.
+func TestCatchUpNamesFromTopicUnlessOverridden(t *testing.T) {
+	for _, tc := range []struct {
+		name, pod, model, wantPod, wantModel string
+	}{
+		{"topic", "", "", "pod-t", "m-t"},
+		{"model_set", "", "m-set", "pod-t", "m-set"},
+		{"pod_set", "pod-set", "", "pod-set", "m-t"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			pub, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pub.Close()
+			p := map[uint64][]byte{0: payload(t, storedBatch(90))}
+			replay := serveReplay(t, ctx, "tcp://127.0.0.1:0", "kv@pod-t@m-t", p, []uint64{0})
+			sink := newCollectSink()
+			startSub(t, Config{Endpoints: []EndpointConfig{{Address: pub.Addr(), ReplayAddress: replay, Pod: tc.pod, Model: tc.model}}}, sink, NewMetrics(nil))
+			bs := sink.waitFor(t, "caught up seq 0", hasSeq(tc.wantPod, 0))
+			if len(bs) != 1 || bs[0].Model != tc.wantModel {
+				t.Fatalf("catch-up batches %s, want model %q", describe(bs), tc.wantModel)
+			}
+		})
+	}
+}
+
+// A replay exchange that fails on the reply reports the cause, not only
+// where it failed (the deadline is the cause only once it has passed).
+func TestReplayExchangeKeepsTheCause(t *testing.T) {
+	ctx := testCtx(t)
+	addr := serveReplay(t, ctx, "tcp://127.0.0.1:0", "kv@pod-x@m", map[uint64][]byte{0: payload(t, storedBatch(1))}, []uint64{0})
+	errBad := errors.New("reply not understood")
+	err := dealerExchange(ctx, addr, testTimeout, zmtp.Options{}, make([]byte, 8), func([][]byte) (bool, error) { return false, errBad })
+	if !errors.Is(err, errBad) || !strings.Contains(err.Error(), "reply") {
+		t.Fatalf("exchange error %v, want it to wrap %v", err, errBad)
+	}
+}
