@@ -110,3 +110,42 @@ func TestAddedTokenTrieFirstOfDuplicatesWins(t *testing.T) {
 		t.Fatalf("added tokens found: %v, want [7 9]", ids)
 	}
 }
+
+// The BPE word cache holds at most its capacity, spread over 32 shards: a
+// shard keeps up to capacity/32 words and starts afresh when one more comes.
+func TestWordCacheBound(t *testing.T) {
+	const capacity = 256 // 8 words a shard
+	c := newWordCache(capacity)
+	size := func() (n int) {
+		for i := range c.shards {
+			n += len(c.shards[i].m)
+		}
+		return n
+	}
+	// eight words of one shard are all kept; a ninth empties it first
+	var same []string
+	for i := 0; len(same) < 9; i++ {
+		w := fmt.Sprint("w", i)
+		if c.shard(w) == c.shard("w0") {
+			same = append(same, w)
+		}
+	}
+	for i, w := range same[:8] {
+		c.put(w, []uint32{uint32(i)})
+	}
+	for i, w := range same[:8] {
+		if ids, ok := c.get(w); !ok || !slices.Equal(ids, []uint32{uint32(i)}) {
+			t.Fatalf("word %d of a shard not kept: %v %v", i, ids, ok)
+		}
+	}
+	c.put(same[8], []uint32{8})
+	if n := len(c.shard("w0").m); n != 1 {
+		t.Fatalf("shard holds %d words after one past its share, want 1", n)
+	}
+	for i := 0; i < 20000; i++ {
+		c.put(fmt.Sprint("x", i), []uint32{1})
+		if n := size(); n > capacity {
+			t.Fatalf("cache holds %d words, capacity %d", n, capacity)
+		}
+	}
+}
