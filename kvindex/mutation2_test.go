@@ -50,3 +50,64 @@ func TestScorePrefixCandidateBeyondMaxPods(t *testing.T) {
 		}
 	}
 }
+
+// Under equal weights a block held on several tiers is credited to the
+// first tier in holder order, and a pod's tier can change mid-run: the fused
+// path's recount (a holder added at block 2) must agree with the generic
+// path block by block, not keep the tier the run started on.
+func TestScorePrefixEqualWeightTierChangeMidRun(t *testing.T) {
+	ctx := context.Background()
+	mem := NewMemoryIndex(MemoryConfig{})
+	keys := []Key{1, 2, 3, 4}
+	if err := mem.Add(ctx, 0, 0, TierCPU, 0, keys); err != nil {
+		t.Fatal(err)
+	}
+	if err := mem.Add(ctx, 0, 0, TierGPU, 0, keys[2:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := mem.Add(ctx, 0, 1, TierGPU, 0, keys); err != nil { // keeps blocks in chunks
+		t.Fatal(err)
+	}
+	flat := TierWeights{1, 1, 1, 1}
+	var fused, generic ScoreResult
+	if err := NewScorer(mem, flat).Score(ctx, 0, keys, nil, &fused); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewScorer(visitorOnly{mem}, flat).Score(ctx, 0, keys, nil, &generic); err != nil {
+		t.Fatal(err)
+	}
+	if !samePodScores(fused.Pods, generic.Pods) {
+		t.Fatalf("fused %+v\ngeneric %+v", fused.Pods, generic.Pods)
+	}
+	for _, ps := range fused.Pods {
+		if ps.Pod == 0 && (ps.TierBlocks[TierCPU] != 2 || ps.TierBlocks[TierGPU] != 2) {
+			t.Fatalf("pod 0: tiers %v, want 2 blocks on CPU then 2 on GPU", ps.TierBlocks)
+		}
+	}
+}
+
+// With a candidate filter the per-pod table only reaches the candidates;
+// a non-candidate holder with the next id, whose holding changes along the
+// walk, must not be looked up past the table's end.
+func TestScorePrefixNonCandidateJustPastTable(t *testing.T) {
+	ctx := context.Background()
+	mem := NewMemoryIndex(MemoryConfig{})
+	keys := []Key{1, 2, 3}
+	const beyond = 64 // the per-pod table of a fresh index grows to 64 entries at first
+	if err := mem.Add(ctx, 0, 0, TierGPU, 0, keys); err != nil {
+		t.Fatal(err)
+	}
+	if err := mem.Add(ctx, 0, 5, TierGPU, 0, keys); err != nil {
+		t.Fatal(err)
+	}
+	if err := mem.Add(ctx, 0, beyond, TierGPU, 0, keys[:1]); err != nil {
+		t.Fatal(err)
+	}
+	var res ScoreResult
+	if err := mem.ScorePrefix(ctx, 0, keys, []PodID{0}, DefaultTierWeights(), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Pods) != 1 || res.Pods[0].Pod != 0 || res.Pods[0].MatchedBlocks != 3 {
+		t.Fatalf("scores %+v, want pod 0 with 3 blocks", res.Pods)
+	}
+}
