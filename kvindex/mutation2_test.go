@@ -111,3 +111,30 @@ func TestScorePrefixNonCandidateJustPastTable(t *testing.T) {
 		t.Fatalf("scores %+v, want pod 0 with 3 blocks", res.Pods)
 	}
 }
+
+// A generic-path call that visits no block (the first key is held by no
+// one) after one whose walk ended with pods still extending: the pooled
+// per-call state must not carry the earlier call's end of walk over.
+func TestScorerGenericCallVisitingNothingAfterFullMatch(t *testing.T) {
+	ctx := context.Background()
+	mem := NewMemoryIndex(MemoryConfig{})
+	if err := mem.Add(ctx, 0, 3, TierGPU, 0, []Key{1, 2}); err != nil {
+		t.Fatal(err)
+	}
+	s := NewScorer(visitorOnly{mem}, DefaultTierWeights())
+	var res ScoreResult
+	for range 20 { // the pool may hand out a fresh state now and then
+		if err := s.Score(ctx, 0, []Key{1, 2}, nil, &res); err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Pods) != 1 || res.Pods[0].MatchedBlocks != 2 {
+			t.Fatalf("full match: %+v", res.Pods)
+		}
+		if err := s.Score(ctx, 0, []Key{9, 1}, nil, &res); err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Pods) != 0 {
+			t.Fatalf("no block 0 holder, yet scores %+v", res.Pods)
+		}
+	}
+}
