@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"context"
+	"runtime"
 	"testing"
 )
 
@@ -136,5 +137,30 @@ func TestScorerGenericCallVisitingNothingAfterFullMatch(t *testing.T) {
 		if len(res.Pods) != 0 {
 			t.Fatalf("no block 0 holder, yet scores %+v", res.Pods)
 		}
+	}
+}
+
+// A candidate id at MaxPods cannot be indexed, so the generic path skips it
+// before sizing its per-pod table by it: one stray id must not cost a table
+// of 2^24 entries (hundreds of MB) per pooled state.
+func TestScorerGenericCandidateAtMaxPodsAllocatesNoTable(t *testing.T) {
+	ctx := context.Background()
+	mem := NewMemoryIndex(MemoryConfig{})
+	if err := mem.Add(ctx, 0, 1, TierGPU, 0, []Key{1}); err != nil {
+		t.Fatal(err)
+	}
+	s := NewScorer(visitorOnly{mem}, DefaultTierWeights())
+	var res ScoreResult
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := s.Score(ctx, 0, []Key{1}, []PodID{MaxPods, 1}, &res); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if len(res.Pods) != 1 || res.Pods[0].Pod != 1 {
+		t.Fatalf("scores %+v, want pod 1 only", res.Pods)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+		t.Fatalf("one call with candidate MaxPods allocated %d MB", grew>>20)
 	}
 }
