@@ -164,3 +164,24 @@ func TestScorerGenericCandidateAtMaxPodsAllocatesNoTable(t *testing.T) {
 		t.Fatalf("one call with candidate MaxPods allocated %d MB", grew>>20)
 	}
 }
+
+// A pod id past the per-pod table's first size (64) grows it to hold that
+// id, on both scoring paths and on a fresh pooled state.
+func TestScoreHighPodIDOnFreshState(t *testing.T) {
+	ctx := context.Background()
+	for _, p := range []PodID{64, 100, 1000} {
+		mem := NewMemoryIndex(MemoryConfig{})
+		if err := mem.Add(ctx, 0, p, TierGPU, 0, []Key{1, 2}); err != nil {
+			t.Fatal(err)
+		}
+		for _, idx := range []Index{mem, visitorOnly{mem}} {
+			var res ScoreResult
+			if err := NewScorer(idx, DefaultTierWeights()).Score(ctx, 0, []Key{1, 2}, nil, &res); err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Pods) != 1 || res.Pods[0].Pod != p || res.Pods[0].MatchedBlocks != 2 {
+				t.Fatalf("pod %d (%T): scores %+v", p, idx, res.Pods)
+			}
+		}
+	}
+}
