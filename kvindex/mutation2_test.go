@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"testing"
 )
@@ -183,5 +184,24 @@ func TestScoreHighPodIDOnFreshState(t *testing.T) {
 				t.Fatalf("pod %d (%T): scores %+v", p, idx, res.Pods)
 			}
 		}
+	}
+}
+
+// Remove refuses what Add refuses: a tier past the last and a pod id past
+// the last possible (which would index past the epoch pages).
+func TestMemoryIndexRemoveBadTierAndPod(t *testing.T) {
+	ctx := context.Background()
+	idx := NewMemoryIndex(MemoryConfig{})
+	if err := idx.Add(ctx, 0, 1, TierGPU, 0, []Key{1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := idx.Remove(ctx, 0, 1, NumTiers, 0, []Key{1}); !errors.Is(err, errBadTier) {
+		t.Errorf("Remove with tier NumTiers: err = %v", err)
+	}
+	if err := idx.Remove(ctx, 0, MaxPods, TierGPU, 0, []Key{1}); !errors.Is(err, errBadPod) {
+		t.Errorf("Remove of pod MaxPods: err = %v", err)
+	}
+	if err := idx.Remove(ctx, 0, MaxPods-1, TierGPU, 0, []Key{1}); err != nil {
+		t.Errorf("Remove of pod MaxPods-1 (never indexed): err = %v", err)
 	}
 }
