@@ -1,7 +1,7 @@
 package kvindex
 
 import (
-	"slices"
+	"encoding/binary"
 	"sync"
 	"sync/atomic"
 )
@@ -11,23 +11,34 @@ import (
 // conversation) is hashed once rather than once per request.
 //
 // An entry maps (parent digest, block tokens) to the block's digest under one
-// Hasher, the model's key config. A lookup finds the entry by a cheap 64-bit
-// mix of the parent digest and the tokens and then compares the full parent
-// digest and every token, so a hit returns exactly what hashing would: the
-// cache can only save work, never change a key.
+// Hasher, the model's key config. A lookup finds the entry by a 64-bit tag
+// and then compares the full parent digest and every token, so a hit returns
+// exactly what hashing would: the cache can only save work, never change a
+// key.
+//
+// The tag chains the block's tokens onto the previous block's tag, never onto
+// a digest, so finding the next block's set does not wait for this block's
+// verification, and a tag is unique per way (put replaces a way holding the
+// same tag). Readers take no lock: each set carries a sequence
+// number that a writer makes odd while it rewrites the set, and a reader that
+// sees it odd or changed treats the lookup as a miss and hashes. Every field
+// a reader touches is an atomic word, so this is race-free under the Go
+// memory model, and on amd64 and arm64 those loads are plain loads.
 //
 // Only requests without extra keys (no LoRA name, no cache_salt) use it;
 // other requests are hashed as before. The table is 4-way set-associative
-// with round-robin replacement per set and a lock per stripe of sets, sized
-// once (entries, rounded up to a power of two): memory never grows, and a
-// lookup or insert allocates nothing.
+// with round-robin replacement per set and a writer lock per stripe of sets,
+// sized once (entries, rounded up to a power of two): memory never grows,
+// and a lookup or insert allocates nothing.
 type KeyCache struct {
 	h     *Hasher
 	bs    int
+	words int // atomic words per way's tokens: two tokens per word
 	shift uint
 	sets  []keyCacheSet
-	// toks holds every way's block tokens: way w of set i at (i*cacheWays+w)*bs.
-	toks  []uint32
+	// toks holds every way's block tokens, two per word: way w of set i at
+	// (i*cacheWays+w)*words.
+	toks  []atomic.Uint64
 	locks [keyCacheLocks]struct {
 		sync.Mutex
 		_ [56]byte // keep stripes on separate cache lines
@@ -36,7 +47,7 @@ type KeyCache struct {
 	hits, misses, evictions atomic.Uint64
 }
 
-// keyCacheLocks stripes the locks: scoring runs on many goroutines at once.
+// keyCacheLocks stripes the writer locks: scoring runs on many goroutines.
 const keyCacheLocks = 64
 
 // DefaultKeyCacheSize is the default number of cached blocks per key config:
@@ -45,9 +56,11 @@ const keyCacheLocks = 64
 const DefaultKeyCacheSize = 1 << 16
 
 type keyCacheSet struct {
-	ways
-	parent [cacheWays][32]byte
-	digest [cacheWays][32]byte
+	seq    atomic.Uint64               // odd while a writer rewrites the set
+	tags   [cacheWays]atomic.Uint64    // 0: empty way (real tags are odd)
+	parent [cacheWays][4]atomic.Uint64 // parent digest, little-endian words
+	digest [cacheWays][4]atomic.Uint64
+	next   uint8 // round-robin victim; only touched under the stripe lock
 }
 
 // KeyCacheStats are a KeyCache's counters.
@@ -60,7 +73,9 @@ type KeyCacheStats struct {
 func NewKeyCache(h *Hasher, entries int) *KeyCache {
 	n, shift := tableShape(entries)
 	bs := h.cfg.BlockSize
-	return &KeyCache{h: h, bs: bs, shift: shift, sets: make([]keyCacheSet, n), toks: make([]uint32, n*cacheWays*bs)}
+	words := (bs + 1) / 2
+	return &KeyCache{h: h, bs: bs, words: words, shift: shift, sets: make([]keyCacheSet, n),
+		toks: make([]atomic.Uint64, n*cacheWays*words)}
 }
 
 // Hasher is the key config the cache serves.
@@ -71,11 +86,11 @@ func (c *KeyCache) Stats() KeyCacheStats {
 	return KeyCacheStats{Capacity: len(c.sets) * cacheWays, Hits: c.hits.Load(), Misses: c.misses.Load(), Evictions: c.evictions.Load()}
 }
 
-// blockTag mixes the parent digest and the block's tokens into the lookup
-// tag. It only spreads entries over sets; equality is always checked in full.
-func blockTag(parent *[32]byte, tokens []uint32) uint64 {
-	t := uint64(parent[0]) | uint64(parent[1])<<8 | uint64(parent[2])<<16 | uint64(parent[3])<<24 |
-		uint64(parent[4])<<32 | uint64(parent[5])<<40 | uint64(parent[6])<<48 | uint64(parent[7])<<56
+// blockTag chains a block's tokens onto the previous block's tag. It only
+// spreads entries over sets and tells ways apart cheaply; equality is always
+// checked in full. The result is odd, so 0 can mark an empty way.
+func blockTag(prev uint64, tokens []uint32) uint64 {
+	t := prev ^ 0x9E3779B97F4A7C15
 	i := 0
 	for ; i+1 < len(tokens); i += 2 { // two tokens per multiply: half the dependent chain
 		t = (t ^ (uint64(tokens[i]) | uint64(tokens[i+1])<<32)) * 0xff51afd7ed558ccd
@@ -85,7 +100,16 @@ func blockTag(parent *[32]byte, tokens []uint32) uint64 {
 		t = (t ^ uint64(tokens[i])) * 0xff51afd7ed558ccd
 		t ^= t >> 31
 	}
-	return t
+	return t | 1
+}
+
+// tokenWord packs tokens 2j and 2j+1 of a block (0 past its end).
+func tokenWord(blk []uint32, j int) uint64 {
+	w := uint64(blk[2*j])
+	if 2*j+1 < len(blk) {
+		w |= uint64(blk[2*j+1]) << 32
+	}
+	return w
 }
 
 // Keys appends the 64-bit keys of every full block of tokens to dst, exactly
@@ -102,9 +126,12 @@ func (c *KeyCache) Keys(dst []Key, tokens []uint32, extras RequestExtras) []Key 
 	parent := h.none
 	var ek extraKeys // zero: extra keys None on every block
 	bs := c.bs
+	tag := uint64(0)
 	for i := 0; i+bs <= len(tokens); i += bs {
 		blk := tokens[i : i+bs]
-		tag := blockTag(&parent, blk)
+		// The tag does not wait for the parent's digest, so the CPU can
+		// start the next block's set load while this one is verified.
+		tag = blockTag(tag, blk)
 		var d [32]byte
 		if c.get(tag, &parent, blk, &d) {
 			hits++
@@ -136,25 +163,37 @@ func (c *KeyCache) Keys(dst []Key, tokens []uint32, extras RequestExtras) []Key 
 	return dst
 }
 
+// get looks tag up without a lock: it succeeds only if the set was not
+// being rewritten before or during the read and a way holds exactly
+// (parent, blk).
 func (c *KeyCache) get(tag uint64, parent *[32]byte, blk []uint32, out *[32]byte) bool {
 	i := setIndex(tag, c.shift)
-	l := &c.locks[i%keyCacheLocks]
-	l.Lock()
 	s := &c.sets[i]
-	found := false
+	seq := s.seq.Load()
+	if seq&1 != 0 {
+		return false
+	}
 	for w := 0; w < cacheWays; w++ {
-		if s.valid&(1<<w) == 0 || s.keys[w] != tag || s.parent[w] != *parent {
+		if s.tags[w].Load() != tag {
 			continue
 		}
-		off := (int(i)*cacheWays + w) * c.bs
-		if slices.Equal(c.toks[off:off+c.bs], blk) {
-			*out = s.digest[w]
-			found = true
-			break
+		for k := 0; k < 4; k++ {
+			if s.parent[w][k].Load() != binary.LittleEndian.Uint64(parent[8*k:]) {
+				return false
+			}
 		}
+		toks := c.toks[(int(i)*cacheWays+w)*c.words:]
+		for j := 0; j < c.words; j++ {
+			if toks[j].Load() != tokenWord(blk, j) {
+				return false
+			}
+		}
+		for k := 0; k < 4; k++ {
+			binary.LittleEndian.PutUint64(out[8*k:], s.digest[w][k].Load())
+		}
+		return s.seq.Load() == seq
 	}
-	l.Unlock()
-	return found
+	return false
 }
 
 // put stores a computed digest; it reports whether a valid entry was replaced.
@@ -163,12 +202,32 @@ func (c *KeyCache) put(tag uint64, parent *[32]byte, blk []uint32, d *[32]byte) 
 	l := &c.locks[i%keyCacheLocks]
 	l.Lock()
 	s := &c.sets[i]
-	w := s.slot(tag)
-	evicted := s.valid&(1<<w) != 0
-	s.parent[w], s.digest[w] = *parent, *d
-	off := (int(i)*cacheWays + w) * c.bs
-	copy(c.toks[off:off+c.bs], blk)
-	s.fill(w, tag)
+	w, evicted := -1, false
+	for k := 0; k < cacheWays; k++ {
+		if t := s.tags[k].Load(); t == tag {
+			w = k // same tag: replace in place, never keep two ways of one tag
+			evicted = true
+			break
+		} else if t == 0 && w < 0 {
+			w = k
+		}
+	}
+	if w < 0 {
+		w = int(s.next)
+		s.next = uint8((w + 1) % cacheWays)
+		evicted = true
+	}
+	s.seq.Add(1) // odd: readers of this set miss until the rewrite is done
+	s.tags[w].Store(tag)
+	for k := 0; k < 4; k++ {
+		s.parent[w][k].Store(binary.LittleEndian.Uint64(parent[8*k:]))
+		s.digest[w][k].Store(binary.LittleEndian.Uint64(d[8*k:]))
+	}
+	toks := c.toks[(int(i)*cacheWays+w)*c.words:]
+	for j := 0; j < c.words; j++ {
+		toks[j].Store(tokenWord(blk, j))
+	}
+	s.seq.Add(1)
 	l.Unlock()
 	return evicted
 }

@@ -30,6 +30,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
@@ -48,6 +49,7 @@ type options struct {
 	mode                    string
 	input                   string
 	publish                 bool
+	floor                   time.Duration
 	publishers, stepBlocks  int
 	engineRate              float64
 }
@@ -58,6 +60,7 @@ func main() {
 	flag.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "daemon HTTP address")
 	flag.StringVar(&o.zmq, "zmq", "tcp://127.0.0.1:5557", "daemon ZMQ bind address to publish the fleet state to")
 	flag.BoolVar(&o.publish, "publish", true, "publish the fleet state before measuring")
+	flag.DurationVar(&o.floor, "floor", 2*time.Second, "first measure an empty gRPC call (grpc.health.v1 Check) this long: the transport's floor on this machine (0 = skip)")
 	flag.StringVar(&o.model, "model", "loadgen/model", "model name")
 	flag.StringVar(&o.algo, "hash-algo", "sha256", "must equal the daemon's --hash-algo")
 	flag.StringVar(&o.seed, "hash-seed", "", "must equal the daemon's --hash-seed")
@@ -140,6 +143,9 @@ func run(o options) error {
 		return runMixed(o, h, prompts)
 	}
 	if o.mode == "grpc" || o.mode == "both" {
+		if err := measureFloor(o); err != nil {
+			return err
+		}
 		if err := measureGRPC(o, prompts, hashes); err != nil {
 			return err
 		}
@@ -289,6 +295,29 @@ func measureGRPC(o options, prompts [][]uint32, hashes [][]uint64) error {
 		if err == nil && len(resp.Pods) == 0 {
 			err = fmt.Errorf("empty score")
 		}
+		return err
+	})
+}
+
+// measureFloor times the cheapest call the daemon answers, a health Check,
+// with the same concurrency: what any gRPC request costs on this machine
+// (client, loopback, scheduler) before the daemon does any work.
+func measureFloor(o options) error {
+	if o.floor <= 0 {
+		return nil
+	}
+	conn, err := grpc.NewClient(o.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	c := healthpb.NewHealthClient(conn)
+	fo := o
+	fo.duration = o.floor
+	return drive(fo, "floor", func(int, int) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := c.Check(ctx, &healthpb.HealthCheckRequest{})
 		return err
 	})
 }
