@@ -62,3 +62,55 @@ func TestOverflowRunAndClearBeforeEmptyBatch(t *testing.T) {
 		t.Fatalf("after the overflow: %+v", got)
 	}
 }
+
+// Live copies of batches catch-up delivered are dropped as duplicates (not
+// taken for a restart or a stale seq), from the first catch-up batch on;
+// only a live batch ends that window, catch-up batches extend it.
+func TestCatchUpCopiesDroppedAsDuplicates(t *testing.T) {
+	ctx := context.Background()
+	seqs := func(t *testing.T, steps []struct {
+		seq uint64
+		how seqSource
+	}) (*Subscriber, *Metrics) {
+		s, src, m := handleOnly(t, Config{}, nil)
+		st, why := s.admit(streamKey{"p", 0}, "m")
+		if st == nil {
+			t.Fatal(why)
+		}
+		for _, x := range steps {
+			b := storedBatch(x.seq + 100)
+			b.Pod, b.Model, b.Seq = "p", "m", x.seq
+			s.sequence(ctx, st, src, b, 0, nil, x.how)
+		}
+		return s, m
+	}
+	type step = struct {
+		seq uint64
+		how seqSource
+	}
+	check := func(t *testing.T, s *Subscriber, m *Metrics, dups float64, batches uint64) {
+		t.Helper()
+		st := s.Streams()[0]
+		if d := metricValue(m.DroppedFrames.WithLabelValues("duplicate")); d != dups || st.Restarts != 0 || st.Batches != batches {
+			t.Fatalf("duplicates %v (want %v), stream %+v", d, dups, st)
+		}
+	}
+	// the live copy of the only catch-up batch (its seq is also the last)
+	s, m := seqs(t, []step{{20, fromCatchUp}, {20, fromLive}})
+	check(t, s, m, 1, 1)
+	// two catch-up batches, both copies arrive live, then a new one
+	s, m = seqs(t, []step{{5, fromCatchUp}, {6, fromCatchUp}, {5, fromLive}, {6, fromLive}, {7, fromLive}})
+	check(t, s, m, 2, 3)
+}
+
+// A source with a replay endpoint is not "replaying" for batches in order.
+func TestInOrderBatchIsNotReplaying(t *testing.T) {
+	s, src, _ := handleOnly(t, Config{}, nil)
+	src.replay = "tcp://127.0.0.1:9" // never asked: nothing is missing
+	for seq := uint64(0); seq < 2; seq++ {
+		s.handle(context.Background(), src, frames(t, "kv@p@m", seq, storedBatch(seq+10)))
+	}
+	if st := s.Streams()[0]; st.Replaying || st.Batches != 2 || !st.Complete {
+		t.Fatalf("stream %+v", st)
+	}
+}
