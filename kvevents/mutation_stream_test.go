@@ -2,9 +2,11 @@ package kvevents
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvindex/kvindex/kvindex"
 )
@@ -111,6 +113,26 @@ func TestInOrderBatchIsNotReplaying(t *testing.T) {
 		s.handle(context.Background(), src, frames(t, "kv@p@m", seq, storedBatch(seq+10)))
 	}
 	if st := s.Streams()[0]; st.Replaying || st.Batches != 2 || !st.Complete {
+		t.Fatalf("stream %+v", st)
+	}
+}
+
+// Batches lost beyond repair (a gap, no replay endpoint) on a live stream
+// with a snapshot endpoint make the subscriber ask for a snapshot; here the
+// endpoint does not answer, which is counted as an error.
+func TestGapAsksSnapshotEndpoint(t *testing.T) {
+	s, src, m := handleOnly(t, Config{ReplayTimeout: 100 * time.Millisecond}, nil)
+	src.snapshot = fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t)) // nothing listens
+	ctx := testCtx(t)
+	s.handle(ctx, src, frames(t, "kv@p@m", 0, storedBatch(10)))
+	if v := metricValue(m.Snapshots.WithLabelValues("error")); v != 0 {
+		t.Fatalf("snapshot asked for a complete stream: %v", v)
+	}
+	s.handle(ctx, src, frames(t, "kv@p@m", 5, storedBatch(15)))
+	if v := metricValue(m.Snapshots.WithLabelValues("error")); v != 1 {
+		t.Fatalf("snapshot requests after a gap: %v", v)
+	}
+	if st := s.Streams()[0]; st.Complete || st.IncompleteReason != "gap" {
 		t.Fatalf("stream %+v", st)
 	}
 }
