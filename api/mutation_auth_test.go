@@ -5,8 +5,11 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // These tests pin the exact edges of the access guard, the token file and
@@ -92,5 +95,73 @@ func TestMaxBodyBytesEdge(t *testing.T) {
 	}
 	if code, _, body := g.do(t, "POST", "/v1/score", "", "", exact+" "); code == http.StatusOK || !strings.Contains(body, "above the limit") {
 		t.Errorf("body one byte above the limit: %d %s, want refused as above the limit", code, body)
+	}
+}
+
+// logCount counts s in a lockedBuffer (readiness_log_test.go) log.
+func logCount(b *lockedBuffer, s string) int { return strings.Count(b.String(), s) }
+
+// waitFor polls cond; the bound only turns a hang into a failure, the
+// result never depends on how fast the machine is.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(20 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+	}
+}
+
+// Watch applies a rotated token file once, logs "reloaded" only when the
+// tokens changed, and logs a file that stops parsing while keeping the
+// tokens loaded before (kills `err != nil` -> `==` and `!= before` -> `==`
+// in Watch: either logs on every unchanged tick).
+func TestTokenWatchReloadsAndLogs(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	watch := func(tok *Tokens) {
+		wg.Add(1)
+		go func() { defer wg.Done(); tok.Watch(ctx, time.Millisecond) }()
+	}
+
+	logs := &lockedBuffer{}
+	p := writeTokens(t, readToken+" read\n")
+	tok, err := LoadTokens(p, slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch(tok)
+
+	// Let the watcher see its unchanged file on about 20 ticks. On a slow
+	// machine it may see fewer: then a mutant may escape, but the unmutated
+	// code cannot fail here.
+	tk := time.NewTicker(time.Millisecond)
+	for range 20 {
+		<-tk.C
+	}
+	tk.Stop()
+	if n := logCount(logs, "token file reloaded") + logCount(logs, "reload failed"); n != 0 {
+		t.Fatalf("an unchanged token file was logged %d times:\n%s", n, logs)
+	}
+
+	if err := os.WriteFile(p, []byte(readToken+" read\n"+adminToken+" admin\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the rotated token file", func() bool { return tok.Check(adminToken) == ScopeAdmin })
+	waitFor(t, "the reload log line", func() bool { return logCount(logs, "token file reloaded") == 1 })
+	if logCount(logs, "tokens=2") != 1 {
+		t.Errorf("reload log does not count the 2 tokens")
+	}
+
+	if err := os.WriteFile(p, []byte("garbage that does not parse at all\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the reload failure log line", func() bool { return logCount(logs, "reload failed") > 0 })
+	if tok.Check(adminToken) != ScopeAdmin || tok.Check(readToken) != ScopeRead {
+		t.Error("a token file that stopped parsing dropped the tokens loaded before")
+	}
+	if n := logCount(logs, "token file reloaded"); n != 1 {
+		t.Errorf("token file logged as reloaded %d times, want 1", n)
 	}
 }
