@@ -3,8 +3,10 @@ package api
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -163,5 +165,53 @@ func TestTokenWatchReloadsAndLogs(t *testing.T) {
 	}
 	if n := logCount(logs, "token file reloaded"); n != 1 {
 		t.Errorf("token file logged as reloaded %d times, want 1", n)
+	}
+}
+
+// Over HTTP/2 (what kvindexd serves with TLS) a request without a body has
+// ContentLength 0 but a Body that is not http.NoBody: a DELETE of an
+// endpoint, which carries no body and no Content-Type, must not be refused
+// as "not JSON" (kills hasBody's `r.ContentLength < 0` -> `<= 0`).
+func TestAdminDeleteWithoutBodyOverHTTP2(t *testing.T) {
+	g := newGuarded(t, Config{AdminAPI: true})
+	ts := httptest.NewUnstartedServer(g.srv.Handler())
+	ts.EnableHTTP2 = true
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	do := func(method, path, ctype, body string) int {
+		t.Helper()
+		req, err := http.NewRequest(method, ts.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body == "" {
+			req.Body, req.ContentLength = http.NoBody, 0
+		}
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		resp, err := ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.ProtoMajor != 2 {
+			t.Fatalf("%s %s served over %s, want HTTP/2", method, path, resp.Proto)
+		}
+		if resp.StatusCode >= 300 {
+			t.Logf("%s %s: %d %s", method, path, resp.StatusCode, b)
+		}
+		return resp.StatusCode
+	}
+	if code := do("POST", "/v1/endpoints", "application/json", `{"address":"tcp://10.0.0.7:5557","pod":"p"}`); code != http.StatusCreated {
+		t.Fatalf("POST /v1/endpoints over HTTP/2: %d, want 201", code)
+	}
+	if code := do("DELETE", "/v1/endpoints?address=tcp://10.0.0.7:5557", "", ""); code != http.StatusNoContent {
+		t.Errorf("DELETE /v1/endpoints without a body over HTTP/2: %d, want 204", code)
+	}
+	// A body that is there is still checked over HTTP/2.
+	if code := do("POST", "/v1/endpoints", "text/plain", `{"address":"tcp://10.0.0.8:5557"}`); code != http.StatusUnsupportedMediaType {
+		t.Errorf("POST text/plain over HTTP/2: %d, want 415", code)
 	}
 }
