@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // These tests pin the exact edges of the access guard, the token file and
@@ -213,5 +216,37 @@ func TestAdminDeleteWithoutBodyOverHTTP2(t *testing.T) {
 	// A body that is there is still checked over HTTP/2.
 	if code := do("POST", "/v1/endpoints", "text/plain", `{"address":"tcp://10.0.0.8:5557"}`); code != http.StatusUnsupportedMediaType {
 		t.Errorf("POST text/plain over HTTP/2: %d, want 415", code)
+	}
+}
+
+// NewConnMetrics puts both connection metrics on the registry it is given
+// (the LimitListener's labels make them appear) and works without one
+// (kills `reg != nil` -> `==`).
+func TestConnMetricsRegistered(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewConnMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer LimitListener(ln, 1, "http", m).Close()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = true
+	}
+	for _, name := range []string{"kvindexd_open_connections", "kvindexd_connections_limited_total"} {
+		if !got[name] {
+			t.Errorf("%s is not on the registry given to NewConnMetrics", name)
+		}
+	}
+	if _, err := NewConnMetrics(nil); err != nil {
+		t.Errorf("NewConnMetrics(nil): %v", err)
 	}
 }
