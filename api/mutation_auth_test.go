@@ -250,3 +250,21 @@ func TestConnMetricsRegistered(t *testing.T) {
 		t.Errorf("NewConnMetrics(nil): %v", err)
 	}
 }
+
+// Known keys of a score body take key()'s no-allocation path: a reused
+// body parses without allocating (kills the fast path's `!= '"'`,
+// `!= '\\'` and `>= 0x20` negated, which send every key through str()).
+func TestScoreBodyKnownKeysDoNotAllocate(t *testing.T) {
+	data := []byte(`{"model":"m","token_ids":[1,2,3,4],"pods":["a"],"lora_name":"l"}`)
+	var b scoreBody
+	if err := parseScoreBody(data, &b); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(50, func() {
+		if err := parseScoreBody(data, &b); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("parsing a score body with known keys: %v allocations, want 0", n)
+	}
+}
