@@ -268,3 +268,19 @@ func TestScoreBodyKnownKeysDoNotAllocate(t *testing.T) {
 		t.Errorf("parsing a score body with known keys: %v allocations, want 0", n)
 	}
 }
+
+// A known key cut short by a byte that is not its closing quote is bad
+// JSON, not that key (kills key()'s `s.b[s.p] == '"'` -> `!=`, which took
+// `"model\:` as the key model and skipped the stray byte).
+func TestScoreBodyKeyNotClosedByQuote(t *testing.T) {
+	for _, data := range []string{
+		`{"model\:"m","token_ids":[1]}`,
+		"{\"model\x01:\"m\",\"token_ids\":[1]}",
+		"{\"model\x80:\"m\",\"token_ids\":[1]}",
+	} {
+		var b scoreBody
+		if err := parseScoreBody([]byte(data), &b); err == nil {
+			t.Errorf("%q: accepted (model %q), want an error", data, b.model)
+		}
+	}
+}
