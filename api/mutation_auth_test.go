@@ -15,6 +15,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvindex/kvindex/indexer"
+	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
 // These tests pin the exact edges of the access guard, the token file and
@@ -282,5 +287,54 @@ func TestScoreBodyKeyNotClosedByQuote(t *testing.T) {
 		if err := parseScoreBody([]byte(data), &b); err == nil {
 			t.Errorf("%q: accepted (model %q), want an error", data, b.model)
 		}
+	}
+}
+
+// Endpoint management over gRPC: add, list, remove, and the errors of
+// removing an unknown address and of listing without a subscriber (kills
+// the `err != nil` negations of RemoveEndpoint and ListEndpoints).
+func TestGRPCEndpointManagement(t *testing.T) {
+	g := newGuarded(t, Config{AdminAPI: true})
+	cl := kvindexv1.NewIndexerClient(g.conn)
+	ctx := context.Background()
+	const addr = "tcp://10.0.0.7:5557"
+	if _, err := cl.AddEndpoint(ctx, &kvindexv1.AddEndpointRequest{Endpoint: &kvindexv1.Endpoint{Address: addr, Pod: "p"}}); err != nil {
+		t.Fatal(err)
+	}
+	list := func() []string {
+		t.Helper()
+		r, err := cl.ListEndpoints(ctx, &kvindexv1.ListEndpointsRequest{})
+		if err != nil {
+			t.Fatalf("ListEndpoints: %v", err)
+		}
+		var out []string
+		for _, e := range r.GetEndpoints() {
+			out = append(out, e.GetAddress()+" "+e.GetPod())
+		}
+		return out
+	}
+	if got := list(); len(got) != 1 || got[0] != addr+" p" {
+		t.Fatalf("ListEndpoints after add: %q", got)
+	}
+	if _, err := cl.RemoveEndpoint(ctx, &kvindexv1.RemoveEndpointRequest{Address: addr}); err != nil {
+		t.Fatalf("RemoveEndpoint: %v", err)
+	}
+	if got := list(); len(got) != 0 {
+		t.Fatalf("ListEndpoints after remove: %q", got)
+	}
+	if _, err := cl.RemoveEndpoint(ctx, &kvindexv1.RemoveEndpointRequest{Address: addr}); status.Code(err) != codes.NotFound {
+		t.Errorf("RemoveEndpoint of an unknown address: %v, want NotFound", err)
+	}
+
+	idx, err := indexer.New(ctx, indexer.Config{Keys: testKeys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare, err := New(Config{Indexer: idx, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bare.ListEndpoints(ctx, &kvindexv1.ListEndpointsRequest{}); status.Code(err) != codes.Unimplemented {
+		t.Errorf("ListEndpoints without a subscriber: %v, want Unimplemented", err)
 	}
 }
