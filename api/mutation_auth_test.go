@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,12 +20,16 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/kvindex"
+	indexerv1 "github.com/kvindex/kvindex/proto/indexer/v1"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
-// These tests pin the exact edges of the access guard, the token file and
-// the endpoint policy that the gremlins run of issue 16 showed untested:
-// each fails on the named mutant (applied by hand, see EQUIVALENT.md).
+// These tests pin what the gremlins run of the api package (issue 16) showed
+// untested: first the access guard, the token file and the endpoint policy
+// at their exact edges, then the score-body key scanner, the connection
+// metrics and the gRPC surfaces. Each fails on the mutant named in its
+// comment (applied by hand and reverted; equivalents in EQUIVALENT.md).
 
 // A token of exactly MinTokenLen characters is accepted and one character
 // less is refused (kills `len(f[0]) < MinTokenLen` -> `<=`).
@@ -336,5 +341,38 @@ func TestGRPCEndpointManagement(t *testing.T) {
 	}
 	if _, err := bare.ListEndpoints(ctx, &kvindexv1.ListEndpointsRequest{}); status.Code(err) != codes.Unimplemented {
 		t.Errorf("ListEndpoints without a subscriber: %v, want Unimplemented", err)
+	}
+}
+
+// llm-d's GetPodScores reports data_parallel_rank only for a pod that has
+// data-parallel ranks: a best rank other than 0, several matching ranks, or
+// several ranks seen (kills the negations and boundaries of that test).
+func TestLLMDDataParallelRank(t *testing.T) {
+	st := newStackWith(t, indexer.Config{Keys: testKeys, Tokenizer: echoPrompt{}})
+	const prompt = "abcdefgh" // two blocks of testBlock echo tokens
+	toks := echoPrompt{}.ids(prompt)
+	st.store("pod-a", 0, kvindex.TierGPU, toks, 2, kvindex.RequestExtras{}) // one rank
+	st.store("pod-b", 2, kvindex.TierGPU, toks, 2, kvindex.RequestExtras{}) // one rank, not 0
+	st.store("pod-c", 0, kvindex.TierGPU, toks, 2, kvindex.RequestExtras{}) // two matching ranks
+	st.store("pod-c", 1, kvindex.TierGPU, toks, 1, kvindex.RequestExtras{})
+	st.store("pod-d", 0, kvindex.TierGPU, toks, 2, kvindex.RequestExtras{}) // two ranks, one matching
+	st.store("pod-d", 1, kvindex.TierGPU, seqTokens(1000, 8), 2, kvindex.RequestExtras{})
+	resp, err := st.llmd.GetPodScores(context.Background(), &indexerv1.GetPodScoresRequest{Prompt: prompt, ModelName: testModel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, s := range resp.GetScores() {
+		r := "unset"
+		if s.DataParallelRank != nil {
+			r = strconv.Itoa(int(s.GetDataParallelRank()))
+		}
+		got[s.GetPod()] = r
+	}
+	want := map[string]string{"pod-a": "unset", "pod-b": "2", "pod-c": "0", "pod-d": "0"}
+	for pod, w := range want {
+		if got[pod] != w {
+			t.Errorf("%s: data_parallel_rank %s, want %s (all: %v)", pod, got[pod], w, got)
+		}
 	}
 }
