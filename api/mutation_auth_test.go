@@ -3,11 +3,13 @@ package api
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -374,5 +376,31 @@ func TestLLMDDataParallelRank(t *testing.T) {
 		if got[pod] != w {
 			t.Errorf("%s: data_parallel_rank %s, want %s (all: %v)", pod, got[pod], w, got)
 		}
+	}
+}
+
+// With CIDRs set, a host name is resolved under a deadline that is bounded
+// but still ahead (resolveTimeout `*` -> `/` would make it 0), and a lookup
+// error refuses the address with the reason.
+func TestEndpointPolicyResolveDeadlineAndError(t *testing.T) {
+	cidrs, err := ParseCIDRs([]string{"10.0.0.0/8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &EndpointPolicy{AllowedCIDRs: cidrs, Resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
+		dl, ok := ctx.Deadline()
+		if !ok || time.Until(dl) <= 0 || time.Until(dl) > resolveTimeout {
+			return nil, errors.New("lookup without a usable deadline")
+		}
+		if host == "broken.svc" {
+			return nil, errors.New("no such host")
+		}
+		return []netip.Addr{netip.MustParseAddr("10.0.0.9")}, nil
+	}}
+	if err := p.Check(context.Background(), "tcp://inside.svc:5557"); err != nil {
+		t.Errorf("name inside the CIDRs: %v", err)
+	}
+	if err := p.Check(context.Background(), "tcp://broken.svc:5557"); err == nil || !strings.Contains(err.Error(), "resolve host: no such host") {
+		t.Errorf("failed lookup: %v, want refused with the lookup error", err)
 	}
 }
