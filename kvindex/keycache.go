@@ -17,9 +17,9 @@ import (
 // key.
 //
 // The tag chains the block's tokens onto the previous block's tag, never onto
-// a digest, so finding the next block's set does not wait for this block's
-// verification, and a tag is unique per way (put replaces a way holding the
-// same tag). Readers take no lock: each set carries a sequence
+// a digest, so a block's set does not depend on its parent's lookup (a
+// prefetching pass built on that measured no gain and was dropped), and a
+// tag is unique per way (put replaces a way holding the same tag). Readers take no lock: each set carries a sequence
 // number that a writer makes odd while it rewrites the set, and a reader that
 // sees it odd or changed treats the lookup as a miss and hashes. Every field
 // a reader touches is an atomic word, so this is race-free under the Go
@@ -129,8 +129,8 @@ func (c *KeyCache) Keys(dst []Key, tokens []uint32, extras RequestExtras) []Key 
 	tag := uint64(0)
 	for i := 0; i+bs <= len(tokens); i += bs {
 		blk := tokens[i : i+bs]
-		// The tag does not wait for the parent's digest, so the CPU can
-		// start the next block's set load while this one is verified.
+		// The tag depends on tokens only, never on a digest; the parent
+		// digest is what get verifies.
 		tag = blockTag(tag, blk)
 		var d [32]byte
 		if c.get(tag, &parent, blk, &d) {
