@@ -36,13 +36,15 @@ run:
 	$(GO) run ./cmd/kvindexd serve $(RUN_DEMO_ARGS) $(RUN_ARGS)
 
 # Every test: the whole tree with the race detector, then the race-trimmed
-# packages in full. Tests that need real parts start them (python3-zmq
+# packages in full, then the simulator's calibration checks (sim/calibration_test.go,
+# too slow under -race). Tests that need real parts start them (python3-zmq
 # publisher, redis-server on loopback, headless chromium); test-deps installs
 # what is missing. hack/testreport prints go test's usual lines plus every
 # skipped test with its reason (plain go test hides them).
 test: test-deps
 	$(GO) run ./hack/testreport -- $(GO) test -json $(TESTFLAGS) $(PKGS)
 	$(GO) run ./hack/testreport -- $(GO) test -json -count=1 -timeout 30m $(FULL_PKGS)
+	$(GO) run ./hack/testreport -- $(GO) test -json -count=1 -timeout 10m -run '^TestCalibration' ./sim/
 
 # Fuzzes every parser of peer bytes for FUZZTIME each: the ZMTP framing
 # (greeting, commands, the whole stream) and the KV-event payload decoder.

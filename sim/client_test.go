@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -191,6 +192,135 @@ func TestClientTimeoutAbortsOnThePodAndConserves(t *testing.T) {
 		}
 		if want := float64(measuredDone) / float64(measured); math.Abs(res.SuccessRate-want) > 1e-12 || want >= 1 {
 			t.Errorf("%s: summary success rate %.3f, want %.3f (< 1)", name, res.SuccessRate, want)
+		}
+	}
+}
+
+func TestGatewayLimitRefusesAtOnceAndNeverQueues(t *testing.T) {
+	// The small scenario's 30 req/s stage keeps more than 6 requests in
+	// flight, so a limit of 6 refuses some sends.
+	const limit = 6
+	sc := inferencePerfSmall(t, "  gateway_max_active: 6\n  request_overhead_s: 0.01\n")
+	wl := sc.GenerateWorkload()
+	for _, name := range []string{"precise", "random"} {
+		run, err := NewScenarioRun(sc, wl, SchedulerSpec{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		maxActive := 0
+		run.OnStep = func(_ int, e *Engine) {
+			checkPool(t, e)
+			maxActive = max(maxActive, run.gwActive)
+			onPods := 0
+			for _, e := range run.engines {
+				onPods += len(e.byReq)
+			}
+			if onPods > limit || run.gwActive > limit {
+				t.Fatalf("%s: %d requests on the pods, %d admitted by the gateway; limit %d", name, onPods, run.gwActive, limit)
+			}
+		}
+		res, err := run.Run()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if maxActive != limit {
+			t.Errorf("%s: at most %d admitted at once: the limit was never reached (or exceeded)", name, maxActive)
+		}
+		rejected, done, delivered := 0, 0, 0
+		for i, rec := range run.records {
+			switch {
+			case rec.rejected:
+				rejected++
+				// Refused at once: ends at its send, fails, never reaches a pod.
+				if !rec.failed || rec.done || rec.delivered || rec.finish != rec.send || rec.generated != 0 {
+					t.Fatalf("%s: rejected request %d: %+v", name, i, rec)
+				}
+			case rec.done:
+				done++
+			default:
+				t.Fatalf("%s: request %d neither rejected nor finished: %+v", name, i, rec)
+			}
+			if rec.delivered {
+				delivered++
+			}
+		}
+		if rejected == 0 || done == 0 || delivered != done {
+			t.Fatalf("%s: rejected %d, done %d, delivered %d", name, rejected, done, delivered)
+		}
+		perPod := 0
+		for _, n := range res.PerPodRequests {
+			perPod += n
+		}
+		if perPod != done {
+			t.Errorf("%s: requests per pod sum to %d, but %d reached a pod", name, perPod, done)
+		}
+		if res.SuccessRate >= 1 || res.SuccessRate <= 0 {
+			t.Errorf("%s: success rate %.3f with %d refused", name, res.SuccessRate, rejected)
+		}
+	}
+}
+
+func TestGatewayLimitAboveTheLoadChangesNothing(t *testing.T) {
+	base := inferencePerfSmall(t, "  request_overhead_s: 0.01\n")
+	limited := inferencePerfSmall(t, "  request_overhead_s: 0.01\n  gateway_max_active: 100000\n")
+	a, err := RunScenario(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := RunScenario(limited)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range a.Results {
+		x, y := a.Results[i], b.Results[i]
+		x.WallSeconds, y.WallSeconds = 0, 0
+		if x.OutputTokensPerS != y.OutputTokensPerS || x.TTFTp90 != y.TTFTp90 || x.SuccessRate != 1 || y.SuccessRate != 1 {
+			t.Errorf("%s: a limit nobody reaches changed the result: %+v vs %+v", x.Scheduler, x.StageResult, y.StageResult)
+		}
+	}
+}
+
+func TestRequestOverheadExponentialPart(t *testing.T) {
+	sc := inferencePerfSmall(t, "  request_overhead_s: 0.03\n  request_overhead_exp_s: 0.15\n")
+	wl := sc.GenerateWorkload()
+	run, err := NewScenarioRun(sc, wl, SchedulerSpec{Name: "random"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := NewScenarioRun(sc, wl, SchedulerSpec{Name: "precise"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Many draws: the mean and the p90 of fixed + Exp(mean 0.15).
+	const n = 200000
+	draws := make([]float64, n)
+	sum := 0.0
+	for i := range draws {
+		o := run.overhead(i)
+		if o < 0.03 || math.IsInf(o, 0) || math.IsNaN(o) {
+			t.Fatalf("draw %d: %v, below the fixed part or not finite", i, o)
+		}
+		if o != other.overhead(i) {
+			t.Fatalf("draw %d differs between schedulers: %v vs %v", i, o, other.overhead(i))
+		}
+		draws[i] = o
+		sum += o
+	}
+	slices.Sort(draws)
+	if mean := sum / n; math.Abs(mean-0.18) > 0.003 {
+		t.Errorf("mean overhead %.4f, want 0.03 + 0.15", mean)
+	}
+	if p90, want := quantile(draws, 0.9), 0.03+0.15*math.Log(10); math.Abs(p90-want) > 0.005 {
+		t.Errorf("p90 overhead %.4f, want %.4f (0.03 + 0.15 ln 10)", p90, want)
+	}
+	// In a run, every TTFT includes at least the fixed part and the
+	// request's own draw.
+	if _, err := run.Run(); err != nil {
+		t.Fatal(err)
+	}
+	for i, rec := range run.records {
+		if rec.done && rec.firstToken-rec.send < run.overhead(i) {
+			t.Fatalf("request %d: TTFT %.4f below its overhead %.4f", i, rec.firstToken-rec.send, run.overhead(i))
 		}
 	}
 }

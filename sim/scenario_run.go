@@ -86,7 +86,8 @@ type requestRecord struct {
 	sent        bool
 	delivered   bool // reached the endpoint picker and a pod
 	done        bool // finished with all its tokens
-	failed      bool // timed out (and aborted on its pod)
+	failed      bool // timed out (and aborted on its pod), or rejected
+	rejected    bool // refused by the gateway's admission limit
 }
 
 func (rec *requestRecord) ended() bool { return rec.done || rec.failed }
@@ -155,6 +156,7 @@ type ScenarioRun struct {
 	stageBase   []float64
 	stageLeft   []int
 	outstanding int
+	gwActive    int // sent, admitted by the gateway and not ended
 	clientQ     []int
 	maxOut      int // most requests outstanding at once (tests check the bound)
 	// OnStep, when set, is called after every engine step (tests check
@@ -331,10 +333,18 @@ func (r *ScenarioRun) send(i int, now float64) {
 	rec.sent, rec.send = true, now
 	r.outstanding++
 	r.maxOut = max(r.maxOut, r.outstanding)
+	if g := r.sc.Client.GatewayMaxActive; g > 0 {
+		if r.gwActive >= g {
+			rec.failed, rec.rejected = true, true
+			r.ended(i, now)
+			return
+		}
+		r.gwActive++
+	}
 	if t := r.sc.Client.Timeout; t > 0 {
 		r.push(scEvent{t: now + t, kind: scTimeout, req: i})
 	}
-	if o := r.sc.Client.RequestOverhead; o > 0 {
+	if o := r.overhead(i); o > 0 {
 		r.push(scEvent{t: now + o, kind: scDeliver, req: i})
 		return
 	}
@@ -343,12 +353,28 @@ func (r *ScenarioRun) send(i int, now float64) {
 	}
 }
 
+// overhead is request i's time from send to the endpoint picker: the fixed
+// part plus, when configured, an exponential part drawn from the request's
+// index and the scenario seed, so every scheduler sees the same draws.
+func (r *ScenarioRun) overhead(i int) float64 {
+	c := r.sc.Client
+	o := c.RequestOverhead
+	if c.RequestOverheadExp > 0 {
+		u := float64(mix64(r.sc.Seed^mix64(uint64(i)+0x0ead))>>11) / (1 << 53) // [0, 1)
+		o += -math.Log1p(-u) * c.RequestOverheadExp
+	}
+	return o
+}
+
 // ended is the client seeing request i end (response or timeout): a slot
 // frees up, and with inference-perf's client the last request of a stage
 // starts the next one.
 func (r *ScenarioRun) ended(i int, now float64) {
 	r.records[i].finish = now
 	r.outstanding--
+	if r.sc.Client.GatewayMaxActive > 0 && !r.records[i].rejected {
+		r.gwActive--
+	}
 	if len(r.clientQ) > 0 {
 		j := r.clientQ[0]
 		r.clientQ = r.clientQ[1:]
@@ -464,7 +490,9 @@ func (r *ScenarioRun) summarise(end float64) *SchedulerResult {
 	byStage := make([][]int, len(sc.Load.Stages))
 	for i, q := range wl.Requests {
 		byStage[q.Stage] = append(byStage[q.Stage], i)
-		res.PerPodRequests[r.records[i].pod]++
+		if r.records[i].delivered {
+			res.PerPodRequests[r.records[i].pod]++
+		}
 	}
 	var measured []int
 	for s, ids := range byStage {

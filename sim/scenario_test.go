@@ -318,12 +318,15 @@ func TestParseScenarioRejectsBadInput(t *testing.T) {
 		"fleet too big": func(s string) string {
 			return strings.Replace(s, "kv_tokens_per_pod: 640", "kv_tokens_per_pod: 6400000000", 1)
 		},
-		"NaN rate":               func(s string) string { return strings.Replace(s, "rate: 10,", "rate: .nan,", 1) },
-		"unknown router":         func(s string) string { return s + "  - {name: x, router: nonesuch}\n" },
-		"bad client type":        func(s string) string { return s + "client: {type: closed}\n" },
-		"negative concurrency":   func(s string) string { return s + "client: {max_concurrency: -1}\n" },
-		"timeout below overhead": func(s string) string { return s + "client: {timeout_s: 0.1, request_overhead_s: 0.2}\n" },
-		"negative overhead":      func(s string) string { return s + "client: {request_overhead_s: -1}\n" },
+		"NaN rate":                 func(s string) string { return strings.Replace(s, "rate: 10,", "rate: .nan,", 1) },
+		"unknown router":           func(s string) string { return s + "  - {name: x, router: nonesuch}\n" },
+		"bad client type":          func(s string) string { return s + "client: {type: closed}\n" },
+		"negative concurrency":     func(s string) string { return s + "client: {max_concurrency: -1}\n" },
+		"timeout below overhead":   func(s string) string { return s + "client: {timeout_s: 0.1, request_overhead_s: 0.2}\n" },
+		"negative overhead":        func(s string) string { return s + "client: {request_overhead_s: -1}\n" },
+		"negative overhead spread": func(s string) string { return s + "client: {request_overhead_exp_s: -0.1}\n" },
+		"infinite overhead spread": func(s string) string { return s + "client: {request_overhead_exp_s: .inf}\n" },
+		"negative gateway limit":   func(s string) string { return s + "client: {gateway_max_active: -1}\n" },
 		"random picker with scorers": func(s string) string {
 			return strings.Replace(s, "  - name: prefix-only\n", "  - name: prefix-only\n    picker: random\n", 1)
 		},

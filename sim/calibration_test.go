@@ -1,0 +1,97 @@
+//go:build !race
+
+package sim
+
+import "testing"
+
+// The calibration claims of sim/README.md ("The factor we state"), checked
+// on the committed scenarios with their committed seed. Published figures
+// are llm-d-kv-cache's benchmarking/{73,37}-capacity/README.md (Sep 2025).
+// Left out of race builds: the two scenarios take ~10 s of CPU without the
+// race detector and several minutes with it; `make test` runs this file in
+// its second, race-free pass.
+
+func runCommitted(t *testing.T, file string) map[string]*SchedulerResult {
+	t.Helper()
+	sc, err := ReadScenarioFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := RunScenario(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]*SchedulerResult)
+	for _, r := range rep.Results {
+		out[r.Scheduler] = r
+	}
+	return out
+}
+
+// within reports whether ours / published lies in [1/f, f].
+func within(ours, published, f float64) bool {
+	q := ours / published
+	return q >= 1/f && q <= f
+}
+
+func TestCalibration73Capacity(t *testing.T) {
+	r := runCommitted(t, "testdata/scenarios/llm-d-73-capacity.yaml")
+	p, e, rnd, l := r["precise"], r["estimated"], r["random"], r["load"]
+	// Ordering: TTFT p90 and mean rise precise < estimated < random < load;
+	// throughput falls precise > estimated > random (random vs load is a
+	// near tie in some seeds, see the README).
+	for _, q := range []struct {
+		name string
+		f    func(*SchedulerResult) float64
+	}{{"TTFT p90", func(x *SchedulerResult) float64 { return x.TTFTp90 }}, {"TTFT mean", func(x *SchedulerResult) float64 { return x.TTFTMean }}} {
+		if !(q.f(p) < q.f(e) && q.f(e) < q.f(rnd) && q.f(rnd) < q.f(l)) {
+			t.Errorf("%s order: precise %.2f estimated %.2f random %.2f load %.2f", q.name, q.f(p), q.f(e), q.f(rnd), q.f(l))
+		}
+	}
+	if !(p.OutputTokensPerS > e.OutputTokensPerS && e.OutputTokensPerS > rnd.OutputTokensPerS) {
+		t.Errorf("throughput order: precise %.0f estimated %.0f random %.0f", p.OutputTokensPerS, e.OutputTokensPerS, rnd.OutputTokensPerS)
+	}
+	// The stated factors: TTFT p90 ratios within 2x, throughput within 1.25x.
+	if got := rnd.TTFTp90 / p.TTFTp90; !within(got, 92.551/0.542, 2) {
+		t.Errorf("TTFT p90 random/precise %.1f, published %.1f", got, 92.551/0.542)
+	}
+	if got := e.TTFTp90 / p.TTFTp90; !within(got, 31.083/0.542, 2) {
+		t.Errorf("TTFT p90 estimated/precise %.1f, published %.1f", got, 31.083/0.542)
+	}
+	if got := p.OutputTokensPerS / rnd.OutputTokensPerS; !within(got, 8730.0/4428.7, 1.25) {
+		t.Errorf("tok/s precise/random %.2f, published %.2f", got, 8730.0/4428.7)
+	}
+	// The gateway limit refuses part of the 1,500-request stages only.
+	for _, x := range []*SchedulerResult{p, e, rnd, l} {
+		for _, st := range x.Stages {
+			if refused := st.SuccessRate < 1; refused != (st.Requests > 1024) {
+				t.Errorf("%s stage %d: %d requests, success %.3f", x.Scheduler, st.Stage, st.Requests, st.SuccessRate)
+			}
+		}
+	}
+}
+
+func TestCalibration37CapacityAsDocumented(t *testing.T) {
+	r := runCommitted(t, "testdata/scenarios/llm-d-37-capacity.yaml")
+	p, d, rnd, l := r["precise"], r["default"], r["random"], r["load"]
+	if got := rnd.TTFTp90 / p.TTFTp90; !within(got, 84.623/0.275, 2) {
+		t.Errorf("TTFT p90 random/precise %.1f, published %.1f", got, 84.623/0.275)
+	}
+	if got := p.OutputTokensPerS / rnd.OutputTokensPerS; !within(got, 5650.0/2895.4, 1.25) {
+		t.Errorf("tok/s precise/random %.2f, published %.2f", got, 5650.0/2895.4)
+	}
+	if !(l.OutputTokensPerS > rnd.OutputTokensPerS && l.TTFTp90 < rnd.TTFTp90) {
+		t.Errorf("load vs random: %.0f / %.1f s vs %.0f / %.1f s (published: load ahead in both)",
+			l.OutputTokensPerS, l.TTFTp90, rnd.OutputTokensPerS, rnd.TTFTp90)
+	}
+	// The documented miss: our approximate scheduler ties precise. If this
+	// fails, the model changed: update sim/README.md's 37-capacity section.
+	if !within(d.TTFTp90, p.TTFTp90, 1.1) {
+		t.Errorf("default TTFT p90 %.2f s vs precise %.2f s: no longer the tie sim/README.md reports", d.TTFTp90, p.TTFTp90)
+	}
+	for _, x := range []*SchedulerResult{p, d, rnd, l} {
+		if x.SuccessRate != 1 {
+			t.Errorf("%s: success %.3f; the published run and the README have 100%%", x.Scheduler, x.SuccessRate)
+		}
+	}
+}
