@@ -7,7 +7,7 @@ import "testing"
 // The calibration claims of sim/README.md ("The factor we state"), checked
 // on the committed scenarios with their committed seed. Published figures
 // are llm-d-kv-cache's benchmarking/{73,37}-capacity/README.md (Sep 2025).
-// Left out of race builds: the two scenarios take ~10 s of CPU without the
+// Left out of race builds: the two scenarios take ~17 s of CPU without the
 // race detector and several minutes with it; `make test` runs this file in
 // its second, race-free pass.
 

@@ -32,6 +32,11 @@ type EngineConfig struct {
 	// H100's L2 is 50 MB). Off: every sequence reads its whole context from
 	// HBM, the pessimistic bound.
 	SharedKVReadOnce bool
+	// SharedKVReadShare, when SharedKVReadOnce is set, puts the charge
+	// between the two bounds: every holder after the first pays this share
+	// of a shared block's read (0: read once, the optimistic bound; 1: every
+	// holder reads it, the pessimistic one).
+	SharedKVReadShare float64
 }
 
 func (c EngineConfig) validate() error {
@@ -45,6 +50,12 @@ func (c EngineConfig) validate() error {
 		if !(x >= 0) || math.IsInf(x, 0) {
 			return errors.New("engine: decode times must be finite and >= 0")
 		}
+	}
+	if !(c.SharedKVReadShare >= 0 && c.SharedKVReadShare <= 1) {
+		return errors.New("engine: shared_kv_read_share must be in [0, 1]")
+	}
+	if c.SharedKVReadShare > 0 && !c.SharedKVReadOnce {
+		return errors.New("engine: shared_kv_read_share needs shared_kv_read_once: true")
 	}
 	if c.DecodeITL+c.DecodePerSeq <= 0 {
 		return errors.New("engine: decode_itl_s + decode_per_seq_s must be > 0 (a step must take time)")
@@ -398,9 +409,8 @@ func (e *Engine) StartStep() (dur float64, ok bool) {
 			decodes++
 			if e.cfg.SharedKVReadOnce {
 				e.decodeSeqs = append(e.decodeSeqs, s)
-			} else {
-				decodeCtx += s.computed + 1
 			}
+			decodeCtx += s.computed + 1
 		} else {
 			prefill += n
 		}
@@ -450,7 +460,8 @@ func (e *Engine) StartStep() (dur float64, ok bool) {
 	e.stats.Steps++
 	e.stats.MaxUsedBlocks = max(e.stats.MaxUsedBlocks, e.pool.used())
 	if e.cfg.SharedKVReadOnce {
-		decodeCtx = e.sharedContext()
+		once := e.sharedContext()
+		decodeCtx = once + int(math.Round(e.cfg.SharedKVReadShare*float64(decodeCtx-once)))
 	}
 	dur = e.cfg.StepTime(prefill, decodes, decodeCtx)
 	e.stats.BusySeconds += dur
@@ -473,7 +484,15 @@ func (e *Engine) sharedContext() int {
 			if tok <= 0 {
 				break
 			}
-			sum += float64(tok) / float64(max(e.pool.ref[b], 1))
+			r := e.pool.ref[b]
+			if r <= 1 {
+				// Holders of block k+1 share the prefix through block k, so
+				// a block only this sequence holds is followed by more of
+				// them: the rest of the context counts in full.
+				sum += float64(n - k*e.cfg.BlockSize)
+				break
+			}
+			sum += float64(tok) / float64(r)
 		}
 	}
 	return int(math.Round(sum))

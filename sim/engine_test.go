@@ -296,17 +296,23 @@ func TestEngineRejectsBadInput(t *testing.T) {
 }
 
 func TestEngineSharedKVReadOnceChargesSharedBlocksOnce(t *testing.T) {
-	mk := func(shared bool) *Engine {
+	// share is SharedKVReadShare; -1 means SharedKVReadOnce off.
+	mk := func(share float64) *Engine {
 		e, err := NewEngine(EngineConfig{KVBlocks: 20, BlockSize: 4, MaxNumSeqs: 8, MaxNumBatchedTokens: 64,
-			PrefillTokensPerS: 1000, DecodeITL: 0.01, DecodePerSeq: 0.001, DecodePerKVToken: 0.0001, SharedKVReadOnce: shared})
+			PrefillTokensPerS: 1000, DecodeITL: 0.01, DecodePerSeq: 0.001, DecodePerKVToken: 0.0001,
+			SharedKVReadOnce: share >= 0, SharedKVReadShare: max(share, 0)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return e
 	}
 	hashes := []uint64{11, 12}
-	for _, shared := range []bool{false, true} {
-		e := mk(shared)
+	// Both decode in the third step. A: context 10 in blocks 0 (shared), 1,
+	// 2; B: context 9 in blocks 0 (shared), 1', 2'. Every holder reading
+	// every block: 10 + 9 = 19 tokens. Shared blocks once: block 0's 4 tokens
+	// counted once, 15. A share s of the read for the second holder: 15 + 4s.
+	for _, c := range []struct{ share, ctx float64 }{{-1, 19}, {0, 15}, {0.5, 17}, {1, 19}} {
+		e := mk(c.share)
 		step := func() float64 {
 			dur, ok := e.StartStep()
 			if !ok {
@@ -324,15 +330,9 @@ func TestEngineSharedKVReadOnceChargesSharedBlocksOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		step() // A decodes; B reuses block 0 (block 1 is recomputed) and prefills 4 tokens
-		// Both decode. A: context 10 in blocks 0 (shared), 1, 2; B: context 9
-		// in blocks 0 (shared), 1', 2'. Per sequence: 10 + 9 = 19 tokens;
-		// shared once: block 0's 4 tokens counted once, 15.
-		want := 0.01 + 2*0.001 + 19*0.0001
-		if shared {
-			want = 0.01 + 2*0.001 + 15*0.0001
-		}
+		want := 0.01 + 2*0.001 + c.ctx*0.0001
 		if got := step(); math.Abs(got-want) > 1e-12 {
-			t.Errorf("shared=%v: decode step %.6f s, want %.6f", shared, got, want)
+			t.Errorf("share %v: decode step %.6f s, want %.6f", c.share, got, want)
 		}
 	}
 }

@@ -88,6 +88,7 @@ type EngineSpec struct {
 	DecodePerSeq        float64 `yaml:"decode_per_seq_s"`
 	DecodePerKVToken    float64 `yaml:"decode_per_kv_token_s"`
 	SharedKVReadOnce    bool    `yaml:"shared_kv_read_once"`
+	SharedKVReadShare   float64 `yaml:"shared_kv_read_share"`
 	MaxNumSeqs          int     `yaml:"max_num_seqs"`
 	MaxNumBatchedTokens int     `yaml:"max_num_batched_tokens"`
 }
@@ -254,7 +255,8 @@ func (sc *Scenario) engineConfig() EngineConfig {
 	e := sc.Engine
 	return EngineConfig{KVBlocks: sc.KVTokensPerPod / max(sc.BlockSize, 1), BlockSize: sc.BlockSize, MaxNumSeqs: e.MaxNumSeqs,
 		MaxNumBatchedTokens: e.MaxNumBatchedTokens, PrefillTokensPerS: e.PrefillTokensPerS, DecodeITL: e.DecodeITL,
-		DecodePerSeq: e.DecodePerSeq, DecodePerKVToken: e.DecodePerKVToken, SharedKVReadOnce: e.SharedKVReadOnce}
+		DecodePerSeq: e.DecodePerSeq, DecodePerKVToken: e.DecodePerKVToken, SharedKVReadOnce: e.SharedKVReadOnce,
+		SharedKVReadShare: e.SharedKVReadShare}
 }
 
 // Prompt is one distinct prompt of a shared-prefix workload: a group's

@@ -327,6 +327,12 @@ func TestParseScenarioRejectsBadInput(t *testing.T) {
 		"negative overhead spread": func(s string) string { return s + "client: {request_overhead_exp_s: -0.1}\n" },
 		"infinite overhead spread": func(s string) string { return s + "client: {request_overhead_exp_s: .inf}\n" },
 		"negative gateway limit":   func(s string) string { return s + "client: {gateway_max_active: -1}\n" },
+		"read share above 1": func(s string) string {
+			return strings.Replace(s, "engine:\n", "engine:\n  shared_kv_read_once: true\n  shared_kv_read_share: 1.5\n", 1)
+		},
+		"read share without read once": func(s string) string {
+			return strings.Replace(s, "engine:\n", "engine:\n  shared_kv_read_share: 0.5\n", 1)
+		},
 		"random picker with scorers": func(s string) string {
 			return strings.Replace(s, "  - name: prefix-only\n", "  - name: prefix-only\n    picker: random\n", 1)
 		},
