@@ -18,6 +18,10 @@ IMAGE    ?= kvindexd:dev
 HELM_VERSION ?= v3.22.0
 HELM     ?= $(CURDIR)/.cache/bin/helm
 PROTOC   ?= protoc
+# The plugin versions of the committed generated files (their headers):
+# @latest would rewrite every generated line on a plugin release.
+PROTOC_GEN_GO_VERSION ?= v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.2
 STATICCHECK_VERSION ?= v0.8.2
 GOBIN    := $(shell $(GO) env GOPATH)/bin
 
@@ -117,8 +121,8 @@ mutation-diff:
 # Regenerates proto/**/*.pb.go (committed, so building needs no protoc).
 # Needs protoc (Debian: protobuf-compiler); installs the Go plugins.
 proto:
-	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@latest
-	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@latest
+	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	PATH="$(GOBIN):$$PATH" $(PROTOC) -I proto \
 		--go_out=. --go_opt=module=github.com/kvindex/kvindex \
 		--go-grpc_out=. --go-grpc_opt=module=github.com/kvindex/kvindex \

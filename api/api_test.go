@@ -55,8 +55,9 @@ func newStack(t testing.TB) *stack {
 	return newStackWith(t, indexer.Config{Keys: testKeys})
 }
 
-// newStackWith serves an indexer built from cfg (its Keys must be testKeys).
-func newStackWith(t testing.TB, cfg indexer.Config) *stack {
+// newStackWith serves an indexer built from cfg (its Keys must be testKeys);
+// each opt may change the server's Config (a subscriber, the admin API).
+func newStackWith(t testing.TB, cfg indexer.Config, opts ...func(*Config)) *stack {
 	t.Helper()
 	st := &stack{t: t}
 	var err error
@@ -69,7 +70,11 @@ func newStackWith(t testing.TB, cfg indexer.Config) *stack {
 	if st.idx, err = indexer.New(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	st.srv, err = New(Config{Indexer: st.idx, Registry: reg, Logger: slog.New(slog.DiscardHandler)})
+	scfg := Config{Indexer: st.idx, Registry: reg, Logger: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(&scfg)
+	}
+	st.srv, err = New(scfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,8 +411,12 @@ func TestPodsMetricsHealth(t *testing.T) {
 	}
 }
 
-// fakeSubscriber records endpoint management calls.
-type fakeSubscriber struct{ eps []kvevents.EndpointConfig }
+// fakeSubscriber records endpoint management calls and answers Streams
+// with what a test put in streams.
+type fakeSubscriber struct {
+	eps     []kvevents.EndpointConfig
+	streams []kvevents.StreamStats
+}
 
 func (f *fakeSubscriber) AddEndpoint(ep kvevents.EndpointConfig) error {
 	for _, e := range f.eps {
@@ -432,12 +441,13 @@ func (f *fakeSubscriber) RemoveEndpoint(address string) error {
 func (f *fakeSubscriber) Endpoints() []kvevents.EndpointStatus {
 	var out []kvevents.EndpointStatus
 	for _, e := range f.eps {
-		out = append(out, kvevents.EndpointStatus{Address: e.Address, Pod: e.Pod, Model: e.Model, Engine: e.Engine})
+		out = append(out, kvevents.EndpointStatus{Address: e.Address, Pod: e.Pod, Model: e.Model, Engine: e.Engine,
+			ReplayAddress: e.ReplayAddress, SnapshotAddress: e.SnapshotAddress})
 	}
 	return out
 }
 
-func (f *fakeSubscriber) Streams() []kvevents.StreamStats { return nil }
+func (f *fakeSubscriber) Streams() []kvevents.StreamStats { return f.streams }
 
 // The /v1/endpoints surface: 201 with a JSON echo, the listing, 400 with a
 // reason for an invalid body, 404 for an unknown address.

@@ -13,10 +13,11 @@ import (
 )
 
 // EndpointPolicy decides which engine addresses the daemon may connect to
-// (POST /v1/endpoints, AddEndpoint, --endpoint, replay addresses). Only
-// tcp://host:port with a host and a port, and ipc://path, are accepted: the
-// daemon dials them, so a wildcard, another transport (udp, inproc, pgm) or
-// a URL with credentials is a mistake or an attack. With AllowedCIDRs set,
+// (POST /v1/endpoints, AddEndpoint, --endpoint, replay and snapshot
+// addresses). Only tcp://host:port with a host and a port, and ipc://path,
+// are accepted: the daemon dials them, so a wildcard, another transport
+// (udp, inproc, pgm) or a URL with credentials is a mistake or an attack.
+// With AllowedCIDRs set,
 // a tcp host must be an address inside one of them, or a name all of whose
 // addresses are (resolved when the endpoint is added).
 type EndpointPolicy struct {
@@ -63,14 +64,21 @@ func ParseCIDRs(list []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// CheckEndpoint checks an engine address and its optional replay address.
-func (p *EndpointPolicy) CheckEndpoint(ctx context.Context, address, replay string) error {
+// CheckEndpoint checks an engine address and its optional replay and
+// snapshot addresses: the daemon dials all three, so none may bypass the
+// policy.
+func (p *EndpointPolicy) CheckEndpoint(ctx context.Context, address, replay, snapshot string) error {
 	if err := p.Check(ctx, address); err != nil {
 		return err
 	}
 	if replay != "" {
 		if err := p.Check(ctx, replay); err != nil {
 			return fmt.Errorf("replay address: %w", err)
+		}
+	}
+	if snapshot != "" {
+		if err := p.Check(ctx, snapshot); err != nil {
+			return fmt.Errorf("snapshot address: %w", err)
 		}
 	}
 	return nil

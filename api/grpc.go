@@ -36,12 +36,35 @@ func (s *Server) Score(ctx context.Context, req *kvindexv1.ScoreRequest) (*kvind
 			return nil, e.grpc()
 		}
 	}
+	_, isOpenAI := req.GetInput().(*kvindexv1.ScoreRequest_OpenaiRequestJson)
+	if e := setAddSpecialTokens(&q, req.AddSpecialTokens, isOpenAI); e != nil {
+		s.metrics.observeRequest(indexer.InputNone, e.Code, 0)
+		return nil, e.grpc()
+	}
 	a, err := s.score(ctx, &q)
 	if err != nil {
 		return nil, err.grpc()
 	}
 	defer putResult(a)
 	return toProtoScore(a), nil
+}
+
+// setAddSpecialTokens applies the request's add_special_tokens (nil =
+// unset) to q once its input is set, with the rules of the HTTP body's
+// field: an OpenAI body carries its own, and so may chat_json, so giving it
+// twice is refused rather than one silently winning. token_ids and
+// block_hashes are refused by the indexer's validation, as over HTTP.
+func setAddSpecialTokens(q *indexer.Query, v *bool, openAI bool) *Error {
+	switch {
+	case v == nil:
+		return nil
+	case openAI:
+		return errorf(codes.InvalidArgument, "openai_request_json carries the whole OpenAI body: give add_special_tokens inside it")
+	case q.AddSpecialTokens != nil:
+		return errorf(codes.InvalidArgument, "add_special_tokens is given both in chat_json and beside it")
+	}
+	q.AddSpecialTokens = v
+	return nil
 }
 
 func toProtoScore(a *indexer.Result) *kvindexv1.ScoreResponse {
@@ -100,7 +123,11 @@ func (s *Server) ListPods(ctx context.Context, _ *kvindexv1.ListPodsRequest) (*k
 			ParityMismatches: p.ParityMismatches, ParityUnverified: p.ParityUnverified, ParityHint: p.ParityHint,
 			Untrusted: p.Untrusted, BlocksStored: p.BlocksStored, BlocksRemoved: p.BlocksRemoved, Clears: p.Clears,
 			IndexErrors: p.IndexErrors, LastSeq: p.LastSeq, Batches: p.Batches, MissedBatches: p.MissedBatches,
-			DecodeErrors: p.DecodeErrors, Overflows: p.Overflows,
+			DecodeErrors: p.DecodeErrors, Overflows: p.Overflows, ReplayedBatches: p.ReplayedBatches,
+			Complete: p.Complete, CompleteSinceSeq: p.CompleteSinceSeq, IncompleteReason: p.IncompleteReason,
+			Epoch: p.Epoch, UnverifiedReason: p.UnverifiedReason, RemoteBlocks: p.RemoteBlocks,
+			GroupSkippedBlocks: p.GroupSkippedBlocks, CopiesKept: p.CopiesKept,
+			FullAttentionGroups: int32(p.FullAttentionGroups), Stale: p.Stale, LastEvent: p.LastEvent,
 		}
 	}
 	return resp, nil
@@ -113,7 +140,7 @@ func (s *Server) AddEndpoint(_ context.Context, req *kvindexv1.AddEndpointReques
 		return nil, status.Error(codes.InvalidArgument, "endpoint is required")
 	}
 	if err := s.addEndpoint(EndpointInfo{Address: ep.Address, Pod: ep.Pod, Model: ep.Model, Engine: ep.Engine,
-		ReplayAddress: ep.ReplayAddress}); err != nil {
+		ReplayAddress: ep.ReplayAddress, SnapshotAddress: ep.SnapshotAddress}); err != nil {
 		return nil, err.grpc()
 	}
 	return &kvindexv1.AddEndpointResponse{}, nil
@@ -136,7 +163,8 @@ func (s *Server) ListEndpoints(context.Context, *kvindexv1.ListEndpointsRequest)
 	resp := &kvindexv1.ListEndpointsResponse{}
 	for _, ep := range eps {
 		resp.Endpoints = append(resp.Endpoints, &kvindexv1.Endpoint{Address: ep.Address, Pod: ep.Pod, Model: ep.Model,
-			Engine: ep.Engine, ReplayAddress: ep.ReplayAddress, Connected: ep.Connected, Bound: ep.Bound})
+			Engine: ep.Engine, ReplayAddress: ep.ReplayAddress, SnapshotAddress: ep.SnapshotAddress,
+			Connected: ep.Connected, Bound: ep.Bound})
 	}
 	return resp, nil
 }

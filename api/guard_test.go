@@ -331,8 +331,14 @@ func TestEndpointPolicy(t *testing.T) {
 			t.Errorf("CIDRs: %q: %v, want ok=%v", addr, err, ok)
 		}
 	}
-	if err := p.CheckEndpoint(context.Background(), "tcp://10.1.2.3:5557", "tcp://127.0.0.1:5558"); err == nil || !strings.Contains(err.Error(), "replay") {
+	if err := p.CheckEndpoint(context.Background(), "tcp://10.1.2.3:5557", "tcp://127.0.0.1:5558", ""); err == nil || !strings.Contains(err.Error(), "replay") {
 		t.Errorf("replay address outside the CIDRs: %v", err)
+	}
+	if err := p.CheckEndpoint(context.Background(), "tcp://10.1.2.3:5557", "", "tcp://127.0.0.1:5559"); err == nil || !strings.Contains(err.Error(), "snapshot address") {
+		t.Errorf("snapshot address outside the CIDRs: %v", err)
+	}
+	if err := p.CheckEndpoint(context.Background(), "tcp://10.1.2.3:5557", "tcp://10.1.2.3:5558", "tcp://inside.svc:5559"); err != nil {
+		t.Errorf("every address inside the CIDRs: %v", err)
 	}
 	if _, err := ParseCIDRs([]string{"10.0.0.0/33"}); err == nil {
 		t.Error("bad CIDR accepted")

@@ -117,6 +117,11 @@ func (s *Server) Pick(ctx context.Context, req *kvindexv1.PickRequest) (*kvindex
 			return nil, e.grpc()
 		}
 	}
+	_, isOpenAI := req.GetInput().(*kvindexv1.PickRequest_OpenaiRequestJson)
+	if e := setAddSpecialTokens(&q.Query, req.AddSpecialTokens, isOpenAI); e != nil {
+		s.pickMetrics.observe(e.Code, 0)
+		return nil, e.grpc()
+	}
 	if len(req.GetCandidates()) > indexer.MaxCandidates {
 		s.pickMetrics.observe(codes.InvalidArgument, 0)
 		return nil, errorf(codes.InvalidArgument, "candidates has %d entries, limit %d", len(req.GetCandidates()), indexer.MaxCandidates).grpc()

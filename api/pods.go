@@ -158,7 +158,7 @@ func (s *Server) addEndpoint(ep EndpointInfo) *Error {
 	if !ok {
 		return errorf(codes.InvalidArgument, "engine %q: want vllm or sglang", ep.Engine)
 	}
-	if err := s.endpointPolicy().CheckEndpoint(context.Background(), ep.Address, ep.ReplayAddress); err != nil {
+	if err := s.endpointPolicy().CheckEndpoint(context.Background(), ep.Address, ep.ReplayAddress, ep.SnapshotAddress); err != nil {
 		return errorf(codes.InvalidArgument, "%v", err)
 	}
 	err := s.cfg.Subscriber.AddEndpoint(kvevents.EndpointConfig{Address: ep.Address, Pod: ep.Pod, Model: ep.Model,

@@ -104,6 +104,10 @@ type Request struct {
 	Candidates  []Candidate
 	// Policy names the daemon's policy; "" = its default.
 	Policy string
+	// AddSpecialTokens is the request's add_special_tokens for a Prompt
+	// (the daemon refuses it with TokenIDs or BlockHashes); nil = vLLM's
+	// default (true).
+	AddSpecialTokens *bool
 }
 
 // CandidateResult is the daemon's view of one candidate.
@@ -200,7 +204,7 @@ func lessLoaded(a, b *Candidate) bool {
 
 func toProto(r *Request) *kvindexv1.PickRequest {
 	req := &kvindexv1.PickRequest{Model: r.Model, LoraName: r.LoraName, CacheSalt: r.CacheSalt, Policy: r.Policy,
-		Candidates: make([]*kvindexv1.Candidate, len(r.Candidates))}
+		AddSpecialTokens: r.AddSpecialTokens, Candidates: make([]*kvindexv1.Candidate, len(r.Candidates))}
 	switch {
 	case len(r.TokenIDs) > 0:
 		req.Input = &kvindexv1.PickRequest_TokenIds{TokenIds: &kvindexv1.TokenIDs{Ids: r.TokenIDs}}

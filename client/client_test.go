@@ -17,6 +17,7 @@ import (
 	"github.com/kvindex/kvindex/api"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/kvindex"
+	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
 // countingListener counts accepted connections (connection reuse).
@@ -114,6 +115,37 @@ func TestMalformedRequestIsAnError(t *testing.T) {
 	}
 	if _, err := c.Pick(context.Background(), &Request{Model: "m"}); err == nil {
 		t.Fatal("no candidates accepted")
+	}
+}
+
+// Request.AddSpecialTokens reaches the daemon: it is sent when set (and
+// refused beside block hashes, as the daemon refuses it with any input but
+// a prompt or messages), and left unset otherwise.
+func TestAddSpecialTokensSent(t *testing.T) {
+	var sent atomic.Pointer[kvindexv1.PickRequest]
+	d := startDaemon(t, func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if p, ok := req.(*kvindexv1.PickRequest); ok {
+			sent.Store(p)
+		}
+		return h(ctx, req)
+	})
+	c := newClient(t, d.ln.Addr().String(), time.Second)
+	off := false
+	_, err := c.Pick(context.Background(), &Request{Model: "m", Prompt: "hello", AddSpecialTokens: &off,
+		Candidates: []Candidate{{Pod: "a"}}})
+	if p := sent.Load(); p == nil || p.AddSpecialTokens == nil || *p.AddSpecialTokens || p.GetPrompt() != "hello" {
+		t.Fatalf("sent %v (answer %v)", p, err)
+	}
+	_, err = c.Pick(context.Background(), &Request{Model: "m", BlockHashes: []uint64{1}, AddSpecialTokens: &off,
+		Candidates: []Candidate{{Pod: "a"}}})
+	if status.Code(errors.Unwrap(err)) != codes.InvalidArgument {
+		t.Fatalf("add_special_tokens beside block hashes: %v", err)
+	}
+	if _, err := c.Pick(context.Background(), &Request{Model: "m", BlockHashes: []uint64{1}, Candidates: []Candidate{{Pod: "a"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if p := sent.Load(); p.AddSpecialTokens != nil {
+		t.Fatalf("unset AddSpecialTokens sent as %v", *p.AddSpecialTokens)
 	}
 }
 

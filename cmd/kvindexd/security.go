@@ -140,7 +140,7 @@ func buildSecurity(ctx context.Context, cfg Config, reg *prometheus.Registry, lo
 		s.policy = &api.EndpointPolicy{AllowedCIDRs: cidrs}
 	}
 	for _, ep := range cfg.Endpoints {
-		if err := s.policy.CheckEndpoint(ctx, ep.Address, ep.Replay); err != nil {
+		if err := s.policy.CheckEndpoint(ctx, ep.Address, ep.Replay, ep.Snapshot); err != nil {
 			return nil, fmt.Errorf("--endpoint: %w", err)
 		}
 	}

@@ -65,6 +65,7 @@ func TestNoSecretInLogsOrErrors(t *testing.T) {
 		{"--endpoint", "tcp://u:" + secretPW + "@10.0.0.7:5557"},
 		{"--endpoint", "udp://u:" + secretPW + "@10.0.0.7:5557"},
 		{"--endpoint", "tcp://10.0.0.7:5557,replay=tcp://u:" + secretPW + "@10.0.0.7:5558"},
+		{"--endpoint", "tcp://10.0.0.7:5557,engine=sglang,snapshot=tcp://u:" + secretPW + "@10.0.0.7:5559"},
 		{"--endpoint", "tcp://u:" + secretPW + "@10.0.0.7:5557,colour=blue"},
 		{"--index", "redis://kv:" + secretPW + "@h:badport/0"},
 	} {
@@ -117,6 +118,7 @@ func TestNoSecretInLogsOrErrors(t *testing.T) {
 	post(`{"address":"tcp://u:` + secretPW + `@10.0.0.7:5557"}`)
 	post(`{"address":"foo://u:` + secretPW + `@10.0.0.7:5557"}`)
 	post(`{"address":"tcp://10.0.0.7:5557","replay_address":"tcp://u:` + secretPW + `@10.0.0.7:5558"}`)
+	post(`{"address":"tcp://10.0.0.7:5557","snapshot_address":"tcp://u:` + secretPW + `@10.0.0.7:5559"}`)
 	resp, err := http.Post("http://"+d.HTTPAddr()+"/v1/score", "application/json", strings.NewReader(`{"model":"m","token_ids":[1]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -134,6 +136,12 @@ func TestNoSecretInLogsOrErrors(t *testing.T) {
 		Endpoint: &kvindexv1.Endpoint{Address: "tcp://u:" + secretPW + "@10.0.0.7:5557"}})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("gRPC AddEndpoint with credentials: %v", err)
+	}
+	answers = append(answers, fmt.Sprint(err))
+	_, err = kvindexv1.NewIndexerClient(conn).AddEndpoint(context.Background(), &kvindexv1.AddEndpointRequest{
+		Endpoint: &kvindexv1.Endpoint{Address: "tcp://10.0.0.7:5557", SnapshotAddress: "tcp://u:" + secretPW + "@10.0.0.7:5559"}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("gRPC AddEndpoint with credentials in the snapshot address: %v", err)
 	}
 	answers = append(answers, fmt.Sprint(err))
 	// Let the Redis client log a few failed health checks.
@@ -247,6 +255,7 @@ func TestSecurityConfig(t *testing.T) {
 		{"--http-read-timeout", "-1s"},
 		{"--http-max-conns", "-1"},
 		{"--endpoint", "tcp://10.0.0.7:5557", "--allowed-endpoint-cidrs", "192.168.0.0/16"},
+		{"--endpoint", "tcp://192.168.0.7:5557,engine=sglang,snapshot=tcp://10.0.0.7:5559", "--allowed-endpoint-cidrs", "192.168.0.0/16"},
 	} {
 		args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--zmq-bind", "tcp://127.0.0.1:0"}, args...)
 		cfg, err := loadConfig(args, func(string) string { return "" }, io.Discard)

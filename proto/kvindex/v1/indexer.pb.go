@@ -129,9 +129,14 @@ type ScoreRequest struct {
 	LoraName  string               `protobuf:"bytes,5,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
 	CacheSalt string               `protobuf:"bytes,6,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
 	// Restrict scoring to these pod names (every DP rank of each). Empty = all.
-	Pods          []string `protobuf:"bytes,7,rep,name=pods,proto3" json:"pods,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Pods []string `protobuf:"bytes,7,rep,name=pods,proto3" json:"pods,omitempty"`
+	// Overrides vLLM's default for a prompt (true) or chat_json (false), as
+	// the HTTP body's add_special_tokens does; unset = the default. Rejected
+	// with token_ids or block_hashes, with openai_request_json (the body
+	// carries its own) and with a chat_json that sets it too.
+	AddSpecialTokens *bool `protobuf:"varint,10,opt,name=add_special_tokens,json=addSpecialTokens,proto3,oneof" json:"add_special_tokens,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ScoreRequest) Reset() {
@@ -242,6 +247,13 @@ func (x *ScoreRequest) GetPods() []string {
 		return x.Pods
 	}
 	return nil
+}
+
+func (x *ScoreRequest) GetAddSpecialTokens() bool {
+	if x != nil && x.AddSpecialTokens != nil {
+		return *x.AddSpecialTokens
+	}
+	return false
 }
 
 type isScoreRequest_Input interface {
@@ -604,15 +616,16 @@ func (*ListPodsRequest) Descriptor() ([]byte, []int) {
 }
 
 type PodInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pod           string                 `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
-	DpRank        int32                  `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
-	Model         string                 `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
-	Endpoint      string                 `protobuf:"bytes,4,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	Engine        string                 `protobuf:"bytes,5,opt,name=engine,proto3" json:"engine,omitempty"`
-	Blocks        int64                  `protobuf:"varint,6,opt,name=blocks,proto3" json:"blocks,omitempty"`
-	EventsApplied uint64                 `protobuf:"varint,7,opt,name=events_applied,json=eventsApplied,proto3" json:"events_applied,omitempty"`
-	// Unix time in seconds (fractional); 0 = never.
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Pod      string                 `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
+	DpRank   int32                  `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
+	Model    string                 `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	Endpoint string                 `protobuf:"bytes,4,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Engine   string                 `protobuf:"bytes,5,opt,name=engine,proto3" json:"engine,omitempty"`
+	// -1 = the index is unavailable.
+	Blocks        int64  `protobuf:"varint,6,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	EventsApplied uint64 `protobuf:"varint,7,opt,name=events_applied,json=eventsApplied,proto3" json:"events_applied,omitempty"`
+	// Unix time in seconds (fractional); 0 = never. last_event has it in full.
 	LastEventUnix    float64 `protobuf:"fixed64,8,opt,name=last_event_unix,json=lastEventUnix,proto3" json:"last_event_unix,omitempty"`
 	SeqGaps          uint64  `protobuf:"varint,9,opt,name=seq_gaps,json=seqGaps,proto3" json:"seq_gaps,omitempty"`
 	Restarts         uint64  `protobuf:"varint,10,opt,name=restarts,proto3" json:"restarts,omitempty"`
@@ -632,6 +645,34 @@ type PodInfo struct {
 	MissedBatches uint64 `protobuf:"varint,22,opt,name=missed_batches,json=missedBatches,proto3" json:"missed_batches,omitempty"`
 	DecodeErrors  uint64 `protobuf:"varint,23,opt,name=decode_errors,json=decodeErrors,proto3" json:"decode_errors,omitempty"`
 	Overflows     uint64 `protobuf:"varint,24,opt,name=overflows,proto3" json:"overflows,omitempty"`
+	// Of missed_batches, recovered through the engine's replay endpoint.
+	ReplayedBatches uint64 `protobuf:"varint,25,opt,name=replayed_batches,json=replayedBatches,proto3" json:"replayed_batches,omitempty"`
+	// True when the index holds every batch of the engine's current
+	// publisher lifetime since its cache was last empty; otherwise it holds
+	// only what arrived from complete_since_seq on, and incomplete_reason
+	// says why: joined_late, replay_window, gap, restart or overflow.
+	Complete         bool   `protobuf:"varint,26,opt,name=complete,proto3" json:"complete,omitempty"`
+	CompleteSinceSeq uint64 `protobuf:"varint,27,opt,name=complete_since_seq,json=completeSinceSeq,proto3" json:"complete_since_seq,omitempty"`
+	IncompleteReason string `protobuf:"bytes,28,opt,name=incomplete_reason,json=incompleteReason,proto3" json:"incomplete_reason,omitempty"`
+	// SGLang's publisher lifetime id (topic metadata), if it sends one.
+	Epoch string `protobuf:"bytes,29,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// Why the latest unverified block could not be checked.
+	UnverifiedReason string `protobuf:"bytes,30,opt,name=unverified_reason,json=unverifiedReason,proto3" json:"unverified_reason,omitempty"`
+	// Stored blocks with locality REMOTE (held for the pod elsewhere): not
+	// indexed as its own cache.
+	RemoteBlocks uint64 `protobuf:"varint,31,opt,name=remote_blocks,json=remoteBlocks,proto3" json:"remote_blocks,omitempty"`
+	// Blocks of sliding-window, mamba and other groups that do not bound a
+	// prefix match: not indexed.
+	GroupSkippedBlocks uint64 `protobuf:"varint,32,opt,name=group_skipped_blocks,json=groupSkippedBlocks,proto3" json:"group_skipped_blocks,omitempty"`
+	// Removals that left the block indexed because another copy remains.
+	CopiesKept uint64 `protobuf:"varint,33,opt,name=copies_kept,json=copiesKept,proto3" json:"copies_kept,omitempty"`
+	// Full-attention KV-cache groups the pod has shown (0 = none named yet).
+	FullAttentionGroups int32 `protobuf:"varint,34,opt,name=full_attention_groups,json=fullAttentionGroups,proto3" json:"full_attention_groups,omitempty"`
+	// True while the pod was loaded from the snapshot at start and its
+	// stream has not resumed: listed, never scored.
+	Stale bool `protobuf:"varint,35,opt,name=stale,proto3" json:"stale,omitempty"`
+	// The last event as RFC 3339 with nanoseconds, UTC; empty = never.
+	LastEvent     string `protobuf:"bytes,36,opt,name=last_event,json=lastEvent,proto3" json:"last_event,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -834,6 +875,90 @@ func (x *PodInfo) GetOverflows() uint64 {
 	return 0
 }
 
+func (x *PodInfo) GetReplayedBatches() uint64 {
+	if x != nil {
+		return x.ReplayedBatches
+	}
+	return 0
+}
+
+func (x *PodInfo) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
+}
+
+func (x *PodInfo) GetCompleteSinceSeq() uint64 {
+	if x != nil {
+		return x.CompleteSinceSeq
+	}
+	return 0
+}
+
+func (x *PodInfo) GetIncompleteReason() string {
+	if x != nil {
+		return x.IncompleteReason
+	}
+	return ""
+}
+
+func (x *PodInfo) GetEpoch() string {
+	if x != nil {
+		return x.Epoch
+	}
+	return ""
+}
+
+func (x *PodInfo) GetUnverifiedReason() string {
+	if x != nil {
+		return x.UnverifiedReason
+	}
+	return ""
+}
+
+func (x *PodInfo) GetRemoteBlocks() uint64 {
+	if x != nil {
+		return x.RemoteBlocks
+	}
+	return 0
+}
+
+func (x *PodInfo) GetGroupSkippedBlocks() uint64 {
+	if x != nil {
+		return x.GroupSkippedBlocks
+	}
+	return 0
+}
+
+func (x *PodInfo) GetCopiesKept() uint64 {
+	if x != nil {
+		return x.CopiesKept
+	}
+	return 0
+}
+
+func (x *PodInfo) GetFullAttentionGroups() int32 {
+	if x != nil {
+		return x.FullAttentionGroups
+	}
+	return 0
+}
+
+func (x *PodInfo) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+func (x *PodInfo) GetLastEvent() string {
+	if x != nil {
+		return x.LastEvent
+	}
+	return ""
+}
+
 type ListPodsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pods          []*PodInfo             `protobuf:"bytes,1,rep,name=pods,proto3" json:"pods,omitempty"`
@@ -885,12 +1010,18 @@ type Endpoint struct {
 	Pod     string `protobuf:"bytes,2,opt,name=pod,proto3" json:"pod,omitempty"`
 	Model   string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
 	// "vllm" (default) or "sglang".
-	Engine        string `protobuf:"bytes,4,opt,name=engine,proto3" json:"engine,omitempty"`
+	Engine string `protobuf:"bytes,4,opt,name=engine,proto3" json:"engine,omitempty"`
+	// The engine's replay_endpoint (tcp:// or ipc://): a sequence gap is
+	// repaired by asking it for the missed batches.
 	ReplayAddress string `protobuf:"bytes,5,opt,name=replay_address,json=replayAddress,proto3" json:"replay_address,omitempty"`
 	Connected     bool   `protobuf:"varint,6,opt,name=connected,proto3" json:"connected,omitempty"`
 	Bound         bool   `protobuf:"varint,7,opt,name=bound,proto3" json:"bound,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// SGLang's snapshot_endpoint (snapshot-v1, tcp:// or ipc://): batches
+	// lost beyond what replay repairs are repaired by fetching a snapshot.
+	// Checked by the same endpoint address policy as address.
+	SnapshotAddress string `protobuf:"bytes,8,opt,name=snapshot_address,json=snapshotAddress,proto3" json:"snapshot_address,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Endpoint) Reset() {
@@ -970,6 +1101,13 @@ func (x *Endpoint) GetBound() bool {
 		return x.Bound
 	}
 	return false
+}
+
+func (x *Endpoint) GetSnapshotAddress() string {
+	if x != nil {
+		return x.SnapshotAddress
+	}
+	return ""
 }
 
 type AddEndpointRequest struct {
@@ -1319,9 +1457,11 @@ type PickRequest struct {
 	Candidates []*Candidate `protobuf:"bytes,7,rep,name=candidates,proto3" json:"candidates,omitempty"`
 	// cost, weighted, aibrix, sglang, guarded-prefix, least-loaded; empty =
 	// the daemon's default.
-	Policy        string `protobuf:"bytes,8,opt,name=policy,proto3" json:"policy,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Policy string `protobuf:"bytes,8,opt,name=policy,proto3" json:"policy,omitempty"`
+	// As in ScoreRequest.
+	AddSpecialTokens *bool `protobuf:"varint,11,opt,name=add_special_tokens,json=addSpecialTokens,proto3,oneof" json:"add_special_tokens,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PickRequest) Reset() {
@@ -1439,6 +1579,13 @@ func (x *PickRequest) GetPolicy() string {
 		return x.Policy
 	}
 	return ""
+}
+
+func (x *PickRequest) GetAddSpecialTokens() bool {
+	if x != nil && x.AddSpecialTokens != nil {
+		return *x.AddSpecialTokens
+	}
+	return false
 }
 
 type isPickRequest_Input interface {
@@ -1686,7 +1833,7 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\bTokenIDs\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\rR\x03ids\"%\n" +
 	"\vBlockHashes\x12\x16\n" +
-	"\x06hashes\x18\x01 \x03(\x04R\x06hashes\"\xdb\x02\n" +
+	"\x06hashes\x18\x01 \x03(\x04R\x06hashes\"\xa5\x03\n" +
 	"\fScoreRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x123\n" +
 	"\ttoken_ids\x18\x02 \x01(\v2\x14.kvindex.v1.TokenIDsH\x00R\btokenIds\x12<\n" +
@@ -1697,8 +1844,11 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\tlora_name\x18\x05 \x01(\tR\bloraName\x12\x1d\n" +
 	"\n" +
 	"cache_salt\x18\x06 \x01(\tR\tcacheSalt\x12\x12\n" +
-	"\x04pods\x18\a \x03(\tR\x04podsB\a\n" +
-	"\x05input\"`\n" +
+	"\x04pods\x18\a \x03(\tR\x04pods\x121\n" +
+	"\x12add_special_tokens\x18\n" +
+	" \x01(\bH\x01R\x10addSpecialTokens\x88\x01\x01B\a\n" +
+	"\x05inputB\x15\n" +
+	"\x13_add_special_tokens\"`\n" +
 	"\n" +
 	"TierCounts\x12\x10\n" +
 	"\x03gpu\x18\x01 \x01(\x05R\x03gpu\x12\x10\n" +
@@ -1720,7 +1870,7 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\rScoreResponse\x12!\n" +
 	"\ftotal_blocks\x18\x01 \x01(\x05R\vtotalBlocks\x12(\n" +
 	"\x04pods\x18\x02 \x03(\v2\x14.kvindex.v1.PodScoreR\x04pods\"\x11\n" +
-	"\x0fListPodsRequest\"\x82\x06\n" +
+	"\x0fListPodsRequest\"\xc8\t\n" +
 	"\aPodInfo\x12\x10\n" +
 	"\x03pod\x18\x01 \x01(\tR\x03pod\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\x05R\x06dpRank\x12\x14\n" +
@@ -1747,9 +1897,23 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\abatches\x18\x15 \x01(\x04R\abatches\x12%\n" +
 	"\x0emissed_batches\x18\x16 \x01(\x04R\rmissedBatches\x12#\n" +
 	"\rdecode_errors\x18\x17 \x01(\x04R\fdecodeErrors\x12\x1c\n" +
-	"\toverflows\x18\x18 \x01(\x04R\toverflows\";\n" +
+	"\toverflows\x18\x18 \x01(\x04R\toverflows\x12)\n" +
+	"\x10replayed_batches\x18\x19 \x01(\x04R\x0freplayedBatches\x12\x1a\n" +
+	"\bcomplete\x18\x1a \x01(\bR\bcomplete\x12,\n" +
+	"\x12complete_since_seq\x18\x1b \x01(\x04R\x10completeSinceSeq\x12+\n" +
+	"\x11incomplete_reason\x18\x1c \x01(\tR\x10incompleteReason\x12\x14\n" +
+	"\x05epoch\x18\x1d \x01(\tR\x05epoch\x12+\n" +
+	"\x11unverified_reason\x18\x1e \x01(\tR\x10unverifiedReason\x12#\n" +
+	"\rremote_blocks\x18\x1f \x01(\x04R\fremoteBlocks\x120\n" +
+	"\x14group_skipped_blocks\x18  \x01(\x04R\x12groupSkippedBlocks\x12\x1f\n" +
+	"\vcopies_kept\x18! \x01(\x04R\n" +
+	"copiesKept\x122\n" +
+	"\x15full_attention_groups\x18\" \x01(\x05R\x13fullAttentionGroups\x12\x14\n" +
+	"\x05stale\x18# \x01(\bR\x05stale\x12\x1d\n" +
+	"\n" +
+	"last_event\x18$ \x01(\tR\tlastEvent\";\n" +
 	"\x10ListPodsResponse\x12'\n" +
-	"\x04pods\x18\x01 \x03(\v2\x13.kvindex.v1.PodInfoR\x04pods\"\xbf\x01\n" +
+	"\x04pods\x18\x01 \x03(\v2\x13.kvindex.v1.PodInfoR\x04pods\"\xea\x01\n" +
 	"\bEndpoint\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x10\n" +
 	"\x03pod\x18\x02 \x01(\tR\x03pod\x12\x14\n" +
@@ -1757,7 +1921,8 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\x06engine\x18\x04 \x01(\tR\x06engine\x12%\n" +
 	"\x0ereplay_address\x18\x05 \x01(\tR\rreplayAddress\x12\x1c\n" +
 	"\tconnected\x18\x06 \x01(\bR\tconnected\x12\x14\n" +
-	"\x05bound\x18\a \x01(\bR\x05bound\"F\n" +
+	"\x05bound\x18\a \x01(\bR\x05bound\x12)\n" +
+	"\x10snapshot_address\x18\b \x01(\tR\x0fsnapshotAddress\"F\n" +
 	"\x12AddEndpointRequest\x120\n" +
 	"\bendpoint\x18\x01 \x01(\v2\x14.kvindex.v1.EndpointR\bendpoint\"\x15\n" +
 	"\x13AddEndpointResponse\"1\n" +
@@ -1776,7 +1941,7 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\x06events\x18\x06 \x01(\bH\x01R\x06events\x88\x01\x01B\n" +
 	"\n" +
 	"\b_dp_rankB\t\n" +
-	"\a_events\"\x95\x03\n" +
+	"\a_events\"\xdf\x03\n" +
 	"\vPickRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x123\n" +
 	"\ttoken_ids\x18\x02 \x01(\v2\x14.kvindex.v1.TokenIDsH\x00R\btokenIds\x12<\n" +
@@ -1791,8 +1956,10 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\n" +
 	"candidates\x18\a \x03(\v2\x15.kvindex.v1.CandidateR\n" +
 	"candidates\x12\x16\n" +
-	"\x06policy\x18\b \x01(\tR\x06policyB\a\n" +
-	"\x05input\"\xb5\x02\n" +
+	"\x06policy\x18\b \x01(\tR\x06policy\x121\n" +
+	"\x12add_special_tokens\x18\v \x01(\bH\x01R\x10addSpecialTokens\x88\x01\x01B\a\n" +
+	"\x05inputB\x15\n" +
+	"\x13_add_special_tokens\"\xb5\x02\n" +
 	"\x0fCandidateResult\x12\x10\n" +
 	"\x03pod\x18\x01 \x01(\tR\x03pod\x12\x1c\n" +
 	"\adp_rank\x18\x02 \x01(\x05H\x00R\x06dpRank\x88\x01\x01\x12%\n" +
