@@ -12,7 +12,6 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -284,11 +283,7 @@ func TestDecodeNestingLimits(t *testing.T) {
 func TestReplaySkipsOtherRanksAndDuplicates(t *testing.T) {
 	const topic = "kv@pod-r@m"
 	ctx := testCtx(t)
-	pub, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	pub := startPub(t, "tcp://127.0.0.1:0", true)
 	p := map[uint64][]byte{}
 	for seq := uint64(0); seq < 5; seq++ {
 		b := storedBatch(seq + 50)
