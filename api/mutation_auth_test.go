@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/internal/logtest"
 	"github.com/kvindex/kvindex/kvindex"
 	indexerv1 "github.com/kvindex/kvindex/proto/indexer/v1"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
@@ -115,8 +116,8 @@ func TestMaxBodyBytesEdge(t *testing.T) {
 	}
 }
 
-// logCount counts s in a lockedBuffer (readiness_log_test.go) log.
-func logCount(b *lockedBuffer, s string) int { return strings.Count(b.String(), s) }
+// logCount counts s in a log.
+func logCount(b *logtest.Buffer, s string) int { return strings.Count(b.String(), s) }
 
 // waitFor polls cond; the bound only turns a hang into a failure, the
 // result never depends on how fast the machine is.
@@ -142,9 +143,9 @@ func TestTokenWatchReloadsAndLogs(t *testing.T) {
 		go func() { defer wg.Done(); tok.Watch(ctx, time.Millisecond) }()
 	}
 
-	logs := &lockedBuffer{}
+	logs := &logtest.Buffer{}
 	p := writeTokens(t, readToken+" read\n")
-	tok, err := LoadTokens(p, slog.New(slog.NewTextHandler(logs, nil)))
+	tok, err := LoadTokens(p, logs.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}

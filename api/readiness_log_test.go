@@ -1,16 +1,14 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/internal/logtest"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -29,24 +27,6 @@ func (s switchIndex) Healthy(context.Context) error {
 	return nil
 }
 
-// lockedBuffer is a log sink safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // The health check logs readiness changes only (once per flip, not per
 // check, so a Redis outage is one line and not one per interval), and it
 // logs them to the configured Logger.
@@ -59,8 +39,8 @@ func TestReadinessLogsEachChangeOnceToConfiguredLogger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf lockedBuffer
-	srv, err := New(Config{Indexer: idx, Registry: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	var buf logtest.Buffer
+	srv, err := New(Config{Indexer: idx, Registry: prometheus.NewRegistry(), Logger: buf.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

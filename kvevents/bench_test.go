@@ -139,6 +139,38 @@ func decodeApplyStreamSeed(b *testing.B, h *kvindex.Hasher, withTokens bool, see
 // stored block (live parity check, sha256); without them the engine's hashes
 // are used as they are.
 func BenchmarkDecodeApply(b *testing.B) {
+	decodeApplyModes(b, func(b *testing.B, withTokens bool, h *kvindex.Hasher, hs *kvindex.HasherSet) {
+		payloads, blocks := decodeApplyStream(b, h, withTokens)
+		m := kvindex.NewMetrics(nil)
+		ap := kvindex.NewApplier(kvindex.ApplierConfig{Index: kvindex.NewMemoryIndex(kvindex.MemoryConfig{}),
+			Interner: kvindex.NewInterner(), Hashers: hs, Metrics: m})
+		var batch kvindex.Batch
+		step := func(i int) {
+			if err := decodeApplyOne(context.Background(), ap, payloads[i%len(payloads)], "pod-0", uint64(i), &batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i := range payloads { // warm up: index, digest cache and buffers at steady state
+			step(i)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			step(i)
+		}
+		b.ReportMetric(float64(blocks)*float64(b.N)/b.Elapsed().Seconds(), "keys/s")
+		b.StopTimer()
+		st := ap.PodStats()
+		if len(st) != 1 || st[0].IndexErrors != 0 || st[0].ParityMismatches != 0 || (withTokens && st[0].ParityMatches == 0) {
+			b.Fatalf("applier did not take the batches as valid: %+v", st)
+		}
+	})
+}
+
+// decodeApplyModes runs f as the sub-benchmarks with_tokens and
+// without_tokens of the DecodeApply benchmarks, with the key config's
+// hasher (to build the engine's stream) and hasher set (for the applier).
+func decodeApplyModes(b *testing.B, f func(b *testing.B, withTokens bool, h *kvindex.Hasher, hs *kvindex.HasherSet)) {
 	for _, withTokens := range []bool{true, false} {
 		name := "without_tokens"
 		if withTokens {
@@ -154,34 +186,20 @@ func BenchmarkDecodeApply(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			payloads, blocks := decodeApplyStream(b, h, withTokens)
-			m := kvindex.NewMetrics(nil)
-			ap := kvindex.NewApplier(kvindex.ApplierConfig{Index: kvindex.NewMemoryIndex(kvindex.MemoryConfig{}),
-				Interner: kvindex.NewInterner(), Hashers: hs, Metrics: m})
-			var batch kvindex.Batch
-			step := func(i int) {
-				if _, err := Decode(payloads[i%len(payloads)], kvindex.EngineVLLM, &batch); err != nil {
-					b.Fatal(err)
-				}
-				batch.Pod, batch.Model, batch.Engine, batch.Seq = "pod-0", "bench/model", kvindex.EngineVLLM, uint64(i)
-				ap.Apply(context.Background(), &batch)
-			}
-			for i := range payloads { // warm up: index, digest cache and buffers at steady state
-				step(i)
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				step(i)
-			}
-			b.ReportMetric(float64(blocks)*float64(b.N)/b.Elapsed().Seconds(), "keys/s")
-			b.StopTimer()
-			st := ap.PodStats()
-			if len(st) != 1 || st[0].IndexErrors != 0 || st[0].ParityMismatches != 0 || (withTokens && st[0].ParityMatches == 0) {
-				b.Fatalf("applier did not take the batches as valid: %+v", st)
-			}
+			f(b, withTokens, h, hs)
 		})
 	}
+}
+
+// decodeApplyOne is one engine step after the socket: decode p into batch,
+// name it as the subscriber does, apply it.
+func decodeApplyOne(ctx context.Context, ap *kvindex.Applier, p []byte, pod string, seq uint64, batch *kvindex.Batch) error {
+	if _, err := Decode(p, kvindex.EngineVLLM, batch); err != nil {
+		return err
+	}
+	batch.Pod, batch.Model, batch.Engine, batch.Seq = pod, "bench/model", kvindex.EngineVLLM, seq
+	ap.Apply(ctx, batch)
+	return nil
 }
 
 // BenchmarkHandleMessage is a socket reader's share of one live message:

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/e2e"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -146,7 +147,7 @@ func TestInteropFixturesIndexExactly(t *testing.T) {
 	s := startSub(t, Config{Bind: "tcp://127.0.0.1:0", BindEngine: kvindex.EngineVLLM}, env.sink, nil)
 	// SGLang fixtures arrive on their own endpoint: the engine kind is per
 	// socket (it decides how byte hashes reduce), as in a real deployment.
-	sgAddr := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+	sgAddr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
 	if err := s.AddEndpoint(EndpointConfig{Address: sgAddr, Engine: kvindex.EngineSGLang}); err != nil {
 		t.Fatal(err)
 	}
@@ -237,8 +238,8 @@ func TestInteropCatchUpAtFirstSight(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sink := newCollectSink()
-			addr := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
-			replay := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+			addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
+			replay := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
 			// Catch-up at connect is off: this is the first live batch
 			// revealing the missed start (TestCatchUpAtConnect covers connect).
 			s := startSub(t, Config{DisableCatchUp: true, Endpoints: []EndpointConfig{{Address: addr, ReplayAddress: replay}}}, sink, nil)
@@ -277,8 +278,8 @@ func TestInteropSGLangSnapshotResync(t *testing.T) {
 	requireInterop(t)
 	env := newFixtureEnv(t)
 	m := NewMetrics(nil)
-	addr := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
-	snap := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
+	snap := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
 	s := startSub(t, Config{Endpoints: []EndpointConfig{{Address: addr, SnapshotAddress: snap, Engine: kvindex.EngineSGLang}}}, env.sink, m)
 	py := startPy(t, "--endpoint", addr, "--mode", "bind", "--snapshot-endpoint", snap, "--epoch", "e1")
 	const topic = "kv@pod-snap@m\x00sgl-kv-epoch=e1"

@@ -125,8 +125,8 @@ func TestInteropPerPodTopologyReplay(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sink := newCollectSink()
 			m := NewMetrics(nil)
-			addr := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
-			replay := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+			addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
+			replay := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
 			// Catch-up at connect is off: this is the gap path (TestCatchUpAtConnect covers connect).
 			s := startSub(t, Config{DisableCatchUp: true, Endpoints: []EndpointConfig{{Address: addr, ReplayAddress: replay, Engine: tc.engine}}}, sink, m)
 			args := []string{"--endpoint", addr, "--mode", "bind", "--replay-endpoint", replay}

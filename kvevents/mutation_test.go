@@ -12,7 +12,6 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -237,10 +236,11 @@ func nested(depth int) []byte {
 	return append(p, 0xa1, 'x')
 }
 
-// Nesting limits: an extra-keys tuple may nest maxDepth lists inside it (one
-// more and the field is skipped and counted, the event kept), and skip walks
-// maxSkipDepth levels; one more is an error (for skip, which cannot find the
-// event's end, the batch).
+// Nesting limits: an extra-keys tuple (depth 0) may hold values down to
+// depth maxDepth (one more level and the field is skipped and counted, the
+// event kept), and skip walks maxSkipDepth levels; one more is an error (for
+// skip, which cannot find the event's end, the batch). Each limit is tested
+// at the limit and one level past it.
 func TestDecodeNestingLimits(t *testing.T) {
 	stored := func(extraTuple []byte) []byte {
 		p := append([]byte{0x99, 0xab}, "BlockStored"...)
@@ -248,14 +248,17 @@ func TestDecodeNestingLimits(t *testing.T) {
 		return append(p, extraTuple...)
 	}
 	removedLast := encodeValue(t, []any{"BlockRemoved", []uint64{6}})
-	// tuple = [nested(maxDepth)]: lists at depths 0..maxDepth
-	got, st := mustDecode(t, batchOf(stored(append([]byte{0x91}, nested(maxDepth)...)), removedLast), kvindex.EngineVLLM)
-	if st.EventErrors != 0 || len(got.Events) != 2 {
+	// At the limit: tuple = [nested(maxDepth-1)], the tuple at depth 0, its
+	// lists at depths 1..maxDepth-1 and the str at depth maxDepth. Decoded,
+	// nothing ignored.
+	got, st := mustDecode(t, batchOf(stored(append([]byte{0x91}, nested(maxDepth-1)...)), removedLast), kvindex.EngineVLLM)
+	if st.EventErrors != 0 || st.IgnoredFields != 0 || len(got.Events) != 2 {
 		t.Fatalf("extra keys nested to the limit: %+v %+v", got.Events, st)
 	}
-	got, st = mustDecode(t, batchOf(stored(append([]byte{0x91}, nested(maxDepth+1)...)), removedLast), kvindex.EngineVLLM)
-	// Past the limit the optional field is skipped and counted, never the
+	// One level past it: tuple = [nested(maxDepth)], the str at depth
+	// maxDepth+1. The optional field is skipped and counted, never the
 	// event: the block is indexed under the engine's hash, unverified.
+	got, st = mustDecode(t, batchOf(stored(append([]byte{0x91}, nested(maxDepth)...)), removedLast), kvindex.EngineVLLM)
 	if st.EventErrors != 0 || st.IgnoredFields != 1 || st.FirstIgnored != "extra_keys" || len(got.Events) != 2 {
 		t.Fatalf("extra keys nested past the limit: %+v %+v", got.Events, st)
 	}
@@ -265,8 +268,9 @@ func TestDecodeNestingLimits(t *testing.T) {
 		p = append(p, 0x91, 0x05, 0xc0, 0xc0)
 		return append(p, v...)
 	}
-	// skip starts at depth 0 on the field's value: its innermost array
-	// holds the str at depth maxSkipDepth
+	// skip starts at depth 0 on the field's value: at the limit its
+	// innermost array holds the str at depth maxSkipDepth, one past it at
+	// maxSkipDepth+1
 	got, st = mustDecode(t, batchOf(unknown(nested(maxSkipDepth)), removedLast), kvindex.EngineVLLM)
 	if st.EventErrors != 0 || len(got.Events) != 2 {
 		t.Fatalf("unknown field nested to the skip limit: %+v %+v", got.Events, st)
@@ -284,11 +288,7 @@ func TestDecodeNestingLimits(t *testing.T) {
 func TestReplaySkipsOtherRanksAndDuplicates(t *testing.T) {
 	const topic = "kv@pod-r@m"
 	ctx := testCtx(t)
-	pub, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	pub := startPub(t, "tcp://127.0.0.1:0", true)
 	p := map[uint64][]byte{}
 	for seq := uint64(0); seq < 5; seq++ {
 		b := storedBatch(seq + 50)

@@ -23,75 +23,56 @@ import (
 // CPU time (GC included), which other processes on the machine do not
 // distort; flat keys/cpu-s as -cpu grows means apply scales with cores.
 func BenchmarkDecodeApplyParallel(b *testing.B) {
-	for _, withTokens := range []bool{true, false} {
-		name := "without_tokens"
-		if withTokens {
-			name = "with_tokens"
-		}
-		b.Run(name, func(b *testing.B) {
-			cfg := kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 16}
-			h, err := kvindex.NewHasher(cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			hs, err := kvindex.NewHasherSet(cfg, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ap := kvindex.NewApplier(kvindex.ApplierConfig{Index: kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: 16 << 20}),
-				Interner: kvindex.NewInterner(), Hashers: hs, Metrics: kvindex.NewMetrics(nil)})
-			ctx := context.Background()
-			var next atomic.Int64
-			var blocks int
-			streams := make([][][]byte, runtime.GOMAXPROCS(0)) // RunParallel's goroutine count
-			for e := range streams {
-				streams[e], blocks = decodeApplyStreamSeed(b, h, withTokens, uint64(e)*0x9e3779b97f4a7c15+1)
-				var batch kvindex.Batch
-				for i, p := range streams[e] { // warm up: index, digest cache and buffers at steady state
-					if _, err := Decode(p, kvindex.EngineVLLM, &batch); err != nil {
-						b.Fatal(err)
-					}
-					batch.Pod, batch.Model, batch.Engine, batch.Seq = "pod-"+strconv.Itoa(e), "bench/model", kvindex.EngineVLLM, uint64(i)
-					ap.Apply(ctx, &batch)
+	decodeApplyModes(b, func(b *testing.B, withTokens bool, h *kvindex.Hasher, hs *kvindex.HasherSet) {
+		ap := kvindex.NewApplier(kvindex.ApplierConfig{Index: kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: 16 << 20}),
+			Interner: kvindex.NewInterner(), Hashers: hs, Metrics: kvindex.NewMetrics(nil)})
+		ctx := context.Background()
+		var next atomic.Int64
+		var blocks int
+		streams := make([][][]byte, runtime.GOMAXPROCS(0)) // RunParallel's goroutine count
+		for e := range streams {
+			streams[e], blocks = decodeApplyStreamSeed(b, h, withTokens, uint64(e)*0x9e3779b97f4a7c15+1)
+			var batch kvindex.Batch
+			for i, p := range streams[e] { // warm up: index, digest cache and buffers at steady state
+				if err := decodeApplyOne(ctx, ap, p, "pod-"+strconv.Itoa(e), uint64(i), &batch); err != nil {
+					b.Fatal(err)
 				}
 			}
-			b.ReportAllocs()
-			var ru0 syscall.Rusage
-			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				e := int(next.Add(1) - 1)
-				if e >= len(streams) {
-					b.Error("more goroutines than prepared engines")
+		}
+		b.ReportAllocs()
+		var ru0 syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			e := int(next.Add(1) - 1)
+			if e >= len(streams) {
+				b.Error("more goroutines than prepared engines")
+				return
+			}
+			pod := "pod-" + strconv.Itoa(e)
+			payloads := streams[e]
+			var batch kvindex.Batch
+			seq := uint64(len(payloads))
+			for pb.Next() {
+				if err := decodeApplyOne(ctx, ap, payloads[seq%uint64(len(payloads))], pod, seq, &batch); err != nil {
+					b.Error(err)
 					return
 				}
-				pod := "pod-" + strconv.Itoa(e)
-				payloads := streams[e]
-				var batch kvindex.Batch
-				seq := uint64(len(payloads))
-				for pb.Next() {
-					if _, err := Decode(payloads[seq%uint64(len(payloads))], kvindex.EngineVLLM, &batch); err != nil {
-						b.Error(err)
-						return
-					}
-					batch.Pod, batch.Model, batch.Engine, batch.Seq = pod, "bench/model", kvindex.EngineVLLM, seq
-					ap.Apply(ctx, &batch)
-					seq++
-				}
-			})
-			b.StopTimer()
-			var ru1 syscall.Rusage
-			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
-			cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
-			keys := float64(blocks) * float64(b.N)
-			b.ReportMetric(keys/b.Elapsed().Seconds(), "keys/s")
-			b.ReportMetric(keys/cpu.Seconds(), "keys/cpu-s")
-			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
-			for _, st := range ap.PodStats() {
-				if st.IndexErrors != 0 || st.ParityMismatches != 0 || (withTokens && st.ParityMatches == 0) {
-					b.Fatalf("applier did not take the batches as valid: %+v", st)
-				}
+				seq++
 			}
 		})
-	}
+		b.StopTimer()
+		var ru1 syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+		cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
+		keys := float64(blocks) * float64(b.N)
+		b.ReportMetric(keys/b.Elapsed().Seconds(), "keys/s")
+		b.ReportMetric(keys/cpu.Seconds(), "keys/cpu-s")
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+		for _, st := range ap.PodStats() {
+			if st.IndexErrors != 0 || st.ParityMismatches != 0 || (withTokens && st.ParityMatches == 0) {
+				b.Fatalf("applier did not take the batches as valid: %+v", st)
+			}
+		}
+	})
 }

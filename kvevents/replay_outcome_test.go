@@ -1,66 +1,21 @@
 package kvevents
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/logtest"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/zmtp"
 )
 
-// logBuf is a log sink safe for the subscriber's goroutines.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// line returns the first logged line containing msg.
-func (l *logBuf) line(msg string) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, s := range strings.Split(l.b.String(), "\n") {
-		if strings.Contains(s, msg) {
-			return s
-		}
-	}
-	return ""
-}
-
 // startSubLog is startSub with the subscriber's log written to the result.
-func startSubLog(t *testing.T, cfg Config, sink kvindex.BatchSink, m *Metrics) (*Subscriber, *logBuf) {
+func startSubLog(t *testing.T, cfg Config, sink kvindex.BatchSink, m *Metrics) (*Subscriber, *logtest.Buffer) {
 	t.Helper()
-	cfg.ReconnectMin, cfg.ReconnectMax = 20*time.Millisecond, 200*time.Millisecond
-	lb := &logBuf{}
-	s, err := NewSubscriber(cfg, sink, m, slog.New(slog.NewTextHandler(lb, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(testTimeout):
-			t.Error("Run did not return")
-		}
-	})
-	return s, lb
+	lb := &logtest.Buffer{}
+	return startSubLogger(t, cfg, sink, m, lb.Logger()), lb
 }
 
 // What a gap replay makes of the stream, for each shape of the engine's
@@ -88,15 +43,8 @@ func TestReplayOutcomeShapes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			topic := "kv@pod-" + tc.name + "@m"
 			ctx := testCtx(t)
-			pub, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pub.Close()
-			p := map[uint64][]byte{}
-			for seq := uint64(0); seq < 4; seq++ {
-				p[seq] = payload(t, storedBatch(seq+50))
-			}
+			pub := startPub(t, "tcp://127.0.0.1:0", true)
+			p := storedPayloads(t, 4, 50)
 			// each replayed batch carries one event of an unknown type
 			for _, seq := range tc.served {
 				p[seq] = encodeValue(t, []any{1.0, []any{[]any{"BlockRemoved", []uint64{seq + 50}}, []any{"BlockTeleported"}}})
@@ -108,10 +56,7 @@ func TestReplayOutcomeShapes(t *testing.T) {
 			pub.Publish(topic, 0, p[0])
 			pub.Publish(topic, 3, p[3])
 			bs := sink.waitFor(t, "seq 3", hasSeq("pod-"+tc.name, 3))
-			var got []uint64
-			for _, b := range bs {
-				got = append(got, b.Seq)
-			}
+			got := seqsOf(bs)
 			if fmt.Sprint(got) != tc.seqs {
 				t.Fatalf("seqs %v, want %s", got, tc.seqs)
 			}
@@ -122,7 +67,7 @@ func TestReplayOutcomeShapes(t *testing.T) {
 			if st.DecodeErrors != uint64(len(tc.served)) {
 				t.Fatalf("decode errors %d, want one per replayed batch (%d)", st.DecodeErrors, len(tc.served))
 			}
-			line := lb.line(`msg="replay finished"`)
+			line := lb.Line(`msg="replay finished"`)
 			for _, want := range []string{"level=" + tc.level, " from=1 ", " to=3 ", fmt.Sprintf(" recovered=%d ", len(tc.served)), " wanted=2 ", " result=" + tc.result} {
 				if !strings.Contains(line, want) {
 					t.Fatalf("log line %q lacks %q", line, want)
@@ -144,11 +89,7 @@ func TestCatchUpNamesFromTopicUnlessOverridden(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t)
-			pub, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pub.Close()
+			pub := startPub(t, "tcp://127.0.0.1:0", true)
 			p := map[uint64][]byte{0: payload(t, storedBatch(90))}
 			replay := serveReplay(t, ctx, "tcp://127.0.0.1:0", "kv@pod-t@m-t", p, []uint64{0})
 			sink := newCollectSink()

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/e2e"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/zmtp"
 )
@@ -73,16 +73,9 @@ func TestReplayPartialAndUnreachable(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t)
-			pub, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pub.Close()
-			p := map[uint64][]byte{}
-			for seq := uint64(0); seq < 4; seq++ {
-				p[seq] = payload(t, storedBatch(seq+50))
-			}
-			replay := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+			pub := startPub(t, "tcp://127.0.0.1:0", true)
+			p := storedPayloads(t, 4, 50)
+			replay := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
 			if tc.serve {
 				replay = serveReplay(t, ctx, tc.listen, topic, p, []uint64{1, 3})
 			}
@@ -152,15 +145,8 @@ func slowReplay(t *testing.T, ctx context.Context, topic string, p map[uint64][]
 func TestStreamsAnswerDuringSlowReplay(t *testing.T) {
 	const topic = "kv@pod-slow@m"
 	ctx := testCtx(t)
-	pub, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
-	p := map[uint64][]byte{}
-	for seq := uint64(0); seq < 4; seq++ {
-		p[seq] = payload(t, storedBatch(seq+50))
-	}
+	pub := startPub(t, "tcp://127.0.0.1:0", true)
+	p := storedPayloads(t, 4, 50)
 	replay, requested, release := slowReplay(t, ctx, topic, p)
 	released := false
 	defer func() {
@@ -192,10 +178,7 @@ func TestStreamsAnswerDuringSlowReplay(t *testing.T) {
 	close(release)
 	released = true
 	bs := sink.waitFor(t, "seq 3", hasSeq("pod-slow", 3))
-	var got []uint64
-	for _, b := range bs {
-		got = append(got, b.Seq)
-	}
+	got := seqsOf(bs)
 	if fmt.Sprint(got) != "[0 1 2 3]" {
 		t.Fatalf("seqs %v, want the replayed batches before the live one", got)
 	}
@@ -229,11 +212,7 @@ func TestReplayStalledPeerTimesOut(t *testing.T) {
 			(<-accepted).Close()
 		}
 	}()
-	pub, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	pub := startPub(t, "tcp://127.0.0.1:0", true)
 	sink := newCollectSink()
 	m := NewMetrics(nil)
 	s := startSub(t, Config{ReplayTimeout: 200 * time.Millisecond,
@@ -258,11 +237,7 @@ func TestReplayStalledPeerTimesOut(t *testing.T) {
 func TestRemoveEndpointAbandonsReplay(t *testing.T) {
 	const topic = "kv@pod-rm@m"
 	ctx := testCtx(t)
-	pub, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	pub := startPub(t, "tcp://127.0.0.1:0", true)
 	p := map[uint64][]byte{0: payload(t, storedBatch(50)), 3: payload(t, storedBatch(53))}
 	replay, requested, release := slowReplay(t, ctx, topic, p)
 	defer close(release)
@@ -307,15 +282,8 @@ func TestRemoveEndpointAbandonsReplay(t *testing.T) {
 func TestCatchUpAtConnect(t *testing.T) {
 	const topic = "kv@pod-c@m"
 	ctx := testCtx(t)
-	pub, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
-	p := map[uint64][]byte{}
-	for seq := uint64(0); seq < 4; seq++ {
-		p[seq] = payload(t, storedBatch(seq+70))
-	}
+	pub := startPub(t, "tcp://127.0.0.1:0", true)
+	p := storedPayloads(t, 4, 70)
 	replay := serveReplay(t, ctx, "tcp://127.0.0.1:0", topic, p, []uint64{0, 1, 2})
 	sink := newCollectSink()
 	m := NewMetrics(nil)

@@ -3,7 +3,6 @@ package kvevents
 import (
 	"testing"
 
-	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -20,11 +19,7 @@ func TestResumeFrom(t *testing.T) {
 	if st := s.Streams(); len(st) != 3 || st[0].LastSeq != 10 || st[0].Batches != 0 {
 		t.Fatalf("resumed streams %+v", st)
 	}
-	pub, err := enginepub.NewPublisher(s.BindAddr(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	pub := startPub(t, s.BindAddr(), false)
 	pub.WaitSubscribed(testCtx(t), "kv@")
 	pub.Publish("kv@pod-gap@m", 14, payload(t, storedBatch(1)))
 	pub.Publish("kv@pod-restart@m", 0, payload(t, storedBatch(2)))

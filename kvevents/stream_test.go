@@ -3,7 +3,6 @@ package kvevents
 import (
 	"testing"
 
-	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -12,11 +11,7 @@ import (
 func TestCompletenessAndSGLangTopics(t *testing.T) {
 	sink := newCollectSink()
 	s := startSub(t, Config{Bind: "tcp://127.0.0.1:0"}, sink, nil)
-	pub, err := enginepub.NewPublisher(s.BindAddr(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	pub := startPub(t, s.BindAddr(), false)
 	if err := pub.WaitSubscribed(testCtx(t), "kv@"); err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"net"
+	"log/slog"
 	"runtime"
 	"sync"
 	"testing"
@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/kvindex/kvindex/internal/e2e"
 	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
 )
@@ -99,13 +100,52 @@ func payload(t *testing.T, b *kvindex.Batch) []byte {
 	return p
 }
 
+// storedPayloads encodes the batches of seqs 0 to n-1, seq s storing block
+// base+s, keyed by seq.
+func storedPayloads(t *testing.T, n int, base uint64) map[uint64][]byte {
+	t.Helper()
+	p := make(map[uint64][]byte, n)
+	for seq := range uint64(n) {
+		p[seq] = payload(t, storedBatch(seq+base))
+	}
+	return p
+}
+
+// seqsOf lists the batches' sequence numbers in order.
+func seqsOf(bs []*kvindex.Batch) []uint64 {
+	var out []uint64
+	for _, b := range bs {
+		out = append(out, b.Seq)
+	}
+	return out
+}
+
+// startPub runs an engine publisher on addr (bind: listen there, else
+// connect to it) until the test ends.
+func startPub(t *testing.T, addr string, bind bool) *enginepub.Publisher {
+	t.Helper()
+	pub, err := enginepub.NewPublisher(addr, bind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pub.Close)
+	return pub
+}
+
 // startSub runs a subscriber until the test ends.
 func startSub(t *testing.T, cfg Config, sink kvindex.BatchSink, m *Metrics) *Subscriber {
+	t.Helper()
+	return startSubLogger(t, cfg, sink, m, nil)
+}
+
+// startSubLogger is startSub with the subscriber logging to log (nil:
+// NewSubscriber's default).
+func startSubLogger(t *testing.T, cfg Config, sink kvindex.BatchSink, m *Metrics, log *slog.Logger) *Subscriber {
 	t.Helper()
 	if cfg.ReconnectMin == 0 {
 		cfg.ReconnectMin, cfg.ReconnectMax = 20*time.Millisecond, 200*time.Millisecond
 	}
-	s, err := NewSubscriber(cfg, sink, m, nil)
+	s, err := NewSubscriber(cfg, sink, m, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,26 +169,12 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // Central topology: our SUB binds, the engine's PUB connects.
 func TestBindTopologyAndFrames(t *testing.T) {
 	sink := newCollectSink()
 	m := NewMetrics(nil)
 	s := startSub(t, Config{Bind: "tcp://127.0.0.1:0", Workers: 2}, sink, m)
-	pub, err := enginepub.NewPublisher(s.BindAddr(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	pub := startPub(t, s.BindAddr(), false)
 	if err := pub.WaitSubscribed(testCtx(t), "kv@"); err != nil {
 		t.Fatal(err)
 	}
@@ -188,11 +214,7 @@ func TestSeqGapAndRestart(t *testing.T) {
 	sink := newCollectSink()
 	m := NewMetrics(nil)
 	s := startSub(t, Config{Bind: "tcp://127.0.0.1:0"}, sink, m)
-	pub, err := enginepub.NewPublisher(s.BindAddr(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	pub := startPub(t, s.BindAddr(), false)
 	pub.WaitSubscribed(testCtx(t), "kv@")
 	for _, seq := range []uint64{0, 1, 5, 2} {
 		b := storedBatch(seq + 100)
@@ -277,16 +299,8 @@ func TestConnectTopologyAddRemoveEndpoint(t *testing.T) {
 	sink := newCollectSink()
 	m := NewMetrics(nil)
 	s := startSub(t, Config{}, sink, m)
-	pubA, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pubA.Close()
-	pubB, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pubB.Close()
+	pubA := startPub(t, "tcp://127.0.0.1:0", true)
+	pubB := startPub(t, "tcp://127.0.0.1:0", true)
 	if err := s.AddEndpoint(EndpointConfig{Address: pubA.Addr()}); err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +357,7 @@ func TestConnectTopologyAddRemoveEndpoint(t *testing.T) {
 // the restarted engine's seq 0 clears the pod.
 func TestReconnectAfterPublisherRestart(t *testing.T) {
 	sink := newCollectSink()
-	addr := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
 	pub, err := enginepub.NewPublisher(addr, true)
 	if err != nil {
 		t.Fatal(err)
@@ -421,11 +435,7 @@ func metricValue(c prometheus.Collector) float64 {
 // is dropped and counted.
 func TestTopicFilter(t *testing.T) {
 	sink := newCollectSink()
-	pub, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	pub := startPub(t, "tcp://127.0.0.1:0", true)
 	startSub(t, Config{AllTopics: true, Endpoints: []EndpointConfig{{Address: pub.Addr(), Pod: "pod-x", Model: "mx"}}}, sink, nil)
 	pub.WaitSubscribed(testCtx(t), "")
 	pub.Publish("", 0, payload(t, storedBatch(1)))
@@ -450,7 +460,7 @@ func TestTopicFilter(t *testing.T) {
 // Close releases the bind socket of a Subscriber that never ran, makes a
 // running one return, and Run after Close refuses to start.
 func TestCloseReleasesBindSocket(t *testing.T) {
-	addr := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
 	s, err := NewSubscriber(Config{Bind: addr}, newCollectSink(), nil, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -196,7 +196,11 @@ func (c *KeyCache) get(tag uint64, parent *[32]byte, blk []uint32, out *[32]byte
 	return false
 }
 
-// put stores a computed digest; it reports whether a valid entry was replaced.
+// put stores a computed digest; it reports whether an entry for another
+// block was replaced (an eviction). Finding this very block already stored
+// is not one (a racing Keys stored it after this one's get missed, or get
+// missed only because the set was being rewritten): the way is left as it
+// is, its digest being the one d would write.
 func (c *KeyCache) put(tag uint64, parent *[32]byte, blk []uint32, d *[32]byte) bool {
 	i := setIndex(tag, c.shift)
 	l := &c.locks[i%keyCacheLocks]
@@ -205,7 +209,14 @@ func (c *KeyCache) put(tag uint64, parent *[32]byte, blk []uint32, d *[32]byte) 
 	w, evicted := -1, false
 	for k := 0; k < cacheWays; k++ {
 		if t := s.tags[k].Load(); t == tag {
-			w = k // same tag: replace in place, never keep two ways of one tag
+			// Under the stripe lock no writer rewrites the set, so get
+			// answers exactly whether the way holds (parent, blk).
+			var held [32]byte
+			if c.get(tag, parent, blk, &held) {
+				l.Unlock()
+				return false
+			}
+			w = k // same tag, another block: replace in place, never keep two ways of one tag
 			evicted = true
 			break
 		} else if t == 0 && w < 0 {

@@ -129,6 +129,42 @@ func TestKeyCacheConcurrent(t *testing.T) {
 	}
 }
 
+// Storing a block the cache already holds is not an eviction: when two
+// Keys calls miss the same block at once, both hash it and both put it, and
+// the second must leave the entry and the eviction count alone. A different
+// block under the same tag (a tag collision: other tokens, or the same
+// tokens under another parent) does replace, and so evict, the entry.
+func TestKeyCachePutSameBlockIsNoEviction(t *testing.T) {
+	h, err := NewHasher(KeyConfig{Algo: AlgoSHA256, Seed: "0", BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewKeyCache(h, 1<<10)
+	blk, other := []uint32{1, 2, 3, 4}, []uint32{5, 6, 7, 8}
+	tag := blockTag(0, blk) // both blocks are stored under this one tag
+	parent, otherParent := h.none, [32]byte{9}
+	d1, d2, d3 := [32]byte{1}, [32]byte{2}, [32]byte{3}
+	found := func(p *[32]byte, b []uint32, want [32]byte) bool {
+		var got [32]byte
+		return c.get(tag, p, b, &got) && got == want
+	}
+	if c.put(tag, &parent, blk, &d1) {
+		t.Fatal("storing into an empty cache evicted")
+	}
+	if c.put(tag, &parent, blk, &d1) {
+		t.Fatal("storing the block the cache holds counted as an eviction")
+	}
+	if !found(&parent, blk, d1) {
+		t.Fatal("the stored block is not found")
+	}
+	if !c.put(tag, &parent, other, &d2) || found(&parent, blk, d1) || !found(&parent, other, d2) {
+		t.Fatal("other tokens under the same tag did not replace the entry as an eviction")
+	}
+	if !c.put(tag, &otherParent, other, &d3) || found(&parent, other, d2) || !found(&otherParent, other, d3) {
+		t.Fatal("another parent under the same tag did not replace the entry as an eviction")
+	}
+}
+
 func TestKeyCacheWarmDoesNotAllocate(t *testing.T) {
 	if hashRaceEnabled {
 		t.Skip("allocation counts are not meaningful under -race")

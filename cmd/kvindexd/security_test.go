@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/internal/logtest"
 	"github.com/kvindex/kvindex/internal/testcerts"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
@@ -33,30 +33,12 @@ const (
 	adminToken = "admin-token-0123456789abcdef"
 )
 
-// syncBuffer collects a daemon's log lines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // No secret reaches a log line or an answer: a Redis URL with a password
 // (Redis down, so the daemon logs its retries), endpoint and replay
 // addresses with credentials given over HTTP, gRPC and the config. Every
 // captured log line and every answer is searched for the password.
 func TestNoSecretInLogsOrErrors(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	var answers []string
 	index := fmt.Sprintf("redis://kv:%s@127.0.0.1:%d/0", secretPW, e2e.FreePort(t))
 

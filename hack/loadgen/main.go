@@ -199,25 +199,22 @@ func publish(o options, h *kvindex.Hasher, prompts [][]uint32, rng *rand.Rand) e
 		}
 	}
 	// Wait for the marker.
-	conn, err := grpc.NewClient(o.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	c := kvindexv1.NewIndexerClient(conn)
-	last := fmt.Sprintf("loadgen-pod-%02d", o.pods-1)
-	for {
-		resp, err := c.Score(ctx, &kvindexv1.ScoreRequest{Model: o.model, Pods: []string{last},
-			Input: &kvindexv1.ScoreRequest_TokenIds{TokenIds: &kvindexv1.TokenIDs{Ids: lastPrompt}}})
-		if err == nil && len(resp.Pods) == 1 && int(resp.Pods[0].MatchedBlocks) == want {
-			return nil
+	return withGRPC(o, func(conn *grpc.ClientConn) error {
+		c := kvindexv1.NewIndexerClient(conn)
+		last := fmt.Sprintf("loadgen-pod-%02d", o.pods-1)
+		for {
+			resp, err := c.Score(ctx, &kvindexv1.ScoreRequest{Model: o.model, Pods: []string{last},
+				Input: &kvindexv1.ScoreRequest_TokenIds{TokenIds: &kvindexv1.TokenIDs{Ids: lastPrompt}}})
+			if err == nil && len(resp.Pods) == 1 && int(resp.Pods[0].MatchedBlocks) == want {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("published state did not become visible: last answer %v, err %v", resp, err)
+			case <-time.After(20 * time.Millisecond):
+			}
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("published state did not become visible: last answer %v, err %v", resp, err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	})
 }
 
 type recorder struct {
@@ -274,13 +271,19 @@ func report(name string, lat []time.Duration, elapsed time.Duration) {
 		q(0.90).Round(time.Microsecond), q(0.99).Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond))
 }
 
-func measureGRPC(o options, prompts [][]uint32, hashes [][]uint64) error {
+// withGRPC runs f on a connection to the daemon's gRPC address, closed
+// when f returns: every gRPC phase of the run connects this way, in
+// plaintext (loadgen has no TLS option).
+func withGRPC(o options, f func(conn *grpc.ClientConn) error) error {
 	conn, err := grpc.NewClient(o.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	c := kvindexv1.NewIndexerClient(conn)
+	return f(conn)
+}
+
+func measureGRPC(o options, prompts [][]uint32, hashes [][]uint64) error {
 	reqs := make([]*kvindexv1.ScoreRequest, len(prompts))
 	for i, p := range prompts {
 		reqs[i] = &kvindexv1.ScoreRequest{Model: o.model, Input: &kvindexv1.ScoreRequest_TokenIds{TokenIds: &kvindexv1.TokenIDs{Ids: p}}}
@@ -288,14 +291,17 @@ func measureGRPC(o options, prompts [][]uint32, hashes [][]uint64) error {
 			reqs[i].Input = &kvindexv1.ScoreRequest_BlockHashes{BlockHashes: &kvindexv1.BlockHashes{Hashes: hashes[i]}}
 		}
 	}
-	return drive(o, "grpc", func(w, i int) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		resp, err := c.Score(ctx, reqs[(w+i)%len(reqs)])
-		if err == nil && len(resp.Pods) == 0 {
-			err = fmt.Errorf("empty score")
-		}
-		return err
+	return withGRPC(o, func(conn *grpc.ClientConn) error {
+		c := kvindexv1.NewIndexerClient(conn)
+		return drive(o, "grpc", func(w, i int) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			resp, err := c.Score(ctx, reqs[(w+i)%len(reqs)])
+			if err == nil && len(resp.Pods) == 0 {
+				err = fmt.Errorf("empty score")
+			}
+			return err
+		})
 	})
 }
 
@@ -306,19 +312,16 @@ func measureFloor(o options) error {
 	if o.floor <= 0 {
 		return nil
 	}
-	conn, err := grpc.NewClient(o.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	c := healthpb.NewHealthClient(conn)
 	fo := o
 	fo.duration = o.floor
-	return drive(fo, "floor", func(int, int) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, err := c.Check(ctx, &healthpb.HealthCheckRequest{})
-		return err
+	return withGRPC(o, func(conn *grpc.ClientConn) error {
+		c := healthpb.NewHealthClient(conn)
+		return drive(fo, "floor", func(int, int) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err := c.Check(ctx, &healthpb.HealthCheckRequest{})
+			return err
+		})
 	})
 }
 

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvindex/kvindex/internal/logtest"
 )
 
 // TestBinaryServeAndGracefulStop builds the real kvindexd binary, runs it
@@ -36,7 +37,7 @@ func TestBinaryServeAndGracefulStop(t *testing.T) {
 	cmd := exec.Command(bin, "--grpc-addr", fmt.Sprintf("127.0.0.1:%d", FreePort(t)),
 		"--zmq-bind", fmt.Sprintf("tcp://127.0.0.1:%d", FreePort(t)), "--log-format", "json")
 	cmd.Env = append(cmd.Environ(), "KVINDEX_HTTP_ADDR="+httpAddr, "KVINDEX_HASH_SEED=0")
-	logs := &lockedWriter{w: &bytes.Buffer{}}
+	logs := &logtest.Buffer{}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/logtest"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -48,7 +49,7 @@ func TestMemoryBoundHostilePublishers(t *testing.T) {
 	zmqAddr := fmt.Sprintf("tcp://127.0.0.1:%d", FreePort(t))
 	cmd := exec.Command(bin, "--grpc-addr", fmt.Sprintf("127.0.0.1:%d", FreePort(t)), "--http-addr", httpAddr,
 		"--zmq-bind", zmqAddr, "--hash-seed", "0", "--log-level", "warn")
-	logs := &lockedWriter{w: &bytes.Buffer{}}
+	logs := &logtest.Buffer{}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

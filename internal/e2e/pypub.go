@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvindex/kvindex/internal/logtest"
 )
 
 // Python is the interpreter with Debian's python3-zmq and python3-msgpack.
@@ -109,7 +111,7 @@ type Publisher struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  chan string
-	stderr *lockedWriter
+	stderr *logtest.Buffer
 	mu     sync.Mutex
 	closed bool
 }
@@ -140,7 +142,7 @@ func StartPublisherArgs(t testing.TB, args ...string) *Publisher {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.stderr = &lockedWriter{w: &strings.Builder{}}
+	p.stderr = &logtest.Buffer{}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -154,24 +156,6 @@ func StartPublisherArgs(t testing.TB, args ...string) *Publisher {
 	}()
 	t.Cleanup(p.kill)
 	return p
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
-}
-
-// String returns what was written so far (w must be a fmt.Stringer).
-func (l *lockedWriter) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.(fmt.Stringer).String()
 }
 
 // WaitReady waits for "ready": a subscriber is attached, so nothing sent

@@ -19,20 +19,7 @@ func benchPod(i int) string { return fmt.Sprintf("vllm-llama-7f9c4-%02d", i) }
 
 // benchIndex builds an index with a round-trip counter attached.
 func benchIndex(b *testing.B, url string, walk ...bool) (*Index, *kvindex.Interner, *redistest.RoundTrips) {
-	in := kvindex.NewInterner()
-	cfg := Config{URL: url, Namespace: uniqueNS(b), Interner: in, StatsRefresh: time.Hour, ServerWalk: len(walk) > 0 && walk[0]}
-	c, err := NewClient(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	rt := &redistest.RoundTrips{}
-	rt.Attach(c)
-	idx, err := NewWithClient(c, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { idx.Close(); c.Close() })
-	return idx, in, rt
+	return newCountedIndex(b, url, func(c *Config) { c.ServerWalk = len(walk) > 0 && walk[0] })
 }
 
 // fillPrefixes: pod i holds the first step*(i+1) of 512 blocks.

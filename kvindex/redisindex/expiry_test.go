@@ -1,40 +1,18 @@
 package redisindex
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/logtest"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	"github.com/redis/go-redis/v9"
 )
-
-// logBuf collects an index's log lines.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *logBuf) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
 
 // waitPatterns waits until every node has want pattern subscriptions (the
 // index's expiry watcher subscribed, or not).
@@ -129,10 +107,10 @@ func TestTTLExpirationsCounted(t *testing.T) {
 		t.Run("notifications-on", func(t *testing.T) {
 			t.Parallel()
 			s := redistest.Start(t, "--notify-keyspace-events", "Ex")
-			var logs logBuf
+			var logs logtest.Buffer
 			ns := uniqueNS(t)
 			idx, in := newTestIndex(t, s.URL(), func(c *Config) {
-				c.Namespace, c.TTL, c.Logger = ns, time.Second, logs.logger()
+				c.Namespace, c.TTL, c.Logger = ns, time.Second, logs.Logger()
 			})
 			c := redis.NewClient(&redis.Options{Addr: s.Addr(), Protocol: 2, DisableIdentity: true})
 			defer c.Close()
@@ -192,9 +170,9 @@ func TestTTLExpirationsCounted(t *testing.T) {
 		t.Run("notifications-off", func(t *testing.T) {
 			t.Parallel()
 			s := redistest.Start(t) // notify-keyspace-events "" (the default)
-			var logs logBuf
+			var logs logtest.Buffer
 			idx, in := newTestIndex(t, s.URL(), func(c *Config) {
-				c.TTL, c.Logger = 200*time.Millisecond, logs.logger()
+				c.TTL, c.Logger = 200*time.Millisecond, logs.Logger()
 			})
 			waitFor(t, "warning logged", func() bool { return strings.Contains(logs.String(), "level=WARN") })
 			if err := idx.Add(ctx, in.Model("m"), in.Pod("p", 0), kvindex.TierGPU, 0, seqKeys(3, 1)); err != nil {
@@ -218,9 +196,9 @@ func TestTTLExpirationsCounted(t *testing.T) {
 			// Managed Redis: CONFIG is not available, notifications are
 			// on (set by the provider).
 			s := redistest.Start(t, "--notify-keyspace-events", "Ex", "--rename-command", "CONFIG", "")
-			var logs logBuf
+			var logs logtest.Buffer
 			idx, in := newTestIndex(t, s.URL(), func(c *Config) {
-				c.TTL, c.Logger = 200*time.Millisecond, logs.logger()
+				c.TTL, c.Logger = 200*time.Millisecond, logs.Logger()
 			})
 			waitPatterns(t, "1", s)
 			if err := idx.Add(ctx, in.Model("m"), in.Pod("p", 0), kvindex.TierGPU, 0, seqKeys(3, 1)); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/kvindex/kvindex/internal/indextest"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 var nsSeq atomic.Int64
@@ -28,16 +29,59 @@ func newTestIndex(t testing.TB, url string, mod func(*Config)) (*Index, *kvindex
 
 func newTestIndexWith(t testing.TB, url string, in *kvindex.Interner, mod func(*Config)) (*Index, *kvindex.Interner) {
 	t.Helper()
-	cfg := Config{URL: url, Namespace: uniqueNS(t), Interner: in, StatsRefresh: time.Hour}
-	if mod != nil {
-		mod(&cfg)
-	}
-	idx, err := New(context.Background(), cfg)
+	idx, err := New(context.Background(), testConfig(t, url, in, mod))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() { idx.Close() })
 	return idx, in
+}
+
+// testConfig is the tests' index config: a namespace of the test's own, and
+// stats refreshed only when a test asks; mod (if not nil) changes the rest.
+func testConfig(t testing.TB, url string, in *kvindex.Interner, mod func(*Config)) Config {
+	cfg := Config{URL: url, Namespace: uniqueNS(t), Interner: in, StatsRefresh: time.Hour}
+	if mod != nil {
+		mod(&cfg)
+	}
+	return cfg
+}
+
+// newCountedIndex is newTestIndex on a client of its own with a round-trip
+// counter installed, then hooks (in order): for tests and benchmarks that
+// count or hold what is sent to Redis.
+func newCountedIndex(t testing.TB, url string, mod func(*Config), hooks ...redis.Hook) (*Index, *kvindex.Interner, *redistest.RoundTrips) {
+	t.Helper()
+	in := kvindex.NewInterner()
+	cfg := testConfig(t, url, in, mod)
+	c, err := NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &redistest.RoundTrips{}
+	rt.Attach(c)
+	for _, h := range hooks {
+		redistest.AddHook(c, h)
+	}
+	idx, err := NewWithClient(c, cfg)
+	if err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { idx.Close(); c.Close() })
+	return idx, in, rt
+}
+
+// startRedis starts what mode names for a test: a three-master cluster for
+// "cluster", a single server otherwise. It returns the URL and the nodes.
+func startRedis(t testing.TB, mode string) (string, []*redistest.Server) {
+	t.Helper()
+	if mode == "cluster" {
+		c := redistest.StartCluster(t, 3)
+		return c.URL(), c.Nodes
+	}
+	s := redistest.Start(t)
+	return s.URL(), []*redistest.Server{s}
 }
 
 // statsFresh wraps an Index so Stats() reflects Redis now (the real one

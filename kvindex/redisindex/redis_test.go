@@ -200,12 +200,7 @@ func testTwoDaemons(t *testing.T, walk bool) {
 func TestConcurrentWriters(t *testing.T) {
 	for _, mode := range []string{"single", "cluster"} {
 		t.Run(mode, func(t *testing.T) {
-			var url string
-			if mode == "single" {
-				url = redistest.Start(t).URL()
-			} else {
-				url = redistest.StartCluster(t, 3).URL()
-			}
+			url, _ := startRedis(t, mode)
 			ns := uniqueNS(t)
 			ctx := context.Background()
 			keys := seqKeys(40, 1<<40)
@@ -311,29 +306,8 @@ func TestConcurrentWriters(t *testing.T) {
 func TestRoundTripsPerLookup(t *testing.T) {
 	for _, mode := range []string{"single", "single-server-walk", "cluster"} {
 		t.Run(mode, func(t *testing.T) {
-			var url string
-			var nodes []*redistest.Server
-			if mode != "cluster" {
-				s := redistest.Start(t)
-				url, nodes = s.URL(), []*redistest.Server{s}
-			} else {
-				c := redistest.StartCluster(t, 3)
-				url, nodes = c.URL(), c.Nodes
-			}
-			in := kvindex.NewInterner()
-			cfg := Config{URL: url, Namespace: uniqueNS(t), Interner: in, StatsRefresh: time.Hour, ServerWalk: mode == "single-server-walk"}
-			client, err := NewClient(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var rt redistest.RoundTrips
-			rt.Attach(client)
-			idx, err := NewWithClient(client, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer idx.Close()
-			defer client.Close()
+			url, nodes := startRedis(t, mode)
+			idx, in, rt := newCountedIndex(t, url, func(c *Config) { c.ServerWalk = mode == "single-server-walk" })
 			ctx := context.Background()
 			m := in.Model("m")
 			keys := seqKeys(512, 7<<32)

@@ -7,11 +7,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/kvindex/kvindex/internal/indextest"
 	"github.com/kvindex/kvindex/kvindex"
-	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,43 +41,15 @@ func (g *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
-func attachHook(c redis.UniversalClient, h redis.Hook) {
-	switch cc := c.(type) {
-	case *redis.ClusterClient:
-		cc.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
-	case *redis.Client:
-		cc.AddHook(h)
-	}
-}
-
 // Writes that arrive while a flush is on the wire are sent together by the
 // next flush: 1 + K concurrent Adds of K+1 pods cost 2 flushes (4 round
 // trips on a single node instead of 2 per Add), and every write lands.
 func TestWritesCoalesce(t *testing.T) {
 	for _, mode := range []string{"single", "cluster"} {
 		t.Run(mode, func(t *testing.T) {
-			var url string
-			if mode == "single" {
-				url = redistest.Start(t).URL()
-			} else {
-				url = redistest.StartCluster(t, 3).URL()
-			}
-			in := kvindex.NewInterner()
-			cfg := Config{URL: url, Namespace: uniqueNS(t), Interner: in, StatsRefresh: time.Hour}
-			c, err := NewClient(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			url, _ := startRedis(t, mode)
 			gate := newGate()
-			var rt redistest.RoundTrips
-			rt.Attach(c)
-			attachHook(c, gate)
-			idx, err := NewWithClient(c, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			defer idx.Close()
+			idx, in, rt := newCountedIndex(t, url, nil, gate)
 			ctx := context.Background()
 			m := in.Model("m")
 			keys := seqKeys(32, 9<<40)
@@ -165,12 +135,7 @@ func TestWritesCoalesce(t *testing.T) {
 func TestCoalescedWritesKeepPodOrder(t *testing.T) {
 	for _, mode := range []string{"single", "cluster"} {
 		t.Run(mode, func(t *testing.T) {
-			var url string
-			if mode == "single" {
-				url = redistest.Start(t).URL()
-			} else {
-				url = redistest.StartCluster(t, 3).URL()
-			}
+			url, _ := startRedis(t, mode)
 			idx, in := newTestIndex(t, url, nil)
 			ctx := context.Background()
 			m := in.Model("m")
@@ -256,12 +221,7 @@ func TestCoalescedWritesKeepPodOrder(t *testing.T) {
 func TestOldLayoutKeyReplaced(t *testing.T) {
 	for _, mode := range []string{"single", "cluster"} {
 		t.Run(mode, func(t *testing.T) {
-			var url string
-			if mode == "single" {
-				url = redistest.Start(t).URL()
-			} else {
-				url = redistest.StartCluster(t, 3).URL()
-			}
+			url, _ := startRedis(t, mode)
 			idx, in := newTestIndex(t, url, nil)
 			ctx := context.Background()
 			m, p := in.Model("m"), in.Pod("p", 0)

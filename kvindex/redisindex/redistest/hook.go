@@ -18,12 +18,16 @@ type RoundTrips struct {
 }
 
 // Attach installs the counter on c (on every node client for a Cluster).
-func (r *RoundTrips) Attach(c redis.UniversalClient) {
+func (r *RoundTrips) Attach(c redis.UniversalClient) { AddHook(c, r) }
+
+// AddHook installs h on c, on every node client for a Cluster: like
+// RoundTrips, call it before c issues its first command.
+func AddHook(c redis.UniversalClient, h redis.Hook) {
 	switch cc := c.(type) {
 	case *redis.ClusterClient:
-		cc.OnNewNode(func(n *redis.Client) { n.AddHook(r) })
+		cc.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
 	case *redis.Client:
-		cc.AddHook(r)
+		cc.AddHook(h)
 	}
 }
 
