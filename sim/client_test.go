@@ -324,3 +324,41 @@ func TestRequestOverheadExponentialPart(t *testing.T) {
 		}
 	}
 }
+
+func TestInferencePerfStagesStartAtTheFirstPrompt(t *testing.T) {
+	// inference-perf numbers each stage's requests from 0 and sends prompt
+	// n mod prompts; the open client cycles through the order across
+	// stages. Both use the same seeded order.
+	ip := inferencePerfSmall(t, "").GenerateWorkload()
+	open := parseSmall(t, "").GenerateWorkload()
+	nPrompts := len(ip.Prompts)
+	var order []int // the shared order, from the open client's first cycle
+	for _, q := range open.Requests[:min(nPrompts, len(open.Requests))] {
+		order = append(order, q.Prompt.ID)
+	}
+	if len(order) < nPrompts {
+		t.Fatalf("the small scenario sends %d requests, fewer than its %d prompts", len(open.Requests), nPrompts)
+	}
+	n, stage := 0, -1
+	for i, q := range ip.Requests {
+		if q.Stage != stage {
+			n, stage = 0, q.Stage
+		}
+		if want := order[n%nPrompts]; q.Prompt.ID != want {
+			t.Fatalf("inference-perf request %d (stage %d, #%d): prompt %d, want %d", i, q.Stage, n, q.Prompt.ID, want)
+		}
+		n++
+	}
+	restarted := false
+	for i, q := range open.Requests {
+		if q.Prompt.ID != order[i%nPrompts] {
+			t.Fatalf("open request %d: prompt %d, want %d (one cycle across stages)", i, q.Prompt.ID, order[i%nPrompts])
+		}
+		if i > 0 && q.Stage != open.Requests[i-1].Stage && i%nPrompts != 0 {
+			restarted = true // a stage boundary inside a cycle: the two clients differ there
+		}
+	}
+	if !restarted {
+		t.Fatal("no stage boundary falls inside a cycle: the test cannot tell the clients apart")
+	}
+}

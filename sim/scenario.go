@@ -306,8 +306,12 @@ type Workload struct {
 
 // GenerateWorkload builds the scenario's requests, deterministically from
 // its seed: stage by stage, Poisson (exponential gaps) or constant (evenly
-// spaced) arrivals; request i uses prompt order[i mod prompts], order being
-// one seeded shuffle of all (group, question) prompts. With the open client
+// spaced) arrivals; order is one seeded shuffle of all (group, question)
+// prompts. With inference-perf's client request n of every stage uses
+// prompt order[n mod prompts], n counting from 0 in each stage, as that
+// harness numbers a stage's requests (loadgen run_stage) and its
+// shared-prefix generator maps a number to a prompt (get_request); with
+// the open client requests cycle through order across stages. With the open client
 // a stage's arrivals stop at its end; with inference-perf's it has exactly
 // int(rate x duration) of them, as that harness schedules (the last may
 // fall after the nominal end), and Arrival is relative to the stage's own
@@ -339,7 +343,11 @@ func (sc *Scenario) GenerateWorkload() *Workload {
 			if (want < 0 && at >= end) || n == want {
 				break
 			}
-			p := &w.Prompts[order[len(w.Requests)%len(order)]]
+			k := len(w.Requests) // open client: one cycle across stages
+			if sc.Client.drains() {
+				k = n // inference-perf: every stage starts again at prompt 0
+			}
+			p := &w.Prompts[order[k%len(order)]]
 			w.Requests = append(w.Requests, ScenarioRequest{Arrival: at, Stage: si, Prompt: p, OutputLen: d.OutputLen})
 			if sc.Load.Type == "constant" {
 				at += 1 / st.Rate
