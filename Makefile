@@ -25,7 +25,7 @@ PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.2
 STATICCHECK_VERSION ?= v0.8.2
 GOBIN    := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build run test test-deps test-short bench compare lint proto demo loadgen fetch-tokenizers fuzz clean image helm-check manifests mutation mutation-ci mutation-diff
+.PHONY: all build run test test-deps test-short bench compare lint proto demo loadgen fetch-tokenizers fuzz clean image helm-check manifests mutation mutation-ci mutation-diff helm-bin
 
 all: build
 
@@ -165,6 +165,10 @@ image:
 # to date. Builds helm into .cache/bin on first use (a few minutes).
 helm-check: $(HELM)
 	HELM=$(HELM) hack/helm-check.sh
+
+# Only builds helm into .cache/bin (if missing): .ci/run starts it in the
+# background while the tests run.
+helm-bin: $(HELM)
 
 # Re-renders deploy/manifests/ from the chart.
 manifests: $(HELM)

@@ -22,7 +22,7 @@ func TestBinaryServeAndGracefulStop(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	bin := filepath.Join(t.TempDir(), "kvindexd")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/kvindexd")
+	build := exec.Command("go", append(append([]string{"build"}, buildFlags...), "-o", bin, "./cmd/kvindexd")...)
 	build.Dir = RepoRoot(t)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
