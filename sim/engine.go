@@ -407,7 +407,7 @@ func (e *Engine) StartStep() (dur float64, ok bool) {
 		budget -= n
 		if s.computed >= s.promptLen && n == 1 {
 			decodes++
-			if e.cfg.SharedKVReadOnce {
+			if e.readsShared() {
 				e.decodeSeqs = append(e.decodeSeqs, s)
 			}
 			decodeCtx += s.computed + 1
@@ -459,7 +459,7 @@ func (e *Engine) StartStep() (dur float64, ok bool) {
 	e.busy = true
 	e.stats.Steps++
 	e.stats.MaxUsedBlocks = max(e.stats.MaxUsedBlocks, e.pool.used())
-	if e.cfg.SharedKVReadOnce {
+	if e.readsShared() {
 		once := e.sharedContext()
 		decodeCtx = once + int(math.Round(e.cfg.SharedKVReadShare*float64(decodeCtx-once)))
 	}
@@ -468,6 +468,13 @@ func (e *Engine) StartStep() (dur float64, ok bool) {
 	e.stats.PrefillTokens += int64(prefill)
 	e.stats.DecodeTokens += int64(decodes)
 	return dur, true
+}
+
+// readsShared reports whether a step's KV reads depend on block sharing:
+// with a read share of 1 every holder pays in full, as without
+// SharedKVReadOnce, and the walk over the blocks is skipped.
+func (e *Engine) readsShared() bool {
+	return e.cfg.SharedKVReadOnce && e.cfg.SharedKVReadShare < 1
 }
 
 // sharedContext is the context tokens the step's decoding sequences read

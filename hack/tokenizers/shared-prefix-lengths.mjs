@@ -28,8 +28,8 @@ const tokDir = process.env.KVINDEX_TOKENIZERS_DIR || path.join(repo, ".cache/tok
 // vocabulary without added tokens (Qwen2TokenizerFast 151,643; Llama 3's
 // PreTrainedTokenizerFast 128,000). Ids below it are never special tokens.
 const SHAPES = [
-  { name: "73-capacity", model: "qwen3", vocab: 151643, bos: false, system: 6000, question: 1200, groups: 150, prompts: 5 },
-  { name: "37-capacity", model: "llama3_1", vocab: 128000, bos: true, system: 8000, question: 1000, groups: 83, prompts: 3 },
+  { name: "73-capacity", model: "qwen3", vocab: 151643, bos: false, system: 6000, question: 1200 },
+  { name: "37-capacity", model: "llama3_1", vocab: 128000, bos: true, system: 8000, question: 1000 },
 ];
 const GIE_WINDOW_BYTES = 256 * 64;
 
@@ -43,7 +43,7 @@ for (const s of SHAPES) {
   const rand = prng(0x5eed0000 + s.system);
   const ids = (n) => Array.from({ length: n }, () => rand.int(s.vocab));
   let sysTok = 0, qTok = 0, fullTok = 0, sysBytes = 0, n = 0, windowInSystem = 0;
-  const groups = 12, prompts = 3; // a sample; the means settle well before this
+  const groups = 12, prompts = 3; // a sample of groups and questions; the means settle well before this
   for (let g = 0; g < groups; g++) {
     const sys = await tok.decode(ids(s.system), true);
     const sysEnc = await tok.encode(sys, null, { addSpecialTokens: false });
