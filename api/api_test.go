@@ -518,8 +518,9 @@ func (downIndex) Healthy(context.Context) error { return errors.New("connection 
 // empty score that would look like a cache miss, and is not ready.
 func TestUnavailableIndexMapsTo503(t *testing.T) {
 	st := newStackWith(t, indexer.Config{Keys: testKeys,
-		Backend: func(context.Context, *kvindex.Interner) (kvindex.Index, error) {
-			return downIndex{kvindex.NewMemoryIndex(kvindex.MemoryConfig{})}, nil
+		Backend: func(context.Context, *kvindex.Interner) (indexer.Backend, error) {
+			d := downIndex{kvindex.NewMemoryIndex(kvindex.MemoryConfig{})}
+			return indexer.Backend{Index: d, Health: d}, nil
 		}})
 	code, b := st.post("/v1/score", `{"model":"`+testModel+`","token_ids":[1,2,3,4]}`)
 	if code != http.StatusServiceUnavailable || !strings.Contains(string(b), "connection refused") {

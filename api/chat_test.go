@@ -121,6 +121,11 @@ func (e echoPrompt) TokenizePrompt(_ context.Context, _, p string) ([]uint32, er
 	return e.ids(p), nil
 }
 
+// TokenizeRendered: echoPrompt adds no special tokens either way.
+func (e echoPrompt) TokenizeRendered(_ context.Context, _, p string) ([]uint32, error) {
+	return e.ids(p), nil
+}
+
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 func TestScoreMessagesErrors(t *testing.T) {

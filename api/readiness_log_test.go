@@ -33,8 +33,9 @@ func (s switchIndex) Healthy(context.Context) error {
 func TestReadinessLogsEachChangeOnceToConfiguredLogger(t *testing.T) {
 	var down atomic.Bool
 	idx, err := indexer.New(context.Background(), indexer.Config{Keys: testKeys, Registry: prometheus.NewRegistry(),
-		Backend: func(context.Context, *kvindex.Interner) (kvindex.Index, error) {
-			return switchIndex{kvindex.NewMemoryIndex(kvindex.MemoryConfig{}), &down}, nil
+		Backend: func(context.Context, *kvindex.Interner) (indexer.Backend, error) {
+			s := switchIndex{kvindex.NewMemoryIndex(kvindex.MemoryConfig{}), &down}
+			return indexer.Backend{Index: s, Health: s}, nil
 		}})
 	if err != nil {
 		t.Fatal(err)

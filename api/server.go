@@ -1,7 +1,10 @@
 // Package api is what routers call: the kvindex.v1.Indexer gRPC service, the
 // llm-d compatible indexer.v1.IndexerService, grpc.health.v1 and reflection,
-// and the HTTP/JSON surface (/v1/score, /v1/pick, /v1/pods, /v1/models,
-// /v1/endpoints, /metrics, /healthz, /readyz). It is transport only: it decodes requests into
+// and the HTTP/JSON surface registered in Handler (http.go): the status page
+// at /, /v1/status, /v1/score, /v1/pick, Mooncake's /query and
+// /query_by_hash, /v1/pods, /v1/models, /v1/endpoints, /metrics, /healthz
+// and /readyz (TestPackageDocNamesEveryRoute keeps this list whole). It is
+// transport only: it decodes requests into
 // indexer.Query values, encodes indexer.Result answers, maps indexer error
 // codes to gRPC codes and HTTP statuses, and keeps request metrics and
 // readiness. Hashing, lookup, the trust filter and DP-rank aggregation live

@@ -3,27 +3,22 @@ package indexer
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvindex/kvindex/chattemplate"
+	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
 // PromptTokenizer turns a /v1/completions prompt into the token ids vLLM
-// would compute for it (add_special_tokens as vLLM applies it). The daemon
-// passes the prefix store.
+// would compute for it: TokenizePrompt with add_special_tokens as vLLM
+// applies it, TokenizeRendered without special tokens (a prompt sent with
+// add_special_tokens=false). The daemon passes the prefix store.
 type PromptTokenizer interface {
 	TokenizePrompt(ctx context.Context, model, prompt string) ([]uint32, error)
-}
-
-// RenderedTokenizer is a PromptTokenizer that can also tokenize without
-// special tokens (a prompt sent with add_special_tokens=false). The prefix
-// store implements it.
-type RenderedTokenizer interface {
 	TokenizeRendered(ctx context.Context, model, text string) ([]uint32, error)
 }
 
@@ -36,24 +31,20 @@ type ChatTokenizer interface {
 	TokenizeChat(ctx context.Context, model string, req *chattemplate.Request, addSpecial bool) ([]uint32, error)
 }
 
-// BackendFunc builds the index backend on the interner the Indexer owns. It
-// is a factory, not an Index, so that a backend that stores pod and model
-// names (Redis) can only ever be given the interner every other part uses.
-// A backend holding resources implements io.Closer; Indexer.Close closes it.
-type BackendFunc func(ctx context.Context, in *kvindex.Interner) (kvindex.Index, error)
-
-// Config is everything the Indexer needs; the zero value (plus Keys) is an
-// in-memory index with default bounds and weights.
+// Config is everything the Indexer needs. Keys is required (at least its
+// Algo and BlockSize); with the rest zero it is an in-memory index with
+// default bounds and weights, no event subscriber (batches go to Sink) and
+// no persistence.
 type Config struct {
 	// Keys is the default block-key config; ModelKeys overrides it per model
 	// name (a model's engine may use another hash, seed or block size).
 	Keys      kvindex.KeyConfig
 	ModelKeys map[string]kvindex.KeyConfig
-	// Backend builds the index; nil = kvindex.MemoryIndex bounded by Capacity.
+	// Index selects the built-in backend: in memory (default) or Redis.
+	Index IndexConfig
+	// Backend, when set, builds a custom backend instead (tests, embedding);
+	// Index is then not used.
 	Backend BackendFunc
-	// Capacity bounds the in-memory index in (block, pod) entries (0 =
-	// default). Ignored with a Backend.
-	Capacity int64
 	// TierWeights weighs matched blocks by storage tier; nil =
 	// kvindex.DefaultTierWeights.
 	TierWeights *kvindex.TierWeights
@@ -77,7 +68,19 @@ type Config struct {
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
 	// Pick configures Pick (policies, speculative entries, routing history).
+	// With the Redis index, speculative entries are kept in Redis, shared
+	// by every daemon on it.
 	Pick PickConfig
+	// Events, when set, subscribes to the engines' KV events (package
+	// kvevents) and delivers them to Sink; Run runs the subscriber. nil:
+	// batches reach the index only through Sink.
+	Events *kvevents.Config
+	// Persist saves the in-memory index to a file and restores it at start
+	// (persist.go). Needs Events (a restored pod waits for its stream).
+	Persist PersistConfig
+	// Leases divide the Events endpoints between the daemons sharing a
+	// Redis index (leases.go).
+	Leases LeaseConfig
 }
 
 // Indexer owns the wired parts. Every method is safe for concurrent use.
@@ -86,17 +89,13 @@ type Indexer struct {
 	hashers *kvindex.HasherSet
 	keys    keyCaches
 	idx     kvindex.Index
+	backend Backend
 	applier *kvindex.Applier
 	scorer  *kvindex.Scorer
 	tok     PromptTokenizer
 	chat    ChatTokenizer
 	// pred is nil when prediction sampling is off.
 	pred *predictor
-	// health is the backend's check; nil when the backend cannot fail.
-	health kvindex.HealthChecker
-	// names is the backend's shared-name lookup; nil for a process-local
-	// index (see sharedNames in score.go).
-	names kvindex.SharedNames
 	// trusted is the applier's candidate filter, held as a typed func so
 	// scoring cannot lose it: a pod is untrusted from an index write failure
 	// until it has been cleared, and its entries are not served meanwhile.
@@ -105,10 +104,19 @@ type Indexer struct {
 	m       *metrics
 	// gate holds back pods loaded from a snapshot (restore.go).
 	gate restoreGate
+	log  *slog.Logger
+	// sub is the event subscriber (nil without Config.Events); persist and
+	// leases are its features (nil when off).
+	sub     *kvevents.Subscriber
+	persist *persistence
+	leases  *leaseLoop
 }
 
-// New builds the interner, hashers, backend, scorer and applier.
-func New(ctx context.Context, cfg Config) (*Indexer, error) {
+// New builds the interner, hashers, backend, scorer, applier and, when
+// configured, the event subscriber with its persistence and leases. A
+// feature whose backend lacks what it needs is an error here, never a
+// silent off.
+func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
@@ -124,46 +132,47 @@ func New(ctx context.Context, cfg Config) (*Indexer, error) {
 		return nil, err
 	}
 	x := &Indexer{in: kvindex.NewInterner(), hashers: hashers, tok: cfg.Tokenizer, chat: cfg.Chat,
-		keys: newKeyCaches(hashers, cfg.ModelKeys, cfg.KeyCacheSize)}
-	if cfg.Backend == nil {
-		x.idx = kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: cfg.Capacity})
-	} else {
-		if x.idx, err = cfg.Backend(ctx, x.in); err != nil {
-			return nil, err
+		keys: newKeyCaches(hashers, cfg.ModelKeys, cfg.KeyCacheSize), log: cfg.Logger}
+	if x.backend, err = buildBackend(ctx, cfg, x.in, cfg.Logger); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = x.Close()
 		}
-		if x.idx == nil {
-			return nil, errors.New("indexer: backend factory returned no index")
-		}
-	}
-	if hc, ok := x.idx.(kvindex.HealthChecker); ok {
-		x.health = hc
-	}
-	if sn, ok := x.idx.(kvindex.SharedNames); ok {
-		x.names = sn
-	}
-	x.scorer = kvindex.NewScorer(x.idx, weights)
+	}()
+	x.idx = x.backend.Index
+	x.scorer = kvindex.NewScorer(x.idx, x.backend.Prefix, weights)
 	applied := x.idx
 	if cfg.Prediction.SampleRate > 0 {
 		if x.pred, err = newPredictor(cfg.Prediction, x.in, cfg.Registry); err != nil {
-			_ = x.Close()
 			return nil, err
 		}
 		// The applier's writes pass the predictor, which sees every stored
-		// key under the key the index keeps (after aliasing).
+		// key under the key the index keeps (after aliasing). The wrapper
+		// is an Index and nothing more: the applier's capabilities come
+		// from the backend below, not from the index it writes to.
 		applied = observedIndex{Index: x.idx, p: x.pred}
 	}
-	x.applier = kvindex.NewApplier(kvindex.ApplierConfig{
+	if cfg.ApplierLimits.PodShare > 0 && x.backend.Share == nil {
+		return nil, errors.New("indexer: a pod share needs an index that accounts entries per pod (the in-memory " +
+			"index); set it to 0 with this backend")
+	}
+	if x.applier, err = kvindex.NewApplier(kvindex.ApplierConfig{
 		Index: applied, Interner: x.in, Hashers: hashers, DigestCacheSize: cfg.DigestCacheSize,
 		Metrics: kvindex.NewMetrics(cfg.Registry), Logger: cfg.Logger.With("component", "applier"),
-		Limits: cfg.ApplierLimits,
-	})
+		Limits: cfg.ApplierLimits, Share: x.backend.Share,
+	}); err != nil {
+		return nil, err
+	}
 	x.trusted = func(p kvindex.PodID) bool { return x.applier.Trusted(p) && !x.gate.stale(p) }
-	if x.pick, err = newPicker(cfg.Pick, x.idx); err != nil {
-		_ = x.Close()
+	if x.pick, err = newPicker(cfg.Pick, x.sharedSpeculative); err != nil {
 		return nil, err
 	}
 	if x.m, err = newMetrics(cfg.Registry, x); err != nil {
-		_ = x.Close()
+		return nil, err
+	}
+	if err := x.startEvents(cfg); err != nil {
 		return nil, err
 	}
 	return x, nil
@@ -172,7 +181,7 @@ func New(ctx context.Context, cfg Config) (*Indexer, error) {
 // Sink is where kvevents delivers decoded engine batches: the applier,
 // behind the gate of pods restored from a snapshot, followed by dropping the
 // speculative entries the events answer.
-func (x *Indexer) Sink() kvindex.BatchSink { return gatedSink{x} }
+func (x *Indexer) Sink() kvindex.BatchSink { return eventSink{x} }
 
 // KeyConfig is the block-key config used for model.
 func (x *Indexer) KeyConfig(model string) kvindex.KeyConfig { return x.hashers.For(model).Config() }
@@ -182,14 +191,14 @@ func (x *Indexer) PodRanks(name string) int { return len(x.in.PodsNamed(name)) }
 
 // CanBeUnavailable reports whether the backend has a health check (Redis);
 // the in-memory index cannot fail.
-func (x *Indexer) CanBeUnavailable() bool { return x.health != nil }
+func (x *Indexer) CanBeUnavailable() bool { return x.backend.Health != nil }
 
 // Healthy runs the backend's health check; nil for a backend that cannot fail.
 func (x *Indexer) Healthy(ctx context.Context) error {
-	if x.health == nil {
+	if x.backend.Health == nil {
 		return nil
 	}
-	return x.health.Healthy(ctx)
+	return x.backend.Health.Healthy(ctx)
 }
 
 // RunRecovery clears pods marked untrusted by an index error once the index
@@ -199,10 +208,15 @@ func (x *Indexer) RunRecovery(ctx context.Context, interval time.Duration) {
 	x.applier.RunRecovery(ctx, interval)
 }
 
-// Close releases the backend when it holds resources (io.Closer).
+// Close releases the subscriber's sockets and the backend. Call it after
+// Run has returned (or instead of Run).
 func (x *Indexer) Close() error {
-	if c, ok := x.idx.(io.Closer); ok {
-		return c.Close()
+	var errs []error
+	if x.sub != nil {
+		errs = append(errs, x.sub.Close())
 	}
-	return nil
+	if x.backend.Close != nil {
+		errs = append(errs, x.backend.Close())
+	}
+	return errors.Join(errs...)
 }

@@ -101,8 +101,22 @@ func newTestIndexer(t testing.TB, cfg Config) *Indexer {
 	return x
 }
 
+// withBackend is a custom backend with no optional capability.
 func withBackend(idx kvindex.Index) BackendFunc {
-	return func(context.Context, *kvindex.Interner) (kvindex.Index, error) { return idx, nil }
+	return func(context.Context, *kvindex.Interner) (Backend, error) { return Backend{Index: idx}, nil }
+}
+
+// flakyBackend declares what flakyIndex can do: fail (Health) and score
+// prefixes itself; batched adds the batched pod-blocks read.
+func flakyBackend(f *flakyIndex, batched bool) BackendFunc {
+	return func(context.Context, *kvindex.Interner) (Backend, error) {
+		b := Backend{Index: f, Health: f, Prefix: f}
+		if batched {
+			bi := batchingIndex{f}
+			b.Index, b.Batch = bi, bi
+		}
+		return b, nil
+	}
 }
 
 func seqTokens(start, n int) []uint32 {
@@ -210,7 +224,7 @@ func TestScoreAggregatesRanksAndSorts(t *testing.T) {
 // been cleared, then scores again from what it published since.
 func TestUntrustedPodIsLeftOutOfScores(t *testing.T) {
 	f := &flakyIndex{MemoryIndex: kvindex.NewMemoryIndex(kvindex.MemoryConfig{})}
-	x := newTestIndexer(t, Config{Backend: withBackend(f)})
+	x := newTestIndexer(t, Config{Backend: flakyBackend(f, false)})
 	prompt := seqTokens(1, 4*testBlock)
 	apply(x, "pod-a", 0, storeEvent(prompt, 2, kvindex.TierGPU))
 	apply(x, "pod-b", 0, storeEvent(prompt, 4, kvindex.TierGPU))
@@ -257,7 +271,7 @@ func mustBlocks(t *testing.T, idx kvindex.Index, id kvindex.PodID) int64 {
 // index works again.
 func TestRunRecoveryClearsQuietUntrustedPod(t *testing.T) {
 	f := &flakyIndex{MemoryIndex: kvindex.NewMemoryIndex(kvindex.MemoryConfig{})}
-	x := newTestIndexer(t, Config{Backend: withBackend(f)})
+	x := newTestIndexer(t, Config{Backend: flakyBackend(f, false)})
 	prompt := seqTokens(1, 2*testBlock)
 	apply(x, "pod-a", 0, storeEvent(prompt, 2, kvindex.TierGPU))
 	f.failRemove.Store(true)
@@ -282,6 +296,11 @@ func TestRunRecoveryClearsQuietUntrustedPod(t *testing.T) {
 
 type fakeTokenizer struct{ err error }
 
+// TokenizeRendered: the fake has no special tokens to leave out.
+func (f fakeTokenizer) TokenizeRendered(ctx context.Context, model, prompt string) ([]uint32, error) {
+	return f.TokenizePrompt(ctx, model, prompt)
+}
+
 func (f fakeTokenizer) TokenizePrompt(ctx context.Context, _, prompt string) ([]uint32, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -298,7 +317,7 @@ func (f fakeTokenizer) TokenizePrompt(ctx context.Context, _, prompt string) ([]
 
 func TestScoreErrors(t *testing.T) {
 	f := &flakyIndex{MemoryIndex: kvindex.NewMemoryIndex(kvindex.MemoryConfig{})}
-	x := newTestIndexer(t, Config{Backend: withBackend(f)})
+	x := newTestIndexer(t, Config{Backend: flakyBackend(f, false)})
 	apply(x, "pod-a", 0, storeEvent(seqTokens(1, 8), 2, kvindex.TierGPU))
 	m := testModel
 	long := make([]uint32, MaxInputLen+1)
@@ -367,11 +386,7 @@ func TestPodsListing(t *testing.T) {
 	for _, batched := range []bool{false, true} {
 		t.Run(fmt.Sprint("batched=", batched), func(t *testing.T) {
 			f := &flakyIndex{MemoryIndex: kvindex.NewMemoryIndex(kvindex.MemoryConfig{})}
-			var idx kvindex.Index = f
-			if batched {
-				idx = batchingIndex{f}
-			}
-			x := newTestIndexer(t, Config{Backend: withBackend(idx)})
+			x := newTestIndexer(t, Config{Backend: flakyBackend(f, batched)})
 			apply(x, "pod-b", 0, storeEvent(seqTokens(1, 12), 3, kvindex.TierGPU))
 			apply(x, "pod-a", 1, storeEvent(seqTokens(1, 12), 1, kvindex.TierGPU))
 			apply(x, "pod-a", 0, storeEvent(seqTokens(1, 12), 2, kvindex.TierGPU))
@@ -404,15 +419,15 @@ func TestPodsListing(t *testing.T) {
 // are the ids the applier and scorer use.
 func TestBackendGetsTheOneInterner(t *testing.T) {
 	var got *kvindex.Interner
-	x := newTestIndexer(t, Config{Backend: func(_ context.Context, in *kvindex.Interner) (kvindex.Index, error) {
+	x := newTestIndexer(t, Config{Backend: func(_ context.Context, in *kvindex.Interner) (Backend, error) {
 		got = in
-		return kvindex.NewMemoryIndex(kvindex.MemoryConfig{}), nil
+		return MemoryBackend(kvindex.NewMemoryIndex(kvindex.MemoryConfig{})), nil
 	}})
 	if got == nil || got != x.in {
 		t.Fatal("backend factory was not handed the indexer's interner")
 	}
-	_, err := New(context.Background(), Config{Keys: testKeys, Backend: func(context.Context, *kvindex.Interner) (kvindex.Index, error) {
-		return nil, errDown
+	_, err := New(context.Background(), Config{Keys: testKeys, Backend: func(context.Context, *kvindex.Interner) (Backend, error) {
+		return Backend{}, errDown
 	}})
 	if !errors.Is(err, errDown) {
 		t.Fatalf("factory error not returned: %v", err)

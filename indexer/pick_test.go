@@ -255,17 +255,16 @@ func TestPickValidation(t *testing.T) {
 // Lookup, which flakyIndex fails while down.
 type visitOnly struct{ *flakyIndex }
 
-func (v visitOnly) asIndex() kvindex.Index {
-	return struct {
-		kvindex.Index
-		kvindex.HealthChecker
-	}{v.flakyIndex, v.flakyIndex}
+func (v visitOnly) backend() BackendFunc {
+	return func(context.Context, *kvindex.Interner) (Backend, error) {
+		return Backend{Index: v.flakyIndex, Health: v.flakyIndex}, nil
+	}
 }
 
 // The index being down is reported as Unavailable, as by Score.
 func TestPickIndexDown(t *testing.T) {
 	f := &flakyIndex{MemoryIndex: kvindex.NewMemoryIndex(kvindex.MemoryConfig{})}
-	x := newTestIndexer(t, Config{Backend: withBackend(visitOnly{f}.asIndex())})
+	x := newTestIndexer(t, Config{Backend: visitOnly{f}.backend()})
 	prompt := seqTokens(1, 8)
 	apply(x, "a", 0, storeEvent(prompt, 2, kvindex.TierGPU))
 	f.down.Store(true)

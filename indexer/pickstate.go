@@ -24,11 +24,6 @@ type PickConfig struct {
 	// SpeculativeCapacity bounds the in-process speculative entries
 	// ((block, pod) pairs; 0 = 1<<18).
 	SpeculativeCapacity int
-	// SharedSpeculative builds a store shared by every daemon on the same
-	// index (Redis) from the backend, given the TTL to apply; nil, or a
-	// factory returning a nil store (a backend that is not shared), keeps
-	// the entries in this process.
-	SharedSpeculative func(idx kvindex.Index, ttl time.Duration) (SpeculativeStore, error)
 	// HistoryTTL is how long a pick is remembered for candidates without
 	// KV events (0 = 120 s, Dynamo's approximate-mode TTL; negative turns
 	// the routing history off).
@@ -76,7 +71,9 @@ type picker struct {
 	hist    *holdMap // nil = off
 }
 
-func newPicker(cfg PickConfig, idx kvindex.Index) (*picker, error) {
+// newPicker builds the pick state. shared returns the store speculative
+// entries are shared through (Redis), or nil to keep them in process.
+func newPicker(cfg PickConfig, shared func(ttl time.Duration) (SpeculativeStore, error)) (*picker, error) {
 	params := routing.Defaults()
 	if cfg.Params != nil {
 		params = *cfg.Params
@@ -109,13 +106,11 @@ func newPicker(cfg PickConfig, idx kvindex.Index) (*picker, error) {
 		return nil, fmt.Errorf("indexer: pick: capacities must be in [0, %d]", maxHoldCapacity)
 	}
 	if ttl := orDefault(cfg.SpeculativeTTL, defaultSpecTTL); ttl > 0 {
-		if cfg.SharedSpeculative != nil {
-			s, err := cfg.SharedSpeculative(idx, ttl)
-			if err != nil {
-				return nil, fmt.Errorf("indexer: pick: speculative store: %w", err)
-			}
-			p.spec = s
+		s, err := shared(ttl)
+		if err != nil {
+			return nil, fmt.Errorf("indexer: pick: speculative store: %w", err)
 		}
+		p.spec = s
 		if p.spec == nil {
 			p.specMem = newHoldMap(int64(ttl), orDefault(cfg.SpeculativeCapacity, defaultSpecCapacity))
 			p.spec = &memSpec{h: p.specMem, now: p.now}
@@ -155,16 +150,11 @@ func (m *memSpec) Drop(_ context.Context, model string, hashes []uint64, holder 
 	return nil
 }
 
-// pickSink applies engine batches and then drops the speculative entries
-// those events answer: a BlockStored replaces the pod's speculative entry
-// with a real one, a BlockRemoved contradicts it.
-type pickSink struct {
-	x *Indexer
-}
-
-func (s pickSink) Apply(ctx context.Context, b *kvindex.Batch) {
-	s.x.applier.Apply(ctx, b)
-	p := s.x.pick
+// dropAnswered drops the speculative entries the events of b answer: a
+// BlockStored replaces the pod's speculative entry with a real one, a
+// BlockRemoved contradicts it.
+func (x *Indexer) dropAnswered(ctx context.Context, b *kvindex.Batch) {
+	p := x.pick
 	if p.spec == nil || (p.specMem != nil && p.specMem.len() == 0) {
 		return
 	}
@@ -177,7 +167,7 @@ func (s pickSink) Apply(ctx context.Context, b *kvindex.Batch) {
 		}
 		for _, h := range [2]uint64{ranked, unranked} {
 			if err := p.spec.Drop(ctx, b.Model, ev.BlockHashes, h); err != nil {
-				s.x.m.specErrors.Inc()
+				x.m.specErrors.Inc()
 				// the entries expire by their TTL anyway
 				return
 			}

@@ -78,7 +78,7 @@ func (x *Indexer) fillBlocks(ctx context.Context, pods []PodStatus) {
 		ids = append(ids, id)
 		at = append(at, i)
 	}
-	if b, ok := x.idx.(kvindex.PodBlocksBatcher); ok {
+	if b := x.backend.Batch; b != nil {
 		n := make([]int64, len(ids))
 		err := b.PodBlocksBatch(ctx, ids, n)
 		for j, i := range at {

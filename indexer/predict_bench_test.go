@@ -32,7 +32,7 @@ func BenchmarkApplyWithPrediction(b *testing.B) {
 		awaiting bool
 	}{{"off", 0, false}, {"on-idle", 1, false}, {"on-awaiting", 1, true}} {
 		b.Run(c.name, func(b *testing.B) {
-			x := newTestIndexer(b, Config{Capacity: 1 << 22, Prediction: PredictionConfig{SampleRate: c.rate, Window: time.Hour}})
+			x := newTestIndexer(b, Config{Index: IndexConfig{Capacity: 1 << 22}, Prediction: PredictionConfig{SampleRate: c.rate, Window: time.Hour}})
 			if c.awaiting {
 				apply(x, "pod-a", 0, batches[0].Events...) // the model becomes known
 				var r Result

@@ -61,18 +61,6 @@ func (g *restoreGate) stale(pod kvindex.PodID) bool {
 	return ok
 }
 
-// gatedSink is the sink kvevents delivers to: the applier behind the gate,
-// then the pick state's reaction to the events (pickSink).
-type gatedSink struct{ x *Indexer }
-
-func (s gatedSink) Apply(ctx context.Context, b *kvindex.Batch) {
-	x := s.x
-	if x.gate.pending.Load() != 0 {
-		x.resume(ctx, b)
-	}
-	pickSink{x}.Apply(ctx, b)
-}
-
 // resume settles a restored pod at its first batch.
 func (x *Indexer) resume(ctx context.Context, b *kvindex.Batch) {
 	id, ok := x.in.LookupPod(b.Pod, b.DPRank)

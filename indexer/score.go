@@ -34,7 +34,7 @@ func (x *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 	modelID, modelKnown := in.model, in.modelKnown
 	r.BlockSize = in.blockSize
 	r.TotalBlocks = len(r.keys)
-	if !modelKnown && len(r.keys) > 0 && x.names != nil {
+	if !modelKnown && len(r.keys) > 0 && x.backend.Names != nil {
 		var err *Error
 		if modelID, modelKnown, err = x.sharedModel(ctx, q.Model, r.keys[0]); err != nil {
 			return err
@@ -52,7 +52,7 @@ func (x *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 			unknown = unknown || len(r.cands) == n
 		}
 		cands = r.cands
-		if unknown && x.names != nil {
+		if unknown && x.backend.Names != nil {
 			// Another daemon may have written a pod this one never met:
 			// score every holder (the backend interns what it reads) and
 			// keep the named pods by name.
@@ -150,11 +150,7 @@ func (x *Indexer) promptTokens(ctx context.Context, q *Query) ([]uint32, *Error)
 	var tokens []uint32
 	var err error
 	if q.AddSpecialTokens != nil && !*q.AddSpecialTokens {
-		rt, ok := x.tok.(RenderedTokenizer)
-		if !ok {
-			return nil, errorf(FailedPrecondition, "prompt scoring with add_special_tokens=false is not configured")
-		}
-		tokens, err = rt.TokenizeRendered(ctx, q.Model, q.Prompt)
+		tokens, err = x.tok.TokenizeRendered(ctx, q.Model, q.Prompt)
 	} else {
 		tokens, err = x.tok.TokenizePrompt(ctx, q.Model, q.Prompt)
 	}
@@ -282,7 +278,7 @@ func ctxError(err error) *Error {
 // names the index really holds are interned: a client cannot grow the
 // interner with made-up model names.
 func (x *Indexer) sharedModel(ctx context.Context, model string, first kvindex.Key) (kvindex.ModelID, bool, *Error) {
-	ok, err := x.names.HasModelKey(ctx, model, first)
+	ok, err := x.backend.Names.HasModelKey(ctx, model, first)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, false, ctxError(ctx.Err())

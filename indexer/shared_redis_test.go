@@ -8,26 +8,23 @@ import (
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
+	"github.com/kvindex/kvindex/routing"
 )
 
 // redisIndexer is an indexer on the Redis at url with its own interner, as
 // a separate daemon has.
 func redisIndexer(t *testing.T, url string) *Indexer {
 	t.Helper()
-	return newTestIndexer(t, Config{Backend: func(ctx context.Context, in *kvindex.Interner) (kvindex.Index, error) {
-		f, err := redisindex.ParseIndexFlag(url + "?namespace=shared")
-		if err != nil {
-			return nil, err
-		}
-		f.Redis.Interner = in
-		return redisindex.New(ctx, f.Redis)
-	}})
+	f, err := redisindex.ParseIndexFlag(url + "?namespace=shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newTestIndexer(t, Config{Index: IndexConfig{Redis: &f.Redis}})
 }
 
 // Two daemons sharing one Redis namespace answer the same request the same
 // way, though only one of them received the events: the other learns the
-// model and the pods from the shared index on the read path. Before, the
-// second answered {"pods": []} for the model and for a pods filter.
+// model and the pods from the shared index on the read path.
 func TestSharedRedisSameAnswerOnEveryDaemon(t *testing.T) {
 	srv := redistest.Start(t)
 	writer := redisIndexer(t, srv.URL())
@@ -82,5 +79,49 @@ func TestSharedRedisSameAnswerOnEveryDaemon(t *testing.T) {
 		t.Errorf("Redis down: no error, got %s", summary(&r))
 	} else if !errors.As(err, &e) || e.Code != Unavailable {
 		t.Errorf("Redis down: %v, want Unavailable", err)
+	}
+}
+
+// Two daemons on one Redis index share speculative entries through it: the
+// second identical request, asked of the other daemon before any event,
+// goes to the first's pod.
+func TestSharedAcrossIndexers(t *testing.T) {
+	srv := redistest.Start(t)
+	newIndexer := func() *Indexer {
+		x, err := New(context.Background(), Config{
+			Keys:  kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4},
+			Index: IndexConfig{Redis: &redisindex.Config{URL: srv.URL(), Namespace: "spec"}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = x.Close() })
+		return x
+	}
+	a, b := newIndexer(), newIndexer()
+	q := &PickQuery{Query: Query{Model: "m", Kind: InputHashes, BlockHashes: []uint64{11, 12, 13, 14}},
+		Candidates: []Candidate{{Pod: "p0", Events: EventsOn}, {Pod: "p1", Events: EventsOn}, {Pod: "p2", Events: EventsOn}}}
+	var r PickResult
+	if err := a.Pick(context.Background(), q, &r); err != nil {
+		t.Fatal(err)
+	}
+	first := r.Chosen
+	q.Candidates[first].Load = routing.Load{Running: 1}
+	if err := b.Pick(context.Background(), q, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Chosen != first || r.Candidates[first].SpeculativeBlocks != 4 {
+		t.Fatalf("daemon b picked %d (%+v), daemon a %d", r.Chosen, r.Candidates[r.Chosen], first)
+	}
+	// The pod's real events replace the shared speculative entries of
+	// blocks 11 and 12 with real ones in the shared index; 13 and 14 stay
+	// speculative.
+	b.Sink().Apply(context.Background(), &kvindex.Batch{Pod: q.Candidates[first].Pod, Model: "m",
+		Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: []uint64{11, 12}, BlockSize: 4}}})
+	if err := b.Pick(context.Background(), q, &r); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Candidates[first]; got.MatchedBlocks != 4 || got.SpeculativeBlocks != 2 || got.Tiers[kvindex.TierGPU] != 2 {
+		t.Fatalf("after the pod's events: %+v", got)
 	}
 }

@@ -52,19 +52,19 @@ func (d *dispatcher) queueBounded(w int, b *kvindex.Batch) bool {
 	start := time.Now()
 	t := time.NewTimer(d.bp.wait)
 	defer t.Stop()
-	queued := false
+	ok := false
 	select {
-	case d.queues[w] <- b:
-		queued = true
+	case d.queues[w] <- queued{batch: b}:
+		ok = true
 	case <-t.C:
 	case <-d.draining:
 	}
-	if !queued {
+	if !ok {
 		d.budget.give(size)
 	}
 	if d.bp.waits != nil {
 		d.bp.waits.Inc()
 		d.bp.waitSecs.Add(time.Since(start).Seconds())
 	}
-	return queued
+	return ok
 }

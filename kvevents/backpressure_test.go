@@ -35,7 +35,7 @@ func TestFullQueueBackpressureInsteadOfOverflow(t *testing.T) {
 	}
 	q := s.work.queues[0]
 	for want := uint64(0); want < 2; want++ { // stand in for the worker
-		if b := <-q; b.Seq != want || len(b.Events) != 1 {
+		if b := (<-q).batch; b.Seq != want || len(b.Events) != 1 {
 			t.Fatalf("batch %d: got seq %d with %d events", want, b.Seq, len(b.Events))
 		}
 	}

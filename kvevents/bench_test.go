@@ -142,8 +142,11 @@ func BenchmarkDecodeApply(b *testing.B) {
 	decodeApplyModes(b, func(b *testing.B, withTokens bool, h *kvindex.Hasher, hs *kvindex.HasherSet) {
 		payloads, blocks := decodeApplyStream(b, h, withTokens)
 		m := kvindex.NewMetrics(nil)
-		ap := kvindex.NewApplier(kvindex.ApplierConfig{Index: kvindex.NewMemoryIndex(kvindex.MemoryConfig{}),
+		ap, err := kvindex.NewApplier(kvindex.ApplierConfig{Index: kvindex.NewMemoryIndex(kvindex.MemoryConfig{}),
 			Interner: kvindex.NewInterner(), Hashers: hs, Metrics: m})
+		if err != nil {
+			b.Fatal(err)
+		}
 		var batch kvindex.Batch
 		step := func(i int) {
 			if err := decodeApplyOne(context.Background(), ap, payloads[i%len(payloads)], "pod-0", uint64(i), &batch); err != nil {
@@ -228,7 +231,7 @@ func BenchmarkHandleMessage(b *testing.B) {
 		s.handle(ctx, src, [][]byte{topic, seq[:], p})
 		if len(q) == cap(q) { // stand in for the worker, inline so the reader's cost is all that is timed
 			for len(q) > 0 {
-				<-q
+				s.work.budget.give(batchBytes((<-q).batch))
 			}
 		}
 	}
@@ -240,4 +243,5 @@ func BenchmarkHandleMessage(b *testing.B) {
 
 type discardSink struct{}
 
-func (discardSink) Apply(context.Context, *kvindex.Batch) {}
+func (discardSink) Apply(context.Context, *kvindex.Batch)  {}
+func (discardSink) ForgetPod(context.Context, string, int) {}

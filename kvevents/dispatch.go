@@ -30,16 +30,13 @@ var errStopped = errors.New("kvevents: subscriber stopped")
 // backend is cancelled instead of holding the daemon.
 type dispatcher struct {
 	sink    kvindex.BatchSink
-	queues  []chan *kvindex.Batch
+	queues  []chan queued
 	dropped prometheus.Counter
 	log     *slog.Logger
 	// budget bounds the estimated memory of all queued batches together:
 	// a count bound alone would let large batches hold gigabytes.
 	budget byteBudget
-	// forgets are the queued orders to drop a pod's state in the sink
-	// (queueForget): placeholder batches recognised by identity.
-	forgets sync.Map
-	bp      backpressure // what a reader does on a full queue (backpressure.go)
+	bp     backpressure // what a reader does on a full queue (backpressure.go)
 
 	// mu is read-held while a batch is queued and write-held to stop, so
 	// nothing is queued after the workers' final drain.
@@ -54,12 +51,21 @@ type dispatcher struct {
 }
 
 func newDispatcher(sink kvindex.BatchSink, workers, queueSize int, queueBytes int64, m *Metrics, log *slog.Logger) *dispatcher {
-	d := &dispatcher{sink: sink, queues: make([]chan *kvindex.Batch, workers), dropped: m.ShutdownDropped, log: log,
+	d := &dispatcher{sink: sink, queues: make([]chan queued, workers), dropped: m.ShutdownDropped, log: log,
 		draining: make(chan struct{}), budget: byteBudget{limit: queueBytes}}
 	for i := range d.queues {
-		d.queues[i] = make(chan *kvindex.Batch, queueSize)
+		d.queues[i] = make(chan queued, queueSize)
 	}
 	return d
+}
+
+// queued is one item of a worker's queue: a batch to apply, or the order to
+// forget a pod (its state in the sink), which must run in order behind the
+// pod's batches and so travels the same queue.
+type queued struct {
+	batch *kvindex.Batch
+	// forget, when set, names the pod to forget; batch is nil then.
+	forget *streamKey
 }
 
 // workerFor spreads streams over the workers.
@@ -82,7 +88,7 @@ func (d *dispatcher) tryQueue(w int, b *kvindex.Batch) bool {
 		return false
 	}
 	select {
-	case d.queues[w] <- b:
+	case d.queues[w] <- queued{batch: b}:
 		return true
 	default:
 		d.budget.give(size)
@@ -96,7 +102,7 @@ func (d *dispatcher) tryQueue(w int, b *kvindex.Batch) bool {
 func (d *dispatcher) queue(ctx context.Context, w int, b *kvindex.Batch) error {
 	size := batchBytes(b)
 	d.budget.used.Add(size)
-	if err := d.send(ctx, w, b); err != nil {
+	if err := d.send(ctx, w, queued{batch: b}); err != nil {
 		d.budget.give(size)
 		return err
 	}
@@ -104,25 +110,19 @@ func (d *dispatcher) queue(ctx context.Context, w int, b *kvindex.Batch) error {
 }
 
 // queueForget queues, behind what worker w holds, the order to forget pod's
-// state in the sink (if it is a kvindex.PodForgetter).
+// state in the sink (BatchSink.ForgetPod).
 func (d *dispatcher) queueForget(ctx context.Context, w int, pod string, rank int) error {
-	b := &kvindex.Batch{Pod: pod, DPRank: rank}
-	d.forgets.Store(b, struct{}{})
-	if err := d.send(ctx, w, b); err != nil {
-		d.forgets.Delete(b)
-		return err
-	}
-	return nil
+	return d.send(ctx, w, queued{forget: &streamKey{pod: pod, rank: rank}})
 }
 
-func (d *dispatcher) send(ctx context.Context, w int, b *kvindex.Batch) error {
+func (d *dispatcher) send(ctx context.Context, w int, q queued) error {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.stopped {
 		return errStopped
 	}
 	select {
-	case d.queues[w] <- b:
+	case d.queues[w] <- q:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -142,16 +142,16 @@ func (d *dispatcher) start(ctx context.Context) {
 	}
 }
 
-func (d *dispatcher) work(q chan *kvindex.Batch) {
+func (d *dispatcher) work(q chan queued) {
 	for {
 		select {
-		case b := <-q:
-			d.apply(b)
+		case it := <-q:
+			d.apply(it)
 		case <-d.draining:
 			for {
 				select {
-				case b := <-q:
-					d.apply(b)
+				case it := <-q:
+					d.apply(it)
 				default:
 					return
 				}
@@ -160,15 +160,16 @@ func (d *dispatcher) work(q chan *kvindex.Batch) {
 	}
 }
 
-// apply hands b to the sink, or drops and counts it once the drain bound
-// has passed (Apply's context is only ever cancelled by stop).
-func (d *dispatcher) apply(b *kvindex.Batch) {
-	if _, forget := d.forgets.LoadAndDelete(b); forget {
-		if f, ok := d.sink.(kvindex.PodForgetter); ok && d.applyCtx.Err() == nil {
-			f.ForgetPod(d.applyCtx, b.Pod, b.DPRank)
+// apply hands the item to the sink, or drops and counts a batch once the
+// drain bound has passed (Apply's context is only ever cancelled by stop).
+func (d *dispatcher) apply(it queued) {
+	if it.forget != nil {
+		if d.applyCtx.Err() == nil {
+			d.sink.ForgetPod(d.applyCtx, it.forget.pod, it.forget.rank)
 		}
 		return
 	}
+	b := it.batch
 	size := batchBytes(b) // what tryQueue or queue charged
 	defer d.budget.give(size)
 	if d.applyCtx.Err() != nil {

@@ -21,6 +21,9 @@ type holdSink struct {
 	cancelled []bool // per applied batch: was Apply's context already done when it returned
 }
 
+// ForgetPod: the dispatcher tests queue no forget orders.
+func (h *holdSink) ForgetPod(context.Context, string, int) {}
+
 func (h *holdSink) Apply(ctx context.Context, b *kvindex.Batch) {
 	h.mu.Lock()
 	first := len(h.seqs) == 0

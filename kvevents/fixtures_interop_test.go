@@ -66,6 +66,10 @@ type applySink struct {
 	ch chan struct{}
 }
 
+func (s *applySink) ForgetPod(ctx context.Context, pod string, dpRank int) {
+	s.a.ForgetPod(ctx, pod, dpRank)
+}
+
 func (s *applySink) Apply(ctx context.Context, b *kvindex.Batch) {
 	s.a.Apply(ctx, b)
 	s.mu.Lock()
@@ -109,8 +113,11 @@ func newFixtureEnv(t *testing.T) *fixtureEnv {
 		t.Fatal(err)
 	}
 	e := &fixtureEnv{idx: kvindex.NewMemoryIndex(kvindex.MemoryConfig{}), in: kvindex.NewInterner()}
-	e.sink = &applySink{a: kvindex.NewApplier(kvindex.ApplierConfig{Index: e.idx, Interner: e.in, Hashers: hs}),
-		ch: make(chan struct{}, 1)}
+	a, err := kvindex.NewApplier(kvindex.ApplierConfig{Index: e.idx, Interner: e.in, Hashers: hs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.sink = &applySink{a: a, ch: make(chan struct{}, 1)}
 	return e
 }
 

@@ -192,8 +192,8 @@ func (s *Subscriber) expireLoop(ctx context.Context) {
 }
 
 // expire clears every stream silent since before now-PodExpiry from the
-// sink, in order behind its last batches, and forgets it (a kvindex
-// PodForgetter sink drops its state for the pod too). A stream busy in a
+// sink, in order behind its last batches, and forgets it (the sink's
+// ForgetPod drops its state for the pod too). A stream busy in a
 // replay exchange is not silent and waits for the next round.
 func (s *Subscriber) expire(ctx context.Context, now time.Time) {
 	cut := now.Add(-s.cfg.PodExpiry).UnixNano()

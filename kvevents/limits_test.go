@@ -40,7 +40,8 @@ func drain(s *Subscriber) []*kvindex.Batch {
 	var out []*kvindex.Batch
 	for {
 		select {
-		case b := <-s.work.queues[0]:
+		case it := <-s.work.queues[0]:
+			b := it.batch
 			out = append(out, b)
 		default:
 			return out

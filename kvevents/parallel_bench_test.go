@@ -24,8 +24,11 @@ import (
 // distort; flat keys/cpu-s as -cpu grows means apply scales with cores.
 func BenchmarkDecodeApplyParallel(b *testing.B) {
 	decodeApplyModes(b, func(b *testing.B, withTokens bool, h *kvindex.Hasher, hs *kvindex.HasherSet) {
-		ap := kvindex.NewApplier(kvindex.ApplierConfig{Index: kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: 16 << 20}),
+		ap, err := kvindex.NewApplier(kvindex.ApplierConfig{Index: kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: 16 << 20}),
 			Interner: kvindex.NewInterner(), Hashers: hs, Metrics: kvindex.NewMetrics(nil)})
+		if err != nil {
+			b.Fatal(err)
+		}
 		ctx := context.Background()
 		var next atomic.Int64
 		var blocks int

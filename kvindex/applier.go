@@ -41,6 +41,10 @@ type ApplierConfig struct {
 	GroupMaskTableSize int
 	// Limits bound how many of those tables exist (applier_limits.go).
 	Limits ApplierLimits
+	// Share is the index's per-pod entry accounting, which Limits.PodShare
+	// enforces; required when PodShare > 0. It is handed over explicitly
+	// (not discovered on Index) so that wrapping the index cannot lose it.
+	Share ShareAccounting
 }
 
 // PodStats is one (pod, DP rank)'s view from the applier.
@@ -244,8 +248,9 @@ func (d *batchDelta) unverify(r unverifiedReason, n uint64) {
 	d.lastUnverified = r
 }
 
-// NewApplier returns an Applier. Index, Interner and Hashers are required.
-func NewApplier(cfg ApplierConfig) *Applier {
+// NewApplier returns an Applier. Index, Interner and Hashers are required;
+// a limit that cannot be enforced (PodShare without Share) is an error.
+func NewApplier(cfg ApplierConfig) (*Applier, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
@@ -270,8 +275,10 @@ func NewApplier(cfg ApplierConfig) *Applier {
 		pods: map[podKey]*podState{}, digests: map[ModelID]*digestCache{}, alt: map[KeyConfig]*Hasher{},
 		untrustedIDs: map[PodID]struct{}{},
 	}
-	a.initLimits(cfg.Limits)
-	return a
+	if err := a.initLimits(cfg.Limits, cfg.Share); err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 func (a *Applier) pod(b *Batch) *podState {

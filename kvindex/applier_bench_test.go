@@ -51,7 +51,10 @@ func BenchmarkApplierApply(b *testing.B) {
 					idx = NewMemoryIndex(MemoryConfig{Capacity: 1 << 22})
 				}
 				hs, _ := NewHasherSet(cfg, nil)
-				a := NewApplier(ApplierConfig{Index: idx, Interner: NewInterner(), Hashers: hs, DigestCacheSize: 1 << 16, AliasCacheSize: 1 << 16})
+				a, err := NewApplier(ApplierConfig{Index: idx, Interner: NewInterner(), Hashers: hs, DigestCacheSize: 1 << 16, AliasCacheSize: 1 << 16})
+				if err != nil {
+					b.Fatal(err)
+				}
 				batches := applierBenchBatches(b, cfg, c.engine, 256)
 				if c.noTokens {
 					for i := range batches {

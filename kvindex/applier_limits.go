@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -36,32 +37,33 @@ type ApplierLimits struct {
 	// pod's blocks are not indexed. A table is freed when its pod is
 	// cleared, changes model or is forgotten.
 	MaxAliasTables int
-	// PodShare, with an index that reports its capacity and per-pod entries
-	// (the in-memory index), caps every pod at Capacity/PodShare entries so
+	// PodShare, with the ShareAccounting of the index (ApplierConfig.Share;
+	// the in-memory index has it), caps every pod at Capacity/PodShare entries so
 	// that one pod, however much it publishes, never evicts the others:
 	// blocks of a BlockStored beyond the share are not indexed (the first
 	// ones of the event are kept: a prefix is what routing matches). 0 =
-	// no per-pod bound.
+	// no per-pod bound; > 0 without ApplierConfig.Share is an error.
 	PodShare int
 }
 
-// shareIndex is what PodShare needs from the index.
-type shareIndex interface {
+// ShareAccounting is what ApplierLimits.PodShare needs from the index: its
+// capacity and each pod's entries. The in-memory index has it; Redis does
+// not (its memory is bounded by the server's maxmemory).
+type ShareAccounting interface {
 	Capacity() int64
 	PodEntries(pod PodID) int64
 }
 
-// PodForgetter is a BatchSink that can drop all it holds for a pod that went
-// silent (kvevents calls it on the pod's worker after its expiry clear).
-type PodForgetter interface {
-	ForgetPod(ctx context.Context, pod string, dpRank int)
-}
+// ErrNoShareAccounting is NewApplier's answer to a PodShare without the
+// ShareAccounting to enforce it: a bound that was asked for is never
+// switched off without a word.
+var ErrNoShareAccounting = errors.New("kvindex: a pod share needs an index that accounts entries per pod (the in-memory index)")
 
 // limitState is the applier's accounting for ApplierLimits.
 type limitState struct {
 	maxDigest, maxAlias int
 	share               int64 // entries per pod; 0 = unbounded
-	shareIdx            shareIndex
+	shareIdx            ShareAccounting
 	dcRefs              map[ModelID]int // pods bound to each digest cache; under Applier.mu
 	aliasTables         atomic.Int64
 	m                   limitMetrics
@@ -90,7 +92,7 @@ func newLimitMetrics(ns string) (limitMetrics, []prometheus.Collector) {
 	return m, []prometheus.Collector{m.digestCaches, m.aliasTables, m.digestRefused, m.aliasRefused, m.shareRefused, m.freed}
 }
 
-func (a *Applier) initLimits(l ApplierLimits) {
+func (a *Applier) initLimits(l ApplierLimits, share ShareAccounting) error {
 	if l.MaxDigestCaches <= 0 {
 		l.MaxDigestCaches = DefaultMaxDigestCaches
 	}
@@ -98,9 +100,16 @@ func (a *Applier) initLimits(l ApplierLimits) {
 		l.MaxAliasTables = DefaultMaxAliasTables
 	}
 	a.lim.maxDigest, a.lim.maxAlias, a.lim.dcRefs, a.lim.m = l.MaxDigestCaches, l.MaxAliasTables, map[ModelID]int{}, a.m.limits
-	if si, ok := a.idx.(shareIndex); ok && l.PodShare > 0 {
-		a.lim.shareIdx, a.lim.share = si, max(si.Capacity()/int64(l.PodShare), 1)
+	if l.PodShare < 0 {
+		return errors.New("kvindex: pod share must not be negative")
 	}
+	if l.PodShare > 0 {
+		if share == nil {
+			return ErrNoShareAccounting
+		}
+		a.lim.shareIdx, a.lim.share = share, max(share.Capacity()/int64(l.PodShare), 1)
+	}
+	return nil
 }
 
 // digestCacheFor binds ps to model id's digest cache, creating it if the

@@ -21,8 +21,16 @@ func limitedEnv(t *testing.T, cfg KeyConfig, idx Index, l ApplierLimits) (*appli
 	if idx == nil {
 		idx = e.idx
 	}
-	e.a = NewApplier(ApplierConfig{Index: idx, Interner: e.in, Hashers: hs, Metrics: e.m,
-		DigestCacheSize: 1024, AliasCacheSize: 1024, Limits: l, Logger: slog.New(slog.DiscardHandler)})
+	// The share accounting is the memory index's own, handed over
+	// explicitly as the indexer does (a wrapper must not lose it).
+	var share ShareAccounting
+	if m, ok := idx.(*MemoryIndex); ok && l.PodShare > 0 {
+		share = m
+	}
+	if e.a, err = NewApplier(ApplierConfig{Index: idx, Interner: e.in, Hashers: hs, Metrics: e.m,
+		DigestCacheSize: 1024, AliasCacheSize: 1024, Limits: l, Share: share, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+		t.Fatal(err)
+	}
 	return e, idx
 }
 

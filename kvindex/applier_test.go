@@ -39,9 +39,11 @@ func newApplierEnv(t *testing.T, cfg KeyConfig) *applierEnv {
 	}
 	e := &applierEnv{t: t, idx: newFakeIndex(), in: NewInterner(), reg: prometheus.NewRegistry(), logs: &bytes.Buffer{}, cfg: cfg}
 	e.m = NewMetrics(e.reg)
-	e.a = NewApplier(ApplierConfig{Index: e.idx, Interner: e.in, Hashers: hs, Metrics: e.m,
+	if e.a, err = NewApplier(ApplierConfig{Index: e.idx, Interner: e.in, Hashers: hs, Metrics: e.m,
 		DigestCacheSize: 1024, AliasCacheSize: 1024,
-		Logger: slog.New(slog.NewTextHandler(&syncWriter{w: e.logs}, nil))})
+		Logger: slog.New(slog.NewTextHandler(&syncWriter{w: e.logs}, nil))}); err != nil {
+		t.Fatal(err)
+	}
 	return e
 }
 
@@ -579,7 +581,10 @@ func TestApplierSteadyStateDoesNotAllocate(t *testing.T) {
 	}
 	cfg := KeyConfig{Algo: AlgoSHA256, Seed: "0", BlockSize: 16}
 	hs, _ := NewHasherSet(cfg, nil)
-	a := NewApplier(ApplierConfig{Index: nopIndex{}, Interner: NewInterner(), Hashers: hs, DigestCacheSize: 1024, AliasCacheSize: 1024})
+	a, err := NewApplier(ApplierConfig{Index: nopIndex{}, Interner: NewInterner(), Hashers: hs, DigestCacheSize: 1024, AliasCacheSize: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
 	toks := seq(1000, 16*8)
 	for _, engine := range []KeyConfig{cfg, {Algo: AlgoSHA256, Seed: "1", BlockSize: 16}} {
 		eh := engineKeys(t, engine, toks, RequestExtras{LoraName: "x"})

@@ -114,7 +114,7 @@ func scoreFixture(b *testing.B, npods, bunch int) (*MemoryIndex, []Key) {
 
 func benchmarkScore(b *testing.B, npods, bunch int) {
 	idx, keys := scoreFixture(b, npods, bunch)
-	s := NewScorer(idx, DefaultTierWeights())
+	s := NewScorer(idx, idx, DefaultTierWeights())
 	ctx := context.Background()
 	var res ScoreResult
 	if err := s.Score(ctx, 0, keys, nil, &res); err != nil {
@@ -172,7 +172,7 @@ func BenchmarkScore512x8Cold(b *testing.B) {
 	if st := idx.Stats(); st.Evictions != 0 || st.Keys != 1024*512 {
 		b.Fatalf("fixture broken: %+v", st)
 	}
-	s := NewScorer(idx, DefaultTierWeights())
+	s := NewScorer(idx, idx, DefaultTierWeights())
 	ctx := context.Background()
 	var res ScoreResult
 	if err := s.Score(ctx, 0, prompts[0], nil, &res); err != nil || len(res.Pods) != 8 {

@@ -69,7 +69,7 @@ func TestScorePrefixStepsChangingSeveralHolders(t *testing.T) {
 			}
 		}
 		var res ScoreResult
-		if err := NewScorer(f.idx, w).Score(ctx, 0, keys, nil, &res); err != nil {
+		if err := NewScorer(f.idx, f.idx, w).Score(ctx, 0, keys, nil, &res); err != nil {
 			t.Fatal(err)
 		}
 		if want := refScore(f.ref, 0, keys, pods, w); !samePodScores(res.Pods, want) {

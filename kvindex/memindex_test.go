@@ -555,7 +555,7 @@ func TestMemoryIndexMatchesReference(t *testing.T) {
 func TestMemoryIndexConcurrent(t *testing.T) {
 	ctx := context.Background()
 	idx := NewMemoryIndex(MemoryConfig{Capacity: 1 << 20})
-	sc := NewScorer(idx, DefaultTierWeights())
+	sc := NewScorer(idx, idx, DefaultTierWeights())
 	const writers, podsPerWriter, nkeys = 4, 3, 64
 	steps := 3000
 	if testing.Short() {

@@ -72,10 +72,10 @@ func TestScorePrefixEqualWeightTierChangeMidRun(t *testing.T) {
 	}
 	flat := TierWeights{1, 1, 1, 1}
 	var fused, generic ScoreResult
-	if err := NewScorer(mem, flat).Score(ctx, 0, keys, nil, &fused); err != nil {
+	if err := NewScorer(mem, mem, flat).Score(ctx, 0, keys, nil, &fused); err != nil {
 		t.Fatal(err)
 	}
-	if err := NewScorer(visitorOnly{mem}, flat).Score(ctx, 0, keys, nil, &generic); err != nil {
+	if err := NewScorer(visitorOnly{mem}, nil, flat).Score(ctx, 0, keys, nil, &generic); err != nil {
 		t.Fatal(err)
 	}
 	if !samePodScores(fused.Pods, generic.Pods) {
@@ -123,7 +123,7 @@ func TestScorerGenericCallVisitingNothingAfterFullMatch(t *testing.T) {
 	if err := mem.Add(ctx, 0, 3, TierGPU, 0, []Key{1, 2}); err != nil {
 		t.Fatal(err)
 	}
-	s := NewScorer(visitorOnly{mem}, DefaultTierWeights())
+	s := NewScorer(visitorOnly{mem}, nil, DefaultTierWeights())
 	var res ScoreResult
 	for range 20 { // the pool may hand out a fresh state now and then
 		if err := s.Score(ctx, 0, []Key{1, 2}, nil, &res); err != nil {
@@ -150,7 +150,7 @@ func TestScorerGenericCandidateAtMaxPodsAllocatesNoTable(t *testing.T) {
 	if err := mem.Add(ctx, 0, 1, TierGPU, 0, []Key{1}); err != nil {
 		t.Fatal(err)
 	}
-	s := NewScorer(visitorOnly{mem}, DefaultTierWeights())
+	s := NewScorer(visitorOnly{mem}, nil, DefaultTierWeights())
 	var res ScoreResult
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
@@ -175,13 +175,13 @@ func TestScoreHighPodIDOnFreshState(t *testing.T) {
 		if err := mem.Add(ctx, 0, p, TierGPU, 0, []Key{1, 2}); err != nil {
 			t.Fatal(err)
 		}
-		for _, idx := range []Index{mem, visitorOnly{mem}} {
+		for _, sc := range []*Scorer{NewScorer(mem, mem, DefaultTierWeights()), NewScorer(visitorOnly{mem}, nil, DefaultTierWeights())} {
 			var res ScoreResult
-			if err := NewScorer(idx, DefaultTierWeights()).Score(ctx, 0, []Key{1, 2}, nil, &res); err != nil {
+			if err := sc.Score(ctx, 0, []Key{1, 2}, nil, &res); err != nil {
 				t.Fatal(err)
 			}
 			if len(res.Pods) != 1 || res.Pods[0].Pod != p || res.Pods[0].MatchedBlocks != 2 {
-				t.Fatalf("pod %d (%T): scores %+v", p, idx, res.Pods)
+				t.Fatalf("pod %d (prefix path %v): scores %+v", p, sc.prefix != nil, res.Pods)
 			}
 		}
 	}

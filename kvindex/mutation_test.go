@@ -219,7 +219,7 @@ func TestScorerGenericTiesAndBadTiers(t *testing.T) {
 		{{Pod: 1, Tier: TierCPU}, {Pod: 1, Tier: TierExternal}, {Pod: 2, Tier: TierGPU}},
 		{{Pod: 1, Tier: TierDisk}, {Pod: 1, Tier: TierCPU}},
 	}}
-	s := NewScorer(idx, w)
+	s := NewScorer(idx, nil, w)
 	var res ScoreResult
 	if err := s.Score(ctx, 0, []Key{1, 2, 3}, nil, &res); err != nil {
 		t.Fatal(err)
@@ -249,10 +249,10 @@ func TestScorerGenericTiesAndBadTiers(t *testing.T) {
 	}
 	flat := TierWeights{1, 1, 1, 1}
 	var fused, generic ScoreResult
-	if err := NewScorer(mem, flat).Score(ctx, 0, []Key{1, 2, 3, 4, 5}, nil, &fused); err != nil {
+	if err := NewScorer(mem, mem, flat).Score(ctx, 0, []Key{1, 2, 3, 4, 5}, nil, &fused); err != nil {
 		t.Fatal(err)
 	}
-	if err := NewScorer(visitorOnly{mem}, flat).Score(ctx, 0, []Key{1, 2, 3, 4, 5}, nil, &generic); err != nil {
+	if err := NewScorer(visitorOnly{mem}, nil, flat).Score(ctx, 0, []Key{1, 2, 3, 4, 5}, nil, &generic); err != nil {
 		t.Fatal(err)
 	}
 	if !samePodScores(fused.Pods, generic.Pods) || len(fused.Pods) != 4 {

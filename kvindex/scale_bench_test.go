@@ -50,7 +50,7 @@ func (m *cpuMeter) stop(b *testing.B, perOp float64, unit string) {
 // grow with cores until memory bandwidth or shared caches limit it.
 func BenchmarkScore512x8Parallel(b *testing.B) {
 	idx, keys := scoreFixture(b, 8, 1)
-	s := NewScorer(idx, DefaultTierWeights())
+	s := NewScorer(idx, idx, DefaultTierWeights())
 	m := startCPU(b)
 	b.RunParallel(func(pb *testing.PB) {
 		var res ScoreResult
@@ -68,7 +68,7 @@ func BenchmarkScore512x8Parallel(b *testing.B) {
 // in rotation, mostly cache misses) from GOMAXPROCS goroutines.
 func BenchmarkScore512x8ColdParallel(b *testing.B) {
 	idx, prompts := coldFixture()
-	s := NewScorer(idx, DefaultTierWeights())
+	s := NewScorer(idx, idx, DefaultTierWeights())
 	var next atomic.Int64
 	m := startCPU(b)
 	b.RunParallel(func(pb *testing.PB) {

@@ -256,7 +256,7 @@ func (f *scaleFleet) scoreAll(t *testing.T) []scoreFig {
 func (f *scaleFleet) measure(t *testing.T, name string, prompts [][]kvindex.Key, wantPods int) scoreFig {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	s := kvindex.NewScorer(f.idx, kvindex.DefaultTierWeights())
+	s := kvindex.NewScorer(f.idx, f.idx, kvindex.DefaultTierWeights())
 	ctx := context.Background()
 	var res kvindex.ScoreResult
 	for _, keys := range prompts { // every prompt checked once

@@ -59,12 +59,14 @@ type Scorer struct {
 	states sync.Pool // *scoreState
 }
 
-// NewScorer returns a scorer over idx with tier weights w. PodIDs are
-// expected to be dense (from an Interner): per-call state has one entry per
-// PodID up to the highest one seen.
-func NewScorer(idx Index, w TierWeights) *Scorer {
-	s := &Scorer{idx: idx, w: w}
-	s.prefix, _ = idx.(PrefixScorer)
+// NewScorer returns a scorer over idx with tier weights w. prefix is the
+// index's own prefix scoring (PrefixScorer), or nil to walk Lookup; it is
+// passed explicitly, not discovered on idx, so a wrapper around the index
+// cannot switch it off unseen. PodIDs are expected to be dense (from an
+// Interner): per-call state has one entry per PodID up to the highest one
+// seen.
+func NewScorer(idx Index, prefix PrefixScorer, w TierWeights) *Scorer {
+	s := &Scorer{idx: idx, prefix: prefix, w: w}
 	s.states.New = func() any { return &scoreState{} }
 	return s
 }

@@ -135,7 +135,7 @@ func TestScorerDifferential(t *testing.T) {
 		}
 		randomPrefixFleet(f, rng, keys, npods)
 		w := weights[rng.IntN(len(weights))]
-		fused, generic := NewScorer(f.idx, w), NewScorer(visitorOnly{f.idx}, w)
+		fused, generic := NewScorer(f.idx, f.idx, w), NewScorer(visitorOnly{f.idx}, nil, w)
 		for q := 0; q < 6; q++ {
 			pods := make([]PodID, 0, npods)
 			var cands []PodID
@@ -261,9 +261,9 @@ func TestScorerDifferentialConcurrent(t *testing.T) {
 			defer rwg.Done()
 			var s *Scorer
 			if generic {
-				s = NewScorer(visitorOnly{f.idx}, w)
+				s = NewScorer(visitorOnly{f.idx}, nil, w)
 			} else {
-				s = NewScorer(f.idx, w)
+				s = NewScorer(f.idx, f.idx, w)
 			}
 			var res ScoreResult
 			for q := 0; ; q++ {

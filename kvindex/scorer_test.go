@@ -16,10 +16,10 @@ type visitorOnly struct{ Index }
 // to, and one that does not is walked through Lookup.
 func TestScorerUsesPrefixScorer(t *testing.T) {
 	idx := NewMemoryIndex(MemoryConfig{})
-	if NewScorer(idx, DefaultTierWeights()).prefix == nil {
+	if NewScorer(idx, idx, DefaultTierWeights()).prefix == nil {
 		t.Error("MemoryIndex is not used as a PrefixScorer")
 	}
-	if NewScorer(visitorOnly{idx}, DefaultTierWeights()).prefix != nil {
+	if NewScorer(visitorOnly{idx}, nil, DefaultTierWeights()).prefix != nil {
 		t.Error("an index without ScorePrefix got the fused path")
 	}
 }
@@ -126,9 +126,9 @@ func TestScorerSemantics(t *testing.T) {
 				}
 				var s *Scorer
 				if generic {
-					s = NewScorer(visitorOnly{idx}, DefaultTierWeights())
+					s = NewScorer(visitorOnly{idx}, nil, DefaultTierWeights())
 				} else {
-					s = NewScorer(idx, DefaultTierWeights())
+					s = NewScorer(idx, idx, DefaultTierWeights())
 				}
 				var res ScoreResult
 				if err := s.Score(ctx, 0, tc.query, tc.candidates, &res); err != nil {
@@ -191,7 +191,7 @@ func TestScorerStopsEarly(t *testing.T) {
 	_ = idx.Add(ctx, 0, 1, TierGPU, 0, keys[:5])
 	_ = idx.Add(ctx, 0, 2, TierGPU, 0, keys)
 	ci := &countingIndex{Index: idx}
-	s := NewScorer(ci, DefaultTierWeights())
+	s := NewScorer(ci, nil, DefaultTierWeights())
 	var res ScoreResult
 	_ = s.Score(ctx, 0, keys, []PodID{1}, &res)
 	if ci.visited != 6 {
@@ -218,7 +218,7 @@ func TestScorerReusesResult(t *testing.T) {
 	for p := PodID(0); p < 16; p++ {
 		_ = idx.Add(ctx, 0, p, TierGPU, 0, keys[:4*(p+1)])
 	}
-	for _, s := range []*Scorer{NewScorer(idx, DefaultTierWeights()), NewScorer(visitorOnly{idx}, DefaultTierWeights())} {
+	for _, s := range []*Scorer{NewScorer(idx, idx, DefaultTierWeights()), NewScorer(visitorOnly{idx}, nil, DefaultTierWeights())} {
 		var res ScoreResult
 		_ = s.Score(ctx, 0, keys, nil, &res)
 		cands := []PodID{1, 2, 3}
@@ -313,7 +313,7 @@ func TestScorerMatchesReference(t *testing.T) {
 		if len(want) > 0 {
 			nonEmpty++
 		}
-		for _, s := range []*Scorer{NewScorer(idx, w), NewScorer(visitorOnly{idx}, w)} {
+		for _, s := range []*Scorer{NewScorer(idx, idx, w), NewScorer(visitorOnly{idx}, nil, w)} {
 			var res ScoreResult
 			if err := s.Score(ctx, 0, keys, cands, &res); err != nil {
 				t.Fatal(err)
@@ -409,7 +409,7 @@ func TestScorerEdges(t *testing.T) {
 		t.Errorf("PodBlocks = %d, want 2 (a block on two tiers is one block)", n)
 	}
 	w := TierWeights{0.1, 0.2, 0.3, 0.4}
-	for _, s := range []*Scorer{NewScorer(idx, w), NewScorer(visitorOnly{idx}, w)} {
+	for _, s := range []*Scorer{NewScorer(idx, idx, w), NewScorer(visitorOnly{idx}, nil, w)} {
 		if s.Weights() != w {
 			t.Errorf("Weights() = %v", s.Weights())
 		}

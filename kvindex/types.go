@@ -300,8 +300,17 @@ type Batch struct {
 // from one goroutine at a time, in the order the engine published them. ctx
 // ends when the subscriber shuts down, so index writes (Redis) can be
 // cancelled instead of outliving the daemon.
+//
+// ForgetPod is part of the contract, not an optional extra: kvevents calls
+// it on the pod's worker, behind the pod's last batches, after it expired a
+// silent stream, and the sink drops every piece of state it holds for the
+// pod (digest-cache holds, alias tables, statistics). A sink with nothing to
+// drop implements it as a no-op; a wrapper must pass it on, which the
+// compiler now checks instead of a type assertion that a wrapper could
+// silently defeat.
 type BatchSink interface {
 	Apply(ctx context.Context, b *Batch)
+	ForgetPod(ctx context.Context, pod string, dpRank int)
 }
 
 // PodBlocksBatcher is implemented by index backends that can answer

@@ -174,7 +174,7 @@ func oursScore(n int) func(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		sc := kvindex.NewScorer(idx, kvindex.DefaultTierWeights())
+		sc := kvindex.NewScorer(idx, idx, kvindex.DefaultTierWeights())
 		var res kvindex.ScoreResult
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {

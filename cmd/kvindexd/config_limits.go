@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/kvindex/kvindex/kvevents"
@@ -25,7 +26,10 @@ type LimitsConfig struct {
 	PodExpiry           string `json:"pod_expiry" yaml:"pod_expiry"`
 	MaxDigestCaches     int    `json:"max_digest_caches" yaml:"max_digest_caches"`
 	MaxAliasTables      int    `json:"max_alias_tables" yaml:"max_alias_tables"`
-	PodShare            int    `json:"pod_share" yaml:"pod_share"`
+	// PodShare is nil for the backend's default: kvindex.DefaultPodShare
+	// with the in-memory index, none with Redis (which has no per-pod
+	// accounting; a share set explicitly there is a start-up error).
+	PodShare *int `json:"pod_share" yaml:"pod_share"`
 }
 
 func defaultLimits() LimitsConfig {
@@ -39,7 +43,6 @@ func defaultLimits() LimitsConfig {
 		PodExpiry:           kvevents.DefaultPodExpiry.String(),
 		MaxDigestCaches:     kvindex.DefaultMaxDigestCaches,
 		MaxAliasTables:      kvindex.DefaultMaxAliasTables,
-		PodShare:            kvindex.DefaultPodShare,
 	}
 }
 
@@ -53,7 +56,8 @@ func limitFlags(fs *flag.FlagSet, l *LimitsConfig) {
 	fs.StringVar(&l.PodExpiry, "pod-expiry", l.PodExpiry, "a stream silent this long is cleared from the index and forgotten (0 = never)")
 	fs.IntVar(&l.MaxDigestCaches, "max-digest-caches", l.MaxDigestCaches, "models with a parity digest cache (~11 MB each); further models go unverified")
 	fs.IntVar(&l.MaxAliasTables, "max-alias-tables", l.MaxAliasTables, "pods with an alias table (~4.7 MB each, mismatching or SGLang pods); further pods are indexed without")
-	fs.IntVar(&l.PodShare, "pod-share", l.PodShare, "in-memory index: one pod holds at most capacity/N entries (0 = no per-pod bound)")
+	fs.Var(podShareFlag{&l.PodShare}, "pod-share", fmt.Sprintf("one pod holds at most capacity/N entries of the in-memory index (0 = no per-pod bound; "+
+		"auto = %d in memory, none with Redis; Redis has no per-pod accounting, so a number there fails at start)", kvindex.DefaultPodShare))
 }
 
 // durations parses the limits' duration strings.
@@ -76,7 +80,7 @@ func (l *LimitsConfig) validate() error {
 		return errors.New("--zmq-max-message-size, --zmq-max-conns, --max-streams, --max-models, --max-dp-ranks, " +
 			"--max-digest-caches and --max-alias-tables must be positive")
 	}
-	if l.PodShare < 0 {
+	if l.PodShare != nil && *l.PodShare < 0 {
 		return errors.New("--pod-share must not be negative")
 	}
 	return nil
@@ -95,7 +99,39 @@ func (l *LimitsConfig) subscriber(c *kvevents.Config) {
 	}
 }
 
-// applier applies the limits to the applier.
-func (l *LimitsConfig) applier() kvindex.ApplierLimits {
-	return kvindex.ApplierLimits{MaxDigestCaches: l.MaxDigestCaches, MaxAliasTables: l.MaxAliasTables, PodShare: l.PodShare}
+// applier applies the limits to the applier; memory tells the backend,
+// which decides the pod share's default.
+func (l *LimitsConfig) applier(memory bool) kvindex.ApplierLimits {
+	share := 0
+	switch {
+	case l.PodShare != nil:
+		share = *l.PodShare
+	case memory:
+		share = kvindex.DefaultPodShare
+	}
+	return kvindex.ApplierLimits{MaxDigestCaches: l.MaxDigestCaches, MaxAliasTables: l.MaxAliasTables, PodShare: share}
+}
+
+// podShareFlag is --pod-share: a number, or auto (unset) for the
+// backend's default.
+type podShareFlag struct{ p **int }
+
+func (f podShareFlag) String() string {
+	if f.p == nil || *f.p == nil {
+		return "auto"
+	}
+	return strconv.Itoa(**f.p)
+}
+
+func (f podShareFlag) Set(s string) error {
+	if s == "auto" {
+		*f.p = nil
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return errors.New("want a number or auto")
+	}
+	*f.p = &n
+	return nil
 }

@@ -26,7 +26,7 @@ func TestLimitsConfig(t *testing.T) {
 		sc.MaxStreams != 50 || sc.MaxModels != kvevents.DefaultMaxModels || sc.PodExpiry >= 0 {
 		t.Fatalf("subscriber config %+v", sc)
 	}
-	if a := cfg.LimitsConfig.applier(); a != (kvindex.ApplierLimits{MaxDigestCaches: kvindex.DefaultMaxDigestCaches,
+	if a := cfg.LimitsConfig.applier(true); a != (kvindex.ApplierLimits{MaxDigestCaches: kvindex.DefaultMaxDigestCaches,
 		MaxAliasTables: kvindex.DefaultMaxAliasTables}) {
 		t.Fatalf("applier limits %+v", a)
 	}
@@ -36,7 +36,7 @@ func TestLimitsConfig(t *testing.T) {
 	}
 	def.LimitsConfig.subscriber(&sc)
 	if sc.Transport.MaxMessageSize != zmtp.DefaultMaxMessageSize || sc.PodExpiry != time.Hour ||
-		def.LimitsConfig.applier().PodShare != kvindex.DefaultPodShare {
+		def.LimitsConfig.applier(true).PodShare != kvindex.DefaultPodShare || def.LimitsConfig.applier(false).PodShare != 0 {
 		t.Fatalf("defaults %+v %+v", sc, def.LimitsConfig)
 	}
 	for _, ext := range []string{".yaml", ".json"} {

@@ -21,13 +21,11 @@ import (
 	"github.com/kvindex/kvindex/chatprompt"
 	"github.com/kvindex/kvindex/discovery"
 	"github.com/kvindex/kvindex/indexer"
-	"github.com/kvindex/kvindex/indexer/redisspec"
 	"github.com/kvindex/kvindex/internal/redact"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
 	"github.com/kvindex/kvindex/prefixstore"
-	"github.com/kvindex/kvindex/snapshot"
 	"github.com/kvindex/kvindex/tokenization"
 )
 
@@ -46,15 +44,10 @@ type daemon struct {
 	log *slog.Logger
 	reg *prometheus.Registry
 
+	// idx is the composition root: index, applier, scorer, event
+	// subscriber and its features (snapshots, leases).
 	idx *indexer.Indexer
-	// index and interner are the indexer's own, kept only for the lease
-	// loop, which clears pods on a shared Redis index directly.
-	index    kvindex.Index
-	interner *kvindex.Interner
-	sub      *kvevents.Subscriber
-	api      *api.Server
-	// leases, when set, runs the connect-topology lease loop (Redis only).
-	leases func(ctx context.Context) error
+	api *api.Server
 	// discovery, when set, subscribes to the engine pods Kubernetes lists.
 	discovery *discovery.Discoverer
 
@@ -63,9 +56,6 @@ type daemon struct {
 	httpSrv        *http.Server
 	closers        []func() error
 	sec            *security
-	// saver writes snapshots of the in-memory index (--snapshot-path).
-	saver *snapshot.Saver
-	snapM *snapshot.Metrics
 }
 
 // newDaemon builds every part and opens the listeners (so their addresses
@@ -92,15 +82,18 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	if err != nil {
 		return nil, err
 	}
-	backend, err := d.backend()
+	index, err := redisindex.ParseIndexFlag(cfg.Index)
 	if err != nil {
 		return nil, err
+	}
+	idxCfg := indexer.IndexConfig{Capacity: cfg.Capacity}
+	if !index.Memory {
+		idxCfg.Redis = &index.Redis
 	}
 	pick, err := cfg.pickConfig()
 	if err != nil {
 		return nil, err
 	}
-	pick.SharedSpeculative = sharedSpeculative
 	prediction, err := cfg.predictionConfig()
 	if err != nil {
 		return nil, err
@@ -112,52 +105,22 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	if d.sec, err = buildSecurity(ctx, cfg, d.reg, log); err != nil {
 		return nil, err
 	}
+	events := cfg.eventsConfig()
+	leases, err := cfg.leaseConfig()
+	if err != nil {
+		return nil, err
+	}
 	d.idx, err = indexer.New(ctx, indexer.Config{
-		Keys: def, ModelKeys: perModel, Backend: backend, TierWeights: &weights,
+		Keys: def, ModelKeys: perModel, Index: idxCfg, TierWeights: &weights,
 		DigestCacheSize: cfg.DigestCacheSize, KeyCacheSize: cfg.KeyCacheSize, Tokenizer: prompts, Chat: chats, Prediction: prediction,
-		ApplierLimits: cfg.LimitsConfig.applier(), Registry: d.reg, Logger: log, Pick: pick,
+		ApplierLimits: cfg.LimitsConfig.applier(index.Memory), Registry: d.reg, Logger: log, Pick: pick,
+		Events: &events, Persist: cfg.persistConfig(), Leases: leases,
 	})
 	if err != nil {
 		return nil, err
 	}
-	d.closers = append(d.closers, d.idx.Close)
-	var restored *snapshot.Loaded
-	if cfg.SnapshotPath != "" {
-		if d.snapM, err = snapshot.NewMetrics(d.reg); err != nil {
-			return nil, err
-		}
-		restored = d.loadSnapshot()
-	}
-
-	bindEngine, _ := kvindex.ParseEngine(cfg.BindEngine)
-	subCfg := kvevents.Config{Bind: cfg.ZMQBind, BindEngine: bindEngine, TopicFilter: cfg.TopicFilter,
-		AllTopics: cfg.AllTopics, Workers: cfg.Workers, QueueSize: cfg.QueueSize}
-	cfg.LimitsConfig.subscriber(&subCfg)
-	for _, ep := range cfg.Endpoints {
-		subCfg.Endpoints = append(subCfg.Endpoints, ep.kvevents())
-	}
-	if cfg.Leases {
-		// With leases the endpoint list is divided between daemons; the lease
-		// loop adds and removes the endpoints this daemon owns at runtime.
-		if err := d.setupLeases(subCfg.Endpoints); err != nil {
-			return nil, err
-		}
-		subCfg.Endpoints = nil
-	}
-	d.sub, err = kvevents.NewSubscriber(subCfg, d.idx.Sink(), kvevents.NewMetrics(d.reg), log)
-	if err != nil {
-		return nil, err
-	}
 	// The bind socket is open from here on: a failure below must release it.
-	d.closers = append(d.closers, d.sub.Close)
-	if restored != nil {
-		d.resumeSnapshot(restored)
-	}
-	if cfg.SnapshotPath != "" {
-		if d.saver, err = d.newSaver(); err != nil {
-			return nil, err
-		}
-	}
+	d.closers = append(d.closers, d.idx.Close)
 	if cfg.Discovery.Enabled {
 		if err := d.setupDiscovery(); err != nil {
 			return nil, err
@@ -165,7 +128,7 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	}
 
 	d.api, err = api.New(api.Config{
-		Indexer: d.idx, Subscriber: d.sub, Registry: d.reg, Logger: log.With("component", "api"),
+		Indexer: d.idx, Subscriber: d.idx.Subscriber(), Registry: d.reg, Logger: log.With("component", "api"),
 		Auth: d.sec.tokens, MetricsAuth: cfg.MetricsAuth, AdminAPI: cfg.AdminAPI, Endpoints: d.sec.policy,
 		MaxBodyBytes: cfg.HTTPMaxBodyBytes,
 	})
@@ -198,46 +161,6 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 		}
 	}
 	return d, nil
-}
-
-// backend turns --index into the indexer's backend factory. A Redis that is
-// down at start does not fail the daemon: it starts not-ready and the
-// backend retries.
-func (d *daemon) backend() (indexer.BackendFunc, error) {
-	flag, err := redisindex.ParseIndexFlag(d.cfg.Index)
-	if err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context, in *kvindex.Interner) (kvindex.Index, error) {
-		d.interner = in
-		if flag.Memory {
-			mem := kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: d.cfg.Capacity})
-			d.index = mem
-			d.log.Info("index: in-memory", "capacity_entries", mem.Capacity())
-			return mem, nil
-		}
-		rc := flag.Redis
-		rc.Interner = in
-		rc.Logger = d.log.With("component", "redisindex")
-		idx, err := redisindex.New(ctx, rc)
-		if err != nil {
-			return nil, fmt.Errorf("--index: %w", err)
-		}
-		d.index = idx
-		d.log.Info("index: redis", "namespace", idx.Namespace())
-		return idx, nil
-	}, nil
-}
-
-// sharedSpeculative keeps speculative entries in the Redis index's server,
-// where every daemon on that index sees them; the in-memory index keeps
-// them in process (nil store).
-func sharedSpeculative(idx kvindex.Index, ttl time.Duration) (indexer.SpeculativeStore, error) {
-	ri, ok := idx.(*redisindex.Index)
-	if !ok {
-		return nil, nil
-	}
-	return redisspec.New(ri.Client(), ri.Namespace(), ttl)
 }
 
 // tokenizers returns the prefix store over the tokenizer registry (prompts)
@@ -276,6 +199,31 @@ func (e EndpointSpec) kvevents() kvevents.EndpointConfig {
 		SnapshotAddress: e.Snapshot}
 }
 
+// eventsConfig is the subscriber's configuration: the bind socket, the
+// endpoints, the queues and the limits.
+func (cfg Config) eventsConfig() kvevents.Config {
+	bindEngine, _ := kvindex.ParseEngine(cfg.BindEngine)
+	c := kvevents.Config{Bind: cfg.ZMQBind, BindEngine: bindEngine, TopicFilter: cfg.TopicFilter,
+		AllTopics: cfg.AllTopics, Workers: cfg.Workers, QueueSize: cfg.QueueSize}
+	cfg.LimitsConfig.subscriber(&c)
+	for _, ep := range cfg.Endpoints {
+		c.Endpoints = append(c.Endpoints, ep.kvevents())
+	}
+	return c
+}
+
+// leaseConfig is --leases, --lease-ttl and --daemon-id.
+func (cfg Config) leaseConfig() (indexer.LeaseConfig, error) {
+	if !cfg.Leases {
+		return indexer.LeaseConfig{}, nil
+	}
+	ttl, err := time.ParseDuration(cfg.LeaseTTL)
+	if err != nil || ttl <= 0 {
+		return indexer.LeaseConfig{}, fmt.Errorf("--lease-ttl %q: want a positive duration such as 10s", cfg.LeaseTTL)
+	}
+	return indexer.LeaseConfig{Enabled: true, TTL: ttl, DaemonID: cfg.DaemonID}, nil
+}
+
 // GRPCAddr and HTTPAddr are the bound addresses ("" when off).
 func (d *daemon) GRPCAddr() string {
 	if d.grpcLn == nil {
@@ -310,28 +258,13 @@ func (d *daemon) Run(ctx context.Context) error {
 		d.log.Warn("index not healthy at start; serving not-ready and retrying", "err", err)
 	}
 	wg.Go(func() { d.api.WatchHealth(ctx, time.Second) })
-	// Pods marked untrusted by an index error are cleared once the index
-	// is back, even if they publish nothing more.
-	wg.Go(func() { d.idx.RunRecovery(ctx, time.Second) })
-	// The subscriber and the lease loop get their own contexts so shutdown
-	// can order them: leases are released (their endpoints removed and their
-	// pods' clears queued on the still-running subscriber) before the
-	// subscriber stops. The subscriber drains its queues for a bounded time
-	// on stop; a clear still queued after that is dropped and counted, and
-	// the daemon taking over clears the pod on acquiring the lease anyway.
-	subCtx, subCancel := context.WithCancel(context.Background())
-	defer subCancel()
-	wg.Go(func() { fail("kvevents", d.sub.Run(subCtx)) })
+	// The indexer's background work (events, leases, snapshots, recovery)
+	// orders its own shutdown when ctx ends; Run waits for it below, after
+	// the API has stopped taking requests.
+	idxDone := make(chan struct{})
+	go func() { defer close(idxDone); fail("indexer", d.idx.Run(ctx)) }()
 	if d.discovery != nil {
 		wg.Go(func() { fail("discovery", d.discovery.Run(ctx)) })
-	}
-	leaseCtx, leaseCancel := context.WithCancel(context.Background())
-	defer leaseCancel()
-	leasesDone := make(chan struct{})
-	if d.leases != nil {
-		go func() { defer close(leasesDone); fail("leases", d.leases(leaseCtx)) }()
-	} else {
-		close(leasesDone)
 	}
 	if d.grpcSrv != nil {
 		wg.Go(func() { fail("grpc", d.grpcSrv.Serve(d.grpcLn)) })
@@ -339,9 +272,6 @@ func (d *daemon) Run(ctx context.Context) error {
 	}
 	if d.sec.tokens != nil {
 		wg.Go(func() { d.sec.tokens.Watch(ctx, tokenReloadEvery) })
-	}
-	if d.saver != nil {
-		wg.Go(func() { d.saver.Run(ctx) })
 	}
 	if d.httpSrv != nil {
 		wg.Go(func() {
@@ -367,9 +297,6 @@ func (d *daemon) Run(ctx context.Context) error {
 	<-ctx.Done()
 	d.log.Info("shutting down")
 	d.api.Shutdown()
-	leaseCancel()
-	<-leasesDone
-	subCancel()
 	sctx, scancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer scancel()
 	if d.httpSrv != nil {
@@ -385,10 +312,7 @@ func (d *daemon) Run(ctx context.Context) error {
 		}
 	}
 	wg.Wait()
-	if d.saver != nil {
-		// The event path has stopped: this is the newest state.
-		_ = d.saver.Save()
-	}
+	<-idxDone
 	d.close()
 	select {
 	case err := <-errc:

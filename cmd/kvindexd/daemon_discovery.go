@@ -106,6 +106,6 @@ func (d *daemon) setupDiscovery() error {
 	if err != nil {
 		return fmt.Errorf("--discover-pods: %w", err)
 	}
-	d.discovery, err = discovery.New(dc, client, d.sub, d.reg, d.log.With("component", "discovery"))
+	d.discovery, err = discovery.New(dc, client, d.idx.Subscriber(), d.reg, d.log.With("component", "discovery"))
 	return err
 }

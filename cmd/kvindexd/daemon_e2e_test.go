@@ -112,7 +112,7 @@ func startDaemonCtx(t *testing.T, parent context.Context, mutate func(*Config)) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &e2eDaemon{t: t, d: d, bind: d.sub.BindAddr(), base: "http://" + d.HTTPAddr(), grpc: kvindexv1.NewIndexerClient(conn)}
+	return &e2eDaemon{t: t, d: d, bind: d.idx.Subscriber().BindAddr(), base: "http://" + d.HTTPAddr(), grpc: kvindexv1.NewIndexerClient(conn)}
 }
 
 // query is one score request, sent over both transports.

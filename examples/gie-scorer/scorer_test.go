@@ -18,6 +18,11 @@ import (
 // the daemon's prompt path in a test.
 type fakeTokenizer struct{}
 
+// TokenizeRendered: the fake has no special tokens to leave out.
+func (f fakeTokenizer) TokenizeRendered(ctx context.Context, model, prompt string) ([]uint32, error) {
+	return f.TokenizePrompt(ctx, model, prompt)
+}
+
 func (fakeTokenizer) TokenizePrompt(_ context.Context, _, prompt string) ([]uint32, error) {
 	out := make([]uint32, len(prompt))
 	for i := range prompt {

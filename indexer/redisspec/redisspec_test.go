@@ -7,10 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
-	"github.com/kvindex/kvindex/routing"
 )
 
 func newStore(t *testing.T, ttl time.Duration) (*Store, *redistest.Server) {
@@ -91,53 +89,5 @@ func TestEntriesExpire(t *testing.T) {
 			t.Fatalf("entries still there after 10s with a 50ms TTL: %d", ext[0])
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// Two daemons, each with its own index, share speculative entries through
-// one Redis: the second identical request, asked of the other daemon before
-// any event, goes to the first's pod.
-func TestSharedAcrossIndexers(t *testing.T) {
-	srv := redistest.Start(t)
-	newIndexer := func() *indexer.Indexer {
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-		t.Cleanup(func() { c.Close() })
-		x, err := indexer.New(context.Background(), indexer.Config{
-			Keys: kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4},
-			Pick: indexer.PickConfig{SharedSpeculative: func(_ kvindex.Index, ttl time.Duration) (indexer.SpeculativeStore, error) {
-				return New(c, "shared", ttl)
-			}},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return x
-	}
-	a, b := newIndexer(), newIndexer()
-	q := &indexer.PickQuery{Query: indexer.Query{Model: "m", Kind: indexer.InputHashes, BlockHashes: []uint64{11, 12, 13, 14}},
-		Candidates: []indexer.Candidate{{Pod: "p0", Events: indexer.EventsOn}, {Pod: "p1", Events: indexer.EventsOn}, {Pod: "p2", Events: indexer.EventsOn}}}
-	var r indexer.PickResult
-	if err := a.Pick(context.Background(), q, &r); err != nil {
-		t.Fatal(err)
-	}
-	first := r.Chosen
-	q.Candidates[first].Load = routing.Load{Running: 1}
-	if err := b.Pick(context.Background(), q, &r); err != nil {
-		t.Fatal(err)
-	}
-	if r.Chosen != first || r.Candidates[first].SpeculativeBlocks != 4 {
-		t.Fatalf("daemon b picked %d (%+v), daemon a %d", r.Chosen, r.Candidates[r.Chosen], first)
-	}
-	// The pod's real events, seen by daemon b, replace the shared entries
-	// for every daemon. (These test daemons have separate in-memory
-	// indexes, so daemon a, which never saw the events, now finds nothing
-	// from block 0: the entries of blocks 11 and 12 are gone from Redis.)
-	b.Sink().Apply(context.Background(), &kvindex.Batch{Pod: q.Candidates[first].Pod, Model: "m",
-		Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: []uint64{11, 12}, BlockSize: 4}}})
-	if err := a.Pick(context.Background(), q, &r); err != nil {
-		t.Fatal(err)
-	}
-	if got := r.Candidates[first]; got.MatchedBlocks != 0 || got.SpeculativeBlocks != 0 {
-		t.Fatalf("daemon a after the events seen by b: %+v", got)
 	}
 }

@@ -56,8 +56,11 @@ func TestApplierRecoversAfterRedisLoss(t *testing.T) {
 	}
 	defer idx.Close()
 	hs := testHashers(t)
-	ap := kvindex.NewApplier(kvindex.ApplierConfig{Index: idx, Interner: in, Hashers: hs})
-	sc := kvindex.NewScorer(idx, kvindex.DefaultTierWeights())
+	ap, err := kvindex.NewApplier(kvindex.ApplierConfig{Index: idx, Interner: in, Hashers: hs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := kvindex.NewScorer(idx, nil, kvindex.DefaultTierWeights())
 	ctx := context.Background()
 	m := in.Model("m")
 	h := hs.For("m")
@@ -135,13 +138,19 @@ func TestScorerRedisMatchesMemory(t *testing.T) {
 			inM, inR := kvindex.NewInterner(), kvindex.NewInterner()
 			mem := kvindex.NewMemoryIndex(kvindex.MemoryConfig{})
 			red, _ := newTestIndex(t, tc.url, func(c *Config) { c.Interner = inR; c.ServerWalk = tc.walk })
-			apM := kvindex.NewApplier(kvindex.ApplierConfig{Index: mem, Interner: inM, Hashers: hs})
-			apR := kvindex.NewApplier(kvindex.ApplierConfig{Index: red, Interner: inR, Hashers: hs})
-			scM := kvindex.NewScorer(mem, kvindex.DefaultTierWeights())
+			apM, err := kvindex.NewApplier(kvindex.ApplierConfig{Index: mem, Interner: inM, Hashers: hs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			apR, err := kvindex.NewApplier(kvindex.ApplierConfig{Index: red, Interner: inR, Hashers: hs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			scM := kvindex.NewScorer(mem, mem, kvindex.DefaultTierWeights())
 			// The scorer has a fused fast path for *MemoryIndex; hiding the
 			// type makes it use the generic Lookup/Visit path, as for Redis.
-			scG := kvindex.NewScorer(struct{ kvindex.Index }{mem}, kvindex.DefaultTierWeights())
-			scR := kvindex.NewScorer(red, kvindex.DefaultTierWeights())
+			scG := kvindex.NewScorer(struct{ kvindex.Index }{mem}, nil, kvindex.DefaultTierWeights())
+			scR := kvindex.NewScorer(red, nil, kvindex.DefaultTierWeights())
 			h := hs.For("m")
 			rng := rand.New(rand.NewSource(42))
 			compared, nonEmpty := 0, 0

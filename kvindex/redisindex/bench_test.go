@@ -46,7 +46,7 @@ func BenchmarkScore512x8Miss(b *testing.B) { benchScore(b, 4) }
 func benchScore(b *testing.B, step int) {
 	run := func(b *testing.B, idx kvindex.Index, in *kvindex.Interner, rt *redistest.RoundTrips, nodes ...*redistest.Server) {
 		m, keys := fillPrefixes(b, idx, in, step)
-		sc := kvindex.NewScorer(idx, kvindex.DefaultTierWeights())
+		sc := kvindex.NewScorer(idx, nil, kvindex.DefaultTierWeights())
 		var res kvindex.ScoreResult
 		ctx := context.Background()
 		if err := sc.Score(ctx, m, keys, nil, &res); err != nil || len(res.Pods) != 8 {

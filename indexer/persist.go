@@ -1,0 +1,113 @@
+package indexer
+
+import (
+	"errors"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvindex/kvindex/snapshot"
+)
+
+// PersistConfig saves the in-memory index to a file periodically and at
+// shutdown, and loads it at start, so a restarted daemon answers warm.
+type PersistConfig struct {
+	// Path of the snapshot file; "" turns persistence off.
+	Path string
+	// Interval between two snapshots; must be positive when Path is set.
+	Interval time.Duration
+	// MaxAge: an older snapshot is not loaded (cold start), since engines
+	// restarted meanwhile may have sequence numbers past it. 0 = no bound.
+	MaxAge time.Duration
+}
+
+// persistence is the snapshot feature: the memory index it saves, the
+// saver, and the metrics of both directions.
+type persistence struct {
+	x     *Indexer
+	cfg   PersistConfig
+	m     *snapshot.Metrics
+	saver *snapshot.Saver
+}
+
+// restoredSnapshot is what load found, for resumeRestored once the
+// subscriber exists.
+type restoredSnapshot = snapshot.Loaded
+
+func (x *Indexer) newPersistence(cfg PersistConfig, reg *prometheus.Registry) (*persistence, error) {
+	mem := x.backend.memory
+	if mem == nil {
+		return nil, errors.New("indexer: persistence is for the in-memory index (Redis keeps the shared index itself)")
+	}
+	if cfg.Interval <= 0 {
+		return nil, errors.New("indexer: persistence needs a positive snapshot interval")
+	}
+	m, err := snapshot.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	p := &persistence{x: x, cfg: cfg, m: m}
+	p.saver = &snapshot.Saver{Path: cfg.Path, Interval: cfg.Interval, Metrics: m,
+		Log: x.log.With("component", "snapshot"), Source: snapshot.Source{Index: mem, Interner: x.in, Streams: p.streams}}
+	return p, nil
+}
+
+// streams are the stream positions a snapshot records: the content is at
+// least as new as these numbers (the saver reads them before the index).
+func (p *persistence) streams() []snapshot.StreamSeq {
+	ss := p.x.sub.Streams()
+	out := make([]snapshot.StreamSeq, 0, len(ss))
+	for _, s := range ss {
+		if s.Batches > 0 || s.LastSeq > 0 {
+			out = append(out, snapshot.StreamSeq{Pod: s.Pod, DPRank: s.DPRank, Seq: s.LastSeq})
+		}
+	}
+	return out
+}
+
+// load loads the snapshot into the fresh index, before any event. Any
+// failure is logged and the daemon starts cold: a snapshot is an
+// optimisation, never a reason not to start.
+func (p *persistence) load() *restoredSnapshot {
+	log, path := p.x.log, p.cfg.Path
+	st, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		log.Info("no snapshot yet: cold start", "path", path)
+		return nil
+	}
+	if err != nil {
+		log.Warn("snapshot unreadable: cold start", "path", path, "err", err)
+		return nil
+	}
+	if age := time.Since(st.ModTime()); p.cfg.MaxAge > 0 && age > p.cfg.MaxAge {
+		log.Warn("snapshot older than the maximum age: cold start", "path", path, "age", age.Round(time.Second),
+			"max_age", p.cfg.MaxAge)
+		return nil
+	}
+	t0 := time.Now()
+	l, err := snapshot.Load(path, p.x.backend.memory, p.x.in)
+	if err != nil {
+		log.Error("snapshot not loaded: cold start", "path", path, "err", err)
+		return nil
+	}
+	took := time.Since(t0)
+	p.m.Loaded(l, took)
+	log.Info("snapshot loaded; its pods are served once their streams resume", "path", path, "pods", len(l.Pods),
+		"blocks", l.Blocks, "entries", l.Entries, "created", l.Created.UTC().Format(time.RFC3339), "took", took.Round(time.Millisecond))
+	return l
+}
+
+// resumeRestored tells the gate and the subscriber where each restored
+// pod's stream was, so its first batch either resumes it, replays the gap,
+// or clears it as restarted.
+func (x *Indexer) resumeRestored(l *restoredSnapshot) {
+	pods := make([]RestoredPod, 0, len(l.Pods))
+	for _, p := range l.Pods {
+		pods = append(pods, RestoredPod{Name: p.Name, DPRank: p.DPRank, Seq: p.Seq, HasSeq: p.HasSeq})
+		if p.HasSeq {
+			x.sub.ResumeFrom(p.Name, p.DPRank, p.Seq)
+		}
+	}
+	x.MarkRestored(pods)
+}
