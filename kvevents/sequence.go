@@ -143,7 +143,7 @@ func decideSeq(cur seqState, in seqInput) seqDecision {
 	d.next.hasSeq, d.next.lastSeq = true, in.seq
 	switch {
 	case in.how == fromLive:
-		d.next.dedup = false
+		d.next.dedup, d.next.dedupFrom = false, 0
 	case !cur.dedup:
 		// Until a newer live batch arrives, live batches up to this one
 		// are the copies catch-up already delivered.

@@ -52,11 +52,13 @@ type stream struct {
 	key    streamKey
 	worker int // fixed for life: that is what keeps its batches in order
 
-	// order serializes a batch's way from the sequence check to its queue.
-	// The reader holds it across a replay exchange (bounded by
-	// ReplayTimeout), which keeps the replayed batches ahead of the live
-	// one even if another socket delivers the same stream meanwhile. Only
-	// readers and the replay take it.
+	// order serializes a batch's way from the sequence check to its queue
+	// and guards seqState and needClear. The reader holds it across a
+	// replay exchange (bounded by ReplayTimeout), which keeps the replayed
+	// batches ahead of the live one even if another socket delivers the
+	// same stream meanwhile. Only readers (with the replay and resync they
+	// run), ResumeFrom and expire (which skips a stream it finds held)
+	// take it.
 	order sync.Mutex
 	seqState
 	// needClear: a synthetic AllBlocksCleared goes in front of the next
