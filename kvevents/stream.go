@@ -52,21 +52,19 @@ type stream struct {
 	key    streamKey
 	worker int // fixed for life: that is what keeps its batches in order
 
-	// order serializes a batch's way from the sequence check to its queue.
-	// The reader holds it across a replay exchange (bounded by
-	// ReplayTimeout), which keeps the replayed batches ahead of the live
-	// one even if another socket delivers the same stream meanwhile. Only
-	// readers and the replay take it.
-	order     sync.Mutex
-	hasSeq    bool
-	lastSeq   uint64
+	// order serializes a batch's way from the sequence check to its queue
+	// and guards seqState and needClear. The reader holds it across a
+	// replay exchange (bounded by ReplayTimeout), which keeps the replayed
+	// batches ahead of the live one even if another socket delivers the
+	// same stream meanwhile. Only readers (with the replay and resync they
+	// run), ResumeFrom and expire (which skips a stream it finds held)
+	// take it.
+	order sync.Mutex
+	seqState
+	// needClear: a synthetic AllBlocksCleared goes in front of the next
+	// batch queued (enqueue), for the reason clearWhy.
 	needClear bool
 	clearWhy  string
-	epoch     string
-	// dedup: batches from dedupFrom up to lastSeq came through catch-up;
-	// their live copies are dropped until a newer live batch arrives.
-	dedup     bool
-	dedupFrom uint64
 
 	// mu guards stats. It is held only to copy or bump them, never across
 	// I/O or a channel operation: Streams takes nothing else.
@@ -117,59 +115,39 @@ const (
 // and queues b. evErrs is the number of b's events the decoder dropped;
 // epoch is SGLang's publisher lifecycle id from the topic (nil if none).
 //
-// Missing batches are fetched from the engine's replay endpoint when it has
-// one: after a forward gap, from seq 0 for a stream first seen after its
-// start, and from seq 0 of the new lifetime after a restart. What cannot be
-// fetched leaves the stream incomplete (StreamStats.Complete). Batches that
-// came through catchUp are not fetched again: their own start is what the
-// engine's buffer holds. It reports whether b was queued.
+// What b means is decided by decideSeq (sequence.go), which also gives the
+// stream's new sequence state; this applies the decision. Missing batches
+// are fetched from the engine's replay endpoint when it has one: after a
+// forward gap, from seq 0 for a stream first seen after its start, and from
+// seq 0 of the new lifetime after a restart. What cannot be fetched leaves
+// the stream incomplete (StreamStats.Complete), and a snapshot endpoint is
+// then asked for the pod's state. It reports whether b was queued.
+//
+// st.order stays held across those exchanges (bounded by ReplayTimeout):
+// it is the stream's turn to queue, and giving it up would let another
+// socket delivering the same stream queue a later batch ahead of the
+// replayed ones. The new state is written before the exchange, so nothing
+// about the decision depends on what the network does; only completeness
+// waits for the replay's outcome. st.mu is never held across I/O.
 func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *kvindex.Batch, evErrs int,
 	epoch []byte, how seqSource) bool {
 	st.order.Lock()
 	defer st.order.Unlock()
-	newEpoch := epoch != nil && string(epoch) != st.epoch
 	last := st.lastSeq
-	if st.hasSeq && !newEpoch && how == fromLive && !(st.dedup && b.Seq >= st.dedupFrom) {
-		// A repeated or slightly older seq is not a restart: only a jump
-		// back to a low value is (seqVerdict).
-		if why := seqVerdict(last, b.Seq); why != "" {
-			s.drop(why)
+	d := decideSeq(st.seqState, seqInput{seq: b.Seq, epoch: epoch, how: how,
+		replay: src.replay != "", snapshot: src.snapshot != "", clears: hasClear(b)})
+	if d.drop != "" {
+		s.drop(d.drop)
+		if d.warn {
 			s.warn(src.addr+"|"+b.Pod, "dropping KV event batch: sequence number does not advance", "pod", b.Pod,
-				"dp_rank", b.DPRank, "last_seq", last, "seq", b.Seq, "reason", why)
-			return false
+				"dp_rank", b.DPRank, "last_seq", last, "seq", b.Seq, "reason", d.drop)
 		}
+		return false
 	}
-	if st.hasSeq && !newEpoch && b.Seq <= last {
-		// Live batches published between our subscription and the
-		// catch-up reply arrive twice; catch-up ignores what we hold.
-		if how == fromCatchUp || st.dedup && b.Seq >= st.dedupFrom {
-			s.drop("duplicate")
-			return false
-		}
+	st.seqState = d.next
+	if d.clear {
+		st.needClear, st.clearWhy = true, "restart"
 	}
-	if how == fromLive {
-		st.dedup = false
-	}
-	var missed, from uint64
-	restart := false
-	switch {
-	case st.hasSeq && newEpoch && st.epoch != "":
-		// Another publisher lifetime: its cache started empty whatever
-		// its seq says.
-		restart, missed, from = true, b.Seq, 0
-	case st.hasSeq && b.Seq == last+1:
-	case st.hasSeq && b.Seq > last+1:
-		missed, from = b.Seq-last-1, last+1
-	case st.hasSeq:
-		restart, missed, from = true, b.Seq, 0
-	default:
-		missed, from = b.Seq, 0
-	}
-	if newEpoch {
-		st.epoch = string(epoch)
-	}
-	replay := missed > 0 && src.replay != "" && how == fromLive
-	gap := st.hasSeq && !restart && missed > 0
 
 	st.mu.Lock()
 	// The endpoint a stream's latest batch came through is the one whose
@@ -177,88 +155,50 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 	st.stats.Endpoint, st.stats.Engine, st.stats.Model = src.addr, src.engine, b.Model
 	st.stats.DecodeErrors += uint64(evErrs)
 	st.stats.Epoch = st.epoch
-	if gap {
+	if d.kind == seqGap {
 		st.stats.SeqGaps++
-		st.stats.MissedBatches += missed
+		st.stats.MissedBatches += d.missed
 	}
-	st.stats.Replaying = replay
-	if restart {
+	st.stats.Replaying = d.replay
+	if d.kind == seqRestart {
 		st.stats.Restarts++
 	}
 	st.mu.Unlock()
 
-	// broke: this batch showed batches lost beyond repair.
-	broke := false
-	mark := func(since uint64, why string) {
-		st.setComplete(since, why)
-		broke = broke || why != ""
-	}
-	why := "joined_late"
-	switch {
-	case restart:
+	switch d.kind {
+	case seqRestart:
 		s.m.Restarts.Inc()
 		s.warn(src.addr+"|"+b.Pod, "engine restart detected (sequence went back to a low value or a new epoch): clearing pod", "pod", b.Pod,
 			"dp_rank", b.DPRank, "last_seq", last, "seq", b.Seq, "epoch", st.epoch)
-		st.needClear, st.clearWhy = true, "restart"
-		why = "restart"
-	case gap:
+	case seqGap:
 		s.m.SeqGaps.Inc()
-		s.m.MissedBatches.Add(float64(missed))
+		s.m.MissedBatches.Add(float64(d.missed))
 		s.warn(src.addr+"|"+b.Pod, "KV event sequence gap: batches lost", "pod", b.Pod, "dp_rank", b.DPRank,
-			"last_seq", last, "seq", b.Seq, "missed", missed, "replay", replay)
-		why = "gap"
-		if how == fromCatchUp {
-			why = "replay_window" // what we asked for is no longer buffered
-		}
-	case missed > 0:
-		s.log.Info("joined a stream after its start", "pod", b.Pod, "dp_rank", b.DPRank, "seq", b.Seq, "catch_up", replay)
-		if how == fromCatchUp {
-			why = "replay_window"
-		}
+			"last_seq", last, "seq", b.Seq, "missed", d.missed, "replay", d.replay)
+	case seqJoin:
+		s.log.Info("joined a stream after its start", "pod", b.Pod, "dp_rank", b.DPRank, "seq", b.Seq, "catch_up", d.replay)
 	}
-	switch {
-	case missed == 0 && st.hasSeq && !restart:
-		// in order: completeness unchanged
-	case missed == 0:
-		mark(0, "")
-	case replay:
-		run, filled := s.replay(ctx, st, src, b.Model, from, b.Seq)
+
+	var r replayResult
+	if d.replay {
+		r.run, r.filled = s.replay(ctx, st, src, b.Model, d.from, b.Seq)
 		if ctx.Err() != nil {
-			// The endpoint is being removed (its clear follows) or the
-			// subscriber is stopping: the live batch goes with the replay.
+			// The endpoint is being removed (its clear follows and the
+			// stream is forgotten) or the subscriber is stopping: the
+			// live batch goes with the replay.
 			return false
 		}
-		switch {
-		case !filled:
-			mark(b.Seq, why)
-		case run > from:
-			mark(run, "replay_window")
-		case gap:
-			// repaired: completeness unchanged
-		default:
-			mark(0, "")
-		}
-	default:
-		mark(b.Seq, why)
 	}
-	if hasClear(b) {
-		mark(b.Seq, "")
-	}
-	lost := broke && how == fromLive && src.snapshot != "" && !st.snapshot().Complete
-	st.hasSeq, st.lastSeq = true, b.Seq
-	if how == fromCatchUp {
-		// Until a newer live batch arrives, live batches up to this one
-		// are the copies catch-up already delivered.
-		if !st.dedup {
-			st.dedup, st.dedupFrom = true, b.Seq
-		}
+	c := d.completeness(r)
+	if c.set {
+		st.setComplete(c.since, c.why)
 	}
 	st.mu.Lock()
 	st.stats.LastSeq = b.Seq
 	st.stats.Batches++
 	st.mu.Unlock()
 	s.enqueue(st, b)
-	if lost {
+	if c.resync {
 		// b first: its token ids give the aliases the snapshot's hashes
 		// are indexed under.
 		s.resync(ctx, st, src, b.Model)

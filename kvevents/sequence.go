@@ -1,0 +1,198 @@
+package kvevents
+
+// The sequence decision: what an arriving batch means for its stream, as a
+// pure function of the stream's state and what is known of the batch, so
+// that every case is a row of a table test (sequence_test.go) and
+// Subscriber.sequence is left with the effects: statistics, logs, the
+// replay and snapshot exchanges, queuing.
+
+// seqState is the part of a stream the decision reads and replaces. It is
+// embedded in stream (guarded by stream.order), so its fields read as the
+// stream's own.
+type seqState struct {
+	hasSeq  bool // a batch was accepted, or ResumeFrom set lastSeq
+	lastSeq uint64
+	epoch   string // SGLang's publisher lifecycle id, "" if none seen
+	// dedup: batches from dedupFrom up to lastSeq came through catch-up
+	// (or a snapshot covers them); their live copies are dropped until a
+	// newer live batch arrives.
+	dedup     bool
+	dedupFrom uint64
+}
+
+// seqInput is what is known of an arriving batch before any I/O.
+type seqInput struct {
+	seq   uint64
+	epoch []byte // from the topic; nil if it carries none
+	how   seqSource
+	// replay and snapshot: the endpoint has a replay (snapshot) address.
+	replay, snapshot bool
+	// clears: the batch holds the engine's own AllBlocksCleared.
+	clears bool
+}
+
+// seqKind is what a batch is to its stream.
+type seqKind uint8
+
+const (
+	// Dropped, the state unchanged.
+	seqDuplicate seqKind = iota // live, same seq as the last one
+	seqStale                    // live, back to a high seq: from the past, not a restart
+	seqCopy                     // already delivered by catch-up (or a snapshot)
+	// Accepted.
+	seqNext    // follows the last batch
+	seqFirst   // the stream's first batch, at seq 0: nothing missed
+	seqJoin    // the stream's first batch, after seq 0: its start missed
+	seqGap     // a forward jump: the batches between were missed
+	seqRestart // a new publisher lifetime (a jump back to a low seq, or a new epoch)
+)
+
+var seqKindNames = [...]string{"duplicate", "stale", "copy", "next", "first", "join", "gap", "restart"}
+
+func (k seqKind) String() string { return seqKindNames[k] }
+
+// seqDecision is the fate of one batch.
+type seqDecision struct {
+	kind seqKind
+	// drop is the dropped-frame reason for the kinds that drop the batch
+	// ("" = queued); warn: the drop deserves a log line (a catch-up copy
+	// is expected and does not).
+	drop string
+	warn bool
+	// missed batches [from, seq) precede this one in its lifetime.
+	missed, from, seq uint64
+	replay            bool // fetch them from the replay endpoint before queuing
+	clear             bool // the pod's state must be cleared before this batch
+	// why the stream is incomplete if what was missed is not recovered
+	// ("" when nothing was missed).
+	why       string
+	newEpoch  bool // the topic carried an epoch other than the stream's
+	clears    bool // the batch clears the engine's cache itself
+	canResync bool // a loss may be repaired by a snapshot (live, snapshot address)
+	next      seqState
+}
+
+// decideSeq decides what batch in means for a stream in state cur.
+//
+// The numbers of a publisher lifetime are 0, 1, 2, ...; only a live batch
+// is held to that order: a jump back to a low value (seqVerdict) is a
+// restart, an equal or slightly lower one a duplicate or a stale batch.
+// Catch-up batches and live copies of what catch-up (or a snapshot) already
+// delivered (cur.dedup) are dropped when not newer than the last. Forward
+// jumps are gaps, replayed when live and the endpoint has a replay address;
+// a new epoch is a new lifetime whatever its seq. The last seq never
+// wraps: after 2^64-1 every number is a jump back.
+func decideSeq(cur seqState, in seqInput) seqDecision {
+	d := seqDecision{seq: in.seq, clears: in.clears, next: cur}
+	d.newEpoch = in.epoch != nil && string(in.epoch) != cur.epoch
+	last := cur.lastSeq
+	copyOf := cur.dedup && in.seq >= cur.dedupFrom
+	if cur.hasSeq && !d.newEpoch {
+		if in.how == fromLive && !copyOf {
+			switch seqVerdict(last, in.seq) {
+			case "duplicate_seq":
+				d.kind, d.drop, d.warn = seqDuplicate, "duplicate_seq", true
+				return d
+			case "stale_seq":
+				d.kind, d.drop, d.warn = seqStale, "stale_seq", true
+				return d
+			}
+		}
+		// Live batches published between our subscription and the
+		// catch-up reply arrive twice; catch-up ignores what we hold.
+		if in.seq <= last && (in.how == fromCatchUp || copyOf) {
+			d.kind, d.drop = seqCopy, "duplicate"
+			return d
+		}
+	}
+
+	switch {
+	case cur.hasSeq && d.newEpoch && cur.epoch != "":
+		// Another publisher lifetime: its cache started empty whatever
+		// its seq says.
+		d.kind, d.missed = seqRestart, in.seq
+	case cur.hasSeq && in.seq > last && in.seq-last == 1:
+		d.kind = seqNext
+	case cur.hasSeq && in.seq > last:
+		d.kind, d.missed, d.from = seqGap, in.seq-last-1, last+1
+	case cur.hasSeq:
+		d.kind, d.missed = seqRestart, in.seq
+	case in.seq == 0:
+		d.kind = seqFirst
+	default:
+		d.kind, d.missed = seqJoin, in.seq
+	}
+	d.clear = d.kind == seqRestart
+	d.replay = d.missed > 0 && in.replay && in.how == fromLive
+	d.canResync = in.how == fromLive && in.snapshot
+	switch {
+	case d.missed == 0:
+	case d.kind == seqRestart:
+		d.why = "restart"
+	case in.how == fromCatchUp:
+		d.why = "replay_window" // what catch-up asked for is no longer buffered
+	case d.kind == seqGap:
+		d.why = "gap"
+	default:
+		d.why = "joined_late"
+	}
+
+	if d.newEpoch {
+		d.next.epoch = string(in.epoch)
+	}
+	d.next.hasSeq, d.next.lastSeq = true, in.seq
+	switch {
+	case in.how == fromLive:
+		d.next.dedup, d.next.dedupFrom = false, 0
+	case !cur.dedup:
+		// Until a newer live batch arrives, live batches up to this one
+		// are the copies catch-up already delivered.
+		d.next.dedup, d.next.dedupFrom = true, in.seq
+	}
+	return d
+}
+
+// replayResult is what a replay exchange achieved (Subscriber.replay):
+// every batch up to the gap's end was queued (filled), in one unbroken run
+// starting at run.
+type replayResult struct {
+	run    uint64
+	filled bool
+}
+
+// completeness is what an accepted batch does to the stream's completeness
+// (StreamStats.Complete): set it to (since, why), why "" meaning complete;
+// resync: batches were lost beyond repair, ask the snapshot endpoint.
+type completeness struct {
+	set    bool // else unchanged
+	since  uint64
+	why    string
+	resync bool
+}
+
+// completeness says where the stream stands once the batch is queued, given
+// what the replay achieved (ignored when there was none).
+func (d *seqDecision) completeness(r replayResult) completeness {
+	var c completeness
+	switch {
+	case d.kind == seqNext:
+		// in order: unchanged
+	case d.missed == 0:
+		c = completeness{set: true} // a lifetime seen from its start
+	case !d.replay, !r.filled:
+		c = completeness{set: true, since: d.seq, why: d.why}
+	case r.run > d.from:
+		c = completeness{set: true, since: r.run, why: "replay_window"}
+	case d.kind == seqGap:
+		// repaired: unchanged
+	default:
+		c = completeness{set: true} // the whole lifetime replayed
+	}
+	// Only a loss found by this batch asks for a snapshot, and not when
+	// the batch itself empties the engine's cache.
+	c.resync = c.why != "" && d.canResync && !d.clears
+	if d.clears {
+		c = completeness{set: true, since: d.seq}
+	}
+	return c
+}
