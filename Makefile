@@ -56,7 +56,7 @@ test: test-deps
 # CI runs `make fuzz FUZZTIME=5s` after it. A failing input is written to
 # the package's testdata/fuzz/<target>/ for `go test` to replay.
 FUZZTIME ?= 30s
-FUZZ_TARGETS ?= ./zmtp/:FuzzGreeting ./zmtp/:FuzzCommand ./zmtp/:FuzzStream ./kvevents/:FuzzDecode
+FUZZ_TARGETS ?= ./kvevents/zmtp/:FuzzGreeting ./kvevents/zmtp/:FuzzCommand ./kvevents/zmtp/:FuzzStream ./kvevents/:FuzzDecode
 fuzz:
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 		echo "fuzz $$fn in $$pkg for $(FUZZTIME)"; \

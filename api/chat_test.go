@@ -12,10 +12,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/kvindex/kvindex/chattemplate"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/kvindex"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+	"github.com/kvindex/kvindex/tokenization/chattemplate"
 )
 
 // echoChat "renders" a chat as the bytes of its compacted messages JSON

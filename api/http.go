@@ -15,9 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
 
-	"github.com/kvindex/kvindex/chattemplate"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/tokenization/chattemplate"
 )
 
 // maxBodyBytes bounds a request body (a 1M-token request is ~8 MB of JSON).

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/indexer/routing"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
-	"github.com/kvindex/kvindex/routing"
 )
 
 // pickMetrics are the pick request series; decisions by policy and reason

@@ -24,8 +24,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvindex/kvindex/indexer/routing"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
-	"github.com/kvindex/kvindex/routing"
 )
 
 // DefaultTimeout bounds one Pick when Config.Timeout is 0: a routing

@@ -2,7 +2,7 @@
 """zmtp_fuzz_seeds.py: writes the seed corpus of zmtp's fuzz targets.
 
 Run from the repository root: /usr/bin/python3 hack/zmtp_fuzz_seeds.py
-It (re)creates zmtp/testdata/fuzz/{FuzzGreeting,FuzzCommand,FuzzStream}/ in
+It (re)creates kvevents/zmtp/testdata/fuzz/{FuzzGreeting,FuzzCommand,FuzzStream}/ in
 Go's corpus format. The seeds follow ZMTP 3.0/3.1 (rfc.zeromq.org 23 and 37):
 well-formed exchanges as libzmq sends them, and the malformed frames that
 crashed a pure-Go ZeroMQ implementation (frame sizes of 2^50 and 2^62, READY
@@ -92,7 +92,7 @@ def go_literal(b):
 
 
 def main():
-    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "zmtp", "testdata", "fuzz")
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kvevents", "zmtp", "testdata", "fuzz")
     for target, seeds in SEEDS.items():
         d = os.path.join(root, target)
         shutil.rmtree(d, ignore_errors=True)

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvindex/kvindex/chattemplate"
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/tokenization/chattemplate"
 )
 
 // fakeChat "renders" a chat as the bytes of its messages JSON, with one

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/indexer/routing"
 	"github.com/kvindex/kvindex/kvindex"
-	"github.com/kvindex/kvindex/routing"
 )
 
 func holdKeys(from, n int) []kvindex.Key {

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvindex/kvindex/indexer/leases"
 	"github.com/kvindex/kvindex/kvevents"
-	"github.com/kvindex/kvindex/leases"
 )
 
 // LeaseConfig divides the connect-topology endpoint list (Config.Events

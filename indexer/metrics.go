@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvindex/kvindex/routing"
+	"github.com/kvindex/kvindex/indexer/routing"
 )
 
 // metrics are the score pipeline's own series plus a collector that reads

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 
-	"github.com/kvindex/kvindex/chattemplate"
+	"github.com/kvindex/kvindex/tokenization/chattemplate"
 )
 
 // openAIRequest is what scoring reads from an OpenAI /v1/chat/completions or

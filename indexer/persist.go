@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvindex/kvindex/snapshot"
+	"github.com/kvindex/kvindex/indexer/persist"
 )
 
 // PersistConfig saves the in-memory index to a file periodically and at
@@ -27,13 +27,13 @@ type PersistConfig struct {
 type persistence struct {
 	x     *Indexer
 	cfg   PersistConfig
-	m     *snapshot.Metrics
-	saver *snapshot.Saver
+	m     *persist.Metrics
+	saver *persist.Saver
 }
 
 // restoredSnapshot is what load found, for resumeRestored once the
 // subscriber exists.
-type restoredSnapshot = snapshot.Loaded
+type restoredSnapshot = persist.Loaded
 
 func (x *Indexer) newPersistence(cfg PersistConfig, reg *prometheus.Registry) (*persistence, error) {
 	mem := x.backend.memory
@@ -43,24 +43,24 @@ func (x *Indexer) newPersistence(cfg PersistConfig, reg *prometheus.Registry) (*
 	if cfg.Interval <= 0 {
 		return nil, errors.New("indexer: persistence needs a positive snapshot interval")
 	}
-	m, err := snapshot.NewMetrics(reg)
+	m, err := persist.NewMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
 	p := &persistence{x: x, cfg: cfg, m: m}
-	p.saver = &snapshot.Saver{Path: cfg.Path, Interval: cfg.Interval, Metrics: m,
-		Log: x.log.With("component", "snapshot"), Source: snapshot.Source{Index: mem, Interner: x.in, Streams: p.streams}}
+	p.saver = &persist.Saver{Path: cfg.Path, Interval: cfg.Interval, Metrics: m,
+		Log: x.log.With("component", "snapshot"), Source: persist.Source{Index: mem, Interner: x.in, Streams: p.streams}}
 	return p, nil
 }
 
 // streams are the stream positions a snapshot records: the content is at
 // least as new as these numbers (the saver reads them before the index).
-func (p *persistence) streams() []snapshot.StreamSeq {
+func (p *persistence) streams() []persist.StreamSeq {
 	ss := p.x.sub.Streams()
-	out := make([]snapshot.StreamSeq, 0, len(ss))
+	out := make([]persist.StreamSeq, 0, len(ss))
 	for _, s := range ss {
 		if s.Batches > 0 || s.LastSeq > 0 {
-			out = append(out, snapshot.StreamSeq{Pod: s.Pod, DPRank: s.DPRank, Seq: s.LastSeq})
+			out = append(out, persist.StreamSeq{Pod: s.Pod, DPRank: s.DPRank, Seq: s.LastSeq})
 		}
 	}
 	return out
@@ -86,7 +86,7 @@ func (p *persistence) load() *restoredSnapshot {
 		return nil
 	}
 	t0 := time.Now()
-	l, err := snapshot.Load(path, p.x.backend.memory, p.x.in)
+	l, err := persist.Load(path, p.x.backend.memory, p.x.in)
 	if err != nil {
 		log.Error("snapshot not loaded: cold start", "path", path, "err", err)
 		return nil

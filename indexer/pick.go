@@ -3,8 +3,8 @@ package indexer
 import (
 	"context"
 
+	"github.com/kvindex/kvindex/indexer/routing"
 	"github.com/kvindex/kvindex/kvindex"
-	"github.com/kvindex/kvindex/routing"
 )
 
 // MaxCandidates bounds one Pick's candidates (a router's live endpoints for

@@ -6,8 +6,8 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/kvindex/kvindex/indexer/routing"
 	"github.com/kvindex/kvindex/kvindex"
-	"github.com/kvindex/kvindex/routing"
 )
 
 // pickBench is 64 pods holding prefixes of one 512-block prompt (pod i holds

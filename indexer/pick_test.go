@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/kvindex/kvindex/indexer/routing"
 	"github.com/kvindex/kvindex/kvindex"
-	"github.com/kvindex/kvindex/routing"
 )
 
 // fakeClock is the injected clock of the speculative and history TTLs.

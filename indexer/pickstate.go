@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvindex/kvindex/indexer/routing"
 	"github.com/kvindex/kvindex/kvindex"
-	"github.com/kvindex/kvindex/routing"
 )
 
 // PickConfig configures Pick: its policies, speculative entries and the

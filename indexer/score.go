@@ -7,8 +7,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/kvindex/kvindex/chattemplate"
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/tokenization/chattemplate"
 )
 
 // Score answers q into r: input -> block keys -> index lookup over trusted

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/kvindex/kvindex/indexer/routing"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
-	"github.com/kvindex/kvindex/routing"
 )
 
 // redisIndexer is an indexer on the Redis at url with its own interner, as

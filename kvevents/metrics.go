@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvindex/kvindex/zmtp"
+	"github.com/kvindex/kvindex/kvevents/zmtp"
 )
 
 // Metrics are the kvevents Prometheus series, namespace "kvindexd",

@@ -11,9 +11,8 @@ import (
 )
 
 // The msgpack reader's primitives against the spec and the independent
-// encoder, at every width edge (a mutation run showed the str16/32, bin16/32
-// and map32 headers, the one-byte codes at the ends of each range and the
-// sign flag unchecked).
+// encoder, at every width edge: the str16/32, bin16/32 and map32 headers,
+// the one-byte codes at the ends of each range and the sign flag.
 
 // specClass is the msgpack spec's format table, written out byte by byte.
 func specClass(c int) string {

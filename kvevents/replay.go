@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvindex/kvindex/kvevents/zmtp"
 	"github.com/kvindex/kvindex/kvindex"
-	"github.com/kvindex/kvindex/zmtp"
 )
 
 // endSeq is the sequence number of the replay socket's end marker.

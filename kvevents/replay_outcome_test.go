@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/internal/logtest"
+	"github.com/kvindex/kvindex/kvevents/zmtp"
 	"github.com/kvindex/kvindex/kvindex"
-	"github.com/kvindex/kvindex/zmtp"
 )
 
 // startSubLog is startSub with the subscriber's log written to the result.

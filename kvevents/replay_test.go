@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/kvevents/zmtp"
 	"github.com/kvindex/kvindex/kvindex"
-	"github.com/kvindex/kvindex/zmtp"
 )
 
 // serveReplay answers vLLM replay requests (>= 0.26 format) from buf on a

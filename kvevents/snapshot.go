@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvindex/kvindex/kvevents/zmtp"
 	"github.com/kvindex/kvindex/kvindex"
-	"github.com/kvindex/kvindex/zmtp"
 )
 
 // SGLang's snapshot protocol (snapshot-v1). A publisher started with a

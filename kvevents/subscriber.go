@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvindex/kvindex/kvevents/zmtp"
 	"github.com/kvindex/kvindex/kvindex"
-	"github.com/kvindex/kvindex/zmtp"
 )
 
 // Defaults. Config's zero values mean these, except Bind: "" disables the

@@ -152,3 +152,17 @@ func TestBlockHashEdgeGenericVectors(t *testing.T) {
 		}
 	}
 }
+
+// The largest block size is accepted, one more is not: the bound is
+// inclusive, as its error message says.
+func TestNewHasherBlockSizeBounds(t *testing.T) {
+	for _, c := range []struct {
+		size int
+		ok   bool
+	}{{0, false}, {1, true}, {MaxBlockSize, true}, {MaxBlockSize + 1, false}} {
+		_, err := NewHasher(KeyConfig{Algo: AlgoSHA256, Seed: "0", BlockSize: c.size})
+		if (err == nil) != c.ok {
+			t.Errorf("block size %d: err = %v, want ok=%v", c.size, err, c.ok)
+		}
+	}
+}

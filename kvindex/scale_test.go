@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/indexer/persist"
 	"github.com/kvindex/kvindex/kvindex"
-	"github.com/kvindex/kvindex/snapshot"
 )
 
 // TestScale measures the in-memory index at fleet scale: fill rate, memory
@@ -97,7 +97,7 @@ func TestScale(t *testing.T) {
 	path := filepath.Join(dir, "scale.snap")
 	defer os.Remove(path)
 	c0, t0 := cpuTime(), time.Now()
-	w, err := snapshot.Write(path, snapshot.Source{Index: f.idx, Interner: f.in}, time.Now())
+	w, err := persist.Write(path, persist.Source{Index: f.idx, Interner: f.in}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestScale(t *testing.T) {
 
 	g := &scaleFleet{in: kvindex.NewInterner(), idx: kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: scaleCapacity(entries)})}
 	c0, t0 = cpuTime(), time.Now()
-	l, err := snapshot.Load(path, g.idx, g.in)
+	l, err := persist.Load(path, g.idx, g.in)
 	if err != nil {
 		t.Fatal(err)
 	}

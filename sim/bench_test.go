@@ -9,7 +9,7 @@ import (
 // BenchmarkSimulateConversation: the whole conversation trace (12,031
 // requests), 8 pods x 2000 LRU blocks, one routing policy per sub-benchmark.
 func BenchmarkSimulateConversation(b *testing.B) {
-	reqs, err := ReadTraceFile("../testdata/mooncake/conversation_trace.jsonl.gz")
+	reqs, err := ReadTraceFile("testdata/mooncake/conversation_trace.jsonl.gz")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func BenchmarkSimulateConversation(b *testing.B) {
 
 // BenchmarkReplayS3FIFO: seed-001 replay of the conversation trace, 4096 blocks.
 func BenchmarkReplayS3FIFO(b *testing.B) {
-	reqs, err := ReadTraceFile("../testdata/mooncake/conversation_trace.jsonl.gz")
+	reqs, err := ReadTraceFile("testdata/mooncake/conversation_trace.jsonl.gz")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 package sim
 
 import (
-	"github.com/kvindex/kvindex/routing"
+	"github.com/kvindex/kvindex/indexer/routing"
 )
 
 // The daemon's pick policies (package routing, the code /v1/pick runs) as

@@ -3,7 +3,7 @@ package sim
 import (
 	"testing"
 
-	"github.com/kvindex/kvindex/routing"
+	"github.com/kvindex/kvindex/indexer/routing"
 )
 
 // Every daemon policy runs as a scenario scheduler, as a bare name

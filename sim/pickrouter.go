@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/indexer/routing"
 	"github.com/kvindex/kvindex/kvindex"
-	"github.com/kvindex/kvindex/routing"
 )
 
 // PickRouter routes with the daemon's own Pick: an indexer.Indexer over

@@ -3,7 +3,7 @@ package sim
 import (
 	"testing"
 
-	"github.com/kvindex/kvindex/routing"
+	"github.com/kvindex/kvindex/indexer/routing"
 	"github.com/kvindex/kvindex/sim/cache"
 )
 

@@ -177,7 +177,7 @@ func TestRunReplayJSON(t *testing.T) {
 
 func loadTestTrace(t *testing.T, name string) []Request {
 	t.Helper()
-	reqs, err := ReadTraceFile("../testdata/mooncake/" + name + ".jsonl.gz")
+	reqs, err := ReadTraceFile("testdata/mooncake/" + name + ".jsonl.gz")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ type chatCase struct {
 func loadChatCases(t *testing.T) []chatCase {
 	t.Helper()
 	golden := map[string]string{} // case -> Jinja2 error, "" = rendered
-	readLines(t, "../../chattemplate/testdata/parity/golden/qwen3.jsonl", func(b []byte) {
+	readLines(t, "../../tokenization/chattemplate/testdata/parity/golden/qwen3.jsonl", func(b []byte) {
 		var g struct {
 			Case  string `json:"case"`
 			Error string `json:"error"`
@@ -46,7 +46,7 @@ func loadChatCases(t *testing.T) []chatCase {
 		golden[g.Case] = g.Error
 	})
 	ids := map[string][]uint32{}
-	readLines(t, "../../chattemplate/testdata/parity/qwen3_ids.jsonl", func(b []byte) {
+	readLines(t, "../../tokenization/chattemplate/testdata/parity/qwen3_ids.jsonl", func(b []byte) {
 		var g struct {
 			Case string   `json:"case"`
 			IDs  []uint32 `json:"ids"`
@@ -57,7 +57,7 @@ func loadChatCases(t *testing.T) []chatCase {
 		ids[g.Case] = g.IDs
 	})
 	var out []chatCase
-	readLines(t, "../../chattemplate/testdata/parity/conversations.jsonl", func(b []byte) {
+	readLines(t, "../../tokenization/chattemplate/testdata/parity/conversations.jsonl", func(b []byte) {
 		var m map[string]json.RawMessage
 		if err := json.Unmarshal(b, &m); err != nil {
 			t.Fatal(err)

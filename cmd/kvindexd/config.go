@@ -17,10 +17,10 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/indexer/routing"
 	"github.com/kvindex/kvindex/internal/redact"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
-	"github.com/kvindex/kvindex/routing"
 	"github.com/kvindex/kvindex/tokenization"
 )
 

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/kvevents/zmtp"
 	"github.com/kvindex/kvindex/kvindex"
-	"github.com/kvindex/kvindex/zmtp"
 )
 
 // LimitsConfig bounds what publishers on the ZMQ port can make the daemon

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/kvevents/zmtp"
 	"github.com/kvindex/kvindex/kvindex"
-	"github.com/kvindex/kvindex/zmtp"
 )
 
 func TestLimitsConfig(t *testing.T) {

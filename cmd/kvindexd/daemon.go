@@ -18,15 +18,15 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/kvindex/kvindex/api"
-	"github.com/kvindex/kvindex/chatprompt"
-	"github.com/kvindex/kvindex/discovery"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/internal/redact"
 	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/kvevents/discovery"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
 	"github.com/kvindex/kvindex/prefixstore"
 	"github.com/kvindex/kvindex/tokenization"
+	"github.com/kvindex/kvindex/tokenization/chatprompt"
 )
 
 // shutdownGrace bounds how long in-flight requests may finish on shutdown.

@@ -9,7 +9,7 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/kvindex/kvindex/discovery"
+	"github.com/kvindex/kvindex/kvevents/discovery"
 	"github.com/kvindex/kvindex/kvindex"
 )
 

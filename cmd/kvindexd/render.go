@@ -9,8 +9,8 @@ import (
 	"io"
 	"os"
 
-	"github.com/kvindex/kvindex/chattemplate"
 	"github.com/kvindex/kvindex/tokenization"
+	"github.com/kvindex/kvindex/tokenization/chattemplate"
 )
 
 func init() {

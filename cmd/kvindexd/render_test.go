@@ -18,7 +18,7 @@ const qwen3Dir = "../../tokenization/testdata/qwen3"
 // against HF tokenizers' encoding of that render
 // (hack/chat/gen-render-ids.mjs), or an error where Jinja2 failed.
 func TestRenderSubcommandMatchesReferences(t *testing.T) {
-	convs, err := os.ReadFile("../../chattemplate/testdata/parity/conversations.jsonl")
+	convs, err := os.ReadFile("../../tokenization/chattemplate/testdata/parity/conversations.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestRenderSubcommandMatchesReferences(t *testing.T) {
 		IDs    []uint32
 	}
 	var want []golden
-	readLines(t, "../../chattemplate/testdata/parity/golden/qwen3.jsonl", func(b []byte) {
+	readLines(t, "../../tokenization/chattemplate/testdata/parity/golden/qwen3.jsonl", func(b []byte) {
 		var g golden
 		if err := json.Unmarshal(b, &g); err != nil {
 			t.Fatal(err)
@@ -36,7 +36,7 @@ func TestRenderSubcommandMatchesReferences(t *testing.T) {
 		want = append(want, g)
 	})
 	ids := map[string][]uint32{}
-	readLines(t, "../../chattemplate/testdata/parity/qwen3_ids.jsonl", func(b []byte) {
+	readLines(t, "../../tokenization/chattemplate/testdata/parity/qwen3_ids.jsonl", func(b []byte) {
 		var g struct {
 			Case string   `json:"case"`
 			IDs  []uint32 `json:"ids"`

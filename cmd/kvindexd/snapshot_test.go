@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/indexer/persist"
 	"github.com/kvindex/kvindex/internal/e2e"
 	"github.com/kvindex/kvindex/kvindex"
-	"github.com/kvindex/kvindex/snapshot"
 )
 
 // A daemon restarted from its snapshot answers with what its engines held
@@ -44,7 +44,7 @@ func TestRestartFromSnapshot(t *testing.T) {
 	}
 	first.expect("before the restart", q, "pod-a=6 pod-b=6")
 	waitFor(t, "snapshot with both pods", func() (bool, string) {
-		l, err := snapshot.Load(path, kvindex.NewMemoryIndex(kvindex.MemoryConfig{}), kvindex.NewInterner())
+		l, err := persist.Load(path, kvindex.NewMemoryIndex(kvindex.MemoryConfig{}), kvindex.NewInterner())
 		if err != nil {
 			return false, err.Error()
 		}

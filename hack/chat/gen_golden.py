@@ -14,12 +14,12 @@ messages' text parts joined, tool-call arguments parsed from JSON).
 strftime_now is pinned to FIXED_NOW so the renders are reproducible; the Go
 test pins the same instant.
 
-It also renders the engine's feature snippets (chattemplate/jinja/testdata/
+It also renders the engine's feature snippets (tokenization/chattemplate/jinja/testdata/
 snippets.jsonl, one small template each, all with the variables of
 snippets_vars.json) into snippets.golden.jsonl.
 
 The content format vLLM would detect for each template of
-chattemplate/testdata/parity/format_cases.jsonl goes to format_cases.golden.jsonl.
+tokenization/chattemplate/testdata/parity/format_cases.jsonl goes to format_cases.golden.jsonl.
 
 Usage: hack/chat/gen_golden.py           rewrites the golden files
        hack/chat/gen_golden.py --check   exits 1 if a committed golden file differs
@@ -41,8 +41,8 @@ import jinja2.nodes
 import jinja2.sandbox
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-TEMPLATES = os.path.join(ROOT, "chattemplate", "testdata", "templates")
-PARITY = os.path.join(ROOT, "chattemplate", "testdata", "parity")
+TEMPLATES = os.path.join(ROOT, "tokenization", "chattemplate", "testdata", "templates")
+PARITY = os.path.join(ROOT, "tokenization", "chattemplate", "testdata", "parity")
 FIXED_NOW = datetime.datetime(2026, 1, 15, 9, 30, 5)
 SPECIAL_TOKEN_KEYS = ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token", "additional_special_tokens"]
 CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
@@ -343,7 +343,7 @@ def render(env, template_src, special, case):
 
 
 def snippets(env):
-    d = os.path.join(ROOT, "chattemplate", "jinja", "testdata")
+    d = os.path.join(ROOT, "tokenization", "chattemplate", "jinja", "testdata")
     with open(os.path.join(d, "snippets_vars.json"), encoding="utf-8") as f:
         variables = json.load(f)
     out = []
@@ -503,7 +503,7 @@ def write_golden_gz(path, text):
 
 
 def random_snippets(env):
-    d = os.path.join(ROOT, "chattemplate", "jinja", "testdata")
+    d = os.path.join(ROOT, "tokenization", "chattemplate", "jinja", "testdata")
     out = []
     for i, t in enumerate(random_whitespace_templates(400)):
         rec = {"name": f"ws{i:03d}", "template": t}

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvindex/kvindex/zmtp"
+	"github.com/kvindex/kvindex/kvevents/zmtp"
 )
 
 // Publisher is a pure-Go ZeroMQ PUB socket that speaks the engines' framing

@@ -19,8 +19,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvindex/kvindex/chattemplate"
 	"github.com/kvindex/kvindex/tokenization"
+	"github.com/kvindex/kvindex/tokenization/chattemplate"
 )
 
 // Tokenizer tokenizes text for a model in both of vLLM's modes; the prefix

@@ -7,7 +7,7 @@ import (
 	"github.com/kvindex/kvindex/kvindex"
 )
 
-// Edges a mutation run showed unchecked: each test names what it holds.
+// Edges of scoring and pod listings: each test names what it holds.
 
 // A pod filter naming only unknown pods answers nothing, also into a fresh
 // Result (whose candidate buffer is nil: an empty filter must not turn into

@@ -11,7 +11,8 @@ import (
 	"github.com/kvindex/kvindex/kvindex"
 )
 
-// Edges a mutation run showed unchecked: each test names what it holds.
+// Edges of the JSON request bodies and pod filters: each test names what
+// it holds.
 
 // A pods filter naming only unknown pods answers nothing, also when the
 // server's result pool was emptied (two GCs drop every pooled Result, so

@@ -39,7 +39,7 @@ func startPeer(t *testing.T, args ...string) *pyPeer {
 		}
 		t.Skip(msg)
 	}
-	cmd := exec.Command(python, append([]string{"../hack/zmtp_peer.py"}, args...)...)
+	cmd := exec.Command(python, append([]string{"../../hack/zmtp_peer.py"}, args...)...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

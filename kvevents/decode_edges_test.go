@@ -15,7 +15,7 @@ import (
 	"github.com/kvindex/kvindex/kvindex"
 )
 
-// Decoder edges a mutation run showed unchecked. Payloads are built by hand
+// Edges of the payload decoder. Payloads are built by hand
 // (or with the independent msgpack encoder) so every byte is chosen.
 
 // batchOf wraps encoded events in a 2-element batch [ts, events]: the last

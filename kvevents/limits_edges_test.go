@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Limits edges the third gremlins run (limits.go) showed unchecked.
+// Edges of the state limits: names, model slots, expiry, log limiting.
 
 // Control characters are C0 (< 0x20), DEL and C1 (0x7f..0x9f); space and
 // no-break space (0xa0) are ordinary characters.

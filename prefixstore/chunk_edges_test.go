@@ -13,7 +13,7 @@ import (
 	"github.com/kvindex/kvindex/tokenization"
 )
 
-// Edges a mutation run showed unchecked: the split-safety margin, the exact
+// Edges of chunking: the split-safety margin, the exact
 // LRU order and bound, and whitespace control characters at chunk edges.
 
 // class must put every rune where the package comment says: Unicode

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/kvindex/kvindex/chattemplate/jinja"
+	"github.com/kvindex/kvindex/tokenization/chattemplate/jinja"
 )
 
 // normalise turns the request's messages into what vLLM hands to

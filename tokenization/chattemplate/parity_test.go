@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/chattemplate/jinja"
+	"github.com/kvindex/kvindex/tokenization/chattemplate/jinja"
 )
 
 // The golden renders come from hack/chat/gen_golden.py: Debian's
@@ -159,7 +159,7 @@ func TestGoldensAreCurrent(t *testing.T) {
 		}
 		t.Skipf("no /usr/bin/python3 with jinja2 (hack/test-deps.sh installs it): %v", err)
 	}
-	out, err := exec.Command("/usr/bin/python3", "../hack/chat/gen_golden.py", "--check").CombinedOutput()
+	out, err := exec.Command("/usr/bin/python3", "../../hack/chat/gen_golden.py", "--check").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}

@@ -28,8 +28,7 @@ import (
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
-// These tests pin what the gremlins run of the api package (issue 16) showed
-// untested: first the access guard, the token file and the endpoint policy
+// These tests pin the API's edges: first the access guard, the token file and the endpoint policy
 // at their exact edges, then the score-body key scanner, the connection
 // metrics and the gRPC surfaces. Each fails on the mutant named in its
 // comment (applied by hand and reverted; equivalents in EQUIVALENT.md).

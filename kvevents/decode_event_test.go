@@ -9,8 +9,7 @@ import (
 	"github.com/kvindex/kvindex/kvindex"
 )
 
-// Event-decoding edges the third gremlins run (event.go) showed unchecked:
-// each test pins one value the decoder must keep exactly, and that an
+// Edges of event decoding: each test pins one value the decoder must keep exactly, and that an
 // optional field read cleanly is not counted as ignored.
 
 // mpStr encodes a fixstr (test strings are < 32 bytes).

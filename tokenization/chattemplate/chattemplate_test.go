@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvindex/kvindex/chattemplate/jinja"
+	"github.com/kvindex/kvindex/tokenization/chattemplate/jinja"
 )
 
 func cfg(t *testing.T, v map[string]any) []byte {
