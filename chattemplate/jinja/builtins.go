@@ -79,8 +79,8 @@ func init() {
 				throw("dictsort expects a dict")
 			}
 			byValue := argAt(args, kws, 1, "by", "key") == "value"
-			reverse := truthy(argAt(args, kws, 2, "reverse", false))
-			caseSens := truthy(argAt(args, kws, 0, "case_sensitive", false))
+			reverse := Truthy(argAt(args, kws, 2, "reverse", false))
+			caseSens := Truthy(argAt(args, kws, 0, "case_sensitive", false))
 			pairs := make([]any, d.Len())
 			for i, k := range d.keys {
 				pairs[i] = &ListVal{Items: []any{k, d.vals[i]}, Tuple: true}
@@ -124,7 +124,7 @@ func init() {
 				f, _ := num(x)
 				return f
 			case string:
-				if f, err := strconv.ParseFloat(strings.TrimFunc(x, isPySpace), 64); err == nil {
+				if f, err := strconv.ParseFloat(strings.TrimFunc(x, IsPySpace), 64); err == nil {
 					return f
 				}
 			}
@@ -144,7 +144,7 @@ func init() {
 				}
 				return int64(x)
 			case string:
-				s := strings.TrimFunc(x, isPySpace)
+				s := strings.TrimFunc(x, IsPySpace)
 				if i, err := strconv.ParseInt(strings.ReplaceAll(s, "_", ""), 10, 64); err == nil {
 					return i
 				}
@@ -176,8 +176,8 @@ func init() {
 			default:
 				throw("indent width must be an int or a string")
 			}
-			first := truthy(argAt(args, kws, 1, "first", false))
-			blank := truthy(argAt(args, kws, 2, "blank", false))
+			first := Truthy(argAt(args, kws, 1, "first", false))
+			blank := Truthy(argAt(args, kws, 2, "blank", false))
 			s += "\n"
 			lines := pySplitLines(s)
 			checkLen(len(s) + len(lines)*len(ind))
@@ -314,8 +314,8 @@ func init() {
 			return selectReject(r, v, args, kws, true, false)
 		},
 		"sort": func(r *renderer, v any, args []any, kws []kwval) any {
-			reverse := truthy(argAt(args, kws, 0, "reverse", false))
-			caseSens := truthy(argAt(args, kws, 1, "case_sensitive", false))
+			reverse := Truthy(argAt(args, kws, 0, "reverse", false))
+			caseSens := Truthy(argAt(args, kws, 1, "case_sensitive", false))
 			attr := argAt(args, kws, 2, "attribute", nil)
 			items := append([]any(nil), r.iterate(v)...)
 			sortValues(items, func(x any) any {
@@ -383,7 +383,7 @@ func init() {
 					throw("tojson() got an unexpected keyword argument '%s'", k.name)
 				}
 			}
-			s, err := toJSON(v, indent, ind, truthy(argAt(nil, kws, 0, "sort_keys", false)))
+			s, err := toJSON(v, indent, ind, Truthy(argAt(nil, kws, 0, "sort_keys", false)))
 			if err != nil {
 				throwErr(err)
 			}
@@ -394,10 +394,10 @@ func init() {
 			if c := argAt(args, kws, 0, "chars", nil); c != nil {
 				return pyStrip(s, strArg(c, "chars"), true, true)
 			}
-			return strings.TrimFunc(s, isPySpace)
+			return strings.TrimFunc(s, IsPySpace)
 		},
 		"unique": func(r *renderer, v any, args []any, kws []kwval) any {
-			caseSens := truthy(argAt(args, kws, 0, "case_sensitive", false))
+			caseSens := Truthy(argAt(args, kws, 0, "case_sensitive", false))
 			attr := argAt(args, kws, 1, "attribute", nil)
 			out := &ListVal{}
 			var seen []any
@@ -457,8 +457,8 @@ func filterLength(r *renderer, v any, _ []any, _ []kwval) any {
 
 func filterDefault(r *renderer, v any, args []any, kws []kwval) any {
 	def := argAt(args, kws, 0, "default_value", "")
-	boolean := truthy(argAt(args, kws, 1, "boolean", false))
-	if _, ok := v.(Undefined); ok || (boolean && !truthy(v)) {
+	boolean := Truthy(argAt(args, kws, 1, "boolean", false))
+	if _, ok := v.(Undefined); ok || (boolean && !Truthy(v)) {
 		return def
 	}
 	return v
@@ -469,7 +469,7 @@ func filterEscape(r *renderer, v any, _ []any, _ []kwval) any {
 }
 
 func minMax(r *renderer, v any, args []any, kws []kwval, sign int) any {
-	caseSens := truthy(argAt(args, kws, 0, "case_sensitive", false))
+	caseSens := Truthy(argAt(args, kws, 0, "case_sensitive", false))
 	attr := argAt(args, kws, 1, "attribute", nil)
 	items := r.iterate(v)
 	if len(items) == 0 {
@@ -539,7 +539,7 @@ func selectReject(r *renderer, v any, args []any, kws []kwval, byAttr, want bool
 		}
 		attr, args = args[0], args[1:]
 	}
-	test := func(x any) bool { return truthy(x) }
+	test := func(x any) bool { return Truthy(x) }
 	if len(args) > 0 {
 		name := strArg(args[0], "test name")
 		t, ok := tests[name]
@@ -654,7 +654,7 @@ func init() {
 				throw("divisibleby needs one argument")
 			}
 			m := arith("%", v, args[0])
-			return !truthy(m)
+			return !Truthy(m)
 		},
 		"lower": func(r *renderer, v any, _ []any) bool { s, ok := v.(string); return ok && s == pyLower(s) },
 		"upper": func(r *renderer, v any, _ []any) bool { s, ok := v.(string); return ok && s == pyUpper(s) },
@@ -736,10 +736,10 @@ func strMethod(s, name string) *callable {
 			left, right := name != "rstrip", name != "lstrip"
 			if c == nil {
 				if left {
-					s = strings.TrimLeftFunc(s, isPySpace)
+					s = strings.TrimLeftFunc(s, IsPySpace)
 				}
 				if right {
-					s = strings.TrimRightFunc(s, isPySpace)
+					s = strings.TrimRightFunc(s, IsPySpace)
 				}
 				return s
 			}
@@ -880,7 +880,7 @@ func strMethod(s, name string) *callable {
 				case "isalnum":
 					ok = unicode.IsLetter(c) || unicode.IsNumber(c)
 				case "isspace":
-					ok = isPySpace(c)
+					ok = IsPySpace(c)
 				}
 				if !ok {
 					return false
@@ -1151,7 +1151,7 @@ func rsplitN(s, sep string, n int) []string {
 
 func splitWhitespace(s string, n int, fromRight bool) []string {
 	if n < 0 {
-		f := strings.FieldsFunc(s, isPySpace)
+		f := strings.FieldsFunc(s, IsPySpace)
 		if f == nil {
 			f = []string{}
 		}
@@ -1159,15 +1159,15 @@ func splitWhitespace(s string, n int, fromRight bool) []string {
 	}
 	if fromRight {
 		var out []string
-		s = strings.TrimRightFunc(s, isPySpace)
+		s = strings.TrimRightFunc(s, IsPySpace)
 		for n > 0 && s != "" {
-			i := strings.LastIndexFunc(s, isPySpace)
+			i := strings.LastIndexFunc(s, IsPySpace)
 			if i < 0 {
 				break
 			}
 			_, w := utf8.DecodeRuneInString(s[i:])
 			out = append(out, s[i+w:])
-			s = strings.TrimRightFunc(s[:i], isPySpace)
+			s = strings.TrimRightFunc(s[:i], IsPySpace)
 			n--
 		}
 		if s != "" {
@@ -1179,14 +1179,14 @@ func splitWhitespace(s string, n int, fromRight bool) []string {
 		return out
 	}
 	out := []string{}
-	s = strings.TrimLeftFunc(s, isPySpace)
+	s = strings.TrimLeftFunc(s, IsPySpace)
 	for n > 0 && s != "" {
-		i := strings.IndexFunc(s, isPySpace)
+		i := strings.IndexFunc(s, IsPySpace)
 		if i < 0 {
 			break
 		}
 		out = append(out, s[:i])
-		s = strings.TrimLeftFunc(s[i:], isPySpace)
+		s = strings.TrimLeftFunc(s[i:], IsPySpace)
 		n--
 	}
 	if s != "" {

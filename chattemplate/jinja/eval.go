@@ -247,7 +247,7 @@ func (r *renderer) exec(n Node, sc *scope) {
 		}
 		r.write(toStr(r.eval(n.Expr, sc)))
 	case *If:
-		if truthy(r.eval(n.Cond, sc)) {
+		if Truthy(r.eval(n.Cond, sc)) {
 			r.execList(n.Body, sc)
 		} else {
 			r.execList(n.Else, sc)
@@ -350,7 +350,7 @@ func (r *renderer) execFor(n *For, sc *scope) {
 		for _, it := range items {
 			inner := sc.child()
 			r.assign(n.Target, it, inner)
-			if truthy(r.eval(n.Filter, inner)) {
+			if Truthy(r.eval(n.Filter, inner)) {
 				kept = append(kept, it)
 			}
 		}
@@ -562,7 +562,7 @@ func (r *renderer) eval(n Node, sc *scope) any {
 		x := r.eval(n.X, sc)
 		switch n.Op {
 		case "not":
-			return !truthy(x)
+			return !Truthy(x)
 		case "-":
 			switch v := x.(type) {
 			case int64:
@@ -588,13 +588,13 @@ func (r *renderer) eval(n Node, sc *scope) any {
 		switch n.Op {
 		case "and":
 			x := r.eval(n.X, sc)
-			if !truthy(x) {
+			if !Truthy(x) {
 				return x
 			}
 			return r.eval(n.Y, sc)
 		case "or":
 			x := r.eval(n.X, sc)
-			if truthy(x) {
+			if Truthy(x) {
 				return x
 			}
 			return r.eval(n.Y, sc)
@@ -615,7 +615,7 @@ func (r *renderer) eval(n Node, sc *scope) any {
 		}
 		return true
 	case *Cond:
-		if truthy(r.eval(n.Cond, sc)) {
+		if Truthy(r.eval(n.Cond, sc)) {
 			return r.eval(n.Then, sc)
 		}
 		if n.Else == nil {
