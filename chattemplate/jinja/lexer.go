@@ -47,18 +47,6 @@ func (t token) String() string {
 	return fmt.Sprintf("%q", t.val)
 }
 
-// IsPySpace reports whether r is whitespace for Python's str.isspace (the
-// set str.strip removes) and the regular expression \s, which Jinja2's
-// whitespace control uses: unicode.IsSpace plus U+001C..U+001F.
-func IsPySpace(r rune) bool {
-	switch r {
-	case ' ', '\t', '\n', '\v', '\f', '\r', 0x1c, 0x1d, 0x1e, 0x1f, 0x85, 0xa0, 0x1680,
-		0x2028, 0x2029, 0x202f, 0x205f, 0x3000:
-		return true
-	}
-	return r >= 0x2000 && r <= 0x200a
-}
-
 func trimRightPySpace(s string) string { return strings.TrimRightFunc(s, IsPySpace) }
 
 func trimLeftPySpace(s string) string { return strings.TrimLeftFunc(s, IsPySpace) }
