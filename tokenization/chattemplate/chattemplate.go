@@ -368,9 +368,9 @@ func (t *Templates) Render(req *Request) (string, error) {
 			case "messages", "conversation", "tools":
 				return "", badRequest("chat_template_kwargs may not set %q: it is a request field", name)
 			case "add_generation_prompt":
-				addGen = truthyJSON(v)
+				addGen = jinja.Truthy(v)
 			case "continue_final_message":
-				cont = truthyJSON(v)
+				cont = jinja.Truthy(v)
 			case "documents":
 				documents = v
 			default:
@@ -412,47 +412,17 @@ func (t *Templates) Render(req *Request) (string, error) {
 	}
 	if cont {
 		tag := strings.TrimSpace(continueTag)
-		if !strings.Contains(out, strings.TrimFunc(finalText, isPySpace)) || !strings.Contains(out, tag) {
+		if !strings.Contains(out, strings.TrimFunc(finalText, jinja.IsPySpace)) || !strings.Contains(out, tag) {
 			return "", badRequest("continue_final_message: the final message does not appear in the rendered chat (the template changes it)")
 		}
 		at := strings.LastIndex(out, tag)
 		if strings.HasPrefix(out[at:], continueTag) {
 			out = out[:at]
 		} else {
-			out = strings.TrimRightFunc(out[:at], isPySpace)
+			out = strings.TrimRightFunc(out[:at], jinja.IsPySpace)
 		}
 	}
 	return out, nil
-}
-
-func truthyJSON(v any) bool {
-	switch v := v.(type) {
-	case nil:
-		return false
-	case bool:
-		return v
-	case int64:
-		return v != 0
-	case float64:
-		return v != 0
-	case string:
-		return v != ""
-	case *jinja.ListVal:
-		return len(v.Items) > 0
-	case *jinja.DictVal:
-		return v.Len() > 0
-	}
-	return true
-}
-
-// isPySpace is Python's str.isspace for one rune (str.rstrip's set).
-func isPySpace(r rune) bool {
-	switch r {
-	case ' ', '\t', '\n', '\v', '\f', '\r', 0x1c, 0x1d, 0x1e, 0x1f, 0x85, 0xa0, 0x1680,
-		0x2028, 0x2029, 0x202f, 0x205f, 0x3000:
-		return true
-	}
-	return r >= 0x2000 && r <= 0x200a
 }
 
 // markFinal appends the continuation marker to the final message's last

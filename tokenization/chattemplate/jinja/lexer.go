@@ -47,20 +47,9 @@ func (t token) String() string {
 	return fmt.Sprintf("%q", t.val)
 }
 
-// isPySpace reports whether r is whitespace for Python's str.isspace and
-// the regular expression \s, which Jinja2's whitespace control uses.
-func isPySpace(r rune) bool {
-	switch r {
-	case ' ', '\t', '\n', '\v', '\f', '\r', 0x1c, 0x1d, 0x1e, 0x1f, 0x85, 0xa0, 0x1680,
-		0x2028, 0x2029, 0x202f, 0x205f, 0x3000:
-		return true
-	}
-	return r >= 0x2000 && r <= 0x200a
-}
+func trimRightPySpace(s string) string { return strings.TrimRightFunc(s, IsPySpace) }
 
-func trimRightPySpace(s string) string { return strings.TrimRightFunc(s, isPySpace) }
-
-func trimLeftPySpace(s string) string { return strings.TrimLeftFunc(s, isPySpace) }
+func trimLeftPySpace(s string) string { return strings.TrimLeftFunc(s, IsPySpace) }
 
 // normalizeNewlines turns \r\n and \r into \n, as Jinja2 does before lexing.
 func normalizeNewlines(s string) string {
@@ -142,7 +131,7 @@ func (lx *lexer) run() error {
 			lpos := strings.LastIndexByte(text, '\n') + 1
 			if lpos > 0 || lx.lineStarting {
 				rest := text[lpos:]
-				if rest != "" && strings.TrimLeftFunc(rest, isPySpace) == "" {
+				if rest != "" && strings.TrimLeftFunc(rest, IsPySpace) == "" {
 					text = text[:lpos]
 				}
 			}
@@ -253,7 +242,7 @@ func (lx *lexer) lexRaw() error {
 			} else if sign != '+' {
 				lpos := strings.LastIndexByte(text, '\n') + 1
 				rest := text[lpos:]
-				if (lpos > 0 || lx.lineStarting) && rest != "" && strings.TrimLeftFunc(rest, isPySpace) == "" {
+				if (lpos > 0 || lx.lineStarting) && rest != "" && strings.TrimLeftFunc(rest, IsPySpace) == "" {
 					text = text[:lpos]
 				}
 			}
@@ -299,7 +288,7 @@ func (lx *lexer) lexInside(closer string) error {
 		// Skip whitespace.
 		for lx.pos < len(lx.src) {
 			r, n := utf8.DecodeRuneInString(lx.src[lx.pos:])
-			if !isPySpace(r) {
+			if !IsPySpace(r) {
 				break
 			}
 			if r == '\n' {
@@ -402,7 +391,7 @@ func (lx *lexer) emitEnd(closer string) {
 }
 
 func isIdentRune(r rune) bool {
-	return r > 0x7f && !isPySpace(r) && !strings.ContainsRune(operators1, r)
+	return r > 0x7f && !IsPySpace(r) && !strings.ContainsRune(operators1, r)
 }
 
 func lexNumber(s string) (n int, isFloat bool) {

@@ -221,7 +221,9 @@ func typeName(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
-func truthy(v any) bool {
+// Truthy is Python's bool() of a template value: false for None,
+// undefined, False, zero, "" and empty lists and dicts.
+func Truthy(v any) bool {
 	switch v := v.(type) {
 	case nil, Undefined:
 		return false
