@@ -257,8 +257,7 @@ func (d *daemon) get(path string) (int, string) {
 }
 
 // metric sums the samples of series in /metrics: "name" sums every label
-// set of name, "name{a=\"x\"}" is one series with its labels written as the
-// exposition format writes them (sorted).
+// set of name, `name{a="x",b="y"}` every label set holding those labels.
 func (d *daemon) metric(series string) float64 {
 	d.t.Helper()
 	code, body := d.get("/metrics")
@@ -269,25 +268,40 @@ func (d *daemon) metric(series string) float64 {
 }
 
 func metricIn(body, series string) float64 {
+	name, want, _ := strings.Cut(strings.TrimSuffix(series, "}"), "{")
 	sum := 0.0
 	for _, l := range strings.Split(body, "\n") {
-		if strings.HasPrefix(l, "#") {
-			continue
-		}
 		sp := strings.LastIndexByte(l, ' ')
-		if sp < 0 {
+		if strings.HasPrefix(l, "#") || sp < 0 {
 			continue
 		}
-		name := l[:sp]
-		if name != series && !(strings.HasPrefix(name, series+"{") && !strings.Contains(series, "{")) {
+		n, labels, _ := strings.Cut(strings.TrimSuffix(l[:sp], "}"), "{")
+		if n != name || !hasLabels(labels, want) {
 			continue
 		}
-		v, err := strconv.ParseFloat(l[sp+1:], 64)
-		if err == nil {
+		if v, err := strconv.ParseFloat(l[sp+1:], 64); err == nil {
 			sum += v
 		}
 	}
 	return sum
+}
+
+// hasLabels: every comma-separated label="value" of want is in labels.
+// (Label values in the scenarios hold no commas.)
+func hasLabels(labels, want string) bool {
+	if want == "" {
+		return true
+	}
+	have := map[string]bool{}
+	for _, l := range strings.Split(labels, ",") {
+		have[l] = true
+	}
+	for _, w := range strings.Split(want, ",") {
+		if !have[w] {
+			return false
+		}
+	}
+	return true
 }
 
 // scores asks POST /v1/score and returns matched blocks per pod.
