@@ -190,3 +190,34 @@ func TestPromiseZMQBufferBudget(t *testing.T) {
 	}
 	publishesAfter(t, d, "pod-after")
 }
+
+// Writes (fixed, 10 s): a peer that sends PINGs and never reads fills the
+// TCP buffers with the daemon's PONGs; the write that then blocks is cut off
+// after 10 s and the connection closed.
+func TestPromiseZMQWriteTimeout(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t)
+	c := rawPub(t, d)
+	ping := []byte{0x04, 23, 4, 'P', 'I', 'N', 'G', 0, 0}
+	ping = append(ping, bytes.Repeat([]byte{'c'}, 16)...) // a 16-byte context, echoed in each PONG
+	burst := bytes.Repeat(ping, 4096)
+	var stalled time.Time
+	for stalled.IsZero() {
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+		if _, err := c.Write(burst); err != nil {
+			if !isTimeout(err) {
+				t.Fatalf("write: %v", err)
+			}
+			stalled = time.Now() // the daemon stopped reading: its PONG write blocks
+		}
+	}
+	eventually(t, waitLimit, "the blocked connection closed", func() string {
+		if v := d.metric("kvindexd_kvevents_zmq_open_connections"); v != 0 {
+			return fmt.Sprintf("zmq_open_connections = %v", v)
+		}
+		return ""
+	})
+	if el := time.Since(stalled); el < 7*time.Second {
+		t.Errorf("closed %v after the daemon stopped reading, before the 10 s write timeout", el)
+	}
+}
