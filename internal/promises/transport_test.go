@@ -119,6 +119,12 @@ func TestPromiseZMQMaxConns(t *testing.T) {
 	for _, c := range held {
 		c.Close()
 	}
+	eventually(t, waitLimit, "the held connections closed", func() string {
+		if v := d.metric("kvindexd_kvevents_zmq_open_connections"); v != 0 {
+			return fmt.Sprintf("zmq_open_connections = %v", v)
+		}
+		return ""
+	})
 	publishesAfter(t, d, "pod-after")
 }
 
