@@ -89,16 +89,15 @@ func repoRoot() (string, error) {
 
 // daemon is one `kvindexd serve` process.
 type daemon struct {
-	t        testing.TB
-	cmd      *exec.Cmd
-	http     string // host:port
-	grpc     string // host:port
-	zmq      string // tcp://host:port ("" when --zmq-bind "" was given)
-	logs     *logtest.Buffer
-	exited   chan struct{}
-	waitErr  error
-	token    string // sent as a bearer token by get/do when set
-	stopOnce bool
+	t       testing.TB
+	cmd     *exec.Cmd
+	http    string // host:port
+	grpc    string // host:port
+	zmq     string // tcp://host:port ("" when --zmq-bind "" was given)
+	logs    *logtest.Buffer
+	exited  chan struct{}
+	waitErr error
+	token   string // sent as a bearer token by get/do when set
 }
 
 // freePort returns a loopback port that was free a moment ago.

@@ -40,10 +40,14 @@ func TestPromisePodShare(t *testing.T) {
 
 	const hogBlocks, perBatch = 360_000, 10_000
 	rng := rand.New(rand.NewPCG(1, 2))
+	var first []uint64 // within the share: indexed
 	for seq := 0; seq < hogBlocks/perBatch; seq++ {
 		hashes := make([]uint64, perBatch)
 		for i := range hashes {
 			hashes[i] = rng.Uint64()
+		}
+		if seq == 0 {
+			first = hashes
 		}
 		b := &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: hashes, BlockSize: blockSize}}}
 		publish(t, pub, "hog", model, uint64(seq), b)
@@ -67,6 +71,17 @@ func TestPromisePodShare(t *testing.T) {
 	if v := d.metric("kvindexd_index_evictions_total"); v != 0 {
 		t.Errorf("kvindexd_index_evictions_total = %v, want 0", v)
 	}
+	// The hog stores again once it has removed blocks.
+	publish(t, pub, "hog", model, hogBlocks/perBatch, &kvindex.Batch{Events: []kvindex.Event{
+		{Kind: kvindex.BlockRemoved, BlockHashes: first[:100]}}})
+	again := prompt(99, 50)
+	publish(t, pub, "hog", model, hogBlocks/perBatch+1, stored(engineHashes(t, again), again))
+	eventually(t, waitLimit, "the hog storing after removals", func() string {
+		if got := d.scoreTokens(model, again)["hog"]; got != 50 {
+			return fmt.Sprintf("hog scores %d of 50 new blocks", got)
+		}
+		return ""
+	})
 }
 
 // Silent pods are forgotten (--pod-expiry): a pod that stores 16 blocks and
