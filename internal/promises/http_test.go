@@ -1,0 +1,211 @@
+package promises
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+const scoreBody = `{"model":"org/model","token_ids":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}`
+
+// --http-read-header-timeout: a client that has not sent its headers by the
+// deadline loses the connection.
+func TestPromiseHTTPReadHeaderTimeout(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "--http-read-header-timeout", "1s")
+	c := rawDial(t, d.http)
+	start := time.Now()
+	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if !closedWithin(c, waitLimit) {
+		t.Fatal("headers that never finish kept the connection")
+	}
+	if el := time.Since(start); el < 900*time.Millisecond || el > 10*time.Second {
+		t.Errorf("closed after %v, want about 1 s", el)
+	}
+}
+
+// --http-read-timeout: a body that never finishes is cut off, and probes keep
+// answering meanwhile.
+func TestPromiseHTTPReadTimeout(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "--http-read-timeout", "1s")
+	c := rawDial(t, d.http)
+	start := time.Now()
+	if _, err := fmt.Fprintf(c, "POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		len(scoreBody), scoreBody[:10]); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := d.get("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz %d while a body hangs", code)
+	}
+	if !closedWithin(c, waitLimit) {
+		t.Fatal("a body that never finishes kept the connection")
+	}
+	if el := time.Since(start); el < 900*time.Millisecond || el > 10*time.Second {
+		t.Errorf("closed after %v, want about 1 s", el)
+	}
+}
+
+// --http-write-timeout: an answer not written within the timeout (counted
+// from the end of the request headers) is not sent; the connection closes.
+func TestPromiseHTTPWriteTimeout(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "--http-write-timeout", "1s")
+	send := func(pause time.Duration) string {
+		c := rawDial(t, d.http)
+		defer c.Close()
+		if _, err := fmt.Fprintf(c, "POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+			len(scoreBody), scoreBody[:10]); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(pause)
+		if _, err := io.WriteString(c, scoreBody[10:]); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(waitLimit))
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		return strings.TrimSpace(line)
+	}
+	if got := send(0); got != "HTTP/1.1 200 OK" {
+		t.Fatalf("a prompt request: %q", got)
+	}
+	if got := send(1500 * time.Millisecond); got != "" {
+		t.Errorf("an answer after the write timeout was sent: %q", got)
+	}
+}
+
+// --http-idle-timeout: an idle keep-alive connection is closed.
+func TestPromiseHTTPIdleTimeout(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "--http-idle-timeout", "1s")
+	c := rawDial(t, d.http)
+	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(c)
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	start := time.Now()
+	_ = c.SetReadDeadline(time.Now().Add(waitLimit))
+	if _, err := r.ReadByte(); err == nil || isTimeout(err) {
+		t.Fatalf("the idle connection was not closed: %v", err)
+	}
+	if el := time.Since(start); el < 900*time.Millisecond || el > 10*time.Second {
+		t.Errorf("closed after %v idle, want about 1 s", el)
+	}
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
+
+// Request line and headers (default 65,536 bytes): larger is 431.
+func TestPromiseHTTPMaxHeaderBytes(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t)
+	header := func(n int) int {
+		req, _ := http.NewRequest("GET", "http://"+d.http+"/healthz", nil)
+		req.Header.Set("X-Pad", strings.Repeat("a", n))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := header(60 << 10); code != http.StatusOK {
+		t.Errorf("60 KiB of headers: %d, want 200", code)
+	}
+	// net/http allows 4 KiB above the cap before it answers 431
+	if code := header(64<<10 + 4<<10 + 1); code != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("over 68 KiB of headers: %d, want 431", code)
+	}
+}
+
+// --http-max-body-bytes: a larger body is 413.
+func TestPromiseHTTPMaxBodyBytes(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "--http-max-body-bytes", "1024")
+	if code, body, _ := d.do("POST", "/v1/score", scoreBody); code != http.StatusOK {
+		t.Fatalf("a small body: %d %s", code, body)
+	}
+	big := `{"model":"org/model","token_ids":[` + strings.Repeat("1,", 600) + `1]}`
+	if code, body, _ := d.do("POST", "/v1/score", big); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("a 1.2 KB body: %d %s, want 413", code, body)
+	}
+}
+
+// --http-max-conns: at the cap a new client waits (in the kernel backlog)
+// until a connection closes, then it is served; counted.
+func TestPromiseHTTPMaxConns(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "--http-max-conns", "2")
+	held := []net.Conn{rawDial(t, d.http), rawDial(t, d.http)}
+	waiting := rawDial(t, d.http)
+	if _, err := io.WriteString(waiting, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(waiting)
+	_ = waiting.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := r.ReadByte(); !isTimeout(err) {
+		t.Fatalf("the third connection was served at once: %v", err)
+	}
+	held[0].Close()
+	_ = waiting.SetReadDeadline(time.Now().Add(waitLimit))
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the waiting client after a slot freed: %v", err)
+	}
+	resp.Body.Close()
+	waiting.Close()
+	held[1].Close()
+	if v := d.metric(`kvindexd_connections_limited_total{server="http"}`); v < 1 {
+		t.Errorf(`kvindexd_connections_limited_total{server="http"} = %v, want >= 1`, v)
+	}
+}
+
+// --grpc-max-conns: the same for gRPC.
+func TestPromiseGRPCMaxConns(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "--grpc-max-conns", "1")
+	held := rawDial(t, d.grpc)
+	conn, err := grpc.NewClient(d.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	check := func(within time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		defer cancel()
+		_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+		return err
+	}
+	if err := check(time.Second); err == nil {
+		t.Fatal("a second gRPC connection was served while the cap was held")
+	}
+	held.Close()
+	if err := check(waitLimit); err != nil {
+		t.Fatalf("gRPC after the slot freed: %v", err)
+	}
+	if v := d.metric(`kvindexd_connections_limited_total{server="grpc"}`); v < 1 {
+		t.Errorf(`kvindexd_connections_limited_total{server="grpc"} = %v, want >= 1`, v)
+	}
+}

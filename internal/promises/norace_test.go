@@ -1,0 +1,6 @@
+//go:build !race
+
+package promises
+
+// buildFlags: see race_test.go.
+var buildFlags []string

@@ -1,0 +1,9 @@
+//go:build race
+
+package promises
+
+// buildFlags builds the daemon under test with the instrumentation of the
+// test binary itself (as internal/e2e does): under `go test -race` every
+// package of kvindexd is already compiled with -race, so the build is a
+// link, and a data race in the daemon fails the scenario (exit status 66).
+var buildFlags = []string{"-race"}

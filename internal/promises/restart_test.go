@@ -1,0 +1,99 @@
+package promises
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
+)
+
+// Daemons sharing Redis answer the same: a daemon that never received an
+// event for the model or the pod gives the writer's answers (token ids,
+// block hashes, a pods filter) and counts the model it learned from Redis.
+func TestPromiseSharedRedisSameAnswer(t *testing.T) {
+	t.Parallel()
+	redis := redistest.Start(t)
+	writer := startDaemon(t, "--index", redis.URL())
+	reader := startDaemon(t, "--index", redis.URL(), "--zmq-bind", "")
+	toks := prompt(1, 6)
+	hashes := engineHashes(t, toks)
+	publish(t, writer.publisher(), "pod-a", model, 0, stored(hashes, toks))
+	eventually(t, waitLimit, "the writer", func() string {
+		if got := writer.scoreTokens(model, toks)["pod-a"]; got != 6 {
+			return fmt.Sprintf("writer scores pod-a %d", got)
+		}
+		return ""
+	})
+	for _, req := range []map[string]any{
+		{"model": model, "token_ids": toks},
+		{"model": model, "block_hashes": hashes},
+		{"model": model, "token_ids": toks, "pods": []string{"pod-a"}},
+	} {
+		w, r := writer.scores(req), reader.scores(req)
+		if fmt.Sprint(w) != fmt.Sprint(r) || r["pod-a"] != 6 {
+			t.Errorf("%v: writer %v, reader %v", req, w, r)
+		}
+	}
+	if v := reader.metric("kvindexd_shared_models_interned_total"); v != 1 {
+		t.Errorf("reader's kvindexd_shared_models_interned_total = %v, want 1", v)
+	}
+}
+
+// A restart from a snapshot answers warm (--snapshot-path): restored pods
+// are listed stale and not scored until their stream resumes; a pod whose
+// next sequence number follows the snapshot's is served with everything
+// restored, a pod whose number went back (its engine restarted meanwhile)
+// is cleared first.
+func TestPromiseSnapshotRestartWarm(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "index.snap")
+	first := startDaemon(t, "--snapshot-path", path)
+	pub := first.publisher()
+	warm, gone := prompt(1, 8), prompt(2, 4)
+	publish(t, pub, "pod-warm", model, 0, stored(engineHashes(t, warm), warm))
+	publish(t, pub, "pod-restarted", model, 40, stored(engineHashes(t, gone), gone))
+	eventually(t, waitLimit, "before the restart", func() string {
+		if s := first.scoreTokens(model, warm); s["pod-warm"] != 8 {
+			return fmt.Sprintf("pod-warm: %v", s)
+		}
+		if s := first.scoreTokens(model, gone); s["pod-restarted"] != 4 {
+			return fmt.Sprintf("pod-restarted: %v", s)
+		}
+		return ""
+	})
+	first.stop()
+
+	second := startDaemon(t, "--snapshot-path", path)
+	if v := second.metric("kvindexd_snapshot_restored_entries"); v != 12 {
+		t.Errorf("kvindexd_snapshot_restored_entries = %v, want 12", v)
+	}
+	if v := second.metric("kvindexd_snapshot_stale_pods"); v != 2 {
+		t.Errorf("kvindexd_snapshot_stale_pods = %v, want 2", v)
+	}
+	if p, ok := second.pod("pod-warm"); !ok || !p.Stale {
+		t.Errorf("pod-warm after the restart: %+v (listed %v), want stale", p, ok)
+	}
+	if s := second.scoreTokens(model, warm); len(s) != 0 {
+		t.Errorf("a stale pod is scored: %v", s)
+	}
+	pub = second.publisher()
+	next, fresh := prompt(3, 1), prompt(4, 1)
+	publish(t, pub, "pod-warm", model, 1, stored(engineHashes(t, next), next))
+	publish(t, pub, "pod-restarted", model, 0, stored(engineHashes(t, fresh), fresh))
+	eventually(t, waitLimit, "after the streams resume", func() string {
+		if s := second.scoreTokens(model, warm); s["pod-warm"] != 8 {
+			return fmt.Sprintf("pod-warm's restored prefix: %v", s)
+		}
+		if s := second.scoreTokens(model, fresh); s["pod-restarted"] != 1 {
+			return fmt.Sprintf("pod-restarted's new block: %v", s)
+		}
+		return ""
+	})
+	if s := second.scoreTokens(model, gone); len(s) != 0 {
+		t.Errorf("blocks of an engine restarted since the snapshot are scored: %v", s)
+	}
+	if v := second.metric("kvindexd_snapshot_restart_clears_total"); v != 1 {
+		t.Errorf("kvindexd_snapshot_restart_clears_total = %v, want 1", v)
+	}
+}

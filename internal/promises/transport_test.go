@@ -1,0 +1,229 @@
+package promises
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/kvindex"
+)
+
+// Raw ZMTP 3.1 bytes written from RFC 37 (independent of the daemon's own
+// transport): a NULL-mechanism greeting, commands and frame headers.
+func zmtpGreeting() []byte {
+	g := make([]byte, 64)
+	g[0], g[9], g[10], g[11] = 0xff, 0x7f, 3, 1
+	copy(g[12:], "NULL")
+	return g
+}
+
+func zmtpReadyPUB() []byte {
+	body := append([]byte{5}, "READY"...)
+	body = append(body, 11)
+	body = append(body, "Socket-Type"...)
+	body = binary.BigEndian.AppendUint32(body, 3)
+	body = append(body, "PUB"...)
+	return append([]byte{0x04, byte(len(body))}, body...)
+}
+
+// zmtpLongHeader is a frame header (flags | LONG) declaring size bytes.
+func zmtpLongHeader(flags byte, size uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{flags | 0x02}, size)
+}
+
+// rawPub is a TCP connection to the daemon's bind port that has sent a PUB's
+// greeting and READY.
+func rawPub(t *testing.T, d *daemon) net.Conn {
+	t.Helper()
+	c := rawDial(t, d.zmq)
+	if _, err := c.Write(append(zmtpGreeting(), zmtpReadyPUB()...)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// publishesAfter checks that a real publisher still gets a batch through.
+func publishesAfter(t *testing.T, d *daemon, pod string) {
+	t.Helper()
+	storeAndWait(t, d, d.publisher(), pod, model, 7, 2)
+}
+
+// --zmq-max-message-size: a frame declaring more than the cap closes its
+// connection before anything is allocated; a message under it is applied.
+func TestPromiseZMQMaxMessageSize(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "--zmq-max-message-size", "1048576")
+	pub := d.publisher()
+	// ~600 KB: 65,000 hashes of 9 bytes
+	big := &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: randomHashes(3, 65_000), BlockSize: blockSize}}}
+	publish(t, pub, "pod-big", model, 0, big)
+	eventually(t, waitLimit, "the message under the cap", func() string {
+		if p, _ := d.pod("pod-big"); p.Blocks != 65_000 {
+			return fmt.Sprintf("pod-big holds %d blocks", p.Blocks)
+		}
+		return ""
+	})
+	c := rawPub(t, d)
+	if _, err := c.Write(zmtpLongHeader(0x00, 1<<20+1)); err != nil {
+		t.Fatal(err)
+	}
+	if !closedWithin(c, waitLimit) {
+		t.Fatal("a frame over the cap did not close its connection")
+	}
+	waitMetric(t, d, "kvindexd_kvevents_zmq_oversized_total", 1)
+	publishesAfter(t, d, "pod-after")
+}
+
+// --zmq-handshake-timeout: a connection that has not finished its handshake
+// by the deadline is closed, however it dribbles bytes.
+func TestPromiseZMQHandshakeTimeout(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "--zmq-handshake-timeout", "1s")
+	c := rawDial(t, d.zmq)
+	start := time.Now()
+	for _, b := range zmtpGreeting()[:10] { // a byte every 200 ms
+		if _, err := c.Write([]byte{b}); err != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !closedWithin(c, waitLimit) {
+		t.Fatal("the dribbling connection was not closed")
+	}
+	if el := time.Since(start); el < 900*time.Millisecond || el > 10*time.Second {
+		t.Errorf("closed after %v, want about 1 s", el)
+	}
+	waitMetric(t, d, "kvindexd_kvevents_zmq_handshake_timeouts_total", 1)
+}
+
+// --zmq-max-conns: at the cap a new connection is closed at once; once the
+// held ones close, a publisher gets in again.
+func TestPromiseZMQMaxConns(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "--zmq-max-conns", "2")
+	held := []net.Conn{rawDial(t, d.zmq), rawDial(t, d.zmq)}
+	eventually(t, waitLimit, "two open connections", func() string {
+		if v := d.metric("kvindexd_kvevents_zmq_open_connections"); v != 2 {
+			return fmt.Sprintf("zmq_open_connections = %v", v)
+		}
+		return ""
+	})
+	third := rawDial(t, d.zmq)
+	if !closedWithin(third, 2*time.Second) {
+		t.Fatal("the connection over the cap was not closed at once")
+	}
+	waitMetric(t, d, "kvindexd_kvevents_zmq_connections_rejected_total", 1)
+	for _, c := range held {
+		c.Close()
+	}
+	eventually(t, waitLimit, "the held connections closed", func() string {
+		if v := d.metric("kvindexd_kvevents_zmq_open_connections"); v != 0 {
+			return fmt.Sprintf("zmq_open_connections = %v", v)
+		}
+		return ""
+	})
+	publishesAfter(t, d, "pod-after")
+}
+
+// Frames per message (fixed, 64): a 65th frame closes the connection.
+func TestPromiseZMQFramesPerMessage(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t)
+	c := rawPub(t, d)
+	var msg []byte
+	for i := 0; i < 65; i++ {
+		msg = append(msg, 0x01, 1, 'x') // MORE, short frame of 1 byte
+	}
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	if !closedWithin(c, waitLimit) {
+		t.Fatal("65 frames did not close the connection")
+	}
+	waitMetric(t, d, "kvindexd_kvevents_zmq_oversized_total", 1)
+	publishesAfter(t, d, "pod-after")
+}
+
+// Command frames (fixed, 16 KiB): a longer command closes the connection.
+func TestPromiseZMQCommandSize(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t)
+	c := rawDial(t, d.zmq)
+	if _, err := c.Write(append(zmtpGreeting(), zmtpLongHeader(0x04, 16<<10+1)...)); err != nil {
+		t.Fatal(err)
+	}
+	if !closedWithin(c, waitLimit) {
+		t.Fatal("a command over 16 KiB did not close the connection")
+	}
+	waitMetric(t, d, "kvindexd_kvevents_zmq_oversized_total", 1)
+}
+
+// Bytes buffered by all connections of the bind socket (fixed, 256 MiB):
+// four connections each in the middle of a 60 MiB frame hold 240 MiB; a
+// fifth growing past the budget is closed, the four are not.
+func TestPromiseZMQBufferBudget(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t)
+	const frame = 60 << 20
+	chunk := bytes.Repeat([]byte{0xab}, 1<<20)
+	var held []net.Conn
+	for i := 0; i < 5; i++ {
+		c := rawPub(t, d)
+		if _, err := c.Write(zmtpLongHeader(0x00, frame)); err != nil {
+			t.Fatal(err)
+		}
+		for sent := 0; sent < 40<<20; sent += len(chunk) { // past half: the buffer holds all 60 MiB
+			if _, err := c.Write(chunk); err != nil {
+				break // the fifth is closed on the way
+			}
+		}
+		held = append(held, c)
+	}
+	if !closedWithin(held[4], waitLimit) {
+		t.Fatal("the connection over the budget was not closed")
+	}
+	for i, c := range held[:4] {
+		if closedWithin(c, 100*time.Millisecond) {
+			t.Errorf("connection %d within the budget was closed", i)
+		}
+	}
+	waitMetric(t, d, "kvindexd_kvevents_zmq_buffer_budget_drops_total", 1)
+	for _, c := range held[:4] {
+		c.Close()
+	}
+	publishesAfter(t, d, "pod-after")
+}
+
+// Writes (fixed, 10 s): a peer that sends PINGs and never reads fills the
+// TCP buffers with the daemon's PONGs; the write that then blocks is cut off
+// after 10 s and the connection closed.
+func TestPromiseZMQWriteTimeout(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t)
+	c := rawPub(t, d)
+	ping := []byte{0x04, 23, 4, 'P', 'I', 'N', 'G', 0, 0}
+	ping = append(ping, bytes.Repeat([]byte{'c'}, 16)...) // a 16-byte context, echoed in each PONG
+	burst := bytes.Repeat(ping, 4096)
+	var stalled time.Time
+	for stalled.IsZero() {
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+		if _, err := c.Write(burst); err != nil {
+			if !isTimeout(err) {
+				t.Fatalf("write: %v", err)
+			}
+			stalled = time.Now() // the daemon stopped reading: its PONG write blocks
+		}
+	}
+	eventually(t, waitLimit, "the blocked connection closed", func() string {
+		if v := d.metric("kvindexd_kvevents_zmq_open_connections"); v != 0 {
+			return fmt.Sprintf("zmq_open_connections = %v", v)
+		}
+		return ""
+	})
+	if el := time.Since(stalled); el < 7*time.Second {
+		t.Errorf("closed %v after the daemon stopped reading, before the 10 s write timeout", el)
+	}
+}
