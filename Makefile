@@ -25,7 +25,7 @@ PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.2
 STATICCHECK_VERSION ?= v0.8.2
 GOBIN    := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build run test test-deps test-short bench compare lint proto demo loadgen fetch-tokenizers fuzz clean image helm-check manifests mutation mutation-ci mutation-diff helm-bin
+.PHONY: all build run test test-deps test-short bench compare lint proto demo loadgen fetch-tokenizers fuzz clean image helm-check manifests mutation mutation-ci mutation-diff mutation-wiring helm-bin
 
 all: build
 
@@ -98,19 +98,29 @@ lint:
 
 # Mutation testing with gremlins (pinned; installed into .cache/bin on first
 # use), one package at a time, each within MUTATION_BUDGET; prints efficacy
-# per package. Slow: minutes per package on a small machine (README,
-# "Mutation testing"). make mutation MUTATION_PKGS=prefixstore for one.
-MUTATION_PKGS   ?= kvindex kvevents indexer api prefixstore tokenization
+# per package. Slow: minutes per package on a small machine
+# (docs/testing.md). make mutation MUTATION_PKGS=prefixstore for one. Then
+# the wiring mutants (mutation-wiring).
+MUTATION_PKGS   ?= kvindex kvevents indexer api prefixstore tokenization cmd/kvindexd
 MUTATION_BUDGET ?= 60m
 mutation:
 	MUTATION_BUDGET=$(MUTATION_BUDGET) hack/mutation/run.sh $(MUTATION_PKGS)
+	hack/mutation/wiring.sh
+
+# Wiring mutants (hack/mutation/wiring.txt): each drops one capability or
+# wire of the composition root or the daemon's wiring; the promises suite
+# must kill every one (~3 minutes).
+mutation-wiring:
+	hack/mutation/wiring.sh
 
 # The bounded slice CI runs (.ci/run): every mutant of a fixed list of hot
 # files within one hard time budget, failing below an efficacy threshold
 # that leaves out the equivalents of hack/mutation/equivalent.txt
-# (hack/mutation/ci.sh: MUTATION_CI_FILES, MUTATION_CI_BUDGET, MUTATION_CI_MIN).
+# (hack/mutation/ci.sh: MUTATION_CI_FILES, MUTATION_CI_BUDGET, MUTATION_CI_MIN),
+# and every wiring mutant.
 mutation-ci:
 	hack/mutation/ci.sh
+	hack/mutation/wiring.sh
 
 # On a branch: only mutants on non-test lines changed since the merge base
 # with MUTATION_BASE; packages without such lines are skipped.

@@ -1,8 +1,11 @@
 package promises
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
@@ -96,4 +99,37 @@ func TestPromiseSnapshotRestartWarm(t *testing.T) {
 	if v := second.metric("kvindexd_snapshot_restart_clears_total"); v != 1 {
 		t.Errorf("kvindexd_snapshot_restart_clears_total = %v, want 1", v)
 	}
+}
+
+// An index that is down is never an empty score: with Redis gone the daemon
+// is not ready (/readyz 503) and a score answers 503 with the reason; when
+// Redis is back it is ready again.
+func TestPromiseRedisDownIsUnavailable(t *testing.T) {
+	t.Parallel()
+	redis := redistest.Start(t)
+	d := startDaemon(t, "--index", redis.URL())
+	toks := prompt(1, 2)
+	body := fmt.Sprintf(`{"model":%q,"token_ids":%s}`, model, jsonIDs(toks))
+	redis.Kill()
+	eventually(t, waitLimit, "not ready while Redis is down", func() string {
+		if code, _ := d.get("/readyz"); code != http.StatusServiceUnavailable {
+			return fmt.Sprintf("/readyz %d", code)
+		}
+		return ""
+	})
+	if code, resp, _ := d.do("POST", "/v1/score", body); code != http.StatusServiceUnavailable || !strings.Contains(resp, "unavailable") {
+		t.Fatalf("score with Redis down: %d %s, want 503 naming the index", code, resp)
+	}
+	redis.Restart()
+	eventually(t, waitLimit, "ready once Redis is back", func() string {
+		if code, _ := d.get("/readyz"); code != http.StatusOK {
+			return fmt.Sprintf("/readyz %d", code)
+		}
+		return ""
+	})
+}
+
+func jsonIDs(ids []uint32) string {
+	b, _ := json.Marshal(ids)
+	return string(b)
 }
