@@ -2,11 +2,16 @@ package promises
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvevents"
@@ -441,4 +446,56 @@ func TestPromiseSequenceNumbers(t *testing.T) {
 	if v := d.metric("kvindexd_kvevents_restarts_total"); v != 1 {
 		t.Errorf("kvindexd_kvevents_restarts_total = %v, want 1", v)
 	}
+}
+
+// A full apply queue (--queue-size): while the apply worker is stuck on a
+// slow index write, the socket reader waits for room, then drops the batch
+// and counts an overflow; the pod says it is incomplete ("overflow") and is
+// cleared before its next batch, so it never serves blocks it may have lost
+// the removal of. A Redis server asleep (DEBUG SLEEP) holds the worker.
+func TestPromiseApplyQueue(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, "--enable-debug-command", "local")
+	d := startDaemon(t, "--index", srv.URL(), "--queue-size", "1")
+	pub := d.publisher()
+	toks := prompt(7, 2)
+	publish(t, pub, "pod-q", model, 0, stored(engineHashes(t, toks), toks))
+	eventually(t, waitLimit, "the first batch", func() string {
+		if got := d.scoreTokens(model, toks)["pod-q"]; got != 2 {
+			return fmt.Sprintf("pod-q scores %d", got)
+		}
+		return ""
+	})
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	slept := make(chan error, 1)
+	go func() { slept <- c.Do(context.Background(), "DEBUG", "SLEEP", "4").Err() }()
+	time.Sleep(200 * time.Millisecond) // the sleep has begun
+	for seq := uint64(1); seq <= 6; seq++ {
+		more := prompt(100+int(seq), 1)
+		publish(t, pub, "pod-q", model, seq, stored(engineHashes(t, more), more))
+	}
+	if err := <-slept; err != nil {
+		t.Fatalf("DEBUG SLEEP: %v", err)
+	}
+	eventually(t, waitLimit, "an overflow", func() string {
+		if v := d.metric("kvindexd_kvevents_queue_overflows_total"); v < 1 {
+			return fmt.Sprintf("kvindexd_kvevents_queue_overflows_total %v", v)
+		}
+		return ""
+	})
+	_, body := d.get("/v1/pods")
+	if !regexp.MustCompile(`"incomplete_reason":\s*"overflow"`).MatchString(body) {
+		t.Fatalf("after an overflow /v1/pods does not say the pod is incomplete: %s", body)
+	}
+	publish(t, pub, "pod-q", model, 7, stored(engineHashes(t, prompt(200, 1)), prompt(200, 1)))
+	eventually(t, waitLimit, "the clear before the next batch", func() string {
+		if v := d.metric(`kvindexd_kvevents_synthetic_clears_total{reason="overflow"}`); v != 1 {
+			return fmt.Sprintf("overflow clears %v", v)
+		}
+		if got := d.scoreTokens(model, toks)["pod-q"]; got != 0 {
+			return fmt.Sprintf("pod-q still scores %d blocks from before the overflow", got)
+		}
+		return ""
+	})
 }
