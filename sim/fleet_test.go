@@ -1,14 +1,7 @@
 package sim
 
 import (
-	"bytes"
-	"encoding/csv"
-	"encoding/json"
-	"encoding/xml"
-	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -248,69 +241,6 @@ func TestGenWorkloadShape(t *testing.T) {
 	if want := 0.8 * 7680 / 9000; !near(float64(h)/float64(tot), want) {
 		t.Fatalf("ceiling %v, want %v", float64(h)/float64(tot), want)
 	}
-	var buf bytes.Buffer
-	if err := RunGenWorkload([]string{"--groups", "2", "--prompts", "1"}, nil, &buf, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	back, err := ReadTrace(&buf)
-	if err != nil || len(back) != 2 {
-		t.Fatalf("round trip: %v, %d", err, len(back))
-	}
-}
-
-func TestSimulateCommandOutputs(t *testing.T) {
-	dir := t.TempDir()
-	var out bytes.Buffer
-	args := []string{"--gen-workload", "--gen-groups", "20", "--gen-rate", "50", "--pods", "4", "--capacity", "200",
-		"--routers", "random,round-robin,least-loaded,chwbl,approx-prefix,aibrix,sglang",
-		"--out", filepath.Join(dir, "r.json"), "--svg", filepath.Join(dir, "c.svg"), "--markdown"}
-	if err := RunSimulate(args, nil, &out, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out.String(), "| aibrix |") || !strings.Contains(out.String(), "unbounded-cache hit rate 68.3%") {
-		t.Fatalf("table:\n%s", out.String())
-	}
-	var rep Report
-	f, _ := os.ReadFile(filepath.Join(dir, "r.json"))
-	if err := json.Unmarshal(f, &rep); err != nil || len(rep.Results) != 7 || rep.Results[4].Policy != "approx-prefix" {
-		t.Fatalf("json: %v %+v", err, rep)
-	}
-	s, _ := os.ReadFile(filepath.Join(dir, "c.svg"))
-	d := xml.NewDecoder(bytes.NewReader(s))
-	for {
-		if _, err := d.Token(); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatalf("svg is not well-formed: %v", err)
-		}
-	}
-	if err := RunSimulate(append(args[:len(args)-5:len(args)-5], "--out", filepath.Join(dir, "r.csv")), nil, io.Discard, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := csv.NewReader(mustOpen(t, filepath.Join(dir, "r.csv"))).ReadAll()
-	if err != nil || len(rows) != 8 || rows[0][0] != "policy" {
-		t.Fatalf("csv: %v %v", err, rows)
-	}
-	for _, bad := range [][]string{{}, {"--gen-workload", "--routers", "nope"}, {"--gen-workload", "--capacity", "0"},
-		{"--gen-workload", "--speedup", "NaN"}, {"--gen-workload", "--event-lag", "-1"}, {"--gen-workload", "--pods", "0"},
-		{"--gen-workload", "--policy", "s3fifo", "--small-ratio", "0"}, {"--gen-workload", "--router-replicas", "0"},
-		{"--trace", "/nonexistent/trace.jsonl"}, {"--gen-workload", "--trace", "x"},
-		// Router parameters that would leave a ring or a table empty are errors, not panics.
-		{"--gen-workload", "--chwbl-replication", "0"}, {"--gen-workload", "--chwbl-head-blocks", "0"},
-		{"--gen-workload", "--aibrix-blocks", "0"}, {"--gen-workload", "--sglang-tree-blocks", "0"},
-		{"--gen-workload", "--approx-capacity", "-5"}} {
-		if err := RunSimulate(bad, nil, io.Discard, io.Discard); err == nil {
-			t.Errorf("accepted %v", bad)
-		}
-	}
-}
-
-func mustOpen(t *testing.T, p string) io.Reader {
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bytes.NewReader(b)
 }
 
 // Whole conversation trace, 8 pods: deterministic, and cache-aware routing

@@ -29,21 +29,21 @@ type Report struct {
 func WriteTable(w io.Writer, rep *Report) {
 	fmt.Fprintf(w, "trace %s: %d pods x %d blocks (%s), speedup %g, event lag %gs; unbounded-cache hit rate %.1f%%\n",
 		rep.Trace, rep.Pods, rep.CachePer, rep.Policy, rep.Speedup, rep.EventLag, 100*rep.Ceiling)
-	fmt.Fprintf(w, "%-14s %8s %9s %9s %9s %8s %9s %11s %8s\n",
-		"policy", "hit%", "ttft_p50", "ttft_p90", "ttft_p99", "pod_max", "pod_mean", "cache_blks", "wall_s")
+	fmt.Fprintf(w, "%-14s %8s %9s %9s %9s %9s %8s %9s %11s %8s\n",
+		"policy", "hit%", "ttft_mean", "ttft_p50", "ttft_p90", "ttft_p99", "pod_max", "pod_mean", "cache_blks", "wall_s")
 	for _, r := range rep.Results {
-		fmt.Fprintf(w, "%-14s %7.1f%% %8.2fs %8.2fs %8.2fs %8d %9.1f %11d %8.2f\n",
-			r.Policy, 100*r.HitRate, r.TTFTp50, r.TTFTp90, r.TTFTp99, r.PerPodMax, r.PerPodMean, r.CacheBlocksUsed, r.WallSeconds)
+		fmt.Fprintf(w, "%-14s %7.1f%% %8.3fs %8.2fs %8.2fs %8.2fs %8d %9.1f %11d %8.2f\n",
+			r.Policy, 100*r.HitRate, r.TTFTMean, r.TTFTp50, r.TTFTp90, r.TTFTp99, r.PerPodMax, r.PerPodMean, r.CacheBlocksUsed, r.WallSeconds)
 	}
 }
 
-// WriteMarkdown prints the table as Markdown (sim/README.md).
+// WriteMarkdown prints the table as Markdown (docs/simulator.md).
 func WriteMarkdown(w io.Writer, rep *Report) {
-	fmt.Fprintf(w, "| policy | hit rate | TTFT p50 | TTFT p90 | TTFT p99 | req/pod max | req/pod mean | cache blocks used |\n")
-	fmt.Fprintf(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	fmt.Fprintf(w, "| policy | hit rate | TTFT mean | TTFT p50 | TTFT p90 | TTFT p99 | req/pod max | req/pod mean | cache blocks used |\n")
+	fmt.Fprintf(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range rep.Results {
-		fmt.Fprintf(w, "| %s | %.1f%% | %.2fs | %.2fs | %.2fs | %d | %.1f | %d |\n",
-			r.Policy, 100*r.HitRate, r.TTFTp50, r.TTFTp90, r.TTFTp99, r.PerPodMax, r.PerPodMean, r.CacheBlocksUsed)
+		fmt.Fprintf(w, "| %s | %.1f%% | %.3fs | %.2fs | %.2fs | %.2fs | %d | %.1f | %d |\n",
+			r.Policy, 100*r.HitRate, r.TTFTMean, r.TTFTp50, r.TTFTp90, r.TTFTp99, r.PerPodMax, r.PerPodMean, r.CacheBlocksUsed)
 	}
 }
 
@@ -203,7 +203,7 @@ func WriteScenarioTable(w io.Writer, rep *ScenarioReport) {
 }
 
 // WriteScenarioMarkdown prints the summary and the per-stage TTFT p90 and
-// throughput as Markdown tables (sim/README.md).
+// throughput as Markdown tables (docs/simulator.md).
 func WriteScenarioMarkdown(w io.Writer, rep *ScenarioReport) {
 	fmt.Fprintf(w, "| scheduler | output tok/s | req/s | TTFT p90 | TTFT mean | ITL mean | hit rate | preemptions | success |\n")
 	fmt.Fprintf(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")

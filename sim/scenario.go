@@ -174,8 +174,8 @@ func finiteNonNeg(x float64) bool { return x >= 0 && !math.IsInf(x, 0) }
 // Validate checks every field; the error names the key.
 func (sc *Scenario) Validate() error {
 	switch {
-	case sc.Pods < 1 || sc.Pods > maxPods:
-		return fmt.Errorf("scenario: pods must be in [1, %d]", maxPods)
+	case sc.Pods < 1 || sc.Pods > MaxPods:
+		return fmt.Errorf("scenario: pods must be in [1, %d]", MaxPods)
 	case sc.BlockSize < 1 || sc.BlockSize > 1<<16:
 		return errors.New("scenario: block_size must be in [1, 65536]")
 	case sc.KVTokensPerPod < sc.BlockSize:

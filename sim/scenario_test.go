@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"math"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -347,51 +346,6 @@ func TestParseScenarioRejectsBadInput(t *testing.T) {
 		if _, err := ParseScenario(strings.NewReader(bad)); err == nil {
 			t.Errorf("%.20q accepted", bad)
 		}
-	}
-}
-
-func TestSimulateScenarioCommand(t *testing.T) {
-	dir := t.TempDir()
-	path := smallScenarioFile
-	out, svg := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.svg")
-	var stdout, stderr bytes.Buffer
-	if err := RunSimulate([]string{"--scenario", path, "--out", out, "--svg", svg, "--markdown"}, nil, &stdout, &stderr); err != nil {
-		t.Fatalf("%v\n%s", err, stderr.String())
-	}
-	if !strings.Contains(stdout.String(), "| precise |") || !strings.Contains(stdout.String(), "precise TTFT p90") {
-		t.Errorf("stdout:\n%s", stdout.String())
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Results []map[string]any `json:"results"`
-	}
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
-	if len(doc.Results) != 6 {
-		t.Fatalf("%d results", len(doc.Results))
-	}
-	for _, k := range []string{"scheduler", "output_tokens_per_s", "requests_per_s", "ttft_p90_s", "ttft_mean_s", "itl_mean_s", "hit_rate", "stages"} {
-		if _, ok := doc.Results[0][k]; !ok {
-			t.Errorf("result lacks %q", k)
-		}
-	}
-	s, err := os.ReadFile(svg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := strings.Count(string(s), "<polyline"); n != 12 || !strings.Contains(string(s), "TTFT p90") ||
-		strings.Contains(string(s), "NaN") || strings.Contains(string(s), "Inf") {
-		t.Errorf("svg has %d polylines", n)
-	}
-	if err := RunSimulate([]string{"--scenario", path, "--trace", "x"}, nil, &stdout, &stderr); err == nil {
-		t.Error("--scenario with --trace accepted")
-	}
-	if err := RunSimulate([]string{"--scenario", filepath.Join(dir, "missing.yaml")}, nil, &stdout, &stderr); err == nil {
-		t.Error("missing scenario file accepted")
 	}
 }
 
