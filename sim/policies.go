@@ -36,44 +36,44 @@ func DefaultRouterParams(pods, blockSize, approxCapacity int) RouterParams {
 }
 
 // routerFactories builds each policy; precise.go adds the kvindex-backed ones.
-var routerFactories = map[string]func(p RouterParams) (Router, error){
-	"random":       func(p RouterParams) (Router, error) { return NewRandomRouter(p.Seed), nil },
-	"round-robin":  func(RouterParams) (Router, error) { return &RoundRobinRouter{}, nil },
-	"least-loaded": func(RouterParams) (Router, error) { return &LeastLoadedRouter{}, nil },
-	"chwbl": func(p RouterParams) (Router, error) {
+var routerFactories = map[string]func(p RouterParams) (router, error){
+	"random":       func(p RouterParams) (router, error) { return newRandomRouter(p.Seed), nil },
+	"round-robin":  func(RouterParams) (router, error) { return &roundRobinRouter{}, nil },
+	"least-loaded": func(RouterParams) (router, error) { return &leastLoadedRouter{}, nil },
+	"chwbl": func(p RouterParams) (router, error) {
 		if p.CHWBLReplicas < 1 || p.CHWBLHead < 1 {
 			return nil, errors.New("chwbl: --chwbl-replication and --chwbl-head-blocks must be >= 1")
 		}
-		return NewCHWBLRouter(p.Pods, p.CHWBLReplicas, p.CHWBLHead, p.CHWBLLoad), nil
+		return newCHWBLRouter(p.Pods, p.CHWBLReplicas, p.CHWBLHead, p.CHWBLLoad), nil
 	},
-	"approx-prefix": func(p RouterParams) (Router, error) {
+	"approx-prefix": func(p RouterParams) (router, error) {
 		if p.ApproxCapacity < 1 {
 			return nil, errors.New("approx-prefix: --approx-capacity must be >= 1 block")
 		}
-		return NewApproxRouter(p.Pods, p.ApproxCapacity, LoadGuard{p.GuardAbs}, p.MinMatch), nil
+		return newApproxRouter(p.Pods, p.ApproxCapacity, loadGuard{p.GuardAbs}, p.MinMatch), nil
 	},
-	"aibrix": func(p RouterParams) (Router, error) {
+	"aibrix": func(p RouterParams) (router, error) {
 		if p.Pods > 64 {
 			return nil, errors.New("aibrix: the simulated table holds at most 64 pods")
 		}
 		if p.AIBrixBlocks < 1 {
 			return nil, errors.New("aibrix: --aibrix-blocks must be >= 1")
 		}
-		return NewAIBrixRouter(p.AIBrixImbalance, p.AIBrixStdFactor, p.AIBrixBlocks), nil
+		return newAIBrixRouter(p.AIBrixImbalance, p.AIBrixStdFactor, p.AIBrixBlocks), nil
 	},
-	"sglang": func(p RouterParams) (Router, error) {
+	"sglang": func(p RouterParams) (router, error) {
 		if p.SGLTreeBlocks < 1 {
 			return nil, errors.New("sglang: --sglang-tree-blocks must be >= 1")
 		}
-		return NewSGLangRouter(p.Pods, p.SGLCacheThresh, p.SGLBalanceAbs, p.SGLBalanceRel, p.SGLTreeBlocks), nil
+		return newSGLangRouter(p.Pods, p.SGLCacheThresh, p.SGLBalanceAbs, p.SGLBalanceRel, p.SGLTreeBlocks), nil
 	},
 }
 
 // RouterOrder is the table order.
 var RouterOrder = []string{"random", "round-robin", "least-loaded", "chwbl", "approx-prefix", "aibrix", "sglang", "precise", "precise+spec"}
 
-// NewRouter builds the named policy.
-func NewRouter(name string, p RouterParams) (Router, error) {
+// newRouter builds the named policy.
+func newRouter(name string, p RouterParams) (router, error) {
 	f, ok := routerFactories[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown routing policy %q", name)
@@ -98,29 +98,29 @@ func SimulateTrace(trace string, reqs []Request, fc FleetConfig, rp RouterParams
 	if rp.ApproxCapacity == 0 {
 		rp.ApproxCapacity = fc.Cache.Capacity
 	}
-	h, tot := UnboundedHitRate(reqs, fc.BlockSize)
+	h, tot := unboundedHitRate(reqs, fc.BlockSize)
 	rep := &Report{Trace: trace, Pods: fc.Pods, CachePer: fc.Cache.Capacity, Policy: fc.Cache.Policy, BlockSize: fc.BlockSize,
 		Speedup: fc.Speedup, EventLag: fc.EventLag, Service: fc.Service}
 	if tot > 0 {
 		rep.Ceiling = float64(h) / float64(tot)
 	}
 	for _, name := range policies {
-		reps := make([]Router, replicas)
+		reps := make([]router, replicas)
 		for i := range reps {
 			// Each replica gets its own seed so random replicas differ.
 			rpi := rp
 			rpi.Seed = rp.Seed + uint64(i)
 			var err error
-			if reps[i], err = NewRouter(name, rpi); err != nil {
+			if reps[i], err = newRouter(name, rpi); err != nil {
 				return nil, err
 			}
 		}
 		r := reps[0]
 		if replicas > 1 {
-			r = NewReplicatedRouter(reps)
+			r = newReplicatedRouter(reps)
 		}
 		start := time.Now()
-		res, err := Simulate(fc, reqs, r)
+		res, err := simulate(fc, reqs, r)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}

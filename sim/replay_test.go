@@ -162,7 +162,7 @@ func TestReplayRealTraces(t *testing.T) {
 		if len(reqs) != tc.n {
 			t.Fatalf("%s: %d requests, want %d", tc.name, len(reqs), tc.n)
 		}
-		h, tot := UnboundedHitRate(reqs, 512)
+		h, tot := unboundedHitRate(reqs, 512)
 		if r := float64(h) / float64(tot); math.Abs(r-tc.ceiling) > 0.0005 {
 			t.Errorf("%s unbounded hit rate %.4f, want %.3f", tc.name, r, tc.ceiling)
 		}

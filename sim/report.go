@@ -22,7 +22,7 @@ type Report struct {
 	EventLag  float64      `json:"event_lag_s"`
 	Service   ServiceModel `json:"service"`
 	Ceiling   float64      `json:"unbounded_hit_rate"`
-	Results   []Result     `json:"results"`
+	Results   []result     `json:"results"`
 }
 
 // WriteTable prints the human table.
@@ -111,7 +111,7 @@ func WriteSVG(w io.Writer, rep *Report) error {
 		width, height, width, height)
 	p(`<rect width="100%%" height="100%%" fill="white"/>`)
 	p(`<text x="%d" y="22" font-size="14" font-weight="bold">%s</text>`, margin, html.EscapeString(title))
-	p(`<text x="%d" y="40" fill="#555">per routing policy, simulated fleet (service model: sim/README.md)</text>`, margin)
+	p(`<text x="%d" y="40" fill="#555">per routing policy, simulated fleet (service model: docs/simulator.md)</text>`, margin)
 
 	// Panel headers and legends.
 	p(`<text x="%d" y="62" font-weight="bold">Prompt-token hit rate (higher is better)</text>`, x1)
@@ -289,7 +289,7 @@ func WriteScenarioSVG(w io.Writer, rep *ScenarioReport) error {
 		width, height, width, height)
 	p(`<rect width="100%%" height="100%%" fill="white"/>`)
 	p(`<text x="%d" y="22" font-size="14" font-weight="bold">%s</text>`, margin, html.EscapeString(rep.Scenario))
-	p(`<text x="%d" y="40" fill="#555">%d pods x %d KV blocks of %d tokens; simulated (sim/README.md, engine model)</text>`,
+	p(`<text x="%d" y="40" fill="#555">%d pods x %d KV blocks of %d tokens; simulated (docs/simulator.md, engine model)</text>`,
 		margin, rep.Pods, rep.KVBlocks, rep.Block)
 	p(`<text x="%d" y="%d" font-weight="bold">TTFT p90, s (log scale; lower is better)</text>`, x1, top-10)
 	p(`<text x="%d" y="%d" font-weight="bold">Output tokens/s (higher is better)</text>`, x2, top-10)
