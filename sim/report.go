@@ -29,10 +29,14 @@ type Report struct {
 func WriteTable(w io.Writer, rep *Report) {
 	fmt.Fprintf(w, "trace %s: %d pods x %d blocks (%s), speedup %g, event lag %gs; unbounded-cache hit rate %.1f%%\n",
 		rep.Trace, rep.Pods, rep.CachePer, rep.Policy, rep.Speedup, rep.EventLag, 100*rep.Ceiling)
-	fmt.Fprintf(w, "%-14s %8s %9s %9s %9s %9s %8s %9s %11s %8s\n",
+	nw := len("policy")
+	for _, r := range rep.Results {
+		nw = max(nw, len(r.Policy))
+	}
+	fmt.Fprintf(w, "%-*s %8s %9s %9s %9s %9s %8s %9s %11s %8s\n", nw,
 		"policy", "hit%", "ttft_mean", "ttft_p50", "ttft_p90", "ttft_p99", "pod_max", "pod_mean", "cache_blks", "wall_s")
 	for _, r := range rep.Results {
-		fmt.Fprintf(w, "%-14s %7.1f%% %8.3fs %8.2fs %8.2fs %8.2fs %8d %9.1f %11d %8.2f\n",
+		fmt.Fprintf(w, "%-*s %7.1f%% %8.3fs %8.2fs %8.2fs %8.2fs %8d %9.1f %11d %8.2f\n", nw,
 			r.Policy, 100*r.HitRate, r.TTFTMean, r.TTFTp50, r.TTFTp90, r.TTFTp99, r.PerPodMax, r.PerPodMean, r.CacheBlocksUsed, r.WallSeconds)
 	}
 }
