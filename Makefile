@@ -31,6 +31,7 @@ all: build
 
 build:
 	$(GO) build -o $(BIN)/kvindexd ./cmd/kvindexd
+	$(GO) build -o $(BIN)/kvsim ./cmd/kvsim
 	$(GO) build -o $(BIN)/kvindex-demo ./hack/demo
 	$(GO) build -o $(BIN)/kvindex-loadgen ./hack/loadgen
 

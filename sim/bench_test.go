@@ -19,11 +19,11 @@ func BenchmarkSimulateConversation(b *testing.B) {
 	for _, name := range RouterOrder {
 		b.Run(name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				r, err := NewRouter(name, rp)
+				r, err := newRouter(name, rp)
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := Simulate(cfg, reqs, r); err != nil {
+				if _, err := simulate(cfg, reqs, r); err != nil {
 					b.Fatal(err)
 				}
 			}

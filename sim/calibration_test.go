@@ -4,14 +4,14 @@ package sim
 
 import "testing"
 
-// The calibration claims of sim/README.md ("The factor we state"), checked
+// The calibration claims of docs/simulator.md ("The factor we state"), checked
 // on the committed scenarios with their committed seed. Published figures
 // are llm-d-kv-cache's benchmarking/{73,37}-capacity/README.md (Sep 2025).
 // Left out of race builds: the two scenarios take ~17 s of CPU without the
 // race detector and several minutes with it; `make test` runs this file in
 // its second, race-free pass.
 
-func runCommitted(t *testing.T, file string) map[string]*SchedulerResult {
+func runCommitted(t *testing.T, file string) map[string]*schedulerResult {
 	t.Helper()
 	sc, err := ReadScenarioFile(file)
 	if err != nil {
@@ -21,7 +21,7 @@ func runCommitted(t *testing.T, file string) map[string]*SchedulerResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := make(map[string]*SchedulerResult)
+	out := make(map[string]*schedulerResult)
 	for _, r := range rep.Results {
 		out[r.Scheduler] = r
 	}
@@ -41,8 +41,8 @@ func TestCalibration73Capacity(t *testing.T) {
 	// random < load; throughput falls in the same order.
 	for _, q := range []struct {
 		name string
-		f    func(*SchedulerResult) float64
-	}{{"TTFT p90", func(x *SchedulerResult) float64 { return x.TTFTp90 }}, {"TTFT mean", func(x *SchedulerResult) float64 { return x.TTFTMean }}} {
+		f    func(*schedulerResult) float64
+	}{{"TTFT p90", func(x *schedulerResult) float64 { return x.TTFTp90 }}, {"TTFT mean", func(x *schedulerResult) float64 { return x.TTFTMean }}} {
 		if !(q.f(p) < q.f(e) && q.f(e) < q.f(rnd) && q.f(rnd) < q.f(l)) {
 			t.Errorf("%s order: precise %.2f estimated %.2f random %.2f load %.2f", q.name, q.f(p), q.f(e), q.f(rnd), q.f(l))
 		}
@@ -62,7 +62,7 @@ func TestCalibration73Capacity(t *testing.T) {
 		t.Errorf("tok/s precise/random %.2f, published %.2f", got, 8730.0/4428.7)
 	}
 	// The gateway limit refuses part of the 1,500-request stages only.
-	for _, x := range []*SchedulerResult{p, e, rnd, l} {
+	for _, x := range []*schedulerResult{p, e, rnd, l} {
 		for _, st := range x.Stages {
 			if refused := st.SuccessRate < 1; refused != (st.Requests > 1024) {
 				t.Errorf("%s stage %d: %d requests, success %.3f", x.Scheduler, st.Stage, st.Requests, st.SuccessRate)
@@ -86,11 +86,11 @@ func TestCalibration37CapacityAsDocumented(t *testing.T) {
 		t.Errorf("load vs random: %.0f vs %.0f tok/s (published: load ahead)", l.OutputTokensPerS, rnd.OutputTokensPerS)
 	}
 	// The documented miss: our approximate scheduler ties precise. If this
-	// fails, the model changed: update sim/README.md's 37-capacity section.
+	// fails, the model changed: update docs/simulator.md's 37-capacity section.
 	if !within(d.TTFTp90, p.TTFTp90, 1.1) {
-		t.Errorf("default TTFT p90 %.2f s vs precise %.2f s: no longer the tie sim/README.md reports", d.TTFTp90, p.TTFTp90)
+		t.Errorf("default TTFT p90 %.2f s vs precise %.2f s: no longer the tie docs/simulator.md reports", d.TTFTp90, p.TTFTp90)
 	}
-	for _, x := range []*SchedulerResult{p, d, rnd, l} {
+	for _, x := range []*schedulerResult{p, d, rnd, l} {
 		if x.SuccessRate != 1 {
 			t.Errorf("%s: success %.3f; the published run and the README have 100%%", x.Scheduler, x.SuccessRate)
 		}

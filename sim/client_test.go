@@ -9,30 +9,30 @@ import (
 func TestEngineAbortFreesBlocksEverywhere(t *testing.T) {
 	e := testEngine(t, 20, 4, 8, 64)
 	for i := 0; i < 4; i++ {
-		if err := e.Add(i, 10, 5, nil, uint64(i)); err != nil {
+		if err := e.add(i, 10, 5, nil, uint64(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if e.Add(1, 10, 5, nil, 1) == nil {
+	if e.add(1, 10, 5, nil, 1) == nil {
 		t.Fatal("a request added twice was accepted")
 	}
 	// Idle engine, queued request: leaves the queue at once.
-	if !e.Abort(3) || e.Waiting() != 3 {
-		t.Fatalf("abort of a queued request: waiting %d", e.Waiting())
+	if !e.abort(3) || e.numWaiting() != 3 {
+		t.Fatalf("abort of a queued request: waiting %d", e.numWaiting())
 	}
 	checkPool(t, e)
-	if e.Abort(3) || e.Abort(99) {
+	if e.abort(3) || e.abort(99) {
 		t.Fatal("abort of a request not in the engine reported true")
 	}
-	if _, ok := e.StartStep(); !ok {
+	if _, ok := e.startStep(); !ok {
 		t.Fatal("no step")
 	}
 	// Request 0 is in the step in progress: it leaves when the step ends,
 	// without sampling a token.
-	if !e.Abort(0) {
+	if !e.abort(0) {
 		t.Fatal("abort of a running request reported false")
 	}
-	out := e.FinishStep(nil)
+	out := e.finishStep(nil)
 	for _, p := range out {
 		if p.Req == 0 {
 			t.Fatalf("an aborted request sampled a token: %+v", p)
@@ -45,9 +45,9 @@ func TestEngineAbortFreesBlocksEverywhere(t *testing.T) {
 		}
 	}
 	// Request 1 is running between steps: its blocks are freed at once.
-	used := e.UsedBlocks()
-	if !e.Abort(1) || e.UsedBlocks() >= used {
-		t.Fatalf("abort between steps: used blocks %d -> %d", used, e.UsedBlocks())
+	used := e.usedBlocks()
+	if !e.abort(1) || e.usedBlocks() >= used {
+		t.Fatalf("abort between steps: used blocks %d -> %d", used, e.usedBlocks())
 	}
 	checkPool(t, e)
 	all, _ := runEngine(t, e, 1000)
@@ -60,9 +60,9 @@ func TestEngineAbortFreesBlocksEverywhere(t *testing.T) {
 			finished++
 		}
 	}
-	st := e.Stats()
-	if finished != 1 || st.FinishedSeqs != 1 || st.AbortedSeqs != 3 || e.UsedBlocks() != 0 || len(e.byReq) != 0 {
-		t.Fatalf("finished %d, stats %+v, used %d, tracked %d", finished, st, e.UsedBlocks(), len(e.byReq))
+	st := e.statsNow()
+	if finished != 1 || st.FinishedSeqs != 1 || st.AbortedSeqs != 3 || e.usedBlocks() != 0 || len(e.byReq) != 0 {
+		t.Fatalf("finished %d, stats %+v, used %d, tracked %d", finished, st, e.usedBlocks(), len(e.byReq))
 	}
 }
 
@@ -74,7 +74,7 @@ func inferencePerfSmall(t *testing.T, client string) *Scenario {
 
 func TestInferencePerfClientDrainsStagesAndBoundsConcurrency(t *testing.T) {
 	sc := inferencePerfSmall(t, "  stage_gap_s: 0.5\n  max_concurrency: 4\n  request_overhead_s: 0.05\n")
-	wl := sc.GenerateWorkload()
+	wl := sc.generateWorkload()
 	count := make([]int, len(sc.Load.Stages))
 	for _, q := range wl.Requests {
 		count[q.Stage]++
@@ -85,17 +85,17 @@ func TestInferencePerfClientDrainsStagesAndBoundsConcurrency(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"precise", "random"} {
-		run, err := NewScenarioRun(sc, wl, SchedulerSpec{Name: name})
+		run, err := newScenarioRun(sc, wl, schedulerSpec{Name: name})
 		if err != nil {
 			t.Fatal(err)
 		}
-		run.OnStep = func(_ int, e *Engine) {
+		run.OnStep = func(_ int, e *engine) {
 			checkPool(t, e)
 			if run.outstanding > 4 {
 				t.Fatalf("%s: %d requests outstanding, bound 4", name, run.outstanding)
 			}
 		}
-		res, err := run.Run()
+		res, err := run.run()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,14 +144,14 @@ func TestClientTimeoutAbortsOnThePodAndConserves(t *testing.T) {
 	// The 30 req/s stage overloads the small fleet: with a 1.5 s timeout
 	// some requests fail and their pods abort them.
 	sc := parseSmall(t, "client:\n  timeout_s: 1.5\n  request_overhead_s: 0.01\n")
-	wl := sc.GenerateWorkload()
+	wl := sc.generateWorkload()
 	for _, name := range []string{"precise", "random"} {
-		run, err := NewScenarioRun(sc, wl, SchedulerSpec{Name: name})
+		run, err := newScenarioRun(sc, wl, schedulerSpec{Name: name})
 		if err != nil {
 			t.Fatal(err)
 		}
-		run.OnStep = func(pod int, e *Engine) { checkPool(t, e) }
-		res, err := run.Run()
+		run.OnStep = func(pod int, e *engine) { checkPool(t, e) }
+		res, err := run.run()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,9 +172,9 @@ func TestClientTimeoutAbortsOnThePodAndConserves(t *testing.T) {
 		}
 		fin, ab := 0, 0
 		for _, e := range run.engines {
-			st := e.Stats()
+			st := e.statsNow()
 			fin, ab = fin+st.FinishedSeqs, ab+st.AbortedSeqs
-			if e.UsedBlocks() != 0 || e.Running() != 0 || e.Waiting() != 0 || len(e.byReq) != 0 {
+			if e.usedBlocks() != 0 || e.numRunning() != 0 || e.numWaiting() != 0 || len(e.byReq) != 0 {
 				t.Errorf("%s: an engine still holds requests or blocks", name)
 			}
 		}
@@ -201,14 +201,14 @@ func TestGatewayLimitRefusesAtOnceAndNeverQueues(t *testing.T) {
 	// flight, so a limit of 6 refuses some sends.
 	const limit = 6
 	sc := inferencePerfSmall(t, "  gateway_max_active: 6\n  request_overhead_s: 0.01\n")
-	wl := sc.GenerateWorkload()
+	wl := sc.generateWorkload()
 	for _, name := range []string{"precise", "random"} {
-		run, err := NewScenarioRun(sc, wl, SchedulerSpec{Name: name})
+		run, err := newScenarioRun(sc, wl, schedulerSpec{Name: name})
 		if err != nil {
 			t.Fatal(err)
 		}
 		maxActive := 0
-		run.OnStep = func(_ int, e *Engine) {
+		run.OnStep = func(_ int, e *engine) {
 			checkPool(t, e)
 			maxActive = max(maxActive, run.gwActive)
 			onPods := 0
@@ -219,7 +219,7 @@ func TestGatewayLimitRefusesAtOnceAndNeverQueues(t *testing.T) {
 				t.Fatalf("%s: %d requests on the pods, %d admitted by the gateway; limit %d", name, onPods, run.gwActive, limit)
 			}
 		}
-		res, err := run.Run()
+		res, err := run.run()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -274,19 +274,19 @@ func TestGatewayLimitAboveTheLoadChangesNothing(t *testing.T) {
 	for i := range a.Results {
 		x, y := a.Results[i], b.Results[i]
 		if x.OutputTokensPerS != y.OutputTokensPerS || x.TTFTp90 != y.TTFTp90 || x.SuccessRate != 1 || y.SuccessRate != 1 {
-			t.Errorf("%s: a limit nobody reaches changed the result: %+v vs %+v", x.Scheduler, x.StageResult, y.StageResult)
+			t.Errorf("%s: a limit nobody reaches changed the result: %+v vs %+v", x.Scheduler, x.stageResult, y.stageResult)
 		}
 	}
 }
 
 func TestRequestOverheadExponentialPart(t *testing.T) {
 	sc := inferencePerfSmall(t, "  request_overhead_s: 0.03\n  request_overhead_exp_s: 0.15\n")
-	wl := sc.GenerateWorkload()
-	run, err := NewScenarioRun(sc, wl, SchedulerSpec{Name: "random"})
+	wl := sc.generateWorkload()
+	run, err := newScenarioRun(sc, wl, schedulerSpec{Name: "random"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := NewScenarioRun(sc, wl, SchedulerSpec{Name: "precise"})
+	other, err := newScenarioRun(sc, wl, schedulerSpec{Name: "precise"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +314,7 @@ func TestRequestOverheadExponentialPart(t *testing.T) {
 	}
 	// In a run, every TTFT includes at least the fixed part and the
 	// request's own draw.
-	if _, err := run.Run(); err != nil {
+	if _, err := run.run(); err != nil {
 		t.Fatal(err)
 	}
 	for i, rec := range run.records {
@@ -328,8 +328,8 @@ func TestInferencePerfStagesStartAtTheFirstPrompt(t *testing.T) {
 	// inference-perf numbers each stage's requests from 0 and sends prompt
 	// n mod prompts; the open client cycles through the order across
 	// stages. Both use the same seeded order.
-	ip := inferencePerfSmall(t, "").GenerateWorkload()
-	open := parseSmall(t, "").GenerateWorkload()
+	ip := inferencePerfSmall(t, "").generateWorkload()
+	open := parseSmall(t, "").generateWorkload()
 	nPrompts := len(ip.Prompts)
 	var order []int // the shared order, from the open client's first cycle
 	for _, q := range open.Requests[:min(nPrompts, len(open.Requests))] {

@@ -6,9 +6,9 @@ import (
 	"math"
 )
 
-// EngineConfig is one vLLM pod of the scenario simulator (sim/README.md,
+// engineConfig is one vLLM pod of the scenario simulator (docs/simulator.md,
 // "Engine model"). Times are seconds.
-type EngineConfig struct {
+type engineConfig struct {
 	KVBlocks            int // KV cache capacity in blocks (kv_tokens_per_pod / block_size)
 	BlockSize           int // tokens per block
 	MaxNumSeqs          int // running sequences at most
@@ -39,7 +39,7 @@ type EngineConfig struct {
 	SharedKVReadShare float64
 }
 
-func (c EngineConfig) validate() error {
+func (c engineConfig) validate() error {
 	if c.KVBlocks < 1 || c.BlockSize < 1 || c.MaxNumSeqs < 1 || c.MaxNumBatchedTokens < 1 {
 		return errors.New("engine: kv blocks, block size, max_num_seqs and max_num_batched_tokens must be >= 1")
 	}
@@ -63,10 +63,10 @@ func (c EngineConfig) validate() error {
 	return nil
 }
 
-// StepTime is the model of one engine step: a fixed part, the prefill chunk
+// stepTime is the model of one engine step: a fixed part, the prefill chunk
 // tokens at the prefill rate, and the decode part growing with the number
 // of decoding sequences and the context they attend over.
-func (c EngineConfig) StepTime(prefillTokens, decodeSeqs, decodeContext int) float64 {
+func (c engineConfig) stepTime(prefillTokens, decodeSeqs, decodeContext int) float64 {
 	return c.DecodeITL + float64(prefillTokens)/c.PrefillTokensPerS +
 		float64(decodeSeqs)*c.DecodePerSeq + float64(decodeContext)*c.DecodePerKVToken
 }
@@ -126,7 +126,7 @@ type blockPool struct {
 	prev, next []int32 // free queue, doubly linked; sentinel index n
 	nFree      int
 	byHash     map[uint64]int32
-	ops        []KVOp // KV events since the last drain, in the order the cache changed
+	ops        []kvOp // KV events since the last drain, in the order the cache changed
 }
 
 func newBlockPool(n int) *blockPool {
@@ -207,15 +207,15 @@ func (p *blockPool) register(b int32, h uint64) {
 // kv-cache usage counts cached-but-free blocks as free.
 func (p *blockPool) used() int { return p.n - p.nFree }
 
-// Engine is one simulated vLLM pod: a waiting queue (FIFO), a running list
+// engine is one simulated vLLM pod: a waiting queue (FIFO), a running list
 // in admission order, the block pool, and the step scheduler.
-type Engine struct {
-	cfg     EngineConfig
+type engine struct {
+	cfg     engineConfig
 	pool    *blockPool
 	waiting []*engineSeq // FIFO; preempted sequences go back to the front
 	running []*engineSeq
 	busy    bool
-	stats   EngineStats
+	stats   engineStats
 	// stepSeqs are the sequences scheduled in the step in progress.
 	stepSeqs   []*engineSeq
 	hitScratch []int32
@@ -226,8 +226,8 @@ type Engine struct {
 	byReq map[int]*engineSeq
 }
 
-// EngineStats are an engine's lifetime counters.
-type EngineStats struct {
+// engineStats are an engine's lifetime counters.
+type engineStats struct {
 	Steps          int
 	Preemptions    int
 	MaxUsedBlocks  int
@@ -242,17 +242,17 @@ type EngineStats struct {
 	GeneratedToken int64
 }
 
-// NewEngine builds an idle engine with an empty cache.
-func NewEngine(cfg EngineConfig) (*Engine, error) {
+// newEngine builds an idle engine with an empty cache.
+func newEngine(cfg engineConfig) (*engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Engine{cfg: cfg, pool: newBlockPool(cfg.KVBlocks), byReq: make(map[int]*engineSeq)}, nil
+	return &engine{cfg: cfg, pool: newBlockPool(cfg.KVBlocks), byReq: make(map[int]*engineSeq)}, nil
 }
 
-// Add queues a request. hashes are its full prompt blocks at the engine's
+// add queues a request. hashes are its full prompt blocks at the engine's
 // block size; salt distinguishes its generated blocks from anyone else's.
-func (e *Engine) Add(req, promptLen, outputLen int, hashes []uint64, salt uint64) error {
+func (e *engine) add(req, promptLen, outputLen int, hashes []uint64, salt uint64) error {
 	if promptLen < 1 || outputLen < 1 {
 		return fmt.Errorf("engine: request %d needs prompt and output of >= 1 token", req)
 	}
@@ -271,13 +271,13 @@ func (e *Engine) Add(req, promptLen, outputLen int, hashes []uint64, salt uint64
 	return nil
 }
 
-// Abort removes a request whose client went away (vLLM aborts a request
+// abort removes a request whose client went away (vLLM aborts a request
 // when its HTTP connection closes): a queued one leaves the queue, a running
 // one frees its blocks (its computed full blocks stay cached, as vLLM's
 // freed blocks do). A request inside the step in progress leaves when the
 // step finishes, without sampling. It reports whether the request was in
 // the engine.
-func (e *Engine) Abort(req int) bool {
+func (e *engine) abort(req int) bool {
 	s, ok := e.byReq[req]
 	if !ok {
 		return false
@@ -291,7 +291,7 @@ func (e *Engine) Abort(req int) bool {
 
 // purgeAborted drops aborted sequences that are not part of a step in
 // progress from the queue and the running list and frees their blocks.
-func (e *Engine) purgeAborted() {
+func (e *engine) purgeAborted() {
 	keep := func(list []*engineSeq) []*engineSeq {
 		k := 0
 		for _, s := range list {
@@ -311,41 +311,38 @@ func (e *Engine) purgeAborted() {
 	e.running = keep(e.running)
 }
 
-// Waiting is the number of queued requests (vLLM's num_requests_waiting).
-func (e *Engine) Waiting() int { return len(e.waiting) }
+// numWaiting is the number of queued requests (vLLM's num_requests_waiting).
+func (e *engine) numWaiting() int { return len(e.waiting) }
 
-// Running is the number of running sequences.
-func (e *Engine) Running() int { return len(e.running) }
+// numRunning is the number of running sequences.
+func (e *engine) numRunning() int { return len(e.running) }
 
-// KVUsage is the share of blocks referenced by running sequences (vLLM's
+// kvUsage is the share of blocks referenced by running sequences (vLLM's
 // kv_cache_usage_perc / 100).
-func (e *Engine) KVUsage() float64 { return float64(e.pool.used()) / float64(e.pool.n) }
+func (e *engine) kvUsage() float64 { return float64(e.pool.used()) / float64(e.pool.n) }
 
-// UsedBlocks is the number of referenced blocks.
-func (e *Engine) UsedBlocks() int { return e.pool.used() }
+// usedBlocks is the number of referenced blocks.
+func (e *engine) usedBlocks() int { return e.pool.used() }
 
-// CachedBlocks is the number of blocks findable by hash.
-func (e *Engine) CachedBlocks() int { return len(e.pool.byHash) }
+// cachedBlocks is the number of blocks findable by hash.
+func (e *engine) cachedBlocks() int { return len(e.pool.byHash) }
 
-// Busy reports whether a step is in progress.
-func (e *Engine) Busy() bool { return e.busy }
+// statsNow returns the engine's counters.
+func (e *engine) statsNow() engineStats { return e.stats }
 
-// Stats returns the engine's counters.
-func (e *Engine) Stats() EngineStats { return e.stats }
-
-// TakeKVEvents returns the KV events since the last call (and forgets them).
-func (e *Engine) TakeKVEvents() []KVOp {
+// takeKVEvents returns the KV events since the last call (and forgets them).
+func (e *engine) takeKVEvents() []kvOp {
 	ops := e.pool.ops
 	e.pool.ops = nil
 	return ops
 }
 
 // blocksFor is the number of blocks that hold n tokens.
-func (e *Engine) blocksFor(n int) int { return (n + e.cfg.BlockSize - 1) / e.cfg.BlockSize }
+func (e *engine) blocksFor(n int) int { return (n + e.cfg.BlockSize - 1) / e.cfg.BlockSize }
 
 // grow allocates blocks so s can hold n tokens; false (nothing allocated)
 // when the free queue is too short.
-func (e *Engine) grow(s *engineSeq, n int) bool {
+func (e *engine) grow(s *engineSeq, n int) bool {
 	need := e.blocksFor(n) - len(s.blocks)
 	if need <= 0 {
 		return true
@@ -361,7 +358,7 @@ func (e *Engine) grow(s *engineSeq, n int) bool {
 
 // freeSeq releases s's blocks, last block first, so that a finished
 // request's tail is evicted before its (more shareable) head.
-func (e *Engine) freeSeq(s *engineSeq) {
+func (e *engine) freeSeq(s *engineSeq) {
 	for i := len(s.blocks) - 1; i >= 0; i-- {
 		e.pool.release(s.blocks[i])
 	}
@@ -369,7 +366,7 @@ func (e *Engine) freeSeq(s *engineSeq) {
 	s.registered = 0
 }
 
-// StartStep schedules one step as vLLM's scheduler does and returns its
+// startStep schedules one step as vLLM's scheduler does and returns its
 // duration; ok is false when there is nothing to run. Running sequences go
 // first, in admission order: each gets its remaining tokens (a decode: 1; a
 // prefill: a chunk) within the token budget; when its blocks cannot be
@@ -378,7 +375,7 @@ func (e *Engine) freeSeq(s *engineSeq) {
 // itself. Then, unless something was preempted, waiting requests are
 // admitted in FIFO order while the budget, max_num_seqs and the free blocks
 // allow; the first that does not fit stops admission (no overtaking).
-func (e *Engine) StartStep() (dur float64, ok bool) {
+func (e *engine) startStep() (dur float64, ok bool) {
 	if e.busy {
 		return 0, false
 	}
@@ -463,7 +460,7 @@ func (e *Engine) StartStep() (dur float64, ok bool) {
 		once := e.sharedContext()
 		decodeCtx = once + int(math.Round(e.cfg.SharedKVReadShare*float64(decodeCtx-once)))
 	}
-	dur = e.cfg.StepTime(prefill, decodes, decodeCtx)
+	dur = e.cfg.stepTime(prefill, decodes, decodeCtx)
 	e.stats.BusySeconds += dur
 	e.stats.PrefillTokens += int64(prefill)
 	e.stats.DecodeTokens += int64(decodes)
@@ -473,7 +470,7 @@ func (e *Engine) StartStep() (dur float64, ok bool) {
 // readsShared reports whether a step's KV reads depend on block sharing:
 // with a read share of 1 every holder pays in full, as without
 // SharedKVReadOnce, and the walk over the blocks is skipped.
-func (e *Engine) readsShared() bool {
+func (e *engine) readsShared() bool {
 	return e.cfg.SharedKVReadOnce && e.cfg.SharedKVReadShare < 1
 }
 
@@ -482,7 +479,7 @@ func (e *Engine) readsShared() bool {
 // tokens per holder (exact when all its holders are decoding in this step,
 // an undercount of the read otherwise, by at most the blocks shared with
 // sequences still in prefill).
-func (e *Engine) sharedContext() int {
+func (e *engine) sharedContext() int {
 	sum := 0.0
 	for _, s := range e.decodeSeqs {
 		n := s.computed + 1
@@ -508,7 +505,7 @@ func (e *Engine) sharedContext() int {
 // prefixHit appends the cached blocks holding the leading blocks of s,
 // capped so at least one token is computed (vLLM recomputes the last token
 // of a fully cached prompt to produce logits).
-func (e *Engine) prefixHit(s *engineSeq, out []int32) []int32 {
+func (e *engine) prefixHit(s *engineSeq, out []int32) []int32 {
 	limit := (s.numTokens() - 1) / e.cfg.BlockSize
 	for k := 0; k < limit; k++ {
 		b := e.pool.lookup(s.blockHash(k))
@@ -520,7 +517,7 @@ func (e *Engine) prefixHit(s *engineSeq, out []int32) []int32 {
 	return out
 }
 
-func (e *Engine) preempt(s *engineSeq) {
+func (e *engine) preempt(s *engineSeq) {
 	e.stats.Preemptions++
 	s.preempted++
 	e.stats.RecomputeToks += int64(s.computed)
@@ -531,8 +528,8 @@ func (e *Engine) preempt(s *engineSeq) {
 	e.waiting[0] = s
 }
 
-// SeqProgress is what one step did for one request.
-type SeqProgress struct {
+// seqProgress is what one step did for one request.
+type seqProgress struct {
 	Req        int
 	NewToken   bool // the step sampled a token
 	FirstToken bool // ... and it was the request's first
@@ -543,11 +540,11 @@ type SeqProgress struct {
 	HitTokens, Preemptions int
 }
 
-// FinishStep completes the step in progress: scheduled tokens are computed,
+// finishStep completes the step in progress: scheduled tokens are computed,
 // newly full blocks enter the prefix cache, sequences whose tokens all are
 // computed sample one token, and finished ones free their blocks. It appends
 // one SeqProgress per sequence that sampled a token.
-func (e *Engine) FinishStep(out []SeqProgress) []SeqProgress {
+func (e *engine) finishStep(out []seqProgress) []seqProgress {
 	e.busy = false
 	finished := false
 	aborted := false
@@ -567,7 +564,7 @@ func (e *Engine) FinishStep(out []SeqProgress) []SeqProgress {
 		}
 		s.generated++
 		e.stats.GeneratedToken++
-		p := SeqProgress{Req: s.req, NewToken: true, FirstToken: s.generated == 1, Generated: s.generated}
+		p := seqProgress{Req: s.req, NewToken: true, FirstToken: s.generated == 1, Generated: s.generated}
 		if s.generated == s.outputLen {
 			p.Finished = true
 			p.HitTokens, p.Preemptions = s.hitTokens, s.preempted

@@ -5,9 +5,9 @@ import (
 	"testing"
 )
 
-func testEngine(t *testing.T, blocks, blockSize, maxSeqs, budget int) *Engine {
+func testEngine(t *testing.T, blocks, blockSize, maxSeqs, budget int) *engine {
 	t.Helper()
-	e, err := NewEngine(EngineConfig{KVBlocks: blocks, BlockSize: blockSize, MaxNumSeqs: maxSeqs, MaxNumBatchedTokens: budget,
+	e, err := newEngine(engineConfig{KVBlocks: blocks, BlockSize: blockSize, MaxNumSeqs: maxSeqs, MaxNumBatchedTokens: budget,
 		PrefillTokensPerS: 1000, DecodeITL: 0.01, DecodePerSeq: 0.001, DecodePerKVToken: 0.0001})
 	if err != nil {
 		t.Fatal(err)
@@ -18,7 +18,7 @@ func testEngine(t *testing.T, blocks, blockSize, maxSeqs, budget int) *Engine {
 // checkPool verifies the block accounting: references equal the blocks the
 // running sequences hold, the free queue holds exactly the unreferenced
 // blocks, and nothing exceeds the capacity.
-func checkPool(t *testing.T, e *Engine) {
+func checkPool(t *testing.T, e *engine) {
 	t.Helper()
 	p := e.pool
 	refs := make([]int32, p.n)
@@ -60,20 +60,20 @@ func checkPool(t *testing.T, e *Engine) {
 
 // runEngine steps e to completion (at most maxSteps), checking the pool
 // after every step, and returns the progress records and the finish time.
-func runEngine(t *testing.T, e *Engine, maxSteps int) ([]SeqProgress, []float64) {
+func runEngine(t *testing.T, e *engine, maxSteps int) ([]seqProgress, []float64) {
 	t.Helper()
-	var all []SeqProgress
+	var all []seqProgress
 	var at []float64
 	now := 0.0
 	for i := 0; i < maxSteps; i++ {
-		dur, ok := e.StartStep()
+		dur, ok := e.startStep()
 		if !ok {
 			return all, at
 		}
 		checkPool(t, e)
 		now += dur
 		n := len(all)
-		all = e.FinishStep(all)
+		all = e.finishStep(all)
 		for range all[n:] {
 			at = append(at, now)
 		}
@@ -89,7 +89,7 @@ func TestEngineChunkedPrefillTimingByHand(t *testing.T) {
 	// samples the first token (0.01 + 0.036), then two decode steps of one
 	// sequence attending over 101 and 102 tokens.
 	e := testEngine(t, 100, 16, 8, 64)
-	if err := e.Add(0, 100, 3, nil, 7); err != nil {
+	if err := e.add(0, 100, 3, nil, 7); err != nil {
 		t.Fatal(err)
 	}
 	prog, at := runEngine(t, e, 100)
@@ -102,14 +102,14 @@ func TestEngineChunkedPrefillTimingByHand(t *testing.T) {
 			t.Errorf("token %d at %.6f, want %.6f", i+1, at[i], want[i])
 		}
 	}
-	if st := e.Stats(); st.PrefillTokens != 100 || st.DecodeTokens != 2 || st.GeneratedToken != 3 || st.Steps != 4 {
+	if st := e.statsNow(); st.PrefillTokens != 100 || st.DecodeTokens != 2 || st.GeneratedToken != 3 || st.Steps != 4 {
 		t.Errorf("stats %+v", st)
 	}
 }
 
 func TestEngineDecodeStepGrowsWithBatch(t *testing.T) {
-	c := EngineConfig{DecodeITL: 0.011, DecodePerSeq: 55e-6, DecodePerKVToken: 39e-9, PrefillTokensPerS: 16000}
-	one, many := c.StepTime(0, 1, 7200), c.StepTime(0, 64, 64*7200)
+	c := engineConfig{DecodeITL: 0.011, DecodePerSeq: 55e-6, DecodePerKVToken: 39e-9, PrefillTokensPerS: 16000}
+	one, many := c.stepTime(0, 1, 7200), c.stepTime(0, 64, 64*7200)
 	if !(many > one) || math.Abs(many-(0.011+64*55e-6+64*7200*39e-9)) > 1e-12 {
 		t.Errorf("step of 1 seq %.4f s, of 64 seqs %.4f s", one, many)
 	}
@@ -121,38 +121,38 @@ func TestEnginePrefixCacheKeepsFreedBlocksLRU(t *testing.T) {
 	// hit is capped to leave one token to compute: 8-token prompt -> 1 block).
 	e := testEngine(t, 8, 4, 8, 64)
 	pa := []uint64{101, 102}
-	if err := e.Add(0, 8, 1, pa, 1); err != nil {
+	if err := e.add(0, 8, 1, pa, 1); err != nil {
 		t.Fatal(err)
 	}
 	runEngine(t, e, 10)
-	if e.CachedBlocks() != 2 || e.UsedBlocks() != 0 {
-		t.Fatalf("after A: cached %d used %d", e.CachedBlocks(), e.UsedBlocks())
+	if e.cachedBlocks() != 2 || e.usedBlocks() != 0 {
+		t.Fatalf("after A: cached %d used %d", e.cachedBlocks(), e.usedBlocks())
 	}
-	if err := e.Add(1, 9, 1, pa, 2); err != nil {
+	if err := e.add(1, 9, 1, pa, 2); err != nil {
 		t.Fatal(err)
 	}
 	runEngine(t, e, 10)
-	if st := e.Stats(); st.HitTokens != 8 || st.PromptTokens != 17 {
+	if st := e.statsNow(); st.HitTokens != 8 || st.PromptTokens != 17 {
 		t.Fatalf("hit %d of %d prompt tokens, want 8 of 17", st.HitTokens, st.PromptTokens)
 	}
 	// A fully cached prompt still computes its last token: an 8-token
 	// prompt whose two blocks are cached reuses only the first.
-	if err := e.Add(3, 8, 1, pa, 4); err != nil {
+	if err := e.add(3, 8, 1, pa, 4); err != nil {
 		t.Fatal(err)
 	}
 	runEngine(t, e, 10)
-	if st := e.Stats(); st.HitTokens != 12 || st.PromptTokens != 25 {
+	if st := e.statsNow(); st.HitTokens != 12 || st.PromptTokens != 25 {
 		t.Fatalf("hit %d of %d prompt tokens, want 12 of 25", st.HitTokens, st.PromptTokens)
 	}
 	// A finished request's blocks are freed tail first, so its tail block
 	// is evicted before its head. The free queue now holds the 5 never used
 	// blocks, then B's unshared last block, a1, a0: a 7-block request takes
 	// all but a0.
-	ops := e.TakeKVEvents()
+	ops := e.takeKVEvents()
 	if len(ops) == 0 || ops[0].Removed {
 		t.Fatalf("first events %+v, want BlockStored", ops)
 	}
-	if err := e.Add(2, 4*7, 1, []uint64{201, 202, 203, 204, 205, 206, 207}, 3); err != nil {
+	if err := e.add(2, 4*7, 1, []uint64{201, 202, 203, 204, 205, 206, 207}, 3); err != nil {
 		t.Fatal(err)
 	}
 	runEngine(t, e, 10)
@@ -162,7 +162,7 @@ func TestEnginePrefixCacheKeepsFreedBlocksLRU(t *testing.T) {
 		t.Errorf("after pressure: head a0 cached %v (want true), tail a1 cached %v (want false)", headKept, tailKept)
 	}
 	var removed []uint64
-	for _, op := range e.TakeKVEvents() {
+	for _, op := range e.takeKVEvents() {
 		if op.Removed {
 			removed = append(removed, op.Blocks...)
 		}
@@ -176,27 +176,27 @@ func TestEngineFIFOAdmissionNoOvertaking(t *testing.T) {
 	// 10 blocks of 4 tokens. C runs holding 8 blocks; A (needs 3 blocks)
 	// cannot be admitted, and B (needs 1) behind it must not overtake it.
 	e := testEngine(t, 10, 4, 8, 64)
-	if err := e.Add(0, 32, 5, nil, 1); err != nil { // C: 8 blocks for the prompt
+	if err := e.add(0, 32, 5, nil, 1); err != nil { // C: 8 blocks for the prompt
 		t.Fatal(err)
 	}
-	if _, ok := e.StartStep(); !ok {
+	if _, ok := e.startStep(); !ok {
 		t.Fatal("C not scheduled")
 	}
-	e.FinishStep(nil)
-	if err := e.Add(1, 12, 1, nil, 2); err != nil { // A
+	e.finishStep(nil)
+	if err := e.add(1, 12, 1, nil, 2); err != nil { // A
 		t.Fatal(err)
 	}
-	if err := e.Add(2, 3, 1, nil, 3); err != nil { // B
+	if err := e.add(2, 3, 1, nil, 3); err != nil { // B
 		t.Fatal(err)
 	}
-	if _, ok := e.StartStep(); !ok {
+	if _, ok := e.startStep(); !ok {
 		t.Fatal("C's decode not scheduled")
 	}
 	checkPool(t, e)
-	if e.Running() != 1 || e.Waiting() != 2 || e.waiting[0].req != 1 || e.waiting[1].req != 2 {
-		t.Fatalf("running %d, waiting %d (head %d): B overtook A or A was admitted", e.Running(), e.Waiting(), e.waiting[0].req)
+	if e.numRunning() != 1 || e.numWaiting() != 2 || e.waiting[0].req != 1 || e.waiting[1].req != 2 {
+		t.Fatalf("running %d, waiting %d (head %d): B overtook A or A was admitted", e.numRunning(), e.numWaiting(), e.waiting[0].req)
 	}
-	e.FinishStep(nil)
+	e.finishStep(nil)
 	prog, _ := runEngine(t, e, 100)
 	order := []int{}
 	for _, p := range prog {
@@ -219,23 +219,23 @@ func TestEnginePreemptsMostRecentAndRecomputes(t *testing.T) {
 	// back in front of it.
 	e := testEngine(t, 6, 4, 2, 64)
 	for i := 0; i < 3; i++ {
-		if err := e.Add(i, 8, 10, nil, uint64(i)); err != nil {
+		if err := e.add(i, 8, 10, nil, uint64(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var prog []SeqProgress
-	for e.Stats().Preemptions == 0 {
-		if _, ok := e.StartStep(); !ok {
+	var prog []seqProgress
+	for e.statsNow().Preemptions == 0 {
+		if _, ok := e.startStep(); !ok {
 			t.Fatal("drained without preempting")
 		}
-		if e.Stats().Preemptions > 0 && (len(e.waiting) != 2 || e.waiting[0].req != 1 || e.waiting[1].req != 2) {
+		if e.statsNow().Preemptions > 0 && (len(e.waiting) != 2 || e.waiting[0].req != 1 || e.waiting[1].req != 2) {
 			t.Fatalf("after preemption the queue is %v, want request 1 in front of 2", []int{e.waiting[0].req, e.waiting[len(e.waiting)-1].req})
 		}
-		prog = e.FinishStep(prog)
+		prog = e.finishStep(prog)
 	}
 	rest, _ := runEngine(t, e, 1000)
 	prog = append(prog, rest...)
-	st := e.Stats()
+	st := e.statsNow()
 	if st.Preemptions == 0 || st.RecomputeToks == 0 {
 		t.Fatalf("no preemption: %+v", st)
 	}
@@ -258,47 +258,47 @@ func TestEnginePreemptsMostRecentAndRecomputes(t *testing.T) {
 			t.Errorf("request %d: %d tokens, finished %d times; want 10 and 1", i, gen[i], finished[i])
 		}
 	}
-	if e.UsedBlocks() != 0 || e.Running() != 0 || e.Waiting() != 0 {
-		t.Errorf("engine not drained: used %d running %d waiting %d", e.UsedBlocks(), e.Running(), e.Waiting())
+	if e.usedBlocks() != 0 || e.numRunning() != 0 || e.numWaiting() != 0 {
+		t.Errorf("engine not drained: used %d running %d waiting %d", e.usedBlocks(), e.numRunning(), e.numWaiting())
 	}
 }
 
 func TestEngineMaxNumSeqs(t *testing.T) {
 	e := testEngine(t, 100, 4, 2, 1000)
 	for i := 0; i < 5; i++ {
-		if err := e.Add(i, 4, 3, nil, uint64(i)); err != nil {
+		if err := e.add(i, 4, 3, nil, uint64(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	e.StartStep()
-	if e.Running() != 2 || e.Waiting() != 3 {
-		t.Fatalf("running %d waiting %d, want 2 and 3", e.Running(), e.Waiting())
+	e.startStep()
+	if e.numRunning() != 2 || e.numWaiting() != 3 {
+		t.Fatalf("running %d waiting %d, want 2 and 3", e.numRunning(), e.numWaiting())
 	}
 }
 
 func TestEngineRejectsBadInput(t *testing.T) {
-	if _, err := NewEngine(EngineConfig{KVBlocks: 0, BlockSize: 16, MaxNumSeqs: 1, MaxNumBatchedTokens: 1, PrefillTokensPerS: 1, DecodeITL: 1}); err == nil {
+	if _, err := newEngine(engineConfig{KVBlocks: 0, BlockSize: 16, MaxNumSeqs: 1, MaxNumBatchedTokens: 1, PrefillTokensPerS: 1, DecodeITL: 1}); err == nil {
 		t.Error("zero KV blocks accepted")
 	}
-	if _, err := NewEngine(EngineConfig{KVBlocks: 1, BlockSize: 16, MaxNumSeqs: 1, MaxNumBatchedTokens: 1, PrefillTokensPerS: math.NaN(), DecodeITL: 1}); err == nil {
+	if _, err := newEngine(engineConfig{KVBlocks: 1, BlockSize: 16, MaxNumSeqs: 1, MaxNumBatchedTokens: 1, PrefillTokensPerS: math.NaN(), DecodeITL: 1}); err == nil {
 		t.Error("NaN prefill rate accepted")
 	}
 	e := testEngine(t, 4, 4, 8, 64)
-	if err := e.Add(0, 20, 1, nil, 0); err == nil {
+	if err := e.add(0, 20, 1, nil, 0); err == nil {
 		t.Error("request larger than the KV cache accepted (it could never run)")
 	}
-	if err := e.Add(0, 4, 0, nil, 0); err == nil {
+	if err := e.add(0, 4, 0, nil, 0); err == nil {
 		t.Error("zero output tokens accepted")
 	}
-	if err := e.Add(0, 4, 1, []uint64{1, 2}, 0); err == nil {
+	if err := e.add(0, 4, 1, []uint64{1, 2}, 0); err == nil {
 		t.Error("more block hashes than full prompt blocks accepted")
 	}
 }
 
 func TestEngineSharedKVReadOnceChargesSharedBlocksOnce(t *testing.T) {
 	// share is SharedKVReadShare; -1 means SharedKVReadOnce off.
-	mk := func(share float64) *Engine {
-		e, err := NewEngine(EngineConfig{KVBlocks: 20, BlockSize: 4, MaxNumSeqs: 8, MaxNumBatchedTokens: 64,
+	mk := func(share float64) *engine {
+		e, err := newEngine(engineConfig{KVBlocks: 20, BlockSize: 4, MaxNumSeqs: 8, MaxNumBatchedTokens: 64,
 			PrefillTokensPerS: 1000, DecodeITL: 0.01, DecodePerSeq: 0.001, DecodePerKVToken: 0.0001,
 			SharedKVReadOnce: share >= 0, SharedKVReadShare: max(share, 0)})
 		if err != nil {
@@ -314,19 +314,19 @@ func TestEngineSharedKVReadOnceChargesSharedBlocksOnce(t *testing.T) {
 	for _, c := range []struct{ share, ctx float64 }{{-1, 19}, {0, 15}, {0.5, 17}, {1, 19}} {
 		e := mk(c.share)
 		step := func() float64 {
-			dur, ok := e.StartStep()
+			dur, ok := e.startStep()
 			if !ok {
 				t.Fatal("no step")
 			}
-			e.FinishStep(nil)
+			e.finishStep(nil)
 			checkPool(t, e)
 			return dur
 		}
-		if err := e.Add(0, 8, 5, hashes, 0); err != nil {
+		if err := e.add(0, 8, 5, hashes, 0); err != nil {
 			t.Fatal(err)
 		}
 		step() // A's prefill: 8 tokens, first token sampled
-		if err := e.Add(1, 8, 5, hashes, 1); err != nil {
+		if err := e.add(1, 8, 5, hashes, 1); err != nil {
 			t.Fatal(err)
 		}
 		step() // A decodes; B reuses block 0 (block 1 is recomputed) and prefills 4 tokens

@@ -10,7 +10,7 @@ import (
 )
 
 // ServiceModel is the per-pod engine model. It is deliberately simple and
-// documented in sim/README.md:
+// documented in docs/simulator.md:
 //   - a pod runs at most MaxBatch requests at once; more wait in a FIFO;
 //   - an admitted request's prefill runs on the pod's single prefill unit
 //     (prefill is compute-bound, so prefills of one pod are serialised) and
@@ -41,33 +41,33 @@ type FleetConfig struct {
 	EventLag  float64 // seconds between a pod's prefill end and the router seeing its KV events
 }
 
-// KVOp is one KV-cache event a simulated pod emits: a run of blocks stored or
+// kvOp is one KV-cache event a simulated pod emits: a run of blocks stored or
 // removed, in the order the pod's cache changed.
-type KVOp struct {
+type kvOp struct {
 	Removed bool
 	Blocks  []uint64
 }
 
-// View is what a router may look at when it decides: the current time and
+// view is what a router may look at when it decides: the current time and
 // every pod's load (requests routed to it and not finished: queued + running,
 // the in-flight count every router tracks for itself).
-type View struct {
+type view struct {
 	Now       float64
 	Load      []int
 	BlockSize int
 }
 
-// Router is one routing policy. Route returns the pod for r. OnKVEvents
+// router is one routing policy. Route returns the pod for r. OnKVEvents
 // delivers a pod's KV events once the event lag has passed; policies that do
 // not listen to engines ignore it.
-type Router interface {
-	Name() string
-	Route(r *Request, v *View) int
-	OnKVEvents(pod int, ops []KVOp, now float64)
+type router interface {
+	name() string
+	route(r *Request, v *view) int
+	onKVEvents(pod int, ops []kvOp, now float64)
 }
 
-// Result is one policy's outcome.
-type Result struct {
+// result is one policy's outcome.
+type result struct {
 	Policy          string    `json:"policy"`
 	Requests        int       `json:"requests"`
 	PromptTokens    int64     `json:"prompt_tokens"`
@@ -102,7 +102,7 @@ type simEvent struct {
 	kind evKind
 	pod  int
 	req  int
-	ops  []KVOp
+	ops  []kvOp
 }
 
 type eventHeap []simEvent
@@ -134,13 +134,13 @@ type pod struct {
 type fleet struct {
 	cfg     FleetConfig
 	reqs    []Request
-	router  Router
+	router  router
 	pods    []pod
 	events  eventHeap
 	seq     uint64
-	view    View
+	view    view
 	arrival []float64
-	res     Result
+	res     result
 	scratch []uint64
 }
 
@@ -150,32 +150,32 @@ func (f *fleet) push(e simEvent) {
 	heap.Push(&f.events, e)
 }
 
-// Simulate runs the whole trace through the fleet with router. It is
+// simulate runs the whole trace through the fleet with router. It is
 // deterministic: same inputs and seeds, same result.
-func Simulate(cfg FleetConfig, reqs []Request, router Router) (Result, error) {
+func simulate(cfg FleetConfig, reqs []Request, router router) (result, error) {
 	if cfg.Pods < 1 {
-		return Result{}, fmt.Errorf("sim: need at least one pod")
+		return result{}, fmt.Errorf("sim: need at least one pod")
 	}
 	if cfg.Service.MaxBatch < 1 {
-		return Result{}, fmt.Errorf("sim: max batch must be >= 1")
+		return result{}, fmt.Errorf("sim: max batch must be >= 1")
 	}
 	if cfg.Speedup <= 0 {
 		cfg.Speedup = 1
 	}
 	if cfg.BlockSize < 1 {
-		return Result{}, fmt.Errorf("sim: block size must be >= 1")
+		return result{}, fmt.Errorf("sim: block size must be >= 1")
 	}
 	f := &fleet{cfg: cfg, reqs: reqs, router: router, pods: make([]pod, cfg.Pods)}
 	for i := range f.pods {
 		c, err := cache.New(cfg.Cache)
 		if err != nil {
-			return Result{}, err
+			return result{}, err
 		}
 		f.pods[i].cache = c
 	}
-	f.view = View{Load: make([]int, cfg.Pods), BlockSize: cfg.BlockSize}
+	f.view = view{Load: make([]int, cfg.Pods), BlockSize: cfg.BlockSize}
 	f.arrival = make([]float64, len(reqs))
-	f.res = Result{Policy: router.Name(), Requests: len(reqs), PerPod: make([]int, cfg.Pods), TTFTs: make([]float64, 0, len(reqs))}
+	f.res = result{Policy: router.name(), Requests: len(reqs), PerPod: make([]int, cfg.Pods), TTFTs: make([]float64, 0, len(reqs))}
 	var t0 int64
 	if len(reqs) > 0 {
 		t0 = reqs[0].Timestamp
@@ -190,9 +190,9 @@ func Simulate(cfg FleetConfig, reqs []Request, router Router) (Result, error) {
 		f.view.Now = e.t
 		switch e.kind {
 		case evArrival:
-			p := router.Route(&reqs[e.req], &f.view)
+			p := router.route(&reqs[e.req], &f.view)
 			if p < 0 || p >= cfg.Pods {
-				return Result{}, fmt.Errorf("sim: router %s returned pod %d of %d", router.Name(), p, cfg.Pods)
+				return result{}, fmt.Errorf("sim: router %s returned pod %d of %d", router.name(), p, cfg.Pods)
 			}
 			f.view.Load[p]++
 			f.res.PerPod[p]++
@@ -212,7 +212,7 @@ func Simulate(cfg FleetConfig, reqs []Request, router Router) (Result, error) {
 			f.res.Makespan = e.t
 			f.admit(e.pod)
 		case evKVDelivery:
-			router.OnKVEvents(e.pod, e.ops, e.t)
+			router.onKVEvents(e.pod, e.ops, e.t)
 		}
 	}
 	f.finish()
@@ -244,8 +244,8 @@ func (f *fleet) startPrefill(p int) {
 	pd.prefillQ = pd.prefillQ[1:]
 	pd.prefillBusy = true
 	r := &f.reqs[ri]
-	_, hit := PrefixHit(pd.cache, r, f.cfg.BlockSize)
-	var ops []KVOp
+	_, hit := prefixHit(pd.cache, r, f.cfg.BlockSize)
+	var ops []kvOp
 	for _, h := range r.HashIDs {
 		was := pd.cache.Contains(h)
 		f.scratch = pd.cache.Access(h, f.scratch[:0])
@@ -264,12 +264,12 @@ func (f *fleet) startPrefill(p int) {
 	f.push(simEvent{t: now + dur, kind: evPrefillDone, pod: p, req: ri, ops: ops})
 }
 
-func appendOp(ops []KVOp, removed bool, h uint64) []KVOp {
+func appendOp(ops []kvOp, removed bool, h uint64) []kvOp {
 	if n := len(ops); n > 0 && ops[n-1].Removed == removed {
 		ops[n-1].Blocks = append(ops[n-1].Blocks, h)
 		return ops
 	}
-	return append(ops, KVOp{Removed: removed, Blocks: []uint64{h}})
+	return append(ops, kvOp{Removed: removed, Blocks: []uint64{h}})
 }
 
 func (f *fleet) finish() {

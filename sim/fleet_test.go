@@ -1,14 +1,7 @@
 package sim
 
 import (
-	"bytes"
-	"encoding/csv"
-	"encoding/json"
-	"encoding/xml"
-	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -24,12 +17,12 @@ type recRouter struct {
 type recEv struct {
 	pod int
 	t   float64
-	ops []KVOp
+	ops []kvOp
 }
 
-func (*recRouter) Name() string              { return "rec" }
-func (*recRouter) Route(*Request, *View) int { return 0 }
-func (r *recRouter) OnKVEvents(p int, ops []KVOp, t float64) {
+func (*recRouter) name() string              { return "rec" }
+func (*recRouter) route(*Request, *view) int { return 0 }
+func (r *recRouter) onKVEvents(p int, ops []kvOp, t float64) {
 	r.got = append(r.got, recEv{p, t, ops})
 }
 
@@ -54,7 +47,7 @@ func TestSimulateServiceModelByHand(t *testing.T) {
 	cfg := FleetConfig{Pods: 1, Cache: cache.Config{Policy: "lru", Capacity: 2}, BlockSize: 512, Speedup: 1, EventLag: 0.5,
 		Service: ServiceModel{MaxBatch: 1, PrefillPerToken: 0.001, DecodePerToken: 0.01}}
 	rr := &recRouter{}
-	res, err := Simulate(cfg, reqs, rr)
+	res, err := simulate(cfg, reqs, rr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,8 +67,8 @@ func TestSimulateServiceModelByHand(t *testing.T) {
 		t.Fatalf("makespan %v, want 1.836", res.Makespan)
 	}
 	want := []recEv{
-		{0, 1.524, []KVOp{{false, []uint64{1, 2}}}},
-		{0, 2.236, []KVOp{{true, []uint64{1}}, {false, []uint64{3}}}},
+		{0, 1.524, []kvOp{{false, []uint64{1, 2}}}},
+		{0, 2.236, []kvOp{{true, []uint64{1}}, {false, []uint64{3}}}},
 	}
 	if len(rr.got) != len(want) {
 		t.Fatalf("events %+v, want %+v", rr.got, want)
@@ -96,7 +89,7 @@ func TestSimulatePrefillSerialisedDecodeConcurrent(t *testing.T) {
 	}
 	cfg := FleetConfig{Pods: 1, Cache: cache.Config{Policy: "lru", Capacity: 10}, BlockSize: 512, Speedup: 1,
 		Service: ServiceModel{MaxBatch: 2, PrefillPerToken: 0.001, DecodePerToken: 0.01}}
-	res, err := Simulate(cfg, reqs, &recRouter{})
+	res, err := simulate(cfg, reqs, &recRouter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +106,7 @@ func TestSimulateSpeedup(t *testing.T) {
 	}
 	cfg := FleetConfig{Pods: 1, Cache: cache.Config{Policy: "lru", Capacity: 10}, BlockSize: 512, Speedup: 4,
 		Service: ServiceModel{MaxBatch: 1, PrefillPerToken: 0.001}}
-	res, err := Simulate(cfg, reqs, &recRouter{})
+	res, err := simulate(cfg, reqs, &recRouter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,25 +116,25 @@ func TestSimulateSpeedup(t *testing.T) {
 	}
 }
 
-func view(load ...int) *View { return &View{Load: load, BlockSize: 512} }
+func loadView(load ...int) *view { return &view{Load: load, BlockSize: 512} }
 
 func TestLeastLoadedAndRoundRobin(t *testing.T) {
-	ll := &LeastLoadedRouter{}
-	v := view(0, 0, 0)
+	ll := &leastLoadedRouter{}
+	v := loadView(0, 0, 0)
 	var got []int
 	for i := 0; i < 4; i++ {
-		got = append(got, ll.Route(nil, v))
+		got = append(got, ll.route(nil, v))
 	}
 	if !reflect.DeepEqual(got, []int{0, 1, 2, 0}) {
 		t.Fatalf("idle ties %v, want rotation", got)
 	}
-	if p := ll.Route(nil, view(3, 1, 2)); p != 1 {
+	if p := ll.route(nil, loadView(3, 1, 2)); p != 1 {
 		t.Fatalf("picked %d, want 1", p)
 	}
-	rr := &RoundRobinRouter{}
+	rr := &roundRobinRouter{}
 	got = got[:0]
 	for i := 0; i < 4; i++ {
-		got = append(got, rr.Route(nil, v))
+		got = append(got, rr.route(nil, v))
 	}
 	if !reflect.DeepEqual(got, []int{0, 1, 2, 0}) {
 		t.Fatalf("round robin %v", got)
@@ -149,40 +142,40 @@ func TestLeastLoadedAndRoundRobin(t *testing.T) {
 }
 
 func TestCHWBL(t *testing.T) {
-	r := NewCHWBLRouter(4, 256, 1, 1.25)
+	r := newCHWBLRouter(4, 256, 1, 1.25)
 	a := &Request{HashIDs: []uint64{42, 1}}
 	b := &Request{HashIDs: []uint64{42, 2}}
-	p := r.Route(a, view(0, 0, 0, 0))
-	if q := r.Route(b, view(0, 0, 0, 0)); q != p {
+	p := r.route(a, loadView(0, 0, 0, 0))
+	if q := r.route(b, loadView(0, 0, 0, 0)); q != p {
 		t.Fatalf("same head went to %d and %d", p, q)
 	}
 	// Bounded load: total 4, mean after +1 = 5/4, threshold 1.5625: the home
 	// pod at load 4 fails (5 > 1.56), an idle pod passes.
 	load := []int{0, 0, 0, 0}
 	load[p] = 4
-	if q := r.Route(a, view(load...)); q == p {
+	if q := r.route(a, loadView(load...)); q == p {
 		t.Fatalf("overloaded home pod %d still chosen", p)
 	}
 }
 
 func TestApproxRouterFollowsHistoryWithGuard(t *testing.T) {
-	r := NewApproxRouter(3, 100, LoadGuard{Abs: 2}, 0)
-	first := r.Route(&Request{InputLength: 1024, HashIDs: []uint64{1, 2}}, view(0, 0, 0))
-	if p := r.Route(&Request{InputLength: 1024, HashIDs: []uint64{1, 3}}, view(1, 1, 1)); p != first {
+	r := newApproxRouter(3, 100, loadGuard{Abs: 2}, 0)
+	first := r.route(&Request{InputLength: 1024, HashIDs: []uint64{1, 2}}, loadView(0, 0, 0))
+	if p := r.route(&Request{InputLength: 1024, HashIDs: []uint64{1, 3}}, loadView(1, 1, 1)); p != first {
 		t.Fatalf("shared prefix went to %d, want %d", p, first)
 	}
 	load := []int{0, 0, 0}
 	load[first] = 3 // min 0 + guard 2 < 3: not eligible
-	if p := r.Route(&Request{InputLength: 1024, HashIDs: []uint64{1, 4}}, view(load...)); p == first {
+	if p := r.route(&Request{InputLength: 1024, HashIDs: []uint64{1, 4}}, loadView(load...)); p == first {
 		t.Fatal("load guard ignored")
 	}
 }
 
 func TestAIBrixRouter(t *testing.T) {
-	r := NewAIBrixRouter(16, 2, 1000)
-	p0 := r.Route(&Request{HashIDs: []uint64{1, 2, 3, 4}}, view(0, 0, 0))
+	r := newAIBrixRouter(16, 2, 1000)
+	p0 := r.route(&Request{HashIDs: []uint64{1, 2, 3, 4}}, loadView(0, 0, 0))
 	// Balanced fleet (stddev 0): the matching pod is within mean + 2*0 (<=).
-	if p := r.Route(&Request{HashIDs: []uint64{1, 2, 9, 9}}, view(1, 1, 1)); p != p0 {
+	if p := r.route(&Request{HashIDs: []uint64{1, 2, 9, 9}}, loadView(1, 1, 1)); p != p0 {
 		t.Fatalf("prefix match went to %d, want %d", p, p0)
 	}
 	// Imbalance gate: max-min = 17 > 16 -> least loaded, even though p0 matches.
@@ -190,35 +183,35 @@ func TestAIBrixRouter(t *testing.T) {
 	load[p0] = 0
 	load[(p0+1)%3] = 17
 	load[(p0+2)%3] = 1
-	if p := r.Route(&Request{HashIDs: []uint64{1, 2, 3, 4}}, view(load...)); p != p0 {
+	if p := r.route(&Request{HashIDs: []uint64{1, 2, 3, 4}}, loadView(load...)); p != p0 {
 		t.Fatalf("least loaded is %d; got %d", p0, p)
 	}
 	// mean + 2*stddev guard: loads [10, 0, 0] (mean 3.33, sd 4.71 -> 12.76): 10 passes;
 	// loads with a hot matching pod above the bound fall back to least loaded.
-	r2 := NewAIBrixRouter(100, 0, 1000) // k=0: only pods at or below the mean
-	h := r2.Route(&Request{HashIDs: []uint64{5}}, view(0, 0, 0))
+	r2 := newAIBrixRouter(100, 0, 1000) // k=0: only pods at or below the mean
+	h := r2.route(&Request{HashIDs: []uint64{5}}, loadView(0, 0, 0))
 	load = []int{1, 1, 1}
 	load[h] = 4 // mean 2 < 4
-	if p := r2.Route(&Request{HashIDs: []uint64{5}}, view(load...)); p == h {
+	if p := r2.route(&Request{HashIDs: []uint64{5}}, loadView(load...)); p == h {
 		t.Fatal("mean+k*stddev guard ignored")
 	}
 }
 
 func TestSGLangRouter(t *testing.T) {
-	r := NewSGLangRouter(3, 0.3, 64, 1.5, 1000)
-	p := r.Route(&Request{InputLength: 2048, HashIDs: []uint64{1, 2, 3, 4}}, view(0, 0, 0))
+	r := newSGLangRouter(3, 0.3, 64, 1.5, 1000)
+	p := r.route(&Request{InputLength: 2048, HashIDs: []uint64{1, 2, 3, 4}}, loadView(0, 0, 0))
 	// match 2/4 blocks = 0.5 > 0.3: follow the cache.
-	if q := r.Route(&Request{InputLength: 2048, HashIDs: []uint64{1, 2, 8, 9}}, view(0, 0, 0)); q != p {
+	if q := r.route(&Request{InputLength: 2048, HashIDs: []uint64{1, 2, 8, 9}}, loadView(0, 0, 0)); q != p {
 		t.Fatalf("match 0.5 went to %d, want %d", q, p)
 	}
 	// match 1/4 = 0.25 <= 0.3: smallest tree, which is not p (p has 6 blocks).
-	if q := r.Route(&Request{InputLength: 2048, HashIDs: []uint64{1, 5, 6, 7}}, view(0, 0, 0)); q == p {
+	if q := r.route(&Request{InputLength: 2048, HashIDs: []uint64{1, 5, 6, 7}}, loadView(0, 0, 0)); q == p {
 		t.Fatal("low match still followed the cache")
 	}
 	// Imbalanced (100-0 > 64 and 100 > 1.5*0): shortest queue.
 	load := []int{100, 100, 100}
 	load[(p+1)%3] = 0
-	if q := r.Route(&Request{InputLength: 2048, HashIDs: []uint64{1, 2, 3, 4}}, view(load...)); q != (p+1)%3 {
+	if q := r.route(&Request{InputLength: 2048, HashIDs: []uint64{1, 2, 3, 4}}, loadView(load...)); q != (p+1)%3 {
 		t.Fatalf("imbalanced: got %d", q)
 	}
 }
@@ -244,73 +237,10 @@ func TestGenWorkloadShape(t *testing.T) {
 	}
 	// Ceiling by hand: the first request of each group misses; the other 4 of 5
 	// hit 15 blocks = 7680 of 9000 tokens: 0.8 * 7680/9000.
-	h, tot := UnboundedHitRate(reqs, 512)
+	h, tot := unboundedHitRate(reqs, 512)
 	if want := 0.8 * 7680 / 9000; !near(float64(h)/float64(tot), want) {
 		t.Fatalf("ceiling %v, want %v", float64(h)/float64(tot), want)
 	}
-	var buf bytes.Buffer
-	if err := RunGenWorkload([]string{"--groups", "2", "--prompts", "1"}, nil, &buf, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	back, err := ReadTrace(&buf)
-	if err != nil || len(back) != 2 {
-		t.Fatalf("round trip: %v, %d", err, len(back))
-	}
-}
-
-func TestSimulateCommandOutputs(t *testing.T) {
-	dir := t.TempDir()
-	var out bytes.Buffer
-	args := []string{"--gen-workload", "--gen-groups", "20", "--gen-rate", "50", "--pods", "4", "--capacity", "200",
-		"--routers", "random,round-robin,least-loaded,chwbl,approx-prefix,aibrix,sglang",
-		"--out", filepath.Join(dir, "r.json"), "--svg", filepath.Join(dir, "c.svg"), "--markdown"}
-	if err := RunSimulate(args, nil, &out, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out.String(), "| aibrix |") || !strings.Contains(out.String(), "unbounded-cache hit rate 68.3%") {
-		t.Fatalf("table:\n%s", out.String())
-	}
-	var rep Report
-	f, _ := os.ReadFile(filepath.Join(dir, "r.json"))
-	if err := json.Unmarshal(f, &rep); err != nil || len(rep.Results) != 7 || rep.Results[4].Policy != "approx-prefix" {
-		t.Fatalf("json: %v %+v", err, rep)
-	}
-	s, _ := os.ReadFile(filepath.Join(dir, "c.svg"))
-	d := xml.NewDecoder(bytes.NewReader(s))
-	for {
-		if _, err := d.Token(); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatalf("svg is not well-formed: %v", err)
-		}
-	}
-	if err := RunSimulate(append(args[:len(args)-5:len(args)-5], "--out", filepath.Join(dir, "r.csv")), nil, io.Discard, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := csv.NewReader(mustOpen(t, filepath.Join(dir, "r.csv"))).ReadAll()
-	if err != nil || len(rows) != 8 || rows[0][0] != "policy" {
-		t.Fatalf("csv: %v %v", err, rows)
-	}
-	for _, bad := range [][]string{{}, {"--gen-workload", "--routers", "nope"}, {"--gen-workload", "--capacity", "0"},
-		{"--gen-workload", "--speedup", "NaN"}, {"--gen-workload", "--event-lag", "-1"}, {"--gen-workload", "--pods", "0"},
-		{"--gen-workload", "--policy", "s3fifo", "--small-ratio", "0"}, {"--gen-workload", "--router-replicas", "0"},
-		{"--trace", "/nonexistent/trace.jsonl"}, {"--gen-workload", "--trace", "x"},
-		// Router parameters that would leave a ring or a table empty are errors, not panics.
-		{"--gen-workload", "--chwbl-replication", "0"}, {"--gen-workload", "--chwbl-head-blocks", "0"},
-		{"--gen-workload", "--aibrix-blocks", "0"}, {"--gen-workload", "--sglang-tree-blocks", "0"},
-		{"--gen-workload", "--approx-capacity", "-5"}} {
-		if err := RunSimulate(bad, nil, io.Discard, io.Discard); err == nil {
-			t.Errorf("accepted %v", bad)
-		}
-	}
-}
-
-func mustOpen(t *testing.T, p string) io.Reader {
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bytes.NewReader(b)
 }
 
 // Whole conversation trace, 8 pods: deterministic, and cache-aware routing
@@ -322,12 +252,12 @@ func TestSimulateConversationTrace(t *testing.T) {
 	reqs := loadTestTrace(t, "conversation_trace")
 	cfg := FleetConfig{Pods: 8, Cache: cache.Config{Policy: "lru", Capacity: 1000}, BlockSize: 512, Speedup: 1, EventLag: 0.1,
 		Service: DefaultServiceModel()}
-	run := func(name string) Result {
-		r, err := NewRouter(name, DefaultRouterParams(8, 512, 1000))
+	run := func(name string) result {
+		r, err := newRouter(name, DefaultRouterParams(8, 512, 1000))
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := Simulate(cfg, reqs, r)
+		res, err := simulate(cfg, reqs, r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -349,13 +279,13 @@ func TestSimulateConversationTrace(t *testing.T) {
 
 type badRouter struct{ noEvents }
 
-func (badRouter) Name() string              { return "bad" }
-func (badRouter) Route(*Request, *View) int { return 7 }
+func (badRouter) name() string              { return "bad" }
+func (badRouter) route(*Request, *view) int { return 7 }
 
 func TestSimulateRejectsBadInput(t *testing.T) {
 	reqs := []Request{{InputLength: 10, HashIDs: []uint64{1}}}
 	ok := FleetConfig{Pods: 2, Cache: cache.Config{Policy: "lru", Capacity: 4}, BlockSize: 512, Service: DefaultServiceModel()}
-	if _, err := Simulate(ok, reqs, badRouter{}); err == nil || !strings.Contains(err.Error(), "returned pod 7") {
+	if _, err := simulate(ok, reqs, badRouter{}); err == nil || !strings.Contains(err.Error(), "returned pod 7") {
 		t.Fatalf("out-of-range pod: err %v", err)
 	}
 	for _, mut := range []func(*FleetConfig){
@@ -366,20 +296,20 @@ func TestSimulateRejectsBadInput(t *testing.T) {
 	} {
 		c := ok
 		mut(&c)
-		if _, err := Simulate(c, reqs, &RoundRobinRouter{}); err == nil {
+		if _, err := simulate(c, reqs, &roundRobinRouter{}); err == nil {
 			t.Errorf("accepted %+v", c)
 		}
 	}
 	// Requests without blocks or tokens are served, not a crash.
 	empty := []Request{{}, {InputLength: 5}}
 	for _, name := range RouterOrder {
-		r, err := NewRouter(name, RouterParams{Pods: 2, BlockSize: 512, ApproxCapacity: 4, CHWBLHead: 1, CHWBLLoad: 1.25,
+		r, err := newRouter(name, RouterParams{Pods: 2, BlockSize: 512, ApproxCapacity: 4, CHWBLHead: 1, CHWBLLoad: 1.25,
 			CHWBLReplicas: 4, AIBrixImbalance: 16, AIBrixStdFactor: 2, AIBrixBlocks: 10, SGLCacheThresh: 0.3, SGLBalanceAbs: 64,
 			SGLBalanceRel: 1.5, SGLTreeBlocks: 10, SpecTTL: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res, err := Simulate(ok, empty, r); err != nil || res.HitTokens != 0 {
+		if res, err := simulate(ok, empty, r); err != nil || res.HitTokens != 0 {
 			t.Errorf("%s on empty requests: %v %+v", name, err, res)
 		}
 	}
@@ -406,7 +336,7 @@ func TestAffinityChoice(t *testing.T) {
 		{[]int{0, 0, 0}, []int{2, 1, 0}, 4, 0, 2},   // nothing matches: least loaded
 	} {
 		next := 0
-		if got := affinityChoice(tc.matched, q, view(tc.load...), LoadGuard{tc.guard}, tc.minMatch, &next); got != tc.want {
+		if got := affinityChoice(tc.matched, q, loadView(tc.load...), loadGuard{tc.guard}, tc.minMatch, &next); got != tc.want {
 			t.Errorf("affinityChoice(%v, load %v, guard %d, min %v) = %d, want %d", tc.matched, tc.load, tc.guard, tc.minMatch, got, tc.want)
 		}
 	}
@@ -430,11 +360,11 @@ func TestLeastLoadedZeroHitsIsTheGroupStride(t *testing.T) {
 		}
 		cfg := FleetConfig{Pods: 8, Cache: cache.Config{Policy: "lru", Capacity: 4802}, BlockSize: 64, Speedup: 1,
 			EventLag: 0.1, Service: DefaultServiceModel()}
-		res, err := Simulate(cfg, reqs, &LeastLoadedRouter{})
+		res, err := simulate(cfg, reqs, &leastLoadedRouter{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, tot := UnboundedHitRate(reqs, 64)
+		h, tot := unboundedHitRate(reqs, 64)
 		return res.HitRate, float64(h) / float64(tot)
 	}
 	if got, _ := hit(150); got != 0 {

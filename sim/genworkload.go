@@ -2,9 +2,6 @@ package sim
 
 import (
 	"errors"
-	"flag"
-	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
 )
@@ -73,39 +70,4 @@ func GenWorkload(c WorkloadConfig) ([]Request, error) {
 		t += rng.ExpFloat64() / c.Rate
 	}
 	return out, nil
-}
-
-func (c *WorkloadConfig) flags(fs *flag.FlagSet, prefix string) {
-	fs.IntVar(&c.Groups, prefix+"groups", c.Groups, "workload: groups sharing one system prompt")
-	fs.IntVar(&c.Prompts, prefix+"prompts", c.Prompts, "workload: distinct user prompts per group")
-	fs.IntVar(&c.SystemTokens, prefix+"system-tokens", c.SystemTokens, "workload: system prompt tokens")
-	fs.IntVar(&c.UserTokens, prefix+"user-tokens", c.UserTokens, "workload: user prompt tokens")
-	fs.IntVar(&c.OutputTokens, prefix+"output-tokens", c.OutputTokens, "workload: output tokens")
-	fs.Float64Var(&c.Rate, prefix+"rate", c.Rate, "workload: mean arrival rate, requests/s (Poisson)")
-	fs.IntVar(&c.Rounds, prefix+"rounds", c.Rounds, "workload: times each (group, prompt) is sent")
-	fs.Uint64Var(&c.Seed, prefix+"seed", c.Seed, "workload: arrival seed")
-}
-
-// RunGenWorkload implements `kvindexd genworkload`: writes Mooncake JSONL.
-func RunGenWorkload(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("genworkload", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	c := DefaultWorkload()
-	c.flags(fs, "")
-	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "tokens per block")
-	out := fs.String("out", "-", "output file (- = stdout)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("genworkload: unexpected arguments %v", fs.Args())
-	}
-	reqs, err := GenWorkload(c)
-	if err != nil {
-		return err
-	}
-	if *out == "-" {
-		return WriteTrace(stdout, reqs)
-	}
-	return writeFile(*out, func(w io.Writer) error { return WriteTrace(w, reqs) })
 }

@@ -13,13 +13,13 @@ import (
 // pick:<name> routers (pickrouter.go).
 func init() {
 	for _, name := range routing.Names() {
-		RegisterPickPolicy("pick:"+name, func(uint64) PickFunc {
+		registerPickPolicy("pick:"+name, func(uint64) pickFunc {
 			pol, err := routing.New(name, routing.Defaults())
 			if err != nil {
 				panic(err) // the documented defaults are valid
 			}
 			var cands []routing.Candidate
-			return func(req *PickRequest, eps []Endpoint) int {
+			return func(req *pickRequest, eps []endpoint) int {
 				cands = cands[:0]
 				for _, e := range eps {
 					cands = append(cands, routing.Candidate{Load: routing.Load{Waiting: e.Waiting, Running: e.Running, KVUsage: e.KVUsage},

@@ -14,9 +14,9 @@ func TestDaemonPickPoliciesInScenarios(t *testing.T) {
 	sc := parseSmall(t, "")
 	sc.Schedulers = nil
 	for _, n := range routing.Names() {
-		sc.Schedulers = append(sc.Schedulers, SchedulerSpec{Name: "pick:" + n}, SchedulerSpec{Name: "daemon-" + n, Router: "pick:" + n})
+		sc.Schedulers = append(sc.Schedulers, schedulerSpec{Name: "pick:" + n}, schedulerSpec{Name: "daemon-" + n, Router: "pick:" + n})
 	}
-	if err := sc.Validate(); err != nil {
+	if err := sc.validate(); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := RunScenario(sc)

@@ -10,7 +10,7 @@ import (
 	"github.com/kvindex/kvindex/kvindex"
 )
 
-// PickRouter routes with the daemon's own Pick: an indexer.Indexer over
+// pickRouter routes with the daemon's own Pick: an indexer.Indexer over
 // the in-memory index, fed by the pods' KV events through its sink, asked
 // with indexer.Pick under one of package routing's policies, with
 // speculative entries on the simulator's clock. It is the code a router
@@ -22,7 +22,7 @@ import (
 // full batch fills the cache). Requests are asked by their trace hash_ids
 // (block_hashes); a request without any full block goes to the least
 // loaded pod.
-type PickRouter struct {
+type pickRouter struct {
 	policy string
 	idx    *indexer.Indexer
 	now    float64 // the simulator's clock at the current call
@@ -36,13 +36,13 @@ type PickRouter struct {
 	next   int
 }
 
-// NewPickRouter builds the indexer for a fleet of pods; specTTL (seconds)
+// newPickRouter builds the indexer for a fleet of pods; specTTL (seconds)
 // <= 0 turns speculative entries off.
-func NewPickRouter(pods, blockSize, maxBatch int, policy string, specTTL float64) (*PickRouter, error) {
+func newPickRouter(pods, blockSize, maxBatch int, policy string, specTTL float64) (*pickRouter, error) {
 	if maxBatch < 1 {
 		return nil, fmt.Errorf("pick:%s: max batch must be >= 1", policy)
 	}
-	r := &PickRouter{policy: policy, seq: make([]uint64, pods), bs: blockSize, batchN: maxBatch}
+	r := &pickRouter{policy: policy, seq: make([]uint64, pods), bs: blockSize, batchN: maxBatch}
 	ttl := time.Duration(specTTL * float64(time.Second))
 	if ttl <= 0 {
 		ttl = -1
@@ -63,16 +63,13 @@ func NewPickRouter(pods, blockSize, maxBatch int, policy string, specTTL float64
 	return r, nil
 }
 
-func (r *PickRouter) clock() time.Time {
+func (r *pickRouter) clock() time.Time {
 	return time.Unix(0, 0).Add(time.Duration(r.now * float64(time.Second)))
 }
 
-func (r *PickRouter) Name() string { return "pick:" + r.policy }
+func (r *pickRouter) name() string { return "pick:" + r.policy }
 
-// Indexer exposes the indexer (tests).
-func (r *PickRouter) Indexer() *indexer.Indexer { return r.idx }
-
-func (r *PickRouter) Route(q *Request, v *View) int {
+func (r *pickRouter) route(q *Request, v *view) int {
 	r.now = v.Now
 	if len(q.HashIDs) == 0 {
 		return leastLoaded(v.Load, &r.next)
@@ -92,9 +89,9 @@ func (r *PickRouter) Route(q *Request, v *View) int {
 	return r.res.Chosen
 }
 
-// OnKVEvents feeds one pod's events to the daemon's sink (applier, then
+// onKVEvents feeds one pod's events to the daemon's sink (applier, then
 // the speculative entries they answer are dropped).
-func (r *PickRouter) OnKVEvents(pod int, ops []KVOp, now float64) {
+func (r *pickRouter) onKVEvents(pod int, ops []kvOp, now float64) {
 	r.now = now
 	r.seq[pod]++
 	b := &r.batch
@@ -111,11 +108,11 @@ func (r *PickRouter) OnKVEvents(pod int, ops []KVOp, now float64) {
 
 func init() {
 	for _, name := range routing.Names() {
-		routerFactories["pick:"+name] = func(p RouterParams) (Router, error) {
+		routerFactories["pick:"+name] = func(p RouterParams) (router, error) {
 			if p.MaxBatch == 0 {
 				p.MaxBatch = DefaultServiceModel().MaxBatch
 			}
-			return NewPickRouter(p.Pods, p.BlockSize, p.MaxBatch, name, p.SpecTTL)
+			return newPickRouter(p.Pods, p.BlockSize, p.MaxBatch, name, p.SpecTTL)
 		}
 		RouterOrder = append(RouterOrder, "pick:"+name)
 	}

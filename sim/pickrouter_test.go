@@ -11,37 +11,37 @@ import (
 // before any event lands on one pod through speculative entries, and
 // events then make the index answer.
 func TestPickRouterSpeculativeBurst(t *testing.T) {
-	r, err := NewPickRouter(4, 16, 64, routing.NameCost, 2)
+	r, err := newPickRouter(4, 16, 64, routing.NameCost, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	q := &Request{InputLength: 64, HashIDs: []uint64{10, 11, 12, 13}}
-	v := &View{Load: make([]int, 4), BlockSize: 16}
-	first := r.Route(q, v)
+	v := &view{Load: make([]int, 4), BlockSize: 16}
+	first := r.route(q, v)
 	v.Load[first]++
 	v.Now = 0.01
-	if got := r.Route(q, v); got != first {
+	if got := r.route(q, v); got != first {
 		t.Fatalf("second identical request went to %d, first to %d", got, first)
 	}
 	if c := r.res.Candidates[first]; c.SpeculativeBlocks != 4 {
 		t.Fatalf("no speculative blocks: %+v", c)
 	}
 	// The pod's events arrive: the match is indexed, no longer speculative.
-	r.OnKVEvents(first, []KVOp{{Blocks: q.HashIDs}}, 0.1)
+	r.onKVEvents(first, []kvOp{{Blocks: q.HashIDs}}, 0.1)
 	v.Now = 0.2
-	r.Route(q, v)
+	r.route(q, v)
 	if c := r.res.Candidates[first]; c.MatchedBlocks != 4 || c.SpeculativeBlocks != 0 {
 		t.Fatalf("after events: %+v", c)
 	}
 	// Without speculation the burst scatters by load.
-	r2, err := NewPickRouter(4, 16, 64, routing.NameCost, 0)
+	r2, err := newPickRouter(4, 16, 64, routing.NameCost, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v = &View{Load: make([]int, 4), BlockSize: 16}
-	a := r2.Route(q, v)
+	v = &view{Load: make([]int, 4), BlockSize: 16}
+	a := r2.route(q, v)
 	v.Load[a]++
-	if b := r2.Route(q, v); b == a {
+	if b := r2.route(q, v); b == a {
 		t.Fatalf("without speculation the second request still went to %d", b)
 	}
 }
@@ -53,11 +53,11 @@ func TestPickRoutersSimulate(t *testing.T) {
 		{Timestamp: 2, InputLength: 1536, OutputLength: 4, HashIDs: []uint64{1, 2, 3}}}
 	fc := FleetConfig{Pods: 3, Cache: cache.Config{Policy: "lru", Capacity: 100}, Service: DefaultServiceModel(), BlockSize: 512, Speedup: 1, EventLag: 0.1}
 	for _, name := range routing.Names() {
-		r, err := NewRouter("pick:"+name, DefaultRouterParams(3, 512, 100))
+		r, err := newRouter("pick:"+name, DefaultRouterParams(3, 512, 100))
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := Simulate(fc, reqs, r)
+		res, err := simulate(fc, reqs, r)
 		if err != nil || res.Requests != 3 {
 			t.Fatalf("%s: %v %+v", name, err, res)
 		}

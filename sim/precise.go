@@ -8,7 +8,7 @@ import (
 	"github.com/kvindex/kvindex/kvindex"
 )
 
-// PreciseRouter routes on the product itself: the daemon's indexer.Indexer
+// preciseRouter routes on the product itself: the daemon's indexer.Indexer
 // over its in-memory index, fed by the simulated pods' KV events through its
 // sink (the daemon's apply path) and asked with the daemon's Score. Events
 // carry the trace hash_ids as engine block hashes and no token ids, so the
@@ -25,8 +25,8 @@ import (
 // for that block arrive (which replace it) or the TTL passes. This covers the
 // event lag: without it, a burst of requests sharing a new prefix scatters
 // before the first one's BlockStored reaches the index.
-type PreciseRouter struct {
-	Guard       LoadGuard
+type preciseRouter struct {
+	Guard       loadGuard
 	MinMatch    float64
 	Speculative bool
 	TTL         float64
@@ -59,14 +59,14 @@ type specEntry struct {
 // simModel names the one model every simulated pod serves.
 const simModel = "sim"
 
-// NewPreciseRouter builds an in-memory indexer for a fleet of pods.
-func NewPreciseRouter(pods, blockSize int, guard LoadGuard, minMatch float64, speculative bool, ttl float64) (*PreciseRouter, error) {
+// newPreciseRouter builds an in-memory indexer for a fleet of pods.
+func newPreciseRouter(pods, blockSize int, guard loadGuard, minMatch float64, speculative bool, ttl float64) (*preciseRouter, error) {
 	idx, err := indexer.New(context.Background(), indexer.Config{
 		Keys: kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: blockSize}})
 	if err != nil {
 		return nil, fmt.Errorf("precise: %w", err)
 	}
-	r := &PreciseRouter{Guard: guard, MinMatch: minMatch, Speculative: speculative, TTL: ttl, idx: idx,
+	r := &preciseRouter{Guard: guard, MinMatch: minMatch, Speculative: speculative, TTL: ttl, idx: idx,
 		podIdx: make(map[string]int, pods), seq: make([]uint64, pods), matched: make([]int, pods), bs: blockSize,
 		query: indexer.Query{Model: simModel, Kind: indexer.InputHashes}}
 	for p := 0; p < pods; p++ {
@@ -80,18 +80,18 @@ func NewPreciseRouter(pods, blockSize int, guard LoadGuard, minMatch float64, sp
 	return r, nil
 }
 
-func (r *PreciseRouter) Name() string {
+func (r *preciseRouter) name() string {
 	if r.Speculative {
 		return "precise+spec"
 	}
 	return "precise"
 }
 
-// Indexer exposes the indexer (tests read its pod listing).
-func (r *PreciseRouter) Indexer() *indexer.Indexer { return r.idx }
+// indexer exposes the indexer (tests read its pod listing).
+func (r *preciseRouter) indexer() *indexer.Indexer { return r.idx }
 
-func (r *PreciseRouter) Route(q *Request, v *View) int {
-	r.Match(q.HashIDs, r.matched)
+func (r *preciseRouter) route(q *Request, v *view) int {
+	r.match(q.HashIDs, r.matched)
 	if r.Speculative {
 		r.expire(v.Now)
 		for p := range r.matched {
@@ -114,9 +114,9 @@ func (r *PreciseRouter) Route(q *Request, v *View) int {
 	return best
 }
 
-// Match writes into matched[p] how many leading blocks of hashes fleet pod p
+// match writes into matched[p] how many leading blocks of hashes fleet pod p
 // holds according to the indexer (speculative entries not included).
-func (r *PreciseRouter) Match(hashes []uint64, matched []int) {
+func (r *preciseRouter) match(hashes []uint64, matched []int) {
 	clear(matched)
 	if len(hashes) == 0 {
 		return
@@ -134,7 +134,7 @@ func (r *PreciseRouter) Match(hashes []uint64, matched []int) {
 	}
 }
 
-func (r *PreciseRouter) specLive(p int, h uint64, now float64) bool {
+func (r *preciseRouter) specLive(p int, h uint64, now float64) bool {
 	exp, ok := r.spec[specKey{p, h}]
 	return ok && exp > now
 }
@@ -142,7 +142,7 @@ func (r *PreciseRouter) specLive(p int, h uint64, now float64) bool {
 // expire drops speculative entries whose TTL passed; the FIFO is in expiry
 // order because the TTL is constant. An entry refreshed later has a later
 // expiry in the map, so the stale FIFO record must not delete it.
-func (r *PreciseRouter) expire(now float64) {
+func (r *preciseRouter) expire(now float64) {
 	i := 0
 	for ; i < len(r.specFIFO) && r.specFIFO[i].exp <= now; i++ {
 		e := r.specFIFO[i]
@@ -155,12 +155,12 @@ func (r *PreciseRouter) expire(now float64) {
 	}
 }
 
-// SpecEntries is the number of live speculative entries (tests).
-func (r *PreciseRouter) SpecEntries() int { return len(r.spec) }
+// specEntries is the number of live speculative entries (tests).
+func (r *preciseRouter) specEntries() int { return len(r.spec) }
 
-// OnKVEvents feeds one pod's events to the applier as an engine batch, and
+// onKVEvents feeds one pod's events to the applier as an engine batch, and
 // drops the speculative entries the real events now answer for.
-func (r *PreciseRouter) OnKVEvents(pod int, ops []KVOp, now float64) {
+func (r *preciseRouter) onKVEvents(pod int, ops []kvOp, now float64) {
 	r.seq[pod]++
 	b := &r.batch
 	*b = kvindex.Batch{Pod: r.names[pod], Model: simModel, Engine: kvindex.EngineVLLM, Seq: r.seq[pod], Timestamp: now,
@@ -181,10 +181,10 @@ func (r *PreciseRouter) OnKVEvents(pod int, ops []KVOp, now float64) {
 }
 
 func init() {
-	routerFactories["precise"] = func(p RouterParams) (Router, error) {
-		return NewPreciseRouter(p.Pods, p.BlockSize, LoadGuard{p.GuardAbs}, p.MinMatch, false, 0)
+	routerFactories["precise"] = func(p RouterParams) (router, error) {
+		return newPreciseRouter(p.Pods, p.BlockSize, loadGuard{p.GuardAbs}, p.MinMatch, false, 0)
 	}
-	routerFactories["precise+spec"] = func(p RouterParams) (Router, error) {
-		return NewPreciseRouter(p.Pods, p.BlockSize, LoadGuard{p.GuardAbs}, p.MinMatch, true, p.SpecTTL)
+	routerFactories["precise+spec"] = func(p RouterParams) (router, error) {
+		return newPreciseRouter(p.Pods, p.BlockSize, loadGuard{p.GuardAbs}, p.MinMatch, true, p.SpecTTL)
 	}
 }

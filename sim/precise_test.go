@@ -8,9 +8,9 @@ import (
 	"github.com/kvindex/kvindex/sim/cache"
 )
 
-func newPrecise(t *testing.T, spec bool) *PreciseRouter {
+func newPrecise(t *testing.T, spec bool) *preciseRouter {
 	t.Helper()
-	r, err := NewPreciseRouter(3, 512, LoadGuard{Abs: 4}, 0, spec, 2)
+	r, err := newPreciseRouter(3, 512, loadGuard{Abs: 4}, 0, spec, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,21 +21,21 @@ func newPrecise(t *testing.T, spec bool) *PreciseRouter {
 func TestPreciseFollowsAppliedEvents(t *testing.T) {
 	r := newPrecise(t, false)
 	q := &Request{InputLength: 1536, HashIDs: []uint64{1, 2, 3}}
-	r.OnKVEvents(2, []KVOp{{Blocks: []uint64{1, 2}}}, 0)
-	if p := r.Route(q, view(0, 0, 0)); p != 2 {
+	r.onKVEvents(2, []kvOp{{Blocks: []uint64{1, 2}}}, 0)
+	if p := r.route(q, loadView(0, 0, 0)); p != 2 {
 		t.Fatalf("routed to %d, want 2 (holds [1,2])", p)
 	}
 	// Load guard: pod 2 at 5 > min 0 + 4 is not eligible -> least loaded.
-	if p := r.Route(q, view(0, 1, 5)); p != 0 {
+	if p := r.route(q, loadView(0, 1, 5)); p != 0 {
 		t.Fatalf("guarded: routed to %d, want 0", p)
 	}
 	// Block 1 removed: the prefix is gone from pod 2 (block 2 alone is no prefix).
-	r.OnKVEvents(2, []KVOp{{Removed: true, Blocks: []uint64{1}}}, 1)
-	if p := r.Route(q, view(1, 0, 0)); p != 1 {
+	r.onKVEvents(2, []kvOp{{Removed: true, Blocks: []uint64{1}}}, 1)
+	if p := r.route(q, loadView(1, 0, 0)); p != 1 {
 		t.Fatalf("after removal routed to %d, want least loaded 1", p)
 	}
 	var found bool
-	for _, ps := range r.Indexer().Pods(context.Background(), nil) {
+	for _, ps := range r.indexer().Pods(context.Background(), nil) {
 		if st := ps.Stats; st.Pod == "pod-2" {
 			found = true
 			if st.BlocksStored != 2 || st.BlocksRemoved != 1 || st.ParityUnverified != 2 || st.Untrusted {
@@ -54,29 +54,29 @@ func TestPreciseSpeculative(t *testing.T) {
 	plain, spec := newPrecise(t, false), newPrecise(t, true)
 	a := &Request{InputLength: 1024, HashIDs: []uint64{1, 2}}
 	b := &Request{InputLength: 1536, HashIDs: []uint64{1, 2, 5}}
-	v := view(0, 0, 0)
-	if p := spec.Route(a, v); p != 0 {
+	v := loadView(0, 0, 0)
+	if p := spec.route(a, v); p != 0 {
 		t.Fatalf("first request to %d", p)
 	}
-	plain.Route(a, v)
+	plain.route(a, v)
 	v.Now = 0.5 // no events yet
-	if p := spec.Route(b, v); p != 0 {
+	if p := spec.route(b, v); p != 0 {
 		t.Fatalf("speculative: routed to %d, want 0", p)
 	}
-	if p := plain.Route(b, v); p == 0 {
+	if p := plain.route(b, v); p == 0 {
 		t.Fatal("plain precise cannot know pod 0 before its events")
 	}
-	if n := spec.SpecEntries(); n != 3 {
+	if n := spec.specEntries(); n != 3 {
 		t.Fatalf("%d speculative entries, want 3 (pod 0: 1, 2, 5)", n)
 	}
-	spec.OnKVEvents(0, []KVOp{{Blocks: []uint64{1, 2}}}, 0.6)
-	if n := spec.SpecEntries(); n != 1 {
+	spec.onKVEvents(0, []kvOp{{Blocks: []uint64{1, 2}}}, 0.6)
+	if n := spec.specEntries(); n != 1 {
 		t.Fatalf("%d speculative entries after real events, want 1", n)
 	}
 	// Block 5 never gets a real event: its entry expires at 0.5 + 2.
 	v.Now = 2.6
-	spec.Route(&Request{InputLength: 512, HashIDs: []uint64{9}}, v) // sweeps; adds (pod, 9)
-	if n := spec.SpecEntries(); n != 1 {
+	spec.route(&Request{InputLength: 512, HashIDs: []uint64{9}}, v) // sweeps; adds (pod, 9)
+	if n := spec.specEntries(); n != 1 {
 		t.Fatalf("%d speculative entries after TTL, want 1 (the new one)", n)
 	}
 }
@@ -104,20 +104,20 @@ func TestSimulateSpeculativeCoversEventLag(t *testing.T) {
 		spec bool
 		hit  int64
 	}{{false, 6144}, {true, 9216}} {
-		r, err := NewPreciseRouter(4, 512, LoadGuard{Abs: 4}, 0, tc.spec, 2)
+		r, err := newPreciseRouter(4, 512, loadGuard{Abs: 4}, 0, tc.spec, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := Simulate(cfg, reqs, r)
+		res, err := simulate(cfg, reqs, r)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if res.HitTokens != tc.hit {
-			t.Errorf("%s: %d hit tokens, want %d (per pod %v)", r.Name(), res.HitTokens, tc.hit, res.PerPod)
+			t.Errorf("%s: %d hit tokens, want %d (per pod %v)", r.name(), res.HitTokens, tc.hit, res.PerPod)
 		}
 		// Every speculative entry was answered by a real event by the end.
-		if tc.spec && r.SpecEntries() != 0 {
-			t.Errorf("speculative entries left after real events: %d", r.SpecEntries())
+		if tc.spec && r.specEntries() != 0 {
+			t.Errorf("speculative entries left after real events: %d", r.specEntries())
 		}
 	}
 }
@@ -128,15 +128,15 @@ func TestPreciseIndexMirrorsPodsAfterRun(t *testing.T) {
 	reqs := loadTestTrace(t, "synthetic_trace")[:1500]
 	cfg := FleetConfig{Pods: 4, Cache: cache.Config{Policy: "s3fifo", Capacity: 300}, BlockSize: 512, Speedup: 1, EventLag: 0.5,
 		Service: DefaultServiceModel()}
-	r, err := NewPreciseRouter(4, 512, LoadGuard{Abs: 4}, 0, true, 2)
+	r, err := newPreciseRouter(4, 512, loadGuard{Abs: 4}, 0, true, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Simulate(cfg, reqs, r)
+	res, err := simulate(cfg, reqs, r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods := r.Indexer().Pods(context.Background(), nil)
+	pods := r.indexer().Pods(context.Background(), nil)
 	if len(pods) != 4 {
 		t.Fatalf("indexer lists %d pods, want 4", len(pods))
 	}

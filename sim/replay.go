@@ -6,8 +6,8 @@ import (
 	"github.com/kvindex/kvindex/sim/cache"
 )
 
-// ReplayResult is the JSON object `kvindexd replay` prints; field order is the
-// order sim/README.md lists.
+// ReplayResult is the JSON object `kvsim replay` prints; field order is the
+// order docs/simulator.md lists.
 type ReplayResult struct {
 	Policy            string  `json:"policy"`
 	Capacity          int     `json:"capacity"`
@@ -20,7 +20,7 @@ type ReplayResult struct {
 	// PerRequest is filled only when asked for; it is then always printed
 	// (an empty trace gives []), which omitempty could not express, so
 	// MarshalJSON handles it.
-	PerRequest []RequestResult `json:"-"`
+	PerRequest []requestResult `json:"-"`
 }
 
 // MarshalJSON prints per_request exactly when PerRequest is non-nil.
@@ -31,21 +31,21 @@ func (r ReplayResult) MarshalJSON() ([]byte, error) {
 	}
 	return json.Marshal(struct {
 		plain
-		PerRequest []RequestResult `json:"per_request"`
+		PerRequest []requestResult `json:"per_request"`
 	}{plain(r), r.PerRequest})
 }
 
-// RequestResult is one entry of per_request.
-type RequestResult struct {
+// requestResult is one entry of per_request.
+type requestResult struct {
 	PromptTokens int `json:"prompt_tokens"`
 	HitTokens    int `json:"hit_tokens"`
 }
 
-// PrefixHit returns k, the number of leading hash_ids resident in p (scan from
+// prefixHit returns k, the number of leading hash_ids resident in p (scan from
 // index 0, stop at the first miss: longest prefix, not set intersection), and
 // the hit tokens min(k*blockSize, inputLength) (the last block is usually
 // partial, so k*blockSize alone would overcount).
-func PrefixHit(p cache.Policy, r *Request, blockSize int) (k, hitTokens int) {
+func prefixHit(p cache.Policy, r *Request, blockSize int) (k, hitTokens int) {
 	for k < len(r.HashIDs) && p.Contains(r.HashIDs[k]) {
 		k++
 	}
@@ -57,19 +57,19 @@ func PrefixHit(p cache.Policy, r *Request, blockSize int) (k, hitTokens int) {
 func Replay(reqs []Request, p cache.Policy, blockSize int, perRequest bool) ReplayResult {
 	res := ReplayResult{Policy: p.Name(), Capacity: p.Capacity(), BlockSize: blockSize, Requests: len(reqs)}
 	if perRequest {
-		res.PerRequest = make([]RequestResult, 0, len(reqs))
+		res.PerRequest = make([]requestResult, 0, len(reqs))
 	}
 	var scratch []uint64
 	for i := range reqs {
 		r := &reqs[i]
-		_, hit := PrefixHit(p, r, blockSize)
+		_, hit := prefixHit(p, r, blockSize)
 		for _, h := range r.HashIDs {
 			scratch = p.Access(h, scratch[:0])
 		}
 		res.TotalPromptTokens += int64(r.InputLength)
 		res.TotalHitTokens += int64(hit)
 		if perRequest {
-			res.PerRequest = append(res.PerRequest, RequestResult{PromptTokens: r.InputLength, HitTokens: hit})
+			res.PerRequest = append(res.PerRequest, requestResult{PromptTokens: r.InputLength, HitTokens: hit})
 		}
 	}
 	if res.TotalPromptTokens > 0 {
@@ -79,8 +79,8 @@ func Replay(reqs []Request, p cache.Policy, blockSize int, perRequest bool) Repl
 	return res
 }
 
-// UnboundedHitRate is the ceiling: every block ever seen stays resident.
-func UnboundedHitRate(reqs []Request, blockSize int) (hit, total int64) {
+// unboundedHitRate is the ceiling: every block ever seen stays resident.
+func unboundedHitRate(reqs []Request, blockSize int) (hit, total int64) {
 	seen := make(map[uint64]struct{})
 	for i := range reqs {
 		r := &reqs[i]

@@ -138,43 +138,6 @@ func TestReplayS3FIFOWorkedTrace(t *testing.T) {
 	}
 }
 
-func TestRunReplayJSON(t *testing.T) {
-	trace := `{"timestamp": 0, "input_length": 700, "output_length": 5, "hash_ids": [1, 2]}
-{"timestamp": 1, "input_length": 700, "output_length": 5, "hash_ids": [1, 2]}
-`
-	var out, errb bytes.Buffer
-	err := RunReplay([]string{"--trace", "-", "--policy", "s3fifo", "--capacity", "20", "--per-request"},
-		strings.NewReader(trace), &out, &errb)
-	if err != nil {
-		t.Fatal(err, errb.String())
-	}
-	want := `{"policy":"s3fifo","capacity":20,"block_size":512,"requests":2,"total_prompt_tokens":1400,"total_hit_tokens":700,"overall_hit_rate":0.5,"final_cache_blocks":2,"per_request":[{"prompt_tokens":700,"hit_tokens":0},{"prompt_tokens":700,"hit_tokens":700}]}` + "\n"
-	if out.String() != want {
-		t.Fatalf("got  %s\nwant %s", out.String(), want)
-	}
-	// --per-request always prints the array, even for a trace with no requests.
-	out.Reset()
-	if err := RunReplay([]string{"--trace", "-", "--capacity", "5", "--per-request"}, strings.NewReader("\n"), &out, &errb); err != nil {
-		t.Fatal(err)
-	}
-	if want := `{"policy":"lru","capacity":5,"block_size":512,"requests":0,"total_prompt_tokens":0,"total_hit_tokens":0,"overall_hit_rate":0,"final_cache_blocks":0,"per_request":[]}` + "\n"; out.String() != want {
-		t.Fatalf("empty trace: got %s want %s", out.String(), want)
-	}
-	for _, bad := range [][]string{
-		{"--policy", "lru", "--capacity", "5"},
-		{"--trace", "-", "--policy", "lru", "--capacity", "0"},
-		{"--trace", "-", "--policy", "mru", "--capacity", "5"},
-	} {
-		if err := RunReplay(bad, strings.NewReader(trace), &out, &errb); err == nil {
-			t.Errorf("RunReplay(%v) accepted", bad)
-		}
-	}
-	if err := RunReplay([]string{"--trace", "-", "--capacity", "5"}, strings.NewReader("{bad\n"), &out, &errb); err == nil ||
-		!strings.Contains(err.Error(), "line 1") {
-		t.Errorf("malformed trace: err %v, want line 1", err)
-	}
-}
-
 func loadTestTrace(t *testing.T, name string) []Request {
 	t.Helper()
 	reqs, err := ReadTraceFile("testdata/mooncake/" + name + ".jsonl.gz")
@@ -199,7 +162,7 @@ func TestReplayRealTraces(t *testing.T) {
 		if len(reqs) != tc.n {
 			t.Fatalf("%s: %d requests, want %d", tc.name, len(reqs), tc.n)
 		}
-		h, tot := UnboundedHitRate(reqs, 512)
+		h, tot := unboundedHitRate(reqs, 512)
 		if r := float64(h) / float64(tot); math.Abs(r-tc.ceiling) > 0.0005 {
 			t.Errorf("%s unbounded hit rate %.4f, want %.3f", tc.name, r, tc.ceiling)
 		}

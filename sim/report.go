@@ -22,28 +22,32 @@ type Report struct {
 	EventLag  float64      `json:"event_lag_s"`
 	Service   ServiceModel `json:"service"`
 	Ceiling   float64      `json:"unbounded_hit_rate"`
-	Results   []Result     `json:"results"`
+	Results   []result     `json:"results"`
 }
 
 // WriteTable prints the human table.
 func WriteTable(w io.Writer, rep *Report) {
 	fmt.Fprintf(w, "trace %s: %d pods x %d blocks (%s), speedup %g, event lag %gs; unbounded-cache hit rate %.1f%%\n",
 		rep.Trace, rep.Pods, rep.CachePer, rep.Policy, rep.Speedup, rep.EventLag, 100*rep.Ceiling)
-	fmt.Fprintf(w, "%-14s %8s %9s %9s %9s %8s %9s %11s %8s\n",
-		"policy", "hit%", "ttft_p50", "ttft_p90", "ttft_p99", "pod_max", "pod_mean", "cache_blks", "wall_s")
+	nw := len("policy")
 	for _, r := range rep.Results {
-		fmt.Fprintf(w, "%-14s %7.1f%% %8.2fs %8.2fs %8.2fs %8d %9.1f %11d %8.2f\n",
-			r.Policy, 100*r.HitRate, r.TTFTp50, r.TTFTp90, r.TTFTp99, r.PerPodMax, r.PerPodMean, r.CacheBlocksUsed, r.WallSeconds)
+		nw = max(nw, len(r.Policy))
+	}
+	fmt.Fprintf(w, "%-*s %8s %9s %9s %9s %9s %8s %9s %11s %8s\n", nw,
+		"policy", "hit%", "ttft_mean", "ttft_p50", "ttft_p90", "ttft_p99", "pod_max", "pod_mean", "cache_blks", "wall_s")
+	for _, r := range rep.Results {
+		fmt.Fprintf(w, "%-*s %7.1f%% %8.3fs %8.2fs %8.2fs %8.2fs %8d %9.1f %11d %8.2f\n", nw,
+			r.Policy, 100*r.HitRate, r.TTFTMean, r.TTFTp50, r.TTFTp90, r.TTFTp99, r.PerPodMax, r.PerPodMean, r.CacheBlocksUsed, r.WallSeconds)
 	}
 }
 
-// WriteMarkdown prints the table as Markdown (sim/README.md).
+// WriteMarkdown prints the table as Markdown (docs/simulator.md).
 func WriteMarkdown(w io.Writer, rep *Report) {
-	fmt.Fprintf(w, "| policy | hit rate | TTFT p50 | TTFT p90 | TTFT p99 | req/pod max | req/pod mean | cache blocks used |\n")
-	fmt.Fprintf(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	fmt.Fprintf(w, "| policy | hit rate | TTFT mean | TTFT p50 | TTFT p90 | TTFT p99 | req/pod max | req/pod mean | cache blocks used |\n")
+	fmt.Fprintf(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range rep.Results {
-		fmt.Fprintf(w, "| %s | %.1f%% | %.2fs | %.2fs | %.2fs | %d | %.1f | %d |\n",
-			r.Policy, 100*r.HitRate, r.TTFTp50, r.TTFTp90, r.TTFTp99, r.PerPodMax, r.PerPodMean, r.CacheBlocksUsed)
+		fmt.Fprintf(w, "| %s | %.1f%% | %.3fs | %.2fs | %.2fs | %.2fs | %d | %.1f | %d |\n",
+			r.Policy, 100*r.HitRate, r.TTFTMean, r.TTFTp50, r.TTFTp90, r.TTFTp99, r.PerPodMax, r.PerPodMean, r.CacheBlocksUsed)
 	}
 }
 
@@ -111,7 +115,7 @@ func WriteSVG(w io.Writer, rep *Report) error {
 		width, height, width, height)
 	p(`<rect width="100%%" height="100%%" fill="white"/>`)
 	p(`<text x="%d" y="22" font-size="14" font-weight="bold">%s</text>`, margin, html.EscapeString(title))
-	p(`<text x="%d" y="40" fill="#555">per routing policy, simulated fleet (service model: sim/README.md)</text>`, margin)
+	p(`<text x="%d" y="40" fill="#555">per routing policy, simulated fleet (service model: docs/simulator.md)</text>`, margin)
 
 	// Panel headers and legends.
 	p(`<text x="%d" y="62" font-weight="bold">Prompt-token hit rate (higher is better)</text>`, x1)
@@ -203,7 +207,7 @@ func WriteScenarioTable(w io.Writer, rep *ScenarioReport) {
 }
 
 // WriteScenarioMarkdown prints the summary and the per-stage TTFT p90 and
-// throughput as Markdown tables (sim/README.md).
+// throughput as Markdown tables (docs/simulator.md).
 func WriteScenarioMarkdown(w io.Writer, rep *ScenarioReport) {
 	fmt.Fprintf(w, "| scheduler | output tok/s | req/s | TTFT p90 | TTFT mean | ITL mean | hit rate | preemptions | success |\n")
 	fmt.Fprintf(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
@@ -289,7 +293,7 @@ func WriteScenarioSVG(w io.Writer, rep *ScenarioReport) error {
 		width, height, width, height)
 	p(`<rect width="100%%" height="100%%" fill="white"/>`)
 	p(`<text x="%d" y="22" font-size="14" font-weight="bold">%s</text>`, margin, html.EscapeString(rep.Scenario))
-	p(`<text x="%d" y="40" fill="#555">%d pods x %d KV blocks of %d tokens; simulated (sim/README.md, engine model)</text>`,
+	p(`<text x="%d" y="40" fill="#555">%d pods x %d KV blocks of %d tokens; simulated (docs/simulator.md, engine model)</text>`,
 		margin, rep.Pods, rep.KVBlocks, rep.Block)
 	p(`<text x="%d" y="%d" font-weight="bold">TTFT p90, s (log scale; lower is better)</text>`, x1, top-10)
 	p(`<text x="%d" y="%d" font-weight="bold">Output tokens/s (higher is better)</text>`, x2, top-10)

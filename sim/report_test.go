@@ -67,7 +67,7 @@ func parseSVG(t *testing.T, b []byte) (width float64, texts []svgText) {
 // names what the shades mean.
 func TestWriteSVGReadable(t *testing.T) {
 	rep := &Report{Trace: "conversation_trace.jsonl.gz", Pods: 8, CachePer: 2000, Policy: "lru", Speedup: 2, EventLag: 0.1,
-		Ceiling: 0.374, Results: []Result{
+		Ceiling: 0.374, Results: []result{
 			{Policy: "random", HitRate: 0.076, TTFTp50: 0.88, TTFTp90: 3.61},
 			{Policy: "precise+spec x4", HitRate: 0.265, TTFTp50: 0.52, TTFTp90: 2.58},
 		}}

@@ -14,7 +14,7 @@ import (
 // noEvents is embedded by routers that never look at engine events.
 type noEvents struct{}
 
-func (noEvents) OnKVEvents(int, []KVOp, float64) {}
+func (noEvents) onKVEvents(int, []kvOp, float64) {}
 
 // leastLoaded returns the pod with the fewest in-flight requests; ties go to
 // the first such pod at or after *next, which then advances, so an idle fleet
@@ -40,41 +40,41 @@ func minMax(load []int) (lo, hi int) {
 	return lo, hi
 }
 
-// RandomRouter picks a pod uniformly at random (seeded: deterministic).
-type RandomRouter struct {
+// randomRouter picks a pod uniformly at random (seeded: deterministic).
+type randomRouter struct {
 	noEvents
 	rng *rand.Rand
 }
 
-func NewRandomRouter(seed uint64) *RandomRouter {
-	return &RandomRouter{rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))}
+func newRandomRouter(seed uint64) *randomRouter {
+	return &randomRouter{rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))}
 }
-func (*RandomRouter) Name() string                    { return "random" }
-func (r *RandomRouter) Route(_ *Request, v *View) int { return r.rng.IntN(len(v.Load)) }
+func (*randomRouter) name() string                    { return "random" }
+func (r *randomRouter) route(_ *Request, v *view) int { return r.rng.IntN(len(v.Load)) }
 
-// RoundRobinRouter cycles through the pods.
-type RoundRobinRouter struct {
+// roundRobinRouter cycles through the pods.
+type roundRobinRouter struct {
 	noEvents
 	next int
 }
 
-func (*RoundRobinRouter) Name() string { return "round-robin" }
-func (r *RoundRobinRouter) Route(_ *Request, v *View) int {
+func (*roundRobinRouter) name() string { return "round-robin" }
+func (r *roundRobinRouter) route(_ *Request, v *view) int {
 	p := r.next % len(v.Load)
 	r.next = p + 1
 	return p
 }
 
-// LeastLoadedRouter picks the pod with the fewest in-flight requests.
-type LeastLoadedRouter struct {
+// leastLoadedRouter picks the pod with the fewest in-flight requests.
+type leastLoadedRouter struct {
 	noEvents
 	next int
 }
 
-func (*LeastLoadedRouter) Name() string                    { return "least-loaded" }
-func (r *LeastLoadedRouter) Route(_ *Request, v *View) int { return leastLoaded(v.Load, &r.next) }
+func (*leastLoadedRouter) name() string                    { return "least-loaded" }
+func (r *leastLoadedRouter) route(_ *Request, v *view) int { return leastLoaded(v.Load, &r.next) }
 
-// CHWBLRouter is KubeAI's PrefixHash strategy: consistent hashing with bounded
+// chwblRouter is KubeAI's PrefixHash strategy: consistent hashing with bounded
 // loads on the prompt head. Each pod has Replication points on a ring
 // (xxhash of name+replica); the request key (the first HeadBlocks hash_ids,
 // standing in for KubeAI's first prefixCharLength=100 characters, which is
@@ -83,7 +83,7 @@ func (r *LeastLoadedRouter) Route(_ *Request, v *View) int { return leastLoaded(
 // load+1 <= (totalLoad+1)/n * LoadFactor (always OK when the fleet is idle).
 // If none passes, the first pod on the walk is used (KubeAI's default endpoint).
 // Defaults from KubeAI's CRD: meanLoadPercentage 125, replication 256.
-type CHWBLRouter struct {
+type chwblRouter struct {
 	noEvents
 	HeadBlocks int
 	LoadFactor float64
@@ -96,8 +96,8 @@ type ringPoint struct {
 	pod int
 }
 
-func NewCHWBLRouter(pods, replication, headBlocks int, loadFactor float64) *CHWBLRouter {
-	r := &CHWBLRouter{HeadBlocks: headBlocks, LoadFactor: loadFactor}
+func newCHWBLRouter(pods, replication, headBlocks int, loadFactor float64) *chwblRouter {
+	r := &chwblRouter{HeadBlocks: headBlocks, LoadFactor: loadFactor}
 	for p := 0; p < pods; p++ {
 		for i := 0; i < replication; i++ {
 			r.ring = append(r.ring, ringPoint{xxh3.HashString(fmt.Sprintf("pod-%d%d", p, i)), p})
@@ -107,9 +107,9 @@ func NewCHWBLRouter(pods, replication, headBlocks int, loadFactor float64) *CHWB
 	return r
 }
 
-func (*CHWBLRouter) Name() string { return "chwbl" }
+func (*chwblRouter) name() string { return "chwbl" }
 
-func (r *CHWBLRouter) Route(q *Request, v *View) int {
+func (r *chwblRouter) route(q *Request, v *view) int {
 	r.buf = r.buf[:0]
 	for i := 0; i < r.HeadBlocks && i < len(q.HashIDs); i++ {
 		r.buf = binary.LittleEndian.AppendUint64(r.buf, q.HashIDs[i])
@@ -157,17 +157,17 @@ func (l podLRUs) record(p int, hs []uint64, scratch []uint64) []uint64 {
 	return scratch
 }
 
-// LoadGuard keeps cache affinity from creating hot spots: a pod is eligible
+// loadGuard keeps cache affinity from creating hot spots: a pod is eligible
 // for a cache-affine choice only while load <= minLoad + Abs. Abs < 0 disables.
-type LoadGuard struct{ Abs int }
+type loadGuard struct{ Abs int }
 
-func (g LoadGuard) ok(load []int, p, lo int) bool { return g.Abs < 0 || load[p] <= lo+g.Abs }
+func (g loadGuard) ok(load []int, p, lo int) bool { return g.Abs < 0 || load[p] <= lo+g.Abs }
 
 // affinityChoice is the decision approx-prefix and precise share, given each
 // pod's matched leading blocks: among pods passing the load guard, the
 // longest match (ties: less loaded, then lower index); least loaded when no
 // eligible pod matches or the match covers less than minMatch of the prompt.
-func affinityChoice(matched []int, q *Request, v *View, g LoadGuard, minMatch float64, next *int) int {
+func affinityChoice(matched []int, q *Request, v *view, g loadGuard, minMatch float64, next *int) int {
 	lo, _ := minMax(v.Load)
 	best, bestK := -1, 0
 	for p, k := range matched {
@@ -184,28 +184,28 @@ func affinityChoice(matched []int, q *Request, v *View, g LoadGuard, minMatch fl
 	return best
 }
 
-// ApproxRouter is the Gateway API Inference Extension's approximate-prefix proposal: an approximate router-side prefix
+// approxRouter is the Gateway API Inference Extension's approximate-prefix proposal: an approximate router-side prefix
 // index from routing history, one LRU of Capacity blocks per pod (mimicking
 // the engine's LRU), longest-prefix match; the affinity is used only when the
 // match covers at least MinMatch of the prompt and the pod passes the load
 // guard, otherwise least-loaded. Ties: more matched, then less loaded.
-type ApproxRouter struct {
+type approxRouter struct {
 	noEvents
 	lrus     podLRUs
-	Guard    LoadGuard
+	Guard    loadGuard
 	MinMatch float64
 	next     int
 	scratch  []uint64
 	matched  []int
 }
 
-func NewApproxRouter(pods, capacity int, guard LoadGuard, minMatch float64) *ApproxRouter {
-	return &ApproxRouter{lrus: newPodLRUs(pods, capacity), Guard: guard, MinMatch: minMatch}
+func newApproxRouter(pods, capacity int, guard loadGuard, minMatch float64) *approxRouter {
+	return &approxRouter{lrus: newPodLRUs(pods, capacity), Guard: guard, MinMatch: minMatch}
 }
 
-func (*ApproxRouter) Name() string { return "approx-prefix" }
+func (*approxRouter) name() string { return "approx-prefix" }
 
-func (r *ApproxRouter) Route(q *Request, v *View) int {
+func (r *approxRouter) route(q *Request, v *view) int {
 	r.matched = r.matched[:0]
 	for p := range v.Load {
 		r.matched = append(r.matched, r.lrus.prefix(p, q.HashIDs))
@@ -215,7 +215,7 @@ func (r *ApproxRouter) Route(q *Request, v *View) int {
 	return best
 }
 
-// AIBrixRouter is AIBrix's prefix-cache routing. A router-side
+// aibrixRouter is AIBrix's prefix-cache routing. A router-side
 // table maps block hash -> pods it was routed to, bounded by BlockNumber
 // entries (AIBRIX_PREFIX_CACHE_BLOCK_NUMBER, default 200000) with LRU
 // eviction. Per request:
@@ -228,7 +228,7 @@ func (r *ApproxRouter) Route(q *Request, v *View) int {
 // The seed's pseudocode compares with "<" and its configuration text with
 // "<="; we use "<=", which is what makes a perfectly balanced fleet (stddev 0)
 // still follow the cache.
-type AIBrixRouter struct {
+type aibrixRouter struct {
 	noEvents
 	ImbalanceAbs int
 	LoadFactor   float64
@@ -244,14 +244,14 @@ type aibrixCand struct {
 	pct          float64
 }
 
-func NewAIBrixRouter(imbalanceAbs int, loadFactor float64, blockNumber int) *AIBrixRouter {
-	return &AIBrixRouter{ImbalanceAbs: imbalanceAbs, LoadFactor: loadFactor,
+func newAIBrixRouter(imbalanceAbs int, loadFactor float64, blockNumber int) *aibrixRouter {
+	return &aibrixRouter{ImbalanceAbs: imbalanceAbs, LoadFactor: loadFactor,
 		table: make(map[uint64]uint64), lru: cache.NewLRU(blockNumber)}
 }
 
-func (*AIBrixRouter) Name() string { return "aibrix" }
+func (*aibrixRouter) name() string { return "aibrix" }
 
-func (r *AIBrixRouter) Route(q *Request, v *View) int {
+func (r *aibrixRouter) route(q *Request, v *view) int {
 	lo, hi := minMax(v.Load)
 	target := -1
 	if hi-lo <= r.ImbalanceAbs && len(q.HashIDs) > 0 {
@@ -317,7 +317,7 @@ func meanStd(load []int) (mean, sd float64) {
 	return mean, math.Sqrt(sd / float64(len(load)))
 }
 
-// SGLangRouter is SGLang's cache-aware router (sgl-router / SGLang Model
+// sglangRouter is SGLang's cache-aware router (sgl-router / SGLang Model
 // Gateway). Imbalanced when (max-min) > BalanceAbs AND max > BalanceRel*min:
 // then shortest queue. Otherwise the approximate per-worker radix tree (here:
 // per-pod LRU over blocks from routing history, the tree's leaves at block
@@ -330,7 +330,7 @@ func meanStd(load []int) (mean, sd float64) {
 // Defaults from the gateway's CLI: cache_threshold 0.3,
 // balance_abs_threshold 64, balance_rel_threshold 1.5, max_tree_size 2^26
 // (characters; we bound each pod's tree at MaxTreeBlocks).
-type SGLangRouter struct {
+type sglangRouter struct {
 	noEvents
 	CacheThreshold float64
 	BalanceAbs     int
@@ -340,14 +340,14 @@ type SGLangRouter struct {
 	scratch        []uint64
 }
 
-func NewSGLangRouter(pods int, cacheThreshold float64, balanceAbs int, balanceRel float64, maxTreeBlocks int) *SGLangRouter {
-	return &SGLangRouter{CacheThreshold: cacheThreshold, BalanceAbs: balanceAbs, BalanceRel: balanceRel,
+func newSGLangRouter(pods int, cacheThreshold float64, balanceAbs int, balanceRel float64, maxTreeBlocks int) *sglangRouter {
+	return &sglangRouter{CacheThreshold: cacheThreshold, BalanceAbs: balanceAbs, BalanceRel: balanceRel,
 		lrus: newPodLRUs(pods, maxTreeBlocks)}
 }
 
-func (*SGLangRouter) Name() string { return "sglang" }
+func (*sglangRouter) name() string { return "sglang" }
 
-func (r *SGLangRouter) Route(q *Request, v *View) int {
+func (r *sglangRouter) route(q *Request, v *view) int {
 	lo, hi := minMax(v.Load)
 	var target int
 	if hi-lo > r.BalanceAbs && float64(hi) > r.BalanceRel*float64(lo) {
@@ -378,31 +378,31 @@ func (r *SGLangRouter) Route(q *Request, v *View) int {
 	return target
 }
 
-// ReplicatedRouter runs R independent replicas of one policy, as a router
+// replicatedRouter runs R independent replicas of one policy, as a router
 // deployment with R instances behind a load balancer does: request i is
 // decided by replica i mod R using only that replica's own state (its routing
 // history), while KV events, which every replica subscribes to, reach all of
 // them. Load is the fleet's true load for every replica (optimistic: real
 // replicas each know only their own in-flight requests).
-type ReplicatedRouter struct {
-	reps []Router
+type replicatedRouter struct {
+	reps []router
 	n    int
 }
 
-func NewReplicatedRouter(reps []Router) *ReplicatedRouter { return &ReplicatedRouter{reps: reps} }
+func newReplicatedRouter(reps []router) *replicatedRouter { return &replicatedRouter{reps: reps} }
 
-func (r *ReplicatedRouter) Name() string {
-	return fmt.Sprintf("%s x%d", r.reps[0].Name(), len(r.reps))
+func (r *replicatedRouter) name() string {
+	return fmt.Sprintf("%s x%d", r.reps[0].name(), len(r.reps))
 }
 
-func (r *ReplicatedRouter) Route(q *Request, v *View) int {
-	p := r.reps[r.n%len(r.reps)].Route(q, v)
+func (r *replicatedRouter) route(q *Request, v *view) int {
+	p := r.reps[r.n%len(r.reps)].route(q, v)
 	r.n++
 	return p
 }
 
-func (r *ReplicatedRouter) OnKVEvents(pod int, ops []KVOp, now float64) {
+func (r *replicatedRouter) onKVEvents(pod int, ops []kvOp, now float64) {
 	for _, x := range r.reps {
-		x.OnKVEvents(pod, ops, now)
+		x.onKVEvents(pod, ops, now)
 	}
 }

@@ -13,11 +13,11 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Scenario is a `kvindexd simulate --scenario FILE.yaml` file: a fleet of
+// Scenario is a `kvsim simulate --scenario FILE.yaml` file: a fleet of
 // vLLM pods, a staged load, a workload shape and the schedulers to compare.
 // The keys follow the benchmark harness the published results used
 // (inference-perf's load/data sections) so a published run can be restated
-// as a scenario. sim/README.md documents every key and its default.
+// as a scenario. docs/simulator.md documents every key and its default.
 type Scenario struct {
 	Name           string          `yaml:"name"`
 	Seed           uint64          `yaml:"seed"`
@@ -26,15 +26,15 @@ type Scenario struct {
 	BlockSize      int             `yaml:"block_size"`
 	KVEventLag     float64         `yaml:"kv_event_lag_s"`     // pod step end -> precise index applies its events
 	MetricsPeriod  float64         `yaml:"metrics_interval_s"` // scheduler's view of queue/KV usage is refreshed this often (0: live)
-	Engine         EngineSpec      `yaml:"engine"`
-	Load           LoadSpec        `yaml:"load"`
-	Data           DataSpec        `yaml:"data"`
-	Client         ClientSpec      `yaml:"client"`
-	Schedulers     []SchedulerSpec `yaml:"schedulers"`
+	Engine         engineSpec      `yaml:"engine"`
+	Load           loadSpec        `yaml:"load"`
+	Data           dataSpec        `yaml:"data"`
+	Client         clientSpec      `yaml:"client"`
+	Schedulers     []schedulerSpec `yaml:"schedulers"`
 }
 
-// ClientSpec is the `client:` section: how the load generator sends the
-// requests and how results are measured (sim/README.md, "Client model").
+// clientSpec is the `client:` section: how the load generator sends the
+// requests and how results are measured (docs/simulator.md, "Client model").
 //
 // open (the default): every request is sent at its arrival time, stages
 // follow each other on the clock, and throughput is what the fleet delivered
@@ -46,7 +46,7 @@ type Scenario struct {
 // on an idle fleet with a warm cache; a stage's output tokens/s are its
 // successful requests' tokens over the span from its first send to its last
 // response, and its requests/s are its requests over its send span.
-type ClientSpec struct {
+type clientSpec struct {
 	Type string `yaml:"type"` // open | inference-perf
 	// StageGap is the idle time between a stage's last response and the
 	// next stage's first scheduled send (inference-perf: load.interval 1 s
@@ -79,10 +79,10 @@ type ClientSpec struct {
 }
 
 // drains reports whether stages wait for their requests (inference-perf).
-func (c ClientSpec) drains() bool { return c.Type == "inference-perf" }
+func (c clientSpec) drains() bool { return c.Type == "inference-perf" }
 
-// EngineSpec is the `engine:` section (EngineConfig without the KV sizing).
-type EngineSpec struct {
+// engineSpec is the `engine:` section (EngineConfig without the KV sizing).
+type engineSpec struct {
 	PrefillTokensPerS   float64 `yaml:"prefill_tokens_per_s"`
 	DecodeITL           float64 `yaml:"decode_itl_s"`
 	DecodePerSeq        float64 `yaml:"decode_per_seq_s"`
@@ -93,34 +93,34 @@ type EngineSpec struct {
 	MaxNumBatchedTokens int     `yaml:"max_num_batched_tokens"`
 }
 
-// DefaultEngineSpec is an H100-class pod serving Qwen3-32B in BF16 with
-// tensor parallelism 2; the derivation of each number is in sim/README.md.
-func DefaultEngineSpec() EngineSpec {
-	return EngineSpec{PrefillTokensPerS: 16000, DecodeITL: 0.017, DecodePerSeq: 55e-6, DecodePerKVToken: 52e-9,
+// defaultEngineSpec is an H100-class pod serving Qwen3-32B in BF16 with
+// tensor parallelism 2; the derivation of each number is in docs/simulator.md.
+func defaultEngineSpec() engineSpec {
+	return engineSpec{PrefillTokensPerS: 16000, DecodeITL: 0.017, DecodePerSeq: 55e-6, DecodePerKVToken: 52e-9,
 		MaxNumSeqs: 1024, MaxNumBatchedTokens: 8192}
 }
 
-// LoadSpec is the `load:` section: consecutive stages of Poisson or evenly
+// loadSpec is the `load:` section: consecutive stages of Poisson or evenly
 // spaced ("constant") arrivals. The first WarmupStages stages are simulated
 // but left out of the summary, as the published summaries leave out theirs.
-type LoadSpec struct {
+type loadSpec struct {
 	Type         string      `yaml:"type"`
 	WarmupStages int         `yaml:"warmup_stages"`
-	Stages       []StageSpec `yaml:"stages"`
+	Stages       []stageSpec `yaml:"stages"`
 }
 
-// StageSpec is one load stage.
-type StageSpec struct {
+// stageSpec is one load stage.
+type stageSpec struct {
 	Rate     float64 `yaml:"rate"`     // requests per second
 	Duration float64 `yaml:"duration"` // seconds
 }
 
-// DataSpec is the `data:` section. shared_prefix: NumGroups system prompts
+// dataSpec is the `data:` section. shared_prefix: NumGroups system prompts
 // of SystemPromptLen tokens, each followed by NumPromptsPerGroup distinct
 // questions of QuestionLen tokens; every request generates OutputLen tokens
 // (ignore_eos). Requests cycle through the prompts in one seeded random
 // order, as inference-perf's shared-prefix generator does.
-type DataSpec struct {
+type dataSpec struct {
 	Type               string `yaml:"type"`
 	NumGroups          int    `yaml:"num_groups"`
 	NumPromptsPerGroup int    `yaml:"num_prompts_per_group"`
@@ -136,9 +136,9 @@ const (
 	maxPromptTokens     = 1 << 22
 )
 
-// ParseScenario reads and validates a scenario; unknown keys are errors (a
+// parseScenario reads and validates a scenario; unknown keys are errors (a
 // misspelt key must not silently fall back to a default).
-func ParseScenario(r io.Reader) (*Scenario, error) {
+func parseScenario(r io.Reader) (*Scenario, error) {
 	b, err := io.ReadAll(io.LimitReader(r, 1<<20+1))
 	if err != nil {
 		return nil, err
@@ -146,14 +146,14 @@ func ParseScenario(r io.Reader) (*Scenario, error) {
 	if len(b) > 1<<20 {
 		return nil, errors.New("scenario: file larger than 1 MiB")
 	}
-	sc := &Scenario{Seed: 1, KVEventLag: 0.05, MetricsPeriod: 0.05, Engine: DefaultEngineSpec(),
-		Load: LoadSpec{Type: "poisson"}, Data: DataSpec{Type: "shared_prefix"}, Client: ClientSpec{Type: "open", StageGap: 2}}
+	sc := &Scenario{Seed: 1, KVEventLag: 0.05, MetricsPeriod: 0.05, Engine: defaultEngineSpec(),
+		Load: loadSpec{Type: "poisson"}, Data: dataSpec{Type: "shared_prefix"}, Client: clientSpec{Type: "open", StageGap: 2}}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(sc); err != nil {
 		return nil, fmt.Errorf("scenario: %w", err)
 	}
-	if err := sc.Validate(); err != nil {
+	if err := sc.validate(); err != nil {
 		return nil, err
 	}
 	return sc, nil
@@ -166,16 +166,16 @@ func ReadScenarioFile(path string) (*Scenario, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return ParseScenario(f)
+	return parseScenario(f)
 }
 
 func finiteNonNeg(x float64) bool { return x >= 0 && !math.IsInf(x, 0) }
 
-// Validate checks every field; the error names the key.
-func (sc *Scenario) Validate() error {
+// validate checks every field; the error names the key.
+func (sc *Scenario) validate() error {
 	switch {
-	case sc.Pods < 1 || sc.Pods > maxPods:
-		return fmt.Errorf("scenario: pods must be in [1, %d]", maxPods)
+	case sc.Pods < 1 || sc.Pods > MaxPods:
+		return fmt.Errorf("scenario: pods must be in [1, %d]", MaxPods)
 	case sc.BlockSize < 1 || sc.BlockSize > 1<<16:
 		return errors.New("scenario: block_size must be in [1, 65536]")
 	case sc.KVTokensPerPod < sc.BlockSize:
@@ -251,28 +251,28 @@ func (sc *Scenario) Validate() error {
 	return nil
 }
 
-func (sc *Scenario) engineConfig() EngineConfig {
+func (sc *Scenario) engineConfig() engineConfig {
 	e := sc.Engine
-	return EngineConfig{KVBlocks: sc.KVTokensPerPod / max(sc.BlockSize, 1), BlockSize: sc.BlockSize, MaxNumSeqs: e.MaxNumSeqs,
+	return engineConfig{KVBlocks: sc.KVTokensPerPod / max(sc.BlockSize, 1), BlockSize: sc.BlockSize, MaxNumSeqs: e.MaxNumSeqs,
 		MaxNumBatchedTokens: e.MaxNumBatchedTokens, PrefillTokensPerS: e.PrefillTokensPerS, DecodeITL: e.DecodeITL,
 		DecodePerSeq: e.DecodePerSeq, DecodePerKVToken: e.DecodePerKVToken, SharedKVReadOnce: e.SharedKVReadOnce,
 		SharedKVReadShare: e.SharedKVReadShare}
 }
 
-// Prompt is one distinct prompt of a shared-prefix workload: a group's
+// prompt is one distinct prompt of a shared-prefix workload: a group's
 // system prompt followed by one of its questions. Its block hashes at any
 // block size are derived from (group, question, position), so equal hashes
 // mean equal token prefixes, at the engine's block size and at a router's.
-type Prompt struct {
+type prompt struct {
 	ID, Group, Question int
 	SystemLen, Len      int
 }
 
-// Hashes returns the hashes of the prompt's first min(full blocks, limit)
+// hashes returns the hashes of the prompt's first min(full blocks, limit)
 // blocks of blockSize tokens (limit <= 0: all full blocks). A block lying
 // wholly inside the system prompt is the group's; any later block is the
 // question's.
-func (p *Prompt) Hashes(blockSize, limit int) []uint64 {
+func (p *prompt) hashes(blockSize, limit int) []uint64 {
 	n := p.Len / blockSize
 	if limit > 0 {
 		n = min(n, limit)
@@ -288,23 +288,23 @@ func (p *Prompt) Hashes(blockSize, limit int) []uint64 {
 	return out
 }
 
-// ScenarioRequest is one generated request.
-type ScenarioRequest struct {
+// scenarioRequest is one generated request.
+type scenarioRequest struct {
 	Arrival   float64
 	Stage     int
-	Prompt    *Prompt
+	Prompt    *prompt
 	OutputLen int
 }
 
-// Workload is a scenario's generated prompts and requests (arrival order).
-type Workload struct {
-	Prompts  []Prompt
-	Requests []ScenarioRequest
+// workload is a scenario's generated prompts and requests (arrival order).
+type workload struct {
+	Prompts  []prompt
+	Requests []scenarioRequest
 	// StageStart[i] is when stage i begins.
 	StageStart []float64
 }
 
-// GenerateWorkload builds the scenario's requests, deterministically from
+// generateWorkload builds the scenario's requests, deterministically from
 // its seed: stage by stage, Poisson (exponential gaps) or constant (evenly
 // spaced) arrivals; order is one seeded shuffle of all (group, question)
 // prompts. With inference-perf's client request n of every stage uses
@@ -316,12 +316,12 @@ type Workload struct {
 // int(rate x duration) of them, as that harness schedules (the last may
 // fall after the nominal end), and Arrival is relative to the stage's own
 // start, which is only known when the run reaches it.
-func (sc *Scenario) GenerateWorkload() *Workload {
+func (sc *Scenario) generateWorkload() *workload {
 	d := sc.Data
-	w := &Workload{Prompts: make([]Prompt, 0, d.NumGroups*d.NumPromptsPerGroup)}
+	w := &workload{Prompts: make([]prompt, 0, d.NumGroups*d.NumPromptsPerGroup)}
 	for g := 0; g < d.NumGroups; g++ {
 		for q := 0; q < d.NumPromptsPerGroup; q++ {
-			w.Prompts = append(w.Prompts, Prompt{ID: len(w.Prompts), Group: g, Question: q, SystemLen: d.SystemPromptLen,
+			w.Prompts = append(w.Prompts, prompt{ID: len(w.Prompts), Group: g, Question: q, SystemLen: d.SystemPromptLen,
 				Len: d.SystemPromptLen + d.QuestionLen})
 		}
 	}
@@ -348,7 +348,7 @@ func (sc *Scenario) GenerateWorkload() *Workload {
 				k = n // inference-perf: every stage starts again at prompt 0
 			}
 			p := &w.Prompts[order[k%len(order)]]
-			w.Requests = append(w.Requests, ScenarioRequest{Arrival: at, Stage: si, Prompt: p, OutputLen: d.OutputLen})
+			w.Requests = append(w.Requests, scenarioRequest{Arrival: at, Stage: si, Prompt: p, OutputLen: d.OutputLen})
 			if sc.Load.Type == "constant" {
 				at += 1 / st.Rate
 			}
@@ -358,20 +358,20 @@ func (sc *Scenario) GenerateWorkload() *Workload {
 	return w
 }
 
-// SchedulerSpec is one entry of `schedulers:`: either a name (a built-in
-// profile, or a pick policy registered with RegisterPickPolicy), or a
+// schedulerSpec is one entry of `schedulers:`: either a name (a built-in
+// profile, or a pick policy registered with registerPickPolicy), or a
 // mapping with a name and an EndpointPickerConfig-style profile: weighted
 // scorers and a picker.
-type SchedulerSpec struct {
+type schedulerSpec struct {
 	Name    string       `yaml:"name"`
 	Picker  string       `yaml:"picker"` // max-score (default with scorers) | random
-	Scorers []ScorerSpec `yaml:"scorers"`
+	Scorers []scorerSpec `yaml:"scorers"`
 	Policy  string       `yaml:"policy"` // a registered pick policy (instead of scorers)
 	Router  string       `yaml:"router"` // a trace-simulator routing policy (RouterOrder), default parameters
 }
 
-// ScorerSpec is one weighted scorer of a profile.
-type ScorerSpec struct {
+// scorerSpec is one weighted scorer of a profile.
+type scorerSpec struct {
 	Type   string  `yaml:"type"` // precise-prefix | approx-prefix | kv-cache-utilization | queue
 	Weight float64 `yaml:"weight"`
 	// precise-prefix: "minmax" (default; the llm-d scorer the published runs
@@ -385,23 +385,23 @@ type ScorerSpec struct {
 }
 
 // UnmarshalYAML accepts a bare name as well as the mapping.
-func (s *SchedulerSpec) UnmarshalYAML(n *yaml.Node) error {
+func (s *schedulerSpec) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind == yaml.ScalarNode {
 		s.Name = n.Value
 		return nil
 	}
-	type plain SchedulerSpec
+	type plain schedulerSpec
 	var p plain
 	if err := n.Decode(&p); err != nil {
 		return err
 	}
-	*s = SchedulerSpec(p)
+	*s = schedulerSpec(p)
 	return nil
 }
 
 // resolve turns a spec into a full profile: a bare built-in name expands to
 // its profile, a bare registered policy name to that policy.
-func (s SchedulerSpec) resolve() (SchedulerSpec, error) {
+func (s schedulerSpec) resolve() (schedulerSpec, error) {
 	if strings.TrimSpace(s.Name) == "" {
 		return s, errors.New("scheduler needs a name")
 	}
@@ -490,14 +490,14 @@ func (s SchedulerSpec) resolve() (SchedulerSpec, error) {
 // scenario files use. GIE's approximate prefix scorer defaults: 64-character
 // blocks (16 tokens at its assumed 4 characters per token), 256 blocks, an
 // LRU of 31,250 blocks per server.
-var builtinProfiles = map[string]SchedulerSpec{
-	"precise": {Picker: "max-score", Scorers: []ScorerSpec{
+var builtinProfiles = map[string]schedulerSpec{
+	"precise": {Picker: "max-score", Scorers: []scorerSpec{
 		{Type: "precise-prefix", Weight: 3, Normalize: "minmax"},
 		{Type: "kv-cache-utilization", Weight: 2}, {Type: "queue", Weight: 2}}},
-	"estimated": {Picker: "max-score", Scorers: []ScorerSpec{
+	"estimated": {Picker: "max-score", Scorers: []scorerSpec{
 		{Type: "approx-prefix", Weight: 1, BlockSizeTokens: 16, MaxPrefixBlocks: 256, LRUCapacityPerServer: 31250},
 		{Type: "kv-cache-utilization", Weight: 1}, {Type: "queue", Weight: 1}}},
-	"load": {Picker: "max-score", Scorers: []ScorerSpec{
+	"load": {Picker: "max-score", Scorers: []scorerSpec{
 		{Type: "queue", Weight: 1}, {Type: "kv-cache-utilization", Weight: 1}}},
 	"random": {Picker: "random"},
 }

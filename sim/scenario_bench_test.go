@@ -9,15 +9,15 @@ func BenchmarkScenario73Capacity(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	wl := sc.GenerateWorkload()
+	wl := sc.generateWorkload()
 	for _, spec := range sc.Schedulers {
 		b.Run(spec.Name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				run, err := NewScenarioRun(sc, wl, spec)
+				run, err := newScenarioRun(sc, wl, spec)
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := run.Run(); err != nil {
+				if _, err := run.run(); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -12,24 +12,24 @@ import (
 // preciseIndex is the precise scorers' view of the fleet: the daemon's own
 // indexer (through PreciseRouter), fed by the simulated pods' KV events.
 type preciseIndex struct {
-	router  *PreciseRouter
+	router  *preciseRouter
 	matched []int
 }
 
 func newPreciseIndex(pods, blockSize int) (*preciseIndex, error) {
-	r, err := NewPreciseRouter(pods, blockSize, LoadGuard{-1}, 0, false, 0)
+	r, err := newPreciseRouter(pods, blockSize, loadGuard{-1}, 0, false, 0)
 	if err != nil {
 		return nil, err
 	}
 	return &preciseIndex{router: r, matched: make([]int, pods)}, nil
 }
 
-func (x *preciseIndex) apply(pod int, ops []KVOp, now float64) { x.router.OnKVEvents(pod, ops, now) }
+func (x *preciseIndex) apply(pod int, ops []kvOp, now float64) { x.router.onKVEvents(pod, ops, now) }
 
 // match writes each pod's leading matched blocks of hashes into eps, which
 // is indexed by fleet pod.
-func (x *preciseIndex) match(hashes []uint64, eps []Endpoint) {
-	x.router.Match(hashes, x.matched)
+func (x *preciseIndex) match(hashes []uint64, eps []endpoint) {
+	x.router.match(hashes, x.matched)
 	for p := range eps {
 		eps[p].MatchedBlocks = 0
 		if p < len(x.matched) {
@@ -38,12 +38,12 @@ func (x *preciseIndex) match(hashes []uint64, eps []Endpoint) {
 	}
 }
 
-// StageResult is one load stage's (or the summary's) outcome. Throughput is
+// stageResult is one load stage's (or the summary's) outcome. Throughput is
 // what the fleet delivered while the stage's load was offered: tokens
 // generated (requests completed) inside the stage's time window over its
 // duration. Latencies and hit rate are over the requests that arrived in the
 // stage, wherever they completed.
-type StageResult struct {
+type stageResult struct {
 	Stage            int     `json:"stage"`
 	Rate             float64 `json:"rate"`
 	Requests         int     `json:"requests"`
@@ -60,13 +60,13 @@ type StageResult struct {
 	SuccessRate float64 `json:"success_rate"`
 }
 
-// SchedulerResult is one scheduler's run: the summary over the measured
+// schedulerResult is one scheduler's run: the summary over the measured
 // stages (throughputs: mean of the stages', as the published summaries;
 // latencies and hit rate: over all measured requests) and every stage.
-type SchedulerResult struct {
+type schedulerResult struct {
 	Scheduler string `json:"scheduler"`
-	StageResult
-	Stages          []StageResult `json:"stages"`
+	stageResult
+	Stages          []stageResult `json:"stages"`
 	PerPodRequests  []int         `json:"requests_per_pod"`
 	MaxKVUsage      float64       `json:"max_kv_usage"`
 	RecomputeTokens int64         `json:"recompute_tokens"`
@@ -107,7 +107,7 @@ type scEvent struct {
 	kind scEvKind
 	pod  int
 	req  int
-	ops  []KVOp
+	ops  []kvOp
 }
 
 type scHeap []scEvent
@@ -128,24 +128,24 @@ func (h *scHeap) Pop() any {
 	return x
 }
 
-// ScenarioRun is the simulation of one scheduler on a scenario's workload.
+// scenarioRun is the simulation of one scheduler on a scenario's workload.
 // It is single threaded and deterministic for a given scenario (seed).
-type ScenarioRun struct {
+type scenarioRun struct {
 	sc       *Scenario
-	wl       *Workload
-	spec     SchedulerSpec
-	engines  []*Engine
+	wl       *workload
+	spec     schedulerSpec
+	engines  []*engine
 	sched    scheduler
 	index    *preciseIndex
 	events   scHeap
 	seq      uint64
 	records  []requestRecord
 	hashes   map[int][]uint64 // prompt ID -> engine block hashes
-	eps      []Endpoint
+	eps      []endpoint
 	inFlight []int
-	scraped  []Endpoint
+	scraped  []endpoint
 	nextScr  float64
-	progress []SeqProgress
+	progress []seqProgress
 	err      error
 	// Tokens generated and requests completed inside each stage's window.
 	stageTokens, stageDone []float64
@@ -161,18 +161,18 @@ type ScenarioRun struct {
 	maxOut      int // most requests outstanding at once (tests check the bound)
 	// OnStep, when set, is called after every engine step (tests check
 	// invariants there).
-	OnStep func(pod int, e *Engine)
+	OnStep func(pod int, e *engine)
 }
 
-// NewScenarioRun prepares a run of the scheduler spec (resolved) on wl.
-func NewScenarioRun(sc *Scenario, wl *Workload, spec SchedulerSpec) (*ScenarioRun, error) {
+// newScenarioRun prepares a run of the scheduler spec (resolved) on wl.
+func newScenarioRun(sc *Scenario, wl *workload, spec schedulerSpec) (*scenarioRun, error) {
 	spec, err := spec.resolve()
 	if err != nil {
 		return nil, err
 	}
-	r := &ScenarioRun{sc: sc, wl: wl, spec: spec, records: make([]requestRecord, len(wl.Requests)),
-		hashes: make(map[int][]uint64), eps: make([]Endpoint, sc.Pods), inFlight: make([]int, sc.Pods),
-		scraped: make([]Endpoint, sc.Pods), stageTokens: make([]float64, len(sc.Load.Stages)),
+	r := &scenarioRun{sc: sc, wl: wl, spec: spec, records: make([]requestRecord, len(wl.Requests)),
+		hashes: make(map[int][]uint64), eps: make([]endpoint, sc.Pods), inFlight: make([]int, sc.Pods),
+		scraped: make([]endpoint, sc.Pods), stageTokens: make([]float64, len(sc.Load.Stages)),
 		stageDone: make([]float64, len(sc.Load.Stages)), stageBase: make([]float64, len(sc.Load.Stages)),
 		stageLeft: make([]int, len(sc.Load.Stages))}
 	for _, q := range wl.Requests {
@@ -188,7 +188,7 @@ func NewScenarioRun(sc *Scenario, wl *Workload, spec SchedulerSpec) (*ScenarioRu
 		r.openStage(0, 0)
 	}
 	for p := 0; p < sc.Pods; p++ {
-		e, err := NewEngine(sc.engineConfig())
+		e, err := newEngine(sc.engineConfig())
 		if err != nil {
 			return nil, err
 		}
@@ -206,23 +206,23 @@ func NewScenarioRun(sc *Scenario, wl *Workload, spec SchedulerSpec) (*ScenarioRu
 	return r, nil
 }
 
-func (r *ScenarioRun) push(e scEvent) {
+func (r *scenarioRun) push(e scEvent) {
 	r.seq++
 	e.seq = r.seq
 	heap.Push(&r.events, e)
 }
 
-func (r *ScenarioRun) engineHashes(p *Prompt) []uint64 {
+func (r *scenarioRun) engineHashes(p *prompt) []uint64 {
 	h, ok := r.hashes[p.ID]
 	if !ok {
-		h = p.Hashes(r.sc.BlockSize, 0)
+		h = p.hashes(r.sc.BlockSize, 0)
 		r.hashes[p.ID] = h
 	}
 	return h
 }
 
-// Run simulates until every request has ended (finished or timed out).
-func (r *ScenarioRun) Run() (*SchedulerResult, error) {
+// run simulates until every request has ended (finished or timed out).
+func (r *scenarioRun) run() (*schedulerResult, error) {
 	start := time.Now()
 	now := 0.0
 	for {
@@ -260,7 +260,7 @@ func (r *ScenarioRun) Run() (*SchedulerResult, error) {
 	return res, nil
 }
 
-func (r *ScenarioRun) handle(ev scEvent, now float64) error {
+func (r *scenarioRun) handle(ev scEvent, now float64) error {
 	switch ev.kind {
 	case scStepDone:
 		r.stepDone(ev.pod, now)
@@ -282,7 +282,7 @@ func (r *ScenarioRun) handle(ev scEvent, now float64) error {
 		}
 		rec.failed = true
 		if rec.delivered {
-			if !r.engines[rec.pod].Abort(ev.req) && r.err == nil {
+			if !r.engines[rec.pod].abort(ev.req) && r.err == nil {
 				r.err = fmt.Errorf("scenario: timed-out request %d was not on its pod (simulator bug)", ev.req)
 			}
 			r.inFlight[rec.pod]--
@@ -296,7 +296,7 @@ func (r *ScenarioRun) handle(ev scEvent, now float64) error {
 // nextScheduled is when the client means to send the next request: +Inf
 // when there is none, or its stage has not started (inference-perf: the
 // previous stage has not drained).
-func (r *ScenarioRun) nextScheduled() float64 {
+func (r *scenarioRun) nextScheduled() float64 {
 	if r.next >= len(r.wl.Requests) {
 		return math.Inf(1)
 	}
@@ -309,7 +309,7 @@ func (r *ScenarioRun) nextScheduled() float64 {
 }
 
 // openStage starts stage s at base, and any following empty stage with it.
-func (r *ScenarioRun) openStage(s int, base float64) {
+func (r *scenarioRun) openStage(s int, base float64) {
 	for ; s < len(r.stageBase); s++ {
 		r.stageBase[s] = base
 		if r.stageLeft[s] > 0 {
@@ -320,7 +320,7 @@ func (r *ScenarioRun) openStage(s int, base float64) {
 
 // schedule is request i's scheduled send: sent now, or queued in the
 // client while every concurrency slot is taken.
-func (r *ScenarioRun) schedule(i int, now float64) {
+func (r *scenarioRun) schedule(i int, now float64) {
 	if c := r.sc.Client.MaxConcurrency; c > 0 && r.outstanding >= c {
 		r.clientQ = append(r.clientQ, i)
 		return
@@ -328,7 +328,7 @@ func (r *ScenarioRun) schedule(i int, now float64) {
 	r.send(i, now)
 }
 
-func (r *ScenarioRun) send(i int, now float64) {
+func (r *scenarioRun) send(i int, now float64) {
 	rec := &r.records[i]
 	rec.sent, rec.send = true, now
 	r.outstanding++
@@ -356,7 +356,7 @@ func (r *ScenarioRun) send(i int, now float64) {
 // overhead is request i's time from send to the endpoint picker: the fixed
 // part plus, when configured, an exponential part drawn from the request's
 // index and the scenario seed, so every scheduler sees the same draws.
-func (r *ScenarioRun) overhead(i int) float64 {
+func (r *scenarioRun) overhead(i int) float64 {
 	c := r.sc.Client
 	o := c.RequestOverhead
 	if c.RequestOverheadExp > 0 {
@@ -369,7 +369,7 @@ func (r *ScenarioRun) overhead(i int) float64 {
 // ended is the client seeing request i end (response or timeout): a slot
 // frees up, and with inference-perf's client the last request of a stage
 // starts the next one.
-func (r *ScenarioRun) ended(i int, now float64) {
+func (r *scenarioRun) ended(i int, now float64) {
 	r.records[i].finish = now
 	r.outstanding--
 	if r.sc.Client.GatewayMaxActive > 0 && !r.records[i].rejected {
@@ -388,19 +388,19 @@ func (r *ScenarioRun) ended(i int, now float64) {
 }
 
 // scrape refreshes the schedulers' metric view at most every MetricsPeriod.
-func (r *ScenarioRun) scrape(now float64) {
+func (r *scenarioRun) scrape(now float64) {
 	if r.sc.MetricsPeriod > 0 && now < r.nextScr {
 		return
 	}
 	for p, e := range r.engines {
-		r.scraped[p].Waiting, r.scraped[p].Running, r.scraped[p].KVUsage = e.Waiting(), e.Running(), e.KVUsage()
+		r.scraped[p].Waiting, r.scraped[p].Running, r.scraped[p].KVUsage = e.numWaiting(), e.numRunning(), e.kvUsage()
 	}
 	if r.sc.MetricsPeriod > 0 {
 		r.nextScr = (float64(int64(now/r.sc.MetricsPeriod)) + 1) * r.sc.MetricsPeriod
 	}
 }
 
-func (r *ScenarioRun) arrive(i int, now float64) error {
+func (r *scenarioRun) arrive(i int, now float64) error {
 	q := &r.wl.Requests[i]
 	hs := r.engineHashes(q.Prompt)
 	r.scrape(now)
@@ -411,7 +411,7 @@ func (r *ScenarioRun) arrive(i int, now float64) error {
 	if r.index != nil {
 		r.index.match(hs, r.eps)
 	}
-	pr := PickRequest{Now: now, Prompt: q.Prompt, PromptTokens: q.Prompt.Len, OutputTokens: q.OutputLen, TotalBlocks: len(hs), Hashes: hs}
+	pr := pickRequest{Now: now, Prompt: q.Prompt, PromptTokens: q.Prompt.Len, OutputTokens: q.OutputLen, TotalBlocks: len(hs), Hashes: hs}
 	k := r.sched.pick(&pr, r.eps)
 	if k < 0 || k >= len(r.eps) {
 		return fmt.Errorf("scenario: scheduler %s picked endpoint %d of %d", r.spec.Name, k, len(r.eps))
@@ -421,23 +421,23 @@ func (r *ScenarioRun) arrive(i int, now float64) error {
 	r.inFlight[pod]++
 	r.records[i].pod = pod
 	r.records[i].delivered = true
-	if err := r.engines[pod].Add(i, q.Prompt.Len, q.OutputLen, hs, uint64(i)); err != nil {
+	if err := r.engines[pod].add(i, q.Prompt.Len, q.OutputLen, hs, uint64(i)); err != nil {
 		return err
 	}
 	r.startStep(pod, now)
 	return nil
 }
 
-func (r *ScenarioRun) startStep(pod int, now float64) {
+func (r *scenarioRun) startStep(pod int, now float64) {
 	e := r.engines[pod]
-	if dur, ok := e.StartStep(); ok {
+	if dur, ok := e.startStep(); ok {
 		r.push(scEvent{t: now + dur, kind: scStepDone, pod: pod})
 	}
 }
 
-func (r *ScenarioRun) stepDone(pod int, now float64) {
+func (r *scenarioRun) stepDone(pod int, now float64) {
 	e := r.engines[pod]
-	r.progress = e.FinishStep(r.progress[:0])
+	r.progress = e.finishStep(r.progress[:0])
 	win := r.stageAt(now)
 	for _, p := range r.progress {
 		if win >= 0 {
@@ -462,7 +462,7 @@ func (r *ScenarioRun) stepDone(pod int, now float64) {
 			r.ended(p.Req, now)
 		}
 	}
-	if ops := e.TakeKVEvents(); len(ops) > 0 && (r.index != nil || r.sched.wantsEvents()) {
+	if ops := e.takeKVEvents(); len(ops) > 0 && (r.index != nil || r.sched.wantsEvents()) {
 		r.push(scEvent{t: now + r.sc.KVEventLag, kind: scKVDelivery, pod: pod, ops: ops})
 	}
 	if r.OnStep != nil {
@@ -472,7 +472,7 @@ func (r *ScenarioRun) stepDone(pod int, now float64) {
 }
 
 // stageAt is the stage whose window holds t; -1 after the last stage.
-func (r *ScenarioRun) stageAt(t float64) int {
+func (r *scenarioRun) stageAt(t float64) int {
 	st := r.wl.StageStart
 	i := sort.SearchFloat64s(st, t)
 	if i == len(st) || st[i] > t {
@@ -484,9 +484,9 @@ func (r *ScenarioRun) stageAt(t float64) int {
 	return i
 }
 
-func (r *ScenarioRun) summarise(end float64) *SchedulerResult {
+func (r *scenarioRun) summarise(end float64) *schedulerResult {
 	sc, wl := r.sc, r.wl
-	res := &SchedulerResult{Scheduler: r.spec.Name, PerPodRequests: make([]int, sc.Pods), Makespan: end}
+	res := &schedulerResult{Scheduler: r.spec.Name, PerPodRequests: make([]int, sc.Pods), Makespan: end}
 	byStage := make([][]int, len(sc.Load.Stages))
 	for i, q := range wl.Requests {
 		byStage[q.Stage] = append(byStage[q.Stage], i)
@@ -509,7 +509,7 @@ func (r *ScenarioRun) summarise(end float64) *SchedulerResult {
 			measured = append(measured, ids...)
 		}
 	}
-	res.StageResult = r.stageResult(measured)
+	res.stageResult = r.stageResult(measured)
 	n := 0
 	res.OutputTokensPerS, res.RequestsPerS, res.Rate = 0, 0, 0
 	for _, st := range res.Stages[sc.Load.WarmupStages:] {
@@ -523,7 +523,7 @@ func (r *ScenarioRun) summarise(end float64) *SchedulerResult {
 	res.Rate /= float64(n)
 	res.Stage = -1
 	for _, e := range r.engines {
-		st := e.Stats()
+		st := e.statsNow()
 		res.RecomputeTokens += st.RecomputeToks
 		res.MaxKVUsage = max(res.MaxKVUsage, float64(st.MaxUsedBlocks)/float64(sc.engineConfig().KVBlocks))
 	}
@@ -534,7 +534,7 @@ func (r *ScenarioRun) summarise(end float64) *SchedulerResult {
 // summarize_requests, as the published reports read it): output tokens of
 // the successful requests over the span from the stage's first send to its
 // last response, and requests over the span of their sends.
-func (r *ScenarioRun) harnessThroughput(ids []int) (tokPerS, reqPerS float64) {
+func (r *scenarioRun) harnessThroughput(ids []int) (tokPerS, reqPerS float64) {
 	if len(ids) == 0 {
 		return 0, 0
 	}
@@ -556,8 +556,8 @@ func (r *ScenarioRun) harnessThroughput(ids []int) (tokPerS, reqPerS float64) {
 	return tokPerS, reqPerS
 }
 
-func (r *ScenarioRun) stageResult(ids []int) StageResult {
-	var st StageResult
+func (r *scenarioRun) stageResult(ids []int) stageResult {
+	var st stageResult
 	st.Requests = len(ids)
 	if len(ids) == 0 {
 		return st
@@ -606,22 +606,22 @@ type ScenarioReport struct {
 	Pods     int                `json:"pods"`
 	KVBlocks int                `json:"kv_blocks_per_pod"`
 	Block    int                `json:"block_size"`
-	Engine   EngineSpec         `json:"engine"`
+	Engine   engineSpec         `json:"engine"`
 	Requests int                `json:"requests"`
-	Results  []*SchedulerResult `json:"results"`
+	Results  []*schedulerResult `json:"results"`
 }
 
 // RunScenario runs every scheduler of sc on the same generated workload.
 func RunScenario(sc *Scenario) (*ScenarioReport, error) {
-	wl := sc.GenerateWorkload()
+	wl := sc.generateWorkload()
 	rep := &ScenarioReport{Scenario: sc.Name, Pods: sc.Pods, KVBlocks: sc.KVTokensPerPod / sc.BlockSize, Block: sc.BlockSize,
 		Engine: sc.Engine, Requests: len(wl.Requests), Warmup: sc.Load.WarmupStages}
 	for _, spec := range sc.Schedulers {
-		run, err := NewScenarioRun(sc, wl, spec)
+		run, err := newScenarioRun(sc, wl, spec)
 		if err != nil {
 			return nil, fmt.Errorf("scenario: %s: %w", spec.Name, err)
 		}
-		res, err := run.Run()
+		res, err := run.run()
 		if err != nil {
 			return nil, fmt.Errorf("scenario: %s: %w", spec.Name, err)
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"math"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -26,7 +25,7 @@ func readSmall(t *testing.T) string {
 
 func parseSmall(t *testing.T, extra string) *Scenario {
 	t.Helper()
-	sc, err := ParseScenario(strings.NewReader(readSmall(t) + extra))
+	sc, err := parseScenario(strings.NewReader(readSmall(t) + extra))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,27 +35,27 @@ func parseSmall(t *testing.T, extra string) *Scenario {
 func TestScenarioConservationAndKVBound(t *testing.T) {
 	sc := parseSmall(t, "")
 	// The trace simulator's policies run through the same engines.
-	sc.Schedulers = append(sc.Schedulers, SchedulerSpec{Name: "ll", Router: "least-loaded"},
-		SchedulerSpec{Name: "legacy-precise", Router: "precise"}, SchedulerSpec{Name: "sglang", Router: "sglang"})
-	if err := sc.Validate(); err != nil {
+	sc.Schedulers = append(sc.Schedulers, schedulerSpec{Name: "ll", Router: "least-loaded"},
+		schedulerSpec{Name: "legacy-precise", Router: "precise"}, schedulerSpec{Name: "sglang", Router: "sglang"})
+	if err := sc.validate(); err != nil {
 		t.Fatal(err)
 	}
-	wl := sc.GenerateWorkload()
+	wl := sc.generateWorkload()
 	hits := map[string]float64{}
 	if len(wl.Requests) < 150 {
 		t.Fatalf("only %d requests generated", len(wl.Requests))
 	}
 	for _, spec := range sc.Schedulers {
-		run, err := NewScenarioRun(sc, wl, spec)
+		run, err := newScenarioRun(sc, wl, spec)
 		if err != nil {
 			t.Fatal(err)
 		}
 		maxUsed := 0
-		run.OnStep = func(pod int, e *Engine) {
+		run.OnStep = func(pod int, e *engine) {
 			checkPool(t, e)
-			maxUsed = max(maxUsed, e.UsedBlocks())
+			maxUsed = max(maxUsed, e.usedBlocks())
 		}
-		res, err := run.Run()
+		res, err := run.run()
 		if err != nil {
 			t.Fatalf("%s: %v", spec.Name, err)
 		}
@@ -72,10 +71,10 @@ func TestScenarioConservationAndKVBound(t *testing.T) {
 		var engGen int64
 		finished := 0
 		for _, e := range run.engines {
-			st := e.Stats()
+			st := e.statsNow()
 			engGen += st.GeneratedToken
 			finished += st.FinishedSeqs
-			if e.UsedBlocks() != 0 || e.Running() != 0 || e.Waiting() != 0 {
+			if e.usedBlocks() != 0 || e.numRunning() != 0 || e.numWaiting() != 0 {
 				t.Errorf("%s: an engine is not drained", spec.Name)
 			}
 		}
@@ -128,7 +127,7 @@ func TestScenarioPrecisePrefixBeatsRandomOnSmallFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	by := map[string]*SchedulerResult{}
+	by := map[string]*schedulerResult{}
 	for _, r := range rep.Results {
 		by[r.Scheduler] = r
 	}
@@ -146,9 +145,9 @@ func TestPreciseIndexPodMapping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x.apply(2, []KVOp{{Blocks: []uint64{11, 12, 13}}}, 0)
-	x.apply(0, []KVOp{{Blocks: []uint64{11}}}, 0)
-	eps := make([]Endpoint, 4)
+	x.apply(2, []kvOp{{Blocks: []uint64{11, 12, 13}}}, 0)
+	x.apply(0, []kvOp{{Blocks: []uint64{11}}}, 0)
+	eps := make([]endpoint, 4)
 	x.match([]uint64{11, 12, 13, 14}, eps)
 	want := []int{1, 0, 3, 0}
 	for p := range eps {
@@ -156,7 +155,7 @@ func TestPreciseIndexPodMapping(t *testing.T) {
 			t.Errorf("pod %d matched %d, want %d", p, eps[p].MatchedBlocks, want[p])
 		}
 	}
-	x.apply(2, []KVOp{{Removed: true, Blocks: []uint64{12}}}, 1)
+	x.apply(2, []kvOp{{Removed: true, Blocks: []uint64{12}}}, 1)
 	x.match([]uint64{11, 12, 13}, eps)
 	if eps[2].MatchedBlocks != 1 {
 		t.Errorf("after removing block 12, pod 2 matched %d, want 1", eps[2].MatchedBlocks)
@@ -164,10 +163,10 @@ func TestPreciseIndexPodMapping(t *testing.T) {
 }
 
 func TestScorersNormalise(t *testing.T) {
-	eps := []Endpoint{{Pod: 0, Waiting: 4, KVUsage: 0.25, MatchedBlocks: 0}, {Pod: 1, Waiting: 0, KVUsage: 1, MatchedBlocks: 3},
+	eps := []endpoint{{Pod: 0, Waiting: 4, KVUsage: 0.25, MatchedBlocks: 0}, {Pod: 1, Waiting: 0, KVUsage: 1, MatchedBlocks: 3},
 		{Pod: 2, Waiting: 2, KVUsage: 0, MatchedBlocks: 5}}
 	out := make([]float64, 3)
-	req := &PickRequest{TotalBlocks: 10}
+	req := &pickRequest{TotalBlocks: 10}
 	check := func(name string, want []float64) {
 		t.Helper()
 		for i := range want {
@@ -199,21 +198,21 @@ func TestApproxPrefixScorerGIEWalk(t *testing.T) {
 	// Block size 4, prompts of 16 tokens (4 blocks); two groups with a
 	// 12-token system prompt: the first 3 blocks are the group's.
 	a := newApproxPrefixScorer(3, 4, 256, 100)
-	p0 := &Prompt{ID: 0, Group: 0, Question: 0, SystemLen: 12, Len: 16}
-	p1 := &Prompt{ID: 1, Group: 0, Question: 1, SystemLen: 12, Len: 16}
-	p2 := &Prompt{ID: 2, Group: 1, Question: 0, SystemLen: 12, Len: 16}
-	eps := []Endpoint{{Pod: 0}, {Pod: 1}, {Pod: 2}}
+	p0 := &prompt{ID: 0, Group: 0, Question: 0, SystemLen: 12, Len: 16}
+	p1 := &prompt{ID: 1, Group: 0, Question: 1, SystemLen: 12, Len: 16}
+	p2 := &prompt{ID: 2, Group: 1, Question: 0, SystemLen: 12, Len: 16}
+	eps := []endpoint{{Pod: 0}, {Pod: 1}, {Pod: 2}}
 	out := make([]float64, 3)
-	a.record(&PickRequest{Prompt: p0}, 1)
-	a.score(&PickRequest{Prompt: p1}, eps, out)
+	a.record(&pickRequest{Prompt: p0}, 1)
+	a.score(&pickRequest{Prompt: p1}, eps, out)
 	if out[0] != 0 || out[1] != 0.75 || out[2] != 0 {
 		t.Errorf("same group, other question: %v, want [0 0.75 0]", out)
 	}
-	a.score(&PickRequest{Prompt: p0}, eps, out)
+	a.score(&pickRequest{Prompt: p0}, eps, out)
 	if out[1] != 1 {
 		t.Errorf("same prompt: %v, want pod 1 at 1", out)
 	}
-	a.score(&PickRequest{Prompt: p2}, eps, out)
+	a.score(&pickRequest{Prompt: p2}, eps, out)
 	if out[0] != 0 || out[1] != 0 || out[2] != 0 {
 		t.Errorf("other group: %v, want zeros", out)
 	}
@@ -224,26 +223,26 @@ func TestApproxPrefixScorerGIEWalk(t *testing.T) {
 	for _, k := range []int{0, 1, 3} {
 		g.holders[hs[k]] = 1 << 1
 	}
-	g.score(&PickRequest{Prompt: p1}, eps, out)
+	g.score(&pickRequest{Prompt: p1}, eps, out)
 	if out[1] != 0.5 {
 		t.Errorf("walk past a gap: pod 1 scored %v, want 0.5 (2 of 4 blocks)", out[1])
 	}
 	// LRU bound: a 4-entry LRU per server forgets p0's blocks after p2's.
 	b := newApproxPrefixScorer(3, 4, 256, 4)
-	b.record(&PickRequest{Prompt: p0}, 0)
-	b.record(&PickRequest{Prompt: p2}, 0)
-	b.score(&PickRequest{Prompt: p0}, eps, out)
+	b.record(&pickRequest{Prompt: p0}, 0)
+	b.record(&pickRequest{Prompt: p2}, 0)
+	b.score(&pickRequest{Prompt: p0}, eps, out)
 	if out[0] != 0 || len(b.holders) != 4 {
 		t.Errorf("after eviction: %v with %d indexed blocks, want 0 and 4", out, len(b.holders))
 	}
 }
 
 func TestMaxScorePickerTiesAreSeededRandom(t *testing.T) {
-	spec, err := SchedulerSpec{Name: "q", Scorers: []ScorerSpec{{Type: "queue", Weight: 1}}}.resolve()
+	spec, err := schedulerSpec{Name: "q", Scorers: []scorerSpec{{Type: "queue", Weight: 1}}}.resolve()
 	if err != nil {
 		t.Fatal(err)
 	}
-	eps := []Endpoint{{Pod: 0}, {Pod: 1}, {Pod: 2}, {Pod: 3, Waiting: 1}}
+	eps := []endpoint{{Pod: 0}, {Pod: 1}, {Pod: 2}, {Pod: 3, Waiting: 1}}
 	pick := func(seed uint64) []int {
 		s, err := newScheduler(spec, 4, 16, 100, seed)
 		if err != nil {
@@ -251,7 +250,7 @@ func TestMaxScorePickerTiesAreSeededRandom(t *testing.T) {
 		}
 		var out []int
 		for i := 0; i < 60; i++ {
-			out = append(out, s.pick(&PickRequest{}, eps))
+			out = append(out, s.pick(&pickRequest{}, eps))
 		}
 		return out
 	}
@@ -271,8 +270,8 @@ func TestMaxScorePickerTiesAreSeededRandom(t *testing.T) {
 func TestExternalPickPolicyRunsThroughTheSimulator(t *testing.T) {
 	name := "test-fewest-in-flight-then-prefix"
 	sawMatch := false
-	RegisterPickPolicy(name, func(uint64) PickFunc {
-		return func(req *PickRequest, eps []Endpoint) int {
+	registerPickPolicy(name, func(uint64) pickFunc {
+		return func(req *pickRequest, eps []endpoint) int {
 			best := 0
 			for i, e := range eps {
 				if e.MatchedBlocks > 0 {
@@ -288,8 +287,8 @@ func TestExternalPickPolicyRunsThroughTheSimulator(t *testing.T) {
 	})
 	defer delete(pickPolicies, name)
 	sc := parseSmall(t, "")
-	sc.Schedulers = []SchedulerSpec{{Name: name}, {Name: "named", Policy: name}}
-	if err := sc.Validate(); err != nil {
+	sc.Schedulers = []schedulerSpec{{Name: name}, {Name: "named", Policy: name}}
+	if err := sc.validate(); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := RunScenario(sc)
@@ -339,59 +338,14 @@ func TestParseScenarioRejectsBadInput(t *testing.T) {
 	}
 	small := readSmall(t)
 	for name, mod := range mods {
-		if _, err := ParseScenario(strings.NewReader(mod(small))); err == nil {
+		if _, err := parseScenario(strings.NewReader(mod(small))); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
 	for _, bad := range []string{"", "pods: [", strings.Repeat("#", 2<<20)} {
-		if _, err := ParseScenario(strings.NewReader(bad)); err == nil {
+		if _, err := parseScenario(strings.NewReader(bad)); err == nil {
 			t.Errorf("%.20q accepted", bad)
 		}
-	}
-}
-
-func TestSimulateScenarioCommand(t *testing.T) {
-	dir := t.TempDir()
-	path := smallScenarioFile
-	out, svg := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.svg")
-	var stdout, stderr bytes.Buffer
-	if err := RunSimulate([]string{"--scenario", path, "--out", out, "--svg", svg, "--markdown"}, nil, &stdout, &stderr); err != nil {
-		t.Fatalf("%v\n%s", err, stderr.String())
-	}
-	if !strings.Contains(stdout.String(), "| precise |") || !strings.Contains(stdout.String(), "precise TTFT p90") {
-		t.Errorf("stdout:\n%s", stdout.String())
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Results []map[string]any `json:"results"`
-	}
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
-	if len(doc.Results) != 6 {
-		t.Fatalf("%d results", len(doc.Results))
-	}
-	for _, k := range []string{"scheduler", "output_tokens_per_s", "requests_per_s", "ttft_p90_s", "ttft_mean_s", "itl_mean_s", "hit_rate", "stages"} {
-		if _, ok := doc.Results[0][k]; !ok {
-			t.Errorf("result lacks %q", k)
-		}
-	}
-	s, err := os.ReadFile(svg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := strings.Count(string(s), "<polyline"); n != 12 || !strings.Contains(string(s), "TTFT p90") ||
-		strings.Contains(string(s), "NaN") || strings.Contains(string(s), "Inf") {
-		t.Errorf("svg has %d polylines", n)
-	}
-	if err := RunSimulate([]string{"--scenario", path, "--trace", "x"}, nil, &stdout, &stderr); err == nil {
-		t.Error("--scenario with --trace accepted")
-	}
-	if err := RunSimulate([]string{"--scenario", filepath.Join(dir, "missing.yaml")}, nil, &stdout, &stderr); err == nil {
-		t.Error("missing scenario file accepted")
 	}
 }
 
@@ -400,7 +354,7 @@ func TestCommitted73CapacityScenarioParses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wl := sc.GenerateWorkload()
+	wl := sc.generateWorkload()
 	if sc.engineConfig().KVBlocks != 4802 || len(sc.Load.Stages) != 17 || len(wl.Prompts) != 750 {
 		t.Errorf("blocks %d stages %d prompts %d", sc.engineConfig().KVBlocks, len(sc.Load.Stages), len(wl.Prompts))
 	}

@@ -9,13 +9,13 @@ import (
 	"github.com/kvindex/kvindex/sim/cache"
 )
 
-// Endpoint is one pod as a scheduler sees it when a request arrives.
+// endpoint is one pod as a scheduler sees it when a request arrives.
 // Waiting, Running and KVUsage are the pod's scraped metrics (refreshed every
 // metrics_interval_s, as an endpoint picker scrapes vLLM); InFlight is the
 // scheduler's own live count of requests it sent there that have not
 // finished; MatchedBlocks is what our precise index (fed by the pods' KV
 // events) says the pod holds of the request: leading blocks.
-type Endpoint struct {
+type endpoint struct {
 	Pod           int
 	Waiting       int
 	Running       int
@@ -24,31 +24,31 @@ type Endpoint struct {
 	MatchedBlocks int
 }
 
-// PickRequest is what a scheduler knows of the request being placed.
-type PickRequest struct {
+// pickRequest is what a scheduler knows of the request being placed.
+type pickRequest struct {
 	Now          float64
-	Prompt       *Prompt
+	Prompt       *prompt
 	PromptTokens int
 	OutputTokens int
 	TotalBlocks  int      // full prompt blocks at the engine block size
 	Hashes       []uint64 // their hashes (the keys of the pods' KV events); read only
 }
 
-// PickFunc is an external placement policy: given the request and every
+// pickFunc is an external placement policy: given the request and every
 // candidate endpoint (with load and matched blocks), it returns the index
 // into eps of the chosen one. Policies implemented for the daemon plug in
-// here through RegisterPickPolicy and run through the same simulator.
-type PickFunc func(req *PickRequest, eps []Endpoint) int
+// here through registerPickPolicy and run through the same simulator.
+type pickFunc func(req *pickRequest, eps []endpoint) int
 
 // pickPolicies are the registered external policies: name -> constructor
 // (seeded, one fresh instance per simulation run).
-var pickPolicies = map[string]func(seed uint64) PickFunc{}
+var pickPolicies = map[string]func(seed uint64) pickFunc{}
 
-// RegisterPickPolicy makes a policy available to scenario files by name. It
+// registerPickPolicy makes a policy available to scenario files by name. It
 // panics on a duplicate or empty name (a programming error at init time).
-func RegisterPickPolicy(name string, mk func(seed uint64) PickFunc) {
+func registerPickPolicy(name string, mk func(seed uint64) pickFunc) {
 	if name == "" || mk == nil {
-		panic("sim: RegisterPickPolicy needs a name and a constructor")
+		panic("sim: registerPickPolicy needs a name and a constructor")
 	}
 	if _, dup := pickPolicies[name]; dup {
 		panic("sim: pick policy registered twice: " + name)
@@ -70,25 +70,25 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // scheduler is one placement policy inside the scenario simulator.
 type scheduler interface {
-	pick(req *PickRequest, eps []Endpoint) int
+	pick(req *pickRequest, eps []endpoint) int
 	// routed is told the choice (the approximate prefix scorer learns from it).
-	routed(req *PickRequest, pod int)
+	routed(req *pickRequest, pod int)
 	// needsIndex: Endpoint.MatchedBlocks must be filled.
 	needsIndex() bool
 	// onKVEvents receives the pods' KV events (after the event lag) when
 	// wantsEvents says so.
 	wantsEvents() bool
-	onKVEvents(pod int, ops []KVOp, now float64)
+	onKVEvents(pod int, ops []kvOp, now float64)
 }
 
 // noKVEvents is embedded by schedulers that do not listen to the pods.
 type noKVEvents struct{}
 
 func (noKVEvents) wantsEvents() bool               { return false }
-func (noKVEvents) onKVEvents(int, []KVOp, float64) {}
+func (noKVEvents) onKVEvents(int, []kvOp, float64) {}
 
 // newScheduler builds a resolved spec for a fleet of pods.
-func newScheduler(spec SchedulerSpec, pods, blockSize, kvBlocks int, seed uint64) (scheduler, error) {
+func newScheduler(spec schedulerSpec, pods, blockSize, kvBlocks int, seed uint64) (scheduler, error) {
 	rng := rand.New(rand.NewPCG(seed, 0xd1b54a32d192ed03))
 	if spec.Policy != "" {
 		return &externalPolicy{fn: pickPolicies[spec.Policy](seed)}, nil
@@ -124,11 +124,11 @@ func newScheduler(spec SchedulerSpec, pods, blockSize, kvBlocks int, seed uint64
 
 type externalPolicy struct {
 	noKVEvents
-	fn PickFunc
+	fn pickFunc
 }
 
-func (e *externalPolicy) pick(req *PickRequest, eps []Endpoint) int { return e.fn(req, eps) }
-func (*externalPolicy) routed(*PickRequest, int)                    {}
+func (e *externalPolicy) pick(req *pickRequest, eps []endpoint) int { return e.fn(req, eps) }
+func (*externalPolicy) routed(*pickRequest, int)                    {}
 func (*externalPolicy) needsIndex() bool                            { return true }
 
 // randomPicker is GIE's random-picker: uniform over the candidates.
@@ -137,13 +137,13 @@ type randomPicker struct {
 	rng *rand.Rand
 }
 
-func (r *randomPicker) pick(_ *PickRequest, eps []Endpoint) int { return r.rng.IntN(len(eps)) }
-func (*randomPicker) routed(*PickRequest, int)                  {}
+func (r *randomPicker) pick(_ *pickRequest, eps []endpoint) int { return r.rng.IntN(len(eps)) }
+func (*randomPicker) routed(*pickRequest, int)                  {}
 func (*randomPicker) needsIndex() bool                          { return false }
 
 // profileScorer writes one score in [0, 1] per endpoint.
 type profileScorer interface {
-	score(req *PickRequest, eps []Endpoint, out []float64)
+	score(req *pickRequest, eps []endpoint, out []float64)
 }
 
 // profile is an EndpointPickerConfig scheduling profile: the weighted sum of
@@ -162,7 +162,7 @@ type profile struct {
 
 func (p *profile) needsIndex() bool { return p.index }
 
-func (p *profile) pick(req *PickRequest, eps []Endpoint) int {
+func (p *profile) pick(req *pickRequest, eps []endpoint) int {
 	n := len(eps)
 	p.total = append(p.total[:0], make([]float64, n)...)
 	p.one = append(p.one[:0], make([]float64, n)...)
@@ -189,7 +189,7 @@ func (p *profile) pick(req *PickRequest, eps []Endpoint) int {
 	return p.ties[p.rng.IntN(len(p.ties))]
 }
 
-func (p *profile) routed(req *PickRequest, pod int) {
+func (p *profile) routed(req *pickRequest, pod int) {
 	for _, s := range p.scorers {
 		if a, ok := s.(*approxPrefixScorer); ok {
 			a.record(req, pod)
@@ -200,7 +200,7 @@ func (p *profile) routed(req *PickRequest, pod int) {
 // kvUsageScorer is the kv-cache-utilization scorer: 1 - usage.
 type kvUsageScorer struct{}
 
-func (kvUsageScorer) score(_ *PickRequest, eps []Endpoint, out []float64) {
+func (kvUsageScorer) score(_ *pickRequest, eps []endpoint, out []float64) {
 	for i, e := range eps {
 		out[i] = 1 - e.KVUsage
 	}
@@ -210,7 +210,7 @@ func (kvUsageScorer) score(_ *PickRequest, eps []Endpoint, out []float64) {
 // the candidates, shortest queue 1, longest 0; all equal: 1.
 type queueScorer struct{}
 
-func (queueScorer) score(_ *PickRequest, eps []Endpoint, out []float64) {
+func (queueScorer) score(_ *pickRequest, eps []endpoint, out []float64) {
 	lo, hi := math.MaxInt, math.MinInt
 	for _, e := range eps {
 		lo, hi = min(lo, e.Waiting), max(hi, e.Waiting)
@@ -230,7 +230,7 @@ func (queueScorer) score(_ *PickRequest, eps []Endpoint, out []float64) {
 // equal. absolute: matched / total blocks.
 type precisePrefixScorer struct{ absolute bool }
 
-func (s *precisePrefixScorer) score(req *PickRequest, eps []Endpoint, out []float64) {
+func (s *precisePrefixScorer) score(req *pickRequest, eps []endpoint, out []float64) {
 	if s.absolute {
 		for i, e := range eps {
 			out[i] = 0
@@ -282,16 +282,16 @@ func newApproxPrefixScorer(pods, blockSize, maxBlocks, capacity int) *approxPref
 	return a
 }
 
-func (a *approxPrefixScorer) blocks(p *Prompt) []uint64 {
+func (a *approxPrefixScorer) blocks(p *prompt) []uint64 {
 	h, ok := a.hashes[p.ID]
 	if !ok {
-		h = p.Hashes(a.blockSize, a.maxBlocks)
+		h = p.hashes(a.blockSize, a.maxBlocks)
 		a.hashes[p.ID] = h
 	}
 	return h
 }
 
-func (a *approxPrefixScorer) score(req *PickRequest, eps []Endpoint, out []float64) {
+func (a *approxPrefixScorer) score(req *pickRequest, eps []endpoint, out []float64) {
 	hs := a.blocks(req.Prompt)
 	clear(a.counts)
 	for _, h := range hs {
@@ -313,7 +313,7 @@ func (a *approxPrefixScorer) score(req *PickRequest, eps []Endpoint, out []float
 	}
 }
 
-func (a *approxPrefixScorer) record(req *PickRequest, pod int) {
+func (a *approxPrefixScorer) record(req *pickRequest, pod int) {
 	for _, h := range a.blocks(req.Prompt) {
 		a.scratch = a.lrus[pod].Access(h, a.scratch[:0])
 		for _, ev := range a.scratch {
@@ -334,33 +334,33 @@ func (a *approxPrefixScorer) record(req *PickRequest, pod int) {
 // requests carry the engine block hashes, and they receive the pods' KV
 // events.
 type legacyRouter struct {
-	r    Router
+	r    router
 	req  Request
-	view View
+	view view
 }
 
 func newLegacyRouter(name string, pods, blockSize, kvBlocks int, seed uint64) (*legacyRouter, error) {
 	p := DefaultRouterParams(pods, blockSize, kvBlocks)
 	p.Seed = seed
-	r, err := NewRouter(name, p)
+	r, err := newRouter(name, p)
 	if err != nil {
 		return nil, err
 	}
-	return &legacyRouter{r: r, view: View{Load: make([]int, pods), BlockSize: blockSize}}, nil
+	return &legacyRouter{r: r, view: view{Load: make([]int, pods), BlockSize: blockSize}}, nil
 }
 
-func (l *legacyRouter) pick(req *PickRequest, eps []Endpoint) int {
+func (l *legacyRouter) pick(req *pickRequest, eps []endpoint) int {
 	l.req = Request{InputLength: req.PromptTokens, OutputLength: req.OutputTokens, HashIDs: req.Hashes}
 	l.view.Now = req.Now
 	for i, e := range eps {
 		l.view.Load[i] = e.InFlight
 	}
-	return l.r.Route(&l.req, &l.view)
+	return l.r.route(&l.req, &l.view)
 }
 
-func (*legacyRouter) routed(*PickRequest, int) {}
+func (*legacyRouter) routed(*pickRequest, int) {}
 func (*legacyRouter) needsIndex() bool         { return false }
 func (*legacyRouter) wantsEvents() bool        { return true }
-func (l *legacyRouter) onKVEvents(pod int, ops []KVOp, now float64) {
-	l.r.OnKVEvents(pod, ops, now)
+func (l *legacyRouter) onKVEvents(pod int, ops []kvOp, now float64) {
+	l.r.onKVEvents(pod, ops, now)
 }

@@ -1,9 +1,9 @@
 // Package sim replays Mooncake-format request traces against block caches
-// (`kvindexd replay`) and simulates a fleet of engines behind a router
-// (`kvindexd simulate`), so routing policies can be compared on real traffic;
-// `kvindexd simulate --scenario` runs a vLLM engine model (KV blocks,
+// (`kvsim replay`) and simulates a fleet of engines behind a router
+// (`kvsim simulate`), so routing policies can be compared on real traffic;
+// `kvsim simulate --scenario` runs a vLLM engine model (KV blocks,
 // continuous batching, chunked prefill, preemption) behind llm-d-style
-// scheduler profiles on a staged load. See sim/README.md for the models and
+// scheduler profiles on a staged load. See docs/simulator.md for the models and
 // every policy's parameters.
 package sim
 

@@ -1,11 +1,11 @@
 package main
 
-import "github.com/kvindex/kvindex/sim"
+import "github.com/kvindex/kvindex/internal/kvsimcmd"
 
-// The simulator's subcommands live in package sim (so its tests exercise
-// them directly); this file only registers them.
+// The simulator's command is cmd/kvsim; `kvindexd simulate` (and replay,
+// genworkload) are aliases that run the same code (internal/kvsimcmd).
 func init() {
-	subcommands["replay"] = subcommand{"replay a Mooncake trace against one block cache (lru, lfu, s3fifo); prints JSON", sim.RunReplay}
-	subcommands["simulate"] = subcommand{"simulate a fleet of engines behind each routing policy on a trace", sim.RunSimulate}
-	subcommands["genworkload"] = subcommand{"write the generated shared-system-prompt workload as Mooncake JSONL", sim.RunGenWorkload}
+	for name, c := range kvsimcmd.Commands {
+		subcommands[name] = subcommand{c.Summary + " (alias of kvsim " + name + ")", c.Run}
+	}
 }

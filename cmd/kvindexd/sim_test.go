@@ -11,13 +11,13 @@ import (
 
 func TestSimSubcommandsRegistered(t *testing.T) {
 	for _, n := range []string{"replay", "simulate", "genworkload"} {
-		if sc, ok := subcommands[n]; !ok || sc.run == nil {
-			t.Errorf("subcommand %q not registered", n)
+		if sc, ok := subcommands[n]; !ok || sc.run == nil || !strings.Contains(sc.summary, "alias of kvsim") {
+			t.Errorf("subcommand %q not registered as a kvsim alias", n)
 		}
 	}
 }
 
-// TestSimulateScenarioEndToEnd runs `kvindexd simulate --scenario` on the
+// TestSimulateScenarioEndToEnd runs the alias `kvindexd simulate --scenario` on the
 // committed small scenario and checks the JSON and SVG it writes.
 func TestSimulateScenarioEndToEnd(t *testing.T) {
 	dir := t.TempDir()

@@ -1,8 +1,8 @@
 // Package cache holds the block-cache eviction policies the simulator replays:
 // LRU, LFU and S3FIFO, with the exact semantics of the prefix-cache replay
 // definition (shared/seeds/001). Each policy is a small type with the same
-// three operations so that `kvindexd replay` (one cache) and every simulated
-// pod of `kvindexd simulate` run the very same code.
+// three operations so that `kvsim replay` (one cache) and every simulated
+// pod of `kvsim simulate` run the very same code.
 //
 // Keys are block hashes (Mooncake hash_ids). A policy is not safe for
 // concurrent use: the simulator is single-threaded by design (determinism).
@@ -285,7 +285,7 @@ const (
 	qGhost
 )
 
-// S3FIFO (Yang et al., SOSP'23) exactly as the replay semantics in sim/README.md state it: three FIFO
+// S3FIFO (Yang et al., SOSP'23) exactly as the replay semantics in docs/simulator.md state it: three FIFO
 // queues S (small, round-half-even(capacity*smallRatio)), M (main, the rest)
 // and G (ghost, metadata only, capacity = main), a per-block frequency
 // saturating at maxFreq, S->M promotion keeping freq, second-chance eviction

@@ -1,0 +1,160 @@
+package kvsimcmd
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"strings"
+
+	"github.com/kvindex/kvindex/sim"
+	"github.com/kvindex/kvindex/sim/cache"
+)
+
+// Simulate implements `kvsim simulate`: a trace (or the generated
+// workload) through the trace fleet model, or a scenario file through the
+// vLLM engine model.
+func Simulate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlagSet("simulate")
+	trace := fs.String("trace", "", "Mooncake JSONL trace (plain or .gz)")
+	scenario := fs.String("scenario", "", "scenario YAML: vLLM engine model, staged load, schedulers (docs/simulator.md); other fleet flags are ignored")
+	gen := fs.Bool("gen-workload", false, "simulate the generated shared-prefix workload instead of --trace (see --gen-* flags)")
+	wl := sim.DefaultWorkload()
+	workloadFlags(fs, &wl, "gen-")
+	fc := sim.FleetConfig{Service: sim.DefaultServiceModel()}
+	fs.IntVar(&fc.Pods, "pods", 8, "number of pods")
+	policy := fs.String("policy", "lru", "per-pod cache policy: lru, lfu, s3fifo")
+	capacity := fs.Int("capacity", 1000, "per-pod cache capacity, blocks")
+	smallRatio := fs.Float64("small-ratio", 0.1, "s3fifo small queue share")
+	maxFreq := fs.Int("max-freq", 3, "s3fifo frequency saturation")
+	fs.IntVar(&fc.BlockSize, "block-size", 512, "tokens per block")
+	fs.Float64Var(&fc.Speedup, "speedup", 1, "arrival time = trace timestamp / speedup")
+	fs.Float64Var(&fc.EventLag, "event-lag", 0.1, "seconds from a pod's prefill end until the router sees its KV events")
+	fs.IntVar(&fc.Service.MaxBatch, "max-batch", fc.Service.MaxBatch, "concurrent requests per pod (B)")
+	fs.Float64Var(&fc.Service.PrefillBase, "prefill-base", fc.Service.PrefillBase, "seconds per prefill")
+	fs.Float64Var(&fc.Service.PrefillPerToken, "prefill-per-token", fc.Service.PrefillPerToken, "seconds per uncached prompt token")
+	fs.Float64Var(&fc.Service.DecodePerToken, "decode-per-token", fc.Service.DecodePerToken, "seconds per output token")
+	routers := fs.String("routers", strings.Join(sim.RouterOrder, ","), "comma-separated routing policies")
+	rp := sim.DefaultRouterParams(0, 0, 0)
+	fs.Uint64Var(&rp.Seed, "seed", rp.Seed, "random router seed")
+	fs.IntVar(&rp.GuardAbs, "guard-abs", rp.GuardAbs, "precise/approx load guard: eligible while load <= min load + this (-1 = off)")
+	fs.Float64Var(&rp.MinMatch, "min-match", rp.MinMatch, "precise/approx: minimum matched share of the prompt to follow the cache")
+	fs.Float64Var(&rp.SpecTTL, "spec-ttl", rp.SpecTTL, "precise+spec: speculative entry lifetime, seconds")
+	fs.IntVar(&rp.ApproxCapacity, "approx-capacity", rp.ApproxCapacity, "approx-prefix: router LRU blocks per pod (0 = --capacity)")
+	fs.IntVar(&rp.CHWBLHead, "chwbl-head-blocks", rp.CHWBLHead, "chwbl: hash_ids hashed as the prompt head")
+	fs.Float64Var(&rp.CHWBLLoad, "chwbl-load-factor", rp.CHWBLLoad, "chwbl: mean load factor (KubeAI meanLoadPercentage/100)")
+	fs.IntVar(&rp.CHWBLReplicas, "chwbl-replication", rp.CHWBLReplicas, "chwbl: ring points per pod")
+	fs.IntVar(&rp.AIBrixImbalance, "aibrix-imbalance-abs", rp.AIBrixImbalance, "aibrix: running-request imbalance gate")
+	fs.Float64Var(&rp.AIBrixStdFactor, "aibrix-std-factor", rp.AIBrixStdFactor, "aibrix: mean + k*stddev load guard")
+	fs.IntVar(&rp.AIBrixBlocks, "aibrix-blocks", rp.AIBrixBlocks, "aibrix: prefix table blocks")
+	fs.Float64Var(&rp.SGLCacheThresh, "sglang-cache-threshold", rp.SGLCacheThresh, "sglang: match ratio to follow the cache")
+	fs.IntVar(&rp.SGLBalanceAbs, "sglang-balance-abs", rp.SGLBalanceAbs, "sglang: imbalance abs threshold")
+	fs.Float64Var(&rp.SGLBalanceRel, "sglang-balance-rel", rp.SGLBalanceRel, "sglang: imbalance rel threshold")
+	fs.IntVar(&rp.SGLTreeBlocks, "sglang-tree-blocks", rp.SGLTreeBlocks, "sglang: router tree bound per pod, blocks (2^26 chars ~ 4 chars/token)")
+	replicas := fs.Int("router-replicas", 1, "run R independent replicas of each policy, request i decided by replica i mod R")
+	out := fs.String("out", "", "write results: .json or .csv by extension")
+	svg := fs.String("svg", "", "write an SVG chart comparing policies")
+	md := fs.Bool("markdown", false, "print the table as Markdown too")
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	if *scenario != "" {
+		if *trace != "" || *gen {
+			return errors.New("--scenario excludes --trace and --gen-workload")
+		}
+		return runScenario(*scenario, *out, *svg, *md, stdout)
+	}
+	fc.Cache = cache.Config{Policy: *policy, Capacity: *capacity, SmallRatio: *smallRatio, MaxFreq: *maxFreq}
+	if _, err := cache.New(fc.Cache); err != nil {
+		return err
+	}
+	if fc.Pods < 1 || fc.Pods > sim.MaxPods || !(fc.Speedup > 0) || math.IsInf(fc.Speedup, 0) || fc.BlockSize < 1 {
+		return fmt.Errorf("--pods must be in [1, %d], --speedup and --block-size positive", sim.MaxPods)
+	}
+	sv := fc.Service
+	for _, x := range []float64{fc.EventLag, sv.PrefillBase, sv.PrefillPerToken, sv.DecodePerToken, rp.SpecTTL, rp.MinMatch} {
+		if !(x >= 0) || math.IsInf(x, 0) {
+			return errors.New("times, --spec-ttl and --min-match must be finite and >= 0")
+		}
+	}
+	if *smallRatio <= 0 || *maxFreq < 1 {
+		return errors.New("--small-ratio must be > 0 and --max-freq >= 1")
+	}
+	if *replicas < 1 {
+		return errors.New("--router-replicas must be >= 1")
+	}
+	var reqs []sim.Request
+	var err error
+	var name string
+	switch {
+	case *gen && *trace != "":
+		return errors.New("--trace and --gen-workload are exclusive")
+	case *gen:
+		wl.BlockSize = fc.BlockSize
+		reqs, err = sim.GenWorkload(wl)
+		name = fmt.Sprintf("generated(%dx%d, %d+%d tok, %g rps)", wl.Groups, wl.Prompts, wl.SystemTokens, wl.UserTokens, wl.Rate)
+	case *trace == "":
+		return errors.New("--trace, --gen-workload or --scenario is required")
+	default:
+		reqs, err = sim.ReadTraceFile(*trace)
+		name = filepath.Base(*trace)
+	}
+	if err != nil {
+		return err
+	}
+	var policies []string
+	for _, rn := range strings.Split(*routers, ",") {
+		if rn = strings.TrimSpace(rn); rn != "" {
+			policies = append(policies, rn)
+		}
+	}
+	rep, err := sim.SimulateTrace(name, reqs, fc, rp, policies, *replicas)
+	if err != nil {
+		return err
+	}
+	sim.WriteTable(stdout, rep)
+	if *md {
+		fmt.Fprintln(stdout)
+		sim.WriteMarkdown(stdout, rep)
+	}
+	if *out != "" {
+		if err := writeFile(*out, func(w io.Writer) error {
+			if strings.EqualFold(filepath.Ext(*out), ".csv") {
+				return sim.WriteCSV(w, rep)
+			}
+			return sim.WriteJSON(w, rep)
+		}); err != nil {
+			return err
+		}
+	}
+	if *svg != "" {
+		return writeFile(*svg, func(w io.Writer) error { return sim.WriteSVG(w, rep) })
+	}
+	return nil
+}
+
+func runScenario(path, out, svg string, md bool, stdout io.Writer) error {
+	sc, err := sim.ReadScenarioFile(path)
+	if err != nil {
+		return err
+	}
+	rep, err := sim.RunScenario(sc)
+	if err != nil {
+		return err
+	}
+	sim.WriteScenarioTable(stdout, rep)
+	if md {
+		fmt.Fprintln(stdout)
+		sim.WriteScenarioMarkdown(stdout, rep)
+	}
+	if out != "" {
+		if err := writeFile(out, func(w io.Writer) error { return sim.WriteScenarioJSON(w, rep) }); err != nil {
+			return err
+		}
+	}
+	if svg != "" {
+		return writeFile(svg, func(w io.Writer) error { return sim.WriteScenarioSVG(w, rep) })
+	}
+	return nil
+}
