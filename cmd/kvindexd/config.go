@@ -17,7 +17,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/kvindex/kvindex/indexer"
-	"github.com/kvindex/kvindex/internal/redact"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/routing"
@@ -256,6 +255,13 @@ func (f mapFlag) Set(v string) error {
 func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("kvindexd serve", flag.ContinueOnError)
 	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: kvindexd serve [flags]\n\n"+
+			"Every flag can also be set as a KVINDEX_* environment variable (--grpc-addr: KVINDEX_GRPC_ADDR)\n"+
+			"or a key of the --config file (grpc_addr); flags win over the environment, which wins over the file.\n"+
+			"docs/configuration.md lists them all.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
 	fs.StringVar(configPath, "config", *configPath, "config file (YAML or JSON); flags and KVINDEX_* env override it")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address (\"\" = off)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP/JSON listen address (\"\" = off)")
@@ -304,8 +310,9 @@ func envName(flagName string) string {
 	return "KVINDEX_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// loadConfig applies defaults, file, env and flags in that order.
-func loadConfig(args []string, getenv func(string) string, out io.Writer) (Config, error) {
+// loadConfig applies defaults, file, env and flags in that order. On -h it
+// prints the usage to help and returns flag.ErrHelp.
+func loadConfig(args []string, getenv func(string) string, help io.Writer) (Config, error) {
 	cfg := DefaultConfig()
 	configPath := getenv("KVINDEX_CONFIG")
 	// The file has to be read before the flags are declared so that its
@@ -330,8 +337,10 @@ func loadConfig(args []string, getenv func(string) string, out io.Writer) (Confi
 			return cfg, err
 		}
 	}
-	// The flag package echoes a bad value; it may be a URL with a password.
-	fs := flagSet(&cfg, &configPath, redact.Writer(out))
+	// help receives the usage on -h, verbatim; a bad flag or value comes
+	// back as an error, which run redacts (it may echo a URL with a
+	// password).
+	fs := flagSet(&cfg, &configPath, help)
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
 		if f.Name == "config" {
@@ -346,11 +355,8 @@ func loadConfig(args []string, getenv func(string) string, out io.Writer) (Confi
 	if envErr != nil {
 		return cfg, envErr
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, help); err != nil {
 		return cfg, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	return cfg, cfg.validate()
 }
