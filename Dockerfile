@@ -17,8 +17,14 @@ RUN go mod download
 COPY . .
 ARG TARGETOS=linux
 ARG TARGETARCH=amd64
+# What `kvindexd version`, kvindexd_build_info and /v1/status report
+# (make image passes git describe and the commit, as make build stamps them):
+#   docker build --build-arg VERSION=v1.2.3 --build-arg COMMIT=$(git rev-parse HEAD) .
+# Stripped (-s -w) and without local paths (-trimpath).
+ARG VERSION=devel
+ARG COMMIT=unknown
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags "-s -w" -o /out/kvindexd ./cmd/kvindexd \
+    go build -trimpath -ldflags "-s -w -X main.version=$VERSION -X main.commit=$COMMIT" -o /out/kvindexd ./cmd/kvindexd \
  && mkdir -p /out/data
 
 FROM scratch

@@ -50,6 +50,19 @@ func newMetrics(reg *prometheus.Registry, s *Server) (*metrics, error) {
 	return m, nil
 }
 
+// registerBuildInfo adds kvindexd_build_info{version,commit,go_version} 1,
+// the usual Prometheus way to expose a version: joined on other series
+// (`* on(instance) group_left(version)`) it labels them with it.
+func registerBuildInfo(reg *prometheus.Registry, b BuildInfo) error {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "kvindexd_build_info",
+		Help:        "Always 1; the labels are the version, VCS commit and Go version of the running binary.",
+		ConstLabels: prometheus.Labels{"version": b.Version, "commit": b.Commit, "go_version": b.GoVersion},
+	})
+	g.Set(1)
+	return reg.Register(g)
+}
+
 func (m *metrics) observeRequest(k indexer.InputKind, c codes.Code, d time.Duration) {
 	if c > codes.Unauthenticated {
 		c = codes.Unknown

@@ -66,6 +66,17 @@ type Config struct {
 	// MaxBodyBytes caps an HTTP request body (0 = no cap beyond each
 	// handler's own).
 	MaxBodyBytes int64
+	// Build identifies the running binary: GET /v1/status reports it and
+	// the kvindexd_build_info gauge carries it as labels, so a dashboard
+	// can tell which version each replica runs.
+	Build BuildInfo
+}
+
+// BuildInfo is the version, VCS commit and Go version of the binary.
+type BuildInfo struct {
+	Version   string `json:"version"`
+	Commit    string `json:"commit"`
+	GoVersion string `json:"go_version"`
 }
 
 // Server implements both gRPC services and the HTTP handler.
@@ -110,6 +121,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if s.guardM, err = newGuardMetrics(cfg.Registry); err != nil {
+		return nil, err
+	}
+	if err := registerBuildInfo(cfg.Registry, cfg.Build); err != nil {
 		return nil, err
 	}
 	// Until the first health check ran, an index that can fail is not ready.

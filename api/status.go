@@ -33,6 +33,8 @@ type Status struct {
 	NotReadyReason string  `json:"not_ready_reason,omitempty"`
 	EventsApplied  uint64  `json:"events_applied"`
 	ScoreRequests  uint64  `json:"score_requests"`
+	// Build is the running binary's version (Config.Build).
+	Build BuildInfo `json:"build"`
 }
 
 func (s *Server) handleStatusPage(w http.ResponseWriter, _ *http.Request) {
@@ -44,7 +46,7 @@ func (s *Server) handleStatusPage(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) handleStatus(w http.ResponseWriter, _ *http.Request) {
-	st := Status{Time: float64(time.Now().UnixNano()) / 1e9}
+	st := Status{Time: float64(time.Now().UnixNano()) / 1e9, Build: s.cfg.Build}
 	st.Ready, st.NotReadyReason = s.Ready()
 	// The counters are read from the registry rather than kept twice; a
 	// gather is cheap at the page's poll rate.

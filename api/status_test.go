@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -71,5 +72,31 @@ func TestStatusCounters(t *testing.T) {
 	s1 := get()
 	if s1.EventsApplied != 2 || s1.ScoreRequests != 4 || s1.Time < s0.Time {
 		t.Fatalf("status after 2 events and 4 requests: %+v", s1)
+	}
+}
+
+// The binary's version reaches both /v1/status and the
+// kvindexd_build_info gauge from Config.Build.
+func TestStatusAndMetricsCarryBuildInfo(t *testing.T) {
+	b := BuildInfo{Version: "v1.2.3", Commit: "0123abc", GoVersion: "go1.99"}
+	st := newStackWith(t, indexer.Config{Keys: testKeys}, func(c *Config) { c.Build = b })
+	resp, err := http.Get(st.http.URL + "/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s Status
+	err = json.NewDecoder(resp.Body).Decode(&s)
+	resp.Body.Close()
+	if err != nil || s.Build != b {
+		t.Fatalf("status build = %+v (%v), want %+v", s.Build, err, b)
+	}
+	resp, err = http.Get(st.http.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := `kvindexd_build_info{commit="0123abc",go_version="go1.99",version="v1.2.3"} 1`; !strings.Contains(string(body), want) {
+		t.Fatalf("/metrics lacks %s", want)
 	}
 }

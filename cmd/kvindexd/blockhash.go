@@ -38,11 +38,8 @@ func runBlockhash(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 			"and writes {\"block_hashes\": [uint64, ...]} per line.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	seedSet := false
 	fs.Visit(func(f *flag.Flag) {

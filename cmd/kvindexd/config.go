@@ -18,9 +18,9 @@ import (
 
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/indexer/routing"
-	"github.com/kvindex/kvindex/internal/redact"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/prefixstore"
 	"github.com/kvindex/kvindex/tokenization"
 )
 
@@ -49,7 +49,7 @@ type Config struct {
 	HashAlgo        string                 `json:"hash_algo" yaml:"hash_algo"`
 	HashSeed        string                 `json:"hash_seed" yaml:"hash_seed"`
 	BlockSize       int                    `json:"block_size" yaml:"block_size"`
-	Models          map[string]ModelConfig `json:"models" yaml:"models"`
+	Models          map[string]ModelConfig `json:"models" yaml:"models" doc:"per-model overrides: engines serving different models may use other seeds, algorithms or block sizes; unset fields inherit the top-level ones; tokenizer is a directory with tokenizer.json, chat_template a Jinja2 file used instead of the tokenizer's"`
 	TierWeights     string                 `json:"tier_weights" yaml:"tier_weights"`
 	DigestCacheSize int                    `json:"digest_cache_size" yaml:"digest_cache_size"`
 	KeyCacheSize    int                    `json:"key_cache_size" yaml:"key_cache_size"`
@@ -256,6 +256,13 @@ func (f mapFlag) Set(v string) error {
 func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("kvindexd serve", flag.ContinueOnError)
 	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: kvindexd serve [flags]\n\n"+
+			"Every flag can also be set as a KVINDEX_* environment variable (--grpc-addr: KVINDEX_GRPC_ADDR)\n"+
+			"or a key of the --config file (grpc_addr); flags win over the environment, which wins over the file.\n"+
+			"docs/configuration.md lists them all.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
 	fs.StringVar(configPath, "config", *configPath, "config file (YAML or JSON); flags and KVINDEX_* env override it")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address (\"\" = off)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP/JSON listen address (\"\" = off)")
@@ -265,9 +272,9 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.TopicFilter, "topic-filter", cfg.TopicFilter, "ZMQ topic prefix to subscribe to")
 	fs.BoolVar(&cfg.AllTopics, "all-topics", cfg.AllTopics, "subscribe to every topic (vLLM's default topic is \"\"; such streams need --endpoint ...,pod=NAME)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "event apply workers (0 = number of CPUs)")
-	fs.IntVar(&cfg.QueueSize, "queue-size", cfg.QueueSize, "batches queued per worker before overflow is counted (0 = default)")
+	fs.IntVar(&cfg.QueueSize, "queue-size", cfg.QueueSize, fmt.Sprintf("batches queued per worker before overflow is counted (0 = default %d)", kvevents.DefaultQueueSize))
 	fs.StringVar(&cfg.Index, "index", cfg.Index, "index backend: memory | redis://[user:pass@]host:port/db | rediss://... | redis-cluster://h1:p1,h2:p2")
-	fs.Int64Var(&cfg.Capacity, "capacity", cfg.Capacity, "in-memory index bound in (block, pod) entries (0 = default)")
+	fs.Int64Var(&cfg.Capacity, "capacity", cfg.Capacity, fmt.Sprintf("in-memory index bound in (block, pod) entries (0 = default %d)", kvindex.DefaultMemoryCapacity))
 	fs.BoolVar(&cfg.Leases, "leases", cfg.Leases, "share the --endpoint list with other daemons through leases in Redis (connect topology)")
 	fs.StringVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "with --leases: how long a dead daemon keeps its endpoints before another takes them over")
 	fs.StringVar(&cfg.DaemonID, "daemon-id", cfg.DaemonID, "with --leases: this daemon's unique id (default hostname-pid)")
@@ -275,20 +282,20 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.HashSeed, "hash-seed", cfg.HashSeed, "the engines' PYTHONHASHSEED (string, as set in their environment)")
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "vLLM --block-size")
 	fs.StringVar(&cfg.TierWeights, "tier-weights", cfg.TierWeights, "score weight per tier: gpu=1,cpu=0.8,disk=0.5,external=0.3")
-	fs.IntVar(&cfg.KeyCacheSize, "key-cache-size", cfg.KeyCacheSize, "request-path block keys cached per key config, so shared prompt prefixes are not re-hashed (0 = default, -1 = off)")
-	fs.IntVar(&cfg.DigestCacheSize, "digest-cache-size", cfg.DigestCacheSize, "recent block digests kept for the live parity check (0 = default)")
+	fs.IntVar(&cfg.KeyCacheSize, "key-cache-size", cfg.KeyCacheSize, fmt.Sprintf("request-path block keys cached per key config, so shared prompt prefixes are not re-hashed (0 = default %d, -1 = off)", kvindex.DefaultKeyCacheSize))
+	fs.IntVar(&cfg.DigestCacheSize, "digest-cache-size", cfg.DigestCacheSize, fmt.Sprintf("recent block digests kept per model for the live parity check (0 = default %d)", kvindex.DefaultDigestCacheSize))
 	fs.Var(listFlag{&cfg.TokenizersDir}, "tokenizers-dir", "directory whose subdirectories hold tokenizer.json per model (repeatable)")
 	fs.StringVar(&cfg.HFCacheDir, "hf-cache-dir", cfg.HFCacheDir, "HuggingFace hub cache (models--org--name/snapshots/...)")
 	fs.Var(mapFlag{&cfg.Tokenizers}, "tokenizer", "model=path of a tokenizer directory (repeatable or comma-separated)")
-	fs.IntVar(&cfg.PrefixChunkBytes, "prefix-store-chunk-bytes", cfg.PrefixChunkBytes, "prefix store chunk size in bytes (0 = default)")
-	fs.IntVar(&cfg.PrefixCapacity, "prefix-store-capacity", cfg.PrefixCapacity, "prefix store size in chunks (0 = default)")
+	fs.IntVar(&cfg.PrefixChunkBytes, "prefix-store-chunk-bytes", cfg.PrefixChunkBytes, fmt.Sprintf("prefix store chunk size in bytes (0 = default %d)", prefixstore.DefaultChunkBytes))
+	fs.IntVar(&cfg.PrefixCapacity, "prefix-store-capacity", cfg.PrefixCapacity, fmt.Sprintf("prefix store size in chunks per model, least recently used dropped (0 = default %d)", prefixstore.DefaultCapacity))
 	fs.StringVar(&cfg.PickPolicy, "pick-policy", cfg.PickPolicy, "default policy of /v1/pick: "+strings.Join(routing.Names(), ", ")+" (\"\" = "+routing.DefaultPolicy+")")
 	fs.StringVar(&cfg.SpecTTL, "speculative-ttl", cfg.SpecTTL, "how long a picked pod is assumed to hold the request's blocks before its events arrive (\"\" = 2s, negative = off)")
 	fs.StringVar(&cfg.HistoryTTL, "history-ttl", cfg.HistoryTTL, "how long picks are remembered for pods without KV events (\"\" = 120s, negative = off)")
 	fs.IntVar(&cfg.HistoryCapacity, "history-capacity", cfg.HistoryCapacity, "routing history bound in (block, pod) entries (0 = default)")
 	fs.Float64Var(&cfg.PredictionSampleRate, "prediction-sample-rate", cfg.PredictionSampleRate, "fraction of scored requests whose predicted blocks are checked against the engines' stored blocks (0 = off)")
 	fs.StringVar(&cfg.PredictionWindow, "prediction-window", cfg.PredictionWindow, "how long a predicted block may take to be stored before it counts as missed")
-	fs.IntVar(&cfg.PredictionCapacity, "prediction-capacity", cfg.PredictionCapacity, "predicted blocks awaited at once (0 = default 65536); more are dropped and counted")
+	fs.IntVar(&cfg.PredictionCapacity, "prediction-capacity", cfg.PredictionCapacity, fmt.Sprintf("predicted blocks awaited at once (0 = default %d); more are dropped and counted", indexer.DefaultPredictionCapacity))
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug | info | warn | error")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text | json")
 	securityFlags(fs, &cfg.SecurityConfig)
@@ -304,8 +311,9 @@ func envName(flagName string) string {
 	return "KVINDEX_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// loadConfig applies defaults, file, env and flags in that order.
-func loadConfig(args []string, getenv func(string) string, out io.Writer) (Config, error) {
+// loadConfig applies defaults, file, env and flags in that order. On -h it
+// prints the usage to help and returns flag.ErrHelp.
+func loadConfig(args []string, getenv func(string) string, help io.Writer) (Config, error) {
 	cfg := DefaultConfig()
 	configPath := getenv("KVINDEX_CONFIG")
 	// The file has to be read before the flags are declared so that its
@@ -330,8 +338,10 @@ func loadConfig(args []string, getenv func(string) string, out io.Writer) (Confi
 			return cfg, err
 		}
 	}
-	// The flag package echoes a bad value; it may be a URL with a password.
-	fs := flagSet(&cfg, &configPath, redact.Writer(out))
+	// help receives the usage on -h, verbatim; a bad flag or value comes
+	// back as an error, which run redacts (it may echo a URL with a
+	// password).
+	fs := flagSet(&cfg, &configPath, help)
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
 		if f.Name == "config" {
@@ -346,11 +356,8 @@ func loadConfig(args []string, getenv func(string) string, out io.Writer) (Confi
 	if envErr != nil {
 		return cfg, envErr
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, help); err != nil {
 		return cfg, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	return cfg, cfg.validate()
 }

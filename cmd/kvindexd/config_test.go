@@ -117,8 +117,8 @@ func TestHelpListsSubcommands(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, out.String())
 	}
 	for name := range subcommands {
-		if !strings.Contains(out.String(), "  "+name+" ") {
-			t.Errorf("help lacks %q:\n%s", name, out.String())
+		if listed := strings.Contains(out.String(), "  "+name+" "); listed == hiddenSubcommands[name] {
+			t.Errorf("help lists %q: %v, want %v:\n%s", name, listed, !hiddenSubcommands[name], out.String())
 		}
 	}
 	out.Reset()

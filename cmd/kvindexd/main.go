@@ -4,6 +4,7 @@
 //
 //	kvindexd [serve] [flags]     run the daemon (default)
 //	kvindexd help                list subcommands
+//	kvindexd version             print the version (also --version)
 //	kvindexd <subcommand> ...    developer and debugging tools
 package main
 
@@ -30,9 +31,14 @@ type subcommand struct {
 
 var subcommands = map[string]subcommand{}
 
+// hiddenSubcommands are left out of `kvindexd help`: project tooling, not
+// for operators.
+var hiddenSubcommands = map[string]bool{}
+
 func init() {
 	subcommands["serve"] = subcommand{"run the daemon (the default when no subcommand is given)", runServe}
 	subcommands["help"] = subcommand{"list subcommands; `kvindexd help NAME` shows NAME's flags", runHelp}
+	subcommands["version"] = subcommand{"print the version, VCS commit and Go version (also --version)", runVersion}
 }
 
 func main() {
@@ -41,11 +47,16 @@ func main() {
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	name := "serve"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+	switch {
+	case len(args) == 0:
+	case args[0] == "--version" || args[0] == "-version":
+		name, args = "version", args[1:]
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "-help":
+		// Without a subcommand: the list of them (serve's flags are one
+		// `kvindexd help serve` away).
+		name, args = "help", args[1:]
+	case len(args[0]) > 0 && args[0][0] != '-':
 		name, args = args[0], args[1:]
-	}
-	if name == "-h" || name == "--help" {
-		name = "help"
 	}
 	sc, ok := subcommands[name]
 	if !ok {
@@ -57,7 +68,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		// Redaction is for errors (a bad --index value echoes its URL);
+		// help text is printed as written.
 		fmt.Fprintf(stderr, "kvindexd %s: %s\n", name, redact.Error(err))
+		if errors.As(err, new(usageError)) {
+			fmt.Fprintf(stderr, "Run 'kvindexd %s --help' for usage.\n", name)
+			return 2
+		}
 		return 1
 	}
 	return 0
@@ -66,7 +83,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 func printSubcommands(w io.Writer) {
 	names := make([]string, 0, len(subcommands))
 	for n := range subcommands {
-		names = append(names, n)
+		if !hiddenSubcommands[n] {
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	fmt.Fprintln(w, "usage: kvindexd [subcommand] [flags]\n\nsubcommands:")
@@ -91,9 +110,50 @@ func runHelp(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// runServe runs the daemon until SIGINT or SIGTERM.
+// usageError is a command line the flag set rejected (unknown flag, bad
+// value, stray argument): run prints it with a pointer to --help and exits
+// 2, rather than the whole flag list (over 150 lines for serve) that hides
+// the one line that matters.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// parseFlags parses args with fs. A parse error comes back as a usageError
+// and prints nothing; -h / --help prints fs's usage, verbatim, to help and
+// returns flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, args []string, help io.Writer) error {
+	usage := fs.Usage
+	if usage == nil {
+		usage = func() {
+			fmt.Fprintf(fs.Output(), "usage: %s [flags]\n\nflags:\n", fs.Name())
+			fs.PrintDefaults()
+		}
+	}
+	// The flag package prints the error and the usage on its own for any
+	// failure; silence it and decide here.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(help)
+	fs.Usage = usage
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		usage()
+		return err
+	case err != nil:
+		return usageError{err}
+	case fs.NArg() > 0:
+		return usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
+	}
+	return nil
+}
+
+// runServe runs the daemon until SIGINT or SIGTERM, then shuts it down
+// gracefully and returns nil (exit status 0: an operator's Ctrl-C or a
+// Kubernetes stop is not a failure).
 func runServe(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	cfg, err := loadConfig(args, os.Getenv, stderr)
+	cfg, err := loadConfig(args, os.Getenv, stdout)
 	if err != nil {
 		return err
 	}

@@ -32,11 +32,8 @@ func runRender(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			"\"chat_template_kwargs\": {...}} per line (all but messages optional) and writes {\"prompt\": \"...\", \"ids\": [...]}.\n\n")
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
+	if err := parseFlags(fl, args, stdout); err != nil {
 		return err
-	}
-	if fl.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fl.Args())
 	}
 	if *dir == "" {
 		return errors.New("--tokenizer is required")

@@ -30,11 +30,8 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 			"Reads {\"text\": \"...\"} per line and writes {\"ids\": [...]} per line.\n\n")
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
+	if err := parseFlags(fl, args, stdout); err != nil {
 		return err
-	}
-	if fl.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fl.Args())
 	}
 	if *path == "" {
 		return errors.New("--tokenizer is required")

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,15 +15,19 @@ import (
 	"github.com/kvindex/kvindex/internal/logtest"
 )
 
-// TestBinaryServeAndGracefulStop builds the real kvindexd binary, runs it
-// the way an operator does (flags + KVINDEX_* env), checks it serves, and
-// that SIGTERM stops it cleanly (exit status 0).
+// TestBinaryServeAndGracefulStop builds the real kvindexd binary, stamped
+// as make build stamps it, checks --version reports the stamp, runs it the
+// way an operator does (flags + KVINDEX_* env), checks it serves, and that
+// SIGTERM (Kubernetes) and SIGINT (Ctrl-C) each stop it cleanly: exit
+// status 0, so `make run` ends without an error.
 func TestBinaryServeAndGracefulStop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
 	bin := filepath.Join(t.TempDir(), "kvindexd")
-	build := exec.Command("go", append(append([]string{"build"}, buildFlags...), "-o", bin, "./cmd/kvindexd")...)
+	args := append(append([]string{"build"}, buildFlags...),
+		"-ldflags", "-X main.version=v0.0.0-e2e -X main.commit=e2e0123", "-o", bin, "./cmd/kvindexd")
+	build := exec.Command("go", args...)
 	build.Dir = RepoRoot(t)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -32,7 +37,19 @@ func TestBinaryServeAndGracefulStop(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "serve") || !strings.Contains(string(out), "blockhash") {
 		t.Fatalf("kvindexd help: %v\n%s", err, out)
 	}
+	out, err = exec.Command(bin, "--version").CombinedOutput()
+	if want := "kvindexd v0.0.0-e2e\ncommit:     e2e0123\ngo version: go"; err != nil || !strings.HasPrefix(string(out), want) {
+		t.Fatalf("kvindexd --version: %v\n%s\nwant it to start with:\n%s", err, out, want)
+	}
 
+	for _, sig := range []os.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) { serveUntil(t, bin, sig) })
+	}
+}
+
+// serveUntil runs bin serve, checks it answers a score, sends sig and
+// expects a graceful exit with status 0.
+func serveUntil(t *testing.T, bin string, sig os.Signal) {
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
 	cmd := exec.Command(bin, "--grpc-addr", fmt.Sprintf("127.0.0.1:%d", FreePort(t)),
 		"--zmq-bind", fmt.Sprintf("tcp://127.0.0.1:%d", FreePort(t)), "--log-format", "json")
@@ -80,16 +97,16 @@ func TestBinaryServeAndGracefulStop(t *testing.T) {
 		t.Fatalf("score: %d %q", resp.StatusCode, body)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-exited:
 		if waitErr != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", waitErr, logs.String())
+			t.Fatalf("exit after %v: %v (want status 0)\n%s", sig, waitErr, logs.String())
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("no exit after SIGTERM\n%s", logs.String())
+		t.Fatalf("no exit after %v\n%s", sig, logs.String())
 	}
 	if !strings.Contains(logs.String(), `"msg":"shutting down"`) {
 		t.Errorf("no shutdown log:\n%s", logs.String())
