@@ -30,14 +30,7 @@ func (a *Applier) snapshot(ctx context.Context, ps *podState, engine Engine, ev 
 		keys = append(keys, Key(eh))
 	}
 	ps.keys = keys
-	if len(keys) == 0 {
-		return nil
-	}
-	if err := a.idx.Add(ctx, ps.modelID, ps.id, ev.Medium, 0, keys); err != nil {
-		return err
-	}
-	d.stored += uint64(len(keys))
-	return nil
+	return a.addStored(ctx, ps, ev, keys, d)
 }
 
 func (a *Applier) removed(ctx context.Context, ps *podState, engine Engine, ev *Event, d *batchDelta) error {

@@ -29,7 +29,19 @@ func eventExtras(ek *extraKeys, ev *Event, engine Engine, i int) bool {
 	return true
 }
 
+// stored indexes one BlockStored event in two steps: storedKeys decides the
+// keys and updates what the applier keeps per pod; addStored writes them,
+// the only index call. The decisions are thus the same whatever the index
+// (memory, Redis, a failing one) and can be tested without one.
 func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *Event, d *batchDelta) error {
+	return a.addStored(ctx, ps, ev, a.storedKeys(ps, engine, ev, d), d)
+}
+
+// storedKeys returns the keys ev adds to the index, in the pod's reused key
+// buffer. It writes nothing to the index: it updates what the applier keeps
+// per pod (groups, parity verdicts and hint, digest cache, aliases, copy
+// counts, group masks) and counts into d.
+func (a *Applier) storedKeys(ps *podState, engine Engine, ev *Event, d *batchDelta) []Key {
 	n := len(ev.BlockHashes)
 	if n == 0 {
 		return nil
@@ -43,40 +55,23 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 		d.groupSkipped += uint64(n)
 		return nil
 	}
+	keys := a.blockKeys(ps, engine, ev, d)
+	keys = a.holdStored(ps, engine, ev, bit, keys, d)
+	keys = a.trimToShare(ps, keys)
+	ps.keys = keys
+	return keys
+}
+
+// blockKeys maps each block of ev to the key it is indexed under, as the
+// parity check decides (see Applier): a block we can rehash gets its
+// verdict from checkedKey, one we cannot from uncheckedKey, and a pod being
+// sampled (parity_sampling.go) has its hashes taken unchecked.
+func (a *Applier) blockKeys(ps *podState, engine Engine, ev *Event, d *batchDelta) []Key {
 	h := ps.hasher
 	bs, dlen := h.cfg.BlockSize, h.dlen
 	sglang := engine == EngineSGLang
 	keys := ps.keys[:0]
-
-	haveTokens := len(ev.TokenIDs) > 0
-	bsWrong := haveTokens && ev.BlockSize > 0 && ev.BlockSize != bs
-	// A lone block shorter than the block size with exactly that many tokens
-	// is a trailing partial page (SGLang), not a different configuration:
-	// no hint from it.
-	partial := bsWrong && n == 1 && ev.BlockSize < bs && len(ev.TokenIDs) == ev.BlockSize
-	bsWrong = bsWrong && !partial
-	base := unverifiedNone
-	switch {
-	case !haveTokens:
-		base = unverifiedNoTokens
-	case partial:
-		base = unverifiedPartialBlock
-	case bsWrong:
-		base = unverifiedBlockSize
-	case len(ev.TokenIDs) != n*bs:
-		base = unverifiedTokenCount
-	}
-	if bsWrong {
-		if !sglang {
-			d.mismatches += uint64(n) // counted here, not again as unverified below
-		}
-		if !ps.hintFinal {
-			ps.hintFinal = true
-			d.hint = fmt.Sprintf("block size: engine publishes block_size=%d but kvindex is configured with %d; "+
-				"set the engine's --block-size (SGLang: --page-size, default 1) or kvindex's block size (per model) to agree",
-				ev.BlockSize, bs)
-		}
-	}
+	base, bsWrong := ps.verifiable(engine, ev, d)
 
 	var parent [32]byte
 	parentOK := true
@@ -88,10 +83,7 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 	if !sglang && !ps.parity.check(base == unverifiedNone && parentOK) {
 		// Sampled out: the engine's hashes (or their aliases) go in
 		// unchecked, through the same copy, group and share accounting.
-		keys = a.storedUnchecked(ps, ev, keys, d)
-		keys = a.holdStored(ps, engine, ev, bit, keys, d)
-		ps.keys = a.trimToShare(ps, keys)
-		return a.addStored(ctx, ps, ev, d)
+		return a.storedUnchecked(ps, ev, keys, d)
 	}
 	var ek extraKeys
 	for i, eh := range ev.BlockHashes {
@@ -107,44 +99,9 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 			var err error
 			ps.buf, dg, err = h.digest(ps.buf, parent[:dlen], ev.TokenIDs[i*bs:(i+1)*bs], &ek)
 			if err == nil {
-				k := keyOf(&dg, dlen)
 				ps.dc.put(eh, &dg)
 				parent = dg
-				keys = append(keys, k)
-				switch {
-				case sglang:
-					if !a.aliasPut(ps, eh, k) {
-						keys = keys[:len(keys)-1]
-						d.unkeyed++
-					}
-				case uint64(k) == eh:
-					d.matches++
-					ps.everMatched = true
-					ps.parity.matched()
-				case ps.everMatched:
-					// Other blocks of this pod match, so its seed, algorithm and
-					// block size are right: the engine hashed extra keys it did not
-					// publish (multimodal items, cache_salt without extra_keys).
-					// Its hash is then the truth for this block; ours is not.
-					d.mismatches++
-					ps.parity.reset()
-					keys[len(keys)-1] = Key(eh)
-					if !ps.hintFinal {
-						ps.hintFinal = true
-						d.hint = "extra keys: some blocks match and others differ; the engine hashes extra keys " +
-							"(multimodal, cache_salt, LoRA) it does not publish in extra_keys; those blocks are " +
-							"indexed under the engine's hashes"
-					}
-				default:
-					d.mismatches++
-					ps.parity.reset()
-					if !a.aliasPut(ps, eh, k) {
-						keys[len(keys)-1] = Key(eh) // removals must still find it
-					}
-					if !ps.hintFinal {
-						a.diagnose(ps, ev, engine, i, eh, d)
-					}
-				}
+				keys = a.checkedKey(ps, engine, ev, i, eh, keyOf(&dg, dlen), keys, d)
 				continue
 			}
 			// an extra key we cannot serialise (OpaqueExtraKey, ...)
@@ -152,31 +109,111 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *E
 		}
 		// Not computable here; the chain may resume if we know this block.
 		parentOK = ps.dc.get(eh, &parent)
-		k, aliased := Key(eh), false
-		if ps.alias != nil {
-			k, aliased = ps.alias.get(eh)
-		}
 		if !bsWrong || sglang {
-			d.unverify(reason, 1)
+			d.unverify(reason, 1) // a block-size mismatch is counted once, in verifiable
 		}
-		switch {
-		case aliased:
-			keys = append(keys, k)
-		case sglang:
-			d.unkeyed++ // an SGLang hash is useless to routers
-		default:
-			keys = append(keys, Key(eh))
-		}
+		keys = uncheckedKey(ps, sglang, eh, keys, d)
 	}
-	keys = a.holdStored(ps, engine, ev, bit, keys, d)
-	keys = a.trimToShare(ps, keys)
-	ps.keys = keys
-	return a.addStored(ctx, ps, ev, d)
+	return keys
 }
 
-// addStored adds the event's keys, prepared in ps.keys, to the index.
-func (a *Applier) addStored(ctx context.Context, ps *podState, ev *Event, d *batchDelta) error {
-	keys := ps.keys
+// verifiable reports why none of ev's blocks can be rehashed here
+// (unverifiedNone: they may be), and whether the engine's block size differs
+// from ours: those blocks are counted as mismatches (vLLM) here, once, and
+// the pod gets the hint.
+func (ps *podState) verifiable(engine Engine, ev *Event, d *batchDelta) (base unverifiedReason, bsWrong bool) {
+	n, bs := len(ev.BlockHashes), ps.hasher.cfg.BlockSize
+	haveTokens := len(ev.TokenIDs) > 0
+	bsWrong = haveTokens && ev.BlockSize > 0 && ev.BlockSize != bs
+	// A lone block shorter than the block size with exactly that many tokens
+	// is a trailing partial page (SGLang), not a different configuration:
+	// no hint from it.
+	partial := bsWrong && n == 1 && ev.BlockSize < bs && len(ev.TokenIDs) == ev.BlockSize
+	bsWrong = bsWrong && !partial
+	switch {
+	case !haveTokens:
+		base = unverifiedNoTokens
+	case partial:
+		base = unverifiedPartialBlock
+	case bsWrong:
+		base = unverifiedBlockSize
+	case len(ev.TokenIDs) != n*bs:
+		base = unverifiedTokenCount
+	}
+	if bsWrong {
+		if engine != EngineSGLang {
+			d.mismatches += uint64(n) // counted here, not again as unverified
+		}
+		if !ps.hintFinal {
+			ps.hintFinal = true
+			d.hint = fmt.Sprintf("block size: engine publishes block_size=%d but kvindex is configured with %d; "+
+				"set the engine's --block-size (SGLang: --page-size, default 1) or kvindex's block size (per model) to agree",
+				ev.BlockSize, bs)
+		}
+	}
+	return base, bsWrong
+}
+
+// checkedKey appends the key of block i of ev, whose hash eh we recomputed
+// as k, and records the parity verdict.
+func (a *Applier) checkedKey(ps *podState, engine Engine, ev *Event, i int, eh uint64, k Key, keys []Key, d *batchDelta) []Key {
+	switch {
+	case engine == EngineSGLang:
+		if !a.aliasPut(ps, eh, k) {
+			d.unkeyed++ // without the alias no removal could find it
+			return keys
+		}
+		return append(keys, k)
+	case uint64(k) == eh:
+		d.matches++
+		ps.everMatched = true
+		ps.parity.matched()
+		return append(keys, k)
+	case ps.everMatched:
+		// Other blocks of this pod match, so its seed, algorithm and
+		// block size are right: the engine hashed extra keys it did not
+		// publish (multimodal items, cache_salt without extra_keys).
+		// Its hash is then the truth for this block; ours is not.
+		d.mismatches++
+		ps.parity.reset()
+		if !ps.hintFinal {
+			ps.hintFinal = true
+			d.hint = "extra keys: some blocks match and others differ; the engine hashes extra keys " +
+				"(multimodal, cache_salt, LoRA) it does not publish in extra_keys; those blocks are " +
+				"indexed under the engine's hashes"
+		}
+		return append(keys, Key(eh))
+	}
+	d.mismatches++
+	ps.parity.reset()
+	if !a.aliasPut(ps, eh, k) {
+		k = Key(eh) // removals must still find it
+	}
+	if !ps.hintFinal {
+		a.diagnose(ps, ev, engine, i, eh, d)
+	}
+	return append(keys, k)
+}
+
+// uncheckedKey appends the key of a block whose hash we could not
+// recompute: our key if its hash is aliased, else the engine's hash, except
+// for SGLang, whose hashes are useless to routers.
+func uncheckedKey(ps *podState, sglang bool, eh uint64, keys []Key, d *batchDelta) []Key {
+	if ps.alias != nil {
+		if k, ok := ps.alias.get(eh); ok {
+			return append(keys, k)
+		}
+	}
+	if sglang {
+		d.unkeyed++
+		return keys
+	}
+	return append(keys, Key(eh))
+}
+
+// addStored writes the keys storedKeys chose: the one index write of a
+// BlockStored (and of a BlockSnapshot's records).
+func (a *Applier) addStored(ctx context.Context, ps *podState, ev *Event, keys []Key, d *batchDelta) error {
 	if len(keys) == 0 {
 		return nil
 	}
