@@ -72,7 +72,8 @@ type ApplierConfig struct {
 //     sliding-window, mamba and other groups are counted, not indexed, so a
 //     sliding window dropping old blocks never shortens a match; with several
 //     full-attention groups a block is indexed while every one holds it and
-//     removed when any drops it. Groups are folded into group 0 in the index;
+//     removed when any drops it. The index knows no groups: a block is
+//     held or not;
 //   - a hash stored twice is two physical copies: a removal keeps the block
 //     while remaining_copy_counts says copies remain, or, without that field
 //     (vLLM before it), while our own count of GPU copies does.

@@ -73,7 +73,7 @@ func (a *Applier) removed(ctx context.Context, ps *podState, engine Engine, ev *
 	if len(keys) == 0 {
 		return nil
 	}
-	if err := a.idx.Remove(ctx, ps.modelID, ps.id, ev.Medium, 0, keys); err != nil {
+	if err := a.idx.Remove(ctx, ps.modelID, ps.id, ev.Medium, keys); err != nil {
 		return err
 	}
 	d.removed += uint64(len(keys))

@@ -217,7 +217,7 @@ func (a *Applier) addStored(ctx context.Context, ps *podState, ev *Event, keys [
 	if len(keys) == 0 {
 		return nil
 	}
-	if err := a.idx.Add(ctx, ps.modelID, ps.id, ev.Medium, 0, keys); err != nil {
+	if err := a.idx.Add(ctx, ps.modelID, ps.id, ev.Medium, keys); err != nil {
 		return err
 	}
 	d.stored += uint64(len(keys))

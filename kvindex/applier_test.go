@@ -369,9 +369,10 @@ func TestApplierTierGroupAndDPRank(t *testing.T) {
 	e.apply("p", 0, EngineVLLM, stored(eh, toks, 4, 0, 1))
 	m, _ := e.in.LookupModel(testModel)
 	id1 := e.podID("p", 1)
-	// The tier is kept; groups are folded into group 0 (only full-attention
-	// groups are indexed, and a block counts once all of them hold it).
-	if _, ok := e.idx.held[fakeEntry{m, id1, TierDisk, 0, Key(eh[0])}]; !ok {
+	// The tier is kept; the group is not part of the index (only
+	// full-attention groups are indexed, and a block counts once all of
+	// them hold it).
+	if _, ok := e.idx.held[fakeEntry{m, id1, TierDisk, Key(eh[0])}]; !ok {
 		t.Fatalf("tier not kept: %v", e.idx.held)
 	}
 	if id1 == e.podID("p", 0) || len(e.a.PodStats()) != 2 {

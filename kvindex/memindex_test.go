@@ -137,10 +137,7 @@ func cmpHolder(a, b Holder) int {
 	if a.Pod != b.Pod {
 		return int(a.Pod) - int(b.Pod)
 	}
-	if a.Tier != b.Tier {
-		return int(a.Tier) - int(b.Tier)
-	}
-	return int(a.Group) - int(b.Group)
+	return int(a.Tier) - int(b.Tier)
 }
 
 func podBlocks(t *testing.T, idx Index, p PodID) int64 {
@@ -156,16 +153,16 @@ func TestMemoryIndexSemantics(t *testing.T) {
 	ctx := context.Background()
 	gpu := func(p PodID) Holder { return Holder{Pod: p} }
 	type step func(t *testing.T, idx *MemoryIndex)
-	add := func(m ModelID, p PodID, tier Tier, g uint8, keys ...Key) step {
+	add := func(m ModelID, p PodID, tier Tier, keys ...Key) step {
 		return func(t *testing.T, idx *MemoryIndex) {
-			if err := idx.Add(ctx, m, p, tier, g, keys); err != nil {
+			if err := idx.Add(ctx, m, p, tier, keys); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	rm := func(m ModelID, p PodID, tier Tier, g uint8, keys ...Key) step {
+	rm := func(m ModelID, p PodID, tier Tier, keys ...Key) step {
 		return func(t *testing.T, idx *MemoryIndex) {
-			if err := idx.Remove(ctx, m, p, tier, g, keys); err != nil {
+			if err := idx.Remove(ctx, m, p, tier, keys); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -189,41 +186,39 @@ func TestMemoryIndexSemantics(t *testing.T) {
 		blocks  map[PodID]int64
 		entries int64
 	}{
-		{"add", []step{add(0, 1, TierGPU, 0, 10, 11)},
+		{"add", []step{add(0, 1, TierGPU, 10, 11)},
 			[]want{{0, 10, []Holder{gpu(1)}}, {0, 11, []Holder{gpu(1)}}, {0, 12, nil}},
 			map[PodID]int64{1: 2}, 2},
-		{"add is idempotent", []step{add(0, 1, TierGPU, 0, 10), add(0, 1, TierGPU, 0, 10, 10)},
+		{"add is idempotent", []step{add(0, 1, TierGPU, 10), add(0, 1, TierGPU, 10, 10)},
 			[]want{{0, 10, []Holder{gpu(1)}}}, map[PodID]int64{1: 1}, 1},
-		{"several pods", []step{add(0, 1, TierGPU, 0, 10), add(0, 2, TierGPU, 0, 10), add(0, 3, TierGPU, 0, 10)},
+		{"several pods", []step{add(0, 1, TierGPU, 10), add(0, 2, TierGPU, 10), add(0, 3, TierGPU, 10)},
 			[]want{{0, 10, []Holder{gpu(1), gpu(2), gpu(3)}}}, map[PodID]int64{1: 1, 2: 1, 3: 1}, 3},
-		{"remove", []step{add(0, 1, TierGPU, 0, 10, 11), add(0, 2, TierGPU, 0, 10), rm(0, 1, TierGPU, 0, 10)},
+		{"remove", []step{add(0, 1, TierGPU, 10, 11), add(0, 2, TierGPU, 10), rm(0, 1, TierGPU, 10)},
 			[]want{{0, 10, []Holder{gpu(2)}}, {0, 11, []Holder{gpu(1)}}}, map[PodID]int64{1: 1, 2: 1}, 2},
-		{"remove unknown is a no-op", []step{add(0, 1, TierGPU, 0, 10), rm(0, 1, TierGPU, 0, 99), rm(0, 2, TierGPU, 0, 10), rm(0, 1, TierCPU, 0, 10), rm(0, 1, TierGPU, 1, 10), rm(1, 1, TierGPU, 0, 10)},
+		{"remove unknown is a no-op", []step{add(0, 1, TierGPU, 10), rm(0, 1, TierGPU, 99), rm(0, 2, TierGPU, 10), rm(0, 1, TierCPU, 10), rm(1, 1, TierGPU, 10)},
 			[]want{{0, 10, []Holder{gpu(1)}}}, map[PodID]int64{1: 1, 2: 0}, 1},
-		{"remove twice", []step{add(0, 1, TierGPU, 0, 10), rm(0, 1, TierGPU, 0, 10), rm(0, 1, TierGPU, 0, 10)},
+		{"remove twice", []step{add(0, 1, TierGPU, 10), rm(0, 1, TierGPU, 10), rm(0, 1, TierGPU, 10)},
 			[]want{{0, 10, nil}}, map[PodID]int64{1: 0}, 0},
-		{"tiers are separate holders of one block", []step{add(0, 1, TierGPU, 0, 10), add(0, 1, TierCPU, 0, 10)},
+		{"tiers are separate holders of one block", []step{add(0, 1, TierGPU, 10), add(0, 1, TierCPU, 10)},
 			[]want{{0, 10, []Holder{gpu(1), {Pod: 1, Tier: TierCPU}}}}, map[PodID]int64{1: 1}, 2},
-		{"removing one tier keeps the block", []step{add(0, 1, TierGPU, 0, 10), add(0, 1, TierCPU, 0, 10), rm(0, 1, TierGPU, 0, 10)},
+		{"removing one tier keeps the block", []step{add(0, 1, TierGPU, 10), add(0, 1, TierCPU, 10), rm(0, 1, TierGPU, 10)},
 			[]want{{0, 10, []Holder{{Pod: 1, Tier: TierCPU}}}}, map[PodID]int64{1: 1}, 1},
-		{"groups are separate holders", []step{add(0, 1, TierGPU, 0, 10), add(0, 1, TierGPU, 3, 10), rm(0, 1, TierGPU, 0, 10)},
-			[]want{{0, 10, []Holder{{Pod: 1, Group: 3}}}}, map[PodID]int64{1: 1}, 1},
-		{"models are isolated", []step{add(0, 1, TierGPU, 0, 10), add(1, 2, TierGPU, 0, 10), rm(1, 1, TierGPU, 0, 10)},
+		{"models are isolated", []step{add(0, 1, TierGPU, 10), add(1, 2, TierGPU, 10), rm(1, 1, TierGPU, 10)},
 			[]want{{0, 10, []Holder{gpu(1)}}, {1, 10, []Holder{gpu(2)}}, {2, 10, nil}}, map[PodID]int64{1: 1, 2: 1}, 2},
-		{"clear hides the pod", []step{add(0, 1, TierGPU, 0, 10, 11), add(0, 2, TierGPU, 0, 10), add(0, 1, TierCPU, 0, 12), clr(1)},
+		{"clear hides the pod", []step{add(0, 1, TierGPU, 10, 11), add(0, 2, TierGPU, 10), add(0, 1, TierCPU, 12), clr(1)},
 			[]want{{0, 10, []Holder{gpu(2)}}, {0, 11, nil}, {0, 12, nil}}, map[PodID]int64{1: 0, 2: 1}, 1},
-		{"re-add after clear", []step{add(0, 1, TierGPU, 0, 10, 11), clr(1), add(0, 1, TierGPU, 0, 11, 12)},
+		{"re-add after clear", []step{add(0, 1, TierGPU, 10, 11), clr(1), add(0, 1, TierGPU, 11, 12)},
 			[]want{{0, 10, nil}, {0, 11, []Holder{gpu(1)}}, {0, 12, []Holder{gpu(1)}}}, map[PodID]int64{1: 2}, 2},
-		{"remove after clear is a no-op", []step{add(0, 1, TierGPU, 0, 10), clr(1), rm(0, 1, TierGPU, 0, 10)},
+		{"remove after clear is a no-op", []step{add(0, 1, TierGPU, 10), clr(1), rm(0, 1, TierGPU, 10)},
 			[]want{{0, 10, nil}}, map[PodID]int64{1: 0}, 0},
-		{"clear of an unknown pod", []step{clr(7), add(0, 7, TierGPU, 0, 10)},
+		{"clear of an unknown pod", []step{clr(7), add(0, 7, TierGPU, 10)},
 			[]want{{0, 10, []Holder{gpu(7)}}}, map[PodID]int64{7: 1}, 1},
-		{"dp ranks are separate pods", []step{add(0, 4, TierGPU, 0, 10), add(0, 5, TierGPU, 0, 10), clr(4)},
+		{"dp ranks are separate pods", []step{add(0, 4, TierGPU, 10), add(0, 5, TierGPU, 10), clr(4)},
 			[]want{{0, 10, []Holder{gpu(5)}}}, map[PodID]int64{4: 0, 5: 1}, 1},
-		{"key zero and max key", []step{add(0, 1, TierGPU, 0, 0, ^Key(0))},
+		{"key zero and max key", []step{add(0, 1, TierGPU, 0, ^Key(0))},
 			[]want{{0, 0, []Holder{gpu(1)}}, {0, ^Key(0), []Holder{gpu(1)}}}, map[PodID]int64{1: 2}, 2},
-		{"high pod id", []step{add(0, MaxPods-1, TierExternal, 255, 10)},
-			[]want{{0, 10, []Holder{{Pod: MaxPods - 1, Tier: TierExternal, Group: 255}}}}, map[PodID]int64{MaxPods - 1: 1}, 1},
+		{"high pod id", []step{add(0, MaxPods-1, TierExternal, 10)},
+			[]want{{0, 10, []Holder{{Pod: MaxPods - 1, Tier: TierExternal}}}}, map[PodID]int64{MaxPods - 1: 1}, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -252,19 +247,19 @@ func TestMemoryIndexSemantics(t *testing.T) {
 func TestMemoryIndexBadInput(t *testing.T) {
 	ctx := context.Background()
 	idx := NewMemoryIndex(MemoryConfig{})
-	if err := idx.Add(ctx, 0, 1, NumTiers, 0, []Key{1}); err == nil {
+	if err := idx.Add(ctx, 0, 1, NumTiers, []Key{1}); err == nil {
 		t.Error("Add with an invalid tier succeeded")
 	}
-	if err := idx.Remove(ctx, 0, 1, Tier(9), 0, []Key{1}); err == nil {
+	if err := idx.Remove(ctx, 0, 1, Tier(9), []Key{1}); err == nil {
 		t.Error("Remove with an invalid tier succeeded")
 	}
-	if err := idx.Add(ctx, 0, MaxPods, TierGPU, 0, []Key{1}); err == nil {
+	if err := idx.Add(ctx, 0, MaxPods, TierGPU, []Key{1}); err == nil {
 		t.Error("Add with a pod id beyond MaxPods succeeded")
 	}
 	if err := idx.ClearPod(ctx, MaxPods); err == nil {
 		t.Error("ClearPod beyond MaxPods succeeded")
 	}
-	if err := idx.Add(ctx, 0, 1, TierGPU, 0, nil); err != nil {
+	if err := idx.Add(ctx, 0, 1, TierGPU, nil); err != nil {
 		t.Errorf("Add of no keys: %v", err)
 	}
 	if st := idx.Stats(); st.Entries != 0 || st.Keys != 0 {
@@ -291,8 +286,8 @@ func (s *stopAfter) Visit(i int, k Key, hs []Holder) bool {
 func TestMemoryIndexLookupStops(t *testing.T) {
 	ctx := context.Background()
 	idx := NewMemoryIndex(MemoryConfig{})
-	_ = idx.Add(ctx, 0, 1, TierGPU, 0, []Key{1, 2, 3, 5})
-	_ = idx.Add(ctx, 0, 2, TierGPU, 0, []Key{4})
+	_ = idx.Add(ctx, 0, 1, TierGPU, []Key{1, 2, 3, 5})
+	_ = idx.Add(ctx, 0, 2, TierGPU, []Key{4})
 	_ = idx.ClearPod(ctx, 2)
 	s := &stopAfter{n: 100}
 	_ = idx.Lookup(ctx, 0, []Key{1, 2, 3, 4, 5}, s)
@@ -317,7 +312,7 @@ func TestMemoryIndexCapacity(t *testing.T) {
 	}
 	t.Run("evicts and counts", func(t *testing.T) {
 		idx := NewMemoryIndex(MemoryConfig{Capacity: 100})
-		if err := idx.Add(ctx, 0, 1, TierGPU, 0, keys(0, 150)); err != nil {
+		if err := idx.Add(ctx, 0, 1, TierGPU, keys(0, 150)); err != nil {
 			t.Fatal(err)
 		}
 		st := idx.Stats()
@@ -343,10 +338,10 @@ func TestMemoryIndexCapacity(t *testing.T) {
 	})
 	t.Run("recently stored survive", func(t *testing.T) {
 		idx := NewMemoryIndex(MemoryConfig{Capacity: 100})
-		_ = idx.Add(ctx, 0, 1, TierGPU, 0, keys(0, 100))
+		_ = idx.Add(ctx, 0, 1, TierGPU, keys(0, 100))
 		// a full sweep clears every reference bit and evicts the oldest
-		_ = idx.Add(ctx, 0, 1, TierGPU, 0, keys(1000, 10))
-		_ = idx.Add(ctx, 0, 1, TierGPU, 0, keys(2000, 10))
+		_ = idx.Add(ctx, 0, 1, TierGPU, keys(1000, 10))
+		_ = idx.Add(ctx, 0, 1, TierGPU, keys(2000, 10))
 		for _, k := range keys(2000, 10) {
 			if len(holdersOf(t, idx, 0, k)) == 0 {
 				t.Errorf("key %d, just stored, was evicted", k)
@@ -356,9 +351,9 @@ func TestMemoryIndexCapacity(t *testing.T) {
 	})
 	t.Run("stale holders are reclaimed, not evicted", func(t *testing.T) {
 		idx := NewMemoryIndex(MemoryConfig{Capacity: 100})
-		_ = idx.Add(ctx, 0, 1, TierGPU, 0, keys(0, 100))
+		_ = idx.Add(ctx, 0, 1, TierGPU, keys(0, 100))
 		_ = idx.ClearPod(ctx, 1)
-		_ = idx.Add(ctx, 0, 2, TierGPU, 0, keys(500, 100))
+		_ = idx.Add(ctx, 0, 2, TierGPU, keys(500, 100))
 		st := idx.Stats()
 		if st.Evictions != 0 || st.Entries != 100 {
 			t.Errorf("after clear: %+v, want 100 entries and no evictions", st)
@@ -370,11 +365,11 @@ func TestMemoryIndexCapacity(t *testing.T) {
 	})
 	t.Run("re-adding cleared keys at the bound", func(t *testing.T) {
 		idx := NewMemoryIndex(MemoryConfig{Capacity: 100})
-		_ = idx.Add(ctx, 0, 1, TierGPU, 0, keys(0, 60))
-		_ = idx.Add(ctx, 0, 2, TierGPU, 0, keys(0, 40))
+		_ = idx.Add(ctx, 0, 1, TierGPU, keys(0, 60))
+		_ = idx.Add(ctx, 0, 2, TierGPU, keys(0, 40))
 		_ = idx.ClearPod(ctx, 1)
 		_ = idx.ClearPod(ctx, 2)
-		_ = idx.Add(ctx, 0, 3, TierGPU, 0, keys(0, 100))
+		_ = idx.Add(ctx, 0, 3, TierGPU, keys(0, 100))
 		for _, k := range keys(0, 100) {
 			if got := holdersOf(t, idx, 0, k); !slices.Equal(got, []Holder{{Pod: 3}}) {
 				t.Fatalf("key %d: holders %v", k, got)
@@ -388,10 +383,10 @@ func TestMemoryIndexCapacity(t *testing.T) {
 	t.Run("evicting shared keys", func(t *testing.T) {
 		idx := NewMemoryIndex(MemoryConfig{Capacity: 64})
 		for p := PodID(0); p < 4; p++ {
-			_ = idx.Add(ctx, 0, p, TierGPU, 0, keys(0, 16))
-			_ = idx.Add(ctx, 0, p, TierCPU, 0, keys(0, 4))
+			_ = idx.Add(ctx, 0, p, TierGPU, keys(0, 16))
+			_ = idx.Add(ctx, 0, p, TierCPU, keys(0, 4))
 		}
-		_ = idx.Add(ctx, 0, 9, TierGPU, 0, keys(100, 40))
+		_ = idx.Add(ctx, 0, 9, TierGPU, keys(100, 40))
 		st := idx.Stats()
 		if st.Entries > 64 || st.Entries+st.Evictions != 4*20+40 {
 			t.Errorf("stats %+v", st)
@@ -411,10 +406,10 @@ func TestMemoryIndexLazyReclaim(t *testing.T) {
 	ctx := context.Background()
 	idx := NewMemoryIndex(MemoryConfig{})
 	ks := []Key{1, 2, 3}
-	_ = idx.Add(ctx, 0, 1, TierGPU, 0, ks)
-	_ = idx.Add(ctx, 0, 2, TierGPU, 0, ks)
+	_ = idx.Add(ctx, 0, 1, TierGPU, ks)
+	_ = idx.Add(ctx, 0, 2, TierGPU, ks)
 	_ = idx.ClearPod(ctx, 1)
-	_ = idx.Add(ctx, 0, 3, TierGPU, 0, ks)
+	_ = idx.Add(ctx, 0, 3, TierGPU, ks)
 	used := int64(0)
 	for i := range idx.shards {
 		used += idx.shards[i].used
@@ -424,7 +419,7 @@ func TestMemoryIndexLazyReclaim(t *testing.T) {
 	}
 	_ = idx.ClearPod(ctx, 2)
 	_ = idx.ClearPod(ctx, 3)
-	_ = idx.Remove(ctx, 0, 3, TierGPU, 0, ks) // a write: reclaims the stale words
+	_ = idx.Remove(ctx, 0, 3, TierGPU, ks) // a write: reclaims the stale words
 	if st := idx.Stats(); st.Keys != 0 || st.Entries != 0 {
 		t.Errorf("after clearing every holder and touching the keys: %+v", st)
 	}
@@ -441,19 +436,19 @@ type refKey struct {
 	k Key
 }
 
-func (r *refIndex) add(m ModelID, p PodID, tier Tier, g uint8, ks []Key) {
+func (r *refIndex) add(m ModelID, p PodID, tier Tier, ks []Key) {
 	for _, k := range ks {
 		rk := refKey{m, k}
 		if r.holders[rk] == nil {
 			r.holders[rk] = map[Holder]bool{}
 		}
-		r.holders[rk][Holder{p, tier, g}] = true
+		r.holders[rk][Holder{p, tier}] = true
 	}
 }
 
-func (r *refIndex) remove(m ModelID, p PodID, tier Tier, g uint8, ks []Key) {
+func (r *refIndex) remove(m ModelID, p PodID, tier Tier, ks []Key) {
 	for _, k := range ks {
-		delete(r.holders[refKey{m, k}], Holder{p, tier, g})
+		delete(r.holders[refKey{m, k}], Holder{p, tier})
 	}
 }
 
@@ -495,22 +490,21 @@ func TestMemoryIndexMatchesReference(t *testing.T) {
 				m := ModelID(rng.IntN(2))
 				p := PodID(rng.IntN(npods))
 				tier := Tier(rng.IntN(int(NumTiers)))
-				g := uint8(rng.IntN(2))
 				ks := make([]Key, 1+rng.IntN(6))
 				for i := range ks {
 					ks[i] = Key(rng.IntN(nkeys))
 				}
 				switch r := rng.IntN(20); {
 				case r < 11:
-					if err := idx.Add(ctx, m, p, tier, g, ks); err != nil {
+					if err := idx.Add(ctx, m, p, tier, ks); err != nil {
 						t.Fatal(err)
 					}
-					ref.add(m, p, tier, g, ks)
+					ref.add(m, p, tier, ks)
 				case r < 18:
-					if err := idx.Remove(ctx, m, p, tier, g, ks); err != nil {
+					if err := idx.Remove(ctx, m, p, tier, ks); err != nil {
 						t.Fatal(err)
 					}
-					ref.remove(m, p, tier, g, ks)
+					ref.remove(m, p, tier, ks)
 				default:
 					if err := idx.ClearPod(ctx, p); err != nil {
 						t.Fatal(err)
@@ -583,11 +577,11 @@ func TestMemoryIndexConcurrent(t *testing.T) {
 				var err error
 				switch r := rng.IntN(20); {
 				case r < 12:
-					err = idx.Add(ctx, 0, p, tier, 0, ks)
-					ref.add(0, p, tier, 0, ks)
+					err = idx.Add(ctx, 0, p, tier, ks)
+					ref.add(0, p, tier, ks)
 				case r < 19:
-					err = idx.Remove(ctx, 0, p, tier, 0, ks)
-					ref.remove(0, p, tier, 0, ks)
+					err = idx.Remove(ctx, 0, p, tier, ks)
+					ref.remove(0, p, tier, ks)
 				default:
 					err = idx.ClearPod(ctx, p)
 					ref.clear(p)
@@ -624,7 +618,7 @@ func TestMemoryIndexConcurrent(t *testing.T) {
 				for _, hs := range c.got {
 					seen := map[Holder]bool{}
 					for _, h := range hs {
-						if seen[h] || h.Tier >= 2 || h.Group != 0 || h.Pod >= writers*podsPerWriter {
+						if seen[h] || h.Tier >= 2 || h.Pod >= writers*podsPerWriter {
 							errs <- fmt.Errorf("impossible holder set %v", hs)
 							return
 						}
@@ -701,12 +695,12 @@ func TestMemoryIndexConcurrentEviction(t *testing.T) {
 				case 0:
 					_ = idx.ClearPod(ctx, p)
 				case 1, 2:
-					_ = idx.Remove(ctx, 0, p, TierGPU, 0, ks)
+					_ = idx.Remove(ctx, 0, p, TierGPU, ks)
 				case 3:
 					c.got = c.got[:0]
 					_ = idx.Lookup(ctx, 0, ks, &c)
 				default:
-					if err := idx.Add(ctx, 0, p, Tier(rng.IntN(2)), 0, ks); err != nil {
+					if err := idx.Add(ctx, 0, p, Tier(rng.IntN(2)), ks); err != nil {
 						t.Error(err)
 						return
 					}

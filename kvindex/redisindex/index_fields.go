@@ -34,14 +34,17 @@ func (x *Index) holderField(h kvindex.Holder) string {
 	if ok {
 		return s
 	}
-	s = strconv.Itoa(int(h.Tier)) + "." + strconv.Itoa(int(h.Group)) + "." + x.podFieldOf(h.Pod)
+	s = strconv.Itoa(int(h.Tier)) + ".0." + x.podFieldOf(h.Pod)
 	x.nmu.Lock()
 	x.holderF[h] = s
 	x.nmu.Unlock()
 	return s
 }
 
-// parseField turns "<tier>.<group>.<rank>.<pod name>" into a Holder.
+// parseField turns "<tier>.0.<rank>.<pod name>" into a Holder. The 0 is
+// part of the format every daemon sharing the namespace reads and writes
+// (the scripts' podOf skips it too); a record with another value there was
+// not written by this version and is not read (counted as malformed).
 func (x *Index) parseField(f string) (kvindex.Holder, bool) {
 	x.nmu.RLock()
 	h, ok := x.fields[f]
@@ -54,12 +57,11 @@ func (x *Index) parseField(f string) (kvindex.Holder, bool) {
 		return h, false
 	}
 	tier, e1 := strconv.ParseUint(parts[0], 10, 8)
-	group, e2 := strconv.ParseUint(parts[1], 10, 8)
-	rank, e3 := strconv.ParseInt(parts[2], 10, 32)
-	if e1 != nil || e2 != nil || e3 != nil || tier >= uint64(kvindex.NumTiers) || rank < 0 {
+	rank, e2 := strconv.ParseInt(parts[2], 10, 32)
+	if e1 != nil || parts[1] != "0" || e2 != nil || tier >= uint64(kvindex.NumTiers) || rank < 0 {
 		return h, false
 	}
-	h = kvindex.Holder{Pod: x.in.Pod(parts[3], int(rank)), Tier: kvindex.Tier(tier), Group: uint8(group)}
+	h = kvindex.Holder{Pod: x.in.Pod(parts[3], int(rank)), Tier: kvindex.Tier(tier)}
 	x.nmu.Lock()
 	if len(x.fields) < maxFieldCache {
 		x.fields[f] = h

@@ -299,7 +299,7 @@ func (x *Index) readValuesCluster(ctx context.Context, b *lookupBuf) error {
 	return x.ensureEpochs(ctx, ver)
 }
 
-// sortHolders orders holders by (pod, tier, group): deterministic output
+// sortHolders orders holders by (pod, tier): deterministic output
 // whatever order Redis returned the hash fields in. Insertion sort: a block
 // has a handful of holders.
 func sortHolders(h []kvindex.Holder) {
@@ -314,10 +314,7 @@ func holderLess(a, b kvindex.Holder) bool {
 	if a.Pod != b.Pod {
 		return a.Pod < b.Pod
 	}
-	if a.Tier != b.Tier {
-		return a.Tier < b.Tier
-	}
-	return a.Group < b.Group
+	return a.Tier < b.Tier
 }
 
 // lookupScripted is Lookup on a single node: one EVALSHA that walks the keys

@@ -10,17 +10,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Add records that pod holds keys on tier/group: one pipelined round trip
+// Add records that pod holds keys on tier: one pipelined round trip
 // for the entries (one script run in single-node mode, one per key and node
 // in Cluster mode) plus one for the pod's counter, shared with every write
 // coalesced into the same flush (writer.go).
-func (x *Index) Add(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, group uint8, keys []kvindex.Key) error {
-	return x.write(ctx, opAdd, model, pod, tier, group, keys)
+func (x *Index) Add(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, keys []kvindex.Key) error {
+	return x.write(ctx, opAdd, model, pod, tier, keys)
 }
 
-// Remove forgets that pod holds keys on tier/group.
-func (x *Index) Remove(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, group uint8, keys []kvindex.Key) error {
-	return x.write(ctx, opRemove, model, pod, tier, group, keys)
+// Remove forgets that pod holds keys on tier.
+func (x *Index) Remove(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, keys []kvindex.Key) error {
+	return x.write(ctx, opRemove, model, pod, tier, keys)
 }
 
 // writeOp is one of the two block writes; it names the script and the
