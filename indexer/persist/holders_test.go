@@ -48,11 +48,11 @@ func craft(hf uint64, created time.Time) []byte {
 	return binary.LittleEndian.AppendUint32(buf.Bytes(), crc32.Checksum(buf.Bytes(), castagnoli))
 }
 
-// A holder's field is its tier. Files of version 1 written before the
-// index dropped KV-cache groups encoded it as tier | group<<2 with group
-// always 0: the same bytes, so they load as they are (and Write still
-// produces them). A field with a group bit set was never written by the
-// daemon; it is refused as corrupt, leaving the index empty (a cold start).
+// A holder's field is its tier. Version 1 also defined bits above the tier
+// for a KV-cache group the daemon always wrote as 0, so every version-1 file
+// has this layout, loads as it is, and is what Write produces. A field with
+// a group bit set was never written by the daemon: it is refused as
+// corrupt, leaving the index empty (a cold start).
 func TestHolderFieldIsTheTier(t *testing.T) {
 	created := time.Unix(1700000000, 0)
 	dir := t.TempDir()
