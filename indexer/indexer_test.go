@@ -34,11 +34,11 @@ type flakyIndex struct {
 
 var errDown = errors.New("backend down")
 
-func (f *flakyIndex) Remove(ctx context.Context, m kvindex.ModelID, p kvindex.PodID, t kvindex.Tier, g uint8, keys []kvindex.Key) error {
+func (f *flakyIndex) Remove(ctx context.Context, m kvindex.ModelID, p kvindex.PodID, t kvindex.Tier, keys []kvindex.Key) error {
 	if f.failRemove.Load() || f.down.Load() {
 		return errDown
 	}
-	return f.MemoryIndex.Remove(ctx, m, p, t, g, keys)
+	return f.MemoryIndex.Remove(ctx, m, p, t, keys)
 }
 
 func (f *flakyIndex) Lookup(ctx context.Context, m kvindex.ModelID, keys []kvindex.Key, v kvindex.Visitor) error {

@@ -268,8 +268,8 @@ type observedIndex struct {
 	p *predictor
 }
 
-func (o observedIndex) Add(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, group uint8, keys []kvindex.Key) error {
-	if err := o.Index.Add(ctx, model, pod, tier, group, keys); err != nil {
+func (o observedIndex) Add(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, keys []kvindex.Key) error {
+	if err := o.Index.Add(ctx, model, pod, tier, keys); err != nil {
 		return err
 	}
 	o.p.observe(model, keys)

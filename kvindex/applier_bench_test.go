@@ -9,12 +9,12 @@ import (
 // nopIndex measures the applier alone.
 type nopIndex struct{}
 
-func (nopIndex) Add(context.Context, ModelID, PodID, Tier, uint8, []Key) error    { return nil }
-func (nopIndex) Remove(context.Context, ModelID, PodID, Tier, uint8, []Key) error { return nil }
-func (nopIndex) ClearPod(context.Context, PodID) error                            { return nil }
-func (nopIndex) Lookup(context.Context, ModelID, []Key, Visitor) error            { return nil }
-func (nopIndex) PodBlocks(context.Context, PodID) (int64, error)                  { return 0, nil }
-func (nopIndex) Stats() IndexStats                                                { return IndexStats{} }
+func (nopIndex) Add(context.Context, ModelID, PodID, Tier, []Key) error    { return nil }
+func (nopIndex) Remove(context.Context, ModelID, PodID, Tier, []Key) error { return nil }
+func (nopIndex) ClearPod(context.Context, PodID) error                     { return nil }
+func (nopIndex) Lookup(context.Context, ModelID, []Key, Visitor) error     { return nil }
+func (nopIndex) PodBlocks(context.Context, PodID) (int64, error)           { return 0, nil }
+func (nopIndex) Stats() IndexStats                                         { return IndexStats{} }
 
 // applierBenchBatches precomputes batches of one BlockStored of 16 blocks of
 // 16 tokens each, chained, as an engine with cfg would publish them.

@@ -8,7 +8,7 @@ import (
 )
 
 // fakeIndex is a deliberately simple Index for the applier tests: a set of
-// (model, pod, tier, group, key) entries, a call log, and failure injection
+// (model, pod, tier, key) entries, a call log, and failure injection
 // (down = every call fails; podDown = every call for that pod fails;
 // failOn = the n-th call from now fails).
 type fakeIndex struct {
@@ -24,7 +24,6 @@ type fakeEntry struct {
 	model ModelID
 	pod   PodID
 	tier  Tier
-	group uint8
 	key   Key
 }
 
@@ -49,26 +48,26 @@ func (f *fakeIndex) call(pod PodID, s string) error {
 	return nil
 }
 
-func (f *fakeIndex) Add(_ context.Context, model ModelID, pod PodID, tier Tier, group uint8, keys []Key) error {
+func (f *fakeIndex) Add(_ context.Context, model ModelID, pod PodID, tier Tier, keys []Key) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call(pod, fmt.Sprintf("add pod=%d n=%d", pod, len(keys))); err != nil {
 		return err
 	}
 	for _, k := range keys {
-		f.held[fakeEntry{model, pod, tier, group, k}] = struct{}{}
+		f.held[fakeEntry{model, pod, tier, k}] = struct{}{}
 	}
 	return nil
 }
 
-func (f *fakeIndex) Remove(_ context.Context, model ModelID, pod PodID, tier Tier, group uint8, keys []Key) error {
+func (f *fakeIndex) Remove(_ context.Context, model ModelID, pod PodID, tier Tier, keys []Key) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call(pod, fmt.Sprintf("remove pod=%d n=%d", pod, len(keys))); err != nil {
 		return err
 	}
 	for _, k := range keys {
-		delete(f.held, fakeEntry{model, pod, tier, group, k})
+		delete(f.held, fakeEntry{model, pod, tier, k})
 	}
 	return nil
 }
@@ -94,7 +93,7 @@ func (f *fakeIndex) Lookup(_ context.Context, model ModelID, keys []Key, v Visit
 		var hs []Holder
 		for e := range f.held {
 			if e.model == model && e.key == k {
-				hs = append(hs, Holder{Pod: e.pod, Tier: e.tier, Group: e.group})
+				hs = append(hs, Holder{Pod: e.pod, Tier: e.tier})
 			}
 		}
 		if len(hs) == 0 || !v.Visit(i, k, hs) {
@@ -122,7 +121,7 @@ func (f *fakeIndex) Stats() IndexStats {
 	return IndexStats{Entries: int64(len(f.held))}
 }
 
-// has reports whether pod holds key (any model, tier, group).
+// has reports whether pod holds key (any model or tier).
 func (f *fakeIndex) has(pod PodID, key Key) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -35,14 +35,14 @@ func BenchmarkMemoryAdd(b *testing.B) {
 		return keys
 	}
 	for n := 0; n < window; n++ { // fill to steady state
-		_ = idx.Add(ctx, 0, PodID(n%8), TierGPU, 0, batchKeys(n))
+		_ = idx.Add(ctx, 0, PodID(n%8), TierGPU, batchKeys(n))
 	}
 	b.ResetTimer()
 	for n := window; n < window+b.N; n++ {
-		if err := idx.Add(ctx, 0, PodID(n%8), TierGPU, 0, batchKeys(n)); err != nil {
+		if err := idx.Add(ctx, 0, PodID(n%8), TierGPU, batchKeys(n)); err != nil {
 			b.Fatal(err)
 		}
-		if err := idx.Remove(ctx, 0, PodID(n%8), TierGPU, 0, batchKeys(n-window)); err != nil {
+		if err := idx.Remove(ctx, 0, PodID(n%8), TierGPU, batchKeys(n-window)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -62,7 +62,7 @@ func BenchmarkMemoryAddEvicting(b *testing.B) {
 		for j := range keys {
 			keys[j] = benchKey(base + uint64(j))
 		}
-		if err := idx.Add(ctx, 0, PodID(n%8), TierGPU, 0, keys); err != nil {
+		if err := idx.Add(ctx, 0, PodID(n%8), TierGPU, keys); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -91,11 +91,11 @@ func scoreFixture(b *testing.B, npods, bunch int) (*MemoryIndex, []Key) {
 	}
 	for p := 0; p < npods; p++ {
 		n := 512 * (p/bunch + 1) / (npods / bunch)
-		if err := idx.Add(ctx, 0, PodID(p), TierGPU, 0, keys[:n]); err != nil {
+		if err := idx.Add(ctx, 0, PodID(p), TierGPU, keys[:n]); err != nil {
 			b.Fatal(err)
 		}
 		if p%4 == 0 { // an offloaded copy of part of the prefix
-			if err := idx.Add(ctx, 0, PodID(p), TierCPU, 0, keys[:n/2]); err != nil {
+			if err := idx.Add(ctx, 0, PodID(p), TierCPU, keys[:n/2]); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -105,7 +105,7 @@ func scoreFixture(b *testing.B, npods, bunch int) (*MemoryIndex, []Key) {
 		for i := range other {
 			other[i] = benchKey(1<<40 + uint64(r*1000+i))
 		}
-		if err := idx.Add(ctx, 0, PodID(r%npods), TierGPU, 0, other); err != nil {
+		if err := idx.Add(ctx, 0, PodID(r%npods), TierGPU, other); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -158,7 +158,7 @@ var coldFixture = sync.OnceValues(func() (*MemoryIndex, [][]Key) {
 			keys[q][i] = benchKey(uint64(q)<<20 | uint64(i))
 		}
 		for p := 0; p < npods; p++ {
-			_ = idx.Add(ctx, 0, PodID(p), TierGPU, 0, keys[q][:512*(p+1)/npods])
+			_ = idx.Add(ctx, 0, PodID(p), TierGPU, keys[q][:512*(p+1)/npods])
 		}
 	}
 	return idx, keys
@@ -221,19 +221,19 @@ func benchmarkBytesPerEntry(b *testing.B, shared bool) {
 			}
 			pod := PodID(rng.IntN(8))
 			if !shared {
-				_ = idx.Add(ctx, 0, pod, TierGPU, 0, conv)
+				_ = idx.Add(ctx, 0, pod, TierGPU, conv)
 				continue
 			}
 			sp := rng.IntN(16)
 			for i := range sys {
 				sys[i] = benchKey(uint64(sp*32 + i))
 			}
-			_ = idx.Add(ctx, 0, pod, TierGPU, 0, sys)
-			_ = idx.Add(ctx, 0, pod, TierGPU, 0, conv)
+			_ = idx.Add(ctx, 0, pod, TierGPU, sys)
+			_ = idx.Add(ctx, 0, pod, TierGPU, conv)
 			if rng.IntN(4) == 0 {
 				pod2 := PodID((int(pod) + 1 + rng.IntN(7)) % 8)
-				_ = idx.Add(ctx, 0, pod2, TierGPU, 0, sys)
-				_ = idx.Add(ctx, 0, pod2, TierGPU, 0, conv)
+				_ = idx.Add(ctx, 0, pod2, TierGPU, sys)
+				_ = idx.Add(ctx, 0, pod2, TierGPU, conv)
 			}
 		}
 		runtime.GC()

@@ -20,9 +20,8 @@ import (
 // sorted; fused scoring (ScorePrefix) uses both to skip blocks whose
 // holders equal the previous block's and to diff those that differ. Chunks
 // are recycled through per-class free lists. A holder is one packed
-// uint64: pod (24 bits), pod epoch (27 bits), tier (2 bits), group (8
-// bits). Nothing per entry is a Go pointer, so the GC never scans the
-// index.
+// uint64: pod (24 bits), pod epoch (27 bits), tier (2 bits). Nothing per
+// entry is a Go pointer, so the GC never scans the index.
 //
 // Concurrency. Writers take the shard mutex per key and bump the shard's
 // sequence counter around each change (a seqlock). Readers take no lock: they
@@ -93,10 +92,10 @@ const (
 	podPageSize = 1 << podPageBits
 	podPages    = MaxPods / podPageSize
 
-	// holder word: pod<<37 | epoch<<10 | tier<<8 | group (top 3 bits zero)
+	// holder word: pod<<37 | epoch<<10 | tier<<8 (top 3 and low 8 bits zero)
 	holderPodShift   = 37
 	holderEpochShift = 10
-	holderIdentMask  = ^(uint64(epochMask) << holderEpochShift) // pod, tier, group
+	holderIdentMask  = ^(uint64(epochMask) << holderEpochShift) // pod, tier
 	holderMask       = 1<<61 - 1
 
 	// slot value word: tag<<62 | ref<<61 | (holder, or class<<56|count<<32|offset)
@@ -126,7 +125,7 @@ type epochPage [podPageSize]atomic.Uint32
 
 type podCount struct {
 	blocks  int64 // distinct (model, key) with a live holder of this pod
-	entries int64 // live (model, key, tier, group) holders of this pod
+	entries int64 // live (model, key, tier) holders of this pod
 }
 
 var _ Index = (*MemoryIndex)(nil)
@@ -168,7 +167,7 @@ func NewMemoryIndex(cfg MemoryConfig) *MemoryIndex {
 
 // holderSig is one holder's share of a chunk's holder-set signature (the sum
 // of its holders' shares). mix64 maps 0 to 0, and holder word 0 is real (pod
-// 0, epoch 0, GPU, group 0), so the word is offset by a bit no holder uses
+// 0, epoch 0, GPU), so the word is offset by a bit no holder uses
 // first: otherwise {0,1,3} and {1,3} would share a signature and the scorer
 // would credit pod 0 with blocks it does not hold.
 func holderSig(x uint64) uint64 {
@@ -205,14 +204,13 @@ func (idx *MemoryIndex) shardOf(h uint64) *shard {
 	return &idx.shards[h>>(64-idx.shardBits)&(1<<idx.shardBits-1)]
 }
 
-func packHolder(pod PodID, epoch uint32, tier Tier, group uint8) uint64 {
-	return uint64(pod)<<holderPodShift | uint64(epoch&epochMask)<<holderEpochShift | uint64(tier&3)<<8 | uint64(group)
+func packHolder(pod PodID, epoch uint32, tier Tier) uint64 {
+	return uint64(pod)<<holderPodShift | uint64(epoch&epochMask)<<holderEpochShift | uint64(tier&3)<<8
 }
 
 func holderPod(h uint64) PodID    { return PodID(h>>holderPodShift) & (MaxPods - 1) }
 func holderEpoch(h uint64) uint32 { return uint32(h>>holderEpochShift) & epochMask }
 func holderTier(h uint64) Tier    { return Tier(h>>8) & 3 }
-func holderGroup(h uint64) uint8  { return uint8(h) }
 
 func valCount(v uint64) int    { return int(v & countMask >> countShift) }
 func valClass(v uint64) int    { return int(v & classMask >> classShift) }
@@ -273,7 +271,7 @@ func (idx *MemoryIndex) ClearPod(ctx context.Context, pod PodID) error {
 }
 
 // PodBlocks is how many distinct blocks pod holds: a block cached on two
-// tiers (or in two groups) counts once.
+// tiers counts once.
 func (idx *MemoryIndex) PodBlocks(ctx context.Context, pod PodID) (int64, error) {
 	idx.podMu.Lock()
 	defer idx.podMu.Unlock()
@@ -285,7 +283,7 @@ func (idx *MemoryIndex) PodBlocks(ctx context.Context, pod PodID) (int64, error)
 	return 0, nil
 }
 
-// PodEntries is how many (block, tier, group) entries pod holds.
+// PodEntries is how many (block, tier) entries pod holds.
 func (idx *MemoryIndex) PodEntries(pod PodID) int64 {
 	idx.podMu.Lock()
 	defer idx.podMu.Unlock()

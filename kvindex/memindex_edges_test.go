@@ -24,7 +24,7 @@ func TestMemoryIndexCapacityAfterEveryAdd(t *testing.T) {
 			}
 			// fill exactly to the bound: nothing may be evicted yet
 			for k := int64(0); k < capacity; k++ {
-				if err := idx.Add(ctx, 0, 1, TierGPU, 0, []Key{Key(k)}); err != nil {
+				if err := idx.Add(ctx, 0, 1, TierGPU, []Key{Key(k)}); err != nil {
 					t.Fatal(err)
 				}
 				check(fmt.Sprintf("fill key %d", k))
@@ -34,12 +34,12 @@ func TestMemoryIndexCapacityAfterEveryAdd(t *testing.T) {
 			}
 			// every key is referenced now; re-adding keeps it so
 			for k := int64(0); k < capacity; k++ {
-				_ = idx.Add(ctx, 0, 1, TierGPU, 0, []Key{Key(k)})
+				_ = idx.Add(ctx, 0, 1, TierGPU, []Key{Key(k)})
 			}
 			// one new key at a time, from another pod and tier too
 			for k := int64(0); k < 3*capacity+5; k++ {
 				pod, tier := PodID(k%3), Tier(k%2)
-				if err := idx.Add(ctx, 0, pod, tier, 0, []Key{Key(1_000_000 + k)}); err != nil {
+				if err := idx.Add(ctx, 0, pod, tier, []Key{Key(1_000_000 + k)}); err != nil {
 					t.Fatal(err)
 				}
 				check(fmt.Sprintf("new key %d", k))
@@ -73,7 +73,7 @@ func TestMemoryIndexAddRacingClearPod(t *testing.T) {
 	for attempt := 0; attempt < 50; attempt++ {
 		idx := NewMemoryIndex(MemoryConfig{Capacity: 4 * n})
 		done := make(chan error, 1)
-		go func() { done <- idx.Add(ctx, 0, 7, TierGPU, 0, keys) }()
+		go func() { done <- idx.Add(ctx, 0, 7, TierGPU, keys) }()
 		// clear once the Add is under way but (likely) not finished
 		for idx.Stats().Keys < n/8 {
 			runtime.Gosched()
@@ -103,7 +103,7 @@ func TestMemoryIndexAddRacingClearPod(t *testing.T) {
 			}
 		}
 		// the pod's next Add counts from zero
-		if err := idx.Add(ctx, 0, 7, TierGPU, 0, keys[:10]); err != nil {
+		if err := idx.Add(ctx, 0, 7, TierGPU, keys[:10]); err != nil {
 			t.Fatal(err)
 		}
 		if st := idx.Stats(); st.Entries != 10 || idx.PodEntries(7) != 10 {
@@ -120,16 +120,16 @@ func TestMemoryIndexAddRacingClearPod(t *testing.T) {
 func TestMemoryIndexRemoveBadTierAndPod(t *testing.T) {
 	ctx := context.Background()
 	idx := NewMemoryIndex(MemoryConfig{})
-	if err := idx.Add(ctx, 0, 1, TierGPU, 0, []Key{1}); err != nil {
+	if err := idx.Add(ctx, 0, 1, TierGPU, []Key{1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := idx.Remove(ctx, 0, 1, NumTiers, 0, []Key{1}); !errors.Is(err, errBadTier) {
+	if err := idx.Remove(ctx, 0, 1, NumTiers, []Key{1}); !errors.Is(err, errBadTier) {
 		t.Errorf("Remove with tier NumTiers: err = %v", err)
 	}
-	if err := idx.Remove(ctx, 0, MaxPods, TierGPU, 0, []Key{1}); !errors.Is(err, errBadPod) {
+	if err := idx.Remove(ctx, 0, MaxPods, TierGPU, []Key{1}); !errors.Is(err, errBadPod) {
 		t.Errorf("Remove of pod MaxPods: err = %v", err)
 	}
-	if err := idx.Remove(ctx, 0, MaxPods-1, TierGPU, 0, []Key{1}); err != nil {
+	if err := idx.Remove(ctx, 0, MaxPods-1, TierGPU, []Key{1}); err != nil {
 		t.Errorf("Remove of pod MaxPods-1 (never indexed): err = %v", err)
 	}
 }

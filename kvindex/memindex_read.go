@@ -29,7 +29,7 @@ func (idx *MemoryIndex) Lookup(ctx context.Context, model ModelID, keys []Key, v
 		hs := b.holders[:0]
 		for _, h := range b.raw {
 			if idx.isLive(h) {
-				hs = append(hs, Holder{Pod: holderPod(h), Tier: holderTier(h), Group: holderGroup(h)})
+				hs = append(hs, Holder{Pod: holderPod(h), Tier: holderTier(h)})
 			}
 		}
 		b.holders = hs

@@ -65,7 +65,7 @@ func TestScorePrefixStepsChangingSeveralHolders(t *testing.T) {
 				}
 			}
 			for h := range held {
-				f.add(0, h.Pod, h.Tier, 0, []Key{k})
+				f.add(0, h.Pod, h.Tier, []Key{k})
 			}
 		}
 		var res ScoreResult

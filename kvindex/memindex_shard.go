@@ -210,7 +210,7 @@ func (sh *shard) add(idx *MemoryIndex, h, sk, hp uint64) (newEntry, newBlock boo
 	return true, !podHad, nil
 }
 
-// remove drops holder hp (same pod, tier, group) from stored key sk. It
+// remove drops holder hp (same pod and tier) from stored key sk. It
 // reports whether it was held and whether it was the pod's last holder of
 // the key.
 func (sh *shard) remove(idx *MemoryIndex, h, sk, hp uint64) (removed, lastOfPod bool, err error) {

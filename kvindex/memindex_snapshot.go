@@ -37,7 +37,7 @@ func (idx *MemoryIndex) RangeBlocks(fn func(k SlotKey, holders []Holder) error) 
 			sk, n := w[0], int(w[1])
 			hs := b.holders[:0]
 			for _, x := range w[2 : 2+n] {
-				hs = append(hs, Holder{Pod: holderPod(x), Tier: holderTier(x), Group: holderGroup(x)})
+				hs = append(hs, Holder{Pod: holderPod(x), Tier: holderTier(x)})
 			}
 			b.holders = hs
 			w = w[2+n:]
@@ -114,7 +114,7 @@ func (idx *MemoryIndex) RestoreBlock(k SlotKey, holders []Holder) error {
 	}()
 	for _, hd := range holders {
 		epoch := idx.epochOf(hd.Pod)
-		newEntry, newBlock, err := sh.add(idx, h, sk, packHolder(hd.Pod, epoch, hd.Tier, hd.Group))
+		newEntry, newBlock, err := sh.add(idx, h, sk, packHolder(hd.Pod, epoch, hd.Tier))
 		if err != nil {
 			return err
 		}

@@ -26,7 +26,7 @@ func snapHolders(t *testing.T, idx *MemoryIndex, m ModelID, k Key) []Holder {
 		return nil
 	}
 	slices.SortFunc(c.got[0], func(a, b Holder) int {
-		return int(a.Pod)<<16 + int(a.Tier)<<8 + int(a.Group) - (int(b.Pod)<<16 + int(b.Tier)<<8 + int(b.Group))
+		return int(a.Pod)<<8 + int(a.Tier) - (int(b.Pod)<<8 + int(b.Tier))
 	})
 	return c.got[0]
 }
@@ -50,7 +50,7 @@ func TestRangeBlocksRestoreRoundTrip(t *testing.T) {
 				keys = append(keys, Key(rng.Uint64N(3000)))
 			}
 			tier := Tier(p) % NumTiers
-			if err := src.Add(ctx, m, p, tier, uint8(p%2), keys); err != nil {
+			if err := src.Add(ctx, m, p, tier, keys); err != nil {
 				t.Fatal(err)
 			}
 			for _, k := range keys {
@@ -112,7 +112,7 @@ func TestRangeBlocksAllocations(t *testing.T) {
 		keys[i] = Key(i * 7)
 	}
 	for p := PodID(0); p < 4; p++ {
-		_ = idx.Add(context.Background(), 0, p, TierGPU, 0, keys)
+		_ = idx.Add(context.Background(), 0, p, TierGPU, keys)
 	}
 	n := 0
 	allocs := testing.AllocsPerRun(3, func() {
@@ -148,9 +148,9 @@ func TestRangeBlocksConcurrentWriters(t *testing.T) {
 			case 0:
 				_ = idx.ClearPod(ctx, p)
 			case 1, 2, 3:
-				_ = idx.Remove(ctx, 0, p, TierGPU, 0, keys)
+				_ = idx.Remove(ctx, 0, p, TierGPU, keys)
 			default:
-				_ = idx.Add(ctx, 0, p, TierGPU, 0, keys)
+				_ = idx.Add(ctx, 0, p, TierGPU, keys)
 			}
 		}
 	}()

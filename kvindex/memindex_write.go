@@ -5,9 +5,9 @@ import "context"
 // The write path: Add and Remove walk their keys, taking each key's shard
 // lock for one change; the table work itself lives in memindex_shard.go.
 
-// Add records that pod holds keys on tier/group. Adding a held
-// (key, pod, tier, group) again changes nothing but its recency.
-func (idx *MemoryIndex) Add(ctx context.Context, model ModelID, pod PodID, tier Tier, group uint8, keys []Key) error {
+// Add records that pod holds keys on tier. Adding a held (key, pod, tier)
+// again changes nothing but its recency.
+func (idx *MemoryIndex) Add(ctx context.Context, model ModelID, pod PodID, tier Tier, keys []Key) error {
 	if tier >= NumTiers {
 		return errBadTier
 	}
@@ -19,7 +19,7 @@ func (idx *MemoryIndex) Add(ctx context.Context, model ModelID, pod PodID, tier 
 	}
 	idx.ensurePod(pod)
 	epoch := idx.epochOf(pod)
-	hp := packHolder(pod, epoch, tier, group)
+	hp := packHolder(pod, epoch, tier)
 	salt := modelSalt(model)
 	var dEntries, dBlocks int64
 	var err error
@@ -69,8 +69,8 @@ func (idx *MemoryIndex) Add(ctx context.Context, model ModelID, pod PodID, tier 
 // writeAhead is how many keys ahead Add touches slots.
 const writeAhead = 4
 
-// Remove forgets that pod holds keys on tier/group. Unknown keys are ignored.
-func (idx *MemoryIndex) Remove(ctx context.Context, model ModelID, pod PodID, tier Tier, group uint8, keys []Key) error {
+// Remove forgets that pod holds keys on tier. Unknown keys are ignored.
+func (idx *MemoryIndex) Remove(ctx context.Context, model ModelID, pod PodID, tier Tier, keys []Key) error {
 	if tier >= NumTiers {
 		return errBadTier
 	}
@@ -81,7 +81,7 @@ func (idx *MemoryIndex) Remove(ctx context.Context, model ModelID, pod PodID, ti
 		return nil
 	}
 	epoch := idx.epochOf(pod)
-	hp := packHolder(pod, epoch, tier, group)
+	hp := packHolder(pod, epoch, tier)
 	salt := modelSalt(model)
 	var dEntries, dBlocks int64
 	var err error

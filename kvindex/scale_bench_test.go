@@ -107,7 +107,7 @@ func BenchmarkMemoryAddParallel(b *testing.B) {
 	keys := make([]Key, batch)
 	for p := range runtime.GOMAXPROCS(0) {
 		for n := range window {
-			_ = idx.Add(ctx, 0, PodID(p), TierGPU, 0, fill(PodID(p), n, keys))
+			_ = idx.Add(ctx, 0, PodID(p), TierGPU, fill(PodID(p), n, keys))
 		}
 	}
 	m := startCPU(b)
@@ -119,11 +119,11 @@ func BenchmarkMemoryAddParallel(b *testing.B) {
 		}
 		keys := make([]Key, batch)
 		for n := window; pb.Next(); n++ {
-			if err := idx.Add(ctx, 0, pod, TierGPU, 0, fill(pod, n, keys)); err != nil {
+			if err := idx.Add(ctx, 0, pod, TierGPU, fill(pod, n, keys)); err != nil {
 				b.Error(err)
 				return
 			}
-			if err := idx.Remove(ctx, 0, pod, TierGPU, 0, fill(pod, n-window, keys)); err != nil {
+			if err := idx.Remove(ctx, 0, pod, TierGPU, fill(pod, n-window, keys)); err != nil {
 				b.Error(err)
 				return
 			}

@@ -174,7 +174,7 @@ func buildScaleFleet(t *testing.T, entries int64) *scaleFleet {
 		f.pods = append(f.pods, f.in.Pod("pod-"+strconv.Itoa(p), 0))
 	}
 	add := func(p int, keys []kvindex.Key) {
-		if err := f.idx.Add(ctx, f.model, f.pods[p], kvindex.TierGPU, 0, keys); err != nil {
+		if err := f.idx.Add(ctx, f.model, f.pods[p], kvindex.TierGPU, keys); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -48,20 +48,20 @@ type fleetBuilder struct {
 	ref *refIndex
 }
 
-func (f *fleetBuilder) add(m ModelID, p PodID, tier Tier, g uint8, ks []Key) {
+func (f *fleetBuilder) add(m ModelID, p PodID, tier Tier, ks []Key) {
 	f.t.Helper()
-	if err := f.idx.Add(context.Background(), m, p, tier, g, ks); err != nil {
+	if err := f.idx.Add(context.Background(), m, p, tier, ks); err != nil {
 		f.t.Fatal(err)
 	}
-	f.ref.add(m, p, tier, g, ks)
+	f.ref.add(m, p, tier, ks)
 }
 
-func (f *fleetBuilder) remove(m ModelID, p PodID, tier Tier, g uint8, ks []Key) {
+func (f *fleetBuilder) remove(m ModelID, p PodID, tier Tier, ks []Key) {
 	f.t.Helper()
-	if err := f.idx.Remove(context.Background(), m, p, tier, g, ks); err != nil {
+	if err := f.idx.Remove(context.Background(), m, p, tier, ks); err != nil {
 		f.t.Fatal(err)
 	}
-	f.ref.remove(m, p, tier, g, ks)
+	f.ref.remove(m, p, tier, ks)
 }
 
 func (f *fleetBuilder) clear(p PodID) {
@@ -85,29 +85,29 @@ func randomPrefixFleet(f *fleetBuilder, rng *rand.Rand, keys []Key, npods int) {
 		if rng.IntN(4) == 0 { // bunches: several pods share an end
 			end = n / 2
 		}
-		f.add(0, p, TierGPU, 0, keys[:end])
+		f.add(0, p, TierGPU, keys[:end])
 		for r := rng.IntN(3); r > 0; r-- { // other tiers or groups over a sub-range
 			lo := rng.IntN(n)
 			hi := lo + rng.IntN(n-lo+1)
-			f.add(0, p, Tier(rng.IntN(int(NumTiers))), uint8(rng.IntN(2)), keys[lo:hi])
+			f.add(0, p, Tier(rng.IntN(int(NumTiers))), keys[lo:hi])
 		}
 		if rng.IntN(4) == 0 && end > 0 { // a hole
-			f.remove(0, p, TierGPU, 0, keys[rng.IntN(end):][:1])
+			f.remove(0, p, TierGPU, keys[rng.IntN(end):][:1])
 		}
 		switch rng.IntN(8) {
 		case 0:
 			f.clear(p)
 		case 1: // cleared, then re-added over part of its old range
 			f.clear(p)
-			f.add(0, p, Tier(rng.IntN(2)), 0, keys[:rng.IntN(end+1)])
+			f.add(0, p, Tier(rng.IntN(2)), keys[:rng.IntN(end+1)])
 		}
 	}
 	other := make([]Key, 16)
 	for i := range other {
 		other[i] = Key(rng.Uint64())
 	}
-	f.add(1, PodID(rng.IntN(npods)), TierGPU, 0, keys[:rng.IntN(n+1)]) // same keys, other model
-	f.add(0, PodID(rng.IntN(npods)), TierGPU, 0, other)
+	f.add(1, PodID(rng.IntN(npods)), TierGPU, keys[:rng.IntN(n+1)]) // same keys, other model
+	f.add(0, PodID(rng.IntN(npods)), TierGPU, other)
 }
 
 // TestScorerDifferential compares the fused path (MemoryIndex as a
@@ -182,9 +182,9 @@ func TestScorerDifferential(t *testing.T) {
 			k := keys[lo:min(len(keys), lo+1+rng.IntN(2))]
 			switch rng.IntN(5) {
 			case 0, 1:
-				f.remove(0, p, TierGPU, 0, k)
+				f.remove(0, p, TierGPU, k)
 			case 2, 3:
-				f.add(0, p, Tier(rng.IntN(int(NumTiers))), 0, k)
+				f.add(0, p, Tier(rng.IntN(int(NumTiers))), k)
 			default:
 				f.clear(p)
 			}
@@ -243,9 +243,9 @@ func TestScorerDifferentialConcurrent(t *testing.T) {
 				case 0:
 					err = f.idx.ClearPod(ctx, p)
 				case 1, 2, 3:
-					err = f.idx.Remove(ctx, 0, p, tier, 0, ks)
+					err = f.idx.Remove(ctx, 0, p, tier, ks)
 				default:
-					err = f.idx.Add(ctx, 0, p, tier, 0, ks)
+					err = f.idx.Add(ctx, 0, p, tier, ks)
 				}
 				if err != nil {
 					errs <- err

@@ -41,7 +41,7 @@ func TestScorerGenericTiesAndBadTiers(t *testing.T) {
 	for p := PodID(0); p < 4; p++ {
 		for tier := Tier(0); tier < NumTiers; tier++ {
 			if (int(p)+int(tier))%2 == 0 || tier == TierExternal {
-				_ = mem.Add(ctx, 0, p, tier, 0, []Key{1, 2, 3, 4, 5}[:2+int(p)])
+				_ = mem.Add(ctx, 0, p, tier, []Key{1, 2, 3, 4, 5}[:2+int(p)])
 			}
 		}
 	}
@@ -75,7 +75,7 @@ func TestScorePrefixCandidateBeyondMaxPods(t *testing.T) {
 	ctx := context.Background()
 	idx := NewMemoryIndex(MemoryConfig{})
 	keys := []Key{11, 12}
-	if err := idx.Add(ctx, 0, 1, TierGPU, 0, keys); err != nil {
+	if err := idx.Add(ctx, 0, 1, TierGPU, keys); err != nil {
 		t.Fatal(err)
 	}
 	for _, cands := range [][]PodID{{MaxPods, 1}, {1, MaxPods}, {MaxPods}} {
@@ -106,13 +106,13 @@ func TestScorePrefixEqualWeightTierChangeMidRun(t *testing.T) {
 	ctx := context.Background()
 	mem := NewMemoryIndex(MemoryConfig{})
 	keys := []Key{1, 2, 3, 4}
-	if err := mem.Add(ctx, 0, 0, TierCPU, 0, keys); err != nil {
+	if err := mem.Add(ctx, 0, 0, TierCPU, keys); err != nil {
 		t.Fatal(err)
 	}
-	if err := mem.Add(ctx, 0, 0, TierGPU, 0, keys[2:]); err != nil {
+	if err := mem.Add(ctx, 0, 0, TierGPU, keys[2:]); err != nil {
 		t.Fatal(err)
 	}
-	if err := mem.Add(ctx, 0, 1, TierGPU, 0, keys); err != nil { // keeps blocks in chunks
+	if err := mem.Add(ctx, 0, 1, TierGPU, keys); err != nil { // keeps blocks in chunks
 		t.Fatal(err)
 	}
 	flat := TierWeights{1, 1, 1, 1}
@@ -141,13 +141,13 @@ func TestScorePrefixNonCandidateJustPastTable(t *testing.T) {
 	mem := NewMemoryIndex(MemoryConfig{})
 	keys := []Key{1, 2, 3}
 	const beyond = 64 // the per-pod table of a fresh index grows to 64 entries at first
-	if err := mem.Add(ctx, 0, 0, TierGPU, 0, keys); err != nil {
+	if err := mem.Add(ctx, 0, 0, TierGPU, keys); err != nil {
 		t.Fatal(err)
 	}
-	if err := mem.Add(ctx, 0, 5, TierGPU, 0, keys); err != nil {
+	if err := mem.Add(ctx, 0, 5, TierGPU, keys); err != nil {
 		t.Fatal(err)
 	}
-	if err := mem.Add(ctx, 0, beyond, TierGPU, 0, keys[:1]); err != nil {
+	if err := mem.Add(ctx, 0, beyond, TierGPU, keys[:1]); err != nil {
 		t.Fatal(err)
 	}
 	var res ScoreResult
@@ -165,7 +165,7 @@ func TestScorePrefixNonCandidateJustPastTable(t *testing.T) {
 func TestScorerGenericCallVisitingNothingAfterFullMatch(t *testing.T) {
 	ctx := context.Background()
 	mem := NewMemoryIndex(MemoryConfig{})
-	if err := mem.Add(ctx, 0, 3, TierGPU, 0, []Key{1, 2}); err != nil {
+	if err := mem.Add(ctx, 0, 3, TierGPU, []Key{1, 2}); err != nil {
 		t.Fatal(err)
 	}
 	s := NewScorer(visitorOnly{mem}, nil, DefaultTierWeights())
@@ -192,7 +192,7 @@ func TestScorerGenericCallVisitingNothingAfterFullMatch(t *testing.T) {
 func TestScorerGenericCandidateAtMaxPodsAllocatesNoTable(t *testing.T) {
 	ctx := context.Background()
 	mem := NewMemoryIndex(MemoryConfig{})
-	if err := mem.Add(ctx, 0, 1, TierGPU, 0, []Key{1}); err != nil {
+	if err := mem.Add(ctx, 0, 1, TierGPU, []Key{1}); err != nil {
 		t.Fatal(err)
 	}
 	s := NewScorer(visitorOnly{mem}, nil, DefaultTierWeights())
@@ -217,7 +217,7 @@ func TestScoreHighPodIDOnFreshState(t *testing.T) {
 	ctx := context.Background()
 	for _, p := range []PodID{64, 100, 1000} {
 		mem := NewMemoryIndex(MemoryConfig{})
-		if err := mem.Add(ctx, 0, p, TierGPU, 0, []Key{1, 2}); err != nil {
+		if err := mem.Add(ctx, 0, p, TierGPU, []Key{1, 2}); err != nil {
 			t.Fatal(err)
 		}
 		for _, sc := range []*Scorer{NewScorer(mem, mem, DefaultTierWeights()), NewScorer(visitorOnly{mem}, nil, DefaultTierWeights())} {

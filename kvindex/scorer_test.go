@@ -36,7 +36,6 @@ func TestScorerSemantics(t *testing.T) {
 	type hold struct {
 		pod  PodID
 		tier Tier
-		grp  uint8
 		keys []Key
 	}
 	ks := func(k ...Key) []Key { return k }
@@ -50,65 +49,61 @@ func TestScorerSemantics(t *testing.T) {
 		want       []PodScore
 	}{
 		{name: "longest prefix per pod",
-			holds: []hold{{1, TierGPU, 0, ks(1, 2, 3)}, {2, TierGPU, 0, ks(1, 2)}, {3, TierGPU, 0, ks(1)}},
+			holds: []hold{{1, TierGPU, ks(1, 2, 3)}, {2, TierGPU, ks(1, 2)}, {3, TierGPU, ks(1)}},
 			query: ks(1, 2, 3, 4),
 			want:  []PodScore{{1, 3, 3, gpu(3)}, {2, 2, 2, gpu(2)}, {3, 1, 1, gpu(1)}}},
 		{name: "a gap ends the run",
-			holds: []hold{{1, TierGPU, 0, ks(1, 3, 4)}, {2, TierGPU, 0, ks(1, 2)}},
+			holds: []hold{{1, TierGPU, ks(1, 3, 4)}, {2, TierGPU, ks(1, 2)}},
 			query: ks(1, 2, 3, 4),
 			want:  []PodScore{{2, 2, 2, gpu(2)}, {1, 1, 1, gpu(1)}}},
 		{name: "pod 0 leaving a shared holder set ends its run",
-			// holder word 0 (pod 0, epoch 0, GPU, group 0) once added nothing
+			// holder word 0 (pod 0, epoch 0, GPU) once added nothing
 			// to a chunk's signature, so {0,1,3} and {1,3} looked the same
-			holds: []hold{{0, TierGPU, 0, ks(1)}, {1, TierGPU, 0, ks(1, 2)}, {3, TierGPU, 0, ks(1, 2)}},
+			holds: []hold{{0, TierGPU, ks(1)}, {1, TierGPU, ks(1, 2)}, {3, TierGPU, ks(1, 2)}},
 			query: ks(1, 2),
 			want:  []PodScore{{1, 2, 2, gpu(2)}, {3, 2, 2, gpu(2)}, {0, 1, 1, gpu(1)}}},
 		{name: "no block 0 means no match",
-			holds: []hold{{1, TierGPU, 0, ks(2, 3)}},
+			holds: []hold{{1, TierGPU, ks(2, 3)}},
 			query: ks(1, 2, 3),
 			want:  nil},
 		{name: "tier weights",
-			holds: []hold{{1, TierCPU, 0, ks(1, 2)}, {2, TierDisk, 0, ks(1, 2)}, {3, TierExternal, 0, ks(1, 2)}, {4, TierGPU, 0, ks(1)}},
+			holds: []hold{{1, TierCPU, ks(1, 2)}, {2, TierDisk, ks(1, 2)}, {3, TierExternal, ks(1, 2)}, {4, TierGPU, ks(1)}},
 			query: ks(1, 2),
 			want: []PodScore{{1, 2, 1.6, [NumTiers]int32{0, 2, 0, 0}}, {2, 2, 1.0, [NumTiers]int32{0, 0, 2, 0}},
 				{4, 1, 1.0, gpu(1)}, {3, 2, 0.6, [NumTiers]int32{0, 0, 0, 2}}}},
 		{name: "a block on several tiers counts once with the best",
-			holds: []hold{{1, TierCPU, 0, ks(1, 2, 3)}, {1, TierGPU, 0, ks(2)}, {1, TierDisk, 0, ks(3)}},
+			holds: []hold{{1, TierCPU, ks(1, 2, 3)}, {1, TierGPU, ks(2)}, {1, TierDisk, ks(3)}},
 			query: ks(1, 2, 3),
 			want:  []PodScore{{1, 3, 0.8 + 1.0 + 0.8, [NumTiers]int32{1, 2, 0, 0}}}},
 		{name: "mixed tiers continue the run",
-			holds: []hold{{1, TierGPU, 0, ks(1)}, {1, TierCPU, 0, ks(2)}, {1, TierDisk, 0, ks(3)}},
+			holds: []hold{{1, TierGPU, ks(1)}, {1, TierCPU, ks(2)}, {1, TierDisk, ks(3)}},
 			query: ks(1, 2, 3),
 			want:  []PodScore{{1, 3, 2.3, [NumTiers]int32{1, 1, 1, 0}}}},
-		{name: "groups count once",
-			holds: []hold{{1, TierGPU, 0, ks(1, 2)}, {1, TierGPU, 1, ks(1, 2)}},
-			query: ks(1, 2),
-			want:  []PodScore{{1, 2, 2, gpu(2)}}},
 		{name: "candidate filter",
-			holds:      []hold{{1, TierGPU, 0, ks(1, 2, 3)}, {2, TierGPU, 0, ks(1, 2)}, {3, TierGPU, 0, ks(1)}},
+			holds:      []hold{{1, TierGPU, ks(1, 2, 3)}, {2, TierGPU, ks(1, 2)}, {3, TierGPU, ks(1)}},
 			query:      ks(1, 2, 3),
 			candidates: []PodID{3, 2, 2, 9},
 			want:       []PodScore{{2, 2, 2, gpu(2)}, {3, 1, 1, gpu(1)}}},
 		{name: "empty candidate list matches nothing",
-			holds:      []hold{{1, TierGPU, 0, ks(1)}},
+			holds:      []hold{{1, TierGPU, ks(1)}},
 			query:      ks(1),
 			candidates: []PodID{},
 			want:       nil},
 		{name: "dp ranks are separate pods",
-			holds: []hold{{10, TierGPU, 0, ks(1, 2, 3)}, {11, TierGPU, 0, ks(1)}},
+			holds: []hold{{10, TierGPU, ks(1, 2, 3)}, {11, TierGPU, ks(1)}},
 			query: ks(1, 2, 3),
 			want:  []PodScore{{10, 3, 3, gpu(3)}, {11, 1, 1, gpu(1)}}},
 		{name: "cleared pods do not score",
-			holds: []hold{{1, TierGPU, 0, ks(1, 2)}, {2, TierGPU, 0, ks(1)}},
+			holds: []hold{{1, TierGPU, ks(1, 2)}, {2, TierGPU, ks(1)}},
 			clear: []PodID{1},
 			query: ks(1, 2),
 			want:  []PodScore{{2, 1, 1, gpu(1)}}},
 		{name: "ties: more blocks first, then pod id",
-			holds: []hold{{5, TierGPU, 0, ks(1)}, {4, TierGPU, 0, ks(1)}, {3, TierDisk, 0, ks(1, 2)}},
+			holds: []hold{{5, TierGPU, ks(1)}, {4, TierGPU, ks(1)}, {3, TierDisk, ks(1, 2)}},
 			query: ks(1, 2, 3),
 			want:  []PodScore{{3, 2, 1, [NumTiers]int32{0, 0, 2, 0}}, {4, 1, 1, gpu(1)}, {5, 1, 1, gpu(1)}}},
 		{name: "empty query",
-			holds: []hold{{1, TierGPU, 0, ks(1)}},
+			holds: []hold{{1, TierGPU, ks(1)}},
 			query: nil,
 			want:  nil},
 	}
@@ -117,7 +112,7 @@ func TestScorerSemantics(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/generic=%v", tc.name, generic), func(t *testing.T) {
 				idx := NewMemoryIndex(MemoryConfig{})
 				for _, h := range tc.holds {
-					if err := idx.Add(ctx, 0, h.pod, h.tier, h.grp, h.keys); err != nil {
+					if err := idx.Add(ctx, 0, h.pod, h.tier, h.keys); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -188,8 +183,8 @@ func TestScorerStopsEarly(t *testing.T) {
 	for i := range keys {
 		keys[i] = Key(i + 1)
 	}
-	_ = idx.Add(ctx, 0, 1, TierGPU, 0, keys[:5])
-	_ = idx.Add(ctx, 0, 2, TierGPU, 0, keys)
+	_ = idx.Add(ctx, 0, 1, TierGPU, keys[:5])
+	_ = idx.Add(ctx, 0, 2, TierGPU, keys)
 	ci := &countingIndex{Index: idx}
 	s := NewScorer(ci, nil, DefaultTierWeights())
 	var res ScoreResult
@@ -216,7 +211,7 @@ func TestScorerReusesResult(t *testing.T) {
 		keys[i] = Key(i)
 	}
 	for p := PodID(0); p < 16; p++ {
-		_ = idx.Add(ctx, 0, p, TierGPU, 0, keys[:4*(p+1)])
+		_ = idx.Add(ctx, 0, p, TierGPU, keys[:4*(p+1)])
 	}
 	for _, s := range []*Scorer{NewScorer(idx, idx, DefaultTierWeights()), NewScorer(visitorOnly{idx}, nil, DefaultTierWeights())} {
 		var res ScoreResult
@@ -257,14 +252,13 @@ func TestScorerMatchesReference(t *testing.T) {
 					lo = rng.IntN(nkeys)
 				}
 				hi := lo + rng.IntN(nkeys-lo+1)
-				g := uint8(rng.IntN(2))
-				_ = idx.Add(ctx, 0, p, tier, g, keys[lo:hi])
-				ref.add(0, p, tier, g, keys[lo:hi])
+				_ = idx.Add(ctx, 0, p, tier, keys[lo:hi])
+				ref.add(0, p, tier, keys[lo:hi])
 			}
 			if rng.IntN(5) == 0 {
 				k := keys[rng.IntN(nkeys)]
-				_ = idx.Remove(ctx, 0, p, TierGPU, 0, []Key{k})
-				ref.remove(0, p, TierGPU, 0, []Key{k})
+				_ = idx.Remove(ctx, 0, p, TierGPU, []Key{k})
+				ref.remove(0, p, TierGPU, []Key{k})
 			}
 			if rng.IntN(8) == 0 {
 				_ = idx.ClearPod(ctx, p)
@@ -400,8 +394,8 @@ func TestInternerConcurrent(t *testing.T) {
 func TestScorerEdges(t *testing.T) {
 	ctx := context.Background()
 	idx := NewMemoryIndex(MemoryConfig{})
-	_ = idx.Add(ctx, 0, 1, TierGPU, 0, []Key{1, 2})
-	_ = idx.Add(ctx, 0, 1, TierCPU, 0, []Key{1})
+	_ = idx.Add(ctx, 0, 1, TierGPU, []Key{1, 2})
+	_ = idx.Add(ctx, 0, 1, TierCPU, []Key{1})
 	if n := idx.PodEntries(1); n != 3 {
 		t.Errorf("PodEntries = %d, want 3 (a block on two tiers is two entries)", n)
 	}

@@ -100,11 +100,12 @@ func TierByName(name string) (Tier, bool) {
 }
 
 // Holder is one pod holding one block: which pod (with its DP rank, through
-// PodID), on which tier, in which KV-cache group (hybrid models).
+// PodID) and on which tier. KV-cache groups (hybrid models) are not part of
+// it: the applier indexes a block once every full-attention group holds it
+// (applier_holding.go), so the index sees one group.
 type Holder struct {
-	Pod   PodID
-	Tier  Tier
-	Group uint8
+	Pod  PodID
+	Tier Tier
 }
 
 // Visitor receives the holders of each looked-up key in order. holders is only
@@ -125,10 +126,10 @@ type IndexStats struct {
 // Index maps (model, block key) to the pods holding that block. Every method is
 // safe for concurrent use.
 type Index interface {
-	// Add records that pod holds keys on tier/group.
-	Add(ctx context.Context, model ModelID, pod PodID, tier Tier, group uint8, keys []Key) error
-	// Remove forgets that pod holds keys on tier/group. Unknown keys are ignored.
-	Remove(ctx context.Context, model ModelID, pod PodID, tier Tier, group uint8, keys []Key) error
+	// Add records that pod holds keys on tier.
+	Add(ctx context.Context, model ModelID, pod PodID, tier Tier, keys []Key) error
+	// Remove forgets that pod holds keys on tier. Unknown keys are ignored.
+	Remove(ctx context.Context, model ModelID, pod PodID, tier Tier, keys []Key) error
 	// ClearPod forgets everything pod holds, in O(1) (epochs), not a scan.
 	ClearPod(ctx context.Context, pod PodID) error
 	// Lookup calls v.Visit for keys[0], keys[1], ... in order with each key's

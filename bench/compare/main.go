@@ -128,7 +128,7 @@ func oursInsert(b *testing.B) {
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := idx.Add(ctx, m, pods[i%8], kvindex.TierGPU, 0, keys[i%len(keys)]); err != nil {
+		if err := idx.Add(ctx, m, pods[i%8], kvindex.TierGPU, keys[i%len(keys)]); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -170,7 +170,7 @@ func oursScore(n int) func(b *testing.B) {
 		}
 		ctx := context.Background()
 		for p := 0; p < n; p++ {
-			if err := idx.Add(ctx, m, in.Pod(fmt.Sprintf("pod-%d", p), 0), kvindex.TierGPU, 0, keys[:held(p, n)]); err != nil {
+			if err := idx.Add(ctx, m, in.Pod(fmt.Sprintf("pod-%d", p), 0), kvindex.TierGPU, keys[:held(p, n)]); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -91,7 +91,7 @@ func TestTakeoverClearsWhatTheOwnerIndexed(t *testing.T) {
 		return out
 	}
 	// A pod no lease covers (another daemon's bind socket): never cleared.
-	if err := idxA.Add(ctx, inA.Model("m"), inA.Pod("bystander", 0), kvindex.TierGPU, 0, []kvindex.Key{1}); err != nil {
+	if err := idxA.Add(ctx, inA.Model("m"), inA.Pod("bystander", 0), kvindex.TierGPU, []kvindex.Key{1}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -108,7 +108,7 @@ func TestTakeoverClearsWhatTheOwnerIndexed(t *testing.T) {
 				return err
 			}
 			for _, p := range streams[ep] {
-				if err := idxA.Add(ctx, inA.Model("m"), p, kvindex.TierGPU, 0, []kvindex.Key{1}); err != nil {
+				if err := idxA.Add(ctx, inA.Model("m"), p, kvindex.TierGPU, []kvindex.Key{1}); err != nil {
 					return err
 				}
 			}

@@ -8,7 +8,7 @@
 //	uvarint models, each: uvarint id (= its position), string name, u64 SlotKeyOf(id, probe)
 //	uvarint pods, each: string name, uvarint dp rank, u8 has seq, uvarint seq
 //	blocks, each: u8 1, u64 slot key, uvarint holders, each: uvarint pod (its
-//	    position in the pod table), uvarint tier | group<<2
+//	    position in the pod table), uvarint tier
 //	u8 0, u64 blocks, u64 entries
 //	u32 CRC-32C of everything before it
 //
@@ -149,7 +149,7 @@ func Write(path string, src Source, now time.Time) (Written, error) {
 		for _, h := range hs {
 			if int(h.Pod) < np {
 				e.uvarint(uint64(h.Pod))
-				e.uvarint(uint64(h.Tier) | uint64(h.Group)<<2)
+				e.uvarint(uint64(h.Tier))
 			}
 		}
 		w.Blocks++
@@ -370,14 +370,14 @@ func load(d *decoder, idx *kvindex.MemoryIndex, in *kvindex.Interner) (*Loaded, 
 		n := d.count()
 		hs = hs[:0]
 		for range n {
-			p, tg := d.uvarint(), d.uvarint()
+			p, tier := d.uvarint(), d.uvarint()
 			if d.err != nil {
 				return l, d.err
 			}
-			if p >= uint64(len(ids)) || tg&3 >= uint64(kvindex.NumTiers) || tg>>2 > 255 {
+			if p >= uint64(len(ids)) || tier >= uint64(kvindex.NumTiers) {
 				return l, fmt.Errorf("%w: holder out of range", ErrCorrupt)
 			}
-			hs = append(hs, kvindex.Holder{Pod: ids[p], Tier: kvindex.Tier(tg & 3), Group: uint8(tg >> 2)})
+			hs = append(hs, kvindex.Holder{Pod: ids[p], Tier: kvindex.Tier(tier)})
 		}
 		if d.err != nil {
 			return l, d.err

@@ -26,9 +26,9 @@ func newFleet(capacity int64) *fleet {
 	return &fleet{in: kvindex.NewInterner(), idx: kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: capacity})}
 }
 
-func (f *fleet) add(t testing.TB, model, pod string, rank int, tier kvindex.Tier, group uint8, keys []kvindex.Key) {
+func (f *fleet) add(t testing.TB, model, pod string, rank int, tier kvindex.Tier, keys []kvindex.Key) {
 	t.Helper()
-	if err := f.idx.Add(context.Background(), f.in.Model(model), f.in.Pod(pod, rank), tier, group, keys); err != nil {
+	if err := f.idx.Add(context.Background(), f.in.Model(model), f.in.Pod(pod, rank), tier, keys); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -47,7 +47,7 @@ func (f *fleet) holders(t testing.TB, model string, k kvindex.Key) []string {
 	var out []string
 	for _, h := range v.hs {
 		name, rank := f.in.PodName(h.Pod)
-		out = append(out, name+"/"+string(rune('0'+rank))+"/"+h.Tier.String()+"/"+string(rune('a'+h.Group)))
+		out = append(out, name+"/"+string(rune('0'+rank))+"/"+h.Tier.String())
 	}
 	slices.Sort(out)
 	return out
@@ -73,11 +73,11 @@ func sample(t *testing.T) (*fleet, map[string][]kvindex.Key) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	shared := keys(rng, 300)
 	byModel := map[string][]kvindex.Key{"org/model-a": shared, "org/model-b": keys(rng, 200)}
-	f.add(t, "org/model-a", "pod-1", 0, kvindex.TierGPU, 0, shared)
-	f.add(t, "org/model-a", "pod-2", 0, kvindex.TierCPU, 0, shared[:150])
-	f.add(t, "org/model-a", "pod-3", 1, kvindex.TierGPU, 1, shared[100:])
-	f.add(t, "org/model-b", "pod-2", 0, kvindex.TierDisk, 0, byModel["org/model-b"])
-	f.add(t, "org/model-b", "gone", 0, kvindex.TierGPU, 0, byModel["org/model-b"])
+	f.add(t, "org/model-a", "pod-1", 0, kvindex.TierGPU, shared)
+	f.add(t, "org/model-a", "pod-2", 0, kvindex.TierCPU, shared[:150])
+	f.add(t, "org/model-a", "pod-3", 1, kvindex.TierGPU, shared[100:])
+	f.add(t, "org/model-b", "pod-2", 0, kvindex.TierDisk, byModel["org/model-b"])
+	f.add(t, "org/model-b", "gone", 0, kvindex.TierGPU, byModel["org/model-b"])
 	if err := f.idx.ClearPod(context.Background(), f.in.Pod("gone", 0)); err != nil {
 		t.Fatal(err)
 	}
@@ -263,8 +263,8 @@ func TestFailedWriteKeepsPrevious(t *testing.T) {
 
 func FuzzLoad(f *testing.F) {
 	fl := newFleet(1 << 16)
-	fl.add(f, "m", "p", 0, kvindex.TierGPU, 0, []kvindex.Key{1, 2, 3})
-	fl.add(f, "m", "q", 2, kvindex.TierCPU, 3, []kvindex.Key{2, 3})
+	fl.add(f, "m", "p", 0, kvindex.TierGPU, []kvindex.Key{1, 2, 3})
+	fl.add(f, "m", "q", 2, kvindex.TierCPU, []kvindex.Key{2, 3})
 	dir := f.TempDir()
 	path := filepath.Join(dir, "seed.snap")
 	write(f, fl, path, []StreamSeq{{Pod: "p", Seq: 9}})

@@ -23,8 +23,8 @@ func bigFleet(tb testing.TB, entries int) *fleet {
 			chain[i] = kvindex.Key(uint64(b+i)*0x9e3779b97f4a7c15 + 1)
 		}
 		p := (b / len(chain)) % 16
-		f.add(tb, "org/model", "pod-"+strconv.Itoa(p), 0, kvindex.TierGPU, 0, chain[:n])
-		f.add(tb, "org/model", "pod-"+strconv.Itoa((p+1)%16), 0, kvindex.TierCPU, 0, chain[:n])
+		f.add(tb, "org/model", "pod-"+strconv.Itoa(p), 0, kvindex.TierGPU, chain[:n])
+		f.add(tb, "org/model", "pod-"+strconv.Itoa((p+1)%16), 0, kvindex.TierCPU, chain[:n])
 	}
 	return f
 }

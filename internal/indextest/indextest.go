@@ -95,8 +95,8 @@ func Run(t *testing.T, newIndex NewIndex) {
 			t.Fatalf("visits:\n got  %v\n want %v", got, want)
 		}
 	}
-	H := func(p kvindex.PodID, tier kvindex.Tier, g uint8) kvindex.Holder {
-		return kvindex.Holder{Pod: p, Tier: tier, Group: g}
+	H := func(p kvindex.PodID, tier kvindex.Tier) kvindex.Holder {
+		return kvindex.Holder{Pod: p, Tier: tier}
 	}
 
 	t.Run("empty", func(t *testing.T) {
@@ -112,11 +112,11 @@ func Run(t *testing.T, newIndex NewIndex) {
 	t.Run("prefix stops at first miss", func(t *testing.T) {
 		idx, in := newIdx(t)
 		m, a := in.Model("m"), in.Pod("a", 0)
-		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, 0, Keys(1, 2, 3, 5)))
+		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, Keys(1, 2, 3, 5)))
 		expect(t, Lookup(t, idx, m, Keys(1, 2, 3, 4, 5), -1),
-			Visit{0, 1, []kvindex.Holder{H(a, 0, 0)}},
-			Visit{1, 2, []kvindex.Holder{H(a, 0, 0)}},
-			Visit{2, 3, []kvindex.Holder{H(a, 0, 0)}})
+			Visit{0, 1, []kvindex.Holder{H(a, 0)}},
+			Visit{1, 2, []kvindex.Holder{H(a, 0)}},
+			Visit{2, 3, []kvindex.Holder{H(a, 0)}})
 		expect(t, Lookup(t, idx, m, Keys(4, 1), -1))
 		if n := podBlocks(t, idx, a); n != 4 {
 			t.Fatalf("PodBlocks = %d, want 4", n)
@@ -126,24 +126,24 @@ func Run(t *testing.T, newIndex NewIndex) {
 	t.Run("visitor stops", func(t *testing.T) {
 		idx, in := newIdx(t)
 		m, a := in.Model("m"), in.Pod("a", 0)
-		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, 0, Keys(1, 2, 3)))
+		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, Keys(1, 2, 3)))
 		expect(t, Lookup(t, idx, m, Keys(1, 2, 3), 1),
-			Visit{0, 1, []kvindex.Holder{H(a, 0, 0)}},
-			Visit{1, 2, []kvindex.Holder{H(a, 0, 0)}})
+			Visit{0, 1, []kvindex.Holder{H(a, 0)}},
+			Visit{1, 2, []kvindex.Holder{H(a, 0)}})
 	})
 
-	t.Run("several pods tiers groups ranks", func(t *testing.T) {
+	t.Run("several pods tiers ranks", func(t *testing.T) {
 		idx, in := newIdx(t)
 		m := in.Model("m")
 		a, b, a1 := in.Pod("a", 0), in.Pod("10.0.0.2:8000", 0), in.Pod("a", 1)
-		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, 0, Keys(1, 2)))
-		must(t, idx.Add(ctx, m, a, kvindex.TierCPU, 0, Keys(1, 2, 3)))
-		must(t, idx.Add(ctx, m, b, kvindex.TierDisk, 2, Keys(1)))
-		must(t, idx.Add(ctx, m, a1, kvindex.TierExternal, 0, Keys(2)))
+		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, Keys(1, 2)))
+		must(t, idx.Add(ctx, m, a, kvindex.TierCPU, Keys(1, 2, 3)))
+		must(t, idx.Add(ctx, m, b, kvindex.TierDisk, Keys(1)))
+		must(t, idx.Add(ctx, m, a1, kvindex.TierExternal, Keys(2)))
 		expect(t, Lookup(t, idx, m, Keys(1, 2, 3, 4), -1),
-			Visit{0, 1, []kvindex.Holder{H(a, 0, 0), H(a, 1, 0), H(b, 2, 2)}},
-			Visit{1, 2, []kvindex.Holder{H(a, 0, 0), H(a, 1, 0), H(a1, 3, 0)}},
-			Visit{2, 3, []kvindex.Holder{H(a, 1, 0)}})
+			Visit{0, 1, []kvindex.Holder{H(a, 0), H(a, 1), H(b, 2)}},
+			Visit{1, 2, []kvindex.Holder{H(a, 0), H(a, 1), H(a1, 3)}},
+			Visit{2, 3, []kvindex.Holder{H(a, 1)}})
 		// PodBlocks counts distinct blocks: 1,2 on two tiers count once.
 		for p, want := range map[kvindex.PodID]int64{a: 3, b: 1, a1: 1} {
 			if n := podBlocks(t, idx, p); n != want {
@@ -151,15 +151,15 @@ func Run(t *testing.T, newIndex NewIndex) {
 			}
 		}
 		// Removing one tier keeps the other.
-		must(t, idx.Remove(ctx, m, a, kvindex.TierGPU, 0, Keys(1, 2)))
+		must(t, idx.Remove(ctx, m, a, kvindex.TierGPU, Keys(1, 2)))
 		expect(t, Lookup(t, idx, m, Keys(1, 2, 3), -1),
-			Visit{0, 1, []kvindex.Holder{H(a, 1, 0), H(b, 2, 2)}},
-			Visit{1, 2, []kvindex.Holder{H(a, 1, 0), H(a1, 3, 0)}},
-			Visit{2, 3, []kvindex.Holder{H(a, 1, 0)}})
+			Visit{0, 1, []kvindex.Holder{H(a, 1), H(b, 2)}},
+			Visit{1, 2, []kvindex.Holder{H(a, 1), H(a1, 3)}},
+			Visit{2, 3, []kvindex.Holder{H(a, 1)}})
 		if n := podBlocks(t, idx, a); n != 3 {
 			t.Fatalf("PodBlocks(a) after tier remove = %d, want 3", n)
 		}
-		must(t, idx.Remove(ctx, m, a, kvindex.TierCPU, 0, Keys(3)))
+		must(t, idx.Remove(ctx, m, a, kvindex.TierCPU, Keys(3)))
 		if n := podBlocks(t, idx, a); n != 2 {
 			t.Fatalf("PodBlocks(a) = %d, want 2", n)
 		}
@@ -168,38 +168,38 @@ func Run(t *testing.T, newIndex NewIndex) {
 	t.Run("add idempotent, remove unknown ignored", func(t *testing.T) {
 		idx, in := newIdx(t)
 		m, a := in.Model("m"), in.Pod("a", 0)
-		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, 0, Keys(1, 2)))
-		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, 0, Keys(1, 2)))
-		must(t, idx.Remove(ctx, m, a, kvindex.TierGPU, 0, Keys(7, 8)))
-		must(t, idx.Remove(ctx, m, in.Pod("nobody", 0), kvindex.TierGPU, 0, Keys(1)))
+		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, Keys(1, 2)))
+		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, Keys(1, 2)))
+		must(t, idx.Remove(ctx, m, a, kvindex.TierGPU, Keys(7, 8)))
+		must(t, idx.Remove(ctx, m, in.Pod("nobody", 0), kvindex.TierGPU, Keys(1)))
 		if n := podBlocks(t, idx, a); n != 2 {
 			t.Fatalf("PodBlocks = %d, want 2", n)
 		}
 		if s := idx.Stats(); s.Entries != 2 {
 			t.Fatalf("Stats.Entries = %d, want 2", s.Entries)
 		}
-		must(t, idx.Remove(ctx, m, a, kvindex.TierGPU, 0, Keys(1)))
+		must(t, idx.Remove(ctx, m, a, kvindex.TierGPU, Keys(1)))
 		expect(t, Lookup(t, idx, m, Keys(1, 2), -1))
-		expect(t, Lookup(t, idx, m, Keys(2), -1), Visit{0, 2, []kvindex.Holder{H(a, 0, 0)}})
+		expect(t, Lookup(t, idx, m, Keys(2), -1), Visit{0, 2, []kvindex.Holder{H(a, 0)}})
 	})
 
 	t.Run("models are separate", func(t *testing.T) {
 		idx, in := newIdx(t)
 		m1, m2, a := in.Model("llama"), in.Model("org/{weird}%model"), in.Pod("a", 0)
-		must(t, idx.Add(ctx, m1, a, kvindex.TierGPU, 0, Keys(1)))
-		must(t, idx.Add(ctx, m2, a, kvindex.TierGPU, 0, Keys(2)))
+		must(t, idx.Add(ctx, m1, a, kvindex.TierGPU, Keys(1)))
+		must(t, idx.Add(ctx, m2, a, kvindex.TierGPU, Keys(2)))
 		expect(t, Lookup(t, idx, m1, Keys(2), -1))
 		expect(t, Lookup(t, idx, m2, Keys(1), -1))
-		expect(t, Lookup(t, idx, m2, Keys(2), -1), Visit{0, 2, []kvindex.Holder{H(a, 0, 0)}})
+		expect(t, Lookup(t, idx, m2, Keys(2), -1), Visit{0, 2, []kvindex.Holder{H(a, 0)}})
 	})
 
 	t.Run("clear pod", func(t *testing.T) {
 		idx, in := newIdx(t)
 		m, a, b := in.Model("m"), in.Pod("a", 0), in.Pod("b", 0)
-		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, 0, Keys(1, 2, 3)))
-		must(t, idx.Add(ctx, m, b, kvindex.TierGPU, 0, Keys(1)))
+		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, Keys(1, 2, 3)))
+		must(t, idx.Add(ctx, m, b, kvindex.TierGPU, Keys(1)))
 		must(t, idx.ClearPod(ctx, a))
-		expect(t, Lookup(t, idx, m, Keys(1, 2, 3), -1), Visit{0, 1, []kvindex.Holder{H(b, 0, 0)}})
+		expect(t, Lookup(t, idx, m, Keys(1, 2, 3), -1), Visit{0, 1, []kvindex.Holder{H(b, 0)}})
 		if n := podBlocks(t, idx, a); n != 0 {
 			t.Fatalf("PodBlocks after clear = %d", n)
 		}
@@ -207,16 +207,16 @@ func Run(t *testing.T, newIndex NewIndex) {
 			t.Fatalf("Stats.Entries after clear = %d, want 1", s.Entries)
 		}
 		// Re-adding after a clear works and counts from zero.
-		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, 0, Keys(2)))
-		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, 0, Keys(1)))
+		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, Keys(2)))
+		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, Keys(1)))
 		expect(t, Lookup(t, idx, m, Keys(1, 2, 3), -1),
-			Visit{0, 1, []kvindex.Holder{H(a, 0, 0), H(b, 0, 0)}},
-			Visit{1, 2, []kvindex.Holder{H(a, 0, 0)}})
+			Visit{0, 1, []kvindex.Holder{H(a, 0), H(b, 0)}},
+			Visit{1, 2, []kvindex.Holder{H(a, 0)}})
 		if n := podBlocks(t, idx, a); n != 2 {
 			t.Fatalf("PodBlocks after re-add = %d, want 2", n)
 		}
 		// Removing a stale (pre-clear) block is a no-op for the counters.
-		must(t, idx.Remove(ctx, m, a, kvindex.TierGPU, 0, Keys(3)))
+		must(t, idx.Remove(ctx, m, a, kvindex.TierGPU, Keys(3)))
 		if n := podBlocks(t, idx, a); n != 2 {
 			t.Fatalf("PodBlocks after stale remove = %d, want 2", n)
 		}
@@ -224,22 +224,22 @@ func Run(t *testing.T, newIndex NewIndex) {
 	})
 
 	t.Run("zero ids and fields at their limits", func(t *testing.T) {
-		// ModelID 0, PodID 0 and key 0 are ordinary values, and tier and
-		// group at their largest are distinct holders, not wrapped ones.
+		// ModelID 0, PodID 0 and key 0 are ordinary values, and the
+		// largest tier is a distinct holder, not a wrapped one.
 		idx, in := newIdx(t)
 		m, a, b := in.Model("m"), in.Pod("a", 0), in.Pod("b", 0)
 		if m != 0 || a != 0 {
 			t.Fatalf("first ids = %d, %d; want 0, 0", m, a)
 		}
-		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, 0, Keys(0, 1)))
-		must(t, idx.Add(ctx, m, a, kvindex.TierExternal, 255, Keys(0)))
-		must(t, idx.Add(ctx, m, b, kvindex.TierGPU, 0, Keys(0)))
+		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, Keys(0, 1)))
+		must(t, idx.Add(ctx, m, a, kvindex.TierExternal, Keys(0)))
+		must(t, idx.Add(ctx, m, b, kvindex.TierGPU, Keys(0)))
 		expect(t, Lookup(t, idx, m, Keys(0, 1), -1),
-			Visit{0, 0, []kvindex.Holder{H(a, 0, 0), H(a, 3, 255), H(b, 0, 0)}},
-			Visit{1, 1, []kvindex.Holder{H(a, 0, 0)}})
-		must(t, idx.Remove(ctx, m, a, kvindex.TierExternal, 255, Keys(0)))
+			Visit{0, 0, []kvindex.Holder{H(a, 0), H(a, 3), H(b, 0)}},
+			Visit{1, 1, []kvindex.Holder{H(a, 0)}})
+		must(t, idx.Remove(ctx, m, a, kvindex.TierExternal, Keys(0)))
 		must(t, idx.ClearPod(ctx, b))
-		expect(t, Lookup(t, idx, m, Keys(0), -1), Visit{0, 0, []kvindex.Holder{H(a, 0, 0)}})
+		expect(t, Lookup(t, idx, m, Keys(0), -1), Visit{0, 0, []kvindex.Holder{H(a, 0)}})
 		if n := podBlocks(t, idx, a); n != 2 {
 			t.Fatalf("PodBlocks(0) = %d, want 2", n)
 		}
@@ -252,10 +252,10 @@ func Run(t *testing.T, newIndex NewIndex) {
 			t.Skip("this backend answers pod listings with PodBlocks one pod at a time")
 		}
 		m, a, a1, c := in.Model("m"), in.Pod("a", 0), in.Pod("a", 1), in.Pod("c", 0)
-		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, 0, Keys(1, 2, 3)))
-		must(t, idx.Add(ctx, m, a, kvindex.TierCPU, 0, Keys(3, 4)))
-		must(t, idx.Add(ctx, m, a1, kvindex.TierGPU, 0, Keys(1)))
-		must(t, idx.Add(ctx, m, c, kvindex.TierGPU, 0, Keys(9)))
+		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, Keys(1, 2, 3)))
+		must(t, idx.Add(ctx, m, a, kvindex.TierCPU, Keys(3, 4)))
+		must(t, idx.Add(ctx, m, a1, kvindex.TierGPU, Keys(1)))
+		must(t, idx.Add(ctx, m, c, kvindex.TierGPU, Keys(9)))
 		must(t, idx.ClearPod(ctx, c))
 		pods := []kvindex.PodID{a1, in.Pod("never-seen", 0), a, c, a}
 		got := make([]int64, len(pods))
@@ -268,7 +268,7 @@ func Run(t *testing.T, newIndex NewIndex) {
 
 	t.Run("invalid tier is an error", func(t *testing.T) {
 		idx, in := newIdx(t)
-		if err := idx.Add(ctx, in.Model("m"), in.Pod("a", 0), kvindex.NumTiers, 0, Keys(1)); err == nil {
+		if err := idx.Add(ctx, in.Model("m"), in.Pod("a", 0), kvindex.NumTiers, Keys(1)); err == nil {
 			t.Fatal("Add with tier NumTiers: no error")
 		}
 	})
@@ -292,14 +292,14 @@ func Run(t *testing.T, newIndex NewIndex) {
 			}
 			switch r := rng.Intn(20); {
 			case r < 12:
-				must(t, idx.Add(ctx, m, p, tier, 0, keys))
+				must(t, idx.Add(ctx, m, p, tier, keys))
 				for _, k := range keys {
-					ref[ent{k, H(p, tier, 0)}] = true
+					ref[ent{k, H(p, tier)}] = true
 				}
 			case r < 19:
-				must(t, idx.Remove(ctx, m, p, tier, 0, keys))
+				must(t, idx.Remove(ctx, m, p, tier, keys))
 				for _, k := range keys {
-					delete(ref, ent{k, H(p, tier, 0)})
+					delete(ref, ent{k, H(p, tier)})
 				}
 			default:
 				must(t, idx.ClearPod(ctx, p))
@@ -357,13 +357,10 @@ func Run(t *testing.T, newIndex NewIndex) {
 	})
 }
 
-// holderLess orders holders by (pod, tier, group).
+// holderLess orders holders by (pod, tier).
 func holderLess(a, b kvindex.Holder) bool {
 	if a.Pod != b.Pod {
 		return a.Pod < b.Pod
 	}
-	if a.Tier != b.Tier {
-		return a.Tier < b.Tier
-	}
-	return a.Group < b.Group
+	return a.Tier < b.Tier
 }

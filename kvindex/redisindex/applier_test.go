@@ -289,7 +289,7 @@ func dump(t *testing.T, idx kvindex.Index, in *kvindex.Interner, keys []kvindex.
 		names := make([]string, len(v.Holders))
 		for i, h := range v.Holders {
 			n, _ := in.PodName(h.Pod)
-			names[i] = n + "/" + h.Tier.String() + "/" + strconv.Itoa(int(h.Group))
+			names[i] = n + "/" + h.Tier.String()
 		}
 		slices.Sort(names)
 		out += strconv.Itoa(v.I) + ":" + fmt.Sprint(names) + " "

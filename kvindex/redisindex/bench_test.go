@@ -28,7 +28,7 @@ func fillPrefixes(b *testing.B, idx kvindex.Index, in *kvindex.Interner, step in
 	m := in.Model(benchModel)
 	keys := seqKeys(512, 0x9e3779b97f4a7c15)
 	for p := range 8 {
-		if err := idx.Add(ctx, m, in.Pod(benchPod(p), 0), kvindex.TierGPU, 0, keys[:step*(p+1)]); err != nil {
+		if err := idx.Add(ctx, m, in.Pod(benchPod(p), 0), kvindex.TierGPU, keys[:step*(p+1)]); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -111,7 +111,7 @@ func BenchmarkApply(b *testing.B) {
 				for i := range keys {
 					keys[i] = kvindex.Key(base + uint64(i))
 				}
-				if err := idx.Add(ctx, m, p, kvindex.TierGPU, 0, keys); err != nil {
+				if err := idx.Add(ctx, m, p, kvindex.TierGPU, keys); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -155,7 +155,7 @@ func BenchmarkBytesPerEntry(b *testing.B) {
 				}
 				ctx := context.Background()
 				m := in.Model(benchModel)
-				_ = idx.Add(ctx, m, in.Pod(benchPod(0), 0), 0, 0, seqKeys(1, 1<<62)) // scripts + pods hash exist before "before"
+				_ = idx.Add(ctx, m, in.Pod(benchPod(0), 0), 0, seqKeys(1, 1<<62)) // scripts + pods hash exist before "before"
 				before := usedMemory(b, s)
 				const batch = 1000
 				keys := make([]kvindex.Key, batch)
@@ -165,7 +165,7 @@ func BenchmarkBytesPerEntry(b *testing.B) {
 						for i := range keys {
 							keys[i] = kvindex.Key(uint64(off+i)*0x9e3779b97f4a7c15 + 1)
 						}
-						if err := idx.Add(ctx, m, pod, kvindex.TierGPU, 0, keys); err != nil {
+						if err := idx.Add(ctx, m, pod, kvindex.TierGPU, keys); err != nil {
 							b.Fatal(err)
 						}
 					}
@@ -202,7 +202,7 @@ func BenchmarkPodListing(b *testing.B) {
 	pods := make([]kvindex.PodID, 64)
 	for i := range pods {
 		pods[i] = in.Pod(benchPod(i), 0)
-		if err := idx.Add(ctx, m, pods[i], kvindex.TierGPU, 0, seqKeys(4, uint64(i)<<8)); err != nil {
+		if err := idx.Add(ctx, m, pods[i], kvindex.TierGPU, seqKeys(4, uint64(i)<<8)); err != nil {
 			b.Fatal(err)
 		}
 	}

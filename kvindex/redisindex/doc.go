@@ -11,7 +11,8 @@
 //
 //	<ns>:b:<model>:<key as 16 hex digits>   STRING, one per (model, block key)
 //	    one record per holder: 2-byte length L, L bytes of field
-//	    "<tier>.<group>.<dp rank>.<pod name>", 8-byte pod epoch (big endian)
+//	    "<tier>.0.<dp rank>.<pod name>" (the 0 is fixed), 8-byte pod epoch
+//	    (big endian)
 //	    PEXPIRE = TTL, refreshed by every add (safety net for lost removals)
 //	<ns>:pods                                HASH, one per namespace
 //	    "e:<dp rank>.<pod name>"  current epoch of the pod

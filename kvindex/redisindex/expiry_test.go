@@ -126,7 +126,7 @@ func TestTTLExpirationsCounted(t *testing.T) {
 				{m1, q, seqKeys(2, 1)}, // same block keys, second holder
 				{m2, p, seqKeys(2, 1<<40)},
 			} {
-				if err := idx.Add(ctx, a.m, a.p, kvindex.TierGPU, 0, a.keys); err != nil {
+				if err := idx.Add(ctx, a.m, a.p, kvindex.TierGPU, a.keys); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -157,7 +157,7 @@ func TestTTLExpirationsCounted(t *testing.T) {
 			// counting.
 			s.Restart()
 			waitPatterns(t, "1", s)
-			if err := idx.Add(ctx, m1, p, kvindex.TierGPU, 0, seqKeys(2, 100)); err != nil {
+			if err := idx.Add(ctx, m1, p, kvindex.TierGPU, seqKeys(2, 100)); err != nil {
 				t.Fatal(err)
 			}
 			waitExpired(t, idx, blockKeys+3, "1", s)
@@ -175,7 +175,7 @@ func TestTTLExpirationsCounted(t *testing.T) {
 				c.TTL, c.Logger = 200*time.Millisecond, logs.Logger()
 			})
 			waitFor(t, "warning logged", func() bool { return strings.Contains(logs.String(), "level=WARN") })
-			if err := idx.Add(ctx, in.Model("m"), in.Pod("p", 0), kvindex.TierGPU, 0, seqKeys(3, 1)); err != nil {
+			if err := idx.Add(ctx, in.Model("m"), in.Pod("p", 0), kvindex.TierGPU, seqKeys(3, 1)); err != nil {
 				t.Fatal(err)
 			}
 			waitExpired(t, idx, 0, "1", s)
@@ -201,7 +201,7 @@ func TestTTLExpirationsCounted(t *testing.T) {
 				c.TTL, c.Logger = 200*time.Millisecond, logs.Logger()
 			})
 			waitPatterns(t, "1", s)
-			if err := idx.Add(ctx, in.Model("m"), in.Pod("p", 0), kvindex.TierGPU, 0, seqKeys(3, 1)); err != nil {
+			if err := idx.Add(ctx, in.Model("m"), in.Pod("p", 0), kvindex.TierGPU, seqKeys(3, 1)); err != nil {
 				t.Fatal(err)
 			}
 			waitExpired(t, idx, 3, "1", s)
@@ -223,7 +223,7 @@ func TestTTLExpirationsCluster(t *testing.T) {
 	ctx := context.Background()
 	const perModel = 20
 	for _, m := range []string{"m1", "m2"} {
-		if err := idx.Add(ctx, in.Model(m), in.Pod("p", 0), kvindex.TierGPU, 0, seqKeys(perModel, 1)); err != nil {
+		if err := idx.Add(ctx, in.Model(m), in.Pod("p", 0), kvindex.TierGPU, seqKeys(perModel, 1)); err != nil {
 			t.Fatal(err)
 		}
 	}

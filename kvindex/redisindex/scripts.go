@@ -15,7 +15,7 @@ import "github.com/redis/go-redis/v9"
 type blockCode int64
 
 const (
-	// codeEntry: a live entry of this (pod, tier, group) was created (add)
+	// codeEntry: a live entry of this (pod, tier) was created (add)
 	// / deleted (remove).
 	codeEntry blockCode = 1 << iota
 	// codeKey: the key was created (add) / became empty and vanished
@@ -25,7 +25,7 @@ const (
 	// used: the caller's epoch cache is behind; it reloads epochs and
 	// retries.
 	codeBehind
-	// codeBlock: the pod did not hold this block on any tier/group before
+	// codeBlock: the pod did not hold this block on any tier before
 	// (add) / holds it on none after (remove): PodBlocks counts blocks, not
 	// entries.
 	codeBlock
@@ -36,7 +36,7 @@ func (c blockCode) has(bit blockCode) bool { return c&bit != 0 }
 // A block key is a STRING: the concatenation of one record per holder,
 //
 //	2 bytes  field length L (big endian)
-//	L bytes  field "<tier>.<group>.<rank>.<pod name>"
+//	L bytes  field "<tier>.0.<rank>.<pod name>"
 //	8 bytes  epoch the entry was written under (big endian)
 //
 // so a lookup is one MGET (a few hundred bytes per key) instead of one

@@ -225,14 +225,14 @@ func (x *Index) flush(ctx context.Context, batch []*writeReq) {
 // the pod's current epoch when another daemon cleared the pod since this
 // process cached its epoch (what was written is invisible then). Bounded:
 // epochs only grow.
-func (x *Index) write(ctx context.Context, op writeOp, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, group uint8, keys []kvindex.Key) error {
+func (x *Index) write(ctx context.Context, op writeOp, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, keys []kvindex.Key) error {
 	if len(keys) == 0 {
 		return nil
 	}
 	if tier >= kvindex.NumTiers {
 		return errInvalidTier(op, tier)
 	}
-	field := x.holderField(kvindex.Holder{Pod: pod, Tier: tier, Group: group})
+	field := x.holderField(kvindex.Holder{Pod: pod, Tier: tier})
 	if len(field) > maxFieldLen {
 		return errFieldTooLong(op, field)
 	}

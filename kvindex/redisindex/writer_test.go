@@ -54,7 +54,7 @@ func TestWritesCoalesce(t *testing.T) {
 			m := in.Model("m")
 			keys := seqKeys(32, 9<<40)
 			// Warm: scripts loaded, epochs cached, cluster slots known.
-			if err := idx.Add(ctx, m, in.Pod("warm", 0), kvindex.TierGPU, 0, keys[:1]); err != nil {
+			if err := idx.Add(ctx, m, in.Pod("warm", 0), kvindex.TierGPU, keys[:1]); err != nil {
 				t.Fatal(err)
 			}
 			if err := idx.Healthy(ctx); err != nil {
@@ -69,7 +69,7 @@ func TestWritesCoalesce(t *testing.T) {
 			errs := make(chan error, K+1)
 			add := func(p int) {
 				defer wg.Done()
-				errs <- idx.Add(ctx, m, in.Pod("p"+strconv.Itoa(p), 0), kvindex.TierGPU, 0, keys[:8*(p%4+1)])
+				errs <- idx.Add(ctx, m, in.Pod("p"+strconv.Itoa(p), 0), kvindex.TierGPU, keys[:8*(p%4+1)])
 			}
 			wg.Add(1)
 			go add(0)
@@ -164,9 +164,9 @@ func TestCoalescedWritesKeepPodOrder(t *testing.T) {
 						for _, s := range steps {
 							var err error
 							if s.remove {
-								err = idx.Remove(ctx, m, pod, kvindex.TierGPU, 0, s.ks)
+								err = idx.Remove(ctx, m, pod, kvindex.TierGPU, s.ks)
 							} else {
-								err = idx.Add(ctx, m, pod, kvindex.TierGPU, 0, s.ks)
+								err = idx.Add(ctx, m, pod, kvindex.TierGPU, s.ks)
 							}
 							if err != nil {
 								errs <- err
@@ -233,7 +233,7 @@ func TestOldLayoutKeyReplaced(t *testing.T) {
 			if got := indextest.Lookup(t, idx, m, keys, -1); len(got) != 0 {
 				t.Fatalf("old-layout key visited: %v", got)
 			}
-			if err := idx.Add(ctx, m, p, kvindex.TierGPU, 0, keys); err != nil {
+			if err := idx.Add(ctx, m, p, kvindex.TierGPU, keys); err != nil {
 				t.Fatal(err)
 			}
 			got := indextest.Lookup(t, idx, m, keys, -1)

@@ -1,0 +1,81 @@
+package kvindex
+
+import "context"
+
+// snapshot replaces what the index holds for the pod with ev.BlockHashes,
+// the pod's whole state at one point (SGLang's snapshot protocol). Snapshot
+// records carry SGLang hashes without token ids: a hash is indexed under the
+// key its earlier BlockStored gave it (alias), and one never seen stored is
+// counted unkeyed. The engine's cache being unchanged, parity conclusions and
+// aliases are kept. The records name no medium: they are indexed on
+// ev.Medium (GPU). Clear then add is not atomic for readers: a score in
+// between sees the pod empty (an under-report, never a stale block).
+func (a *Applier) snapshot(ctx context.Context, ps *podState, engine Engine, ev *Event, d *batchDelta) error {
+	if err := a.idx.ClearPod(ctx, ps.id); err != nil {
+		return err
+	}
+	ps.resetHolding()
+	keys := ps.keys[:0]
+	for _, eh := range ev.BlockHashes {
+		if ps.alias != nil {
+			if k, ok := ps.alias.get(eh); ok {
+				keys = append(keys, k)
+				continue
+			}
+		}
+		if engine == EngineSGLang {
+			d.unkeyed++
+			continue
+		}
+		keys = append(keys, Key(eh))
+	}
+	ps.keys = keys
+	return a.addStored(ctx, ps, ev, keys, d)
+}
+
+func (a *Applier) removed(ctx context.Context, ps *podState, engine Engine, ev *Event, d *batchDelta) error {
+	bounds, bit := ps.removeGroup(ev)
+	switch {
+	case ev.Remote:
+		d.remote += uint64(len(ev.BlockHashes))
+		return nil
+	case !bounds:
+		d.groupSkipped += uint64(len(ev.BlockHashes))
+		return nil
+	}
+	if ev.HasRemainingCopies && !ps.copiesAuthority {
+		// The engine counts copies itself: ours are no longer needed.
+		ps.copiesAuthority, ps.copies = true, nil
+	}
+	keys := ps.keys[:0]
+	for i, eh := range ev.BlockHashes {
+		k := Key(eh)
+		if ps.alias != nil {
+			var ok bool
+			if k, ok = ps.alias.get(eh); !ok {
+				d.unresolved++
+				if engine == EngineSGLang {
+					continue
+				}
+				k = Key(eh)
+			}
+			// Keep the alias: the block may still be held on another tier.
+		} else if engine == EngineSGLang {
+			d.unresolved++
+			continue
+		}
+		if a.keepOnRemove(ps, engine, ev, i, bit, k, d) {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	ps.keys = keys
+	if len(keys) == 0 {
+		return nil
+	}
+	if err := a.idx.Remove(ctx, ps.modelID, ps.id, ev.Medium, keys); err != nil {
+		return err
+	}
+	d.removed += uint64(len(keys))
+	return nil
+}

@@ -1,0 +1,277 @@
+package kvindex
+
+import (
+	"context"
+	"fmt"
+)
+
+// eventExtras sets ek to block i's extra keys. ok=false means they cannot be
+// known: a LoRA request whose engine sent its id but neither lora_name nor
+// extra_keys (vLLM v0.12 to early 2026 hashed the name).
+func eventExtras(ek *extraKeys, ev *Event, engine Engine, i int) bool {
+	if len(ev.ExtraKeys) > 0 {
+		ek.n = 0
+		ek.generic = nil
+		if i < len(ev.ExtraKeys) {
+			ek.generic = ev.ExtraKeys[i] // empty = None: vLLM never hashes an empty tuple
+		}
+		return true
+	}
+	if ev.LoraName == "" && ev.HasLoraID && ev.LoraID != 0 {
+		return false
+	}
+	x := RequestExtras{LoraName: ev.LoraName}
+	if engine == EngineSGLang {
+		x.CacheSalt = ev.CacheSalt
+	}
+	// cache_salt only enters a request's first block: the one without parent.
+	ek.forRequest(x, i == 0 && !ev.HasParent)
+	return true
+}
+
+// stored indexes one BlockStored event in two steps: storedKeys decides the
+// keys and updates what the applier keeps per pod; addStored writes them,
+// the only index call. The decisions are thus the same whatever the index
+// (memory, Redis, a failing one) and can be tested without one.
+func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *Event, d *batchDelta) error {
+	return a.addStored(ctx, ps, ev, a.storedKeys(ps, engine, ev, d), d)
+}
+
+// storedKeys returns the keys ev adds to the index, in the pod's reused key
+// buffer. It writes nothing to the index: it updates what the applier keeps
+// per pod (groups, parity verdicts and hint, digest cache, aliases, copy
+// counts, group masks) and counts into d.
+func (a *Applier) storedKeys(ps *podState, engine Engine, ev *Event, d *batchDelta) []Key {
+	n := len(ev.BlockHashes)
+	if n == 0 {
+		return nil
+	}
+	bounds, bit := ps.storeGroup(ev)
+	switch {
+	case ev.Remote:
+		d.remote += uint64(n)
+		return nil
+	case !bounds:
+		d.groupSkipped += uint64(n)
+		return nil
+	}
+	keys := a.blockKeys(ps, engine, ev, d)
+	keys = a.holdStored(ps, engine, ev, bit, keys, d)
+	keys = a.trimToShare(ps, keys)
+	ps.keys = keys
+	return keys
+}
+
+// blockKeys maps each block of ev to the key it is indexed under, as the
+// parity check decides (see Applier): a block we can rehash gets its
+// verdict from checkedKey, one we cannot from uncheckedKey, and a pod being
+// sampled (parity_sampling.go) has its hashes taken unchecked.
+func (a *Applier) blockKeys(ps *podState, engine Engine, ev *Event, d *batchDelta) []Key {
+	h := ps.hasher
+	bs, dlen := h.cfg.BlockSize, h.dlen
+	sglang := engine == EngineSGLang
+	keys := ps.keys[:0]
+	base, bsWrong := ps.verifiable(engine, ev, d)
+
+	var parent [32]byte
+	parentOK := true
+	if !ev.HasParent {
+		parent = h.none
+	} else {
+		parentOK = ps.dc.get(ev.ParentHash, &parent)
+	}
+	if !sglang && !ps.parity.check(base == unverifiedNone && parentOK) {
+		// Sampled out: the engine's hashes (or their aliases) go in
+		// unchecked, through the same copy, group and share accounting.
+		return a.storedUnchecked(ps, ev, keys, d)
+	}
+	var ek extraKeys
+	for i, eh := range ev.BlockHashes {
+		reason := base
+		if reason == unverifiedNone && !parentOK {
+			reason = unverifiedParent
+		}
+		if reason == unverifiedNone && !eventExtras(&ek, ev, engine, i) {
+			reason = unverifiedLoraName
+		}
+		if reason == unverifiedNone {
+			var dg [32]byte
+			var err error
+			ps.buf, dg, err = h.digest(ps.buf, parent[:dlen], ev.TokenIDs[i*bs:(i+1)*bs], &ek)
+			if err == nil {
+				ps.dc.put(eh, &dg)
+				parent = dg
+				keys = a.checkedKey(ps, engine, ev, i, eh, keyOf(&dg, dlen), keys, d)
+				continue
+			}
+			// an extra key we cannot serialise (OpaqueExtraKey, ...)
+			reason = unverifiedExtraKeys
+		}
+		// Not computable here; the chain may resume if we know this block.
+		parentOK = ps.dc.get(eh, &parent)
+		if !bsWrong || sglang {
+			d.unverify(reason, 1) // a block-size mismatch is counted once, in verifiable
+		}
+		keys = uncheckedKey(ps, sglang, eh, keys, d)
+	}
+	return keys
+}
+
+// verifiable reports why none of ev's blocks can be rehashed here
+// (unverifiedNone: they may be), and whether the engine's block size differs
+// from ours: those blocks are counted as mismatches (vLLM) here, once, and
+// the pod gets the hint.
+func (ps *podState) verifiable(engine Engine, ev *Event, d *batchDelta) (base unverifiedReason, bsWrong bool) {
+	n, bs := len(ev.BlockHashes), ps.hasher.cfg.BlockSize
+	haveTokens := len(ev.TokenIDs) > 0
+	bsWrong = haveTokens && ev.BlockSize > 0 && ev.BlockSize != bs
+	// A lone block shorter than the block size with exactly that many tokens
+	// is a trailing partial page (SGLang), not a different configuration:
+	// no hint from it.
+	partial := bsWrong && n == 1 && ev.BlockSize < bs && len(ev.TokenIDs) == ev.BlockSize
+	bsWrong = bsWrong && !partial
+	switch {
+	case !haveTokens:
+		base = unverifiedNoTokens
+	case partial:
+		base = unverifiedPartialBlock
+	case bsWrong:
+		base = unverifiedBlockSize
+	case len(ev.TokenIDs) != n*bs:
+		base = unverifiedTokenCount
+	}
+	if bsWrong {
+		if engine != EngineSGLang {
+			d.mismatches += uint64(n) // counted here, not again as unverified
+		}
+		if !ps.hintFinal {
+			ps.hintFinal = true
+			d.hint = fmt.Sprintf("block size: engine publishes block_size=%d but kvindex is configured with %d; "+
+				"set the engine's --block-size (SGLang: --page-size, default 1) or kvindex's block size (per model) to agree",
+				ev.BlockSize, bs)
+		}
+	}
+	return base, bsWrong
+}
+
+// checkedKey appends the key of block i of ev, whose hash eh we recomputed
+// as k, and records the parity verdict.
+func (a *Applier) checkedKey(ps *podState, engine Engine, ev *Event, i int, eh uint64, k Key, keys []Key, d *batchDelta) []Key {
+	switch {
+	case engine == EngineSGLang:
+		if !a.aliasPut(ps, eh, k) {
+			d.unkeyed++ // without the alias no removal could find it
+			return keys
+		}
+		return append(keys, k)
+	case uint64(k) == eh:
+		d.matches++
+		ps.everMatched = true
+		ps.parity.matched()
+		return append(keys, k)
+	case ps.everMatched:
+		// Other blocks of this pod match, so its seed, algorithm and
+		// block size are right: the engine hashed extra keys it did not
+		// publish (multimodal items, cache_salt without extra_keys).
+		// Its hash is then the truth for this block; ours is not.
+		d.mismatches++
+		ps.parity.reset()
+		if !ps.hintFinal {
+			ps.hintFinal = true
+			d.hint = "extra keys: some blocks match and others differ; the engine hashes extra keys " +
+				"(multimodal, cache_salt, LoRA) it does not publish in extra_keys; those blocks are " +
+				"indexed under the engine's hashes"
+		}
+		return append(keys, Key(eh))
+	}
+	d.mismatches++
+	ps.parity.reset()
+	if !a.aliasPut(ps, eh, k) {
+		k = Key(eh) // removals must still find it
+	}
+	if !ps.hintFinal {
+		a.diagnose(ps, ev, engine, i, eh, d)
+	}
+	return append(keys, k)
+}
+
+// uncheckedKey appends the key of a block whose hash we could not
+// recompute: our key if its hash is aliased, else the engine's hash, except
+// for SGLang, whose hashes are useless to routers.
+func uncheckedKey(ps *podState, sglang bool, eh uint64, keys []Key, d *batchDelta) []Key {
+	if ps.alias != nil {
+		if k, ok := ps.alias.get(eh); ok {
+			return append(keys, k)
+		}
+	}
+	if sglang {
+		d.unkeyed++
+		return keys
+	}
+	return append(keys, Key(eh))
+}
+
+// addStored writes the keys storedKeys chose: the one index write of a
+// BlockStored (and of a BlockSnapshot's records).
+func (a *Applier) addStored(ctx context.Context, ps *podState, ev *Event, keys []Key, d *batchDelta) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	if err := a.idx.Add(ctx, ps.modelID, ps.id, ev.Medium, keys); err != nil {
+		return err
+	}
+	d.stored += uint64(len(keys))
+	return nil
+}
+
+// diagnose names the likely cause of a parity mismatch. On a request's first
+// block (parent = NONE_HASH) it can tell algorithm from seed: it rehashes the
+// block with the other algorithms and the same seed.
+func (a *Applier) diagnose(ps *podState, ev *Event, engine Engine, i int, eh uint64, d *batchDelta) {
+	h := ps.hasher
+	cfg := h.cfg
+	if ev.HasParent || i != 0 {
+		d.hint = fmt.Sprintf("engine block hashes differ from kvindex's (%s): seed or algorithm; "+
+			"waiting for a request's first block to tell which", cfg)
+		return
+	}
+	var ek extraKeys
+	eventExtras(&ek, ev, engine, 0)
+	toks := ev.TokenIDs[:cfg.BlockSize]
+	for _, algo := range HashAlgos {
+		if algo == cfg.Algo {
+			continue
+		}
+		alt := a.altHasher(KeyConfig{Algo: algo, Seed: cfg.Seed, BlockSize: cfg.BlockSize})
+		if alt == nil {
+			continue
+		}
+		var dg [32]byte
+		var err error
+		ps.buf, dg, err = alt.digest(ps.buf, alt.none[:alt.dlen], toks, &ek)
+		if err == nil && uint64(keyOf(&dg, alt.dlen)) == eh {
+			ps.hintFinal = true
+			d.hint = fmt.Sprintf("hash algorithm: the engine hashes with %s but kvindex is configured with %s; "+
+				"set --prefix-caching-hash-algo or kvindex's algorithm to agree", algo, cfg.Algo)
+			return
+		}
+	}
+	ps.hintFinal = true
+	d.hint = fmt.Sprintf("seed: a request's first block differs with every algorithm at seed %q; the engine's "+
+		"PYTHONHASHSEED differs or is unset (vLLM then uses a random NONE_HASH); set PYTHONHASHSEED=%s on the engine "+
+		"or kvindex's seed to the engine's (less likely: LoRA/cache_salt/multimodal extra keys not published)", cfg.Seed, cfg.Seed)
+}
+
+func (a *Applier) altHasher(cfg KeyConfig) *Hasher {
+	a.altMu.Lock()
+	defer a.altMu.Unlock()
+	if h := a.alt[cfg]; h != nil {
+		return h
+	}
+	h, err := NewHasher(cfg)
+	if err != nil { // cannot happen: cfg comes from a valid Hasher
+		return nil
+	}
+	a.alt[cfg] = h
+	return h
+}
