@@ -1,0 +1,6 @@
+//go:build !race
+
+package docexamples
+
+// buildFlags: a plain build when the test itself is not under -race.
+var buildFlags []string
