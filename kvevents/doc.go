@@ -32,58 +32,8 @@
 //
 // # Wire formats by engine version
 //
-// What Decode reads, by engine version, and what the daemon does with it
-// (fixtures of each shape: testdata/fixtures, made by
-// hack/gen_kvevent_fixtures.py; field tables: kvindex.Event).
-//
-//	engine / version            shape                                       handling
-//	vLLM 0.10-0.23              [ts, events] or [ts, events, dp_rank];      array events decoded by position; trailing
-//	                            events ["BlockStored", hashes, parent,      defaults may be absent (msgspec omit_defaults)
-//	                            tokens, block_size, lora_id, medium]
-//	vLLM >= 0.24                events {"type": tag, field: value}          map events by name, any key order; unknown
-//	                                                                        keys skipped
-//	vLLM, INT_BLOCK_HASHES=0    hashes as 16/32/64-byte digests             last 8 bytes, big-endian (SGLang: first 8)
-//	vLLM ~Jan 2026              lora_name                                   hashed as vLLM does (the adapter name)
-//	vLLM 0.17+ (Feb 2026)       extra_keys: per block nil or a tuple of     hashed exactly: str, int, bool, nil, bytes,
-//	                            str/int/bytes/(id, offset)                  nested tuples
-//	vLLM typed extra keys       {"type": "lora"|"cache_salt"|"mm"|          lora name, salt, (mm hash, block_offset),
-//	                            "prompt_embeds"|"legacy", ...}              embeds digest, legacy value hashed as those;
-//	                                                                        unknown types, floats, maps: the block is
-//	                                                                        indexed under the engine hash and counted
-//	                                                                        (parity_unverified{reason="extra_keys"})
-//	vLLM hybrid (spring 2026)   group_idx, kv_cache_spec_kind,              only full-attention groups (full_attention,
-//	                            kv_cache_spec_sliding_window                mla_attention, sink_full_attention, or not
-//	                                                                        described) are indexed; sliding window,
-//	                                                                        mamba and other groups are counted, not
-//	                                                                        indexed; with several full groups a block
-//	                                                                        is indexed while all hold it, removed when
-//	                                                                        any drops it
-//	vLLM with group_idx only    no kv_cache_spec_kind (before ~May 2026)    every group counts as full attention:
-//	                                                                        sliding-window evictions then shorten
-//	                                                                        matches (under-reports, never over)
-//	vLLM copies                 BlockRemoved.remaining_copy_counts          > 0 keeps the block; without the field the
-//	                                                                        applier counts copies itself (bounded)
-//	vLLM connectors             locality "REMOTE", ownership                REMOTE blocks are not the pod's cache: not
-//	                                                                        indexed, counted (remote_blocks); ownership
-//	                                                                        carried in kvindex.Event
-//	vLLM/LMCache/SGLang media   medium strings                              kvindex.MediumTiers (one table); unknown
-//	                                                                        media: external tier, counted
-//	SGLang (all)                array events only, hashes signed int64,     indexed under keys computed from token ids
-//	                            8th BlockStored element {"cache_salt": s}   (SGLang hashes mean nothing to routers);
-//	                                                                        salt hashed on a request's first block
-//	SGLang extra_keys (proposed) a list at BlockStored position 7          decoded as extra_keys, hashed with the block
-//	SGLang EAGLE                token_ids as pairs [[t_i, t_i+1], ...]      t_i (the pair's first token) is the token
-//	                                                                        at that position
-//	SGLang page size            block_size = --page-size (default 1)        must equal kvindex's block size (per
-//	                                                                        model); a lone shorter trailing page is
-//	                                                                        unverified, never a block-size hint
-//	SGLang snapshots            topic + "\x00sgl-kv-epoch=<id>" (and        suffix stripped from the model; a new
-//	                            "\x00sgl-kv-snapshot=<id>" on the empty     epoch is a restart (clear); with the
-//	                            barrier batch); snapshot-v1 endpoint        endpoint's SnapshotAddress, batches lost
-//	                                                                        beyond repair make the pod's state be
-//	                                                                        replaced by a snapshot (snapshot.go)
-//	llm-d storage publisher     events list holding msgpack bin values      each bin decoded as the event it holds
-//	                            that are encoded events                     (packed_events_total)
+// Which fields each engine version sends and what the daemon does with them:
+// docs/wire-formats.md (fixtures of each shape: testdata/fixtures).
 //
 // An optional field whose value cannot be interpreted never drops a block:
 // it is skipped and counted (ignored_fields_total), and when it is an input

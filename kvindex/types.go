@@ -247,7 +247,8 @@ func ParseGroupKind(s string) GroupKind {
 type OpaqueExtraKey struct{ What string }
 
 // Event is one decoded, engine-neutral KV-cache event. Hashes are already
-// normalised to uint64 by the decoder (see kvevents).
+// normalised to uint64 by the decoder (see kvevents). Which engine versions
+// send which fields: docs/wire-formats.md.
 type Event struct {
 	Kind        EventKind
 	BlockHashes []uint64

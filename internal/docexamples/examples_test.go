@@ -1,0 +1,464 @@
+package docexamples
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/internal/logtest"
+)
+
+const (
+	// exampleTimeout bounds one example: each must run in a few seconds.
+	exampleTimeout = 20 * time.Second
+	readyLimit     = 30 * time.Second
+	// readmeMaxLines is the README's budget: what kvindex is, how to run
+	// and test it, one example per request kind, links into docs/.
+	readmeMaxLines = 250
+)
+
+var (
+	root   string // repository root
+	binDir string // holds the kvindexd the examples call
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(buildAndRun(m))
+}
+
+func buildAndRun(m *testing.M) int {
+	var err error
+	if root, err = repoRoot(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if binDir, err = os.MkdirTemp("", "kvindex-docexamples-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(binDir)
+	// A plain build even when the test runs under -race: the race-built
+	// daemon takes over 20 s to load the Qwen3 tokenizer, and these tests
+	// check what the documents say, not data races (internal/e2e and
+	// internal/promises run the race-built daemon).
+	build := exec.Command("go", "build", "-o", filepath.Join(binDir, "kvindexd"), "./cmd/kvindexd")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build ./cmd/kvindexd: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("go.mod not found above %s", dir)
+		}
+		dir = parent
+	}
+}
+
+// documents are the files whose examples must run: the README and docs/.
+func documents(t *testing.T) []string {
+	t.Helper()
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := []string{"README.md"}
+	for _, d := range docs {
+		rel, _ := filepath.Rel(root, d)
+		files = append(files, rel)
+	}
+	sort.Strings(files[1:])
+	return files
+}
+
+// TestDocExamples runs every marked example of every document against a
+// daemon started as `make run` starts it (the Makefile's RUN_DEMO_ARGS), on
+// free loopback ports. Each document gets its own daemons, so a document's
+// examples may build on each other (publish, then score) but never on
+// another document's.
+func TestDocExamples(t *testing.T) {
+	runArgs := makeRunArgs(t)
+	total := 0
+	for _, file := range documents(t) {
+		text, err := os.ReadFile(filepath.Join(root, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		exs, err := Extract(file, string(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += len(exs)
+		if len(exs) == 0 {
+			continue
+		}
+		t.Run(file, func(ft *testing.T) {
+			ft.Parallel()
+			daemons := map[string]*daemon{}
+			for _, ex := range exs {
+				ft.Run(fmt.Sprintf("line%d", ex.Line), func(t *testing.T) {
+					d := daemons[ex.Flags]
+					if d == nil {
+						// The document's test owns the daemon: it serves
+						// every later example with the same flags.
+						d = startDaemon(t, ft.Cleanup, append(append([]string(nil), runArgs...), strings.Fields(ex.Flags)...))
+						daemons[ex.Flags] = d
+					}
+					runExample(t, d, ex)
+				})
+			}
+		})
+	}
+	if total == 0 {
+		t.Fatal("no document marks a runnable example")
+	}
+}
+
+// TestReadmeLength keeps the README a front page: details go to docs/.
+func TestReadmeLength(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n > readmeMaxLines {
+		t.Errorf("README.md has %d lines, at most %d: move details into docs/", n, readmeMaxLines)
+	}
+}
+
+// makeRunArgs reads the flags `make run` gives the daemon from the Makefile,
+// so the examples run against exactly what the README tells users to start.
+func makeRunArgs(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var demo, run []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "RUN_DEMO_ARGS ?="); ok {
+			demo = strings.Fields(v)
+		}
+		if v, ok := strings.CutPrefix(l, "RUN_ARGS ?="); ok {
+			run = strings.Fields(v)
+		}
+	}
+	if demo == nil {
+		t.Fatal("Makefile: no `RUN_DEMO_ARGS ?=` line (the flags of `make run`)")
+	}
+	return append(demo, run...)
+}
+
+// daemon is one `kvindexd serve` process on loopback ports.
+type daemon struct {
+	cmd             *exec.Cmd
+	http, grpc, zmq string // host:port
+	logs            *logtest.Buffer
+	exited          chan struct{}
+	waitErr         error
+	args            []string
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startDaemon starts kvindexd serve with flags and waits until /readyz
+// answers; cleanup registers its end. A port taken between freePort and the
+// bind is retried on new ports.
+func startDaemon(t *testing.T, cleanup func(func()), flags []string) *daemon {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		d, err := tryStart(t, cleanup, flags)
+		if err == nil {
+			return d
+		}
+		if attempt < 3 && strings.Contains(d.logs.String(), "address already in use") {
+			continue
+		}
+		t.Fatalf("kvindexd %s: %v\n%s", strings.Join(d.args, " "), err, d.logs.String())
+	}
+}
+
+func tryStart(t *testing.T, cleanup func(func()), flags []string) (*daemon, error) {
+	d := &daemon{logs: &logtest.Buffer{}, exited: make(chan struct{})}
+	d.http = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	d.grpc = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	d.zmq = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	d.args = append([]string{"serve"}, flags...)
+	d.args = append(d.args, "--http-addr", d.http, "--grpc-addr", d.grpc, "--zmq-bind", "tcp://"+d.zmq)
+	d.cmd = exec.Command(filepath.Join(binDir, "kvindexd"), d.args...)
+	d.cmd.Dir = root
+	d.cmd.Env = withoutKVIndexEnv()
+	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
+	if err := d.cmd.Start(); err != nil {
+		return d, err
+	}
+	go func() { d.waitErr = d.cmd.Wait(); close(d.exited) }()
+	cleanup(d.kill)
+	deadline := time.Now().Add(readyLimit)
+	for {
+		select {
+		case <-d.exited:
+			return d, fmt.Errorf("exited before ready: %v", d.waitErr)
+		default:
+		}
+		if resp, err := http.Get("http://" + d.http + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return d, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			d.kill()
+			return d, fmt.Errorf("not ready within %v", readyLimit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (d *daemon) kill() {
+	select {
+	case <-d.exited:
+	default:
+		_ = d.cmd.Process.Kill()
+		<-d.exited
+	}
+}
+
+// withoutKVIndexEnv is the environment without KVINDEX_* variables: the
+// daemon runs with its defaults and the documented flags only.
+func withoutKVIndexEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "KVINDEX_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// ports maps the ports of `make run` to the test daemon's.
+var ports = regexp.MustCompile(`\b(localhost|127\.0\.0\.1):(8080|50051|5557)\b`)
+
+func (d *daemon) rewrite(code string) string {
+	return ports.ReplaceAllStringFunc(code, func(s string) string {
+		switch s[strings.LastIndexByte(s, ':')+1:] {
+		case "8080":
+			return d.http
+		case "50051":
+			return d.grpc
+		}
+		return d.zmq
+	})
+}
+
+// runExample runs one example with bash (errexit, pipefail) from the
+// repository root, with the test's kvindexd first on PATH, then checks its
+// output against the document.
+func runExample(t *testing.T, d *daemon, ex Example) {
+	requireTools(t, ex.Code)
+	before := d.eventsApplied(t)
+	ctx, cancel := context.WithTimeout(context.Background(), exampleTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", d.rewrite(ex.Code))
+	cmd.Dir = root
+	cmd.Env = append(withoutKVIndexEnv(), "PATH="+binDir+string(os.PathListSeparator)+
+		goBin()+string(os.PathListSeparator)+os.Getenv("PATH"))
+	// Its own process group, so a timeout ends the publisher or grpcurl
+	// the example started too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	if err != nil {
+		t.Fatalf("%s:%d: %v (after %v)\n--- example (as run)\n%s--- stdout\n%s--- stderr\n%s",
+			ex.File, ex.Line, err, time.Since(start).Round(time.Millisecond), d.rewrite(ex.Code), stdout.String(), stderr.String())
+	}
+	if n := publishedEvents(ex.Code); n > 0 {
+		d.waitApplied(t, before+n)
+	}
+	got, err := Values(stdout.String())
+	if err != nil {
+		t.Fatalf("%s:%d: %v\n--- stdout\n%s", ex.File, ex.Line, err, stdout.String())
+	}
+	var want []any
+	if ex.Output != "" {
+		if want, err = Values(ex.Output); err != nil {
+			t.Fatalf("%s:%d: the output block is not JSON: %v", ex.File, ex.OutputLine, err)
+		}
+		if len(want) == 0 {
+			t.Fatalf("%s:%d: the output block holds no JSON object or array", ex.File, ex.OutputLine)
+		}
+	}
+	for i, v := range got {
+		if IsError(v) && (i >= len(want) || !IsError(want[i])) {
+			t.Errorf("%s:%d: the daemon answered an error: %s", ex.File, ex.Line, Compact(v))
+		}
+	}
+	if want == nil {
+		return
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%s:%d: printed %d JSON values, the output block at line %d shows %d\n--- stdout\n%s",
+			ex.File, ex.Line, len(got), ex.OutputLine, len(want), stdout.String())
+	}
+	for i := range want {
+		if err := Match(want[i], got[i]); err != nil {
+			t.Errorf("%s:%d: output %d differs in shape from line %d's block: %v\n    got %s",
+				ex.File, ex.Line, i+1, ex.OutputLine, err, Compact(got[i]))
+		}
+	}
+}
+
+// requireTools skips an example whose tools are missing, with the command
+// that installs them; under CI (CI=true, as .ci/run sets) it fails instead,
+// so no example goes unrun there.
+func requireTools(t *testing.T, code string) {
+	t.Helper()
+	var missing []string
+	if strings.Contains(code, "grpcurl") {
+		if _, err := lookPath("grpcurl"); err != nil {
+			missing = append(missing, "grpcurl (go install github.com/fullstorydev/grpcurl/cmd/grpcurl@latest)")
+		}
+	}
+	if strings.Contains(code, "kvpublisher.py") {
+		if err := exec.Command("/usr/bin/python3", "-c", "import zmq, msgpack").Run(); err != nil {
+			missing = append(missing, "python3-zmq and python3-msgpack for /usr/bin/python3 (hack/test-deps.sh)")
+		}
+	}
+	for _, tool := range []string{"curl", "bash"} {
+		if strings.Contains(code, tool) {
+			if _, err := exec.LookPath(tool); err != nil {
+				missing = append(missing, tool)
+			}
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	msg := "example needs " + strings.Join(missing, ", ")
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// lookPath finds a tool on PATH or in `go env GOPATH`/bin, where
+// `go install` puts it.
+func lookPath(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	p := filepath.Join(goBin(), name)
+	if _, err := os.Stat(p); err != nil {
+		return "", err
+	}
+	return p, nil
+}
+
+func goBin() string {
+	if b := os.Getenv("GOBIN"); b != "" {
+		return b
+	}
+	out, err := exec.Command("go", "env", "GOPATH").Output()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(strings.TrimSpace(string(out)), "bin")
+}
+
+// publishedEvents counts the events of the kvpublisher.py batches an
+// example sends (its JSON lines with "topic" and "events"), so the test can
+// wait until the daemon applied them before the next example scores: a
+// person typing the next command is slower than the apply path, a test is
+// not.
+func publishedEvents(code string) int {
+	if !strings.Contains(code, "kvpublisher.py") {
+		return 0
+	}
+	n := 0
+	for _, l := range strings.Split(code, "\n") {
+		var batch struct {
+			Topic  *string          `json:"topic"`
+			Events []map[string]any `json:"events"`
+		}
+		if json.Unmarshal([]byte(strings.TrimSpace(l)), &batch) == nil && batch.Topic != nil {
+			n += len(batch.Events)
+		}
+	}
+	return n
+}
+
+// eventsApplied is kvindexd_events_applied_total summed over its labels.
+func (d *daemon) eventsApplied(t *testing.T) int {
+	t.Helper()
+	resp, err := http.Get("http://" + d.http + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(l, "kvindexd_events_applied_total") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64); err == nil {
+			sum += v
+		}
+	}
+	return int(sum)
+}
+
+func (d *daemon) waitApplied(t *testing.T, want int) {
+	t.Helper()
+	deadline := time.Now().Add(exampleTimeout)
+	for {
+		got := d.eventsApplied(t)
+		if got >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon applied %d events, want %d: the example's publisher did not reach it\n%s", got, want, d.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
