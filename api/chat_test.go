@@ -24,15 +24,19 @@ import (
 // has none. It records the last request for option checks.
 type echoChat struct{ last *chattemplate.Request }
 
-func (e *echoChat) TokenizeChat(_ context.Context, model string, req *chattemplate.Request, _ bool) ([]uint32, error) {
+func (e *echoChat) TokenizeChat(_ context.Context, model string, req *chattemplate.Request, _ bool) (chattemplate.Tokens, error) {
 	e.last = req
 	if model == "no-template" {
-		return nil, chattemplate.ErrNoTemplate
+		return chattemplate.Tokens{}, chattemplate.ErrNoTemplate
 	}
 	if bytes.Contains(req.Messages, []byte("RAISE")) {
-		return nil, &chattemplate.RequestError{Err: errors.New("Conversation roles must alternate user/assistant")}
+		return chattemplate.Tokens{}, &chattemplate.RequestError{Err: errors.New("Conversation roles must alternate user/assistant")}
 	}
-	return echoIDs(req.Messages), nil
+	// "image_url" stands for a media part: the ids stop before it.
+	if at := bytes.Index(req.Messages, []byte(`{"type":"image_url"`)); at >= 0 {
+		return chattemplate.Tokens{IDs: echoIDs(req.Messages[:at]), Unscored: chattemplate.UnscoredMedia}, nil
+	}
+	return chattemplate.Tokens{IDs: echoIDs(req.Messages)}, nil
 }
 
 func echoIDs(messages []byte) []uint32 {

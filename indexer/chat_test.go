@@ -19,12 +19,13 @@ type fakeChat struct {
 	err        error
 	addSpecial bool
 	req        *chattemplate.Request
+	unscored   string
 }
 
-func (f *fakeChat) TokenizeChat(_ context.Context, _ string, req *chattemplate.Request, addSpecial bool) ([]uint32, error) {
+func (f *fakeChat) TokenizeChat(_ context.Context, _ string, req *chattemplate.Request, addSpecial bool) (chattemplate.Tokens, error) {
 	f.req, f.addSpecial = req, addSpecial
 	if f.err != nil {
-		return nil, f.err
+		return chattemplate.Tokens{}, f.err
 	}
 	var out []uint32
 	if addSpecial {
@@ -33,7 +34,7 @@ func (f *fakeChat) TokenizeChat(_ context.Context, _ string, req *chattemplate.R
 	for _, b := range req.Messages {
 		out = append(out, uint32(b))
 	}
-	return out, nil
+	return chattemplate.Tokens{IDs: out, Unscored: f.unscored}, nil
 }
 
 func chatIDs(messages string) []uint32 {
