@@ -60,6 +60,21 @@ func TestScoreMessages(t *testing.T) {
 	if fc.addSpecial {
 		t.Fatal("chat tokenized with special tokens by default")
 	}
+	if r.UnscoredReason != "" {
+		t.Fatalf("text-only chat: unscored reason %q", r.UnscoredReason)
+	}
+	// A chat cut at its first media item: its blocks are scored, the reason
+	// for the rest is reported, and a reused Result forgets it.
+	fc.unscored = chattemplate.UnscoredMedia
+	mustScore(t, x, &q, &r)
+	if r.UnscoredReason != "media" || r.TotalBlocks != full || len(r.Pods) != 1 || r.Pods[0].MatchedBlocks != full {
+		t.Fatalf("media: %s, reason %q", summary(&r), r.UnscoredReason)
+	}
+	fc.unscored = ""
+	mustScore(t, x, &q, &r)
+	if r.UnscoredReason != "" {
+		t.Fatalf("reused result kept the reason %q", r.UnscoredReason)
+	}
 	yes := true
 	q.AddSpecialTokens = &yes
 	mustScore(t, x, &q, &r)

@@ -241,7 +241,7 @@ def _classify_part(part):
         raise ValueError("Missing 'type' field in multimodal part.")
     if not isinstance(kind, str):
         raise ValueError("Invalid 'type' field in multimodal part.")
-    raise ValueError(f"Unsupported chat content part type: {kind!r}")
+    raise ValueError(f"Unsupported chat content part type: {kind}")
 
 
 def _parse_part(part, wrap):
@@ -315,7 +315,7 @@ def _tool_calls(calls):
             raise ValueError(f"tool_calls[{i}] must be an object")
         fn = c.get("function")
         if not isinstance(c.get("id"), str) or c.get("type") != "function" or not isinstance(fn, dict):
-            raise ValueError(f"tool_calls[{i}] needs a string id, type \"function\" and a function object")
+            raise ValueError(f"tool_calls[{i}] needs a string id, type function and a function object")
         if not isinstance(fn.get("arguments"), str) or not isinstance(fn.get("name"), str):
             raise ValueError(f"tool_calls[{i}].function needs string arguments and name")
         out.append({"id": c["id"], "function": {"arguments": fn["arguments"], "name": fn["name"]}, "type": "function"})
@@ -399,7 +399,7 @@ def normalise_tools(tools):
         if not isinstance(t, dict) or not isinstance(t.get("function"), dict):
             raise ValueError(f"tools[{i}] needs a function object")
         if t.get("type", "function") != "function":
-            raise ValueError(f"tools[{i}].type must be \"function\"")
+            raise ValueError(f"tools[{i}].type must be function")
         fn = t["function"]
         if not isinstance(fn.get("name"), str):
             raise ValueError(f"tools[{i}].function.name must be a string")
@@ -504,10 +504,10 @@ def render(env, template_src, special, case):
     cont = case.get("continue_final_message", False)
     # ChatCompletionRequest.check_generation_prompt
     if cont and add_gen:
-        raise ValueError("Cannot set both continue_final_message and add_generation_prompt to True")
+        raise ValueError("continue_final_message and add_generation_prompt cannot both be true")
     effort = case.get("reasoning_effort")
     if effort not in REASONING_EFFORTS:
-        raise ValueError("invalid reasoning_effort")
+        raise ValueError(f"reasoning_effort {effort} is not one of none, minimal, low, medium, high, xhigh, max")
     check_documents(case.get("documents"))
     tools = normalise_tools(case.get("tools"))
     template = select_template(template_src, tools)
@@ -533,7 +533,7 @@ def render(env, template_src, special, case):
     kwargs.pop("tokenize", None)
     for k in ("conversation", "tools", "messages"):
         if k in kwargs:
-            raise ValueError(f"chat_template_kwargs may not set {k!r}")
+            raise ValueError(f"chat_template_kwargs may not set {k}")
     accepted = template_variables(env, template) | HF_PARAMS
     kwargs = {k: v for k, v in kwargs.items() if k in accepted}
     add_gen = kwargs.pop("add_generation_prompt")

@@ -467,7 +467,7 @@ func (t *Templates) prepare(req *Request) (*prepared, error) {
 		return nil, badRequest("continue_final_message and add_generation_prompt cannot both be true")
 	}
 	if req.ReasoningEffort != nil && !reasoningEfforts[*req.ReasoningEffort] {
-		return nil, badRequest("reasoning_effort %q is not one of none, minimal, low, medium, high, xhigh, max", *req.ReasoningEffort)
+		return nil, badRequest("reasoning_effort %s is not one of none, minimal, low, medium, high, xhigh, max", *req.ReasoningEffort)
 	}
 	var documents any
 	if !isNull(req.Documents) {
@@ -514,9 +514,9 @@ func (t *Templates) prepare(req *Request) (*prepared, error) {
 				// The server refuses a request-supplied template unless it
 				// trusts them (--trust-request-chat-template); kvindex uses
 				// the configured one only.
-				return nil, badRequest("chat_template_kwargs may not set %q", name)
+				return nil, badRequest("chat_template_kwargs may not set %s", name)
 			case "messages", "conversation", "tools":
-				return nil, badRequest("chat_template_kwargs may not set %q: it is a request field", name)
+				return nil, badRequest("chat_template_kwargs may not set %s: it is a request field", name)
 			case "add_generation_prompt", "continue_final_message":
 				// merge_kwargs: the request's own field (never None) wins.
 			case "documents":

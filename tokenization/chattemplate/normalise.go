@@ -204,7 +204,7 @@ func classifyPart(p *jinja.DictVal) (string, any, error) {
 	if !isStr {
 		return "", nil, errors.New("Invalid 'type' field in multimodal part.")
 	}
-	return "", nil, fmt.Errorf("Unsupported chat content part type: %q", kind)
+	return "", nil, fmt.Errorf("Unsupported chat content part type: %s", kind)
 }
 
 // parseContent is chat_utils.py _parse_chat_message_content_parts: content
@@ -342,7 +342,7 @@ func toolCalls(v any) (*jinja.ListVal, error) {
 		fv, _ := call.Get("function")
 		fn, isFn := fv.(*jinja.DictVal)
 		if _, ok := id.(string); !ok || ty != "function" || !isFn {
-			return nil, fmt.Errorf("tool_calls[%d] needs a string id, type \"function\" and a function object", i)
+			return nil, fmt.Errorf("tool_calls[%d] needs a string id, type function and a function object", i)
 		}
 		args, _ := fn.Get("arguments")
 		name, _ := fn.Get("name")
@@ -394,7 +394,7 @@ func normaliseTools(raw json.RawMessage) (*jinja.ListVal, error) {
 			return nil, fmt.Errorf("tools[%d] needs a function object", i)
 		}
 		if ty, has := t.Get("type"); has && ty != "function" {
-			return nil, fmt.Errorf("tools[%d].type must be \"function\"", i)
+			return nil, fmt.Errorf("tools[%d].type must be function", i)
 		}
 		name, _ := fn.Get("name")
 		if _, ok := name.(string); !ok {
