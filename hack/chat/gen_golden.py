@@ -238,10 +238,10 @@ def _classify_part(part):
                 if key == "prompt_embeds":
                     return key, part.get("data")
                 return key, part[key]
-        raise ValueError("Missing 'type' field in multimodal part.")
+        raise ValueError("missing 'type' field in multimodal part")
     if not isinstance(kind, str):
-        raise ValueError("Invalid 'type' field in multimodal part.")
-    raise ValueError(f"Unsupported chat content part type: {kind}")
+        raise ValueError("invalid 'type' field in multimodal part")
+    raise ValueError(f"unsupported chat content part type: {kind}")
 
 
 def _parse_part(part, wrap):

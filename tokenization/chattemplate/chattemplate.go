@@ -74,14 +74,14 @@ type compiled struct {
 // Templates is one model's chat templates and special tokens. It is
 // immutable and safe for concurrent use.
 type Templates struct {
-	single  *compiled            // a template given as one string or file
-	named   map[string]*compiled // a named list ("default", "tool_use", ...)
+	single *compiled            // a template given as one string or file
+	named  map[string]*compiled // a named list ("default", "tool_use", ...)
 	// processor is the multimodal processor's template (chat_template.json),
 	// which vLLM prefers for requests without tools.
 	processor    *compiled
 	processorSrc string
-	special map[string]any       // bos_token, eos_token, ... as template values
-	now     func() time.Time
+	special      map[string]any // bos_token, eos_token, ... as template values
+	now          func() time.Time
 }
 
 // Option configures Load.

@@ -199,12 +199,12 @@ func classifyPart(p *jinja.DictVal) (string, any, error) {
 			}
 			return key, v, nil
 		}
-		return "", nil, errors.New("Missing 'type' field in multimodal part.")
+		return "", nil, errors.New("missing 'type' field in multimodal part")
 	}
 	if !isStr {
-		return "", nil, errors.New("Invalid 'type' field in multimodal part.")
+		return "", nil, errors.New("invalid 'type' field in multimodal part")
 	}
-	return "", nil, fmt.Errorf("Unsupported chat content part type: %s", kind)
+	return "", nil, fmt.Errorf("unsupported chat content part type: %s", kind)
 }
 
 // parseContent is chat_utils.py _parse_chat_message_content_parts: content
