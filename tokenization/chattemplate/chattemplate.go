@@ -1,31 +1,33 @@
 // Package chattemplate renders OpenAI chat requests into prompts exactly as
-// vLLM's OpenAI server does before tokenizing: vLLM's message normalisation,
-// then transformers' apply_chat_template with the model's Jinja2 chat
-// template.
+// vLLM's OpenAI server does before tokenizing: the request model's
+// validation, vLLM's message parsing, then transformers' apply_chat_template
+// with the model's Jinja2 chat template.
 //
-// The steps, in order:
+// The steps, in order (docs/chat.md lists every rule with its vLLM source;
+// normalise.go re-expresses them function by function):
 //
-//   - Template selection: chat_template.jinja in the tokenizer directory, else
-//     tokenizer_config.json's "chat_template" (a string, or a list of named
-//     templates from which "tool_use" is picked when the request carries
-//     tools, else "default"); an explicit template overrides both.
+//   - Validation: what vLLM answers with 400 is a *RequestError (tool calls
+//     whose arguments are not a JSON string, an empty tools list, documents
+//     with non-string values, unknown content parts, ...).
+//   - Template selection: the processor's template (chat_template.jinja, else
+//     chat_template.json) for a request without tools, else
+//     chat_template.jinja or tokenizer_config.json's "chat_template" (a
+//     string, or a named list from which "tool_use" is picked with tools,
+//     else "default"); an explicit template overrides all.
 //   - Content format (vLLM's "auto"): a template that loops over a message's
-//     content (for x in message['content'], also through variables assigned
-//     from messages, or a loop over a variable named content) gets content as
-//     a list of {"type": "text", "text": ...} parts ("openai"); any other gets
-//     a string, text parts joined with "\n".
-//   - Message normalisation: only role, content, name, tool_calls (assistant),
-//     reasoning / reasoning_content (assistant), tool_call_id (tool), task and
-//     tools (developer) reach the template; tool messages' text parts are
-//     always joined into a string; tool-call arguments given as JSON strings
-//     are parsed into objects (invalid JSON or null becomes {}), and an empty
-//     tool_calls list is dropped.
-//   - Variables: messages, tools, documents, add_generation_prompt (default
-//     true), the tokenizer's special tokens (bos_token, eos_token, ...) and
-//     chat_template_kwargs, which may override add_generation_prompt,
-//     continue_final_message and documents.
+//     content gets a list of parts ("openai"); any other a string, text parts
+//     joined with "\n".
+//   - Message parsing: vLLM's keys in vLLM's order, tool calls rebuilt in the
+//     request model's field order with their arguments parsed, tool messages'
+//     text parts joined, media items as {"type": "image"} ("openai").
+//   - Variables: messages, tools (as vLLM dumps them), documents,
+//     add_generation_prompt, the special tokens and chat_template_kwargs, the
+//     request's own fields winning over the kwargs.
 //   - continue_final_message: the prompt ends right after the final message's
 //     text, found with transformers' marker technique.
+//
+// A request with media renders to a Prompt that says where the first media
+// item starts (MediaAt), so that only the tokens before it are scored.
 //
 // The Jinja2 engine is chattemplate/jinja; see its package comment for why it
 // is our own.
