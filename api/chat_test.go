@@ -24,15 +24,28 @@ import (
 // has none. It records the last request for option checks.
 type echoChat struct{ last *chattemplate.Request }
 
-func (e *echoChat) TokenizeChat(_ context.Context, model string, req *chattemplate.Request, _ bool) ([]uint32, error) {
+func (e *echoChat) TokenizeChat(_ context.Context, model string, req *chattemplate.Request, _ bool) (chattemplate.Tokens, error) {
 	e.last = req
 	if model == "no-template" {
-		return nil, chattemplate.ErrNoTemplate
+		return chattemplate.Tokens{}, chattemplate.ErrNoTemplate
 	}
 	if bytes.Contains(req.Messages, []byte("RAISE")) {
-		return nil, &chattemplate.RequestError{Err: errors.New("Conversation roles must alternate user/assistant")}
+		return chattemplate.Tokens{}, &chattemplate.RequestError{Err: errors.New("Conversation roles must alternate user/assistant")}
 	}
-	return echoIDs(req.Messages), nil
+	// "image_url" stands for a media part: the ids stop before it.
+	if at := bytes.Index(req.Messages, []byte(`{"type":"image_url"`)); at >= 0 {
+		return chattemplate.Tokens{IDs: rawIDs(req.Messages[:at]), Unscored: chattemplate.UnscoredMedia}, nil
+	}
+	return chattemplate.Tokens{IDs: echoIDs(req.Messages)}, nil
+}
+
+// rawIDs are the bytes of b as ids, uncompacted.
+func rawIDs(b []byte) []uint32 {
+	out := make([]uint32, len(b))
+	for i, c := range b {
+		out[i] = uint32(c)
+	}
+	return out
 }
 
 func echoIDs(messages []byte) []uint32 {
@@ -103,6 +116,54 @@ func TestScoreMessagesBothTransports(t *testing.T) {
 		Input: &kvindexv1.ScoreRequest_OpenaiRequestJson{OpenaiRequestJson: `{"prompt":` + string(idsJSON) + `}`}})
 	if err != nil || summaryGRPC(resp) != want {
 		t.Errorf("gRPC completions token ids: %v %v", resp, err)
+	}
+}
+
+// TestScoreMessagesWithMediaBothTransports: a chat request with an image is
+// scored up to its first media item, and both transports say why the rest
+// was not ("unscored_reason": "media"); a text-only answer has no such field.
+func TestScoreMessagesWithMediaBothTransports(t *testing.T) {
+	chat := &echoChat{}
+	st := newStackWith(t, indexer.Config{Keys: testKeys, Chat: chat})
+	text := `[{"role":"user","content":[{"type":"text","text":"what is in this long enough picture description request?"},`
+	msgs := text + `{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}]`
+	prefix := rawIDs([]byte(text))
+	full := len(prefix) / testBlock
+	st.store("pod-a", 0, kvindex.TierGPU, prefix, full, kvindex.RequestExtras{})
+	want := "total=" + itoa(full) + " pod-a:" + itoa(full) + "/"
+	code, b := st.post("/v1/score", `{"model":"`+testModel+`","messages":`+msgs+`}`)
+	if code != http.StatusOK || !strings.Contains(string(b), `"unscored_reason":"media"`) {
+		t.Fatalf("HTTP: %d %s", code, b)
+	}
+	if got := summaryHTTP(st.scoreHTTP(`{"model":"` + testModel + `","request":{"messages":` + msgs + `}}`)); !strings.HasPrefix(got, want) {
+		t.Errorf("HTTP request body: %s, want %s...", got, want)
+	}
+	for name, req := range map[string]*kvindexv1.ScoreRequest{
+		"chat_json": {Model: testModel, Input: &kvindexv1.ScoreRequest_ChatJson{ChatJson: `{"messages":` + msgs + `}`}},
+		"openai_request_json": {Model: testModel, Input: &kvindexv1.ScoreRequest_OpenaiRequestJson{
+			OpenaiRequestJson: `{"model":"` + testModel + `","messages":` + msgs + `}`}},
+	} {
+		resp, err := st.grpc.Score(context.Background(), req)
+		if err != nil {
+			t.Fatalf("gRPC %s: %v", name, err)
+		}
+		if got := summaryGRPC(resp); !strings.HasPrefix(got, want) || resp.GetUnscoredReason() != "media" {
+			t.Errorf("gRPC %s: %s reason %q, want %s... reason media", name, got, resp.GetUnscoredReason(), want)
+		}
+	}
+	textOnly := `[{"role":"user","content":"no media here"}]`
+	if code, b := st.post("/v1/score", `{"model":"`+testModel+`","messages":`+textOnly+`}`); code != http.StatusOK || strings.Contains(string(b), "unscored_reason") {
+		t.Errorf("text only: %d %s", code, b)
+	}
+	// reasoning_effort reaches the renderer from both HTTP body shapes.
+	for _, body := range []string{
+		`{"model":"` + testModel + `","messages":` + textOnly + `,"reasoning_effort":"low"}`,
+		`{"model":"` + testModel + `","request":{"messages":` + textOnly + `,"reasoning_effort":"low"}}`,
+	} {
+		chat.last = nil
+		if code, b := st.post("/v1/score", body); code != http.StatusOK || chat.last == nil || chat.last.ReasoningEffort == nil || *chat.last.ReasoningEffort != "low" {
+			t.Errorf("%s: %d %s, renderer got %+v", body, code, b, chat.last)
+		}
 	}
 }
 

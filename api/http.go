@@ -168,8 +168,15 @@ func (b *scoreBody) query(q *indexer.Query) *Error {
 		q.Kind = indexer.InputMessages
 		q.Chat = &chattemplate.Request{Messages: b.messages, Tools: b.tools, Documents: b.documents,
 			AddGenerationPrompt: b.addGen.ptr(), ContinueFinalMessage: b.cont.v, ChatTemplateKwargs: b.kwargs}
-	} else if b.tools != nil || b.documents != nil || b.kwargs != nil || b.addGen.set || b.cont.set {
-		return errorf(codes.InvalidArgument, "tools, documents, add_generation_prompt, continue_final_message and chat_template_kwargs apply to messages only")
+		if b.effort != nil && string(b.effort) != "null" {
+			var e string
+			if err := json.Unmarshal(b.effort, &e); err != nil {
+				return errorf(codes.InvalidArgument, "reasoning_effort must be a string")
+			}
+			q.Chat.ReasoningEffort = &e
+		}
+	} else if b.tools != nil || b.documents != nil || b.kwargs != nil || b.effort != nil || b.addGen.set || b.cont.set {
+		return errorf(codes.InvalidArgument, "tools, documents, add_generation_prompt, continue_final_message, chat_template_kwargs and reasoning_effort apply to messages only")
 	}
 	q.AddSpecialTokens = b.addSpecial.ptr()
 	if b.request != nil {
@@ -204,6 +211,11 @@ func parseHash(s string) (uint64, error) {
 func appendScoreJSON(b []byte, a *indexer.Result) []byte {
 	b = append(b, `{"total_blocks":`...)
 	b = strconv.AppendInt(b, int64(a.TotalBlocks), 10)
+	if a.UnscoredReason != "" {
+		// Only a prompt cut short says so: other answers keep their shape.
+		b = append(b, `,"unscored_reason":`...)
+		b = appendString(b, a.UnscoredReason)
+	}
 	b = append(b, `,"pods":[`...)
 	for i := range a.Pods {
 		p := &a.Pods[i]

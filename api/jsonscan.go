@@ -19,7 +19,7 @@ type scoreBody struct {
 	pods                               []string
 	// The chat input and a router's OpenAI body are handed on as JSON.
 	messages, tools, documents, kwargs json.RawMessage
-	request                            json.RawMessage
+	effort, request                    json.RawMessage
 	addGen, cont, addSpecial           optBool
 }
 
@@ -141,6 +141,8 @@ func (s *scanner) scoreField(key string, out *scoreBody) error {
 		out.documents, err = s.raw(key)
 	case "chat_template_kwargs":
 		out.kwargs, err = s.raw(key)
+	case "reasoning_effort":
+		out.effort, err = s.raw(key)
 	case "request":
 		out.request, err = s.raw(key)
 	case "add_generation_prompt":
@@ -151,7 +153,7 @@ func (s *scanner) scoreField(key string, out *scoreBody) error {
 		out.addSpecial, err = s.optBool(key)
 	default:
 		return fmt.Errorf("unknown field %q (want model, token_ids, block_hashes, prompt, messages, request, pods, lora_name, cache_salt, "+
-			"tools, documents, add_generation_prompt, continue_final_message, chat_template_kwargs, add_special_tokens)", key)
+			"tools, documents, add_generation_prompt, continue_final_message, chat_template_kwargs, reasoning_effort, add_special_tokens)", key)
 	}
 	return err
 }
@@ -161,7 +163,7 @@ func (s *scanner) scoreField(key string, out *scoreBody) error {
 var knownKeys = func() map[string]string {
 	m := map[string]string{}
 	for _, k := range []string{"model", "prompt", "lora_name", "cache_salt", "token_ids", "block_hashes", "pods",
-		"messages", "tools", "documents", "chat_template_kwargs", "request", "add_generation_prompt",
+		"messages", "tools", "documents", "chat_template_kwargs", "reasoning_effort", "request", "add_generation_prompt",
 		"continue_final_message", "add_special_tokens",
 		"policy", "candidates", "pod", "dp_rank", "waiting", "running", "kv_usage", "events"} {
 		m[k] = k

@@ -19,12 +19,13 @@ type fakeChat struct {
 	err        error
 	addSpecial bool
 	req        *chattemplate.Request
+	unscored   string
 }
 
-func (f *fakeChat) TokenizeChat(_ context.Context, _ string, req *chattemplate.Request, addSpecial bool) ([]uint32, error) {
+func (f *fakeChat) TokenizeChat(_ context.Context, _ string, req *chattemplate.Request, addSpecial bool) (chattemplate.Tokens, error) {
 	f.req, f.addSpecial = req, addSpecial
 	if f.err != nil {
-		return nil, f.err
+		return chattemplate.Tokens{}, f.err
 	}
 	var out []uint32
 	if addSpecial {
@@ -33,7 +34,7 @@ func (f *fakeChat) TokenizeChat(_ context.Context, _ string, req *chattemplate.R
 	for _, b := range req.Messages {
 		out = append(out, uint32(b))
 	}
-	return out, nil
+	return chattemplate.Tokens{IDs: out, Unscored: f.unscored}, nil
 }
 
 func chatIDs(messages string) []uint32 {
@@ -58,6 +59,21 @@ func TestScoreMessages(t *testing.T) {
 	}
 	if fc.addSpecial {
 		t.Fatal("chat tokenized with special tokens by default")
+	}
+	if r.UnscoredReason != "" {
+		t.Fatalf("text-only chat: unscored reason %q", r.UnscoredReason)
+	}
+	// A chat cut at its first media item: its blocks are scored, the reason
+	// for the rest is reported, and a reused Result forgets it.
+	fc.unscored = chattemplate.UnscoredMedia
+	mustScore(t, x, &q, &r)
+	if r.UnscoredReason != "media" || r.TotalBlocks != full || len(r.Pods) != 1 || r.Pods[0].MatchedBlocks != full {
+		t.Fatalf("media: %s, reason %q", summary(&r), r.UnscoredReason)
+	}
+	fc.unscored = ""
+	mustScore(t, x, &q, &r)
+	if r.UnscoredReason != "" {
+		t.Fatalf("reused result kept the reason %q", r.UnscoredReason)
 	}
 	yes := true
 	q.AddSpecialTokens = &yes

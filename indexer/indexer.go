@@ -25,10 +25,12 @@ type PromptTokenizer interface {
 // ChatTokenizer turns a chat request into the token ids vLLM's chat endpoint
 // computes: the model's chat template, then tokenization with
 // add_special_tokens=addSpecial (false unless the request says otherwise).
-// Errors that are the request's fault are *chattemplate.RequestError; any
-// other error means this daemon cannot render for the model.
+// A request with media yields the tokens before its first media item, with
+// Unscored set. Errors that are the request's fault are
+// *chattemplate.RequestError; any other error means this daemon cannot
+// render for the model.
 type ChatTokenizer interface {
-	TokenizeChat(ctx context.Context, model string, req *chattemplate.Request, addSpecial bool) ([]uint32, error)
+	TokenizeChat(ctx context.Context, model string, req *chattemplate.Request, addSpecial bool) (chattemplate.Tokens, error)
 }
 
 // Config is everything the Indexer needs. Keys is required (at least its

@@ -19,6 +19,7 @@ type openAIRequest struct {
 	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
 	ContinueFinalMessage *bool           `json:"continue_final_message"`
 	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs"`
+	ReasoningEffort      *string         `json:"reasoning_effort"`
 	AddSpecialTokens     *bool           `json:"add_special_tokens"`
 	CacheSalt            *string         `json:"cache_salt"`
 	ChatTemplate         *string         `json:"chat_template"`
@@ -28,7 +29,7 @@ type openAIRequest struct {
 // SetOpenAIRequest fills q from a router's request body as received: a
 // /v1/chat/completions body (it has "messages") becomes a messages input
 // with its tools, documents, add_generation_prompt, continue_final_message,
-// chat_template_kwargs and add_special_tokens; a /v1/completions body
+// chat_template_kwargs, reasoning_effort and add_special_tokens; a /v1/completions body
 // becomes a prompt input (a string or a list with one string) or a
 // token_ids input (token ids, or a list with one list of them).
 //
@@ -64,7 +65,8 @@ func (q *Query) SetOpenAIRequest(body []byte) error {
 		}
 		q.Kind = InputMessages
 		q.Chat = &chattemplate.Request{Messages: b.Messages, Tools: b.Tools, Documents: b.Documents,
-			AddGenerationPrompt: b.AddGenerationPrompt, ChatTemplateKwargs: b.ChatTemplateKwargs}
+			AddGenerationPrompt: b.AddGenerationPrompt, ChatTemplateKwargs: b.ChatTemplateKwargs,
+			ReasoningEffort: b.ReasoningEffort}
 		if b.ContinueFinalMessage != nil {
 			q.Chat.ContinueFinalMessage = *b.ContinueFinalMessage
 		}
@@ -119,7 +121,8 @@ type chatJSON struct {
 
 // SetChatJSON makes q a messages input from a JSON object with messages
 // and, optionally, tools, documents, add_generation_prompt,
-// continue_final_message, chat_template_kwargs and add_special_tokens.
+// continue_final_message, chat_template_kwargs, reasoning_effort and
+// add_special_tokens.
 // Unknown fields are refused: a misspelt option would otherwise change the
 // rendering silently. Errors are *Error.
 func (q *Query) SetChatJSON(raw []byte) error {

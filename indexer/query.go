@@ -143,9 +143,15 @@ type PodResult struct {
 // carries its buffers along, so scoring allocates nothing per block or pod.
 // The Pods and Ranks slices are valid until the next Score or Reset on it.
 type Result struct {
-	TotalBlocks int // full blocks in the query
+	TotalBlocks int // full blocks in the query that were scored
 	BlockSize   int // tokens per block for the query's model
-	Pods        []PodResult
+	// UnscoredReason says why the prompt goes on past its TotalBlocks
+	// unscored: "media" for a chat request with an image, audio or video
+	// item, whose blocks from the first media item on carry the media's
+	// hash, which the request does not give. Empty when every full block
+	// of the prompt was scored.
+	UnscoredReason string
+	Pods           []PodResult
 
 	keys    []kvindex.Key
 	cands   []kvindex.PodID
@@ -176,7 +182,7 @@ func (r *Result) Reset() {
 }
 
 func (r *Result) clear() {
-	r.TotalBlocks, r.BlockSize = 0, 0
+	r.TotalBlocks, r.BlockSize, r.UnscoredReason = 0, 0, ""
 	clear(r.byName)
 	for i := range r.Pods {
 		r.Pods[i] = PodResult{}

@@ -34,6 +34,7 @@ func (x *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 	modelID, modelKnown := in.model, in.modelKnown
 	r.BlockSize = in.blockSize
 	r.TotalBlocks = len(r.keys)
+	r.UnscoredReason = in.unscored
 	if !modelKnown && len(r.keys) > 0 && x.backend.Names != nil {
 		var err *Error
 		if modelID, modelKnown, err = x.sharedModel(ctx, q.Model, r.keys[0]); err != nil {
@@ -99,6 +100,9 @@ type requestInfo struct {
 	modelKnown bool // some engine published for the model
 	blockSize  int
 	tokens     int // prompt tokens; 0 for block_hashes input
+	// unscored says why the prompt goes on past its keys unscored
+	// ("media"); empty when every full block of the prompt has a key.
+	unscored string
 }
 
 // requestKeys turns a validated query's input into its block keys (into
@@ -131,12 +135,12 @@ func (x *Indexer) requestKeys(ctx context.Context, q *Query, keys *[]kvindex.Key
 		in.tokens = len(tokens)
 		x.tokenKeys(keys, hasher, tokens, q)
 	case InputMessages:
-		tokens, err := x.chatTokens(ctx, q)
+		chat, err := x.chatTokens(ctx, q)
 		if err != nil {
 			return in, err
 		}
-		in.tokens = len(tokens)
-		x.tokenKeys(keys, hasher, tokens, q)
+		in.tokens, in.unscored = len(chat.IDs), chat.Unscored
+		x.tokenKeys(keys, hasher, chat.IDs, q)
 	}
 	return in, nil
 }
@@ -166,21 +170,21 @@ func (x *Indexer) promptTokens(ctx context.Context, q *Query) ([]uint32, *Error)
 // chatTokens renders and tokenizes a chat request. A request the template
 // refuses (raise_exception, malformed messages) is the caller's fault; a
 // model without a usable template or tokenizer is this daemon's limit.
-func (x *Indexer) chatTokens(ctx context.Context, q *Query) ([]uint32, *Error) {
+func (x *Indexer) chatTokens(ctx context.Context, q *Query) (chattemplate.Tokens, *Error) {
 	if x.chat == nil {
-		return nil, errorf(FailedPrecondition, "chat scoring is not configured (%s)", noTokenizers)
+		return chattemplate.Tokens{}, errorf(FailedPrecondition, "chat scoring is not configured (%s)", noTokenizers)
 	}
 	addSpecial := q.AddSpecialTokens != nil && *q.AddSpecialTokens
 	tokens, err := x.chat.TokenizeChat(ctx, q.Model, q.Chat, addSpecial)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, ctxError(ctx.Err())
+			return chattemplate.Tokens{}, ctxError(ctx.Err())
 		}
 		var re *chattemplate.RequestError
 		if errors.As(err, &re) {
-			return nil, errorf(InvalidArgument, "messages: %v", err)
+			return chattemplate.Tokens{}, errorf(InvalidArgument, "messages: %v", err)
 		}
-		return nil, errorf(FailedPrecondition, "render messages for model %q: %v", q.Model, err)
+		return chattemplate.Tokens{}, errorf(FailedPrecondition, "render messages for model %q: %v", q.Model, err)
 	}
 	return tokens, nil
 }

@@ -25,6 +25,7 @@ func TestRenderSubcommandMatchesReferences(t *testing.T) {
 	type golden struct {
 		Case   string  `json:"case"`
 		Prompt *string `json:"prompt"`
+		Media  bool    `json:"media"`
 		IDs    []uint32
 	}
 	var want []golden
@@ -36,15 +37,22 @@ func TestRenderSubcommandMatchesReferences(t *testing.T) {
 		want = append(want, g)
 	})
 	ids := map[string][]uint32{}
+	// Renders with media: the text before the first media item, as the
+	// reference gives it (Qwen3's template is "string" format).
+	mediaPrefix := map[string]string{}
 	readLines(t, "../../tokenization/chattemplate/testdata/parity/qwen3_ids.jsonl", func(b []byte) {
 		var g struct {
-			Case string   `json:"case"`
-			IDs  []uint32 `json:"ids"`
+			Case   string   `json:"case"`
+			IDs    []uint32 `json:"ids"`
+			Prompt *string  `json:"prompt"`
 		}
 		if err := json.Unmarshal(b, &g); err != nil {
 			t.Fatal(err)
 		}
 		ids[g.Case] = g.IDs
+		if g.Prompt != nil {
+			mediaPrefix[g.Case] = *g.Prompt
+		}
 	})
 	// The conversation lines carry a "name" the subcommand does not know.
 	var in bytes.Buffer
@@ -76,9 +84,11 @@ func TestRenderSubcommandMatchesReferences(t *testing.T) {
 	}
 	for i, g := range want {
 		var got struct {
-			Prompt *string  `json:"prompt"`
-			IDs    []uint32 `json:"ids"`
-			Error  string   `json:"error"`
+			Prompt   *string  `json:"prompt"`
+			IDs      []uint32 `json:"ids"`
+			Error    string   `json:"error"`
+			Unscored string   `json:"unscored_reason"`
+			MediaAt  *int     `json:"media_at"`
 		}
 		if err := json.Unmarshal([]byte(lines[i]), &got); err != nil {
 			t.Fatalf("line %d: %v: %s", i+1, err, lines[i])
@@ -89,7 +99,13 @@ func TestRenderSubcommandMatchesReferences(t *testing.T) {
 			}
 			continue
 		}
-		if got.Prompt == nil || *got.Prompt != *g.Prompt {
+		if g.Media {
+			prefix, ok := mediaPrefix[g.Case]
+			if !ok || got.Prompt == nil || *got.Prompt != prefix || got.Unscored != "media" || got.MediaAt == nil || *got.MediaAt != len(prefix) {
+				t.Errorf("%s: media: %s, want the prompt %q before the first media item", g.Case, lines[i], prefix)
+				continue
+			}
+		} else if got.Prompt == nil || *got.Prompt != *g.Prompt {
 			t.Errorf("%s: prompt %q, want %q (%s)", g.Case, deref(got.Prompt), *g.Prompt, got.Error)
 			continue
 		}
@@ -184,5 +200,82 @@ func TestRenderFlags(t *testing.T) {
 	err := runRender([]string{"--tokenizer", qwen3Dir, "--chat-template", bad}, strings.NewReader(""), &out, &errb)
 	if err == nil || !strings.Contains(err.Error(), "unsupported template feature") {
 		t.Errorf("unsupported feature: %v", err)
+	}
+}
+
+// TestRenderMediaPrefixGemma3 renders the parity conversations with media
+// through `kvindexd render` with Gemma 3's tokenizer and template ("openai"
+// format: the template renders the image itself, so the whole prompt is
+// vLLM's) and checks the ids against HF tokenizers' encoding of Jinja2's
+// render cut at the first <start_of_image> token, the token vLLM's Gemma 3
+// processor replaces by the image (hack/chat/gen-render-ids.mjs). Skips
+// without the fetched tokenizer (hack/tokenizers/setup.sh).
+func TestRenderMediaPrefixGemma3(t *testing.T) {
+	base := os.Getenv("KVINDEX_TOKENIZERS_DIR")
+	if base == "" {
+		base = filepath.Join("..", "..", ".cache", "tokenizers")
+	}
+	dir := filepath.Join(base, "gemma3")
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+		if os.Getenv("KVINDEX_REQUIRE_ALL_TOKENIZERS") != "" {
+			t.Fatalf("gemma3 tokenizer: %v", err)
+		}
+		t.Skipf("gemma3 tokenizer not fetched (hack/tokenizers/setup.sh): %v", err)
+	}
+	want := map[string][]uint32{}
+	readLines(t, "../../tokenization/chattemplate/testdata/parity/gemma3_media_ids.jsonl", func(b []byte) {
+		var g struct {
+			Case       string   `json:"case"`
+			IDs        []uint32 `json:"ids"`
+			MediaToken bool     `json:"media_token"`
+		}
+		if err := json.Unmarshal(b, &g); err != nil {
+			t.Fatal(err)
+		}
+		// A render without the image token (audio and video, which Gemma
+		// 3's template drops) is one vLLM refuses: nothing to compare.
+		if g.MediaToken {
+			want[g.Case] = g.IDs
+		}
+	})
+	if len(want) < 2 {
+		t.Fatalf("%d reference renders with an image", len(want))
+	}
+	convs, err := os.ReadFile("../../tokenization/chattemplate/testdata/parity/conversations.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in bytes.Buffer
+	var names []string
+	for _, line := range strings.Split(strings.TrimSpace(string(convs)), "\n") {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatal(err)
+		}
+		var name string
+		_ = json.Unmarshal(m["name"], &name)
+		if _, ok := want[name]; !ok {
+			continue
+		}
+		delete(m, "name")
+		b, _ := json.Marshal(m)
+		in.Write(append(b, '\n'))
+		names = append(names, name)
+	}
+	var out, errb bytes.Buffer
+	if err := runRender([]string{"--tokenizer", dir}, &in, &out, &errb); err != nil {
+		t.Fatalf("%v\n%s", err, errb.String())
+	}
+	for i, line := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
+		var got struct {
+			IDs      []uint32 `json:"ids"`
+			Unscored string   `json:"unscored_reason"`
+		}
+		if err := json.Unmarshal([]byte(line), &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Unscored != "media" || !equalIDs(got.IDs, want[names[i]]) {
+			t.Errorf("%s: %s\nwant ids %v", names[i], line, want[names[i]])
+		}
 	}
 }

@@ -178,73 +178,264 @@ def content_format(env, template):
     return "string"
 
 
-# --- vLLM's message normalisation (text parts only) ---
+# --- vLLM's OpenAI server: request validation and message parsing ---
+#
+# Re-expressed from vLLM's current sources, rule by rule (the comments name
+# the file and function each rule comes from). A request vLLM answers with
+# 400 raises ValueError here; the Go side must refuse it too.
 
-TEXT_PART_TYPES = ("text", "input_text", "output_text", "refusal", "thinking")
+class MediaPart:
+    """A media content part: what vLLM hands its multimodal parser."""
+
+    def __init__(self, modality):
+        self.modality = modality
 
 
-def _part_text(part):
-    if isinstance(part, str):
-        return part
+# vllm/entrypoints/chat_utils.py MODALITY_PLACEHOLDERS_MAP: the generic marker
+# of a media item in a "string"-format message. vLLM replaces it by the model's
+# own placeholder (model_cls.get_placeholder_str), which depends on the model
+# class; the reference keeps the generic marker and the Go side cuts there.
+MODALITY_MARKERS = {"image": "<##IMAGE##>", "audio": "<##AUDIO##>", "video": "<##VIDEO##>"}
+
+# chat_utils.py MM_PARSER_MAP: part type -> (field holding its content,
+# modality or None for text-like parts).
+PART_TYPES = {
+    "text": ("text", None), "thinking": ("thinking", None), "input_text": ("text", None),
+    "output_text": ("text", None), "refusal": ("refusal", None),
+    "tool_reference": ("name", None),
+    "image_url": ("image_url", "image"), "input_image": ("image_url", "image"), "image_pil": ("image_pil", "image"),
+    "image_embeds": ("image_embeds", "image"), "audio_url": ("audio_url", "audio"),
+    "input_audio": ("input_audio", "audio"), "audio_embeds": ("audio_embeds", "audio"),
+    "video_url": ("video_url", "video"), "prompt_embeds": ("data", "prompt_embeds"),
+}
+# chat_utils.py _parse_chat_message_content_mm_part: a part without "type" (or
+# with a "uuid") is recognised by the first of these keys it has.
+SNIFF_KEYS = ["image_url", "image_pil", "image_embeds", "audio_embeds", "prompt_embeds", "audio_url",
+              "input_audio", "video_url", "tool_reference"]
+# chat_utils.py PART_TYPES_TO_SKIP_NONE_CONTENT
+SKIP_NONE = ("text", "refusal")
+
+
+def _classify_part(part):
+    """chat_utils.py _parse_chat_message_content_mm_part: (part type, content)."""
     kind = part.get("type")
-    if kind in ("text", "input_text", "output_text"):
-        return part.get("text")
-    if kind == "refusal":
-        return part.get("refusal")
-    if kind == "thinking":
-        return part.get("thinking")
-    raise ValueError(f"unsupported content part type {kind!r}")
+    uuid = part.get("uuid")
+    if isinstance(kind, str) and kind in PART_TYPES and uuid is None:
+        field = PART_TYPES[kind][0]
+        content = part.get(field)
+        if kind in ("image_url", "audio_url", "video_url") and isinstance(content, dict):
+            content = content.get("url")
+        return kind, content
+    if kind is None or uuid is not None:
+        for key in SNIFF_KEYS:
+            if key == "input_audio":
+                if part.get(key) is not None:
+                    return key, part[key]
+                continue
+            if key in part:
+                if key == "tool_reference":
+                    return key, part.get("name")
+                if key == "prompt_embeds":
+                    return key, part.get("data")
+                return key, part[key]
+        raise ValueError("missing 'type' field in multimodal part")
+    if not isinstance(kind, str):
+        raise ValueError("invalid 'type' field in multimodal part")
+    raise ValueError(f"unsupported chat content part type: {kind}")
+
+
+def _parse_part(part, wrap):
+    """chat_utils.py _parse_chat_message_content_part: a text (str or
+    {"type": "text"} dict), a tool reference, a MediaPart, or None (skipped)."""
+    if isinstance(part, str):
+        return {"type": "text", "text": part} if wrap else part
+    if not isinstance(part, dict):
+        raise ValueError("a content part must be a string or an object")
+    kind, content = _classify_part(part)
+    if kind in SKIP_NONE and content is None:
+        return None
+    if PART_TYPES[kind][1] is None and kind != "tool_reference":
+        if content is not None and not isinstance(content, str):
+            raise ValueError(f"{kind} part's content must be a string")
+        return {"type": "text", "text": content} if wrap else content
+    if kind == "tool_reference":
+        return {"type": "tool_reference", "name": content} if wrap else content
+    modality = PART_TYPES[kind][1]
+    if modality == "prompt_embeds":
+        # chat_utils.py parse_prompt_embeds: only with --enable-prompt-embeds,
+        # and never scoreable (no token ids).
+        raise ValueError("prompt_embeds content parts cannot be scored")
+    return MediaPart(modality)
+
+
+def _parse_content(role, content, fmt):
+    """chat_utils.py _parse_chat_message_content_parts: the message content in
+    the template's format, and whether it holds media."""
+    wrap = fmt == "openai"
+    if content is None:
+        parts = []
+    elif isinstance(content, str):
+        parts = [content]
+    elif isinstance(content, list):
+        parts = content
+    else:
+        raise ValueError("content must be a string, a list of parts or null")
+    out, media = [], []
+    for p in parts:
+        r = _parse_part(p, wrap)
+        if isinstance(r, MediaPart):
+            media.append(r.modality)
+            if wrap:
+                out.append({"type": r.modality})
+            continue
+        # "if parse_res:" drops falsy results: None, and "" in string format.
+        if r:
+            out.append(r)
+    if wrap:
+        return out, bool(media)
+    text = "\n".join(out)
+    if media:
+        # _get_full_multimodal_text_prompt (interleave_strings off): the
+        # placeholders go first, joined to the text with "\n".
+        return "\n".join([MODALITY_MARKERS[m] for m in media] + ([text] if text else [])), True
+    return text, False
+
+
+def _tool_calls(calls):
+    """The request model's view of an assistant's tool_calls: openai's
+    ChatCompletionMessageFunctionToolCallParam TypedDict (id, function, type,
+    all required; function = {arguments: str, name: str}). pydantic rebuilds
+    each dict in the TypedDict's field order and drops unknown keys; anything
+    else is a validation error (400)."""
+    if not isinstance(calls, list):
+        raise ValueError("tool_calls must be a list")
+    out = []
+    for i, c in enumerate(calls):
+        if not isinstance(c, dict):
+            raise ValueError(f"tool_calls[{i}] must be an object")
+        fn = c.get("function")
+        if not isinstance(c.get("id"), str) or c.get("type") != "function" or not isinstance(fn, dict):
+            raise ValueError(f"tool_calls[{i}] needs a string id, type function and a function object")
+        if not isinstance(fn.get("arguments"), str) or not isinstance(fn.get("name"), str):
+            raise ValueError(f"tool_calls[{i}].function needs string arguments and name")
+        out.append({"id": c["id"], "function": {"arguments": fn["arguments"], "name": fn["name"]}, "type": "function"})
+    return out
 
 
 def normalise(messages, fmt):
-    out = []
+    """chat_utils.py parse_chat_messages: the conversation handed to
+    apply_chat_template, and whether a message holds media."""
+    if not isinstance(messages, list):
+        raise ValueError("messages must be a list")
+    out, has_media = [], False
     for m in messages:
-        content = m.get("content")
-        if content is None:
-            parts = []
-        elif isinstance(content, str):
-            parts = [content]
-        else:
-            parts = [_part_text(p) for p in content]
-            parts = [p for p in parts if p is not None]
-        msg = {"role": m["role"]}
-        if fmt == "openai":
-            msg["content"] = [{"type": "text", "text": p} for p in parts]
-        else:
-            msg["content"] = "\n".join(parts)
-        if m["role"] == "assistant":
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise ValueError("each message needs a string role")
+        m = dict(m)
+        role = m["role"]
+        # chat_completion/protocol.py ChatCompletionRequest._normalize_messages_before:
+        # the deprecated reasoning_content becomes reasoning.
+        rc = m.pop("reasoning_content", None)
+        if rc is not None and m.get("reasoning") is None:
+            m["reasoning"] = rc
+        content, media = _parse_content(role, m.get("content"), fmt)
+        has_media = has_media or media
+        msg = {"role": role, "content": content}
+        # chat_utils.py _parse_chat_message_content
+        if role == "assistant":
             if m.get("tool_calls") is not None:
-                msg["tool_calls"] = copy.deepcopy(list(m["tool_calls"]))
+                msg["tool_calls"] = _tool_calls(m["tool_calls"])
             if m.get("reasoning") is not None:
                 msg["reasoning"] = m["reasoning"]
                 msg["reasoning_content"] = m["reasoning"]
-        elif m["role"] == "tool":
+        elif role == "tool":
             if "tool_call_id" in m:
                 msg["tool_call_id"] = m["tool_call_id"]
-            if isinstance(msg["content"], list):
-                msg["content"] = "\n".join(p["text"] for p in msg["content"])
+            c = msg["content"]
+            if isinstance(c, list):
+                if not any(isinstance(p, dict) and p.get("type") != "text" for p in c):
+                    texts = [p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text"]
+                    if any(t is None for t in texts):
+                        raise ValueError("a tool message's text part has no text")
+                    msg["content"] = "\n".join(texts) if texts else ""
         if isinstance(m.get("name"), str):
             msg["name"] = m["name"]
         if isinstance(m.get("task"), str):
             msg["task"] = m["task"]
-        if m["role"] == "developer":
+        if role == "developer":
             msg["tools"] = m.get("tools")
         out.append(msg)
+    # chat_utils.py _postprocess_messages
     for msg in out:
         if msg["role"] == "assistant" and isinstance(msg.get("tool_calls"), list):
             if not msg["tool_calls"]:
                 del msg["tool_calls"]
                 continue
             for item in msg["tool_calls"]:
-                args = item["function"].get("arguments")
-                if isinstance(args, str):
-                    try:
-                        item["function"]["arguments"] = json.loads(args)
-                    except json.JSONDecodeError:
-                        item["function"]["arguments"] = {}
-                elif not isinstance(args, (dict, list)):
+                args = item["function"]["arguments"]
+                try:
+                    item["function"]["arguments"] = json.loads(args)
+                except json.JSONDecodeError:
                     item["function"]["arguments"] = {}
+    return out, has_media
+
+
+def normalise_tools(tools):
+    """chat_completion/protocol.py ChatCompletionToolsParam and
+    generate/base/protocol.py FunctionDefinition, dumped with model_dump():
+    {"type", "function": {"name", "description", "parameters",
+    ["defer_loading"], extra keys...}, ["defer_loading"]}. Unknown keys of
+    the tool are dropped (its serializer keeps model fields only); the
+    function keeps them (OpenAIBaseModel allows extras). An empty list is a
+    400 (ChatCompletionRequest.check_tool_usage)."""
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise ValueError("tools must be a list")
+    if not tools:
+        raise ValueError("`tools` must not be an empty array")
+    out = []
+    for i, t in enumerate(tools):
+        if not isinstance(t, dict) or not isinstance(t.get("function"), dict):
+            raise ValueError(f"tools[{i}] needs a function object")
+        if t.get("type", "function") != "function":
+            raise ValueError(f"tools[{i}].type must be function")
+        fn = t["function"]
+        if not isinstance(fn.get("name"), str):
+            raise ValueError(f"tools[{i}].function.name must be a string")
+        if fn.get("description") is not None and not isinstance(fn["description"], str):
+            raise ValueError(f"tools[{i}].function.description must be a string")
+        if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
+            raise ValueError(f"tools[{i}].function.parameters must be an object")
+        for d in (t.get("defer_loading"), fn.get("defer_loading")):
+            if d is not None and not isinstance(d, bool):
+                raise ValueError(f"tools[{i}] defer_loading must be a boolean")
+        f = {"name": fn["name"], "description": fn.get("description"), "parameters": fn.get("parameters")}
+        defer = fn.get("defer_loading")
+        if defer is None:
+            defer = t.get("defer_loading")  # _propagate_defer_loading
+        if defer is not None:
+            f["defer_loading"] = defer
+        for k, v in fn.items():
+            if k not in f and k != "defer_loading":
+                f[k] = v
+        tool = {"type": "function", "function": f}
+        if t.get("defer_loading") is not None:
+            tool["defer_loading"] = t["defer_loading"]
+        out.append(tool)
     return out
+
+
+def check_documents(documents):
+    """ChatCompletionRequest.documents: list[dict[str, str]] | None."""
+    if documents is None:
+        return
+    if not isinstance(documents, list) or not all(
+            isinstance(d, dict) and all(isinstance(v, str) for v in d.values()) for d in documents):
+        raise ValueError("documents must be a list of objects with string values")
+
+
+REASONING_EFFORTS = (None, "none", "minimal", "low", "medium", "high", "xhigh", "max")
 
 
 # --- transformers' apply_chat_template ---
@@ -253,10 +444,17 @@ def load_tokenizer_dir(path):
     with open(os.path.join(path, "tokenizer_config.json"), encoding="utf-8") as f:
         cfg = json.load(f)
     template = cfg.get("chat_template")
+    processor = None
     jinja_file = os.path.join(path, "chat_template.jinja")
     if os.path.exists(jinja_file):
         with open(jinja_file, encoding="utf-8", newline="") as f:
             template = f.read()
+        processor = template
+    else:
+        json_file = os.path.join(path, "chat_template.json")
+        if os.path.exists(json_file):
+            with open(json_file, encoding="utf-8") as f:
+                processor = json.load(f).get("chat_template")
     if isinstance(template, list):
         template = {t["name"]: t["template"] for t in template}
     special = {}
@@ -268,10 +466,16 @@ def load_tokenizer_dir(path):
             special[k] = [t["content"] if isinstance(t, dict) else t for t in v]
         else:
             special[k] = v["content"] if isinstance(v, dict) else v
-    return template, special
+    return (template, processor), special
 
 
-def select_template(template, tools):
+def select_template(template_src, tools):
+    """renderers/hf.py resolve_chat_template: the processor's template unless
+    the request has tools, then the tokenizer's (a named list picks
+    "tool_use" with tools, else "default")."""
+    template, processor = template_src
+    if tools is None and processor is not None:
+        return processor
     if isinstance(template, dict):
         if tools is not None and "tool_use" in template:
             return template["tool_use"]
@@ -287,34 +491,56 @@ def template_variables(env, template):
     return jinja2.meta.find_undeclared_variables(env.parse(template))
 
 
+# transformers' apply_chat_template parameters (renderers/hf.py
+# _get_hf_base_chat_template_params reads them from its signature).
 HF_PARAMS = {"conversation", "tools", "documents", "chat_template", "add_generation_prompt", "continue_final_message",
              "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict",
              "return_assistant_tokens_mask", "tokenizer_kwargs"}
 
 
 def render(env, template_src, special, case):
-    tools = case.get("tools")
-    template = select_template(template_src, tools)
-    fmt = content_format(env, template)
+    """One request through vLLM's chat path; returns (format, prompt, media)."""
     add_gen = case.get("add_generation_prompt", True)
     cont = case.get("continue_final_message", False)
+    # ChatCompletionRequest.check_generation_prompt
     if cont and add_gen:
         raise ValueError("continue_final_message and add_generation_prompt cannot both be true")
-    messages = normalise(case["messages"], fmt)
-    kwargs = dict(case.get("chat_template_kwargs") or {})
-    for k in ("chat_template", "tokenize"):
+    effort = case.get("reasoning_effort")
+    if effort not in REASONING_EFFORTS:
+        raise ValueError(f"reasoning_effort {effort} is not one of none, minimal, low, medium, high, xhigh, max")
+    check_documents(case.get("documents"))
+    tools = normalise_tools(case.get("tools"))
+    template = select_template(template_src, tools)
+    fmt = content_format(env, template)
+    messages, media = normalise(case["messages"], fmt)
+    user_kwargs = case.get("chat_template_kwargs")
+    if user_kwargs is not None and not isinstance(user_kwargs, dict):
+        raise ValueError("chat_template_kwargs must be an object")
+    user_kwargs = dict(user_kwargs or {})
+    # chat_completion/protocol.py build_chat_params + renderers/params.py
+    # merge_kwargs: the request's own fields override chat_template_kwargs
+    # unless None (or "auto").
+    extra = {"add_generation_prompt": add_gen, "continue_final_message": cont,
+             "documents": case.get("documents"), "reasoning_effort": effort}
+    if effort is not None and "enable_thinking" not in user_kwargs:
+        extra["enable_thinking"] = effort != "none"
+    kwargs = user_kwargs | {k: v for k, v in extra.items() if v is not None and v != "auto"}
+    # renderers/hf.py resolve_chat_template_kwargs (chat_template in the
+    # kwargs is refused by the server's request-template check; tokenize is
+    # a parameter of safe_apply_chat_template and only picks the return type).
+    if "chat_template" in kwargs:
+        raise ValueError("chat_template_kwargs may not set chat_template")
+    kwargs.pop("tokenize", None)
+    for k in ("conversation", "tools", "messages"):
         if k in kwargs:
-            raise ValueError(f"unexpected chat_template_kwargs key {k!r}")
+            raise ValueError(f"chat_template_kwargs may not set {k}")
     accepted = template_variables(env, template) | HF_PARAMS
     kwargs = {k: v for k, v in kwargs.items() if k in accepted}
-    # vLLM passes these as keyword arguments; chat_template_kwargs may override them.
-    call = {"add_generation_prompt": add_gen, "continue_final_message": cont, "documents": case.get("documents")}
-    call.update(kwargs)
-    add_gen = call.pop("add_generation_prompt")
-    cont = call.pop("continue_final_message")
-    documents = call.pop("documents")
+    add_gen = kwargs.pop("add_generation_prompt")
+    cont = kwargs.pop("continue_final_message")
+    documents = kwargs.pop("documents", None)
     for k in HF_PARAMS:
-        call.pop(k, None)
+        kwargs.pop(k, None)
     final_text = None
     if cont:
         messages = copy.deepcopy(messages)
@@ -331,7 +557,7 @@ def render(env, template_src, special, case):
             final_text = last
             messages[-1]["content"] = last + CONTINUE_TAG
     ctx = dict(special)
-    ctx.update(call)
+    ctx.update(kwargs)
     out = compiled(env, template).render(messages=messages, tools=tools, documents=documents,
                                            add_generation_prompt=add_gen, **ctx)
     if cont:
@@ -339,7 +565,20 @@ def render(env, template_src, special, case):
             raise ValueError("continue_final_message: the final message does not appear in the rendered chat")
         at = out.rindex(CONTINUE_TAG.strip())
         out = out[:at] if out[at:at + len(CONTINUE_TAG)] == CONTINUE_TAG else out[:at].rstrip()
-    return fmt, out
+    return fmt, out, media
+
+
+def render_record(env, template_src, special, case):
+    rec = {"case": case["name"]}
+    try:
+        rec["format"], rec["prompt"], media = render(env, template_src, special, case)
+        if media:
+            rec["media"] = True
+    except TemplateRaised as e:
+        rec["raised"] = str(e)
+    except Exception as e:  # any other failure: the Go side must fail too
+        rec["error"] = f"{type(e).__name__}: {e}"
+    return rec
 
 
 def snippets(env):
@@ -522,14 +761,7 @@ def random_parity(env):
         template_src, special = load_tokenizer_dir(os.path.join(TEMPLATES, name))
         lines = []
         for case in cases:
-            rec = {"case": case["name"]}
-            try:
-                rec["format"], rec["prompt"] = render(env, template_src, special, case)
-            except TemplateRaised as e:
-                rec["raised"] = str(e)
-            except Exception as e:
-                rec["error"] = f"{type(e).__name__}: {e}"
-            lines.append(json.dumps(rec, ensure_ascii=False))
+            lines.append(json.dumps(render_record(env, template_src, special, case), ensure_ascii=False))
         write_golden_gz(os.path.join(PARITY, "golden", name + ".random.jsonl.gz"), gz_text(lines))
 
 
@@ -547,15 +779,8 @@ def main():
         lines = []
         n_err = 0
         for case in cases:
-            rec = {"case": case["name"]}
-            try:
-                rec["format"], rec["prompt"] = render(env, template_src, special, case)
-            except TemplateRaised as e:
-                rec["raised"] = str(e)
-                n_err += 1
-            except Exception as e:  # any other failure: the Go side must fail too
-                rec["error"] = f"{type(e).__name__}: {e}"
-                n_err += 1
+            rec = render_record(env, template_src, special, case)
+            n_err += "prompt" not in rec
             lines.append(json.dumps(rec, ensure_ascii=False))
         write_golden(os.path.join(PARITY, "golden", name + ".jsonl"), "\n".join(lines) + "\n")
         print(f"{name}: {len(cases)} cases, {len(cases) - n_err} renders, {n_err} errors", file=sys.stderr)

@@ -76,11 +76,12 @@ func BenchmarkChat20Turns(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	ids, err := r.TokenizeChat(ctx, "qwen3", last, false)
+	toks, err := r.TokenizeChat(ctx, "qwen3", last, false)
+	ids := toks.IDs
 	if err != nil {
 		b.Fatal(err)
 	}
-	prompt, _ := r.Render("qwen3", last)
+	prompt, _ := renderText(r, "qwen3", last)
 	b.Logf("turn 20: %d bytes, %d tokens", len(prompt), len(ids))
 	if len(ids) < 7000 || len(ids) > 10000 {
 		b.Fatalf("conversation has %d tokens, want about 8k", len(ids))
@@ -109,7 +110,7 @@ func BenchmarkChat20Turns(b *testing.B) {
 	b.Run("render", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := r.Render("qwen3", last); err != nil {
+			if _, err := renderText(r, "qwen3", last); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -108,39 +108,42 @@ func (e *TemplateError) Error() string {
 }
 func (e *TemplateError) Unwrap() error { return e.Err }
 
-// Render returns the prompt text vLLM renders for req. Errors are a
+// Render returns the prompt vLLM renders for req. Errors are a
 // *chattemplate.RequestError (the request's fault), a *TemplateError, or a
 // tokenizer lookup error.
-func (r *Renderer) Render(model string, req *chattemplate.Request) (string, error) {
+func (r *Renderer) Render(model string, req *chattemplate.Request) (chattemplate.Prompt, error) {
 	t, err := r.templates(model)
 	if err != nil {
-		return "", err
+		return chattemplate.Prompt{}, err
 	}
 	start := time.Now()
 	prompt, err := t.Render(req)
 	r.m.render.Observe(time.Since(start).Seconds())
 	if err != nil {
 		if errors.Is(err, chattemplate.ErrNoTemplate) || !isRequestError(err) {
-			return "", &TemplateError{Model: model, Err: err}
+			return chattemplate.Prompt{}, &TemplateError{Model: model, Err: err}
 		}
 		r.m.requestErrors.Inc()
-		return "", err
+		return chattemplate.Prompt{}, err
 	}
 	return prompt, nil
 }
 
 // TokenizeChat renders req and tokenizes the prompt as vLLM does for a chat
 // request: add_special_tokens=false unless addSpecial (the request's
-// add_special_tokens) is set.
-func (r *Renderer) TokenizeChat(ctx context.Context, model string, req *chattemplate.Request, addSpecial bool) ([]uint32, error) {
+// add_special_tokens) is set. A prompt with media yields the tokens before
+// its first media item (chattemplate.Prompt.Tokenize).
+func (r *Renderer) TokenizeChat(ctx context.Context, model string, req *chattemplate.Request, addSpecial bool) (chattemplate.Tokens, error) {
 	prompt, err := r.Render(model, req)
 	if err != nil {
-		return nil, err
+		return chattemplate.Tokens{}, err
 	}
-	if addSpecial {
-		return r.tok.TokenizePrompt(ctx, model, prompt)
-	}
-	return r.tok.TokenizeRendered(ctx, model, prompt)
+	return prompt.Tokenize(func(text string) ([]uint32, error) {
+		if addSpecial {
+			return r.tok.TokenizePrompt(ctx, model, text)
+		}
+		return r.tok.TokenizeRendered(ctx, model, text)
+	})
 }
 
 func isRequestError(err error) bool {

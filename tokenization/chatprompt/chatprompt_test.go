@@ -133,11 +133,12 @@ func TestSecondTurnReusesFirstTurnTokens(t *testing.T) {
 	firstTurn := 0
 	for i, req := range turns {
 		hits := f.counter(t, "kvindexd_prefixstore_hits_total")
-		ids, err := f.r.TokenizeChat(context.Background(), "qwen3", req, false)
+		toks, err := f.r.TokenizeChat(context.Background(), "qwen3", req, false)
+		ids := toks.IDs
 		if err != nil {
 			t.Fatal(err)
 		}
-		prompt, err := f.r.Render("qwen3", req)
+		prompt, err := renderText(f.r, "qwen3", req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,14 +225,14 @@ func TestOverrideAndCacheBound(t *testing.T) {
 	f := newFixture(t, map[string]string{"plain": override}, 1)
 	req := chat(t, [2]string{"user", "hi"})
 	for range 2 {
-		own, err := f.r.Render("qwen3", req)
+		own, err := renderText(f.r, "qwen3", req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !strings.HasPrefix(own, "<|im_start|>user\nhi") {
 			t.Fatalf("own template: %q", own)
 		}
-		got, err := f.r.Render("plain", req)
+		got, err := renderText(f.r, "plain", req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -255,7 +256,7 @@ func TestOverrideAndCacheBound(t *testing.T) {
 func TestConcurrentRenders(t *testing.T) {
 	f := newFixture(t, nil, 0)
 	req := chat(t, [2]string{"system", strings.Repeat("Shared system prompt. ", 30)}, [2]string{"user", "hi"})
-	want, err := f.r.Render("qwen3", req)
+	want, err := renderText(f.r, "qwen3", req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +269,8 @@ func TestConcurrentRenders(t *testing.T) {
 	for i := range 16 {
 		wg.Go(func() {
 			model := []string{"qwen3", "org/qwen3"}[i%2]
-			ids, err := f.r.TokenizeChat(context.Background(), model, req, false)
+			toks, err := f.r.TokenizeChat(context.Background(), model, req, false)
+			ids := toks.IDs
 			if err == nil && !slices.Equal(ids, wantIDs) {
 				err = errors.New("ids differ from full tokenization")
 			}
@@ -285,4 +287,10 @@ func TestConcurrentRenders(t *testing.T) {
 	if f.r.Cached() != 1 {
 		t.Fatalf("%d template sets for two names of one directory", f.r.Cached())
 	}
+}
+
+// renderText is Render's prompt text, for tests of requests without media.
+func renderText(r *Renderer, model string, req *chattemplate.Request) (string, error) {
+	p, err := r.Render(model, req)
+	return p.Text, err
 }

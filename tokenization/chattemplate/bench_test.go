@@ -61,7 +61,7 @@ func BenchmarkRender20Turns(b *testing.B) {
 		b.Fatal(err)
 	}
 	req := benchConversation(b)
-	prompt, err := tpl.Render(req)
+	prompt, err := renderText(tpl, req)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func BenchmarkRender20Turns(b *testing.B) {
 		b.SetBytes(int64(len(prompt)))
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := tpl.Render(req); err != nil {
+			if _, err := renderText(tpl, req); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -86,7 +86,7 @@ func BenchmarkRender20Turns(b *testing.B) {
 		b.SetBytes(int64(len(prompt)))
 		b.ReportAllocs()
 		for b.Loop() {
-			p, err := tpl.Render(req)
+			p, err := renderText(tpl, req)
 			if err != nil {
 				b.Fatal(err)
 			}

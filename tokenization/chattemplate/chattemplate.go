@@ -1,31 +1,33 @@
 // Package chattemplate renders OpenAI chat requests into prompts exactly as
-// vLLM's OpenAI server does before tokenizing: vLLM's message normalisation,
-// then transformers' apply_chat_template with the model's Jinja2 chat
-// template.
+// vLLM's OpenAI server does before tokenizing: the request model's
+// validation, vLLM's message parsing, then transformers' apply_chat_template
+// with the model's Jinja2 chat template.
 //
-// The steps, in order:
+// The steps, in order (docs/chat.md lists every rule with its vLLM source;
+// normalise.go re-expresses them function by function):
 //
-//   - Template selection: chat_template.jinja in the tokenizer directory, else
-//     tokenizer_config.json's "chat_template" (a string, or a list of named
-//     templates from which "tool_use" is picked when the request carries
-//     tools, else "default"); an explicit template overrides both.
+//   - Validation: what vLLM answers with 400 is a *RequestError (tool calls
+//     whose arguments are not a JSON string, an empty tools list, documents
+//     with non-string values, unknown content parts, ...).
+//   - Template selection: the processor's template (chat_template.jinja, else
+//     chat_template.json) for a request without tools, else
+//     chat_template.jinja or tokenizer_config.json's "chat_template" (a
+//     string, or a named list from which "tool_use" is picked with tools,
+//     else "default"); an explicit template overrides all.
 //   - Content format (vLLM's "auto"): a template that loops over a message's
-//     content (for x in message['content'], also through variables assigned
-//     from messages, or a loop over a variable named content) gets content as
-//     a list of {"type": "text", "text": ...} parts ("openai"); any other gets
-//     a string, text parts joined with "\n".
-//   - Message normalisation: only role, content, name, tool_calls (assistant),
-//     reasoning / reasoning_content (assistant), tool_call_id (tool), task and
-//     tools (developer) reach the template; tool messages' text parts are
-//     always joined into a string; tool-call arguments given as JSON strings
-//     are parsed into objects (invalid JSON or null becomes {}), and an empty
-//     tool_calls list is dropped.
-//   - Variables: messages, tools, documents, add_generation_prompt (default
-//     true), the tokenizer's special tokens (bos_token, eos_token, ...) and
-//     chat_template_kwargs, which may override add_generation_prompt,
-//     continue_final_message and documents.
+//     content gets a list of parts ("openai"); any other a string, text parts
+//     joined with "\n".
+//   - Message parsing: vLLM's keys in vLLM's order, tool calls rebuilt in the
+//     request model's field order with their arguments parsed, tool messages'
+//     text parts joined, media items as {"type": "image"} ("openai").
+//   - Variables: messages, tools (as vLLM dumps them), documents,
+//     add_generation_prompt, the special tokens and chat_template_kwargs, the
+//     request's own fields winning over the kwargs.
 //   - continue_final_message: the prompt ends right after the final message's
 //     text, found with transformers' marker technique.
+//
+// A request with media renders to a Prompt that says where the first media
+// item starts (MediaAt), so that only the tokens before it are scored.
 //
 // The Jinja2 engine is chattemplate/jinja; see its package comment for why it
 // is our own.
@@ -74,14 +76,23 @@ type compiled struct {
 // Templates is one model's chat templates and special tokens. It is
 // immutable and safe for concurrent use.
 type Templates struct {
-	single  *compiled            // a template given as one string or file
-	named   map[string]*compiled // a named list ("default", "tool_use", ...)
-	special map[string]any       // bos_token, eos_token, ... as template values
-	now     func() time.Time
+	single *compiled            // a template given as one string or file
+	named  map[string]*compiled // a named list ("default", "tool_use", ...)
+	// processor is the multimodal processor's template (chat_template.json),
+	// which vLLM prefers for requests without tools.
+	processor    *compiled
+	processorSrc string
+	special      map[string]any // bos_token, eos_token, ... as template values
+	now          func() time.Time
 }
 
 // Option configures Load.
 type Option func(*Templates)
+
+// WithProcessorTemplate sets the processor's chat template (the
+// "chat_template" of a model's chat_template.json), which vLLM uses before
+// the tokenizer's for a request without tools.
+func WithProcessorTemplate(src string) Option { return func(t *Templates) { t.processorSrc = src } }
 
 // WithClock sets strftime_now's clock (tests pin it; default time.Now).
 func WithClock(now func() time.Time) Option { return func(t *Templates) { t.now = now } }
@@ -99,6 +110,13 @@ func Load(config, file []byte, opts ...Option) (*Templates, error) {
 	t := &Templates{special: map[string]any{}, now: time.Now}
 	for _, o := range opts {
 		o(t)
+	}
+	if t.processorSrc != "" {
+		c, err := compile(t.processorSrc)
+		if err != nil {
+			return nil, fmt.Errorf("chat_template.json: %w", err)
+		}
+		t.processor = c
 	}
 	var cfg map[string]json.RawMessage
 	if len(config) > 0 {
@@ -173,6 +191,24 @@ func LoadDir(dir, templateFile string, opts ...Option) (*Templates, error) {
 	file, err := os.ReadFile(path)
 	if err != nil && (templateFile != "" || !errors.Is(err, os.ErrNotExist)) {
 		return nil, err
+	}
+	if templateFile == "" && len(file) == 0 {
+		// A multimodal model's processor template: transformers' processor
+		// reads chat_template.jinja first (then shared with the tokenizer),
+		// else chat_template.json.
+		proc, err := readLimited(filepath.Join(dir, "chat_template.json"), false)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		if len(proc) > 0 {
+			var pj struct {
+				ChatTemplate string `json:"chat_template"`
+			}
+			if err := json.Unmarshal(proc, &pj); err != nil {
+				return nil, fmt.Errorf("chat_template.json: %w", err)
+			}
+			opts = append(opts[:len(opts):len(opts)], WithProcessorTemplate(pj.ChatTemplate))
+		}
 	}
 	return Load(config, file, opts...)
 }
@@ -272,6 +308,10 @@ type Request struct {
 	AddGenerationPrompt  *bool           `json:"add_generation_prompt,omitempty"`
 	ContinueFinalMessage bool            `json:"continue_final_message,omitempty"`
 	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs,omitempty"`
+	// ReasoningEffort is the request's reasoning_effort: vLLM hands it to
+	// the template and, unless chat_template_kwargs sets enable_thinking,
+	// sets enable_thinking = (effort != "none").
+	ReasoningEffort *string `json:"reasoning_effort,omitempty"`
 }
 
 func isNull(raw json.RawMessage) bool {
@@ -279,8 +319,13 @@ func isNull(raw json.RawMessage) bool {
 	return s == "" || s == "null"
 }
 
-// pick selects the template for a request with or without tools.
+// pick selects the template for a request with or without tools, as
+// vLLM's renderers/hf.py resolve_chat_template: the processor's template
+// unless the request has tools, then the tokenizer's.
 func (t *Templates) pick(hasTools bool) (*compiled, error) {
+	if !hasTools && t.processor != nil {
+		return t.processor, nil
+	}
 	if t.single != nil {
 		return t.single, nil
 	}
@@ -294,6 +339,9 @@ func (t *Templates) pick(hasTools bool) (*compiled, error) {
 			return c, nil
 		}
 		return nil, errors.New("the tokenizer has several chat templates and none is named \"default\"")
+	}
+	if t.processor != nil {
+		return t.processor, nil
 	}
 	return nil, ErrNoTemplate
 }
@@ -316,101 +364,214 @@ var hfParams = map[string]bool{
 	"return_tensors": true, "return_dict": true, "return_assistant_tokens_mask": true, "tokenizer_kwargs": true,
 }
 
+// reasoningEfforts are the values ChatCompletionRequest.reasoning_effort accepts.
+var reasoningEfforts = map[string]bool{"none": true, "minimal": true, "low": true, "medium": true, "high": true, "xhigh": true, "max": true}
+
 const continueTag = "CONTINUE_FINAL_MESSAGE_TAG "
 
-// Render renders req into the prompt text vLLM would tokenize. Input and
+// Stand-ins for media items in the passes that locate the first one: they
+// differ from each other in their first byte, so two renders diverge where
+// the first media item starts.
+const (
+	mediaStandInA = "\x00kvindex-media-a\x00"
+	mediaStandInB = "\x01kvindex-media-b\x01"
+)
+
+// Prompt is a rendered chat request.
+type Prompt struct {
+	// Text is the prompt vLLM renders. With media in a "string"-format
+	// template (Cut), only Text[:MediaAt] is vLLM's: the model's own
+	// placeholder, which this package does not know, follows there.
+	Text string
+	// MediaAt is the byte offset in Text where the first media item (image,
+	// audio, video) starts; -1 without media. vLLM replaces the media items'
+	// placeholder tokens by the model's multimodal tokens and mixes the
+	// media's hashes into those blocks, so only the text before is exact.
+	MediaAt int
+	// Cut reports that Text ends at MediaAt and the token vLLM has at the
+	// boundary is not known (the placeholder may merge with it).
+	Cut bool
+}
+
+// Render renders req into the prompt vLLM would tokenize. Input and
 // template errors are *RequestError (raise_exception's message is kept, as
 // a *jinja.RaisedError inside); ErrNoTemplate when there is no template.
-func (t *Templates) Render(req *Request) (string, error) {
+func (t *Templates) Render(req *Request) (Prompt, error) {
+	r, err := t.prepare(req)
+	if err != nil {
+		return Prompt{}, err
+	}
+	md := &media{}
+	out, err := r.render(md)
+	if err != nil || !md.seen {
+		return Prompt{Text: out, MediaAt: -1}, err
+	}
+	// Media: find where the first item starts by rendering the request
+	// again with media items as plain text and taking the common prefix.
+	// In "openai" format the first render is vLLM's prompt (the template
+	// renders {"type": "image"} itself); in "string" format vLLM puts the
+	// model's placeholder in front of the message, so both passes use
+	// stand-ins and the prompt is exact only up to the divergence.
+	alt := &media{text: mediaStandInB}
+	if r.c.format == FormatString {
+		md = &media{text: mediaStandInA}
+		if out, err = r.render(md); err != nil {
+			return Prompt{}, err
+		}
+	}
+	other, err := r.render(alt)
+	if err != nil {
+		return Prompt{}, err
+	}
+	at := commonPrefix(out, other)
+	if r.c.format == FormatString {
+		return Prompt{Text: out[:at], MediaAt: at, Cut: true}, nil
+	}
+	return Prompt{Text: out, MediaAt: at}, nil
+}
+
+func commonPrefix(a, b string) int {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			// Back to a UTF-8 boundary so the prefix is valid text.
+			for i > 0 && a[i]&0xC0 == 0x80 {
+				i--
+			}
+			return i
+		}
+	}
+	return n
+}
+
+// prepared is a validated request ready to render.
+type prepared struct {
+	t         *Templates
+	c         *compiled
+	req       *Request
+	vars      map[string]any
+	cont      bool
+	tools     any
+	documents any
+}
+
+// prepare validates req as vLLM's request model and merges its template
+// variables (chat_completion/protocol.py ChatCompletionRequest,
+// build_chat_params; renderers/params.py merge_kwargs; renderers/hf.py
+// resolve_chat_template_kwargs).
+func (t *Templates) prepare(req *Request) (*prepared, error) {
+	addGen, cont := true, req.ContinueFinalMessage
+	if req.AddGenerationPrompt != nil {
+		addGen = *req.AddGenerationPrompt
+	}
+	// check_generation_prompt: on the request's own fields.
+	if cont && addGen {
+		return nil, badRequest("continue_final_message and add_generation_prompt cannot both be true")
+	}
+	if req.ReasoningEffort != nil && !reasoningEfforts[*req.ReasoningEffort] {
+		return nil, badRequest("reasoning_effort %s is not one of none, minimal, low, medium, high, xhigh, max", *req.ReasoningEffort)
+	}
+	var documents any
+	if !isNull(req.Documents) {
+		var err error
+		if documents, err = jinja.FromJSON(req.Documents); err != nil {
+			return nil, badRequest("documents: %v", err)
+		}
+		if err := checkDocuments(documents); err != nil {
+			return nil, &RequestError{Err: err}
+		}
+	}
+	var tools any
 	hasTools := !isNull(req.Tools)
+	if hasTools {
+		l, err := normaliseTools(req.Tools)
+		if err != nil {
+			return nil, &RequestError{Err: err}
+		}
+		tools = l
+	}
 	c, err := t.pick(hasTools)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	vars := map[string]any{}
 	for k, v := range t.special {
 		vars[k] = v
 	}
-	addGen, cont := true, req.ContinueFinalMessage
-	if req.AddGenerationPrompt != nil {
-		addGen = *req.AddGenerationPrompt
-	}
-	var documents any
-	if !isNull(req.Documents) {
-		if documents, err = jinja.FromJSON(req.Documents); err != nil {
-			return "", badRequest("documents: %v", err)
-		}
-		l, ok := documents.(*jinja.ListVal)
-		if !ok {
-			return "", badRequest("documents must be a list of objects")
-		}
-		for _, d := range l.Items {
-			if _, ok := d.(*jinja.DictVal); !ok {
-				return "", badRequest("documents must be a list of objects")
-			}
-		}
-	}
+	userThinking := false
 	if !isNull(req.ChatTemplateKwargs) {
 		kv, err := jinja.FromJSON(req.ChatTemplateKwargs)
 		if err != nil {
-			return "", badRequest("chat_template_kwargs: %v", err)
+			return nil, badRequest("chat_template_kwargs: %v", err)
 		}
 		kw, ok := kv.(*jinja.DictVal)
 		if !ok {
-			return "", badRequest("chat_template_kwargs must be an object")
+			return nil, badRequest("chat_template_kwargs must be an object")
 		}
 		for _, k := range kw.Keys() {
 			name := k.(string)
 			v, _ := kw.Get(k)
 			switch name {
-			case "chat_template", "tokenize":
-				return "", badRequest("chat_template_kwargs may not set %q", name)
+			case "chat_template":
+				// The server refuses a request-supplied template unless it
+				// trusts them (--trust-request-chat-template); kvindex uses
+				// the configured one only.
+				return nil, badRequest("chat_template_kwargs may not set %s", name)
 			case "messages", "conversation", "tools":
-				return "", badRequest("chat_template_kwargs may not set %q: it is a request field", name)
-			case "add_generation_prompt":
-				addGen = jinja.Truthy(v)
-			case "continue_final_message":
-				cont = jinja.Truthy(v)
+				return nil, badRequest("chat_template_kwargs may not set %s: it is a request field", name)
+			case "add_generation_prompt", "continue_final_message":
+				// merge_kwargs: the request's own field (never None) wins.
 			case "documents":
-				documents = v
+				if documents == nil {
+					documents = v
+				}
+			case "enable_thinking":
+				userThinking = true
+				vars[name] = v
 			default:
+				// tokenize is safe_apply_chat_template's own parameter (it
+				// only picks the return type); the others are
+				// apply_chat_template's.
 				if !hfParams[name] {
 					vars[name] = v
 				}
 			}
 		}
 	}
-	if cont && addGen {
-		return "", badRequest("continue_final_message and add_generation_prompt cannot both be true")
+	if e := req.ReasoningEffort; e != nil {
+		vars["reasoning_effort"] = *e
+		if !userThinking {
+			vars["enable_thinking"] = *e != "none"
+		}
 	}
-	messages, err := normalise(req.Messages, c.format)
+	vars["tools"] = tools
+	vars["documents"] = documents
+	vars["add_generation_prompt"] = addGen
+	return &prepared{t: t, c: c, req: req, vars: vars, cont: cont, tools: tools, documents: documents}, nil
+}
+
+// render runs the template once, media items rendered as md says.
+func (r *prepared) render(md *media) (string, error) {
+	messages, err := normalise(r.req.Messages, r.c.format, md)
 	if err != nil {
 		return "", &RequestError{Err: err}
 	}
-	var tools any
-	if hasTools {
-		if tools, err = jinja.FromJSON(req.Tools); err != nil {
-			return "", badRequest("tools: %v", err)
-		}
-		if _, ok := tools.(*jinja.ListVal); !ok {
-			return "", badRequest("tools must be a list")
-		}
-	}
 	finalText := ""
-	if cont {
+	if r.cont {
 		if finalText, err = markFinal(messages); err != nil {
 			return "", &RequestError{Err: err}
 		}
 	}
+	vars := make(map[string]any, len(r.vars)+1)
+	for k, v := range r.vars {
+		vars[k] = v
+	}
 	vars["messages"] = messages
-	vars["tools"] = tools
-	vars["documents"] = documents
-	vars["add_generation_prompt"] = addGen
-	out, err := c.tmpl.Render(jinja.Env{Now: t.now}, vars)
+	out, err := r.c.tmpl.Render(jinja.Env{Now: r.t.now}, vars)
 	if err != nil {
 		return "", &RequestError{Err: err}
 	}
-	if cont {
+	if r.cont {
 		tag := strings.TrimSpace(continueTag)
 		if !strings.Contains(out, strings.TrimFunc(finalText, jinja.IsPySpace)) || !strings.Contains(out, tag) {
 			return "", badRequest("continue_final_message: the final message does not appear in the rendered chat (the template changes it)")
@@ -451,4 +612,50 @@ func markFinal(messages *jinja.ListVal) (string, error) {
 		}
 	}
 	return "", errors.New("continue_final_message is set but the final message has no text to continue")
+}
+
+// Tokens are a chat request's token ids as vLLM's server computes them, as
+// far as they are known.
+type Tokens struct {
+	IDs []uint32
+	// Unscored says why the prompt goes on past IDs ("media": an image,
+	// audio or video item starts there); empty when IDs are the whole prompt.
+	Unscored string
+}
+
+// UnscoredMedia is Tokens.Unscored for a prompt cut at its first media item.
+const UnscoredMedia = "media"
+
+// Tokenize tokenizes p with encode (the model's tokenizer, with or without
+// special tokens as the request asks), keeping for a prompt with media only
+// the tokens that are vLLM's before the first media item. Those are the
+// tokens of the whole prompt that agree with the tokens of the text before
+// the media (in "openai" format the whole prompt is vLLM's; a media
+// placeholder is a special token, so the two agree up to it). For a cut
+// "string"-format prompt the last token is dropped too: the model's
+// placeholder that follows it is not known and might merge with it.
+func (p Prompt) Tokenize(encode func(string) ([]uint32, error)) (Tokens, error) {
+	if p.MediaAt < 0 {
+		ids, err := encode(p.Text)
+		return Tokens{IDs: ids}, err
+	}
+	before, err := encode(p.Text[:p.MediaAt])
+	if err != nil {
+		return Tokens{}, err
+	}
+	if p.Cut {
+		if len(before) > 0 {
+			before = before[:len(before)-1]
+		}
+		return Tokens{IDs: before, Unscored: UnscoredMedia}, nil
+	}
+	full, err := encode(p.Text)
+	if err != nil {
+		return Tokens{}, err
+	}
+	n := 0
+	for n < len(full) && n < len(before) && full[n] == before[n] {
+		n++
+	}
+	return Tokens{IDs: full[:n], Unscored: UnscoredMedia}, nil
 }

@@ -34,18 +34,23 @@ func TestTemplateSelection(t *testing.T) {
 	}
 	for _, c := range []struct {
 		tools, want string
-	}{{"", "D"}, {"null", "D"}, {"[]", "T"}, {`[{"type": "function", "function": {"name": "f"}}]`, "T"}} {
-		got, err := tpl.Render(&Request{Messages: json.RawMessage(`[]`), Tools: json.RawMessage(c.tools)})
+	}{{"", "D"}, {"null", "D"}, {`[{"type": "function", "function": {"name": "f"}}]`, "T"}} {
+		got, err := renderText(tpl, &Request{Messages: json.RawMessage(`[]`), Tools: json.RawMessage(c.tools)})
 		if err != nil || got != c.want {
 			t.Errorf("tools %q: got %q, %v; want %q", c.tools, got, err, c.want)
 		}
+	}
+	// An empty tools list is a 400 in vLLM (check_tool_usage).
+	var re *RequestError
+	if _, err := renderText(tpl, &Request{Messages: json.RawMessage(`[]`), Tools: json.RawMessage(`[]`)}); !errors.As(err, &re) {
+		t.Errorf("tools []: want a RequestError, got %v", err)
 	}
 	// A chat_template.jinja file wins over the config's templates.
 	tpl, err = Load(named, []byte("F{{ bos_token }}"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := tpl.Render(&Request{Messages: json.RawMessage(`[]`), Tools: json.RawMessage(`[]`)}); err != nil || got != "F" {
+	if got, err := renderText(tpl, &Request{Messages: json.RawMessage(`[]`), Tools: json.RawMessage(`[{"function": {"name": "f"}}]`)}); err != nil || got != "F" {
 		t.Errorf("file template: %q, %v", got, err)
 	}
 	noDefault := cfg(t, map[string]any{"chat_template": []map[string]string{{"name": "tool_use", "template": "T"}}})
@@ -53,14 +58,14 @@ func TestTemplateSelection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tpl.Render(&Request{Messages: json.RawMessage(`[]`)}); err == nil {
+	if _, err := renderText(tpl, &Request{Messages: json.RawMessage(`[]`)}); err == nil {
 		t.Error("no default template: no error")
 	}
 	tpl, err = Load(cfg(t, map[string]any{"bos_token": "<s>"}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tpl.Render(&Request{Messages: json.RawMessage(`[]`)}); !errors.Is(err, ErrNoTemplate) {
+	if _, err := renderText(tpl, &Request{Messages: json.RawMessage(`[]`)}); !errors.Is(err, ErrNoTemplate) {
 		t.Errorf("no template: %v", err)
 	}
 }
@@ -77,7 +82,7 @@ func TestSpecialTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := tpl.Render(&Request{Messages: json.RawMessage(`[]`)})
+	got, err := renderText(tpl, &Request{Messages: json.RawMessage(`[]`)})
 	if err != nil || got != "<B><E>[]<x>,<y>" {
 		t.Errorf("got %q, %v", got, err)
 	}
@@ -87,7 +92,7 @@ func TestSpecialTokens(t *testing.T) {
 }
 
 func TestKwargsAndOptions(t *testing.T) {
-	src := "{{ add_generation_prompt }} {{ flag }} {{ documents|tojson }} {{ bos_token }}"
+	src := "{{ add_generation_prompt }} {{ flag }} {{ documents|tojson }} {{ bos_token }}{{ reasoning_effort }}{{ enable_thinking }}"
 	tpl, err := Load(cfg(t, map[string]any{"chat_template": src, "bos_token": "<s>"}), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -99,19 +104,24 @@ func TestKwargsAndOptions(t *testing.T) {
 	}{
 		{Request{}, "True  null <s>"},
 		{Request{AddGenerationPrompt: &f}, "False  null <s>"},
-		{Request{ChatTemplateKwargs: json.RawMessage(`{"flag": [1], "add_generation_prompt": false, "bos_token": "X"}`)}, "False [1] null X"},
+		// The request's add_generation_prompt wins over the kwargs' (merge_kwargs).
+		{Request{ChatTemplateKwargs: json.RawMessage(`{"flag": [1], "add_generation_prompt": false, "bos_token": "X"}`)}, "True [1] null X"},
+		{Request{ChatTemplateKwargs: json.RawMessage(`{"tokenize": true}`)}, "True  null <s>"},
+		{Request{ReasoningEffort: ptr("none")}, "True  null <s>noneFalse"},
+		{Request{ReasoningEffort: ptr("low"), ChatTemplateKwargs: json.RawMessage(`{"enable_thinking": 0}`)}, "True  null <s>low0"},
 		{Request{Documents: json.RawMessage(`[{"title": "t"}]`)}, `True  [{"title": "t"}] <s>`},
 		{Request{ChatTemplateKwargs: json.RawMessage(`{"documents": [{}, {}], "max_length": 5, "padding": true}`)}, "True  [{}, {}] <s>"},
 	} {
 		c.req.Messages = json.RawMessage(`[{"role": "user", "content": "x"}]`)
-		got, err := tpl.Render(&c.req)
+		got, err := renderText(tpl, &c.req)
 		if err != nil || got != c.want {
 			t.Errorf("%+v: got %q, %v; want %q", c.req, got, err, c.want)
 		}
 	}
 	for _, bad := range []Request{
 		{ChatTemplateKwargs: json.RawMessage(`{"chat_template": "x"}`)},
-		{ChatTemplateKwargs: json.RawMessage(`{"tokenize": true}`)},
+		{ReasoningEffort: ptr("extreme")},
+		{Documents: json.RawMessage(`[{"n": 1}]`)},
 		{ChatTemplateKwargs: json.RawMessage(`{"messages": []}`)},
 		{ChatTemplateKwargs: json.RawMessage(`[1]`)},
 		{Documents: json.RawMessage(`{"a": 1}`)},
@@ -121,7 +131,7 @@ func TestKwargsAndOptions(t *testing.T) {
 	} {
 		bad.Messages = json.RawMessage(`[{"role": "user", "content": "x"}]`)
 		var re *RequestError
-		if _, err := tpl.Render(&bad); !errors.As(err, &re) {
+		if _, err := renderText(tpl, &bad); !errors.As(err, &re) {
 			t.Errorf("%+v: want a RequestError, got %v", bad, err)
 		}
 	}
@@ -135,18 +145,19 @@ func TestBadMessages(t *testing.T) {
 	for _, m := range []string{
 		``, `null`, `{}`, `[1]`, `[{"content": "no role"}]`, `[{"role": 1}]`,
 		`[{"role": "user", "content": 5}]`, `[{"role": "user", "content": [5]}]`,
-		`[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]`,
+		`[{"role": "user", "content": [{"type": "hologram"}]}]`, `[{"role": "user", "content": [{"text": "no type"}]}]`,
+		`[{"role": "user", "content": [{"type": "prompt_embeds", "data": "AA"}]}]`,
 		`[{"role": "user", "content": [{"type": "text", "text": 5}]}]`,
 		`[{"role": "assistant", "tool_calls": {}}]`, `[{"role": "assistant", "tool_calls": [{"function": 1}]}]`,
 		`[{"role": "user", "content": "x"}`, `[{"role": "user", "content": "x"}] trailing`,
 	} {
 		var re *RequestError
-		if _, err := tpl.Render(&Request{Messages: json.RawMessage(m)}); !errors.As(err, &re) {
+		if _, err := renderText(tpl, &Request{Messages: json.RawMessage(m)}); !errors.As(err, &re) {
 			t.Errorf("%s: want a RequestError, got %v", m, err)
 		}
 	}
 	// A text part without text and a refusal part are kept as vLLM keeps them.
-	got, err := tpl.Render(&Request{Messages: json.RawMessage(
+	got, err := renderText(tpl, &Request{Messages: json.RawMessage(
 		`[{"role": "user", "content": [{"type": "text"}, {"type": "refusal", "refusal": "no"}, "s"]}]`)})
 	if err != nil || got != "no\ns" {
 		t.Errorf("got %q, %v", got, err)
@@ -186,13 +197,24 @@ func TestToolCallArguments(t *testing.T) {
 	msgs := `[{"role": "assistant", "content": null, "tool_calls": [
 		{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{\"b\": 1, \"a\": [1.0, \"é\"]}"}},
 		{"id": "2", "type": "function", "function": {"name": "f", "arguments": "not json"}},
-		{"id": "3", "type": "function", "function": {"name": "f", "arguments": null}},
-		{"id": "4", "type": "function", "function": {"name": "f", "arguments": {"z": true}}},
 		{"id": "5", "type": "function", "function": {"name": "f", "arguments": "[1, 2]"}}]}]`
-	got, err := tpl.Render(&Request{Messages: json.RawMessage(msgs)})
-	want := `{"b": 1, "a": [1.0, "é"]};{};{};{"z": true};[1, 2];`
+	got, err := renderText(tpl, &Request{Messages: json.RawMessage(msgs)})
+	want := `{"b": 1, "a": [1.0, "é"]};{};[1, 2];`
 	if err != nil || got != want {
 		t.Errorf("got %q, %v\nwant %q", got, err, want)
+	}
+	// The request model wants arguments as a JSON string: an object, null,
+	// or a call without id or type is a 400 in vLLM.
+	for _, call := range []string{
+		`{"id": "4", "type": "function", "function": {"name": "f", "arguments": {"z": true}}}`,
+		`{"id": "3", "type": "function", "function": {"name": "f", "arguments": null}}`,
+		`{"type": "function", "function": {"name": "f", "arguments": "{}"}}`,
+		`{"id": "6", "function": {"name": "f", "arguments": "{}"}}`,
+	} {
+		var re *RequestError
+		if _, err := renderText(tpl, &Request{Messages: json.RawMessage(`[{"role": "assistant", "tool_calls": [` + call + `]}]`)}); !errors.As(err, &re) {
+			t.Errorf("%s: want a RequestError, got %v", call, err)
+		}
 	}
 }
 
@@ -228,7 +250,7 @@ func TestConcurrentRenders(t *testing.T) {
 		Tools:              json.RawMessage(`[{"type": "function", "function": {"name": "f"}}]`),
 		ChatTemplateKwargs: json.RawMessage(`{"enable_thinking": false}`),
 	}
-	want, err := tpl.Render(req)
+	want, err := renderText(tpl, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +258,7 @@ func TestConcurrentRenders(t *testing.T) {
 	for g := 0; g < 8; g++ {
 		go func() {
 			for i := 0; i < 50; i++ {
-				got, err := tpl.Render(req)
+				got, err := renderText(tpl, req)
 				if err == nil && got != want {
 					err = errors.New("concurrent render differs")
 				}
@@ -268,7 +290,7 @@ func TestLoadDirGzipConfigAndOverride(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := tpl.Render(&Request{Messages: json.RawMessage(`[]`)}); err != nil || got != "C</s>" {
+	if got, err := renderText(tpl, &Request{Messages: json.RawMessage(`[]`)}); err != nil || got != "C</s>" {
 		t.Errorf("gz config: %q, %v", got, err)
 	}
 	override := filepath.Join(dir, "o.jinja")
@@ -276,7 +298,7 @@ func TestLoadDirGzipConfigAndOverride(t *testing.T) {
 	if tpl, err = LoadDir(dir, override); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := tpl.Render(&Request{Messages: json.RawMessage(`[]`)}); err != nil || got != "O</s>" {
+	if got, err := renderText(tpl, &Request{Messages: json.RawMessage(`[]`)}); err != nil || got != "O</s>" {
 		t.Errorf("override: %q, %v", got, err)
 	}
 	if _, err := LoadDir(dir, filepath.Join(dir, "missing.jinja")); err == nil {
@@ -286,3 +308,11 @@ func TestLoadDirGzipConfigAndOverride(t *testing.T) {
 		t.Errorf("empty dir: %v", err)
 	}
 }
+
+// renderText is Render's prompt text, for tests of requests without media.
+func renderText(tpl *Templates, req *Request) (string, error) {
+	p, err := tpl.Render(req)
+	return p.Text, err
+}
+
+func ptr[T any](v T) *T { return &v }

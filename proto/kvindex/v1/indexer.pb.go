@@ -528,11 +528,16 @@ func (x *PodScore) GetDpRanks() []*DPRankScore {
 
 type ScoreResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Full blocks in the request.
-	TotalBlocks   int32       `protobuf:"varint,1,opt,name=total_blocks,json=totalBlocks,proto3" json:"total_blocks,omitempty"`
-	Pods          []*PodScore `protobuf:"bytes,2,rep,name=pods,proto3" json:"pods,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Full blocks in the request that were scored.
+	TotalBlocks int32       `protobuf:"varint,1,opt,name=total_blocks,json=totalBlocks,proto3" json:"total_blocks,omitempty"`
+	Pods        []*PodScore `protobuf:"bytes,2,rep,name=pods,proto3" json:"pods,omitempty"`
+	// Why the prompt goes on past total_blocks unscored; empty when every
+	// full block was scored. "media": a chat request with an image, audio or
+	// video item is scored up to its first media item (the blocks from there
+	// on carry the media's hash, which the request does not give).
+	UnscoredReason string `protobuf:"bytes,3,opt,name=unscored_reason,json=unscoredReason,proto3" json:"unscored_reason,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ScoreResponse) Reset() {
@@ -577,6 +582,13 @@ func (x *ScoreResponse) GetPods() []*PodScore {
 		return x.Pods
 	}
 	return nil
+}
+
+func (x *ScoreResponse) GetUnscoredReason() string {
+	if x != nil {
+		return x.UnscoredReason
+	}
+	return ""
 }
 
 type ListPodsRequest struct {
@@ -1866,10 +1878,11 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\x0ematched_tokens\x18\x03 \x01(\x03R\rmatchedTokens\x12\x14\n" +
 	"\x05score\x18\x04 \x01(\x01R\x05score\x12,\n" +
 	"\x05tiers\x18\x05 \x01(\v2\x16.kvindex.v1.TierCountsR\x05tiers\x122\n" +
-	"\bdp_ranks\x18\x06 \x03(\v2\x17.kvindex.v1.DPRankScoreR\adpRanks\"\\\n" +
+	"\bdp_ranks\x18\x06 \x03(\v2\x17.kvindex.v1.DPRankScoreR\adpRanks\"\x85\x01\n" +
 	"\rScoreResponse\x12!\n" +
 	"\ftotal_blocks\x18\x01 \x01(\x05R\vtotalBlocks\x12(\n" +
-	"\x04pods\x18\x02 \x03(\v2\x14.kvindex.v1.PodScoreR\x04pods\"\x11\n" +
+	"\x04pods\x18\x02 \x03(\v2\x14.kvindex.v1.PodScoreR\x04pods\x12'\n" +
+	"\x0funscored_reason\x18\x03 \x01(\tR\x0eunscoredReason\"\x11\n" +
 	"\x0fListPodsRequest\"\xc8\t\n" +
 	"\aPodInfo\x12\x10\n" +
 	"\x03pod\x18\x01 \x01(\tR\x03pod\x12\x17\n" +
