@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -71,5 +72,33 @@ func TestStatusCounters(t *testing.T) {
 	s1 := get()
 	if s1.EventsApplied != 2 || s1.ScoreRequests != 4 || s1.Time < s0.Time {
 		t.Fatalf("status after 2 events and 4 requests: %+v", s1)
+	}
+}
+
+// /v1/status names the block-key config (the default, or a model's own with
+// ?model=), so a publisher can hash as the daemon does.
+func TestStatusKeys(t *testing.T) {
+	other := kvindex.KeyConfig{Algo: kvindex.AlgoXXHashCBOR, Seed: "42", BlockSize: 32}
+	st := newStackWith(t, indexer.Config{Keys: testKeys, ModelKeys: map[string]kvindex.KeyConfig{"big": other}})
+	for _, c := range []struct {
+		query string
+		want  StatusKeys
+	}{
+		{"", StatusKeys{HashAlgo: string(testKeys.Algo), HashSeed: "0", BlockSize: testBlock}},
+		{"?model=" + testModel, StatusKeys{Model: testModel, HashAlgo: string(testKeys.Algo), HashSeed: "0", BlockSize: testBlock}},
+		{"?model=big", StatusKeys{Model: "big", HashAlgo: string(other.Algo), HashSeed: "42", BlockSize: 32}},
+	} {
+		resp, err := http.Get(st.http.URL + "/v1/status" + c.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s struct {
+			Keys *StatusKeys `json:"keys"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&s)
+		resp.Body.Close()
+		if err != nil || s.Keys == nil || *s.Keys != c.want {
+			t.Fatalf("/v1/status%s: keys %+v (%v), want %+v", c.query, s.Keys, err, c.want)
+		}
 	}
 }
