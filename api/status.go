@@ -31,13 +31,14 @@ const (
 // differences of Time, the server's clock, so client clock skew does not
 // matter).
 type Status struct {
+	// Keys is the daemon's default block-key configuration.
+	Keys *StatusKeys `json:"keys"`
+
 	Time           float64 `json:"time"` // Unix seconds
 	Ready          bool    `json:"ready"`
 	NotReadyReason string  `json:"not_ready_reason,omitempty"`
-	// Keys: GET /v1/status?model=NAME gives that model's key config.
-	Keys          *StatusKeys `json:"keys"`
-	EventsApplied uint64      `json:"events_applied"`
-	ScoreRequests uint64      `json:"score_requests"`
+	EventsApplied  uint64  `json:"events_applied"`
+	ScoreRequests  uint64  `json:"score_requests"`
 }
 
 func (s *Server) handleStatusPage(w http.ResponseWriter, _ *http.Request) {
@@ -50,10 +51,10 @@ func (s *Server) handleStatusPage(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(statusPage)
 }
 
-func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleStatus(w http.ResponseWriter, _ *http.Request) {
 	st := Status{Time: float64(time.Now().UnixNano()) / 1e9}
 	st.Ready, st.NotReadyReason = s.Ready()
-	st.Keys = s.statusKeys(r.URL.Query().Get("model"))
+	st.Keys = s.statusKeys()
 	// The counters are read from the registry rather than kept twice; a
 	// gather is cheap at the page's poll rate.
 	families, err := s.cfg.Registry.Gather()

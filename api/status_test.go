@@ -75,30 +75,22 @@ func TestStatusCounters(t *testing.T) {
 	}
 }
 
-// /v1/status names the block-key config (the default, or a model's own with
-// ?model=), so a publisher can hash as the daemon does.
+// /v1/status names the daemon's default block-key config, so a publisher
+// can hash as the daemon does.
 func TestStatusKeys(t *testing.T) {
-	other := kvindex.KeyConfig{Algo: kvindex.AlgoXXHashCBOR, Seed: "42", BlockSize: 32}
-	st := newStackWith(t, indexer.Config{Keys: testKeys, ModelKeys: map[string]kvindex.KeyConfig{"big": other}})
-	for _, c := range []struct {
-		query string
-		want  StatusKeys
-	}{
-		{"", StatusKeys{HashAlgo: string(testKeys.Algo), HashSeed: "0", BlockSize: testBlock}},
-		{"?model=" + testModel, StatusKeys{Model: testModel, HashAlgo: string(testKeys.Algo), HashSeed: "0", BlockSize: testBlock}},
-		{"?model=big", StatusKeys{Model: "big", HashAlgo: string(other.Algo), HashSeed: "42", BlockSize: 32}},
-	} {
-		resp, err := http.Get(st.http.URL + "/v1/status" + c.query)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var s struct {
-			Keys *StatusKeys `json:"keys"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&s)
-		resp.Body.Close()
-		if err != nil || s.Keys == nil || *s.Keys != c.want {
-			t.Fatalf("/v1/status%s: keys %+v (%v), want %+v", c.query, s.Keys, err, c.want)
-		}
+	keys := kvindex.KeyConfig{Algo: kvindex.AlgoXXHashCBOR, Seed: "42", BlockSize: 32}
+	st := newStackWith(t, indexer.Config{Keys: keys, ModelKeys: map[string]kvindex.KeyConfig{"big": testKeys}})
+	resp, err := http.Get(st.http.URL + "/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s struct {
+		Keys *StatusKeys `json:"keys"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&s)
+	resp.Body.Close()
+	want := StatusKeys{HashAlgo: "xxhash_cbor", HashSeed: "42", BlockSize: 32}
+	if err != nil || s.Keys == nil || *s.Keys != want {
+		t.Fatalf("/v1/status keys %+v (%v), want %+v", s.Keys, err, want)
 	}
 }

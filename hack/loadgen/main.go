@@ -11,9 +11,8 @@
 // --duration and --requests; refuses non-loopback addresses.
 //
 // The block hashes it publishes are computed with the daemon's hash
-// algorithm, seed and block size, read from GET /v1/status?model=M
-// (keys.go); --hash-algo, --hash-seed or --block-size that contradict the
-// daemon's are refused.
+// algorithm, seed and block size, read from GET /v1/status, and it stops
+// with an error when the daemon's parity check disagrees (keys.go).
 package main
 
 import (
@@ -68,9 +67,9 @@ func main() {
 	flag.BoolVar(&o.publish, "publish", true, "publish the fleet state before measuring")
 	flag.DurationVar(&o.floor, "floor", 2*time.Second, "first measure an empty gRPC call (grpc.health.v1 Check) this long: the transport's floor on this machine (0 = skip)")
 	flag.StringVar(&o.model, "model", "loadgen/model", "model name")
-	flag.StringVar(&o.algo, flagAlgo, "", "hash algorithm (default: the daemon's, read from /v1/status; if given, must equal it)")
-	flag.StringVar(&o.seed, flagSeed, "", "hash seed (default: the daemon's, read from /v1/status; if given, must equal it)")
-	flag.IntVar(&o.blockSize, flagBlockSize, 0, "block size (default: the daemon's, read from /v1/status; if given, must equal it)")
+	flag.StringVar(&o.algo, flagAlgo, "", "hash algorithm (default: the daemon's, from /v1/status; give it only for a model with its own key config)")
+	flag.StringVar(&o.seed, flagSeed, "", "hash seed (default: the daemon's, from /v1/status; give it only for a model with its own key config)")
+	flag.IntVar(&o.blockSize, flagBlockSize, 0, "block size (default: the daemon's, from /v1/status; give it only for a model with its own key config)")
 	flag.IntVar(&o.pods, "pods", 8, "pods in the fleet")
 	flag.IntVar(&o.tokens, "tokens", 8192, "tokens per request (8192 = 512 blocks of 16)")
 	flag.IntVar(&o.prompts, "prompts", 16, "distinct prompts (each pod holds a random prefix of each)")
@@ -110,8 +109,8 @@ func run(o options) error {
 			return err
 		}
 	}
-	daemon, derr := daemonKeys(o.httpAddr, o.model)
-	keys, err := resolveKeys(o, daemon, derr)
+	daemon, derr := daemonKeys(o.httpAddr)
+	keys, err := resolveKeys(o, daemon, derr, os.Stderr)
 	if err != nil {
 		return err
 	}
@@ -130,6 +129,13 @@ func run(o options) error {
 	}
 	if o.publish {
 		if err := publish(o, h, prompts, rng); err != nil {
+			return err
+		}
+		pods := map[string]bool{}
+		for p := 0; p < o.pods; p++ {
+			pods[podName(p)] = true
+		}
+		if err := checkParity(o, keys, pods); err != nil {
 			return err
 		}
 	}
@@ -184,7 +190,7 @@ func publish(o options, h *kvindex.Hasher, prompts [][]uint32, rng *rand.Rand) e
 	defer pub.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	topic := func(p int) string { return fmt.Sprintf("kv@loadgen-pod-%02d@%s", p, o.model) }
+	topic := func(p int) string { return "kv@" + podName(p) + "@" + o.model }
 	if err := pub.WaitSubscribed(ctx, topic(0)); err != nil {
 		return fmt.Errorf("daemon is not subscribed on %s: %w", o.zmq, err)
 	}
@@ -201,7 +207,7 @@ func publish(o options, h *kvindex.Hasher, prompts [][]uint32, rng *rand.Rand) e
 			for _, k := range keys[:n] {
 				ev.BlockHashes = append(ev.BlockHashes, uint64(k))
 			}
-			b := &kvindex.Batch{Pod: fmt.Sprintf("loadgen-pod-%02d", p), Model: o.model, Events: []kvindex.Event{ev}}
+			b := &kvindex.Batch{Pod: podName(p), Model: o.model, Events: []kvindex.Event{ev}}
 			payload, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{})
 			if err != nil {
 				return err
@@ -214,7 +220,7 @@ func publish(o options, h *kvindex.Hasher, prompts [][]uint32, rng *rand.Rand) e
 	// Wait for the marker.
 	return withGRPC(o, func(conn *grpc.ClientConn) error {
 		c := kvindexv1.NewIndexerClient(conn)
-		last := fmt.Sprintf("loadgen-pod-%02d", o.pods-1)
+		last := podName(o.pods - 1)
 		for {
 			resp, err := c.Score(ctx, &kvindexv1.ScoreRequest{Model: o.model, Pods: []string{last},
 				Input: &kvindexv1.ScoreRequest_TokenIds{TokenIds: &kvindexv1.TokenIDs{Ids: lastPrompt}}})
@@ -229,6 +235,9 @@ func publish(o options, h *kvindex.Hasher, prompts [][]uint32, rng *rand.Rand) e
 		}
 	})
 }
+
+// podName is the name of the p-th published pod.
+func podName(p int) string { return fmt.Sprintf("loadgen-pod-%02d", p) }
 
 type recorder struct {
 	mu   sync.Mutex
