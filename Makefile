@@ -158,9 +158,12 @@ proto:
 		kvindex/v1/indexer.proto indexer/v1/indexer.proto
 
 # A daemon on the in-memory index plus a publisher of realistic fake vLLM
-# events; prints scores as they change and stops by itself after ~30 s.
+# events; prints scores as they change and stops by itself after ~30 s. As
+# with `make run`, the daemon serves Qwen/Qwen3-8B with the committed Qwen3
+# tokenizer, so its status page (address printed) scores prompts.
+DEMO_TOKENIZER ?= tokenization/testdata/qwen3
 demo:
-	$(GO) run ./hack/demo $(DEMO_ARGS)
+	$(GO) run ./hack/demo --tokenizer-dir $(DEMO_TOKENIZER) $(DEMO_ARGS)
 
 # Load generator against a running daemon (make run in another terminal).
 loadgen:

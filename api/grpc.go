@@ -17,28 +17,8 @@ func (e *Error) grpc() error { return status.Error(e.Code, e.Msg) }
 func (s *Server) Score(ctx context.Context, req *kvindexv1.ScoreRequest) (*kvindexv1.ScoreResponse, error) {
 	// q stays on the stack (score does not retain it): no pool needed.
 	q := indexer.Query{Model: req.GetModel(), LoraName: req.GetLoraName(), CacheSalt: req.GetCacheSalt(), Pods: req.GetPods()}
-	switch in := req.GetInput().(type) {
-	case *kvindexv1.ScoreRequest_TokenIds:
-		q.Kind, q.TokenIDs = indexer.InputTokens, in.TokenIds.GetIds()
-	case *kvindexv1.ScoreRequest_BlockHashes:
-		q.Kind, q.BlockHashes = indexer.InputHashes, in.BlockHashes.GetHashes()
-	case *kvindexv1.ScoreRequest_Prompt:
-		q.Kind, q.Prompt = indexer.InputPrompt, in.Prompt
-	case *kvindexv1.ScoreRequest_ChatJson:
-		if err := q.SetChatJSON([]byte(in.ChatJson)); err != nil {
-			s.metrics.observeRequest(indexer.InputMessages, codes.InvalidArgument, 0)
-			return nil, fromIndexer(err).grpc()
-		}
-	case *kvindexv1.ScoreRequest_OpenaiRequestJson:
-		if err := q.SetOpenAIRequest([]byte(in.OpenaiRequestJson)); err != nil {
-			e := fromIndexer(err)
-			s.metrics.observeRequest(indexer.InputNone, e.Code, 0)
-			return nil, e.grpc()
-		}
-	}
-	_, isOpenAI := req.GetInput().(*kvindexv1.ScoreRequest_OpenaiRequestJson)
-	if e := setAddSpecialTokens(&q, req.AddSpecialTokens, isOpenAI); e != nil {
-		s.metrics.observeRequest(indexer.InputNone, e.Code, 0)
+	if kind, e := setGRPCInput(&q, req.GetInput(), req.AddSpecialTokens); e != nil {
+		s.metrics.observeRequest(kind, e.Code, 0)
 		return nil, e.grpc()
 	}
 	a, err := s.score(ctx, &q)
@@ -47,6 +27,64 @@ func (s *Server) Score(ctx context.Context, req *kvindexv1.ScoreRequest) (*kvind
 	}
 	defer putResult(a)
 	return toProtoScore(a), nil
+}
+
+// setGRPCInput sets q's input from the input oneof of a Score or a Pick
+// request (in is either's GetInput(): their oneofs have the same fields
+// under different wrapper types) and then the request's add_special_tokens.
+// Both RPCs go through it, so each input is read, and a JSON input decoded,
+// exactly once. On failure kind is the input kind the request metrics count
+// it under.
+func setGRPCInput(q *indexer.Query, in any, addSpecial *bool) (kind indexer.InputKind, e *Error) {
+	var (
+		tokens *kvindexv1.TokenIDs
+		hashes *kvindexv1.BlockHashes
+		text   string
+		openAI bool
+	)
+	switch in := in.(type) {
+	case *kvindexv1.ScoreRequest_TokenIds:
+		kind, tokens = indexer.InputTokens, in.TokenIds
+	case *kvindexv1.PickRequest_TokenIds:
+		kind, tokens = indexer.InputTokens, in.TokenIds
+	case *kvindexv1.ScoreRequest_BlockHashes:
+		kind, hashes = indexer.InputHashes, in.BlockHashes
+	case *kvindexv1.PickRequest_BlockHashes:
+		kind, hashes = indexer.InputHashes, in.BlockHashes
+	case *kvindexv1.ScoreRequest_Prompt:
+		kind, text = indexer.InputPrompt, in.Prompt
+	case *kvindexv1.PickRequest_Prompt:
+		kind, text = indexer.InputPrompt, in.Prompt
+	case *kvindexv1.ScoreRequest_ChatJson:
+		kind, text = indexer.InputMessages, in.ChatJson
+	case *kvindexv1.PickRequest_ChatJson:
+		kind, text = indexer.InputMessages, in.ChatJson
+	case *kvindexv1.ScoreRequest_OpenaiRequestJson:
+		openAI, text = true, in.OpenaiRequestJson
+	case *kvindexv1.PickRequest_OpenaiRequestJson:
+		openAI, text = true, in.OpenaiRequestJson
+	}
+	switch {
+	case openAI:
+		// The body names its own kind: until it is decoded there is none.
+		if err := q.SetOpenAIRequest([]byte(text)); err != nil {
+			return indexer.InputNone, fromIndexer(err)
+		}
+	case kind == indexer.InputTokens:
+		q.Kind, q.TokenIDs = kind, tokens.GetIds()
+	case kind == indexer.InputHashes:
+		q.Kind, q.BlockHashes = kind, hashes.GetHashes()
+	case kind == indexer.InputPrompt:
+		q.Kind, q.Prompt = kind, text
+	case kind == indexer.InputMessages:
+		if err := q.SetChatJSON([]byte(text)); err != nil {
+			return kind, fromIndexer(err)
+		}
+	}
+	if e := setAddSpecialTokens(q, addSpecial, openAI); e != nil {
+		return indexer.InputNone, e
+	}
+	return q.Kind, nil
 }
 
 // setAddSpecialTokens applies the request's add_special_tokens (nil =

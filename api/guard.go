@@ -50,6 +50,15 @@ func (s *Server) httpScope(r *http.Request) Scope {
 	switch r.URL.Path {
 	case "/healthz", "/readyz":
 		return ScopeNone
+	case "/":
+		// The status page is a static file with no data: a browser cannot
+		// send a bearer token when it opens a URL, so the page is served
+		// to anyone and its script sends the token the user enters with
+		// each data call (/v1/status, /v1/pods, /v1/score), which still
+		// need the read scope.
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			return ScopeNone
+		}
 	case "/metrics":
 		if s.cfg.MetricsAuth {
 			return ScopeRead

@@ -178,6 +178,18 @@ func TestHTTPScopes(t *testing.T) {
 			{"GET", "/v1/pods", readToken, "", "", 200},
 			{"GET", "/v1/endpoints", readToken, "", "", 200},
 			{"GET", "/some/future/path", "", "", "", 401},
+			// The status page is served without a token (a browser cannot
+			// send one when it opens a URL); every call it makes for data
+			// still needs one.
+			{"GET", "/", "", "", "", 200},
+			{"HEAD", "/", "", "", "", 200},
+			{"GET", "/?model=m&prompt=hello", "", "", "", 200},
+			{"POST", "/", "", "", "", 401},
+			{"GET", "/index.html", "", "", "", 401},
+			{"GET", "/v1/status", "", "", "", 401},
+			{"GET", "/v1/status", readToken, "", "", 200},
+			{"GET", "/v1/models", "", "", "", 401},
+			{"GET", "/v1/endpoints", "", "", "", 401},
 			{"POST", "/v1/endpoints", "", "application/json", ep, 401},
 			{"POST", "/v1/endpoints", readToken, "application/json", ep, 403},
 			{"POST", "/v1/endpoints", adminToken, "text/plain", ep, 415},

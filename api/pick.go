@@ -97,28 +97,7 @@ func (s *Server) Pick(ctx context.Context, req *kvindexv1.PickRequest) (*kvindex
 	defer putPick(p)
 	q := &p.q
 	q.Model, q.LoraName, q.CacheSalt, q.Policy = req.GetModel(), req.GetLoraName(), req.GetCacheSalt(), req.GetPolicy()
-	switch in := req.GetInput().(type) {
-	case *kvindexv1.PickRequest_TokenIds:
-		q.Kind, q.TokenIDs = indexer.InputTokens, in.TokenIds.GetIds()
-	case *kvindexv1.PickRequest_BlockHashes:
-		q.Kind, q.BlockHashes = indexer.InputHashes, in.BlockHashes.GetHashes()
-	case *kvindexv1.PickRequest_Prompt:
-		q.Kind, q.Prompt = indexer.InputPrompt, in.Prompt
-	case *kvindexv1.PickRequest_ChatJson:
-		if err := q.SetChatJSON([]byte(in.ChatJson)); err != nil {
-			e := fromIndexer(err)
-			s.pickMetrics.observe(e.Code, 0)
-			return nil, e.grpc()
-		}
-	case *kvindexv1.PickRequest_OpenaiRequestJson:
-		if err := q.SetOpenAIRequest([]byte(in.OpenaiRequestJson)); err != nil {
-			e := fromIndexer(err)
-			s.pickMetrics.observe(e.Code, 0)
-			return nil, e.grpc()
-		}
-	}
-	_, isOpenAI := req.GetInput().(*kvindexv1.PickRequest_OpenaiRequestJson)
-	if e := setAddSpecialTokens(&q.Query, req.AddSpecialTokens, isOpenAI); e != nil {
+	if _, e := setGRPCInput(&q.Query, req.GetInput(), req.AddSpecialTokens); e != nil {
 		s.pickMetrics.observe(e.Code, 0)
 		return nil, e.grpc()
 	}

@@ -33,7 +33,7 @@ func TestStatusPageIsSelfContained(t *testing.T) {
 	if m := regexp.MustCompile(`(?i)(src|href)\s*=\s*["']?(https?:)?//|<link|@import|url\(`).FindString(page); m != "" {
 		t.Errorf("the page references an external asset: %q", m)
 	}
-	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") {
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") {
 		t.Errorf("Content-Security-Policy = %q", csp)
 	}
 	// Only / itself: other paths are not the page.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"image"
 	"image/png"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -101,14 +102,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if !strings.Contains(dom, fmt.Sprintf("%d full blocks in the request", total)) || !strings.Contains(dom, ">ready<") {
 		t.Fatalf("summary or readiness missing from the page:\n%s", dom)
 	}
+	requireAxes(t, dom)
 
-	dir := os.Getenv("KVINDEX_TEST_ARTIFACTS")
-	if dir == "" {
-		dir = t.TempDir()
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	shot := filepath.Join(dir, "status-page.png")
+	shot := filepath.Join(artifacts(t), "status-page.png")
 	headless(t, chromium, pageURL, "--screenshot="+shot)
 	f, err := os.Open(shot)
 	if err != nil {
@@ -125,6 +121,108 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Fatalf("screenshot %s shows %d pixels of the GPU bar colour", shot, n)
 	}
 	t.Logf("status page screenshot: %s (set KVINDEX_TEST_ARTIFACTS to keep it)", shot)
+}
+
+// artifacts is where screenshots go: $KVINDEX_TEST_ARTIFACTS to keep them.
+func artifacts(t *testing.T) string {
+	dir := os.Getenv("KVINDEX_TEST_ARTIFACTS")
+	if dir == "" {
+		return t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+var (
+	axisLabel   = regexp.MustCompile(`<text[^>]*\bdata-axis="([xy])"[^>]*>([^<]*)</text>`)
+	chartMsg    = regexp.MustCompile(`<text[^>]*\bid="chartmsg"[^>]*>([^<]*)</text>`)
+	loginHidden = regexp.MustCompile(`<section[^>]*\bid="loginsection"[^>]*\bhidden`)
+)
+
+// requireAxes fails unless the activity chart has its time axis (five
+// minutes to now) and a rate axis from 0.
+func requireAxes(t *testing.T, dom string) {
+	t.Helper()
+	var x, y []string
+	for _, m := range axisLabel.FindAllStringSubmatch(dom, -1) {
+		if m[1] == "x" {
+			x = append(x, m[2])
+		} else {
+			y = append(y, m[2])
+		}
+	}
+	if got := strings.Join(x, " "); got != "-5 min -4 min -3 min -2 min -1 min now" {
+		t.Fatalf("chart time axis: %q\nDOM:\n%s", got, dom)
+	}
+	if len(y) != 5 || y[0] != "0/s" {
+		t.Fatalf("chart rate axis: %q\nDOM:\n%s", y, dom)
+	}
+}
+
+// With --auth-token-file the page still opens in a browser (it holds no
+// data), shows its axes and asks for a token; every data call still needs
+// the token, which the page sends as a bearer header once given (here in
+// the link's fragment, which never reaches the server).
+func TestStatusPageWithToken(t *testing.T) {
+	chromium := requireChromium(t)
+	const token = "status-page-read-token-0123"
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte(token+" read\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := startDaemon(t, func(c *Config) { c.AuthTokenFile = tokens })
+	for _, path := range []string{"/v1/status", "/v1/pods", "/v1/models"} {
+		resp, err := http.Get(e.base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("GET %s without a token: %d, want 401", path, resp.StatusCode)
+		}
+	}
+
+	dom := string(headless(t, chromium, e.base+"/", "--dump-dom"))
+	requireAxes(t, dom)
+	if loginHidden.MatchString(dom) || !strings.Contains(dom, ">token required<") {
+		t.Fatalf("without a token the page does not ask for one:\n%s", dom)
+	}
+	if m := chartMsg.FindStringSubmatch(dom); m == nil || !strings.Contains(m[1], "enter a token") {
+		t.Fatalf("the empty chart does not say why it is empty: %q\nDOM:\n%s", m, dom)
+	}
+
+	dom = string(headless(t, chromium, e.base+"/#token=not-the-token-0123456789", "--dump-dom"))
+	if loginHidden.MatchString(dom) || !strings.Contains(dom, "the daemon rejected this token") {
+		t.Fatalf("a wrong token is not reported:\n%s", dom)
+	}
+
+	dom = string(headless(t, chromium, e.base+"/#token="+token, "--dump-dom"))
+	if !loginHidden.MatchString(dom) || !strings.Contains(dom, ">ready<") || !strings.Contains(dom, "events applied") {
+		t.Fatalf("with the token the page does not show the daemon's status:\n%s", dom)
+	}
+	requireAxes(t, dom)
+	if strings.Contains(dom, token) {
+		t.Fatal("the token is left in the page")
+	}
+
+	// The screenshot shows the axes of the empty chart (crisp 1px lines in
+	// the muted colour #6b7385), not a blank box.
+	shot := filepath.Join(artifacts(t), "status-page-token.png")
+	headless(t, chromium, e.base+"/", "--screenshot="+shot)
+	f, err := os.Open(shot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := countColor(img, 0x6b, 0x73, 0x85); n < 1000 {
+		t.Fatalf("screenshot %s shows %d pixels of the chart's axis colour", shot, n)
+	}
 }
 
 func countColor(img image.Image, r, g, b uint8) int {

@@ -4,10 +4,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/examples/gie-scorer/gie"
@@ -22,35 +26,72 @@ type endpoint struct {
 func (e *endpoint) GetMetadata() *gie.EndpointMetadata { return &e.md }
 func (e *endpoint) GetMetrics() *gie.Metrics           { return &e.m }
 
+// defaultModel is the model `make run` serves, with the committed Qwen3
+// tokenizer: the daemon tokenizes the prompt with the model's tokenizer, so
+// a model it has no tokenizer for cannot be scored.
+const defaultModel = "Qwen/Qwen3-8B"
+
 // main scores one prompt over pods named on the command line
-// (pod or pod=running/waiting/kv_usage ...) against a running daemon:
+// (pod or pod=running/waiting/kv_usage ...) against a running daemon
+// (`make run` in the repository root):
 //
-//	go run . -addr 127.0.0.1:50051 -model m -prompt "hello" a=3/0/0.4 b=1/0/0.2
+//	go run . -prompt "hello" a=3/0/0.4 b=1/0/0.2
+//	go run . -addr 127.0.0.1:50051 -model Qwen/Qwen3-8B -prompt "hello" a b
 func main() {
-	addr := flag.String("addr", "127.0.0.1:50051", "kvindexd gRPC address")
-	model := flag.String("model", "", "model name")
-	prompt := flag.String("prompt", "", "prompt to route")
-	policy := flag.String("policy", "", "daemon policy (\"\" = its default)")
-	flag.Parse()
-	c, err := client.New(client.Config{Addr: *addr, Timeout: 200 * time.Millisecond})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the command: it prints one "pod<TAB>score" line per endpoint and
+// returns the exit status (1 when the daemon refuses the request, with why).
+func run(args []string, stdout, stderr io.Writer) int {
+	fl := flag.NewFlagSet("gie-scorer", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	addr := fl.String("addr", "127.0.0.1:50051", "kvindexd gRPC address")
+	model := fl.String("model", defaultModel, "model name; the daemon needs its tokenizer (`make run` has "+
+		defaultModel+"'s; other models: kvindexd --tokenizer NAME=DIR)")
+	prompt := fl.String("prompt", "", "prompt to route")
+	policy := fl.String("policy", "", "daemon policy (\"\" = its default)")
+	fl.Usage = func() {
+		fmt.Fprintln(fl.Output(), "usage: gie-scorer [flags] pod[=running/waiting/kv_usage] ...")
+		fl.PrintDefaults()
 	}
-	defer c.Close()
+	if err := fl.Parse(args); err != nil {
+		return 2
+	}
+	if fl.NArg() == 0 {
+		fmt.Fprintln(stderr, "gie-scorer: name at least one endpoint (pod or pod=running/waiting/kv_usage)")
+		return 2
+	}
 	var eps []gie.Endpoint
-	for _, a := range flag.Args() {
+	for _, a := range fl.Args() {
 		e, err := parseEndpoint(a)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
+			fmt.Fprintln(stderr, "gie-scorer:", err)
+			return 2
 		}
 		eps = append(eps, e)
 	}
-	s := NewScorer("kvindex", c, *policy, slog.New(slog.NewTextHandler(os.Stderr, nil)))
-	for ep, v := range s.Score(context.Background(), &gie.CycleState{}, &gie.LLMRequest{TargetModel: *model, Prompt: *prompt}, eps) {
-		fmt.Printf("%s\t%g\n", ep.GetMetadata().NamespacedName.Name, v)
+	c, err := client.New(client.Config{Addr: *addr, Timeout: 2 * time.Second})
+	if err != nil {
+		fmt.Fprintln(stderr, "gie-scorer:", err)
+		return 2
 	}
+	defer c.Close()
+	// Debug: the CLI shows when the client voted least loaded without the daemon.
+	s := NewScorer("kvindex", c, *policy, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	scores, err := s.score(context.Background(), &gie.LLMRequest{TargetModel: *model, Prompt: *prompt}, eps)
+	for _, ep := range eps {
+		fmt.Fprintf(stdout, "%s\t%g\n", ep.GetMetadata().NamespacedName.Name, scores[ep])
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "gie-scorer: the daemon did not pick (every score is 0):", err)
+		if status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "tokenizer") {
+			fmt.Fprintf(stderr, "gie-scorer: the daemon has no tokenizer for model %q: use -model %s (what `make run` serves), "+
+				"or start kvindexd with --tokenizer %s=DIR\n", *model, defaultModel, *model)
+		}
+		return 1
+	}
+	return 0
 }
 
 // parseEndpoint reads "pod" or "pod=running/waiting/kv_usage".

@@ -45,9 +45,20 @@ func (s *Scorer) Category() gie.ScorerCategory { return gie.Affinity }
 // named to the daemon by pod name, the name their engines publish KV
 // events under.
 func (s *Scorer) Score(ctx context.Context, _ *gie.CycleState, req *gie.LLMRequest, endpoints []gie.Endpoint) map[gie.Endpoint]float64 {
+	scores, err := s.score(ctx, req, endpoints)
+	if err != nil {
+		// A request the daemon cannot route (e.g. no tokenizer for the
+		// model): no opinion, the other scorers decide.
+		s.log.Warn("kvindex pick failed", "request", req.RequestID, "err", err)
+	}
+	return scores
+}
+
+// score is Score with the daemon's refusal returned (every score is then 0).
+func (s *Scorer) score(ctx context.Context, req *gie.LLMRequest, endpoints []gie.Endpoint) (map[gie.Endpoint]float64, error) {
 	scores := make(map[gie.Endpoint]float64, len(endpoints))
 	if len(endpoints) == 0 {
-		return scores
+		return scores, nil
 	}
 	r := &client.Request{Model: req.TargetModel, Prompt: req.Prompt, Policy: s.policy,
 		Candidates: make([]client.Candidate, len(endpoints))}
@@ -59,14 +70,11 @@ func (s *Scorer) Score(ctx context.Context, _ *gie.CycleState, req *gie.LLMReque
 	}
 	d, err := s.c.Pick(ctx, r)
 	if err != nil {
-		// A request the daemon cannot route (e.g. no tokenizer for the
-		// model): no opinion, the other scorers decide.
-		s.log.Warn("kvindex pick failed", "request", req.RequestID, "err", err)
-		return scores
+		return scores, err
 	}
 	if d.Fallback {
 		s.log.Debug("kvindex unreachable, voting least loaded", "err", d.Err)
 	}
 	scores[endpoints[d.Index]] = 1
-	return scores
+	return scores, nil
 }

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +17,8 @@ import (
 	"github.com/kvindex/kvindex/examples/gie-scorer/gie"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/prefixstore"
+	"github.com/kvindex/kvindex/tokenization"
 )
 
 // fakeTokenizer turns each byte of a prompt into a token id, enough for
@@ -94,5 +101,79 @@ func TestParseEndpoint(t *testing.T) {
 	}
 	if _, err := parseEndpoint("a=x"); err == nil {
 		t.Fatal("bad load accepted")
+	}
+}
+
+// The command works as the README runs it after `make run`: its default
+// model is the one make run serves with the committed tokenizer, and a
+// model the daemon has no tokenizer for is an error that says so, not a
+// silent row of zeros.
+func TestRunAgainstMakeRunDaemon(t *testing.T) {
+	makefile, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runArgs := regexp.MustCompile(`(?m)^RUN_DEMO_ARGS \?=.*--tokenizer ([^ =]+)=(\S+)`).FindSubmatch(makefile)
+	if runArgs == nil || string(runArgs[1]) != defaultModel {
+		t.Fatalf("make run does not serve %s with a tokenizer (RUN_DEMO_ARGS: %q)", defaultModel, runArgs)
+	}
+	dir := filepath.Join("../..", string(runArgs[2]))
+
+	keys := kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 16}
+	reg := tokenization.NewRegistry(tokenization.RegistryConfig{Models: map[string]string{defaultModel: dir}})
+	store := prefixstore.New(prefixstore.Config{}, reg, nil)
+	idx, err := indexer.New(context.Background(), indexer.Config{Keys: keys, Tokenizer: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := api.New(api.Config{Indexer: idx, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := srv.NewGRPCServer()
+	go func() { _ = gs.Serve(ln) }()
+	defer gs.Stop()
+
+	prompt := "You are a helpful assistant. Answer briefly and cite your sources. The user asks about the weather in Lisbon."
+	tokens, err := store.TokenizePrompt(context.Background(), defaultModel, prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := kvindex.NewHasher(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hashes []uint64
+	for _, k := range h.Keys(nil, tokens, kvindex.RequestExtras{}) {
+		hashes = append(hashes, uint64(k))
+	}
+	if len(hashes) == 0 {
+		t.Fatalf("the prompt is %d tokens, less than a block", len(tokens))
+	}
+	idx.Sink().Apply(context.Background(), &kvindex.Batch{Pod: "warm", Model: defaultModel,
+		Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: hashes, TokenIDs: tokens[:len(hashes)*16], BlockSize: 16}}})
+
+	var stdout, stderr bytes.Buffer
+	// The warm pod is the busier one: only its cache makes it the pick.
+	if rc := run([]string{"-addr", ln.Addr().String(), "-prompt", prompt, "cold=0/0/0", "warm=2/0/0.3"}, &stdout, &stderr); rc != 0 ||
+		stdout.String() != "cold\t0\nwarm\t1\n" {
+		t.Fatalf("default model: exit %d, stdout %q, stderr %s", rc, stdout.String(), stderr.String())
+	}
+
+	stdout.Reset()
+	stderr.Reset()
+	rc := run([]string{"-addr", ln.Addr().String(), "-model", "m", "-prompt", prompt, "cold", "warm"}, &stdout, &stderr)
+	if rc != 1 || stdout.String() != "cold\t0\nwarm\t0\n" ||
+		!strings.Contains(stderr.String(), `the daemon has no tokenizer for model "m": use -model Qwen/Qwen3-8B`) {
+		t.Fatalf("model without a tokenizer: exit %d, stdout %q, stderr %s", rc, stdout.String(), stderr.String())
+	}
+
+	stderr.Reset()
+	if rc := run([]string{"-addr", ln.Addr().String()}, &stdout, &stderr); rc != 2 || !strings.Contains(stderr.String(), "name at least one endpoint") {
+		t.Fatalf("no endpoints: exit %d, stderr %s", rc, stderr.String())
 	}
 }

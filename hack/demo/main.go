@@ -7,7 +7,11 @@
 //	make demo            (= go run ./hack/demo)
 //	go run ./hack/demo --duration 60s --kvindexd bin/kvindexd
 //
-// It stops by itself after --duration or on Ctrl-C.
+// The daemon serves the model with the committed Qwen3 tokenizer, as `make
+// run` does, and the fleet's shared system prompts are real text tokenized
+// with it: the status page (its address is printed) scores a prompt that
+// starts with one of them against the fleet. It stops by itself after
+// --duration or on Ctrl-C.
 package main
 
 import (
@@ -20,15 +24,18 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/tokenization"
 )
 
 const (
@@ -37,15 +44,50 @@ const (
 	hashSeed  = "0"
 )
 
+// systemPrompts are the fleet's shared prefixes: most requests start with
+// one of them, so a prompt starting with one (on the status page, or a
+// curl to /v1/score) matches the pods that served them.
+var systemPrompts = []string{
+	"You are a helpful assistant for a travel agency. Answer in the customer's language, keep every answer " +
+		"under two hundred words, and always give prices in euros including taxes. When a customer asks about " +
+		"a destination, name the best months to visit, the typical weather, how to get there by train or plane, " +
+		"and one local dish worth trying. Never invent opening hours or prices: say that you do not know and " +
+		"suggest where to check. If the customer wants to book, collect the dates, the number of travellers and " +
+		"a budget, then summarise them in a short list before confirming anything. Mention travel insurance " +
+		"once, without insisting, and remind travellers outside the Schengen area to check their visa " +
+		"requirements well before they leave.",
+	"You are a code reviewer for a Go project. For every change you review, first say in one sentence what it " +
+		"does, then list the problems you find, most serious first: data races, unchecked errors, leaked " +
+		"goroutines, allocations on hot paths, missing tests and unclear names. Quote the line you mean and " +
+		"propose the corrected code. Do not comment on formatting, which gofmt decides. End with a verdict: " +
+		"approve, approve with nits, or request changes, and the one change that matters most. Keep the review " +
+		"short enough to read in two minutes and be kind to the author. When the change touches a public " +
+		"API, check that the documentation and the changelog say what changed, and ask for a benchmark " +
+		"before and after whenever the author claims that something became faster.",
+}
+
+type options struct {
+	bin          string
+	tokenizerDir string
+	duration     time.Duration
+	every        time.Duration
+	verbose      bool
+	// onReady, when set, is called with the daemon's HTTP base URL once the
+	// fleet is publishing (tests score against it).
+	onReady func(base string)
+}
+
 func main() {
-	duration := flag.Duration("duration", 30*time.Second, "how long the demo runs")
-	every := flag.Duration("every", 3*time.Second, "how often scores are printed")
-	bin := flag.String("kvindexd", "", "kvindexd binary (default: build it with `go build` into a temp dir)")
-	verbose := flag.Bool("v", false, "show the daemon's log")
+	var o options
+	flag.DurationVar(&o.duration, "duration", 30*time.Second, "how long the demo runs")
+	flag.DurationVar(&o.every, "every", 3*time.Second, "how often scores are printed")
+	flag.StringVar(&o.bin, "kvindexd", "", "kvindexd binary (default: build it with `go build` into a temp dir)")
+	flag.StringVar(&o.tokenizerDir, "tokenizer-dir", "tokenization/testdata/qwen3", "tokenizer of "+model+" (the committed Qwen3 tokenizer; relative to the repository root)")
+	flag.BoolVar(&o.verbose, "v", false, "show the daemon's log")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *bin, *duration, *every, *verbose); err != nil {
+	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
@@ -60,7 +102,40 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func run(ctx context.Context, bin string, duration, every time.Duration, verbose bool) error {
+// loadTokenizer reads the model's tokenizer: the daemon is given the same
+// directory, so the demo's token ids are the ones it computes for a prompt.
+func loadTokenizer(dir string) (string, *tokenization.Tokenizer, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", nil, err
+	}
+	tj, cj, err := tokenization.ReadTokenizerPath(abs)
+	if err != nil {
+		return "", nil, fmt.Errorf("tokenizer of %s: %w (run from the repository root, or give --tokenizer-dir)", model, err)
+	}
+	tok, err := tokenization.Load(tj, cj)
+	if err != nil {
+		return "", nil, fmt.Errorf("tokenizer %s: %w", abs, err)
+	}
+	return abs, tok, nil
+}
+
+func run(ctx context.Context, o options) error {
+	tokDir, tok, err := loadTokenizer(o.tokenizerDir)
+	if err != nil {
+		return err
+	}
+	var systems [][]uint32
+	for _, p := range systemPrompts {
+		ids, err := tok.Encode(p, true)
+		if err != nil {
+			return err
+		}
+		// Whole blocks only: a prompt that continues the text may
+		// tokenize its last partial block differently.
+		systems = append(systems, ids[:len(ids)/blockSize*blockSize])
+	}
+	bin := o.bin
 	if bin == "" {
 		dir, err := os.MkdirTemp("", "kvindex-demo")
 		if err != nil {
@@ -89,10 +164,10 @@ func run(ctx context.Context, bin string, duration, every time.Duration, verbose
 	// final scores can be printed, and is stopped with SIGTERM (graceful).
 	cmd := exec.Command(bin, "serve", "--index", "memory", "--zmq-bind", zmqAddr, "--http-addr", httpAddr,
 		"--grpc-addr", fmt.Sprintf("127.0.0.1:%d", ports[2]), "--hash-algo", "sha256", "--hash-seed", hashSeed,
-		"--block-size", fmt.Sprint(blockSize), "--capacity", "100000")
+		"--block-size", fmt.Sprint(blockSize), "--capacity", "100000", "--tokenizer", model+"="+tokDir)
 	cmd.Stdout = io.Discard
 	cmd.Stderr = io.Discard
-	if verbose {
+	if o.verbose {
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	}
 	if err := cmd.Start(); err != nil {
@@ -106,17 +181,19 @@ func run(ctx context.Context, bin string, duration, every time.Duration, verbose
 	if err := waitReady(ctx, base); err != nil {
 		return err
 	}
-	fmt.Printf("kvindexd is up: ZMQ bind %s, HTTP %s, gRPC 127.0.0.1:%d (model %s, sha256, PYTHONHASHSEED=%s, block size %d)\n\n",
+	fmt.Printf("kvindexd is up: ZMQ bind %s, HTTP %s, gRPC 127.0.0.1:%d (model %s, sha256, PYTHONHASHSEED=%s, block size %d)\n",
 		zmqAddr, base, ports[2], model, hashSeed, blockSize)
+	fmt.Printf("status page: %s/ ; this link scores the first system prompt on it:\n  %s/?%s\n\n", base, base,
+		url.Values{"model": {model}, "prompt": {systemPrompts[0]}}.Encode())
 
 	// The demo's duration counts from here, not from the build.
-	ctx, cancel := context.WithTimeout(ctx, duration)
+	ctx, cancel := context.WithTimeout(ctx, o.duration)
 	defer cancel()
 	hasher, err := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: hashSeed, BlockSize: blockSize})
 	if err != nil {
 		return err
 	}
-	f, err := newFleet(zmqAddr, hasher)
+	f, err := newFleet(zmqAddr, hasher, systems)
 	if err != nil {
 		return err
 	}
@@ -125,10 +202,13 @@ func run(ctx context.Context, bin string, duration, every time.Duration, verbose
 		return err
 	}
 
+	if o.onReady != nil {
+		go o.onReady(base)
+	}
 	start := time.Now()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	show := time.NewTicker(every)
+	show := time.NewTicker(o.every)
 	defer show.Stop()
 	restarted := false
 	for {
@@ -190,7 +270,7 @@ type fleet struct {
 	names   []string
 }
 
-func newFleet(addr string, h *kvindex.Hasher) (*fleet, error) {
+func newFleet(addr string, h *kvindex.Hasher, systems [][]uint32) (*fleet, error) {
 	f := &fleet{hasher: h, rng: rand.New(rand.NewPCG(1, 2))}
 	specs := []struct {
 		pod   string
@@ -206,10 +286,7 @@ func newFleet(addr string, h *kvindex.Hasher) (*fleet, error) {
 			f.engines = append(f.engines, &engine{pod: s.pod, rank: r, pub: pub, capacity: 150, held: map[uint64]bool{}})
 		}
 	}
-	// Two system prompts of 8 blocks (128 tokens) shared by most requests.
-	for i := 0; i < 2; i++ {
-		f.systems = append(f.systems, f.tokens(8*blockSize))
-	}
+	f.systems = systems
 	// Probes: each system prompt plus a fixed question, and a one-off prompt.
 	f.probes = [][]uint32{
 		append(append([]uint32{}, f.systems[0]...), f.tokens(8*blockSize)...),
@@ -257,10 +334,11 @@ func (f *fleet) step() error {
 		i := f.rng.IntN(len(f.convs))
 		f.convs[i] = append(f.convs[i], f.tokens(blockSize*(1+f.rng.IntN(4)))...)
 		prompt = f.convs[i]
-	case x < 3: // a probe question (a random-length prefix of it), now and then
-		p := f.probes[f.rng.IntN(2)]
+	case x < 3: // a probe question (a random-length prefix of it, past its system prompt), now and then
+		i := f.rng.IntN(2)
+		p, sys := f.probes[i], len(f.systems[i])/blockSize
 		n := len(p) / blockSize
-		prompt = p[:blockSize*(8+f.rng.IntN(n-8+1))]
+		prompt = p[:blockSize*(sys+f.rng.IntN(n-sys+1))]
 	default: // a new request on a shared system prompt
 		sys := f.systems[f.rng.IntN(len(f.systems))]
 		prompt = append(append([]uint32{}, sys...), f.tokens(blockSize*(2+f.rng.IntN(12))+f.rng.IntN(blockSize))...)

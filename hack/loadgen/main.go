@@ -9,6 +9,10 @@
 // N it runs the mixed scenario instead (mixed.go): N engines publish stored
 // blocks with token ids while the gRPC clients score. Bounded by
 // --duration and --requests; refuses non-loopback addresses.
+//
+// The block hashes it publishes are computed with the daemon's hash
+// algorithm, seed and block size, read from GET /v1/status, and it stops
+// with an error when the daemon's parity check disagrees (keys.go).
 package main
 
 import (
@@ -52,19 +56,20 @@ type options struct {
 	floor                   time.Duration
 	publishers, stepBlocks  int
 	engineRate              float64
+	set                     map[string]bool // the flags given on the command line
 }
 
 func main() {
-	var o options
+	o := options{set: map[string]bool{}}
 	flag.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:50051", "daemon gRPC address")
 	flag.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "daemon HTTP address")
 	flag.StringVar(&o.zmq, "zmq", "tcp://127.0.0.1:5557", "daemon ZMQ bind address to publish the fleet state to")
 	flag.BoolVar(&o.publish, "publish", true, "publish the fleet state before measuring")
 	flag.DurationVar(&o.floor, "floor", 2*time.Second, "first measure an empty gRPC call (grpc.health.v1 Check) this long: the transport's floor on this machine (0 = skip)")
 	flag.StringVar(&o.model, "model", "loadgen/model", "model name")
-	flag.StringVar(&o.algo, "hash-algo", "sha256", "must equal the daemon's --hash-algo")
-	flag.StringVar(&o.seed, "hash-seed", "", "must equal the daemon's --hash-seed")
-	flag.IntVar(&o.blockSize, "block-size", 16, "must equal the daemon's --block-size")
+	flag.StringVar(&o.algo, flagAlgo, "", "hash algorithm (default: the daemon's, from /v1/status; give it only for a model with its own key config)")
+	flag.StringVar(&o.seed, flagSeed, "", "hash seed (default: the daemon's, from /v1/status; give it only for a model with its own key config)")
+	flag.IntVar(&o.blockSize, flagBlockSize, 0, "block size (default: the daemon's, from /v1/status; give it only for a model with its own key config)")
 	flag.IntVar(&o.pods, "pods", 8, "pods in the fleet")
 	flag.IntVar(&o.tokens, "tokens", 8192, "tokens per request (8192 = 512 blocks of 16)")
 	flag.IntVar(&o.prompts, "prompts", 16, "distinct prompts (each pod holds a random prefix of each)")
@@ -77,6 +82,7 @@ func main() {
 	flag.Float64Var(&o.engineRate, "engine-rate", 12500, "mixed scenario: stored blocks/s per engine")
 	flag.IntVar(&o.stepBlocks, "step-blocks", 32, "mixed scenario: blocks stored per engine step (batch)")
 	flag.Parse()
+	flag.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
 		os.Exit(1)
@@ -103,10 +109,16 @@ func run(o options) error {
 			return err
 		}
 	}
-	h, err := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.HashAlgo(o.algo), Seed: o.seed, BlockSize: o.blockSize})
+	daemon, derr := daemonKeys(o.httpAddr)
+	keys, err := resolveKeys(o, daemon, derr, os.Stderr)
 	if err != nil {
 		return err
 	}
+	h, err := kvindex.NewHasher(keys)
+	if err != nil {
+		return err
+	}
+	o.algo, o.seed, o.blockSize = string(keys.Algo), keys.Seed, keys.BlockSize
 	rng := rand.New(rand.NewPCG(7, 11))
 	prompts := make([][]uint32, o.prompts)
 	for i := range prompts {
@@ -117,6 +129,13 @@ func run(o options) error {
 	}
 	if o.publish {
 		if err := publish(o, h, prompts, rng); err != nil {
+			return err
+		}
+		pods := map[string]bool{}
+		for p := 0; p < o.pods; p++ {
+			pods[podName(p)] = true
+		}
+		if err := checkParity(o, keys, pods); err != nil {
 			return err
 		}
 	}
@@ -134,8 +153,8 @@ func run(o options) error {
 	default:
 		return fmt.Errorf("--input %q: want tokens or hashes", o.input)
 	}
-	fmt.Printf("loadgen: %d pods, %d prompts of %d tokens (%d blocks) as %s, concurrency %d, %s per transport\n",
-		o.pods, o.prompts, o.tokens, o.tokens/o.blockSize, o.input, o.concurrency, o.duration)
+	fmt.Printf("loadgen: %d pods, %d prompts of %d tokens (%d blocks) as %s, concurrency %d, %s per transport; keys %s\n",
+		o.pods, o.prompts, o.tokens, o.tokens/o.blockSize, o.input, o.concurrency, o.duration, keys)
 	if o.publishers > 0 {
 		if o.engineRate <= 0 || o.stepBlocks <= 0 {
 			return fmt.Errorf("--engine-rate and --step-blocks must be positive")
@@ -171,7 +190,7 @@ func publish(o options, h *kvindex.Hasher, prompts [][]uint32, rng *rand.Rand) e
 	defer pub.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	topic := func(p int) string { return fmt.Sprintf("kv@loadgen-pod-%02d@%s", p, o.model) }
+	topic := func(p int) string { return "kv@" + podName(p) + "@" + o.model }
 	if err := pub.WaitSubscribed(ctx, topic(0)); err != nil {
 		return fmt.Errorf("daemon is not subscribed on %s: %w", o.zmq, err)
 	}
@@ -188,7 +207,7 @@ func publish(o options, h *kvindex.Hasher, prompts [][]uint32, rng *rand.Rand) e
 			for _, k := range keys[:n] {
 				ev.BlockHashes = append(ev.BlockHashes, uint64(k))
 			}
-			b := &kvindex.Batch{Pod: fmt.Sprintf("loadgen-pod-%02d", p), Model: o.model, Events: []kvindex.Event{ev}}
+			b := &kvindex.Batch{Pod: podName(p), Model: o.model, Events: []kvindex.Event{ev}}
 			payload, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{})
 			if err != nil {
 				return err
@@ -201,7 +220,7 @@ func publish(o options, h *kvindex.Hasher, prompts [][]uint32, rng *rand.Rand) e
 	// Wait for the marker.
 	return withGRPC(o, func(conn *grpc.ClientConn) error {
 		c := kvindexv1.NewIndexerClient(conn)
-		last := fmt.Sprintf("loadgen-pod-%02d", o.pods-1)
+		last := podName(o.pods - 1)
 		for {
 			resp, err := c.Score(ctx, &kvindexv1.ScoreRequest{Model: o.model, Pods: []string{last},
 				Input: &kvindexv1.ScoreRequest_TokenIds{TokenIds: &kvindexv1.TokenIDs{Ids: lastPrompt}}})
@@ -216,6 +235,9 @@ func publish(o options, h *kvindex.Hasher, prompts [][]uint32, rng *rand.Rand) e
 		}
 	})
 }
+
+// podName is the name of the p-th published pod.
+func podName(p int) string { return fmt.Sprintf("loadgen-pod-%02d", p) }
 
 type recorder struct {
 	mu   sync.Mutex
