@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvindex/kvindex/indexer/leases"
+	"github.com/kvindex/kvindex/indexer/internal/leases"
 	"github.com/kvindex/kvindex/kvevents"
 )
 

@@ -3,7 +3,7 @@ package indexer
 import (
 	"time"
 
-	"github.com/kvindex/kvindex/indexer/redisspec"
+	"github.com/kvindex/kvindex/indexer/internal/redisspec"
 )
 
 // sharedSpeculative is the store speculative entries are shared through:
