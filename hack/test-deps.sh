@@ -3,8 +3,9 @@
 # on a fresh Debian/Ubuntu machine: real libzmq for the interop publisher
 # (python3-zmq, python3-msgpack), the golden-vector references (python3-cbor2,
 # python3-xxhash, python3-jinja2), redis-server/redis-cli for the Redis tests,
-# chromium for the status page's headless-browser test, and (npm) the
-# reference tokenizer plus the model tokenizer files.
+# chromium for the status page's headless-browser test, (npm) the reference
+# tokenizer plus the model tokenizer files, and (Go module proxy) grpcurl for
+# the documentation's gRPC examples (internal/docexamples).
 # Idempotent and quiet when everything is there.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -30,3 +31,9 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
 fi
 hack/tokenizers/setup.sh
+# grpcurl, pinned, into GOBIN (or GOPATH/bin), where the examples test looks.
+GRPCURL_VERSION=v1.9.4
+command -v grpcurl >/dev/null || [ -x "$(go env GOPATH)/bin/grpcurl" ] || {
+  echo "test-deps: installing grpcurl $GRPCURL_VERSION"
+  GOFLAGS= go install "github.com/fullstorydev/grpcurl/cmd/grpcurl@$GRPCURL_VERSION"
+}

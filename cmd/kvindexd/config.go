@@ -42,9 +42,9 @@ type Config struct {
 	Capacity int64  `json:"capacity" yaml:"capacity"`
 	// Leases divides the connect-topology endpoints between daemons sharing a
 	// Redis index (see the Redis section of the README).
-	Leases   bool   `json:"leases" yaml:"leases"`
-	LeaseTTL string `json:"lease_ttl" yaml:"lease_ttl"`
-	DaemonID string `json:"daemon_id" yaml:"daemon_id"`
+	Leases   bool     `json:"leases" yaml:"leases"`
+	LeaseTTL Duration `json:"lease_ttl" yaml:"lease_ttl"`
+	DaemonID string   `json:"daemon_id" yaml:"daemon_id"`
 
 	HashAlgo        string                 `json:"hash_algo" yaml:"hash_algo"`
 	HashSeed        string                 `json:"hash_seed" yaml:"hash_seed"`
@@ -62,19 +62,19 @@ type Config struct {
 
 	// The prediction check: a sample of scored requests is compared with the
 	// blocks the engines later store (GET /v1/models, kvindexd_prediction_*).
-	PredictionSampleRate float64 `json:"prediction_sample_rate" yaml:"prediction_sample_rate"`
-	PredictionWindow     string  `json:"prediction_window" yaml:"prediction_window"`
-	PredictionCapacity   int     `json:"prediction_capacity" yaml:"prediction_capacity"`
+	PredictionSampleRate float64  `json:"prediction_sample_rate" yaml:"prediction_sample_rate"`
+	PredictionWindow     Duration `json:"prediction_window" yaml:"prediction_window"`
+	PredictionCapacity   int      `json:"prediction_capacity" yaml:"prediction_capacity"`
 
 	LogLevel  string `json:"log_level" yaml:"log_level"`
 	LogFormat string `json:"log_format" yaml:"log_format"`
 
 	// Pick: the default policy, the speculative-entry TTL and the routing
 	// history of pods without events ("" / 0 = the indexer's defaults).
-	PickPolicy      string `json:"pick_policy" yaml:"pick_policy"`
-	SpecTTL         string `json:"speculative_ttl" yaml:"speculative_ttl"`
-	HistoryTTL      string `json:"history_ttl" yaml:"history_ttl"`
-	HistoryCapacity int    `json:"history_capacity" yaml:"history_capacity"`
+	PickPolicy      string   `json:"pick_policy" yaml:"pick_policy"`
+	SpecTTL         Duration `json:"speculative_ttl" yaml:"speculative_ttl"`
+	HistoryTTL      Duration `json:"history_ttl" yaml:"history_ttl"`
+	HistoryCapacity int      `json:"history_capacity" yaml:"history_capacity"`
 	// Security: TLS, tokens, admin API, endpoint policy, HTTP limits
 	// (security.go).
 	SecurityConfig `yaml:",inline"`
@@ -123,7 +123,7 @@ func DefaultConfig() Config {
 		Workers:        0, // kvevents default (one per CPU)
 		QueueSize:      0, // kvevents default
 		Index:          "memory",
-		LeaseTTL:       "10s",
+		LeaseTTL:       Duration(10 * time.Second),
 		HashAlgo:       string(kvindex.AlgoSHA256), // vLLM's default since v0.10.2
 		HashSeed:       "",
 		BlockSize:      16,
@@ -138,7 +138,7 @@ func DefaultConfig() Config {
 		// traffic, at a cost the apply path does not show (see
 		// BenchmarkApplyWithPrediction in package indexer).
 		PredictionSampleRate: 0.01,
-		PredictionWindow:     "30s",
+		PredictionWindow:     Duration(indexer.DefaultPredictionWindow),
 		Discovery:            defaultDiscoveryConfig(),
 	}
 }
@@ -276,7 +276,7 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.Index, "index", cfg.Index, "index backend: memory | redis://[user:pass@]host:port/db | rediss://... | redis-cluster://h1:p1,h2:p2")
 	fs.Int64Var(&cfg.Capacity, "capacity", cfg.Capacity, fmt.Sprintf("in-memory index bound in (block, pod) entries (0 = default %d)", kvindex.DefaultMemoryCapacity))
 	fs.BoolVar(&cfg.Leases, "leases", cfg.Leases, "share the --endpoint list with other daemons through leases in Redis (connect topology)")
-	fs.StringVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "with --leases: how long a dead daemon keeps its endpoints before another takes them over")
+	fs.Var(&cfg.LeaseTTL, "lease-ttl", "with --leases: how long a dead daemon keeps its endpoints before another takes them over")
 	fs.StringVar(&cfg.DaemonID, "daemon-id", cfg.DaemonID, "with --leases: this daemon's unique id (default hostname-pid)")
 	fs.StringVar(&cfg.HashAlgo, "hash-algo", cfg.HashAlgo, "vLLM --prefix-caching-hash-algo: "+kvindex.HashAlgoNames())
 	fs.StringVar(&cfg.HashSeed, "hash-seed", cfg.HashSeed, "the engines' PYTHONHASHSEED (string, as set in their environment)")
@@ -290,11 +290,11 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.PrefixChunkBytes, "prefix-store-chunk-bytes", cfg.PrefixChunkBytes, fmt.Sprintf("prefix store chunk size in bytes (0 = default %d)", prefixstore.DefaultChunkBytes))
 	fs.IntVar(&cfg.PrefixCapacity, "prefix-store-capacity", cfg.PrefixCapacity, fmt.Sprintf("prefix store size in chunks per model, least recently used dropped (0 = default %d)", prefixstore.DefaultCapacity))
 	fs.StringVar(&cfg.PickPolicy, "pick-policy", cfg.PickPolicy, "default policy of /v1/pick: "+strings.Join(routing.Names(), ", ")+" (\"\" = "+routing.DefaultPolicy+")")
-	fs.StringVar(&cfg.SpecTTL, "speculative-ttl", cfg.SpecTTL, "how long a picked pod is assumed to hold the request's blocks before its events arrive (\"\" = 2s, negative = off)")
-	fs.StringVar(&cfg.HistoryTTL, "history-ttl", cfg.HistoryTTL, "how long picks are remembered for pods without KV events (\"\" = 120s, negative = off)")
+	fs.Var(&cfg.SpecTTL, "speculative-ttl", "how long a picked pod is assumed to hold the request's blocks before its events arrive (0 = 2s, negative = off)")
+	fs.Var(&cfg.HistoryTTL, "history-ttl", "how long picks are remembered for pods without KV events (0 = 120s, negative = off)")
 	fs.IntVar(&cfg.HistoryCapacity, "history-capacity", cfg.HistoryCapacity, "routing history bound in (block, pod) entries (0 = default)")
 	fs.Float64Var(&cfg.PredictionSampleRate, "prediction-sample-rate", cfg.PredictionSampleRate, "fraction of scored requests whose predicted blocks are checked against the engines' stored blocks (0 = off)")
-	fs.StringVar(&cfg.PredictionWindow, "prediction-window", cfg.PredictionWindow, "how long a predicted block may take to be stored before it counts as missed")
+	fs.Var(&cfg.PredictionWindow, "prediction-window", "how long a predicted block may take to be stored before it counts as missed")
 	fs.IntVar(&cfg.PredictionCapacity, "prediction-capacity", cfg.PredictionCapacity, fmt.Sprintf("predicted blocks awaited at once (0 = default %d); more are dropped and counted", indexer.DefaultPredictionCapacity))
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug | info | warn | error")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text | json")
@@ -390,6 +390,9 @@ func readConfigFile(path string, cfg *Config) error {
 }
 
 func (c *Config) validate() error {
+	if err := c.validateDurations(); err != nil {
+		return err
+	}
 	if _, _, err := c.keyConfigs(); err != nil {
 		return err
 	}
@@ -456,19 +459,7 @@ func (c *Config) pickConfig() (indexer.PickConfig, error) {
 			return pc, fmt.Errorf("--pick-policy: %w", err)
 		}
 	}
-	for _, d := range []struct {
-		flag, v string
-		dst     *time.Duration
-	}{{"--speculative-ttl", c.SpecTTL, &pc.SpeculativeTTL}, {"--history-ttl", c.HistoryTTL, &pc.HistoryTTL}} {
-		if d.v == "" {
-			continue
-		}
-		v, err := time.ParseDuration(d.v)
-		if err != nil || v == 0 {
-			return pc, fmt.Errorf("%s %q: want a duration such as 2s (negative = off)", d.flag, d.v)
-		}
-		*d.dst = v
-	}
+	pc.SpeculativeTTL, pc.HistoryTTL = time.Duration(c.SpecTTL), time.Duration(c.HistoryTTL) // validated
 	if c.HistoryCapacity < 0 {
 		return pc, errors.New("--history-capacity must not be negative")
 	}
@@ -544,13 +535,7 @@ func (c *Config) predictionConfig() (indexer.PredictionConfig, error) {
 	if pc.Capacity < 0 {
 		return pc, errors.New("--prediction-capacity must not be negative")
 	}
-	if c.PredictionWindow != "" {
-		w, err := time.ParseDuration(c.PredictionWindow)
-		if err != nil || w <= 0 {
-			return pc, fmt.Errorf("--prediction-window %q: want a positive duration such as 30s", c.PredictionWindow)
-		}
-		pc.Window = w
-	}
+	pc.Window = time.Duration(c.PredictionWindow) // validated
 	return pc, nil
 }
 

@@ -17,15 +17,15 @@ import (
 // limits"); it is inlined into Config, so its keys sit at the top level of the
 // config file.
 type LimitsConfig struct {
-	ZMQMaxMessageSize   int64  `json:"zmq_max_message_size" yaml:"zmq_max_message_size"`
-	ZMQHandshakeTimeout string `json:"zmq_handshake_timeout" yaml:"zmq_handshake_timeout"`
-	ZMQMaxConns         int    `json:"zmq_max_conns" yaml:"zmq_max_conns"`
-	MaxStreams          int    `json:"max_streams" yaml:"max_streams"`
-	MaxModels           int    `json:"max_models" yaml:"max_models"`
-	MaxDPRanks          int    `json:"max_dp_ranks" yaml:"max_dp_ranks"`
-	PodExpiry           string `json:"pod_expiry" yaml:"pod_expiry"`
-	MaxDigestCaches     int    `json:"max_digest_caches" yaml:"max_digest_caches"`
-	MaxAliasTables      int    `json:"max_alias_tables" yaml:"max_alias_tables"`
+	ZMQMaxMessageSize   int64    `json:"zmq_max_message_size" yaml:"zmq_max_message_size"`
+	ZMQHandshakeTimeout Duration `json:"zmq_handshake_timeout" yaml:"zmq_handshake_timeout"`
+	ZMQMaxConns         int      `json:"zmq_max_conns" yaml:"zmq_max_conns"`
+	MaxStreams          int      `json:"max_streams" yaml:"max_streams"`
+	MaxModels           int      `json:"max_models" yaml:"max_models"`
+	MaxDPRanks          int      `json:"max_dp_ranks" yaml:"max_dp_ranks"`
+	PodExpiry           Duration `json:"pod_expiry" yaml:"pod_expiry"`
+	MaxDigestCaches     int      `json:"max_digest_caches" yaml:"max_digest_caches"`
+	MaxAliasTables      int      `json:"max_alias_tables" yaml:"max_alias_tables"`
 	// PodShare is nil for the backend's default: kvindex.DefaultPodShare
 	// with the in-memory index, none with Redis (which has no per-pod
 	// accounting; a share set explicitly there is a start-up error).
@@ -35,12 +35,12 @@ type LimitsConfig struct {
 func defaultLimits() LimitsConfig {
 	return LimitsConfig{
 		ZMQMaxMessageSize:   zmtp.DefaultMaxMessageSize,
-		ZMQHandshakeTimeout: zmtp.DefaultHandshakeTimeout.String(),
+		ZMQHandshakeTimeout: Duration(zmtp.DefaultHandshakeTimeout),
 		ZMQMaxConns:         zmtp.DefaultMaxConns,
 		MaxStreams:          kvevents.DefaultMaxStreams,
 		MaxModels:           kvevents.DefaultMaxModels,
 		MaxDPRanks:          kvevents.DefaultMaxDPRanks,
-		PodExpiry:           kvevents.DefaultPodExpiry.String(),
+		PodExpiry:           Duration(kvevents.DefaultPodExpiry),
 		MaxDigestCaches:     kvindex.DefaultMaxDigestCaches,
 		MaxAliasTables:      kvindex.DefaultMaxAliasTables,
 	}
@@ -48,33 +48,19 @@ func defaultLimits() LimitsConfig {
 
 func limitFlags(fs *flag.FlagSet, l *LimitsConfig) {
 	fs.Int64Var(&l.ZMQMaxMessageSize, "zmq-max-message-size", l.ZMQMaxMessageSize, "largest ZMQ message accepted, bytes (larger: the connection is closed)")
-	fs.StringVar(&l.ZMQHandshakeTimeout, "zmq-handshake-timeout", l.ZMQHandshakeTimeout, "deadline for a ZMQ peer's whole handshake")
+	fs.Var(&l.ZMQHandshakeTimeout, "zmq-handshake-timeout", "deadline for a ZMQ peer's whole handshake")
 	fs.IntVar(&l.ZMQMaxConns, "zmq-max-conns", l.ZMQMaxConns, "connections the ZMQ bind socket holds at once (more are closed at once)")
 	fs.IntVar(&l.MaxStreams, "max-streams", l.MaxStreams, "distinct (pod, dp rank) streams tracked; batches of further ones are dropped and counted")
 	fs.IntVar(&l.MaxModels, "max-models", l.MaxModels, "distinct model names tracked; batches naming further ones are dropped and counted")
 	fs.IntVar(&l.MaxDPRanks, "max-dp-ranks", l.MaxDPRanks, "data-parallel ranks accepted per pod (rank must be below this)")
-	fs.StringVar(&l.PodExpiry, "pod-expiry", l.PodExpiry, "a stream silent this long is cleared from the index and forgotten (0 = never)")
+	fs.Var(&l.PodExpiry, "pod-expiry", "a stream silent this long is cleared from the index and forgotten (0 = never)")
 	fs.IntVar(&l.MaxDigestCaches, "max-digest-caches", l.MaxDigestCaches, "models with a parity digest cache (~11 MB each); further models go unverified")
 	fs.IntVar(&l.MaxAliasTables, "max-alias-tables", l.MaxAliasTables, "pods with an alias table (~4.7 MB each, mismatching or SGLang pods); further pods are indexed without")
 	fs.Var(podShareFlag{&l.PodShare}, "pod-share", fmt.Sprintf("one pod holds at most capacity/N entries of the in-memory index (0 = no per-pod bound; "+
 		"auto = %d in memory, none with Redis; Redis has no per-pod accounting, so a number there fails at start)", kvindex.DefaultPodShare))
 }
 
-// durations parses the limits' duration strings.
-func (l *LimitsConfig) durations() (handshake, expiry time.Duration, err error) {
-	if handshake, err = time.ParseDuration(l.ZMQHandshakeTimeout); err != nil || handshake <= 0 {
-		return 0, 0, fmt.Errorf("--zmq-handshake-timeout %q: want a positive duration", l.ZMQHandshakeTimeout)
-	}
-	if expiry, err = time.ParseDuration(l.PodExpiry); err != nil || expiry < 0 {
-		return 0, 0, fmt.Errorf("--pod-expiry %q: want a duration (0 = never)", l.PodExpiry)
-	}
-	return handshake, expiry, nil
-}
-
 func (l *LimitsConfig) validate() error {
-	if _, _, err := l.durations(); err != nil {
-		return err
-	}
 	if l.ZMQMaxMessageSize <= 0 || l.ZMQMaxConns <= 0 || l.MaxStreams <= 0 || l.MaxModels <= 0 || l.MaxDPRanks <= 0 ||
 		l.MaxDigestCaches <= 0 || l.MaxAliasTables <= 0 {
 		return errors.New("--zmq-max-message-size, --zmq-max-conns, --max-streams, --max-models, --max-dp-ranks, " +
@@ -88,7 +74,7 @@ func (l *LimitsConfig) validate() error {
 
 // subscriber applies the limits to a kvevents config.
 func (l *LimitsConfig) subscriber(c *kvevents.Config) {
-	handshake, expiry, _ := l.durations() // validated
+	handshake, expiry := time.Duration(l.ZMQHandshakeTimeout), time.Duration(l.PodExpiry) // validated
 	c.Transport.MaxMessageSize = l.ZMQMaxMessageSize
 	c.Transport.HandshakeTimeout = handshake
 	c.Transport.MaxConns = l.ZMQMaxConns

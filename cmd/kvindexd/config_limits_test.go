@@ -45,7 +45,7 @@ func TestLimitsConfig(t *testing.T) {
 			t.Fatal(err)
 		}
 		c, err := loadConfig([]string{"--config", file}, func(string) string { return "" }, io.Discard)
-		if err != nil || c.MaxModels != 7 || c.PodExpiry != "5m" {
+		if err != nil || c.MaxModels != 7 || c.PodExpiry != Duration(5*time.Minute) {
 			t.Fatalf("%s config file: %v %+v", ext, err, c.LimitsConfig)
 		}
 	}

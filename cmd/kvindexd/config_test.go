@@ -195,7 +195,7 @@ discovery:
 		{[]string{"--discover-pods", "--discover-selector", "app=vllm", "--leases", "--index", "redis://127.0.0.1:1"}, "do not combine"},
 		{[]string{"--discover-pods", "--discover-selector", "app in ("}, "label selector"},
 		{[]string{"--discover-pods", "--discover-selector", "a=b", "--discover-engine", "tgi"}, "--discover-engine"},
-		{[]string{"--discover-pods", "--discover-selector", "a=b", "--discover-resync", "often"}, "--discover-resync"},
+		{[]string{"--discover-pods", "--discover-selector", "a=b", "--discover-resync", "often"}, "discover-resync"},
 		{[]string{"--discover-pods", "--discover-selector", "a=b", "--discover-pod-name", "{{.Pod}}"}, "pod name template"},
 	} {
 		if _, err := loadConfig(tc.args, noenv, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -217,11 +217,7 @@ func (cfg Config) leaseConfig() (indexer.LeaseConfig, error) {
 	if !cfg.Leases {
 		return indexer.LeaseConfig{}, nil
 	}
-	ttl, err := time.ParseDuration(cfg.LeaseTTL)
-	if err != nil || ttl <= 0 {
-		return indexer.LeaseConfig{}, fmt.Errorf("--lease-ttl %q: want a positive duration such as 10s", cfg.LeaseTTL)
-	}
-	return indexer.LeaseConfig{Enabled: true, TTL: ttl, DaemonID: cfg.DaemonID}, nil
+	return indexer.LeaseConfig{Enabled: true, TTL: time.Duration(cfg.LeaseTTL), DaemonID: cfg.DaemonID}, nil // validated
 }
 
 // GRPCAddr and HTTPAddr are the bound addresses ("" when off).

@@ -26,7 +26,7 @@ type DiscoveryConfig struct {
 	PodName    string   `json:"pod_name" yaml:"pod_name"`
 	ModelKey   string   `json:"model_key" yaml:"model_key"`
 	Engine     string   `json:"engine" yaml:"engine"`
-	Resync     string   `json:"resync" yaml:"resync"`
+	Resync     Duration `json:"resync" yaml:"resync"`
 	MaxPods    int      `json:"max_pods" yaml:"max_pods"`
 	Kubeconfig string   `json:"kubeconfig" yaml:"kubeconfig"`
 }
@@ -34,7 +34,7 @@ type DiscoveryConfig struct {
 func defaultDiscoveryConfig() DiscoveryConfig {
 	return DiscoveryConfig{ZMQPort: discovery.DefaultZMQPort, DPSize: 1, ServePort: discovery.DefaultServePort,
 		PodName: discovery.DefaultPodName, ModelKey: discovery.DefaultModelKey, Engine: "vllm",
-		Resync: discovery.DefaultResync.String(), MaxPods: discovery.DefaultMaxPods}
+		Resync: Duration(discovery.DefaultResync), MaxPods: discovery.DefaultMaxPods}
 }
 
 func discoveryFlags(fs *flag.FlagSet, c *DiscoveryConfig) {
@@ -48,7 +48,7 @@ func discoveryFlags(fs *flag.FlagSet, c *DiscoveryConfig) {
 	fs.StringVar(&c.PodName, "discover-pod-name", c.PodName, "template of a discovered pod's name: {{.IP}} {{.ServePort}} {{.ZMQPort}} {{.Name}} {{.Namespace}}")
 	fs.StringVar(&c.ModelKey, "discover-model-key", c.ModelKey, "pod annotation or label holding the model name (absent: the topic's model)")
 	fs.StringVar(&c.Engine, "discover-engine", c.Engine, "engine kind of discovered pods: vllm or sglang; pod annotation "+discovery.AnnotationEngine)
-	fs.StringVar(&c.Resync, "discover-resync", c.Resync, "how often every watched pod is reconciled again")
+	fs.Var(&c.Resync, "discover-resync", "how often every watched pod is reconciled again")
 	fs.IntVar(&c.MaxPods, "discover-max-pods", c.MaxPods, "most pods subscribed at once")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig for --discover-pods outside a cluster (default: the in-cluster service account)")
 }
@@ -71,9 +71,6 @@ func (c *Config) validateDiscovery() error {
 	if _, ok := kvindex.ParseEngine(d.Engine); !ok {
 		return fmt.Errorf("--discover-engine %q: want vllm or sglang", d.Engine)
 	}
-	if r, err := time.ParseDuration(d.Resync); err != nil || r <= 0 {
-		return fmt.Errorf("--discover-resync %q: want a positive duration such as 5m", d.Resync)
-	}
 	_, err := c.discoveryConfig()
 	return err
 }
@@ -81,7 +78,7 @@ func (c *Config) validateDiscovery() error {
 func (c *Config) discoveryConfig() (discovery.Config, error) {
 	d := c.Discovery
 	eng, _ := kvindex.ParseEngine(d.Engine)
-	resync, _ := time.ParseDuration(d.Resync)
+	resync := time.Duration(d.Resync) // validated
 	dc := discovery.Config{Namespaces: d.Namespaces, Selector: d.Selector, ZMQPort: d.ZMQPort, ReplayPort: d.ReplayPort,
 		DPSize: d.DPSize, ServePort: d.ServePort, PodName: d.PodName, ModelKey: d.ModelKey, Engine: eng,
 		Resync: resync, MaxPods: d.MaxPods}

@@ -98,7 +98,7 @@ func realBatch(t *testing.T, e *e2eDaemon, pub *e2e.Publisher, pod string) {
 // through while the silent connection is still open, and each hostile
 // connection is counted.
 func TestHostileBindPeers(t *testing.T) {
-	e := startDaemon(t, func(c *Config) { c.ZMQHandshakeTimeout = "1m" })
+	e := startDaemon(t, func(c *Config) { c.ZMQHandshakeTimeout = Duration(time.Minute) })
 	addr := strings.TrimPrefix(e.bind, "tcp://")
 	idle, err := net.Dial("tcp", addr)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -103,7 +104,7 @@ func TestLeasesTakeoverTopicNamedPod(t *testing.T) {
 	pub := e2e.StartPublisher(t, addr, true)
 	mutate := func(id, redisAddr string) func(*Config) {
 		return func(c *Config) {
-			c.Index, c.Leases, c.LeaseTTL, c.DaemonID, c.ZMQBind = "redis://"+redisAddr+"/0", true, "1500ms", id, ""
+			c.Index, c.Leases, c.LeaseTTL, c.DaemonID, c.ZMQBind = "redis://"+redisAddr+"/0", true, Duration(1500*time.Millisecond), id, ""
 			c.Endpoints = []EndpointSpec{{Address: addr, Model: e2eModel}}
 		}
 	}

@@ -118,7 +118,7 @@ func TestLeasesTakeover(t *testing.T) {
 		return func(c *Config) {
 			// A TTL well above scheduling hiccups under -race: a late renewal
 			// would hand the endpoint over (and reset its pod) mid-test.
-			c.Index, c.Leases, c.LeaseTTL, c.DaemonID, c.ZMQBind = srv.URL(), true, "3s", id, ""
+			c.Index, c.Leases, c.LeaseTTL, c.DaemonID, c.ZMQBind = srv.URL(), true, Duration(3*time.Second), id, ""
 			c.Endpoints = []EndpointSpec{{Address: addrs[0], Pod: "pod-0", Model: e2eModel}, {Address: addrs[1], Pod: "pod-1", Model: e2eModel}}
 		}
 	}

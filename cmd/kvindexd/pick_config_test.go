@@ -1,19 +1,72 @@
 package main
 
 import (
+	"io"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
 
 func TestPickConfig(t *testing.T) {
-	c := Config{PickPolicy: "aibrix", SpecTTL: "500ms", HistoryTTL: "-1s", HistoryCapacity: 10}
+	c := Config{PickPolicy: "aibrix", SpecTTL: Duration(500 * time.Millisecond), HistoryTTL: Duration(-time.Second), HistoryCapacity: 10}
 	pc, err := c.pickConfig()
 	if err != nil || pc.DefaultPolicy != "aibrix" || pc.SpeculativeTTL != 500*time.Millisecond || pc.HistoryTTL != -time.Second || pc.HistoryCapacity != 10 {
 		t.Fatalf("%+v %v", pc, err)
 	}
-	for _, bad := range []Config{{PickPolicy: "best"}, {SpecTTL: "soon"}, {HistoryTTL: "0s"}, {HistoryCapacity: -1}} {
+	for _, bad := range []Config{{PickPolicy: "best"}, {HistoryCapacity: -1}} {
 		if _, err := bad.pickConfig(); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}
 	}
+}
+
+// Every duration option is one Duration type, parsed by the flag (or env,
+// or config file) and checked against its range in one place.
+func TestDurationOptions(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	for _, tc := range []struct {
+		args []string
+		want string // "" = accepted
+	}{
+		{[]string{"--speculative-ttl", "soon"}, "want a duration"},
+		{[]string{"--speculative-ttl", "-1s", "--history-ttl", "0"}, ""},
+		{[]string{"--pod-expiry", "0"}, ""},
+		{[]string{"--pod-expiry", "-1s"}, "--pod-expiry -1s: must not be negative"},
+		{[]string{"--zmq-handshake-timeout", "0"}, "--zmq-handshake-timeout 0s: want a positive duration"},
+		{[]string{"--lease-ttl", "-3s"}, "--lease-ttl -3s: want a positive duration"},
+		{[]string{"--prediction-window", "0s"}, "--prediction-window 0s: want a positive duration"},
+		{[]string{"--discover-resync", "0"}, "--discover-resync 0s: want a positive duration"},
+		{[]string{"--snapshot-interval", "0"}, "--snapshot-interval 0s: want a positive duration"},
+		{[]string{"--http-idle-timeout", "-1s"}, "--http-idle-timeout -1s: must not be negative"},
+	} {
+		_, err := loadConfig(tc.args, noEnv, io.Discard)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: %v", tc.args, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%v: %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+	// every Duration field of Config has its range in durationOptions
+	var c Config
+	listed := map[*Duration]bool{}
+	for _, o := range c.durationOptions() {
+		listed[o.d] = true
+	}
+	var walk func(v reflect.Value, path string)
+	walk = func(v reflect.Value, path string) {
+		for i := 0; i < v.NumField(); i++ {
+			f, name := v.Field(i), path+v.Type().Field(i).Name
+			switch {
+			case f.Type() == reflect.TypeFor[Duration]():
+				if !listed[f.Addr().Interface().(*Duration)] {
+					t.Errorf("Config.%s is a duration option without a range in durationOptions", name)
+				}
+			case f.Kind() == reflect.Struct:
+				walk(f, name+".")
+			}
+		}
+	}
+	walk(reflect.ValueOf(&c).Elem(), "")
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestPredictionMissRateShowsWrongTemplate: two models share the Qwen3
@@ -33,7 +34,7 @@ func TestPredictionMissRateShowsWrongTemplate(t *testing.T) {
 		c.Tokenizers = map[string]string{"right": qwen3Dir, "wrong": qwen3Dir}
 		c.Models = map[string]ModelConfig{"wrong": {ChatTemplate: wrongTemplate}}
 		c.PredictionSampleRate = 1
-		c.PredictionWindow = "3s"
+		c.PredictionWindow = Duration(3 * time.Second)
 	})
 	cases := loadChatCases(t)
 	// Each scored chat is followed at once by the engine storing the right

@@ -36,26 +36,6 @@ type SecurityConfig struct {
 	GRPCMaxConns          int      `json:"grpc_max_conns" yaml:"grpc_max_conns"`
 }
 
-// Duration is a time.Duration written as a Go duration string ("5s") in
-// flags, env and config files.
-type Duration time.Duration
-
-func (d *Duration) Set(s string) error {
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return err
-	}
-	if v < 0 {
-		return errors.New("must not be negative")
-	}
-	*d = Duration(v)
-	return nil
-}
-
-func (d *Duration) String() string               { return time.Duration(*d).String() }
-func (d *Duration) UnmarshalText(b []byte) error { return d.Set(string(b)) }
-func (d Duration) MarshalText() ([]byte, error)  { return []byte(time.Duration(d).String()), nil }
-
 // maxBodyBytes is the default body cap: a 1M-token request is ~8 MB of JSON.
 const defaultMaxBodyBytes = 64 << 20
 

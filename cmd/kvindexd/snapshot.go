@@ -38,9 +38,6 @@ func (c *SnapshotConfig) validateSnapshot(index string) error {
 	if !f.Memory {
 		return errors.New("--snapshot-path is for the in-memory index (Redis keeps the shared index itself)")
 	}
-	if c.SnapshotInterval <= 0 {
-		return errors.New("--snapshot-interval must be positive")
-	}
 	return nil
 }
 
