@@ -487,6 +487,15 @@ func TestEndpointsHTTP(t *testing.T) {
 	if len(sub.eps) != 1 || sub.eps[0].Engine != kvindex.EngineSGLang {
 		t.Fatalf("subscriber got %+v", sub.eps)
 	}
+	// The answer is the endpoint as the daemon holds it: the engine is
+	// named also when the request left it to the default.
+	if resp, body := do("POST", "/v1/endpoints", `{"address":" tcp://10.0.0.9:5557 ","pod":"p9"}`); resp.StatusCode != http.StatusCreated ||
+		!strings.Contains(body, `"engine": "vllm"`) || !strings.Contains(body, `"address": "tcp://10.0.0.9:5557"`) {
+		t.Fatalf("POST without an engine: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := do("DELETE", "/v1/endpoints?address=tcp://10.0.0.9:5557", ""); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE: %d %s", resp.StatusCode, body)
+	}
 	for _, c := range []struct{ body, reason string }{
 		{`{"pod":"p"}`, "address is required"},
 		{`{"address":"tcp://a:1","engine":"tgi"}`, "want vllm or sglang"},

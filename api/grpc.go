@@ -178,7 +178,7 @@ func (s *Server) AddEndpoint(_ context.Context, req *kvindexv1.AddEndpointReques
 	if ep == nil {
 		return nil, status.Error(codes.InvalidArgument, "endpoint is required")
 	}
-	if err := s.addEndpoint(EndpointInfo{Address: ep.Address, Pod: ep.Pod, Model: ep.Model, Engine: ep.Engine,
+	if err := s.addEndpoint(&EndpointInfo{Address: ep.Address, Pod: ep.Pod, Model: ep.Model, Engine: ep.Engine,
 		ReplayAddress: ep.ReplayAddress, SnapshotAddress: ep.SnapshotAddress}); err != nil {
 		return nil, err.grpc()
 	}

@@ -318,7 +318,7 @@ func (s *Server) handleAddEndpoint(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(codes.InvalidArgument, "invalid JSON body: %v", err))
 		return
 	}
-	if err := s.addEndpoint(ep); err != nil {
+	if err := s.addEndpoint(&ep); err != nil {
 		writeError(w, err)
 		return
 	}

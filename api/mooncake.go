@@ -17,7 +17,7 @@ import (
 // with token ids and POST /query_by_hash with block hashes, both mapped onto
 // indexer.Score so routers written for that API work unchanged.
 //
-// Mapping (README, "Mooncake indexer API"):
+// Mapping (docs/api.md, Mooncake compatibility):
 //   - model, lora_name, cache_salt, token_ids: as in /v1/score;
 //   - seq_hashes (or the older name block_hash): /v1/score's block_hashes,
 //     i.e. the hashes the engines publish;

@@ -143,7 +143,9 @@ func (s *Server) listEndpoints() ([]EndpointInfo, *Error) {
 	return out, nil
 }
 
-func (s *Server) addEndpoint(ep EndpointInfo) *Error {
+// addEndpoint subscribes the endpoint ep describes and completes ep as the
+// daemon holds it (address trimmed, engine named), for the answer.
+func (s *Server) addEndpoint(ep *EndpointInfo) *Error {
 	if !s.adminEnabled() {
 		return errAdminOff
 	}
@@ -166,6 +168,7 @@ func (s *Server) addEndpoint(ep EndpointInfo) *Error {
 	if err != nil {
 		return errorf(codes.InvalidArgument, "add endpoint %s: %v", ep.Address, err)
 	}
+	ep.Engine = eng.String()
 	s.log.Info("endpoint added", "address", ep.Address, "pod", ep.Pod, "model", ep.Model, "engine", eng)
 	return nil
 }

@@ -183,7 +183,7 @@ func goModVersion(t *testing.T) string {
 }
 
 // defaultPorts are the daemon's default gRPC, HTTP and ZMQ bind ports
-// (README, cmd/kvindexd DefaultConfig).
+// (docs/configuration.md, cmd/kvindexd DefaultConfig).
 var defaultPorts = []string{"50051", "8080", "5557"}
 
 func TestDockerfileLint(t *testing.T) {

@@ -41,7 +41,7 @@ type Config struct {
 	Index    string `json:"index" yaml:"index"`
 	Capacity int64  `json:"capacity" yaml:"capacity"`
 	// Leases divides the connect-topology endpoints between daemons sharing a
-	// Redis index (see the Redis section of the README).
+	// Redis index (docs/operations.md, Redis).
 	Leases   bool     `json:"leases" yaml:"leases"`
 	LeaseTTL Duration `json:"lease_ttl" yaml:"lease_ttl"`
 	DaemonID string   `json:"daemon_id" yaml:"daemon_id"`

@@ -13,7 +13,7 @@ import (
 )
 
 // LimitsConfig bounds what publishers on the ZMQ port can make the daemon
-// hold. Every zero value means the documented default (README, "Security and
+// hold. Every zero value means the documented default (docs/security.md, "State
 // limits"); it is inlined into Config, so its keys sit at the top level of the
 // config file.
 type LimitsConfig struct {

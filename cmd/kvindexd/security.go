@@ -56,7 +56,7 @@ func securityFlags(fs *flag.FlagSet, c *SecurityConfig) {
 	fs.StringVar(&c.TLSCertFile, "tls-cert-file", c.TLSCertFile, "PEM certificate chain served on gRPC and HTTP (with --tls-key-file; reloaded when the file changes)")
 	fs.StringVar(&c.TLSKeyFile, "tls-key-file", c.TLSKeyFile, "PEM private key of --tls-cert-file")
 	fs.StringVar(&c.TLSClientCAFile, "tls-client-ca-file", c.TLSClientCAFile, "PEM CA bundle: clients must present a certificate it signed (mutual TLS)")
-	fs.StringVar(&c.AuthTokenFile, "auth-token-file", c.AuthTokenFile, "bearer tokens, one \"<token> <read|admin>\" per line; every call but the probes then needs one")
+	fs.StringVar(&c.AuthTokenFile, "auth-token-file", c.AuthTokenFile, "bearer tokens, one \"<token> <read|admin>\" per line; every call but the probes and the status page itself then needs one (the page asks for a token)")
 	fs.BoolVar(&c.MetricsAuth, "metrics-auth", c.MetricsAuth, "with --auth-token-file: /metrics needs a read token too")
 	fs.BoolVar(&c.AdminAPI, "admin-api", c.AdminAPI, "serve POST/DELETE /v1/endpoints (AddEndpoint, RemoveEndpoint); also on when the token file has an admin token")
 	fs.Var(listFlag{&c.AllowedEndpointCIDRs}, "allowed-endpoint-cidrs", "engine addresses the daemon may connect to (--endpoint, POST /v1/endpoints, replay), comma-separated CIDRs; empty = any")

@@ -34,7 +34,7 @@ func bigFleet(tb testing.TB, entries int) *fleet {
 // restarted daemon does before it serves). It needs ~1.5 GB and runs only
 // with KVINDEX_SNAPSHOT_10M=1:
 //
-//	KVINDEX_SNAPSHOT_10M=1 go test ./snapshot/ -run RestartToWarm10M -v
+//	KVINDEX_SNAPSHOT_10M=1 go test ./indexer/persist/ -run RestartToWarm10M -v
 func TestRestartToWarm10M(t *testing.T) {
 	if os.Getenv("KVINDEX_SNAPSHOT_10M") == "" {
 		t.Skip("set KVINDEX_SNAPSHOT_10M=1 to measure restart-to-warm at 10M entries")

@@ -119,7 +119,7 @@ func Names() []string {
 }
 
 // DefaultPolicy is the policy a Pick without one uses: on the Mooncake
-// conversation and synthetic traces (kvindexd simulate, 8 pods, README's
+// conversation and synthetic traces (kvindexd simulate, 8 pods, docs/simulator.md's
 // policy table) it had the lowest mean TTFT of these policies on both.
 const DefaultPolicy = NameSGLang
 

@@ -29,8 +29,8 @@
 //     goroutine, and a per-connection failure closes only that connection.
 //
 // We took the last: one `go build`, no third-party goroutine that can
-// panic, and allocation bounded by Options (the README's "Security and
-// limits" section lists every cap and default).
+// panic, and allocation bounded by Options (docs/security.md, "Transport
+// limits", lists every cap and default).
 //
 // # What a peer can and cannot do
 //

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Defaults for the zero Options. Each is documented in the package README
+// Defaults for the zero Options. Each is documented in docs/security.md
 // section "Security and limits".
 const (
 	DefaultMaxMessageSize   = 64 << 20
