@@ -501,3 +501,36 @@ var builtinProfiles = map[string]schedulerSpec{
 		{Type: "queue", Weight: 1}, {Type: "kv-cache-utilization", Weight: 1}}},
 	"random": {Picker: "random"},
 }
+
+// ScaleKeys are the scenario constants Scale accepts: the engine's step-time
+// constants, its KV capacity and the scheduler's metrics period.
+var ScaleKeys = []string{"prefill_tokens_per_s", "decode_itl_s", "decode_per_seq_s", "decode_per_kv_token_s",
+	"shared_kv_read_share", "kv_tokens_per_pod", "metrics_interval_s"}
+
+// Scale multiplies one constant of the scenario by f (the sensitivity
+// table of docs/simulator.md) and validates the result.
+func (sc *Scenario) Scale(key string, f float64) error {
+	if !(f > 0) || math.IsInf(f, 0) {
+		return fmt.Errorf("scale %s: factor must be positive and finite", key)
+	}
+	e := &sc.Engine
+	switch key {
+	case "prefill_tokens_per_s":
+		e.PrefillTokensPerS *= f
+	case "decode_itl_s":
+		e.DecodeITL *= f
+	case "decode_per_seq_s":
+		e.DecodePerSeq *= f
+	case "decode_per_kv_token_s":
+		e.DecodePerKVToken *= f
+	case "shared_kv_read_share":
+		e.SharedKVReadShare = min(1, e.SharedKVReadShare*f)
+	case "kv_tokens_per_pod":
+		sc.KVTokensPerPod = int(math.Round(float64(sc.KVTokensPerPod) * f))
+	case "metrics_interval_s":
+		sc.MetricsPeriod *= f
+	default:
+		return fmt.Errorf("scale: unknown key %q (want one of %v)", key, ScaleKeys)
+	}
+	return sc.validate()
+}

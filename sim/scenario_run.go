@@ -55,6 +55,11 @@ type stageResult struct {
 	ITLMean          float64 `json:"itl_mean_s"`
 	HitRate          float64 `json:"hit_rate"`
 	Preemptions      int     `json:"preemptions"`
+	// MaxKVUsage and MaxWaiting are the most referenced KV (share of a
+	// pod's blocks) and the longest waiting queue of any pod while the
+	// stage was being sent or drained (the published per-pod EPP charts).
+	MaxKVUsage float64 `json:"max_kv_usage"`
+	MaxWaiting int     `json:"max_waiting"`
 	// SuccessRate is the share of requests that finished before the client's
 	// timeout; latencies and tokens are over those.
 	SuccessRate float64 `json:"success_rate"`
@@ -66,12 +71,17 @@ type stageResult struct {
 type schedulerResult struct {
 	Scheduler string `json:"scheduler"`
 	stageResult
-	Stages          []stageResult `json:"stages"`
-	PerPodRequests  []int         `json:"requests_per_pod"`
-	MaxKVUsage      float64       `json:"max_kv_usage"`
-	RecomputeTokens int64         `json:"recompute_tokens"`
-	Makespan        float64       `json:"makespan_s"`
-	WallSeconds     float64       `json:"wall_seconds"`
+	Stages         []stageResult `json:"stages"`
+	PerPodRequests []int         `json:"requests_per_pod"`
+	// PodsPerGroup is the mean number of pods a shared-prefix group's
+	// measured requests went to (1: every group pinned to one pod).
+	PodsPerGroup float64 `json:"pods_per_group"`
+	// MaxKVUsage is the peak over the whole run, warm-up included (the
+	// summary's per-stage peak it shadows would leave the warm-up out).
+	MaxKVUsage      float64 `json:"max_kv_usage"`
+	RecomputeTokens int64   `json:"recompute_tokens"`
+	Makespan        float64 `json:"makespan_s"`
+	WallSeconds     float64 `json:"wall_seconds"`
 }
 
 // requestRecord is one request's life in the simulation.
@@ -159,6 +169,9 @@ type scenarioRun struct {
 	gwActive    int // sent, admitted by the gateway and not ended
 	clientQ     []int
 	maxOut      int // most requests outstanding at once (tests check the bound)
+	// Per stage (the stage of the last request sent): the most referenced
+	// KV blocks and the longest waiting queue of any pod at a step start.
+	stageMaxUsed, stageMaxWaiting []int
 	// OnStep, when set, is called after every engine step (tests check
 	// invariants there).
 	OnStep func(pod int, e *engine)
@@ -174,7 +187,8 @@ func newScenarioRun(sc *Scenario, wl *workload, spec schedulerSpec) (*scenarioRu
 		hashes: make(map[int][]uint64), eps: make([]endpoint, sc.Pods), inFlight: make([]int, sc.Pods),
 		scraped: make([]endpoint, sc.Pods), stageTokens: make([]float64, len(sc.Load.Stages)),
 		stageDone: make([]float64, len(sc.Load.Stages)), stageBase: make([]float64, len(sc.Load.Stages)),
-		stageLeft: make([]int, len(sc.Load.Stages))}
+		stageLeft: make([]int, len(sc.Load.Stages)), stageMaxUsed: make([]int, len(sc.Load.Stages)),
+		stageMaxWaiting: make([]int, len(sc.Load.Stages))}
 	for _, q := range wl.Requests {
 		r.stageLeft[q.Stage]++
 	}
@@ -432,6 +446,12 @@ func (r *scenarioRun) startStep(pod int, now float64) {
 	e := r.engines[pod]
 	if dur, ok := e.startStep(); ok {
 		r.push(scEvent{t: now + dur, kind: scStepDone, pod: pod})
+		s := 0
+		if r.next > 0 {
+			s = r.wl.Requests[r.next-1].Stage
+		}
+		r.stageMaxUsed[s] = max(r.stageMaxUsed[s], e.usedBlocks())
+		r.stageMaxWaiting[s] = max(r.stageMaxWaiting[s], e.numWaiting())
 	}
 }
 
@@ -498,6 +518,8 @@ func (r *scenarioRun) summarise(end float64) *schedulerResult {
 	for s, ids := range byStage {
 		st := r.stageResult(ids)
 		st.Stage, st.Rate = s, sc.Load.Stages[s].Rate
+		st.MaxKVUsage = float64(r.stageMaxUsed[s]) / float64(sc.engineConfig().KVBlocks)
+		st.MaxWaiting = r.stageMaxWaiting[s]
 		if sc.Client.drains() {
 			st.OutputTokensPerS, st.RequestsPerS = r.harnessThroughput(ids)
 		} else {
@@ -510,6 +532,17 @@ func (r *scenarioRun) summarise(end float64) *schedulerResult {
 		}
 	}
 	res.stageResult = r.stageResult(measured)
+	groupPods := make(map[[2]int]bool)
+	groups := make(map[int]bool)
+	for _, i := range measured {
+		if rec := &r.records[i]; rec.delivered {
+			g := wl.Requests[i].Prompt.Group
+			groupPods[[2]int{g, rec.pod}], groups[g] = true, true
+		}
+	}
+	if len(groups) > 0 {
+		res.PodsPerGroup = float64(len(groupPods)) / float64(len(groups))
+	}
 	n := 0
 	res.OutputTokensPerS, res.RequestsPerS, res.Rate = 0, 0, 0
 	for _, st := range res.Stages[sc.Load.WarmupStages:] {
@@ -522,6 +555,9 @@ func (r *scenarioRun) summarise(end float64) *schedulerResult {
 	res.RequestsPerS /= float64(n)
 	res.Rate /= float64(n)
 	res.Stage = -1
+	for _, st := range res.Stages[sc.Load.WarmupStages:] {
+		res.MaxWaiting = max(res.MaxWaiting, st.MaxWaiting)
+	}
 	for _, e := range r.engines {
 		st := e.statsNow()
 		res.RecomputeTokens += st.RecomputeToks

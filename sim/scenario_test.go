@@ -195,8 +195,9 @@ func TestScorersNormalise(t *testing.T) {
 }
 
 func TestApproxPrefixScorerGIEWalk(t *testing.T) {
-	// Block size 4, prompts of 16 tokens (4 blocks); two groups with a
-	// 12-token system prompt: the first 3 blocks are the group's.
+	// Block size 4, prompts of 16 tokens (4 blocks) after the model's hash;
+	// two groups with a 12-token system prompt: the first 3 blocks are the
+	// group's.
 	a := newApproxPrefixScorer(3, 4, 256, 100)
 	p0 := &prompt{ID: 0, Group: 0, Question: 0, SystemLen: 12, Len: 16}
 	p1 := &prompt{ID: 1, Group: 0, Question: 1, SystemLen: 12, Len: 16}
@@ -205,35 +206,49 @@ func TestApproxPrefixScorerGIEWalk(t *testing.T) {
 	out := make([]float64, 3)
 	a.record(&pickRequest{Prompt: p0}, 1)
 	a.score(&pickRequest{Prompt: p1}, eps, out)
-	if out[0] != 0 || out[1] != 0.75 || out[2] != 0 {
-		t.Errorf("same group, other question: %v, want [0 0.75 0]", out)
+	if out[0] != 0 || out[1] != 0.8 || out[2] != 0 {
+		t.Errorf("same group, other question: %v, want [0 0.8 0] (model hash and 3 of 4 blocks)", out)
 	}
 	a.score(&pickRequest{Prompt: p0}, eps, out)
 	if out[1] != 1 {
 		t.Errorf("same prompt: %v, want pod 1 at 1", out)
 	}
+	// Another group: only the model's hash, which every server picked
+	// before holds.
 	a.score(&pickRequest{Prompt: p2}, eps, out)
-	if out[0] != 0 || out[1] != 0 || out[2] != 0 {
-		t.Errorf("other group: %v, want zeros", out)
+	if out[0] != 0 || out[1] != 0.2 || out[2] != 0 {
+		t.Errorf("other group: %v, want [0 0.2 0]", out)
 	}
-	// The walk stops at the first block no server holds, even if later
-	// blocks are held: pod 1 holds blocks 0, 1 and 3 of p1, not 2.
+	short := &prompt{ID: 3, Group: 2, SystemLen: 2, Len: 3}
+	if h := a.blocks(short); h != nil {
+		t.Errorf("prompt shorter than a block: %d hashes, want none", len(h))
+	}
+	// The walk stops at the first hash no server holds, even if later
+	// hashes are held: pod 1 holds hashes 0, 1 and 3 of p1, not 2; a server
+	// that lacks an earlier hash still counts the later ones it holds
+	// (pod 2 holds only hash 1).
 	g := newApproxPrefixScorer(3, 4, 256, 100)
 	hs := g.blocks(p1)
 	for _, k := range []int{0, 1, 3} {
 		g.holders[hs[k]] = 1 << 1
 	}
+	g.holders[hs[1]] |= 1 << 2
 	g.score(&pickRequest{Prompt: p1}, eps, out)
-	if out[1] != 0.5 {
-		t.Errorf("walk past a gap: pod 1 scored %v, want 0.5 (2 of 4 blocks)", out[1])
+	if out[1] != 0.4 || out[2] != 0.2 {
+		t.Errorf("walk past a gap: pods 1, 2 scored %v, %v, want 0.4 (2 of 5 hashes), 0.2", out[1], out[2])
 	}
-	// LRU bound: a 4-entry LRU per server forgets p0's blocks after p2's.
-	b := newApproxPrefixScorer(3, 4, 256, 4)
+	// Truncation: at most maxBlocks blocks after the model's hash.
+	if n := len(newApproxPrefixScorer(3, 4, 2, 100).blocks(p0)); n != 3 {
+		t.Errorf("max 2 blocks: %d hashes, want 3", n)
+	}
+	// LRU bound: a 5-entry LRU per server forgets p0's blocks after p2's
+	// (the model's hash, refreshed, stays).
+	b := newApproxPrefixScorer(3, 4, 256, 5)
 	b.record(&pickRequest{Prompt: p0}, 0)
 	b.record(&pickRequest{Prompt: p2}, 0)
 	b.score(&pickRequest{Prompt: p0}, eps, out)
-	if out[0] != 0 || len(b.holders) != 4 {
-		t.Errorf("after eviction: %v with %d indexed blocks, want 0 and 4", out, len(b.holders))
+	if out[0] != 0.2 || len(b.holders) != 5 {
+		t.Errorf("after eviction: %v with %d indexed hashes, want 0.2 (the model hash) and 5", out, len(b.holders))
 	}
 }
 
@@ -361,5 +376,34 @@ func TestCommitted73CapacityScenarioParses(t *testing.T) {
 	// Expected request count: sum of rate x duration = 17,258.
 	if n := len(wl.Requests); n < 16500 || n > 18000 {
 		t.Errorf("%d requests", n)
+	}
+}
+
+func TestScenarioScale(t *testing.T) {
+	sc, err := ReadScenarioFile("testdata/scenarios/llm-d-37-capacity.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := *sc
+	for _, k := range ScaleKeys {
+		if err := sc.Scale(k, 2); err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+	}
+	e, b := sc.Engine, base.Engine
+	if e.PrefillTokensPerS != 2*b.PrefillTokensPerS || e.DecodeITL != 2*b.DecodeITL || e.DecodePerSeq != 2*b.DecodePerSeq ||
+		e.DecodePerKVToken != 2*b.DecodePerKVToken || sc.KVTokensPerPod != 2*base.KVTokensPerPod || sc.MetricsPeriod != 2*base.MetricsPeriod {
+		t.Errorf("scaled x2: %+v kv %d metrics %v; base %+v kv %d metrics %v", e, sc.KVTokensPerPod, sc.MetricsPeriod, b, base.KVTokensPerPod, base.MetricsPeriod)
+	}
+	// A share is at most 1 (every holder reads the block).
+	if e.SharedKVReadShare != 1 {
+		t.Errorf("shared_kv_read_share 0.5 x2 = %v, want 1", e.SharedKVReadShare)
+	}
+	if sc.Scale("nope", 2) == nil || sc.Scale("decode_itl_s", 0) == nil || sc.Scale("decode_itl_s", math.Inf(1)) == nil {
+		t.Error("bad key or factor accepted")
+	}
+	// A result the scenario cannot hold is refused: one request no longer fits a pod.
+	if sc.Scale("kv_tokens_per_pod", 1e-3) == nil {
+		t.Error("a pod smaller than one request accepted")
 	}
 }

@@ -258,12 +258,15 @@ func (s *precisePrefixScorer) score(req *pickRequest, eps []endpoint, out []floa
 	}
 }
 
-// approxPrefixScorer is GIE's prefix-cache-scorer: a router-side index built
-// only from its own routing decisions. The prompt is cut into blocks of its
-// own size (at most MaxBlocks); routing a request to a server records its
-// blocks in that server's LRU (LRUCapacity entries); a server's match is the
-// number of blocks, walking from the first, that it holds, the walk
-// stopping at the first block no server holds; the score is match / blocks.
+// approxPrefixScorer is GIE v0.5.1's prefix-cache-scorer
+// (pkg/epp/scheduling/framework/plugins/multi/prefix, docs/simulator.md has
+// the line of each rule): a router-side index built only from its own
+// routing decisions. The prompt is the model's hash followed by blocks of
+// the scorer's own size (at most MaxBlocks); routing a request to a server
+// records all its hashes in that server's LRU (LRUCapacity entries); a
+// server's match is the number of hashes it holds, walking from the first
+// and stopping at the first hash no server holds; the score is match /
+// hashes. Nothing the pods do (evictions, preemptions) ever reaches it.
 type approxPrefixScorer struct {
 	blockSize, maxBlocks int
 	lrus                 []*cache.LRU
@@ -282,10 +285,19 @@ func newApproxPrefixScorer(pods, blockSize, maxBlocks, capacity int) *approxPref
 	return a
 }
 
+// approxModelBlock is GIE's hash 0: the target model's name, which every
+// prompt of a scenario shares (one model per scenario).
+const approxModelBlock = 0x6d6f64656c000000
+
+// blocks is GIE's hashPrompt: nothing for a prompt shorter than one block;
+// else the model's hash followed by the prompt's first maxBlocks full
+// blocks (a trailing partial block is ignored).
 func (a *approxPrefixScorer) blocks(p *prompt) []uint64 {
 	h, ok := a.hashes[p.ID]
 	if !ok {
-		h = p.hashes(a.blockSize, a.maxBlocks)
+		if content := p.hashes(a.blockSize, a.maxBlocks); len(content) > 0 {
+			h = append([]uint64{approxModelBlock}, content...)
+		}
 		a.hashes[p.ID] = h
 	}
 	return h

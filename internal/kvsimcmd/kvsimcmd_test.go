@@ -162,6 +162,33 @@ func TestSimulateScenarioCommand(t *testing.T) {
 	if err := Simulate([]string{"--scenario", filepath.Join(dir, "missing.yaml")}, nil, &stdout, &stderr); err == nil {
 		t.Error("missing scenario file accepted")
 	}
+	// --scale changes the engine: a slower decode step lowers every
+	// scheduler's throughput; bad keys, factors and uses are errors.
+	scaled := filepath.Join(dir, "s.json")
+	if err := Simulate([]string{"--scenario", path, "--scale", "decode_itl_s=2", "--out", scaled}, nil, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	b2, err := os.ReadFile(scaled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc2 struct {
+		Results []map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal(b2, &doc2); err != nil {
+		t.Fatal(err)
+	}
+	for i := range doc.Results {
+		if base, slow := doc.Results[i]["output_tokens_per_s"].(float64), doc2.Results[i]["output_tokens_per_s"].(float64); !(slow < base) {
+			t.Errorf("%v: %.1f tok/s with decode_itl_s x2, %.1f without", doc.Results[i]["scheduler"], slow, base)
+		}
+	}
+	for _, bad := range [][]string{{"--scenario", path, "--scale", "nope=2"}, {"--scenario", path, "--scale", "decode_itl_s=0"},
+		{"--scenario", path, "--scale", "decode_itl_s"}, {"--scale", "decode_itl_s=2"}} {
+		if err := Simulate(bad, nil, &stdout, &stderr); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
 }
 
 // TestMainDispatch pins the command line: a flag first means simulate, a

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/kvindex/kvindex/sim"
@@ -56,6 +57,9 @@ func Simulate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	out := fs.String("out", "", "write results: .json or .csv by extension")
 	svg := fs.String("svg", "", "write an SVG chart comparing policies")
 	md := fs.Bool("markdown", false, "print the table as Markdown too")
+	var scales scaleFlag
+	fs.Var(&scales, "scale", "with --scenario: KEY=FACTOR multiplies a scenario constant (repeatable; keys: "+
+		strings.Join(sim.ScaleKeys, ", ")+")")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -63,7 +67,10 @@ func Simulate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		if *trace != "" || *gen {
 			return errors.New("--scenario excludes --trace and --gen-workload")
 		}
-		return runScenario(*scenario, *out, *svg, *md, stdout)
+		return runScenario(*scenario, scales, *out, *svg, *md, stdout)
+	}
+	if len(scales) > 0 {
+		return errors.New("--scale needs --scenario")
 	}
 	fc.Cache = cache.Config{Policy: *policy, Capacity: *capacity, SmallRatio: *smallRatio, MaxFreq: *maxFreq}
 	if _, err := cache.New(fc.Cache); err != nil {
@@ -134,10 +141,36 @@ func Simulate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func runScenario(path, out, svg string, md bool, stdout io.Writer) error {
+// scaleFlag collects --scale KEY=FACTOR.
+type scaleFlag []struct {
+	key    string
+	factor float64
+}
+
+func (s *scaleFlag) String() string { return fmt.Sprint(*s) }
+
+func (s *scaleFlag) Set(v string) error {
+	k, f, ok := strings.Cut(v, "=")
+	x, err := strconv.ParseFloat(f, 64)
+	if !ok || err != nil {
+		return fmt.Errorf("want KEY=FACTOR, got %q", v)
+	}
+	*s = append(*s, struct {
+		key    string
+		factor float64
+	}{k, x})
+	return nil
+}
+
+func runScenario(path string, scales scaleFlag, out, svg string, md bool, stdout io.Writer) error {
 	sc, err := sim.ReadScenarioFile(path)
 	if err != nil {
 		return err
+	}
+	for _, s := range scales {
+		if err := sc.Scale(s.key, s.factor); err != nil {
+			return err
+		}
 	}
 	rep, err := sim.RunScenario(sc)
 	if err != nil {
