@@ -34,7 +34,9 @@ const DefaultTimeout = 50 * time.Millisecond
 
 // Config configures a Client.
 type Config struct {
-	// Addr is the daemon's gRPC address (host:port, or any gRPC target).
+	// Addr is the daemon's gRPC address: host:port, unix:///path for a
+	// daemon listening on a unix socket (--grpc-addr unix:///path), or any
+	// gRPC target.
 	Addr string
 	// Timeout is the deadline of one call (0 = DefaultTimeout); a caller's
 	// earlier context deadline wins.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,6 +46,12 @@ type daemon struct {
 
 func startDaemon(t *testing.T, unary grpc.UnaryServerInterceptor) *daemon {
 	t.Helper()
+	return startDaemonOn(t, "127.0.0.1:0", unary)
+}
+
+// startDaemonOn serves on addr: host:port or unix:///path (api.Listen).
+func startDaemonOn(t *testing.T, addr string, unary grpc.UnaryServerInterceptor) *daemon {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	idx, err := indexer.New(context.Background(), indexer.Config{
 		Keys: kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4}, Registry: reg})
@@ -54,7 +62,7 @@ func startDaemon(t *testing.T, unary grpc.UnaryServerInterceptor) *daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	raw, err := api.Listen(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,6 +111,31 @@ func TestPickThroughDaemon(t *testing.T) {
 	// Five calls, one connection.
 	if n := d.ln.n.Load(); n != 1 {
 		t.Errorf("%d connections for 5 calls, want 1", n)
+	}
+}
+
+// TestPickOverUnixSocket: the daemon's unix:///path address is a target
+// the client dials as it is (a sidecar next to the router).
+func TestPickOverUnixSocket(t *testing.T) {
+	dir, err := os.MkdirTemp("", "kvc") // short: socket paths are limited to ~108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	addr := api.UnixPrefix + filepath.Join(dir, "k.sock")
+	d := startDaemonOn(t, addr, nil)
+	d.store("warm", []uint64{1, 2})
+	c := newClient(t, addr, time.Second)
+	dec, err := c.Pick(context.Background(), &Request{Model: "m", BlockHashes: []uint64{1, 2},
+		Candidates: []Candidate{{Pod: "cold"}, {Pod: "warm"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec.Fallback || dec.Pod != "warm" || dec.Candidates[1].MatchedBlocks != 2 {
+		t.Fatalf("decision %+v (err %v)", dec, dec.Err)
+	}
+	if d.ln.Addr().Network() != "unix" {
+		t.Fatalf("served on %s", d.ln.Addr().Network())
 	}
 }
 

@@ -46,7 +46,7 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	fl := flag.NewFlagSet("gie-scorer", flag.ContinueOnError)
 	fl.SetOutput(stderr)
-	addr := fl.String("addr", "127.0.0.1:50051", "kvindexd gRPC address")
+	addr := fl.String("addr", "127.0.0.1:50051", "kvindexd gRPC address: host:port, or unix:///path for a daemon on a unix socket")
 	model := fl.String("model", defaultModel, "model name; the daemon needs its tokenizer (`make run` has "+
 		defaultModel+"'s; other models: kvindexd --tokenizer NAME=DIR)")
 	prompt := fl.String("prompt", "", "prompt to route")

@@ -39,7 +39,7 @@ func (fakeTokenizer) TokenizePrompt(_ context.Context, _, prompt string) ([]uint
 }
 
 // The scorer votes for the pod whose cache holds the prompt, through a real
-// daemon on loopback, and for the least loaded pod when it is gone.
+// daemon on a unix socket, and for the least loaded pod when it is gone.
 func TestScorerThroughDaemon(t *testing.T) {
 	keys := kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4}
 	idx, err := indexer.New(context.Background(), indexer.Config{Keys: keys, Tokenizer: fakeTokenizer{}})
@@ -50,7 +50,14 @@ func TestScorerThroughDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// A sidecar daemon on a unix socket, dialed as unix:///path.
+	dir, err := os.MkdirTemp("", "gie") // short: socket paths are limited to ~108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	addr := api.UnixPrefix + filepath.Join(dir, "k.sock")
+	ln, err := api.Listen(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +78,7 @@ func TestScorerThroughDaemon(t *testing.T) {
 	idx.Sink().Apply(context.Background(), &kvindex.Batch{Pod: "warm", Model: "m",
 		Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: hashes, TokenIDs: tokens[:len(hashes)*4], BlockSize: 4}}})
 
-	c, err := client.New(client.Config{Addr: ln.Addr().String(), Timeout: time.Second})
+	c, err := client.New(client.Config{Addr: addr, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
