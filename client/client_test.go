@@ -229,3 +229,28 @@ func TestNewValidates(t *testing.T) {
 		t.Error("negative timeout accepted")
 	}
 }
+
+// Token ids travel packed (little-endian uint32) and score as the daemon's
+// own hashing of them.
+func TestPickTokenIDs(t *testing.T) {
+	d := startDaemon(t, nil)
+	h, err := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := []uint32{151_000, 2, 3, 4, 5, 6, 7, 1 << 20, 9}
+	var hashes []uint64
+	for _, k := range h.Keys(nil, tokens, kvindex.RequestExtras{}) {
+		hashes = append(hashes, uint64(k))
+	}
+	d.store("warm", hashes)
+	c := newClient(t, d.ln.Addr().String(), time.Second)
+	dec, err := c.Pick(context.Background(), &Request{Model: "m", TokenIDs: tokens,
+		Candidates: []Candidate{{Pod: "cold"}, {Pod: "warm", Running: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec.Fallback || dec.Pod != "warm" || dec.Candidates[1].MatchedBlocks != 2 {
+		t.Fatalf("decision %+v (err %v)", dec, dec.Err)
+	}
+}
