@@ -71,7 +71,11 @@ func setGRPCInput(q *indexer.Query, in any, addSpecial *bool) (kind indexer.Inpu
 			return indexer.InputNone, fromIndexer(err)
 		}
 	case kind == indexer.InputTokens:
-		q.Kind, q.TokenIDs = kind, tokens.GetIds()
+		ids, e := tokenIDs(tokens)
+		if e != nil {
+			return kind, e
+		}
+		q.Kind, q.TokenIDs = kind, ids
 	case kind == indexer.InputHashes:
 		q.Kind, q.BlockHashes = kind, hashes.GetHashes()
 	case kind == indexer.InputPrompt:
@@ -85,6 +89,23 @@ func setGRPCInput(q *indexer.Query, in any, addSpecial *bool) (kind indexer.Inpu
 		return indexer.InputNone, e
 	}
 	return q.Kind, nil
+}
+
+// tokenIDs reads token_ids from ids (varints) or packed (little-endian
+// uint32, read in place: no decoding, no copy on a little-endian machine).
+func tokenIDs(t *kvindexv1.TokenIDs) ([]uint32, *Error) {
+	packed := t.GetPacked()
+	if len(packed) == 0 {
+		return t.GetIds(), nil
+	}
+	if len(t.GetIds()) > 0 {
+		return nil, errorf(codes.InvalidArgument, "token_ids: set ids or packed, not both")
+	}
+	ids, err := kvindexv1.UnpackTokenIDs(packed, nil)
+	if err != nil {
+		return nil, errorf(codes.InvalidArgument, "%v", err)
+	}
+	return ids, nil
 }
 
 // setAddSpecialTokens applies the request's add_special_tokens (nil =

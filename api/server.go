@@ -20,11 +20,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/internal/grpcbuf"
 	"github.com/kvindex/kvindex/kvevents"
 	indexerv1 "github.com/kvindex/kvindex/proto/indexer/v1"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
@@ -145,7 +147,11 @@ func (s *Server) RegisterGRPC(gs *grpc.Server) {
 // NewGRPCServer returns a grpc.Server with every service registered behind
 // the access guard (GRPCServerOptions).
 func (s *Server) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
-	gs := grpc.NewServer(append(s.GRPCServerOptions(), opts...)...)
+	// Finer buffer tiers than grpc-go's, in the transport and the codec
+	// (internal/grpcbuf): an 8k-token request would otherwise zero a 1 MiB
+	// buffer.
+	base := append(s.GRPCServerOptions(), experimental.BufferPool(grpcbuf.Pool), grpc.ForceServerCodecV2(grpcbuf.Codec))
+	gs := grpc.NewServer(append(base, opts...)...)
 	s.RegisterGRPC(gs)
 	return gs
 }

@@ -22,9 +22,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/status"
 
 	"github.com/kvindex/kvindex/indexer/routing"
+	"github.com/kvindex/kvindex/internal/grpcbuf"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
@@ -34,7 +36,9 @@ const DefaultTimeout = 50 * time.Millisecond
 
 // Config configures a Client.
 type Config struct {
-	// Addr is the daemon's gRPC address (host:port, or any gRPC target).
+	// Addr is the daemon's gRPC address: host:port, unix:///path for a
+	// daemon listening on a unix socket (--grpc-addr unix:///path), or any
+	// gRPC target.
 	Addr string
 	// Timeout is the deadline of one call (0 = DefaultTimeout); a caller's
 	// earlier context deadline wins.
@@ -64,6 +68,11 @@ func New(cfg Config) (*Client, error) {
 	if len(opts) == 0 {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
+	// Finer buffer tiers than grpc-go's, in the transport and the codec
+	// (internal/grpcbuf): an 8k-token request would otherwise zero a 1 MiB
+	// buffer per call.
+	opts = append([]grpc.DialOption{experimental.WithBufferPool(grpcbuf.Pool),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(grpcbuf.Codec))}, opts...)
 	conn, err := grpc.NewClient(cfg.Addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
@@ -207,7 +216,10 @@ func toProto(r *Request) *kvindexv1.PickRequest {
 		AddSpecialTokens: r.AddSpecialTokens, Candidates: make([]*kvindexv1.Candidate, len(r.Candidates))}
 	switch {
 	case len(r.TokenIDs) > 0:
-		req.Input = &kvindexv1.PickRequest_TokenIds{TokenIds: &kvindexv1.TokenIDs{Ids: r.TokenIDs}}
+		// Packed: copied rather than varint-coded on both sides (the field's
+		// comment in the proto; docs/performance.md). It aliases r.TokenIDs
+		// until the call returns.
+		req.Input = &kvindexv1.PickRequest_TokenIds{TokenIds: &kvindexv1.TokenIDs{Packed: kvindexv1.PackTokenIDs(r.TokenIDs)}}
 	case len(r.BlockHashes) > 0:
 		req.Input = &kvindexv1.PickRequest_BlockHashes{BlockHashes: &kvindexv1.BlockHashes{Hashes: r.BlockHashes}}
 	case r.Prompt != "":

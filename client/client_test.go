@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,6 +46,12 @@ type daemon struct {
 
 func startDaemon(t *testing.T, unary grpc.UnaryServerInterceptor) *daemon {
 	t.Helper()
+	return startDaemonOn(t, "127.0.0.1:0", unary)
+}
+
+// startDaemonOn serves on addr: host:port or unix:///path (api.Listen).
+func startDaemonOn(t *testing.T, addr string, unary grpc.UnaryServerInterceptor) *daemon {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	idx, err := indexer.New(context.Background(), indexer.Config{
 		Keys: kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4}, Registry: reg})
@@ -54,7 +62,7 @@ func startDaemon(t *testing.T, unary grpc.UnaryServerInterceptor) *daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	raw, err := api.Listen(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,6 +111,31 @@ func TestPickThroughDaemon(t *testing.T) {
 	// Five calls, one connection.
 	if n := d.ln.n.Load(); n != 1 {
 		t.Errorf("%d connections for 5 calls, want 1", n)
+	}
+}
+
+// TestPickOverUnixSocket: the daemon's unix:///path address is a target
+// the client dials as it is (a sidecar next to the router).
+func TestPickOverUnixSocket(t *testing.T) {
+	dir, err := os.MkdirTemp("", "kvc") // short: socket paths are limited to ~108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	addr := api.UnixPrefix + filepath.Join(dir, "k.sock")
+	d := startDaemonOn(t, addr, nil)
+	d.store("warm", []uint64{1, 2})
+	c := newClient(t, addr, time.Second)
+	dec, err := c.Pick(context.Background(), &Request{Model: "m", BlockHashes: []uint64{1, 2},
+		Candidates: []Candidate{{Pod: "cold"}, {Pod: "warm"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec.Fallback || dec.Pod != "warm" || dec.Candidates[1].MatchedBlocks != 2 {
+		t.Fatalf("decision %+v (err %v)", dec, dec.Err)
+	}
+	if d.ln.Addr().Network() != "unix" {
+		t.Fatalf("served on %s", d.ln.Addr().Network())
 	}
 }
 
@@ -194,5 +227,30 @@ func TestNewValidates(t *testing.T) {
 	}
 	if _, err := New(Config{Addr: "x:1", Timeout: -1}); err == nil {
 		t.Error("negative timeout accepted")
+	}
+}
+
+// Token ids travel packed (little-endian uint32) and score as the daemon's
+// own hashing of them.
+func TestPickTokenIDs(t *testing.T) {
+	d := startDaemon(t, nil)
+	h, err := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := []uint32{151_000, 2, 3, 4, 5, 6, 7, 1 << 20, 9}
+	var hashes []uint64
+	for _, k := range h.Keys(nil, tokens, kvindex.RequestExtras{}) {
+		hashes = append(hashes, uint64(k))
+	}
+	d.store("warm", hashes)
+	c := newClient(t, d.ln.Addr().String(), time.Second)
+	dec, err := c.Pick(context.Background(), &Request{Model: "m", TokenIDs: tokens,
+		Candidates: []Candidate{{Pod: "cold"}, {Pod: "warm", Running: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec.Fallback || dec.Pod != "warm" || dec.Candidates[1].MatchedBlocks != 2 {
+		t.Fatalf("decision %+v (err %v)", dec, dec.Err)
 	}
 }

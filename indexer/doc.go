@@ -3,6 +3,26 @@
 // backend, the event applier and the scorer, and the one API the rest of the
 // program uses to reach them.
 //
+// # Embedding
+//
+// It is also what a Go router imports to run the index in its own process,
+// as kvindexd does, with no daemon and no network hop per request:
+//
+//   - New(ctx, Config) builds it: Config.Keys must be the engines' block
+//     keys (hash algorithm, block size, PYTHONHASHSEED), Config.Events
+//     subscribes to the engines' KV events (bind for the central topology,
+//     Endpoints for engines that bind), Config.Tokenizer and Config.Chat
+//     are needed only for prompt and chat inputs;
+//   - Run(ctx) runs the subscriber (and snapshots, leases) until ctx ends;
+//   - Score(ctx, *Query, *Result) and Pick(ctx, *PickQuery, *PickResult)
+//     answer from any goroutine, into a Result the caller reuses (no
+//     allocation per block once its buffers have grown);
+//   - Close, after Run has returned, releases the sockets and the backend.
+//
+// The answers are the daemon's: kvindexd is this package behind gRPC and
+// HTTP (internal/promises checks both give the same Score and Pick on the
+// same events). See Example for the whole cycle.
+//
 // Every part that maps names to ids must share one kvindex.Interner, or ids
 // written by the applier would mean other pods to the scorer or the Redis
 // backend. Config therefore takes the backend as a factory that receives the

@@ -264,8 +264,8 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(configPath, "config", *configPath, "config file (YAML or JSON); flags and KVINDEX_* env override it")
-	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address (\"\" = off)")
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP/JSON listen address (\"\" = off)")
+	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address: host:port, or unix:///path for a unix socket (mode 0660) (\"\" = off)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP/JSON listen address: host:port, or unix:///path for a unix socket (mode 0660) (\"\" = off)")
 	fs.StringVar(&cfg.ZMQBind, "zmq-bind", cfg.ZMQBind, "ZMQ address the SUB socket binds for engines that connect (\"\" = off)")
 	fs.StringVar(&cfg.BindEngine, "bind-engine", cfg.BindEngine, "engine kind publishing to the bind socket: vllm or sglang")
 	fs.Var(endpointsFlag{&cfg.Endpoints}, "endpoint", "engine publisher to connect to, repeatable: address[,pod=..][,model=..][,engine=vllm|sglang][,replay=..][,snapshot=..]")

@@ -136,7 +136,7 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 		return nil, err
 	}
 	if cfg.GRPCAddr != "" {
-		if d.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		if d.grpcLn, err = api.Listen(cfg.GRPCAddr); err != nil {
 			return nil, fmt.Errorf("--grpc-addr: %w", err)
 		}
 		d.grpcLn = api.LimitListener(d.grpcLn, cfg.GRPCMaxConns, "grpc", d.sec.conns)
@@ -148,7 +148,7 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 		d.grpcSrv = d.api.NewGRPCServer(opts...)
 	}
 	if cfg.HTTPAddr != "" {
-		if d.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		if d.httpLn, err = api.Listen(cfg.HTTPAddr); err != nil {
 			return nil, fmt.Errorf("--http-addr: %w", err)
 		}
 		d.httpLn = api.LimitListener(d.httpLn, cfg.HTTPMaxConns, "http", d.sec.conns)

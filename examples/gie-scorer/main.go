@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/examples/gie-scorer/gie"
+	"github.com/kvindex/kvindex/indexer"
 )
 
 // endpoint is a static gie.Endpoint for the demo.
@@ -37,6 +39,11 @@ const defaultModel = "Qwen/Qwen3-8B"
 //
 //	go run . -prompt "hello" a=3/0/0.4 b=1/0/0.2
 //	go run . -addr 127.0.0.1:50051 -model Qwen/Qwen3-8B -prompt "hello" a b
+//	go run . -addr unix:///run/kvindex/grpc.sock -prompt "hello" a b
+//
+// or with the index in this process, subscribed to the engines directly:
+//
+//	go run . -embedded -engine tcp://10.0.0.7:5557,pod=a -tokenizer DIR -prompt "hello" a b
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -46,11 +53,23 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	fl := flag.NewFlagSet("gie-scorer", flag.ContinueOnError)
 	fl.SetOutput(stderr)
-	addr := fl.String("addr", "127.0.0.1:50051", "kvindexd gRPC address")
+	addr := fl.String("addr", "127.0.0.1:50051", "kvindexd gRPC address: host:port, or unix:///path for a daemon on a unix socket")
 	model := fl.String("model", defaultModel, "model name; the daemon needs its tokenizer (`make run` has "+
 		defaultModel+"'s; other models: kvindexd --tokenizer NAME=DIR)")
 	prompt := fl.String("prompt", "", "prompt to route")
 	policy := fl.String("policy", "", "daemon policy (\"\" = its default)")
+	embedded := fl.Bool("embedded", false, "run the index in this process (package indexer) instead of asking a daemon: "+
+		"it subscribes to -engine and -bind itself")
+	var em embeddedConfig
+	fl.Func("engine", "with -embedded: an engine's KV-event endpoint, tcp://host:port[,pod=NAME] (repeatable)", func(v string) error {
+		em.engines = append(em.engines, v)
+		return nil
+	})
+	fl.StringVar(&em.bind, "bind", "", "with -embedded: bind this ZMQ address for engines that connect (tcp://*:5557)")
+	fl.StringVar(&em.tokenizer, "tokenizer", "", "with -embedded: the model's tokenizer directory (tokenizer.json)")
+	fl.StringVar(&em.hashSeed, "hash-seed", "0", "with -embedded: the engines' PYTHONHASHSEED")
+	fl.IntVar(&em.blockSize, "block-size", 16, "with -embedded: the engines' block size")
+	wait := fl.Duration("wait", time.Second, "with -embedded: how long to collect events before scoring")
 	fl.Usage = func() {
 		fmt.Fprintln(fl.Output(), "usage: gie-scorer [flags] pod[=running/waiting/kv_usage] ...")
 		fl.PrintDefaults()
@@ -71,12 +90,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		eps = append(eps, e)
 	}
-	c, err := client.New(client.Config{Addr: *addr, Timeout: 2 * time.Second})
-	if err != nil {
-		fmt.Fprintln(stderr, "gie-scorer:", err)
-		return 2
+	var c Picker
+	if *embedded {
+		em.model = *model
+		x, stop, err := startEmbedded(context.Background(), em)
+		if err != nil {
+			fmt.Fprintln(stderr, "gie-scorer:", err)
+			return 2
+		}
+		defer stop()
+		settle(context.Background(), *wait)
+		c = InProcess{X: x}
+	} else {
+		cl, err := client.New(client.Config{Addr: *addr, Timeout: 2 * time.Second})
+		if err != nil {
+			fmt.Fprintln(stderr, "gie-scorer:", err)
+			return 2
+		}
+		defer cl.Close()
+		c = cl
 	}
-	defer c.Close()
 	// Debug: the CLI shows when the client voted least loaded without the daemon.
 	s := NewScorer("kvindex", c, *policy, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	scores, err := s.score(context.Background(), &gie.LLMRequest{TargetModel: *model, Prompt: *prompt}, eps)
@@ -85,7 +118,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "gie-scorer: the daemon did not pick (every score is 0):", err)
-		if status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "tokenizer") {
+		var ie *indexer.Error
+		precondition := status.Code(err) == codes.FailedPrecondition || errors.As(err, &ie) && ie.Code == indexer.FailedPrecondition
+		if precondition && strings.Contains(err.Error(), "tokenizer") {
 			fmt.Fprintf(stderr, "gie-scorer: the daemon has no tokenizer for model %q: use -model %s (what `make run` serves), "+
 				"or start kvindexd with --tokenizer %s=DIR\n", *model, defaultModel, *model)
 		}

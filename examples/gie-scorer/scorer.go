@@ -5,6 +5,10 @@
 // other scorers. When the daemon is unreachable the client's fallback
 // (least loaded) is voted for instead: the picker keeps working.
 //
+// With -embedded the index runs inside the picker's process instead
+// (package indexer): it subscribes to the engines' KV events itself and
+// Pick is a function call, with the daemon's answers.
+//
 // It is a separate Go module so the daemon's own go.mod stays free of the
 // endpoint picker's dependencies.
 package main
@@ -20,16 +24,18 @@ import (
 // ScorerType is the plugin type name a picker configuration refers to.
 const ScorerType = "kvindex-scorer"
 
-// Scorer is a gie.Scorer backed by kvindexd.
+// Scorer is a gie.Scorer backed by kvindexd, or by the index embedded in
+// the picker's process (InProcess).
 type Scorer struct {
 	name   string
-	c      *client.Client
+	c      Picker
 	policy string
 	log    *slog.Logger
 }
 
-// NewScorer scores through c with the daemon's policy ("" = its default).
-func NewScorer(name string, c *client.Client, policy string, log *slog.Logger) *Scorer {
+// NewScorer scores through c (a *client.Client or InProcess) with the
+// index's policy ("" = its default).
+func NewScorer(name string, c Picker, policy string, log *slog.Logger) *Scorer {
 	return &Scorer{name: name, c: c, policy: policy, log: log}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/examples/gie-scorer/gie"
 	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/prefixstore"
 	"github.com/kvindex/kvindex/tokenization"
@@ -39,7 +40,7 @@ func (fakeTokenizer) TokenizePrompt(_ context.Context, _, prompt string) ([]uint
 }
 
 // The scorer votes for the pod whose cache holds the prompt, through a real
-// daemon on loopback, and for the least loaded pod when it is gone.
+// daemon on a unix socket, and for the least loaded pod when it is gone.
 func TestScorerThroughDaemon(t *testing.T) {
 	keys := kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4}
 	idx, err := indexer.New(context.Background(), indexer.Config{Keys: keys, Tokenizer: fakeTokenizer{}})
@@ -50,7 +51,14 @@ func TestScorerThroughDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// A sidecar daemon on a unix socket, dialed as unix:///path.
+	dir, err := os.MkdirTemp("", "gie") // short: socket paths are limited to ~108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	addr := api.UnixPrefix + filepath.Join(dir, "k.sock")
+	ln, err := api.Listen(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +79,7 @@ func TestScorerThroughDaemon(t *testing.T) {
 	idx.Sink().Apply(context.Background(), &kvindex.Batch{Pod: "warm", Model: "m",
 		Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: hashes, TokenIDs: tokens[:len(hashes)*4], BlockSize: 4}}})
 
-	c, err := client.New(client.Config{Addr: ln.Addr().String(), Timeout: time.Second})
+	c, err := client.New(client.Config{Addr: addr, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,5 +183,78 @@ func TestRunAgainstMakeRunDaemon(t *testing.T) {
 	stderr.Reset()
 	if rc := run([]string{"-addr", ln.Addr().String()}, &stdout, &stderr); rc != 2 || !strings.Contains(stderr.String(), "name at least one endpoint") {
 		t.Fatalf("no endpoints: exit %d, stderr %s", rc, stderr.String())
+	}
+}
+
+// The scorer with the index in process (-embedded): it subscribes to an
+// engine itself and votes for the pod whose cache holds the prompt; a
+// model it cannot tokenize is an error, as from the daemon.
+func TestScorerInProcess(t *testing.T) {
+	engine, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer engine.Close()
+	x, stop, err := startEmbedded(context.Background(), embeddedConfig{engines: []string{engine.Addr() + ",pod=warm"},
+		model: "m", hashSeed: "0", blockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if _, _, err := startEmbedded(context.Background(), embeddedConfig{engines: []string{"tcp://127.0.0.1:1,warm"}, blockSize: 4}); err == nil {
+		t.Fatal("-engine without pod= accepted")
+	}
+
+	tokens := []uint32{11, 12, 13, 14, 15, 16, 17, 18, 19}
+	h, err := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hashes []uint64
+	for _, k := range h.Keys(nil, tokens, kvindex.RequestExtras{}) {
+		hashes = append(hashes, uint64(k))
+	}
+	payload, err := enginepub.EncodeVLLMBatch(&kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockStored,
+		BlockHashes: hashes, TokenIDs: tokens[:8], BlockSize: 4}}}, enginepub.VLLMEncodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := engine.WaitSubscribed(ctx, "kv@"); err != nil {
+		t.Fatal(err)
+	}
+	if err := engine.Publish("kv@warm@m", 0, payload); err != nil {
+		t.Fatal(err)
+	}
+
+	s := NewScorer("kv", InProcess{X: x}, "", slog.New(slog.DiscardHandler))
+	cold := &endpoint{md: gie.EndpointMetadata{NamespacedName: gie.NamespacedName{Name: "cold"}}}
+	warm := &endpoint{md: gie.EndpointMetadata{NamespacedName: gie.NamespacedName{Name: "warm"}}, m: gie.Metrics{RunningRequestsSize: 1}}
+	// Both publish events: a pick made before the blocks arrive must not
+	// enter the routing history (kept for pods without events).
+	on := true
+	r := &client.Request{Model: "m", TokenIDs: tokens, Candidates: []client.Candidate{{Pod: "cold", Events: &on}, {Pod: "warm", Running: 1, Events: &on}}}
+	// Events are applied asynchronously: wait for the engine's blocks.
+	for {
+		d, err := s.c.Pick(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Pod == "warm" {
+			if d.Fallback || d.Index != 1 || d.Candidates[1].MatchedBlocks != 2 || d.Policy != "sglang" {
+				t.Fatalf("decision %+v", d)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the engine's blocks never arrived: last decision %+v", d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A prompt needs a tokenizer the embedded index was not given.
+	scores, err := s.score(context.Background(), &gie.LLMRequest{TargetModel: "m", Prompt: "hello"}, []gie.Endpoint{cold, warm})
+	if err == nil || !strings.Contains(err.Error(), "tokenizer") || scores[cold] != 0 || scores[warm] != 0 {
+		t.Fatalf("prompt without a tokenizer: %v, %v", scores, err)
 	}
 }

@@ -34,9 +34,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/grpcbuf"
 	"github.com/kvindex/kvindex/kvindex"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
@@ -52,6 +54,7 @@ type options struct {
 	requests                int64
 	mode                    string
 	input                   string
+	tokenField              string
 	publish                 bool
 	floor                   time.Duration
 	publishers, stepBlocks  int
@@ -61,7 +64,7 @@ type options struct {
 
 func main() {
 	o := options{set: map[string]bool{}}
-	flag.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:50051", "daemon gRPC address")
+	flag.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:50051", "daemon gRPC address (host:port, or unix:///path)")
 	flag.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "daemon HTTP address")
 	flag.StringVar(&o.zmq, "zmq", "tcp://127.0.0.1:5557", "daemon ZMQ bind address to publish the fleet state to")
 	flag.BoolVar(&o.publish, "publish", true, "publish the fleet state before measuring")
@@ -78,6 +81,7 @@ func main() {
 	flag.Int64Var(&o.requests, "requests", 200000, "at most this many requests per transport")
 	flag.StringVar(&o.mode, "mode", "both", "grpc | http | both")
 	flag.StringVar(&o.input, "input", "tokens", "tokens (daemon hashes the blocks) | hashes (block_hashes: lookup + transport only)")
+	flag.StringVar(&o.tokenField, "token-field", "packed", "how token ids travel over gRPC: packed (little-endian bytes, as the Go client sends them) | ids (varints) | both (one phase each)")
 	flag.IntVar(&o.publishers, "publishers", 0, "mixed scenario: engines publishing BlockStored with token ids while the gRPC clients score (0 = off)")
 	flag.Float64Var(&o.engineRate, "engine-rate", 12500, "mixed scenario: stored blocks/s per engine")
 	flag.IntVar(&o.stepBlocks, "step-blocks", 32, "mixed scenario: blocks stored per engine step (batch)")
@@ -90,6 +94,9 @@ func main() {
 }
 
 func loopback(addr string) error {
+	if strings.HasPrefix(addr, "unix://") {
+		return nil // a unix socket is local by nature
+	}
 	host, _, err := net.SplitHostPort(strings.TrimPrefix(addr, "tcp://"))
 	if err != nil {
 		return err
@@ -165,8 +172,19 @@ func run(o options) error {
 		if err := measureFloor(o); err != nil {
 			return err
 		}
-		if err := measureGRPC(o, prompts, hashes); err != nil {
-			return err
+		fields := []string{o.tokenField}
+		switch {
+		case o.input != "tokens":
+			fields = []string{"hashes"}
+		case o.tokenField == "both":
+			fields = []string{"ids", "packed"}
+		case o.tokenField != "ids" && o.tokenField != "packed":
+			return fmt.Errorf("--token-field %q: want packed, ids or both", o.tokenField)
+		}
+		for _, f := range fields {
+			if err := measureGRPC(o, prompts, hashes, f); err != nil {
+				return err
+			}
 		}
 	}
 	if o.mode == "http" || o.mode == "both" {
@@ -288,7 +306,7 @@ func report(name string, lat []time.Duration, elapsed time.Duration) {
 	}
 	slices.Sort(lat)
 	q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
-	fmt.Printf("%-5s %8d req in %5.1fs  %8.0f req/s  p50 %8s  p90 %8s  p99 %8s  max %8s\n", name, len(lat),
+	fmt.Printf("%-11s %8d req in %5.1fs  %8.0f req/s  p50 %8s  p90 %8s  p99 %8s  max %8s\n", name, len(lat),
 		elapsed.Seconds(), float64(len(lat))/elapsed.Seconds(), q(0.50).Round(time.Microsecond),
 		q(0.90).Round(time.Microsecond), q(0.99).Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond))
 }
@@ -297,7 +315,9 @@ func report(name string, lat []time.Duration, elapsed time.Duration) {
 // when f returns: every gRPC phase of the run connects this way, in
 // plaintext (loadgen has no TLS option).
 func withGRPC(o options, f func(conn *grpc.ClientConn) error) error {
-	conn, err := grpc.NewClient(o.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// The Go client's options (client.New): its buffer pool and codec.
+	conn, err := grpc.NewClient(o.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		experimental.WithBufferPool(grpcbuf.Pool), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(grpcbuf.Codec)))
 	if err != nil {
 		return err
 	}
@@ -305,17 +325,23 @@ func withGRPC(o options, f func(conn *grpc.ClientConn) error) error {
 	return f(conn)
 }
 
-func measureGRPC(o options, prompts [][]uint32, hashes [][]uint64) error {
+// measureGRPC scores the prompts with token ids sent as field (ids or
+// packed), or with their block hashes.
+func measureGRPC(o options, prompts [][]uint32, hashes [][]uint64, field string) error {
 	reqs := make([]*kvindexv1.ScoreRequest, len(prompts))
 	for i, p := range prompts {
-		reqs[i] = &kvindexv1.ScoreRequest{Model: o.model, Input: &kvindexv1.ScoreRequest_TokenIds{TokenIds: &kvindexv1.TokenIDs{Ids: p}}}
+		ids := &kvindexv1.TokenIDs{Ids: p}
+		if field == "packed" {
+			ids = &kvindexv1.TokenIDs{Packed: kvindexv1.PackTokenIDs(p)}
+		}
+		reqs[i] = &kvindexv1.ScoreRequest{Model: o.model, Input: &kvindexv1.ScoreRequest_TokenIds{TokenIds: ids}}
 		if hashes != nil {
 			reqs[i].Input = &kvindexv1.ScoreRequest_BlockHashes{BlockHashes: &kvindexv1.BlockHashes{Hashes: hashes[i]}}
 		}
 	}
 	return withGRPC(o, func(conn *grpc.ClientConn) error {
 		c := kvindexv1.NewIndexerClient(conn)
-		return drive(o, "grpc", func(w, i int) error {
+		return drive(o, "grpc-"+field, func(w, i int) error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			resp, err := c.Score(ctx, reqs[(w+i)%len(reqs)])

@@ -156,7 +156,11 @@ func runMixed(o options, h *kvindex.Hasher, prompts [][]uint32) error {
 	fmt.Printf("mixed: %d engines x %.0f blocks/s (steps of %d blocks with token ids) while scoring\n",
 		o.publishers, o.engineRate, o.stepBlocks)
 	t0 := time.Now()
-	scoreErr := measureGRPC(o, prompts, nil)
+	field := o.tokenField
+	if field == "both" {
+		field = "packed"
+	}
+	scoreErr := measureGRPC(o, prompts, nil, field)
 	cancel()
 	if err := wait(); err != nil {
 		return fmt.Errorf("publish: %w", err)

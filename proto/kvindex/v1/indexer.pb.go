@@ -26,8 +26,14 @@ const (
 )
 
 type TokenIDs struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ids           []uint32               `protobuf:"varint,1,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ids   []uint32               `protobuf:"varint,1,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	// The same token ids as little-endian uint32, 4 bytes each, instead of
+	// ids: the layout engines and tokenizers hold them in, copied on both
+	// sides rather than varint-encoded and decoded (at 8k tokens that coding
+	// is most of a score's cost; docs/performance.md). Set ids or packed, not
+	// both; a length that is not a multiple of 4 is InvalidArgument.
+	Packed        []byte `protobuf:"bytes,2,opt,name=packed,proto3" json:"packed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -65,6 +71,13 @@ func (*TokenIDs) Descriptor() ([]byte, []int) {
 func (x *TokenIDs) GetIds() []uint32 {
 	if x != nil {
 		return x.Ids
+	}
+	return nil
+}
+
+func (x *TokenIDs) GetPacked() []byte {
+	if x != nil {
+		return x.Packed
 	}
 	return nil
 }
@@ -1841,9 +1854,10 @@ var File_kvindex_v1_indexer_proto protoreflect.FileDescriptor
 const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\n" +
 	"\x18kvindex/v1/indexer.proto\x12\n" +
-	"kvindex.v1\"\x1c\n" +
+	"kvindex.v1\"4\n" +
 	"\bTokenIDs\x12\x10\n" +
-	"\x03ids\x18\x01 \x03(\rR\x03ids\"%\n" +
+	"\x03ids\x18\x01 \x03(\rR\x03ids\x12\x16\n" +
+	"\x06packed\x18\x02 \x01(\fR\x06packed\"%\n" +
 	"\vBlockHashes\x12\x16\n" +
 	"\x06hashes\x18\x01 \x03(\x04R\x06hashes\"\xa5\x03\n" +
 	"\fScoreRequest\x12\x14\n" +
