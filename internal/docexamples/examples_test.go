@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/e2e"
+
 	"github.com/kvindex/kvindex/internal/logtest"
 )
 
@@ -43,7 +45,7 @@ func TestMain(m *testing.M) {
 
 func buildAndRun(m *testing.M) int {
 	var err error
-	if root, err = repoRoot(); err != nil {
+	if root, err = e2e.FindRepoRoot(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -56,30 +58,11 @@ func buildAndRun(m *testing.M) int {
 	// daemon takes over 20 s to load the Qwen3 tokenizer, and these tests
 	// check what the documents say, not data races (internal/e2e and
 	// internal/promises run the race-built daemon).
-	build := exec.Command("go", "build", "-o", filepath.Join(binDir, "kvindexd"), "./cmd/kvindexd")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build ./cmd/kvindexd: %v\n%s", err, out)
+	if _, err := e2e.BuildDaemon(root, binDir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return m.Run()
-}
-
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("go.mod not found above %s", dir)
-		}
-		dir = parent
-	}
 }
 
 // documents are the files whose examples must run: the README and docs/.

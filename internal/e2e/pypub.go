@@ -27,20 +27,43 @@ const Python = "/usr/bin/python3"
 // RepoRoot finds the module root from the test's working directory.
 func RepoRoot(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
+	dir, err := FindRepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dir
+}
+
+// FindRepoRoot is RepoRoot for a TestMain, which has no testing.TB.
+func FindRepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
+			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			t.Fatal("e2e: go.mod not found above the working directory")
+			return "", fmt.Errorf("e2e: go.mod not found above %s", dir)
 		}
 		dir = parent
 	}
+}
+
+// BuildDaemon builds ./cmd/kvindexd of the module at root into dir with the
+// go build flags given (e.g. -race, to link from the race build's cache when
+// the test binary has it) and returns the binary's path: the end-to-end
+// suites build the real daemon once in their TestMain.
+func BuildDaemon(root, dir string, flags ...string) (string, error) {
+	bin := filepath.Join(dir, "kvindexd")
+	build := exec.Command("go", append(append([]string{"build"}, flags...), "-o", bin, "./cmd/kvindexd")...)
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/kvindexd: %v\n%s", err, out)
+	}
+	return bin, nil
 }
 
 // RequirePython fails the test with the install command when the publisher's

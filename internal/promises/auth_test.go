@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvindex/kvindex/internal/e2e"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
@@ -53,7 +54,7 @@ func TestPromiseAuthScopes(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t, "--auth-token-file", tokenFile(t))
 	endpoint := func() string {
-		return fmt.Sprintf(`{"address":"tcp://127.0.0.1:%d","pod":"pod-x","model":"org/model"}`, freePort(t))
+		return fmt.Sprintf(`{"address":"tcp://127.0.0.1:%d","pod":"pod-x","model":"org/model"}`, e2e.FreePort(t))
 	}
 	for _, c := range []struct {
 		token, method, path, body string
@@ -96,7 +97,7 @@ func TestPromiseAuthScopes(t *testing.T) {
 			t.Errorf("gRPC Score with token %.8q: %v, want %v", c.token, err, c.want)
 		}
 	}
-	add := &kvindexv1.AddEndpointRequest{Endpoint: &kvindexv1.Endpoint{Address: fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t)), Pod: "pod-y", Model: model}}
+	add := &kvindexv1.AddEndpointRequest{Endpoint: &kvindexv1.Endpoint{Address: fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t)), Pod: "pod-y", Model: model}}
 	for _, c := range []struct {
 		token string
 		want  codes.Code
@@ -189,7 +190,7 @@ func TestPromiseAdminAPI(t *testing.T) {
 			t.Errorf("address %s: %d %s, want 400", addr, code, body)
 		}
 	}
-	addr := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
 	if code, body, _ := d.do("POST", "/v1/endpoints", `{"address":"`+addr+`","pod":"p"}`); code != http.StatusCreated {
 		t.Errorf("address %s: %d %s, want 201", addr, code, body)
 	}

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/e2e"
+
 	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/internal/logtest"
 	"github.com/kvindex/kvindex/kvindex"
@@ -55,36 +57,16 @@ func buildAndRun(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	root, err := repoRoot()
+	root, err := e2e.FindRepoRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	bin = filepath.Join(dir, "kvindexd")
-	build := exec.Command("go", append(append([]string{"build"}, buildFlags...), "-o", bin, "./cmd/kvindexd")...)
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build ./cmd/kvindexd: %v\n%s", err, out)
+	if bin, err = e2e.BuildDaemon(root, dir, buildFlags...); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return m.Run()
-}
-
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("go.mod not found above %s", dir)
-		}
-		dir = parent
-	}
 }
 
 // daemon is one `kvindexd serve` process.
@@ -98,17 +80,6 @@ type daemon struct {
 	exited  chan struct{}
 	waitErr error
 	token   string // sent as a bearer token by get/do when set
-}
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // startDaemon runs `kvindexd serve` with the default flags plus flags, on
@@ -130,11 +101,11 @@ func startDaemon(t testing.TB, flags ...string) *daemon {
 
 func tryStart(t testing.TB, flags []string) (*daemon, error) {
 	d := &daemon{t: t, logs: &logtest.Buffer{}, exited: make(chan struct{})}
-	d.http = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	d.grpc = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	d.http = fmt.Sprintf("127.0.0.1:%d", e2e.FreePort(t))
+	d.grpc = fmt.Sprintf("127.0.0.1:%d", e2e.FreePort(t))
 	args := []string{"serve", "--http-addr", d.http, "--grpc-addr", d.grpc}
 	if !hasFlag(flags, "--zmq-bind") {
-		d.zmq = fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+		d.zmq = fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
 		args = append(args, "--zmq-bind", d.zmq)
 	}
 	args = append(args, flags...)

@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/kvindex/kvindex/internal/e2e"
 )
 
 // promiseDocs are the documents whose tables name the promises' tests, and
@@ -148,7 +150,7 @@ func repoTests(t *testing.T, root string, names []string) map[string]bool {
 // existing test of this package (or says `—` with a reason), every listed
 // section has such a table, and every TestPromise* test is named by a row.
 func TestEveryPromiseHasATest(t *testing.T) {
-	root, err := repoRoot()
+	root, err := e2e.FindRepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
