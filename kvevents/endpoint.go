@@ -56,6 +56,9 @@ type source struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	msgs      prometheus.Counter
+	// peer is the connection of the message being handled; only the
+	// socket's reader touches it.
+	peer string
 }
 
 // ErrUnknownEndpoint is returned (wrapped) by RemoveEndpoint for an address
@@ -230,6 +233,7 @@ func (s *Subscriber) recvLoop(ctx context.Context, sock *zmtp.Sub, src *source) 
 		if err != nil {
 			return
 		}
+		src.peer = msg.Peer
 		s.handle(ctx, src, msg.Frames)
 	}
 }

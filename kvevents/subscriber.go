@@ -179,6 +179,14 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
 	cfg.Transport.Counters = m.ZMQ
+	var s *Subscriber // for the transport's disconnect hook, set below
+	userHook := cfg.Transport.OnDisconnect
+	cfg.Transport.OnDisconnect = func(peer string, err error) {
+		s.disconnected(peer, err)
+		if userHook != nil {
+			userHook(peer, err)
+		}
+	}
 	if cfg.MaxStreams <= 0 {
 		cfg.MaxStreams = DefaultMaxStreams
 	}
@@ -202,7 +210,7 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 		filter = ""
 	}
 	log := logger.With("component", "kvevents")
-	s := &Subscriber{
+	s = &Subscriber{
 		cfg:       cfg,
 		filter:    filter,
 		filterB:   []byte(filter),

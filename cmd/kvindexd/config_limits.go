@@ -20,6 +20,8 @@ type LimitsConfig struct {
 	ZMQMaxMessageSize   int64  `json:"zmq_max_message_size" yaml:"zmq_max_message_size"`
 	ZMQHandshakeTimeout string `json:"zmq_handshake_timeout" yaml:"zmq_handshake_timeout"`
 	ZMQMaxConns         int    `json:"zmq_max_conns" yaml:"zmq_max_conns"`
+	ZMQMessageTimeout   string `json:"zmq_message_timeout" yaml:"zmq_message_timeout"`
+	ZMQEvictIdleAfter   string `json:"zmq_evict_idle_after" yaml:"zmq_evict_idle_after"`
 	MaxStreams          int    `json:"max_streams" yaml:"max_streams"`
 	MaxModels           int    `json:"max_models" yaml:"max_models"`
 	MaxDPRanks          int    `json:"max_dp_ranks" yaml:"max_dp_ranks"`
@@ -37,6 +39,8 @@ func defaultLimits() LimitsConfig {
 		ZMQMaxMessageSize:   zmtp.DefaultMaxMessageSize,
 		ZMQHandshakeTimeout: zmtp.DefaultHandshakeTimeout.String(),
 		ZMQMaxConns:         zmtp.DefaultMaxConns,
+		ZMQMessageTimeout:   zmtp.DefaultMessageTimeout.String(),
+		ZMQEvictIdleAfter:   zmtp.DefaultEvictIdleAfter.String(),
 		MaxStreams:          kvevents.DefaultMaxStreams,
 		MaxModels:           kvevents.DefaultMaxModels,
 		MaxDPRanks:          kvevents.DefaultMaxDPRanks,
@@ -49,7 +53,10 @@ func defaultLimits() LimitsConfig {
 func limitFlags(fs *flag.FlagSet, l *LimitsConfig) {
 	fs.Int64Var(&l.ZMQMaxMessageSize, "zmq-max-message-size", l.ZMQMaxMessageSize, "largest ZMQ message accepted, bytes (larger: the connection is closed)")
 	fs.StringVar(&l.ZMQHandshakeTimeout, "zmq-handshake-timeout", l.ZMQHandshakeTimeout, "deadline for a ZMQ peer's whole handshake")
-	fs.IntVar(&l.ZMQMaxConns, "zmq-max-conns", l.ZMQMaxConns, "connections the ZMQ bind socket holds at once (more are closed at once)")
+	fs.IntVar(&l.ZMQMaxConns, "zmq-max-conns", l.ZMQMaxConns, "connections the ZMQ bind socket holds at once (then an idle one is evicted or the new one closed; "+
+		"the last 1/8 are kept for hosts that published before)")
+	fs.StringVar(&l.ZMQMessageTimeout, "zmq-message-timeout", l.ZMQMessageTimeout, "deadline for a ZMQ message to arrive whole once its first byte has")
+	fs.StringVar(&l.ZMQEvictIdleAfter, "zmq-evict-idle-after", l.ZMQEvictIdleAfter, "a ZMQ peer that delivered nothing this long may be evicted when the bind socket is full")
 	fs.IntVar(&l.MaxStreams, "max-streams", l.MaxStreams, "distinct (pod, dp rank) streams tracked; batches of further ones are dropped and counted")
 	fs.IntVar(&l.MaxModels, "max-models", l.MaxModels, "distinct model names tracked; batches naming further ones are dropped and counted")
 	fs.IntVar(&l.MaxDPRanks, "max-dp-ranks", l.MaxDPRanks, "data-parallel ranks accepted per pod (rank must be below this)")
@@ -71,8 +78,22 @@ func (l *LimitsConfig) durations() (handshake, expiry time.Duration, err error) 
 	return handshake, expiry, nil
 }
 
+// transportDurations parses the ZMQ message timeout and eviction idle time.
+func (l *LimitsConfig) transportDurations() (message, evict time.Duration, err error) {
+	if message, err = time.ParseDuration(l.ZMQMessageTimeout); err != nil || message <= 0 {
+		return 0, 0, fmt.Errorf("--zmq-message-timeout %q: want a positive duration", l.ZMQMessageTimeout)
+	}
+	if evict, err = time.ParseDuration(l.ZMQEvictIdleAfter); err != nil || evict <= 0 {
+		return 0, 0, fmt.Errorf("--zmq-evict-idle-after %q: want a positive duration", l.ZMQEvictIdleAfter)
+	}
+	return message, evict, nil
+}
+
 func (l *LimitsConfig) validate() error {
 	if _, _, err := l.durations(); err != nil {
+		return err
+	}
+	if _, _, err := l.transportDurations(); err != nil {
 		return err
 	}
 	if l.ZMQMaxMessageSize <= 0 || l.ZMQMaxConns <= 0 || l.MaxStreams <= 0 || l.MaxModels <= 0 || l.MaxDPRanks <= 0 ||
@@ -92,6 +113,7 @@ func (l *LimitsConfig) subscriber(c *kvevents.Config) {
 	c.Transport.MaxMessageSize = l.ZMQMaxMessageSize
 	c.Transport.HandshakeTimeout = handshake
 	c.Transport.MaxConns = l.ZMQMaxConns
+	c.Transport.MessageTimeout, c.Transport.EvictIdleAfter, _ = l.transportDurations() // validated
 	c.MaxStreams, c.MaxModels, c.MaxDPRanks = l.MaxStreams, l.MaxModels, l.MaxDPRanks
 	c.PodExpiry = expiry
 	if expiry == 0 {
