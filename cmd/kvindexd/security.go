@@ -34,6 +34,7 @@ type SecurityConfig struct {
 	HTTPMaxBodyBytes      int64    `json:"http_max_body_bytes" yaml:"http_max_body_bytes"`
 	HTTPMaxConns          int      `json:"http_max_conns" yaml:"http_max_conns"`
 	GRPCMaxConns          int      `json:"grpc_max_conns" yaml:"grpc_max_conns"`
+	GRPCIdleTimeout       Duration `json:"grpc_idle_timeout" yaml:"grpc_idle_timeout"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("5s") in
@@ -69,6 +70,7 @@ func defaultSecurity() SecurityConfig {
 		HTTPMaxBodyBytes:      defaultMaxBodyBytes,
 		HTTPMaxConns:          api.DefaultMaxConns,
 		GRPCMaxConns:          api.DefaultMaxConns,
+		GRPCIdleTimeout:       Duration(api.DefaultIdleTimeout),
 	}
 }
 
@@ -88,6 +90,7 @@ func securityFlags(fs *flag.FlagSet, c *SecurityConfig) {
 	fs.Int64Var(&c.HTTPMaxBodyBytes, "http-max-body-bytes", c.HTTPMaxBodyBytes, "request body cap (larger: 413)")
 	fs.IntVar(&c.HTTPMaxConns, "http-max-conns", c.HTTPMaxConns, "open HTTP connections at most; more wait in the kernel backlog (0 = no limit)")
 	fs.IntVar(&c.GRPCMaxConns, "grpc-max-conns", c.GRPCMaxConns, "open gRPC connections at most (0 = no limit)")
+	fs.Var(&c.GRPCIdleTimeout, "grpc-idle-timeout", "gRPC connections without a call this long are closed (GOAWAY, then closed within 5 s even if the client ignores it)")
 }
 
 func (c *SecurityConfig) validateSecurity() error {
@@ -105,6 +108,9 @@ func (c *SecurityConfig) validateSecurity() error {
 	}
 	if c.HTTPMaxHeaderBytes < 0 || c.HTTPMaxBodyBytes < 0 || c.HTTPMaxConns < 0 || c.GRPCMaxConns < 0 {
 		return errors.New("--http-max-header-bytes, --http-max-body-bytes, --http-max-conns and --grpc-max-conns must not be negative")
+	}
+	if c.GRPCIdleTimeout <= 0 {
+		return errors.New("--grpc-idle-timeout must be positive: an idle connection would otherwise hold its slot of --grpc-max-conns forever")
 	}
 	return nil
 }

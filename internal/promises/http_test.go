@@ -209,3 +209,39 @@ func TestPromiseGRPCMaxConns(t *testing.T) {
 		t.Errorf(`kvindexd_connections_limited_total{server="grpc"} = %v, want >= 1`, v)
 	}
 }
+
+// --grpc-idle-timeout: connections that finish the HTTP/2 preface and
+// SETTINGS and then idle (ignoring the GOAWAY and its PING) are closed, so
+// they cannot hold every slot of --grpc-max-conns: a real client gets in.
+func TestPromiseGRPCIdleTimeout(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "--grpc-max-conns", "3", "--grpc-idle-timeout", "1s")
+	var held []net.Conn
+	for i := 0; i < 3; i++ {
+		c := rawDial(t, d.grpc)
+		// The client preface and an empty SETTINGS frame.
+		if _, err := io.WriteString(c, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"); err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	start := time.Now()
+	for i, c := range held {
+		if !closedWithin(c, waitLimit) {
+			t.Fatalf("idle connection %d was not closed", i)
+		}
+	}
+	if el := time.Since(start); el > 15*time.Second {
+		t.Errorf("idle connections closed after %v, want about 1 s + the 5 s GOAWAY grace", el)
+	}
+	conn, err := grpc.NewClient(d.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("gRPC once the idle connections are gone: %v", err)
+	}
+}
