@@ -245,3 +245,47 @@ func TestPromiseGRPCIdleTimeout(t *testing.T) {
 		t.Fatalf("gRPC once the idle connections are gone: %v", err)
 	}
 }
+
+// --http-header-budget-bytes: connections that each send ~60 KiB of small
+// headers and then trickle their body hold their headers' bytes; past the
+// budget the next such request is answered 503 at once, while an ordinary
+// request still fits.
+func TestPromiseHTTPHeaderBudget(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "--http-header-budget-bytes", "200000")
+	var pad strings.Builder
+	for i := 0; pad.Len() < 60<<10; i++ {
+		fmt.Fprintf(&pad, "X-Pad-%d: %s\r\n", i, strings.Repeat("a", 40))
+	}
+	slow := func() (net.Conn, *bufio.Reader) {
+		c := rawDial(t, d.http)
+		req := "POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n" + pad.String() + "\r\n{"
+		if _, err := io.WriteString(c, req); err != nil {
+			t.Fatal(err)
+		}
+		return c, bufio.NewReader(c)
+	}
+	for i := 0; i < 3; i++ { // 3 x 60 KiB: within the budget, held while the body trickles
+		c, r := slow()
+		_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		if _, err := r.ReadByte(); !isTimeout(err) {
+			t.Fatalf("slow request %d within the budget was answered: %v", i, err)
+		}
+	}
+	c, r := slow()
+	_ = c.SetReadDeadline(time.Now().Add(waitLimit))
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("the request over the header budget: %d %v, want 503 with Retry-After", resp.StatusCode, resp.Header)
+	}
+	if code, body := d.get("/healthz"); code != http.StatusOK {
+		t.Fatalf("an ordinary request: %d %s", code, body)
+	}
+	if v := d.metric("kvindexd_http_header_budget_rejected_total"); v != 1 {
+		t.Errorf("kvindexd_http_header_budget_rejected_total = %v, want 1", v)
+	}
+}
