@@ -292,7 +292,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		go func() {
 			defer s.readers.Done()
 			s.log.Info("listening for engine KV events", "bind", s.bindAddr, "topic_filter", s.filter)
-			s.recvLoop(runCtx, s.bindSock, s.bindSrc)
+			_ = s.recvLoop(runCtx, s.bindSock, s.bindSrc) // ends only when the socket is closed
 		}()
 	}
 	for _, addr := range s.order {

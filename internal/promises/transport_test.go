@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -347,5 +349,64 @@ func TestPromiseZMQWriteTimeout(t *testing.T) {
 	})
 	if el := time.Since(stalled); el < 7*time.Second {
 		t.Errorf("closed %v after the daemon stopped reading, before the 10 s write timeout", el)
+	}
+}
+
+// Redialling a dialled endpoint (--endpoint): an "engine" that completes the
+// handshake and then sends a frame over the size cap is not redialled every
+// 100 ms: the backoff keeps growing while connections end within 10 s, and
+// the reason each ended is logged, rate-limited.
+func TestPromiseZMQRedialBackoff(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var mu sync.Mutex
+	var dials []time.Time
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			dials = append(dials, time.Now())
+			mu.Unlock()
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				if _, err := c.Write(append(zmtpGreeting(), zmtpReadyPUB()...)); err != nil {
+					return
+				}
+				var in [64 + 2]byte // the daemon's greeting and its READY's header
+				if _, err := io.ReadFull(c, in[:]); err != nil {
+					return
+				}
+				if _, err := io.ReadFull(c, make([]byte, in[65])); err != nil {
+					return
+				}
+				_, _ = c.Write(zmtpLongHeader(0, 1<<40))
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	d := startDaemon(t, "--endpoint", "tcp://"+ln.Addr().String()+",pod=pod-hostile")
+	time.Sleep(4 * time.Second)
+	mu.Lock()
+	n := len(dials)
+	mu.Unlock()
+	// Backoff 0.1, 0.2, 0.4, 0.8, 1.6 s...: about 6 dials in 4 s; every
+	// 100 ms would be about 40.
+	if n > 10 || n < 2 {
+		t.Errorf("%d dials in 4 s, want the backoff's ~6", n)
+	}
+	logs := d.logs.String()
+	if !strings.Contains(logs, "engine publisher went away") || !strings.Contains(logs, "exceeds the size limit") {
+		t.Errorf("the reason the connection ended is not logged:\n%s", lastLines(logs, 20))
+	}
+	if c := strings.Count(logs, "engine publisher went away"); c > 6 {
+		t.Errorf("%d 'went away' lines for %d dials: not rate-limited", c, n)
 	}
 }
