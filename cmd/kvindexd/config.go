@@ -390,6 +390,9 @@ func readConfigFile(path string, cfg *Config) error {
 }
 
 func (c *Config) validate() error {
+	if err := c.validateRanges(); err != nil {
+		return err
+	}
 	if _, _, err := c.keyConfigs(); err != nil {
 		return err
 	}

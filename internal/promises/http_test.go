@@ -289,3 +289,33 @@ func TestPromiseHTTPHeaderBudget(t *testing.T) {
 		t.Errorf("kvindexd_http_header_budget_rejected_total = %v, want 1", v)
 	}
 }
+
+// Numeric options have documented ranges (docs/configuration.md): the
+// values that made the daemon panic, hang before binding or answer 431 to
+// everything are start-up errors naming the option.
+func TestPromiseFlagRanges(t *testing.T) {
+	t.Parallel()
+	for _, flags := range [][]string{
+		{"--workers=9223372036854775807"},
+		{"--queue-size=9223372036854775807"},
+		{"--key-cache-size=9223372036854775807"},
+		{"--digest-cache-size=9223372036854775807"},
+		{"--http-max-header-bytes=9223372036854775807"},
+		{"--index", "redis://127.0.0.1:1?pool_size=-5"},
+		{"--index", "redis://127.0.0.1:1?pool_size=2000000000"},
+	} {
+		start := time.Now()
+		d, err := tryStart(t, flags)
+		if err == nil {
+			t.Errorf("%v: the daemon started", flags)
+			continue
+		}
+		logs := d.logs.String()
+		if !strings.Contains(logs, "out of range") || strings.Contains(logs, "panic") {
+			t.Errorf("%v: %v, want an out-of-range error:\n%s", flags, err, lastLines(logs, 5))
+		}
+		if el := time.Since(start); el > 10*time.Second {
+			t.Errorf("%v: took %v to fail", flags, el)
+		}
+	}
+}
