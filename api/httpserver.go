@@ -4,7 +4,10 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc/codes"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -22,6 +25,13 @@ type HTTPLimits struct {
 	IdleTimeout  time.Duration
 	// MaxHeaderBytes caps the request line and headers.
 	MaxHeaderBytes int
+	// HeaderBudget caps the request line and header bytes of all requests
+	// in progress together. MaxHeaderBytes bounds one request, but a client
+	// can open --http-max-conns connections, send large headers on each and
+	// then trickle the body for ReadTimeout, and the parsed headers cost
+	// about ten times their size in memory. A request that would exceed
+	// the budget is answered 503 at once (Connection: close).
+	HeaderBudget int64
 }
 
 // Defaults for HTTPLimits. A 1M-token score body is ~8 MB of JSON: 30 s is
@@ -32,6 +42,9 @@ const (
 	DefaultWriteTimeout      = 60 * time.Second
 	DefaultIdleTimeout       = 120 * time.Second
 	DefaultMaxHeaderBytes    = 64 << 10
+	// DefaultHeaderBudget holds 512 requests at the header cap, or some
+	// 60,000 ordinary ones (~500 bytes).
+	DefaultHeaderBudget = 32 << 20
 	// DefaultMaxConns bounds open connections per listener; kvindexd raises
 	// its file limit to the hard limit at start, like every Go program.
 	DefaultMaxConns = 10000
@@ -50,6 +63,9 @@ func (l HTTPLimits) withDefaults() HTTPLimits {
 	if l.MaxHeaderBytes == 0 {
 		l.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
+	if l.HeaderBudget == 0 {
+		l.HeaderBudget = DefaultHeaderBudget
+	}
 	return l
 }
 
@@ -57,13 +73,46 @@ func (l HTTPLimits) withDefaults() HTTPLimits {
 func (s *Server) NewHTTPServer(lim HTTPLimits) *http.Server {
 	lim = lim.withDefaults()
 	return &http.Server{
-		Handler:           s.Handler(),
+		Handler:           s.headerBudget(lim.HeaderBudget, s.Handler()),
 		ReadHeaderTimeout: lim.ReadHeaderTimeout,
 		ReadTimeout:       lim.ReadTimeout,
 		WriteTimeout:      lim.WriteTimeout,
 		IdleTimeout:       lim.IdleTimeout,
 		MaxHeaderBytes:    lim.MaxHeaderBytes,
 	}
+}
+
+// headerBudget answers 503 to a request whose headers would take the
+// header bytes of the requests in progress past limit; the others hold
+// theirs until their handler returns (a trickled body included).
+func (s *Server) headerBudget(limit int64, next http.Handler) http.Handler {
+	var used atomic.Int64
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := headerBytes(r)
+		if used.Add(n) > limit {
+			used.Add(-n)
+			s.metrics.headerBudgetRejected.Inc()
+			w.Header().Set("Connection", "close")
+			w.Header().Set("Retry-After", "1")
+			writeErrorStatus(w, http.StatusServiceUnavailable, errorf(codes.Unavailable,
+				"the headers of the requests in progress are at --http-header-budget-bytes (%d); retry", limit))
+			return
+		}
+		defer used.Add(-n)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// headerBytes is the size of r's request line and headers as sent, near
+// enough (net/http counts them the same way against MaxHeaderBytes).
+func headerBytes(r *http.Request) int64 {
+	n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + len(r.Host) + 4
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return int64(n)
 }
 
 // ConnMetrics count the connections of the daemon's listeners.

@@ -22,6 +22,9 @@ type metrics struct {
 	requestCounters [indexer.NumInputKinds][codes.Unauthenticated + 1]prometheus.Counter
 	duration        *prometheus.HistogramVec
 	durations       [indexer.NumInputKinds]prometheus.Observer
+	// headerBudgetRejected counts HTTP requests answered 503 because the
+	// header bytes of the requests in progress were at the budget.
+	headerBudgetRejected prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, s *Server) (*metrics, error) {
@@ -35,6 +38,10 @@ func newMetrics(reg *prometheus.Registry, s *Server) (*metrics, error) {
 			Help:    "Score request time inside the daemon (tokenize + keys + lookup), by input kind.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 2.5, 16),
 		}, []string{"input"}),
+		headerBudgetRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindexd_http_header_budget_rejected_total",
+			Help: "HTTP requests answered 503 because the headers of the requests in progress were at --http-header-budget-bytes.",
+		}),
 	}
 	for k := range indexer.NumInputKinds {
 		for c := codes.OK; c <= codes.Unauthenticated; c++ {
@@ -42,7 +49,7 @@ func newMetrics(reg *prometheus.Registry, s *Server) (*metrics, error) {
 		}
 		m.durations[k] = m.duration.WithLabelValues(k.String())
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, &statsCollector{s: s}} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.headerBudgetRejected, &statsCollector{s: s}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -56,6 +56,9 @@ type source struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	msgs      prometheus.Counter
+	// peer is the connection of the message being handled; only the
+	// socket's reader touches it.
+	peer string
 }
 
 // ErrUnknownEndpoint is returned (wrapped) by RemoveEndpoint for an address
@@ -180,10 +183,18 @@ func (s *Subscriber) Endpoints() []EndpointStatus {
 	return out
 }
 
+// healthyConnection is how long a connection to an endpoint must last for
+// the reconnect backoff to start again from ReconnectMin. A hostile or
+// broken "engine" that completes the handshake and then closes (or sends
+// what the transport refuses) is otherwise redialled every ReconnectMin.
+const healthyConnection = 10 * time.Second
+
 // connectLoop keeps one endpoint connected, redialling with exponential
 // backoff whenever the publisher goes away (a pod restarting, a network
 // blip). The transport does not reconnect by itself: we want Connected in
-// Endpoints() and the backoff bounds.
+// Endpoints() and the backoff bounds. The backoff grows on failed dials and
+// on connections that end within healthyConnection; the reason each ends is
+// logged through the rate limiter (limits.go).
 func (s *Subscriber) connectLoop(ctx context.Context, src *source) {
 	backoff := s.cfg.ReconnectMin
 	for {
@@ -192,19 +203,28 @@ func (s *Subscriber) connectLoop(ctx context.Context, src *source) {
 		sock, err := zmtp.DialSub(dctx, src.addr, s.cfg.Transport, s.filter)
 		cancel()
 		if err == nil {
+			start := time.Now()
 			src.connected.Store(true)
 			s.m.ConnectedEndpoints.Inc()
-			s.log.Info("connected to engine", "endpoint", src.addr)
-			backoff = s.cfg.ReconnectMin
+			if backoff == s.cfg.ReconnectMin {
+				s.log.Info("connected to engine", "endpoint", src.addr)
+			} else {
+				s.log.Debug("connected to engine", "endpoint", src.addr)
+			}
 			if src.replay != "" && !s.cfg.DisableCatchUp {
 				s.catchUp(ctx, src)
 			}
-			s.recvLoop(ctx, sock, src)
+			why := s.recvLoop(ctx, sock, src)
 			sock.Close()
 			src.connected.Store(false)
 			s.m.ConnectedEndpoints.Dec()
+			lived := time.Since(start)
+			if lived >= healthyConnection {
+				backoff = s.cfg.ReconnectMin
+			}
 			if ctx.Err() == nil {
-				s.log.Warn("engine publisher went away; reconnecting", "endpoint", src.addr)
+				s.warn(src.addr+"|gone", "engine publisher went away; reconnecting", "endpoint", src.addr, "err", why,
+					"connected_for", lived.Round(time.Millisecond), "retry_in", backoff)
 			}
 		} else {
 			s.log.Debug("connect failed", "endpoint", src.addr, "err", err, "retry_in", backoff)
@@ -218,18 +238,20 @@ func (s *Subscriber) connectLoop(ctx context.Context, src *source) {
 	}
 }
 
-// recvLoop reads messages until the socket fails: for a dialled socket,
-// its one connection ended (the caller redials); a bound socket fails only
-// once closed, its connections failing one by one inside the transport.
-func (s *Subscriber) recvLoop(ctx context.Context, sock *zmtp.Sub, src *source) {
+// recvLoop reads messages until the socket fails, and says why: for a
+// dialled socket, its one connection ended (the caller redials); a bound
+// socket fails only once closed, its connections failing one by one inside
+// the transport.
+func (s *Subscriber) recvLoop(ctx context.Context, sock *zmtp.Sub, src *source) error {
 	for {
 		msg, err := sock.Recv(ctx)
 		if ctx.Err() != nil {
-			return
+			return ctx.Err()
 		}
 		if err != nil {
-			return
+			return err
 		}
+		src.peer = msg.Peer
 		s.handle(ctx, src, msg.Frames)
 	}
 }

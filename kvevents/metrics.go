@@ -134,8 +134,15 @@ func zmqCollectors(c *zmtp.Counters) []prometheus.Collector {
 	return []prometheus.Collector{
 		counter("connections_accepted_total", "Connections the bind socket accepted.",
 			func(s zmtp.Stats) uint64 { return s.Accepted }),
-		counter("connections_rejected_total", "Connections closed at once because the bind socket held --zmq-max-conns.",
+		counter("connections_rejected_total", "Connections closed at once because the bind socket held --zmq-max-conns "+
+			"(or only the slots kept for hosts that published before were left) and no peer was idle long enough to evict.",
 			func(s zmtp.Stats) uint64 { return s.Rejected }),
+		counter("connections_evicted_total", "Idle connections (nothing delivered for --zmq-evict-idle-after) closed to make room on a full bind socket.",
+			func(s zmtp.Stats) uint64 { return s.Evicted }),
+		counter("message_timeouts_total", "Connections closed because a message did not arrive whole within --zmq-message-timeout of its first byte.",
+			func(s zmtp.Stats) uint64 { return s.MessageTimeouts }),
+		counter("messages_lost_total", "Connections that ended in the middle of a message; the streams arriving on them are listed incomplete (message_lost) until their next batch.",
+			func(s zmtp.Stats) uint64 { return s.MessagesLost }),
 		counter("handshakes_total", "ZMTP handshakes completed (bind, connect and replay sockets).",
 			func(s zmtp.Stats) uint64 { return s.Handshakes }),
 		counter("handshake_timeouts_total", "Connections closed because the handshake did not finish within --zmq-handshake-timeout.",

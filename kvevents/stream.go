@@ -33,7 +33,9 @@ type StreamStats struct {
 	// endpoint), "replay_window" (the engine's replay buffer no longer holds
 	// the start), "gap" (batches lost and not replayed), "restart" (the engine
 	// restarted and its first batches were missed), "overflow" (a batch
-	// dropped on a full queue).
+	// dropped on a full queue), "message_lost" (the connection it arrives on
+	// ended in the middle of a message, which may have been this stream's:
+	// its next batch tells, by its sequence number).
 	Complete         bool
 	CompleteSinceSeq uint64
 	IncompleteReason string
@@ -65,11 +67,21 @@ type stream struct {
 	// batch queued (enqueue), for the reason clearWhy.
 	needClear bool
 	clearWhy  string
+	// peer is the connection the stream's latest batch came through, set
+	// by its reader; lost.go marks the stream when that connection ends in
+	// the middle of a message.
+	peer string
 
 	// mu guards stats. It is held only to copy or bump them, never across
 	// I/O or a channel operation: Streams takes nothing else.
 	mu    sync.Mutex
 	stats StreamStats
+	// lost: a message of the stream's connection was cut short
+	// (markLost), so StreamStats says "message_lost" until the next batch
+	// shows whether it was the stream's; before holds what it said until
+	// then. Under mu.
+	lost   bool
+	before StreamStats
 }
 
 func (st *stream) snapshot() StreamStats {
@@ -153,6 +165,7 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 	// The endpoint a stream's latest batch came through is the one whose
 	// removal clears it (RemoveEndpoint).
 	st.stats.Endpoint, st.stats.Engine, st.stats.Model = src.addr, src.engine, b.Model
+	st.peer = src.peer
 	st.stats.DecodeErrors += uint64(evErrs)
 	st.stats.Epoch = st.epoch
 	if d.kind == seqGap {
@@ -192,6 +205,8 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 	c := d.completeness(r)
 	if c.set {
 		st.setComplete(c.since, c.why)
+	} else {
+		st.lostResolved()
 	}
 	st.mu.Lock()
 	st.stats.LastSeq = b.Seq
@@ -211,6 +226,7 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 func (st *stream) setComplete(since uint64, why string) {
 	st.mu.Lock()
 	st.stats.CompleteSinceSeq, st.stats.IncompleteReason, st.stats.Complete = since, why, why == ""
+	st.lost = false
 	st.mu.Unlock()
 }
 
@@ -255,5 +271,6 @@ func (s *Subscriber) enqueue(st *stream, b *kvindex.Batch) {
 	st.mu.Lock()
 	// The clear that follows empties the index, not the pod's cache.
 	st.stats.Complete, st.stats.IncompleteReason, st.stats.CompleteSinceSeq = false, "overflow", b.Seq+1
+	st.lost = false
 	st.mu.Unlock()
 }

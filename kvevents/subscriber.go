@@ -179,6 +179,14 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
 	cfg.Transport.Counters = m.ZMQ
+	var s *Subscriber // for the transport's disconnect hook, set below
+	userHook := cfg.Transport.OnDisconnect
+	cfg.Transport.OnDisconnect = func(peer string, err error) {
+		s.disconnected(peer, err)
+		if userHook != nil {
+			userHook(peer, err)
+		}
+	}
 	if cfg.MaxStreams <= 0 {
 		cfg.MaxStreams = DefaultMaxStreams
 	}
@@ -202,7 +210,7 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 		filter = ""
 	}
 	log := logger.With("component", "kvevents")
-	s := &Subscriber{
+	s = &Subscriber{
 		cfg:       cfg,
 		filter:    filter,
 		filterB:   []byte(filter),
@@ -284,7 +292,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		go func() {
 			defer s.readers.Done()
 			s.log.Info("listening for engine KV events", "bind", s.bindAddr, "topic_filter", s.filter)
-			s.recvLoop(runCtx, s.bindSock, s.bindSrc)
+			_ = s.recvLoop(runCtx, s.bindSock, s.bindSrc) // ends only when the socket is closed
 		}()
 	}
 	for _, addr := range s.order {

@@ -393,6 +393,9 @@ func (c *Config) validate() error {
 	if err := c.validateDurations(); err != nil {
 		return err
 	}
+	if err := c.validateRanges(); err != nil {
+		return err
+	}
 	if _, _, err := c.keyConfigs(); err != nil {
 		return err
 	}

@@ -20,6 +20,8 @@ type LimitsConfig struct {
 	ZMQMaxMessageSize   int64    `json:"zmq_max_message_size" yaml:"zmq_max_message_size"`
 	ZMQHandshakeTimeout Duration `json:"zmq_handshake_timeout" yaml:"zmq_handshake_timeout"`
 	ZMQMaxConns         int      `json:"zmq_max_conns" yaml:"zmq_max_conns"`
+	ZMQMessageTimeout   Duration `json:"zmq_message_timeout" yaml:"zmq_message_timeout"`
+	ZMQEvictIdleAfter   Duration `json:"zmq_evict_idle_after" yaml:"zmq_evict_idle_after"`
 	MaxStreams          int      `json:"max_streams" yaml:"max_streams"`
 	MaxModels           int      `json:"max_models" yaml:"max_models"`
 	MaxDPRanks          int      `json:"max_dp_ranks" yaml:"max_dp_ranks"`
@@ -37,6 +39,8 @@ func defaultLimits() LimitsConfig {
 		ZMQMaxMessageSize:   zmtp.DefaultMaxMessageSize,
 		ZMQHandshakeTimeout: Duration(zmtp.DefaultHandshakeTimeout),
 		ZMQMaxConns:         zmtp.DefaultMaxConns,
+		ZMQMessageTimeout:   Duration(zmtp.DefaultMessageTimeout),
+		ZMQEvictIdleAfter:   Duration(zmtp.DefaultEvictIdleAfter),
 		MaxStreams:          kvevents.DefaultMaxStreams,
 		MaxModels:           kvevents.DefaultMaxModels,
 		MaxDPRanks:          kvevents.DefaultMaxDPRanks,
@@ -49,7 +53,10 @@ func defaultLimits() LimitsConfig {
 func limitFlags(fs *flag.FlagSet, l *LimitsConfig) {
 	fs.Int64Var(&l.ZMQMaxMessageSize, "zmq-max-message-size", l.ZMQMaxMessageSize, "largest ZMQ message accepted, bytes (larger: the connection is closed)")
 	fs.Var(&l.ZMQHandshakeTimeout, "zmq-handshake-timeout", "deadline for a ZMQ peer's whole handshake")
-	fs.IntVar(&l.ZMQMaxConns, "zmq-max-conns", l.ZMQMaxConns, "connections the ZMQ bind socket holds at once (more are closed at once)")
+	fs.IntVar(&l.ZMQMaxConns, "zmq-max-conns", l.ZMQMaxConns, "connections the ZMQ bind socket holds at once (then an idle one is evicted or the new one closed; "+
+		"the last 1/8 are kept for hosts that published before)")
+	fs.Var(&l.ZMQMessageTimeout, "zmq-message-timeout", "deadline for a ZMQ message to arrive whole once its first byte has")
+	fs.Var(&l.ZMQEvictIdleAfter, "zmq-evict-idle-after", "a ZMQ peer that delivered nothing this long may be evicted when the bind socket is full")
 	fs.IntVar(&l.MaxStreams, "max-streams", l.MaxStreams, "distinct (pod, dp rank) streams tracked; batches of further ones are dropped and counted")
 	fs.IntVar(&l.MaxModels, "max-models", l.MaxModels, "distinct model names tracked; batches naming further ones are dropped and counted")
 	fs.IntVar(&l.MaxDPRanks, "max-dp-ranks", l.MaxDPRanks, "data-parallel ranks accepted per pod (rank must be below this)")
@@ -78,6 +85,7 @@ func (l *LimitsConfig) subscriber(c *kvevents.Config) {
 	c.Transport.MaxMessageSize = l.ZMQMaxMessageSize
 	c.Transport.HandshakeTimeout = handshake
 	c.Transport.MaxConns = l.ZMQMaxConns
+	c.Transport.MessageTimeout, c.Transport.EvictIdleAfter = time.Duration(l.ZMQMessageTimeout), time.Duration(l.ZMQEvictIdleAfter) // validated
 	c.MaxStreams, c.MaxModels, c.MaxDPRanks = l.MaxStreams, l.MaxModels, l.MaxDPRanks
 	c.PodExpiry = expiry
 	if expiry == 0 {

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/kvindex/kvindex/api"
 	"github.com/kvindex/kvindex/indexer"
@@ -141,7 +142,11 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 		}
 		d.grpcLn = api.LimitListener(d.grpcLn, cfg.GRPCMaxConns, "grpc", d.sec.conns)
 		// A 1M-token request is ~5 MB of protobuf: above gRPC's 4 MB default.
-		opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.ConnectionTimeout(grpcHandshakeTimeout)}
+		// Idle connections give their slot back, as on HTTP: without it
+		// --grpc-max-conns connections that finished the HTTP/2 preface
+		// and went quiet would lock every client out.
+		opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.ConnectionTimeout(grpcHandshakeTimeout),
+			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: time.Duration(cfg.GRPCIdleTimeout)})}
 		if d.sec.grpcTLS != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(d.sec.grpcTLS.ServerConfig("h2"))))
 		}

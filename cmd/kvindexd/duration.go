@@ -44,6 +44,8 @@ type durationOption struct {
 func (c *Config) durationOptions() []durationOption {
 	return []durationOption{
 		{"--zmq-handshake-timeout", &c.ZMQHandshakeTimeout, positive},
+		{"--zmq-message-timeout", &c.ZMQMessageTimeout, positive},
+		{"--zmq-evict-idle-after", &c.ZMQEvictIdleAfter, positive},
 		{"--pod-expiry", &c.PodExpiry, nonNegative},
 		{"--lease-ttl", &c.LeaseTTL, positive},
 		{"--prediction-window", &c.PredictionWindow, positive},
@@ -56,6 +58,7 @@ func (c *Config) durationOptions() []durationOption {
 		{"--http-read-timeout", &c.HTTPReadTimeout, nonNegative},
 		{"--http-write-timeout", &c.HTTPWriteTimeout, nonNegative},
 		{"--http-idle-timeout", &c.HTTPIdleTimeout, nonNegative},
+		{"--grpc-idle-timeout", &c.GRPCIdleTimeout, positive},
 	}
 }
 

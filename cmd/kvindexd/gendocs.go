@@ -137,7 +137,11 @@ func configReference() (string, error) {
 		if f.DefValue != "" {
 			def = "`" + mdCell(f.DefValue) + "`"
 		}
-		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s | %s |\n", f.Name, envName(f.Name), key, def, mdCell(f.Usage))
+		usage := f.Usage
+		if r, ok := numericRanges[f.Name]; ok {
+			usage += fmt.Sprintf(" (range %s)", r)
+		}
+		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s | %s |\n", f.Name, envName(f.Name), key, def, mdCell(usage))
 	})
 	if err != nil {
 		return "", err

@@ -31,9 +31,11 @@ type SecurityConfig struct {
 	HTTPWriteTimeout      Duration `json:"http_write_timeout" yaml:"http_write_timeout"`
 	HTTPIdleTimeout       Duration `json:"http_idle_timeout" yaml:"http_idle_timeout"`
 	HTTPMaxHeaderBytes    int      `json:"http_max_header_bytes" yaml:"http_max_header_bytes"`
+	HTTPHeaderBudget      int64    `json:"http_header_budget_bytes" yaml:"http_header_budget_bytes"`
 	HTTPMaxBodyBytes      int64    `json:"http_max_body_bytes" yaml:"http_max_body_bytes"`
 	HTTPMaxConns          int      `json:"http_max_conns" yaml:"http_max_conns"`
 	GRPCMaxConns          int      `json:"grpc_max_conns" yaml:"grpc_max_conns"`
+	GRPCIdleTimeout       Duration `json:"grpc_idle_timeout" yaml:"grpc_idle_timeout"`
 }
 
 // maxBodyBytes is the default body cap: a 1M-token request is ~8 MB of JSON.
@@ -46,9 +48,11 @@ func defaultSecurity() SecurityConfig {
 		HTTPWriteTimeout:      Duration(api.DefaultWriteTimeout),
 		HTTPIdleTimeout:       Duration(api.DefaultIdleTimeout),
 		HTTPMaxHeaderBytes:    api.DefaultMaxHeaderBytes,
+		HTTPHeaderBudget:      api.DefaultHeaderBudget,
 		HTTPMaxBodyBytes:      defaultMaxBodyBytes,
 		HTTPMaxConns:          api.DefaultMaxConns,
 		GRPCMaxConns:          api.DefaultMaxConns,
+		GRPCIdleTimeout:       Duration(api.DefaultIdleTimeout),
 	}
 }
 
@@ -65,9 +69,11 @@ func securityFlags(fs *flag.FlagSet, c *SecurityConfig) {
 	fs.Var(&c.HTTPWriteTimeout, "http-write-timeout", "time to answer one request")
 	fs.Var(&c.HTTPIdleTimeout, "http-idle-timeout", "keep-alive connections idle this long are closed")
 	fs.IntVar(&c.HTTPMaxHeaderBytes, "http-max-header-bytes", c.HTTPMaxHeaderBytes, "request line + headers cap")
+	fs.Int64Var(&c.HTTPHeaderBudget, "http-header-budget-bytes", c.HTTPHeaderBudget, "request line + header bytes of all HTTP requests in progress together; beyond it a request is answered 503 at once")
 	fs.Int64Var(&c.HTTPMaxBodyBytes, "http-max-body-bytes", c.HTTPMaxBodyBytes, "request body cap (larger: 413)")
 	fs.IntVar(&c.HTTPMaxConns, "http-max-conns", c.HTTPMaxConns, "open HTTP connections at most; more wait in the kernel backlog (0 = no limit)")
 	fs.IntVar(&c.GRPCMaxConns, "grpc-max-conns", c.GRPCMaxConns, "open gRPC connections at most (0 = no limit)")
+	fs.Var(&c.GRPCIdleTimeout, "grpc-idle-timeout", "gRPC connections without a call this long are closed (GOAWAY, then closed within 5 s even if the client ignores it)")
 }
 
 func (c *SecurityConfig) validateSecurity() error {
@@ -86,12 +92,16 @@ func (c *SecurityConfig) validateSecurity() error {
 	if c.HTTPMaxHeaderBytes < 0 || c.HTTPMaxBodyBytes < 0 || c.HTTPMaxConns < 0 || c.GRPCMaxConns < 0 {
 		return errors.New("--http-max-header-bytes, --http-max-body-bytes, --http-max-conns and --grpc-max-conns must not be negative")
 	}
+	if c.HTTPHeaderBudget <= 0 {
+		return errors.New("--http-header-budget-bytes must be positive")
+	}
 	return nil
 }
 
 func (c *SecurityConfig) httpLimits() api.HTTPLimits {
 	return api.HTTPLimits{ReadHeaderTimeout: time.Duration(c.HTTPReadHeaderTimeout), ReadTimeout: time.Duration(c.HTTPReadTimeout),
-		WriteTimeout: time.Duration(c.HTTPWriteTimeout), IdleTimeout: time.Duration(c.HTTPIdleTimeout), MaxHeaderBytes: c.HTTPMaxHeaderBytes}
+		WriteTimeout: time.Duration(c.HTTPWriteTimeout), IdleTimeout: time.Duration(c.HTTPIdleTimeout), MaxHeaderBytes: c.HTTPMaxHeaderBytes,
+		HeaderBudget: c.HTTPHeaderBudget}
 }
 
 // security is what the daemon built from SecurityConfig.

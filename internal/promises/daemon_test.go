@@ -312,6 +312,8 @@ type podInfo struct {
 	EventsApplied uint64 `json:"events_applied"`
 	LastSeq       uint64 `json:"last_seq"`
 	Stale         bool   `json:"stale"`
+	Complete      bool   `json:"complete"`
+	Reason        string `json:"incomplete_reason"`
 }
 
 func (d *daemon) pods() []podInfo {

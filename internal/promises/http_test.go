@@ -209,3 +209,113 @@ func TestPromiseGRPCMaxConns(t *testing.T) {
 		t.Errorf(`kvindexd_connections_limited_total{server="grpc"} = %v, want >= 1`, v)
 	}
 }
+
+// --grpc-idle-timeout: connections that finish the HTTP/2 preface and
+// SETTINGS and then idle (ignoring the GOAWAY and its PING) are closed, so
+// they cannot hold every slot of --grpc-max-conns: a real client gets in.
+func TestPromiseGRPCIdleTimeout(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "--grpc-max-conns", "3", "--grpc-idle-timeout", "1s")
+	var held []net.Conn
+	for i := 0; i < 3; i++ {
+		c := rawDial(t, d.grpc)
+		// The client preface and an empty SETTINGS frame.
+		if _, err := io.WriteString(c, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"); err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	start := time.Now()
+	for i, c := range held {
+		if !closedWithin(c, waitLimit) {
+			t.Fatalf("idle connection %d was not closed", i)
+		}
+	}
+	if el := time.Since(start); el > 15*time.Second {
+		t.Errorf("idle connections closed after %v, want about 1 s + the 5 s GOAWAY grace", el)
+	}
+	conn, err := grpc.NewClient(d.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("gRPC once the idle connections are gone: %v", err)
+	}
+}
+
+// --http-header-budget-bytes: connections that each send ~60 KiB of small
+// headers and then trickle their body hold their headers' bytes; past the
+// budget the next such request is answered 503 at once, while an ordinary
+// request still fits.
+func TestPromiseHTTPHeaderBudget(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "--http-header-budget-bytes", "200000")
+	var pad strings.Builder
+	for i := 0; pad.Len() < 60<<10; i++ {
+		fmt.Fprintf(&pad, "X-Pad-%d: %s\r\n", i, strings.Repeat("a", 40))
+	}
+	slow := func() (net.Conn, *bufio.Reader) {
+		c := rawDial(t, d.http)
+		req := "POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n" + pad.String() + "\r\n{"
+		if _, err := io.WriteString(c, req); err != nil {
+			t.Fatal(err)
+		}
+		return c, bufio.NewReader(c)
+	}
+	for i := 0; i < 3; i++ { // 3 x 60 KiB: within the budget, held while the body trickles
+		c, r := slow()
+		_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		if _, err := r.ReadByte(); !isTimeout(err) {
+			t.Fatalf("slow request %d within the budget was answered: %v", i, err)
+		}
+	}
+	c, r := slow()
+	_ = c.SetReadDeadline(time.Now().Add(waitLimit))
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("the request over the header budget: %d %v, want 503 with Retry-After", resp.StatusCode, resp.Header)
+	}
+	if code, body := d.get("/healthz"); code != http.StatusOK {
+		t.Fatalf("an ordinary request: %d %s", code, body)
+	}
+	if v := d.metric("kvindexd_http_header_budget_rejected_total"); v != 1 {
+		t.Errorf("kvindexd_http_header_budget_rejected_total = %v, want 1", v)
+	}
+}
+
+// Numeric options have documented ranges (docs/configuration.md): the
+// values that made the daemon panic, hang before binding or answer 431 to
+// everything are start-up errors naming the option.
+func TestPromiseFlagRanges(t *testing.T) {
+	t.Parallel()
+	for _, flags := range [][]string{
+		{"--workers=9223372036854775807"},
+		{"--queue-size=9223372036854775807"},
+		{"--key-cache-size=9223372036854775807"},
+		{"--digest-cache-size=9223372036854775807"},
+		{"--http-max-header-bytes=9223372036854775807"},
+		{"--index", "redis://127.0.0.1:1?pool_size=-5"},
+		{"--index", "redis://127.0.0.1:1?pool_size=2000000000"},
+	} {
+		start := time.Now()
+		d, err := tryStart(t, flags)
+		if err == nil {
+			t.Errorf("%v: the daemon started", flags)
+			continue
+		}
+		logs := d.logs.String()
+		if !strings.Contains(logs, "out of range") || strings.Contains(logs, "panic") {
+			t.Errorf("%v: %v, want an out-of-range error:\n%s", flags, err, lastLines(logs, 5))
+		}
+		if el := time.Since(start); el > 10*time.Second {
+			t.Errorf("%v: took %v to fail", flags, el)
+		}
+	}
+}

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -161,40 +165,160 @@ func TestPromiseZMQCommandSize(t *testing.T) {
 	waitMetric(t, d, "kvindexd_kvevents_zmq_oversized_total", 1)
 }
 
-// Bytes buffered by all connections of the bind socket (fixed, 256 MiB):
-// four connections each in the middle of a 60 MiB frame hold 240 MiB; a
-// fifth growing past the budget is closed, the four are not.
+// Bytes buffered by all connections of the bind socket (fixed, 256 MiB), of
+// which messages over 1 MiB share three quarters: three connections each in
+// the middle of a 60 MiB frame hold 180 MiB; a fourth growing past the
+// share is closed, the three are not, and a publisher still gets through
+// while they hold theirs.
 func TestPromiseZMQBufferBudget(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t)
 	const frame = 60 << 20
 	chunk := bytes.Repeat([]byte{0xab}, 1<<20)
 	var held []net.Conn
-	for i := 0; i < 5; i++ {
+	for i := 0; i < 4; i++ {
 		c := rawPub(t, d)
 		if _, err := c.Write(zmtpLongHeader(0x00, frame)); err != nil {
 			t.Fatal(err)
 		}
 		for sent := 0; sent < 40<<20; sent += len(chunk) { // past half: the buffer holds all 60 MiB
 			if _, err := c.Write(chunk); err != nil {
-				break // the fifth is closed on the way
+				break // the fourth is closed on the way
 			}
 		}
 		held = append(held, c)
 	}
-	if !closedWithin(held[4], waitLimit) {
-		t.Fatal("the connection over the budget was not closed")
+	if !closedWithin(held[3], waitLimit) {
+		t.Fatal("the connection over the share of large messages was not closed")
 	}
-	for i, c := range held[:4] {
+	for i, c := range held[:3] {
 		if closedWithin(c, 100*time.Millisecond) {
 			t.Errorf("connection %d within the budget was closed", i)
 		}
 	}
 	waitMetric(t, d, "kvindexd_kvevents_zmq_buffer_budget_drops_total", 1)
-	for _, c := range held[:4] {
-		c.Close()
+	publishesAfter(t, d, "pod-after") // while the three hold their 180 MiB
+}
+
+// rawPubFrom is rawPub from another loopback address: a host the daemon
+// has never heard from.
+func rawPubFrom(t *testing.T, d *daemon, ip string) net.Conn {
+	t.Helper()
+	dl := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 10 * time.Second}
+	c, err := dl.Dial("tcp", strings.TrimPrefix(d.zmq, "tcp://"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	publishesAfter(t, d, "pod-after")
+	t.Cleanup(func() { c.Close() })
+	if _, err := c.Write(append(zmtpGreeting(), zmtpReadyPUB()...)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// rawMessage is a message of frames, each with a long header.
+func rawMessage(frames ...[]byte) []byte {
+	var out []byte
+	for i, f := range frames {
+		more := byte(0)
+		if i < len(frames)-1 {
+			more = 0x01
+		}
+		out = append(out, zmtpLongHeader(more, uint64(len(f)))...)
+		out = append(out, f...)
+	}
+	return out
+}
+
+// --zmq-message-timeout: a message whose first byte arrived must be whole
+// within the timeout, or its connection is closed and its budget freed; the
+// pods publishing on that connection may have lost that message, so they are
+// listed incomplete ("message_lost") until their next batch shows the
+// sequence is unbroken.
+func TestPromiseZMQMessageTimeout(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "--zmq-message-timeout", "1s")
+	c := rawPub(t, d)
+	toks := prompt(1, 2)
+	payload, err := enginepub.EncodeVLLMBatch(stored(engineHashes(t, toks), toks), enginepub.VLLMEncodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(rawMessage([]byte("kv@pod-a@"+model), binary.BigEndian.AppendUint64(nil, 0), payload)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, waitLimit, "pod-a complete", func() string {
+		if p, _ := d.pod("pod-a"); p.Blocks != 2 || !p.Complete {
+			return fmt.Sprintf("pod-a: %+v", p)
+		}
+		return ""
+	})
+	start := time.Now()
+	if _, err := c.Write(append(zmtpLongHeader(0x01, 4<<20), make([]byte, 1<<20)...)); err != nil {
+		t.Fatal(err)
+	}
+	if !closedWithin(c, waitLimit) {
+		t.Fatal("the stalled message's connection was not closed")
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Errorf("closed after %v, want about 1 s", el)
+	}
+	waitMetric(t, d, "kvindexd_kvevents_zmq_message_timeouts_total", 1)
+	waitMetric(t, d, "kvindexd_kvevents_zmq_messages_lost_total", 1)
+	eventually(t, waitLimit, "pod-a incomplete", func() string {
+		if p, _ := d.pod("pod-a"); p.Complete || p.Reason != "message_lost" {
+			return fmt.Sprintf("pod-a: %+v", p)
+		}
+		return ""
+	})
+	// Its next batch carries the next sequence number: the lost message was
+	// not pod-a's, and it is complete again.
+	publish(t, d.publisher(), "pod-a", model, 1, stored(engineHashes(t, prompt(2, 1)), prompt(2, 1)))
+	eventually(t, waitLimit, "pod-a complete again", func() string {
+		if p, _ := d.pod("pod-a"); !p.Complete || p.LastSeq != 1 {
+			return fmt.Sprintf("pod-a: %+v", p)
+		}
+		return ""
+	})
+}
+
+// --zmq-max-conns and --zmq-evict-idle-after: strangers (hosts that never
+// delivered a message) cannot take the last 1/8 of the slots, and once the
+// socket is full an engine gets in by evicting a peer idle past the bound.
+func TestPromiseZMQIdleEviction(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "--zmq-max-conns", "8", "--zmq-evict-idle-after", "3s")
+	storeAndWait(t, d, d.publisher(), "pod-known", model, 1, 1) // 127.0.0.1 has published: known
+	var strangers []net.Conn
+	for i := 0; i < 7; i++ { // with the engine: 8 of 8 slots
+		strangers = append(strangers, rawPubFrom(t, d, "127.0.0.2"))
+	}
+	eventually(t, waitLimit, "eight open connections", func() string {
+		if v := d.metric("kvindexd_kvevents_zmq_handshakes_total"); v < 8 {
+			return fmt.Sprintf("handshakes = %v", v)
+		}
+		return ""
+	})
+	if !closedWithin(rawPubFrom(t, d, "127.0.0.2"), 2*time.Second) {
+		t.Fatal("a stranger over the cap, with no peer idle long enough, was not refused")
+	}
+	waitMetric(t, d, "kvindexd_kvevents_zmq_connections_rejected_total", 1)
+	// After 3 s the strangers are idle past the bound: a new engine
+	// connection evicts one rather than being refused.
+	time.Sleep(3 * time.Second)
+	publishesAfter(t, d, "pod-new")
+	if v := d.metric("kvindexd_kvevents_zmq_connections_evicted_total"); v < 1 {
+		t.Errorf("connections_evicted_total = %v, want >= 1", v)
+	}
+	open := 0
+	for _, c := range strangers {
+		if !closedWithin(c, 10*time.Millisecond) {
+			open++
+		}
+	}
+	if open == len(strangers) {
+		t.Error("no stranger was evicted")
+	}
 }
 
 // Writes (fixed, 10 s): a peer that sends PINGs and never reads fills the
@@ -225,5 +349,64 @@ func TestPromiseZMQWriteTimeout(t *testing.T) {
 	})
 	if el := time.Since(stalled); el < 7*time.Second {
 		t.Errorf("closed %v after the daemon stopped reading, before the 10 s write timeout", el)
+	}
+}
+
+// Redialling a dialled endpoint (--endpoint): an "engine" that completes the
+// handshake and then sends a frame over the size cap is not redialled every
+// 100 ms: the backoff keeps growing while connections end within 10 s, and
+// the reason each ended is logged, rate-limited.
+func TestPromiseZMQRedialBackoff(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var mu sync.Mutex
+	var dials []time.Time
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			dials = append(dials, time.Now())
+			mu.Unlock()
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				if _, err := c.Write(append(zmtpGreeting(), zmtpReadyPUB()...)); err != nil {
+					return
+				}
+				var in [64 + 2]byte // the daemon's greeting and its READY's header
+				if _, err := io.ReadFull(c, in[:]); err != nil {
+					return
+				}
+				if _, err := io.ReadFull(c, make([]byte, in[65])); err != nil {
+					return
+				}
+				_, _ = c.Write(zmtpLongHeader(0, 1<<40))
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	d := startDaemon(t, "--endpoint", "tcp://"+ln.Addr().String()+",pod=pod-hostile")
+	time.Sleep(4 * time.Second)
+	mu.Lock()
+	n := len(dials)
+	mu.Unlock()
+	// Backoff 0.1, 0.2, 0.4, 0.8, 1.6 s...: about 6 dials in 4 s; every
+	// 100 ms would be about 40.
+	if n > 10 || n < 2 {
+		t.Errorf("%d dials in 4 s, want the backoff's ~6", n)
+	}
+	logs := d.logs.String()
+	if !strings.Contains(logs, "engine publisher went away") || !strings.Contains(logs, "exceeds the size limit") {
+		t.Errorf("the reason the connection ended is not logged:\n%s", lastLines(logs, 20))
+	}
+	if c := strings.Count(logs, "engine publisher went away"); c > 6 {
+		t.Errorf("%d 'went away' lines for %d dials: not rate-limited", c, n)
 	}
 }

@@ -44,7 +44,26 @@ type conn struct {
 	// idle, once set (after the handshake, heartbeats on), is how long a
 	// read may wait for the next byte.
 	idle time.Duration
-	hdr  [8]byte // frame header scratch, not a local: it would escape per frame
+	// msgDeadline, while a message is being read, is when it must be
+	// whole (MessageTimeout after its first byte); armed is the read
+	// deadline last set on nc, so an unchanged one costs nothing.
+	msgDeadline time.Time
+	armed       time.Time
+	// lastMsg is when the connection last delivered a message (or finished
+	// its handshake), unix nanoseconds; inMsg is set while a message is
+	// being read. Both are read by a full socket choosing whom to evict.
+	lastMsg    atomic.Int64
+	inMsg      atomic.Bool
+	handshaked atomic.Bool
+	// Bound sockets only, under socket.mu but for the atomics: host is the
+	// peer's host; unknown says it is counted in socket.unknownOpen (its
+	// host had not delivered a message); released, that its slot was given
+	// back (evicted, or ended).
+	host     string
+	bound    bool
+	unknown  atomic.Bool
+	released bool
+	hdr      [8]byte // frame header scratch, not a local: it would escape per frame
 
 	identity  []byte // the peer's Identity property
 	routingID string // ROUTER: how Recv names this peer and Send finds it
@@ -78,12 +97,21 @@ func newConn(nc net.Conn, opts *Options, bud *budget) *conn {
 type idleReader struct{ c *conn }
 
 func (r idleReader) Read(b []byte) (int, error) {
-	if r.c.idle > 0 {
-		if err := r.c.nc.SetReadDeadline(time.Now().Add(r.c.idle)); err != nil {
+	c := r.c
+	var d time.Time
+	if c.idle > 0 {
+		d = time.Now().Add(c.idle)
+	}
+	if !c.msgDeadline.IsZero() && (d.IsZero() || c.msgDeadline.Before(d)) {
+		d = c.msgDeadline
+	}
+	if !d.Equal(c.armed) {
+		if err := c.nc.SetReadDeadline(d); err != nil {
 			return 0, err
 		}
+		c.armed = d
 	}
-	return r.c.nc.Read(b)
+	return c.nc.Read(b)
 }
 
 // fail closes the connection, keeping the first reason.
@@ -233,17 +261,18 @@ func (c *conn) readCommand(size uint64) ([]byte, error) {
 	if size > maxCommandSize {
 		return nil, fmt.Errorf("%w: command frame declares %d bytes (max %d)", ErrTooLarge, size, maxCommandSize)
 	}
-	b, _, err := readBody(c.r, int(size), nil)
+	b, _, err := readBody(c.r, int(size), nil, 0)
 	return b, err
 }
 
 // readBody reads n bytes, growing the buffer as they arrive. With a budget,
-// every capacity increase is reserved first; the reservation is returned
-// (also on error) for the caller to give back.
-func readBody(r io.Reader, n int, bud *budget) (b []byte, reserved int64, err error) {
+// every capacity increase is reserved first, for a message already holding
+// held bytes; the reservation is returned (also on error) for the caller to
+// give back.
+func readBody(r io.Reader, n int, bud *budget, held int64) (b []byte, reserved int64, err error) {
 	grow := func(newCap int) bool {
 		if bud != nil {
-			if !bud.take(int64(newCap - cap(b))) {
+			if !bud.take(int64(newCap-cap(b)), held+reserved+int64(newCap)) {
 				return false
 			}
 			reserved += int64(newCap - cap(b))
@@ -277,6 +306,8 @@ func readBody(r io.Reader, n int, bud *budget) (b []byte, reserved int64, err er
 // already given it back.
 func (c *conn) readMessage() (frames [][]byte, reserved int64, err error) {
 	defer func() {
+		c.msgDeadline = time.Time{}
+		c.inMsg.Store(false)
 		if err != nil {
 			c.bud.give(reserved)
 			reserved = 0
@@ -286,31 +317,48 @@ func (c *conn) readMessage() (frames [][]byte, reserved int64, err error) {
 	limit := uint64(c.opts.MaxMessageSize)
 	var total uint64
 	for {
-		flags, size, err := c.readHeader()
-		if err != nil {
-			return nil, reserved, c.readErr(err)
-		}
-		if flags&flagCommand != 0 {
-			body, err := c.readCommand(size)
-			if err != nil {
+		if len(frames) == 0 {
+			// Waiting for a message costs no budget and has no deadline
+			// (idle peers are bounded by heartbeats and eviction); from
+			// its first byte on, the message has MessageTimeout to arrive.
+			c.msgDeadline = time.Time{}
+			if _, err := c.r.Peek(1); err != nil {
 				return nil, reserved, c.readErr(err)
 			}
-			if err := c.handleCommand(body); err != nil {
+			c.msgDeadline = time.Now().Add(c.opts.MessageTimeout)
+			c.inMsg.Store(true)
+		}
+		flags, size, err := c.readHeader()
+		if err != nil {
+			return nil, reserved, c.lost(c.readErr(err))
+		}
+		if flags&flagCommand != 0 {
+			// A command between messages cuts none short.
+			body, err := c.readCommand(size)
+			if err == nil {
+				err = c.handleCommand(body)
+			} else {
+				err = c.readErr(err)
+			}
+			if err != nil && len(frames) > 0 {
+				err = c.lost(err)
+			}
+			if err != nil {
 				return nil, reserved, err
 			}
 			continue
 		}
 		if len(frames) == c.opts.MaxFrames {
-			return nil, reserved, fmt.Errorf("%w: more than %d frames", ErrTooManyFrames, c.opts.MaxFrames)
+			return nil, reserved, c.lost(fmt.Errorf("%w: more than %d frames", ErrTooManyFrames, c.opts.MaxFrames))
 		}
 		if size > limit-total {
-			return nil, reserved, fmt.Errorf("%w: frame declares %d bytes after %d (max %d per message)",
-				ErrTooLarge, size, total, limit)
+			return nil, reserved, c.lost(fmt.Errorf("%w: frame declares %d bytes after %d (max %d per message)",
+				ErrTooLarge, size, total, limit))
 		}
-		body, r, err := readBody(c.r, int(size), c.bud)
+		body, r, err := readBody(c.r, int(size), c.bud, reserved)
 		reserved += r
 		if err != nil {
-			return nil, reserved, c.readErr(err)
+			return nil, reserved, c.lost(c.readErr(err))
 		}
 		if frames == nil {
 			frames = make([][]byte, 0, min(c.opts.MaxFrames, 4)) // vLLM sends 3
@@ -323,7 +371,18 @@ func (c *conn) readMessage() (frames [][]byte, reserved int64, err error) {
 	}
 }
 
+// lost marks err as having cut a message short: whatever the peer was
+// sending is gone, which callers that track streams must hear (a message is
+// not a command: a connection ending between messages loses nothing of
+// ours).
+func (*conn) lost(err error) error {
+	return fmt.Errorf("%w: %w", ErrMessageLost, err)
+}
+
 func (c *conn) readErr(err error) error {
+	if !c.msgDeadline.IsZero() && isTimeout(err) && !time.Now().Before(c.msgDeadline) {
+		return fmt.Errorf("%w (%v, peer %s)", ErrMessageTimeout, c.opts.MessageTimeout, c.peer)
+	}
 	if c.idle > 0 && isTimeout(err) {
 		return fmt.Errorf("%w (%v, peer %s)", ErrHeartbeatTimeout, c.opts.HeartbeatTimeout, c.peer)
 	}

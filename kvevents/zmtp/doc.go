@@ -39,8 +39,13 @@
 // cap, a malformed greeting or command, a wrong socket type, a handshake
 // slower than Options.HandshakeTimeout) closes its connection and
 // increments one of the Stats counters. A bound socket holds at most
-// Options.MaxConns connections; together they buffer at most
-// Options.MaxBufferedBytes. A subscriber can make a Pub hold at most 1024
+// Options.MaxConns connections (evicting a peer idle past
+// Options.EvictIdleAfter to admit a new one, and keeping the last eighth
+// for hosts that have delivered a message); together they buffer at most
+// Options.MaxBufferedBytes, of which messages over SmallMessageBytes share
+// three quarters, and a message has Options.MessageTimeout from its first
+// byte to arrive. A connection that ends mid-message reports ErrMessageLost
+// to OnDisconnect. A subscriber can make a Pub hold at most 1024
 // subscriptions of at most 4 KiB each. A recovered panic (which would be a bug here)
 // closes the connection and is counted in Stats.Panics.
 //

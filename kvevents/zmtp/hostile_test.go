@@ -193,7 +193,7 @@ func TestDeclaredSizeIsNotAllocatedUpFront(t *testing.T) {
 func TestReadBodyGrowsWithArrivingBytes(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	_, _, err := readBody(bytes.NewReader([]byte("0123456789")), 60<<20, nil)
+	_, _, err := readBody(bytes.NewReader([]byte("0123456789")), 60<<20, nil, 0)
 	runtime.ReadMemStats(&after)
 	if !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("err %v", err)

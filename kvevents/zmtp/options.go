@@ -18,6 +18,15 @@ const (
 	// DefaultMaxBufferedBytes is the default of Options.MaxBufferedBytes:
 	// four messages of the default maximum size.
 	DefaultMaxBufferedBytes = 4 * DefaultMaxMessageSize
+	// DefaultMessageTimeout is the default of Options.MessageTimeout: a
+	// 64 MiB message needs 6.7 MB/s to make it.
+	DefaultMessageTimeout = 10 * time.Second
+	// DefaultEvictIdleAfter is the default of Options.EvictIdleAfter.
+	DefaultEvictIdleAfter = 30 * time.Second
+	// SmallMessageBytes is the size up to which a message being read may
+	// draw on the whole buffer budget; a larger one draws only on the
+	// part of it large messages share (see Options.MaxBufferedBytes).
+	SmallMessageBytes = 1 << 20
 )
 
 // Options bound what a peer can make a socket do. The zero value means
@@ -34,7 +43,18 @@ type Options struct {
 	// together: messages being read plus messages queued for Recv. A
 	// connection whose next read would exceed it is closed. Default 256 MiB;
 	// raised to MaxMessageSize if lower.
+	//
+	// A message larger than SmallMessageBytes may grow only while the
+	// socket's buffers stay within three quarters of the budget (never less
+	// than MaxMessageSize): a few peers declaring huge frames cannot take
+	// the last quarter, which keeps ordinary messages (every engine's KV
+	// events) flowing.
 	MaxBufferedBytes int64
+	// MessageTimeout bounds how long a message may take to arrive once its
+	// first byte has (a deadline, not a per-read timeout): a peer that
+	// starts a large frame and goes quiet gives its share of the budget
+	// back. Default 10 s.
+	MessageTimeout time.Duration
 	// HandshakeTimeout bounds the whole greeting and READY exchange of a
 	// connection (a deadline, not a per-read timeout: dribbling bytes does
 	// not extend it). Default 5 s.
@@ -49,9 +69,19 @@ type Options struct {
 	HeartbeatInterval time.Duration
 	// HeartbeatTimeout defaults to three HeartbeatIntervals.
 	HeartbeatTimeout time.Duration
-	// MaxConns caps a bound socket's connections, handshaking or not;
-	// further connections are closed at once. Default 1024.
+	// MaxConns caps a bound socket's connections, handshaking or not.
+	// When they are all taken, a new connection first evicts the
+	// handshaked connection idle the longest, if one delivered nothing for
+	// EvictIdleAfter and is not in the middle of a message; else it is
+	// closed at once. The last MaxConns/8 slots are kept for hosts that
+	// have delivered a message before (known engines): a host that never
+	// did cannot take them. Default 1024.
 	MaxConns int
+	// EvictIdleAfter is how long a handshaked connection of a full bound
+	// socket may deliver nothing before a new connection may take its
+	// slot. An evicted engine reconnects (libzmq does by itself) and loses
+	// nothing: it had nothing in flight. Default 30 s.
+	EvictIdleAfter time.Duration
 	// RecvQueue is how many received messages wait for Recv before the
 	// connections stop reading (TCP then pushes back on the peers).
 	// Default 256.
@@ -81,6 +111,12 @@ func (o Options) withDefaults() Options {
 	if o.HandshakeTimeout <= 0 {
 		o.HandshakeTimeout = DefaultHandshakeTimeout
 	}
+	if o.MessageTimeout <= 0 {
+		o.MessageTimeout = DefaultMessageTimeout
+	}
+	if o.EvictIdleAfter <= 0 {
+		o.EvictIdleAfter = DefaultEvictIdleAfter
+	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = DefaultWriteTimeout
 	}
@@ -100,7 +136,10 @@ func (o Options) withDefaults() Options {
 // only grows, so each maps onto a Prometheus counter.
 type Stats struct {
 	Accepted          uint64 // connections accepted by a bound socket
-	Rejected          uint64 // connections closed at once: MaxConns reached
+	Rejected          uint64 // connections closed at once: MaxConns reached (or the slots left are kept for known hosts)
+	Evicted           uint64 // idle connections closed to make room for a new one (EvictIdleAfter)
+	MessageTimeouts   uint64 // connections closed: a message took longer than MessageTimeout
+	MessagesLost      uint64 // connections that ended in the middle of a message (ErrMessageLost), whatever the cause
 	Handshakes        uint64 // handshakes completed
 	HandshakeTimeouts uint64 // connections closed: HandshakeTimeout passed
 	HeartbeatTimeouts uint64 // connections closed: HeartbeatTimeout passed
@@ -119,6 +158,7 @@ type Stats struct {
 type Counters struct {
 	accepted, rejected, handshakes, handshakeTimeouts, heartbeatTimeouts atomic.Uint64
 	oversized, budget, protocol, peerErrors, panics, messages, filtered  atomic.Uint64
+	evicted, messageTimeouts, messagesLost                               atomic.Uint64
 	open                                                                 atomic.Int64
 }
 
@@ -127,6 +167,9 @@ func (c *Counters) Snapshot() Stats {
 	return Stats{
 		Accepted:          c.accepted.Load(),
 		Rejected:          c.rejected.Load(),
+		Evicted:           c.evicted.Load(),
+		MessageTimeouts:   c.messageTimeouts.Load(),
+		MessagesLost:      c.messagesLost.Load(),
 		Handshakes:        c.handshakes.Load(),
 		HandshakeTimeouts: c.handshakeTimeouts.Load(),
 		HeartbeatTimeouts: c.heartbeatTimeouts.Load(),
@@ -145,13 +188,28 @@ func (c *Counters) Snapshot() Stats {
 type budget struct {
 	used  atomic.Int64
 	limit int64
+	// large is what the budget may reach when the reservation is for a
+	// message larger than SmallMessageBytes: the rest is kept for small
+	// messages, so peers holding large partial messages cannot starve the
+	// others.
+	large int64
 }
 
-// take reserves n bytes, or reports false without reserving.
-func (b *budget) take(n int64) bool {
+func newBudget(o Options) budget {
+	return budget{limit: o.MaxBufferedBytes,
+		large: min(o.MaxBufferedBytes, max(o.MaxBufferedBytes-o.MaxBufferedBytes/4, o.MaxMessageSize))}
+}
+
+// take reserves n bytes for a message that then holds total bytes, or
+// reports false without reserving.
+func (b *budget) take(n, total int64) bool {
+	limit := b.limit
+	if total > SmallMessageBytes {
+		limit = b.large
+	}
 	for {
 		u := b.used.Load()
-		if u+n > b.limit {
+		if u+n > limit {
 			return false
 		}
 		if b.used.CompareAndSwap(u, u+n) {

@@ -36,13 +36,17 @@ type socket struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 
-	ln    net.Listener  // bound sockets
-	slots chan struct{} // bound sockets: one token per open connection
+	ln net.Listener // bound sockets
 
-	mu     sync.Mutex
-	conns  map[*conn]struct{}
-	routes map[string]*conn // ROUTER: routing id -> connection
-	nextID uint32           // ROUTER: for generated routing ids
+	mu    sync.Mutex
+	conns map[*conn]struct{}
+	// Bound sockets: open counts the accepted connections (MaxConns),
+	// unknownOpen those from hosts not in known, the hosts that delivered a
+	// message (bounded by maxKnownHosts).
+	open, unknownOpen int
+	known             map[string]struct{}
+	routes            map[string]*conn // ROUTER: routing id -> connection
+	nextID            uint32           // ROUTER: for generated routing ids
 
 	// Dialled sockets have one connection; dead closes when it ends, with
 	// deadErr saying why.
@@ -53,11 +57,11 @@ type socket struct {
 func newSocket(typ string, opts Options, topics []string) *socket {
 	opts = opts.withDefaults()
 	s := &socket{typ: typ, opts: opts, ctr: opts.Counters, msgs: make(chan item, opts.RecvQueue),
-		done: make(chan struct{}), conns: map[*conn]struct{}{}, routes: map[string]*conn{}}
+		done: make(chan struct{}), conns: map[*conn]struct{}{}, routes: map[string]*conn{}, known: map[string]struct{}{},
+		bud: newBudget(opts)}
 	if s.ctr == nil {
 		s.ctr = &Counters{}
 	}
-	s.bud.limit = opts.MaxBufferedBytes
 	for _, t := range topics {
 		s.topics = append(s.topics, []byte(t))
 	}
@@ -97,7 +101,6 @@ func (s *socket) listen(endpoint string) error {
 		return fmt.Errorf("zmtp: bind %s: %w", endpoint, err)
 	}
 	s.ln = ln
-	s.slots = make(chan struct{}, s.opts.MaxConns)
 	s.wg.Add(1)
 	go s.acceptLoop()
 	return nil
@@ -125,26 +128,133 @@ func (s *socket) acceptLoop() {
 			continue
 		}
 		delay = 0
-		select {
-		case s.slots <- struct{}{}:
-		default:
+		c := s.admit(nc)
+		if c == nil {
 			s.ctr.rejected.Add(1)
 			_ = nc.Close()
 			continue
 		}
 		s.ctr.accepted.Add(1)
 		s.wg.Add(1)
-		go s.serveAccepted(nc)
+		go s.serveAccepted(c)
 	}
 }
 
-func (s *socket) serveAccepted(nc net.Conn) {
-	defer s.wg.Done()
-	defer func() { <-s.slots }()
-	c := s.track(nc)
-	if c == nil {
+// maxKnownHosts bounds the hosts remembered as having delivered a message,
+// in MaxConns: beyond it an arbitrary one is forgotten.
+const maxKnownHosts = 4
+
+// reservedConns is how many of a bound socket's last slots only known
+// hosts may take.
+func (s *socket) reservedConns() int { return s.opts.MaxConns / 8 }
+
+// admit decides whether a new connection gets a slot, evicting an idle
+// connection if that makes room, and tracks it; nil: refused (or the socket
+// is closed). A host that never delivered a message may not take the
+// reserved slots: a flood of strangers leaves room for engines that
+// reconnect.
+func (s *socket) admit(nc net.Conn) *conn {
+	host := hostOf(nc.RemoteAddr())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed() {
+		return nil
+	}
+	_, known := s.known[host]
+	unknownFull := !known && s.unknownOpen >= s.opts.MaxConns-s.reservedConns()
+	if s.open >= s.opts.MaxConns || unknownFull {
+		if !s.evictLocked(unknownFull) {
+			return nil
+		}
+	}
+	c := newConn(nc, &s.opts, &s.bud)
+	c.host, c.bound = host, true
+	c.unknown.Store(!known)
+	s.open++
+	if !known {
+		s.unknownOpen++
+	}
+	s.conns[c] = struct{}{}
+	s.ctr.open.Add(1)
+	return c
+}
+
+// evictLocked closes the handshaked connection idle the longest, if one
+// has delivered nothing for EvictIdleAfter and is not mid-message (from a
+// host not known, when onlyUnknown), and gives its slot back at once.
+func (s *socket) evictLocked(onlyUnknown bool) bool {
+	cutoff := time.Now().Add(-s.opts.EvictIdleAfter).UnixNano()
+	var victim *conn
+	for c := range s.conns {
+		if !c.bound || !c.handshaked.Load() || c.inMsg.Load() || c.lastMsg.Load() > cutoff {
+			continue
+		}
+		unknown := c.unknown.Load()
+		if onlyUnknown && !unknown {
+			continue
+		}
+		// Strangers go first, then the longest idle.
+		if victim == nil || (unknown && !victim.unknown.Load()) ||
+			(unknown == victim.unknown.Load() && c.lastMsg.Load() < victim.lastMsg.Load()) {
+			victim = c
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	s.releaseLocked(victim)
+	victim.fail(ErrEvicted)
+	return true
+}
+
+// releaseLocked gives a bound connection's slot back, once.
+func (s *socket) releaseLocked(c *conn) {
+	if !c.bound || c.released {
 		return
 	}
+	c.released = true
+	s.open--
+	if c.unknown.Load() {
+		s.unknownOpen--
+	}
+}
+
+// delivered records that c delivered a message: it is not idle, and its
+// host is known from now on.
+func (s *socket) delivered(c *conn) {
+	c.lastMsg.Store(time.Now().UnixNano())
+	if !c.unknown.Load() {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !c.released && c.unknown.Load() {
+		s.unknownOpen--
+	}
+	c.unknown.Store(false)
+	if len(s.known) >= maxKnownHosts*s.opts.MaxConns {
+		for h := range s.known {
+			delete(s.known, h)
+			break
+		}
+	}
+	s.known[c.host] = struct{}{}
+}
+
+// hostOf is the host part of a peer's address (every Unix-socket peer is
+// one host).
+func hostOf(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	if h, _, err := net.SplitHostPort(a.String()); err == nil {
+		return h
+	}
+	return a.String()
+}
+
+func (s *socket) serveAccepted(c *conn) {
+	defer s.wg.Done()
 	err := s.guard(func() error {
 		if err := c.handshake(context.Background(), s.typ); err != nil {
 			return err
@@ -220,6 +330,7 @@ func (s *socket) finish(c *conn, err error) {
 	c.fail(err)
 	s.mu.Lock()
 	delete(s.conns, c)
+	s.releaseLocked(c)
 	if s.routes[c.routingID] == c {
 		delete(s.routes, c.routingID)
 	}
@@ -235,6 +346,9 @@ func (s *socket) finish(c *conn, err error) {
 }
 
 func (c *Counters) count(err error) {
+	if errors.Is(err, ErrMessageLost) {
+		c.messagesLost.Add(1)
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, errPanic):
@@ -247,6 +361,10 @@ func (c *Counters) count(err error) {
 		c.oversized.Add(1)
 	case errors.Is(err, ErrBufferBudget):
 		c.budget.Add(1)
+	case errors.Is(err, ErrMessageTimeout):
+		c.messageTimeouts.Add(1)
+	case errors.Is(err, ErrEvicted):
+		c.evicted.Add(1)
 	case errors.Is(err, ErrProtocol):
 		c.protocol.Add(1)
 	case errors.Is(err, ErrPeerError):
@@ -258,6 +376,8 @@ func (c *Counters) count(err error) {
 // subscribe (SUB) or take subscriptions (PUB), and queue what arrives.
 func (s *socket) serve(c *conn) error {
 	s.ctr.handshakes.Add(1)
+	c.lastMsg.Store(time.Now().UnixNano()) // idle from here
+	c.handshaked.Store(true)
 	switch s.typ {
 	case "PUB":
 		c.smu.Lock()
@@ -310,11 +430,13 @@ func (s *socket) serve(c *conn) error {
 				if err := c.subscribe(frames[0][0] == 1, frames[0][1:]); err != nil {
 					return err
 				}
+				s.delivered(c)
 			}
 			continue
 		case "ROUTER":
 			frames = append([][]byte{[]byte(c.routingID)}, frames...)
 		}
+		s.delivered(c)
 		select {
 		case s.msgs <- item{Message{frames, c.peer}, reserved}:
 		case <-s.done:

@@ -36,11 +36,21 @@ const (
 // Errors a connection or socket reports. Wrapped errors carry detail; test
 // with errors.Is.
 var (
-	ErrClosed           = errors.New("zmtp: socket closed")
-	ErrProtocol         = errors.New("zmtp: protocol error")
-	ErrTooLarge         = errors.New("zmtp: message exceeds the size limit")
-	ErrTooManyFrames    = errors.New("zmtp: message exceeds the frame limit")
-	ErrBufferBudget     = errors.New("zmtp: receive buffer budget exhausted")
+	ErrClosed        = errors.New("zmtp: socket closed")
+	ErrProtocol      = errors.New("zmtp: protocol error")
+	ErrTooLarge      = errors.New("zmtp: message exceeds the size limit")
+	ErrTooManyFrames = errors.New("zmtp: message exceeds the frame limit")
+	ErrBufferBudget  = errors.New("zmtp: receive buffer budget exhausted")
+	// ErrMessageTimeout: a message did not arrive whole within
+	// Options.MessageTimeout of its first byte.
+	ErrMessageTimeout = errors.New("zmtp: message not complete within the message timeout")
+	// ErrMessageLost wraps the reason a connection ended in the middle of
+	// a message: the peer's message is lost, and whatever it belonged to
+	// (a pod's stream) has missed it. OnDisconnect sees it with errors.Is.
+	ErrMessageLost = errors.New("zmtp: message lost")
+	// ErrEvicted: an idle connection was closed to make room on a full
+	// bound socket (Options.EvictIdleAfter).
+	ErrEvicted          = errors.New("zmtp: idle connection evicted to make room")
 	ErrHandshakeTimeout = errors.New("zmtp: handshake timed out")
 	ErrHeartbeatTimeout = errors.New("zmtp: peer silent past the heartbeat timeout")
 	ErrPeerError        = errors.New("zmtp: peer sent ERROR")

@@ -41,7 +41,9 @@ type Config struct {
 	// server_walk=true (single node, see ServerWalk),
 	// dial_timeout, read_timeout, write_timeout, pool_size, tls=true,
 	// insecure_skip_verify=true, server_name. Single-node URLs also accept
-	// every option go-redis ParseURL knows.
+	// every option go-redis ParseURL knows. Ranges (checkRanges): pool_size
+	// 0..MaxPoolSize, max_retries and max_redirects -1..100, timeouts
+	// 0..MaxIOTimeout.
 	URL string
 	// Namespace prefixes every key this index touches (several deployments can
 	// share one Redis). Must not contain '{' or '}' (Cluster hash tags).
@@ -329,6 +331,9 @@ func singleOptions(rest string, q url.Values, com connOpts) (*redis.Options, err
 	if com.poolSize > 0 {
 		so.PoolSize = com.poolSize
 	}
+	if err := checkRanges(so.PoolSize, so.MaxRetries, 0, so.DialTimeout, so.ReadTimeout, so.WriteTimeout); err != nil {
+		return nil, err
+	}
 	so.TLSConfig = com.tls
 	so.Protocol = 2
 	so.DialerRetries, so.DialerRetryTimeout = dialerRetries, dialerRetryWait
@@ -356,6 +361,9 @@ func clusterOptions(rest string, q url.Values, com connOpts) (*redis.ClusterOpti
 	}
 	if com.poolSize > 0 {
 		co.PoolSize = com.poolSize
+	}
+	if err := checkRanges(co.PoolSize, co.MaxRetries, co.MaxRedirects, co.DialTimeout, co.ReadTimeout, co.WriteTimeout); err != nil {
+		return nil, err
 	}
 	co.TLSConfig = com.tls
 	co.Protocol = 2
@@ -430,6 +438,34 @@ func setClusterOption(co *redis.ClusterOptions, k, v string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("option %s=%q: %w", k, v, err)
+	}
+	return nil
+}
+
+// Ranges of the URL's numeric options (0 = go-redis's default for the
+// counts). go-redis panics on a negative pool size and dials a huge pool up
+// front; a negative timeout means none, and every Redis call needs one.
+const (
+	MaxPoolSize    = 10000
+	MaxRetriesCap  = 100
+	MaxRedirects   = 100
+	MaxIOTimeout   = time.Minute
+	rangesDocument = "pool_size 0..10000, max_retries -1..100, max_redirects -1..100, dial/read/write_timeout 0..1m"
+)
+
+func checkRanges(pool, retries, redirects int, timeouts ...time.Duration) error {
+	switch {
+	case pool < 0 || pool > MaxPoolSize:
+		return fmt.Errorf("option pool_size=%d: out of range (%s)", pool, rangesDocument)
+	case retries < -1 || retries > MaxRetriesCap:
+		return fmt.Errorf("option max_retries=%d: out of range (%s)", retries, rangesDocument)
+	case redirects < -1 || redirects > MaxRedirects:
+		return fmt.Errorf("option max_redirects=%d: out of range (%s)", redirects, rangesDocument)
+	}
+	for _, t := range timeouts {
+		if t < 0 || t > MaxIOTimeout {
+			return fmt.Errorf("a timeout of %v: out of range (%s)", t, rangesDocument)
+		}
 	}
 	return nil
 }

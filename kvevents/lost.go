@@ -1,0 +1,66 @@
+package kvevents
+
+import (
+	"errors"
+
+	"github.com/kvindex/kvindex/kvevents/zmtp"
+)
+
+// A connection that ends in the middle of a message (the transport closed
+// it: buffer budget, message timeout, size caps; or the peer vanished) has
+// lost that message, and the message may have been any stream's that
+// arrives on the connection. Those streams are marked incomplete at once,
+// with reason "message_lost": an idle pod whose BlockRemoved was lost would
+// otherwise stay complete while the index keeps blocks it no longer holds.
+// Their next batch settles it: the next sequence number means nothing of
+// theirs was lost and the mark goes; a gap is handled like any gap (replay,
+// snapshot, or "gap").
+
+// disconnected is the transport's OnDisconnect hook.
+func (s *Subscriber) disconnected(peer string, err error) {
+	if s == nil || !errors.Is(err, zmtp.ErrMessageLost) {
+		return
+	}
+	s.mu.Lock()
+	var hit []*stream
+	for _, st := range s.streams {
+		st.mu.Lock()
+		if st.peer == peer {
+			hit = append(hit, st)
+		}
+		st.mu.Unlock()
+	}
+	s.mu.Unlock()
+	for _, st := range hit {
+		if st.markLost() {
+			s.warn(peer+"|"+st.key.pod, "a message was cut short on the connection this pod publishes on: pod marked incomplete until its next batch",
+				"pod", st.key.pod, "dp_rank", st.key.rank, "peer", peer, "err", err)
+		}
+	}
+}
+
+// markLost marks the stream incomplete ("message_lost"), keeping what it
+// said before for lostResolved; false if it already was.
+func (st *stream) markLost() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.lost {
+		return false
+	}
+	st.lost, st.before = true, st.stats
+	st.stats.Complete, st.stats.IncompleteReason, st.stats.CompleteSinceSeq = false, "message_lost", st.stats.LastSeq+1
+	return true
+}
+
+// lostResolved is called for a batch that leaves completeness unchanged
+// (the next sequence number, or a gap replay repaired): the lost message
+// was not the stream's, so it says again what it said before.
+func (st *stream) lostResolved() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.lost {
+		st.lost = false
+		st.stats.Complete, st.stats.IncompleteReason, st.stats.CompleteSinceSeq =
+			st.before.Complete, st.before.IncompleteReason, st.before.CompleteSinceSeq
+	}
+}
