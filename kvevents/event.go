@@ -429,13 +429,14 @@ func decodeHash(r *reader, engine kvindex.Engine) (uint64, error) {
 
 // normaliseHashBytes reduces a digest to the 64 bits that engine would have
 // sent as an integer: vLLM's int form is the LAST 8 bytes big-endian, SGLang's
-// is the FIRST 8 bytes. Shorter values are read as one big-endian integer.
+// the FIRST 8 bytes (kvindex.EngineInfo.HeadKey). Shorter values are read as
+// one big-endian integer.
 func normaliseHashBytes(b []byte, engine kvindex.Engine) (uint64, error) {
 	if len(b) == 0 {
 		return 0, errors.New("empty hash bytes")
 	}
 	if len(b) > 8 {
-		if engine == kvindex.EngineSGLang {
+		if engine.Info().HeadKey {
 			b = b[:8]
 		} else {
 			b = b[len(b)-8:]
