@@ -14,8 +14,22 @@ hash_binding.cpp hash_page computes the same bytes):
   characters of the digest (first 8 bytes, big-endian) as a SIGNED int64.
   No seed, salt or LoRA enters the hash.
 
+TensorRT-LLM (NVIDIA/TensorRT-LLM, KV cache manager V2: tensorrt_llm/runtime/
+kv_cache_manager_v2/_block_radix_tree.py Hasher, reuse_scope_to_bytes,
+RootBlock.make_key, Block.make_key; C++ mirror cpp/tensorrt_llm/batch_manager/
+kv_cache_manager_v2/blockRadixTree.cpp; the ZMQ publisher's wire hash
+StreamingEventSink::wireHash, tensorrt_llm/_torch/pyexecutor/kv_cache_events.py):
+  root key = SHA-256(ReuseScope bytes: one mask byte, bit 0 = LoRA task id
+  present, bit 1 = salt present, then each present value as uint64 LE); no
+  LoRA and no salt = SHA-256(b"\x00"). Salt id = the first 8 bytes of
+  SHA-256(UTF-8 cache_salt) read little-endian (KVCacheManagerV2.
+  _derive_reuse_salt). Block key = SHA-256(parent key (32 bytes; the root key
+  for the first block) + each token as 4 bytes little-endian). The wire hash is
+  the first 8 key bytes big-endian as a SIGNED int64.
+
 Each vector: {"block_size": B, "tokens": [...], "keys": [...]} where keys are
-the wire values (signed int64) of every full block, in order.
+the wire values (signed int64) of every full block, in order; TensorRT-LLM
+vectors may name a "cache_salt".
 """
 
 import hashlib
@@ -38,6 +52,38 @@ def hash_str_to_int64(hash_str):
     return v - 2**64 if v >= 2**63 else v
 
 
+def trt_root(lora_id=None, salt=None):
+    mask, tail = 0, b""
+    if lora_id is not None:
+        mask |= 1
+        tail += lora_id.to_bytes(8, "little")
+    if salt is not None:
+        mask |= 2
+        salt_id = int.from_bytes(hashlib.sha256(salt.encode("utf-8")).digest()[:8], "little")
+        tail += salt_id.to_bytes(8, "little")
+    return hashlib.sha256(bytes([mask]) + tail).digest()
+
+
+def trt_wire(digest):
+    v = int.from_bytes(digest[:8], "big")
+    return v - 2**64 if v >= 2**63 else v
+
+
+def trt_digests(tokens, block, salt=None, lora_id=None):
+    out, parent = [], trt_root(lora_id, salt)
+    for i in range(0, len(tokens) - block + 1, block):
+        h = hashlib.sha256(parent)
+        for t in tokens[i:i + block]:
+            h.update(t.to_bytes(4, "little"))
+        parent = h.digest()
+        out.append(parent)
+    return out
+
+
+def trt_keys(tokens, block, salt=None):
+    return [trt_wire(d) for d in trt_digests(tokens, block, salt)]
+
+
 def sglang_keys(tokens, page):
     keys, prior = [], None
     for i in range(0, len(tokens) - page + 1, page):
@@ -56,6 +102,12 @@ def main():
         (3, []),
     ]
     out = {"sglang": [{"block_size": b, "tokens": t, "keys": sglang_keys(t, b)} for b, t in cases]}
+    trt = [{"block_size": b, "tokens": t, "keys": trt_keys(t, b)} for b, t in cases]
+    trt.append({"block_size": 4, "tokens": [1, 2, 3, 4, 5, 6, 7, 8], "cache_salt": "tenant-a",
+                "keys": trt_keys([1, 2, 3, 4, 5, 6, 7, 8], 4, "tenant-a")})
+    trt.append({"block_size": 32, "tokens": cases[2][1][:64], "cache_salt": "ü-salt",
+                "keys": trt_keys(cases[2][1][:64], 32, "ü-salt")})
+    out["trtllm"] = trt
     json.dump(out, fp=__import__("sys").stdout, indent=1)
     print()
 

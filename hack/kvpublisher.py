@@ -61,6 +61,19 @@ them); {"echo": "ready"} and {"wait_subscriber": true} then synchronise.
       "prefix_tokens" (default []); it is sent as one event per page, as SGLang's
       _record_store_event sends them (BlockStored with the page's parent and tokens,
       BlockRemoved with the page's hash).
+      form "trtllm": TensorRT-LLM's ZMQ streaming publisher (NVIDIA/TensorRT-LLM
+      tensorrt_llm/_torch/pyexecutor/kv_cache_events.py, PR #17023): events are maps
+      tagged "type" (msgspec tag=True, omit_defaults), BlockStored with exactly
+      type, block_hashes, parent_block_hash, token_ids, block_size, lora_id (nil),
+      medium ("GPU"), lora_name (nil); BlockRemoved with type, block_hashes, medium;
+      the batch [ts, events, data_parallel_rank]; hashes signed int64. With
+      "hash_tokens": true the block keys are computed here from token_ids as its KV
+      cache manager V2 does (tensorrt_llm/runtime/kv_cache_manager_v2/
+      _block_radix_tree.py: SHA-256(parent key + uint32 LE tokens) from the root key
+      SHA-256(b"\x00"), or with "cache_salt" the salted root; the wire hash is the
+      first 8 key bytes as a signed int64, StreamingEventSink::wireHash), continuing
+      "prefix_tokens"; consecutive blocks go in one BlockStored, as it coalesces them.
+      Replay for it is the >= 0.26 layout (with the topic).
   {"sleep": seconds}
   {"echo": "word"}               print word on stdout once every earlier line is done
   {"wait_subscriber": true}      block until a subscription arrives (with --no-wait)
@@ -140,6 +153,62 @@ def expand_sglang(events):
     return out
 
 
+def trt_blocks(tokens, block, prefix, salt=None):
+    """(parent wire hash or None, wire hash) of each block of tokens after prefix."""
+    import hashlib
+    scope = b"\x00"
+    if salt is not None:
+        sid = hashlib.sha256(salt.encode("utf-8")).digest()[:8]  # salt id, LE uint64 = these bytes
+        scope = b"\x02" + sid
+    key = hashlib.sha256(scope).digest()
+    out, parent = [], None
+    allt = list(prefix) + list(tokens)
+    for i in range(0, len(allt) - block + 1, block):
+        h = hashlib.sha256(key)
+        for t in allt[i:i + block]:
+            h.update(t.to_bytes(4, "little"))
+        key = h.digest()
+        v = int.from_bytes(key[:8], "big")
+        v = v - (1 << 64) if v >= 1 << 63 else v
+        if i >= len(prefix):
+            out.append((parent, v))
+        parent = v
+    return out
+
+
+def expand_trtllm(events):
+    out = []
+    for ev in events:
+        if not ev.get("hash_tokens"):
+            out.append(ev)
+            continue
+        blocks = trt_blocks(ev.get("token_ids", []), ev["block_size"], ev.get("prefix_tokens", []),
+                            ev.get("cache_salt"))
+        e = {k: v for k, v in ev.items() if k not in ("hash_tokens", "prefix_tokens", "cache_salt")}
+        e["block_hashes"] = [h for _, h in blocks]
+        if ev["type"] == "BlockStored":
+            e["parent_block_hash"] = blocks[0][0] if blocks else None
+        out.append(e)
+    return out
+
+
+def encode_trtllm(ev):
+    kind = ev["type"]
+    hashes = [sglang_hash(h) for h in ev.get("block_hashes", [])]
+    if kind == "BlockStored":
+        parent = ev.get("parent_block_hash")
+        out = {"type": kind, "block_hashes": hashes, "parent_block_hash": None if parent is None else sglang_hash(parent),
+               "token_ids": ev.get("token_ids", []), "block_size": ev.get("block_size", 0), "lora_id": None,
+               "medium": ev.get("medium") or "GPU", "lora_name": None}
+        for k in ("mm_keys", "group_idx", "locality"):
+            if ev.get(k) is not None:
+                out[k] = ev[k]
+        return out
+    if kind == "BlockRemoved":
+        return {"type": kind, "block_hashes": hashes, "medium": ev.get("medium") or "GPU"}
+    return {"type": kind}
+
+
 def trim(fields):
     while fields and fields[-1] is None:
         fields.pop()
@@ -148,6 +217,8 @@ def trim(fields):
 
 def encode_event(ev, form, bytes_hashes):
     kind = ev["type"]
+    if form == "trtllm":
+        return encode_trtllm(ev)
     if form == "sglang":
         hashes = [sglang_hash(h) for h in ev.get("block_hashes", [])]
         if kind == "BlockStored":
@@ -334,6 +405,8 @@ def main():
             continue
         if msg.get("form") == "sglang":
             msg["events"] = expand_sglang(msg.get("events", []))
+        elif msg.get("form") == "trtllm":
+            msg["events"] = expand_trtllm(msg.get("events", []))
         topic = msg["topic"].encode()
         seq = int(msg["seq"])
         payload = encode_batch(msg)

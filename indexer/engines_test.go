@@ -19,7 +19,7 @@ func engineHashes(e kvindex.Engine, tokens []uint32) []uint64 {
 }
 
 // A request is scored against every engine's pods by that engine's own
-// hashes: a vLLM pod, an SGLang pod that stored its pages with token ids
+// hashes: a vLLM pod, a TensorRT-LLM pod, an SGLang pod that stored its pages with token ids
 // and one known only from an engine snapshot (hashes without tokens) all
 // score by token ids, Score and Pick alike, and a block_hashes query
 // matches the engine whose hashes it names.
@@ -32,9 +32,12 @@ func TestScoreEachEngineByItsHashes(t *testing.T) {
 		Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: sg[:4], TokenIDs: prompt[:4*testBlock], BlockSize: testBlock}}})
 	x.Sink().Apply(context.Background(), &kvindex.Batch{Pod: "pod-snap", Model: testModel, Engine: kvindex.EngineSGLang,
 		Events: []kvindex.Event{{Kind: kvindex.BlockSnapshot, BlockHashes: sg[:5]}}})
+	trt := engineHashes(kvindex.EngineTRTLLM, prompt)
+	x.Sink().Apply(context.Background(), &kvindex.Batch{Pod: "pod-t", Model: testModel, Engine: kvindex.EngineTRTLLM,
+		Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: trt[:2], TokenIDs: prompt[:2*testBlock], BlockSize: testBlock}}})
 
 	var r Result
-	want := "total=6 pod-snap:5/20/5.00[0:5,] pod-s:4/16/4.00[0:4,] pod-v:3/12/3.00[0:3,]"
+	want := "total=6 pod-snap:5/20/5.00[0:5,] pod-s:4/16/4.00[0:4,] pod-v:3/12/3.00[0:3,] pod-t:2/8/2.00[0:2,]"
 	if got := mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}, &r); got != want {
 		t.Fatalf("tokens:\n got %s\nwant %s", got, want)
 	}

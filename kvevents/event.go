@@ -250,6 +250,32 @@ func decodeField(r *reader, engine kvindex.Engine, ev *kvindex.Event, f field, e
 			ev.Ownership = string(s)
 			return err
 		})
+	case fMMKeys:
+		// A block whose key hashed a media digest cannot be rehashed from
+		// its token ids: the event's blocks are kept unverified under
+		// their hashes, whatever the digests are.
+		return optional(r, es, "mm_keys", func() error {
+			if r.nextNil() {
+				return nil
+			}
+			n, err := r.arrayLen()
+			if err != nil {
+				return err
+			}
+			for i := 0; i < n; i++ {
+				m, err := r.arrayLen()
+				if err != nil {
+					return err
+				}
+				es.extrasUnknown = es.extrasUnknown || m > 0
+				for j := 0; j < m; j++ {
+					if err := r.skip(); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
 	case fCopies:
 		return optional(r, es, "remaining_copy_counts", func() error {
 			return decodeCopies(r, ev)

@@ -457,3 +457,93 @@ func TestInteropSGLangLateJoinSnapshot(t *testing.T) {
 		})
 	}
 }
+
+// TensorRT-LLM's ZMQ streaming publisher through real libzmq, its bytes made
+// by kvpublisher.py from the published wire description (map events tagged
+// "type", [ts, events, rank], signed int64 hashes, empty topic, replay
+// replies with the topic) and its block keys computed there with hashlib:
+// catch-up at connect, a batch dropped on the live stream (its seq reserved:
+// a gap) recovered by replay, a removal, and a salted request's blocks.
+// Every block scores by token ids against TensorRT-LLM's hashing; the salted
+// ones (the salt is not on the wire: they mismatch and are indexed under
+// their hashes) for a query naming the salt.
+func TestInteropTRTLLM(t *testing.T) {
+	requireInterop(t)
+	env := newFixtureEnv(t)
+	m := NewMetrics(nil)
+	addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
+	replay := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
+	py := e2e.StartPublisherArgs(t, "--endpoint", addr, "--mode", "bind", "--no-wait", "--replay-endpoint", replay)
+	prompt := make([]int, 24) // six blocks of four tokens
+	for i := range prompt {
+		prompt[i] = 3000 + i
+	}
+	blocks := func(seq, from, to int, skip bool) obj {
+		return obj{"topic": "", "seq": seq, "form": "trtllm", "skip_live": skip, "events": []obj{{
+			"type": "BlockStored", "hash_tokens": true, "prefix_tokens": prompt[:4*from],
+			"token_ids": prompt[4*from : 4*to], "block_size": 4}}}
+	}
+	py.SendJSON(blocks(0, 0, 2, false)) // before any subscriber
+	py.SendJSON(obj{"echo": "ready"})
+	py.WaitReady(testTimeout)
+	s := startSub(t, Config{AllTopics: true, Endpoints: []EndpointConfig{{Address: addr, Pod: "pod-t", Model: "m",
+		ReplayAddress: replay, Engine: kvindex.EngineTRTLLM}}}, env.sink, m)
+	py.SendJSON(obj{"wait_subscriber": true})
+	for deadline := time.Now().Add(testTimeout); metricValue(m.CatchUps.WithLabelValues("ok")) < 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no catch-up at connect")
+		}
+	}
+	py.SendJSON(blocks(1, 2, 4, true)) // dropped by the publisher: a gap
+	py.SendJSON(blocks(2, 4, 6, false))
+	salted := []int{9, 9, 9, 9, 8, 8, 8, 8}
+	py.SendJSON(obj{"topic": "", "seq": 3, "form": "trtllm", "events": []obj{{
+		"type": "BlockStored", "hash_tokens": true, "cache_salt": "tenant-a", "token_ids": salted, "block_size": 4}}})
+	py.SendJSON(obj{"topic": "", "seq": 4, "form": "trtllm", "events": []obj{{
+		"type": "BlockRemoved", "hash_tokens": true, "prefix_tokens": prompt[:20], "token_ids": prompt[20:24], "block_size": 4}}})
+	env.sink.wait(t, 5)
+	py.Close()
+
+	st := s.Streams()[0]
+	if !st.Complete || st.SeqGaps != 1 || st.ReplayedBatches != 1 || st.LastSeq != 4 || st.Engine != kvindex.EngineTRTLLM {
+		t.Fatalf("stream %+v", st)
+	}
+	p := env.sink.a.PodStats()[0]
+	if p.ParityMatches != 6 || p.ParityMismatches != 2 || p.Engine != kvindex.EngineTRTLLM {
+		t.Fatalf("pod %+v", p)
+	}
+	hs, err := kvindex.NewHasherSet(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256CBOR, Seed: "0", BlockSize: 4}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trt := hs.ForEngine("m", kvindex.EngineTRTLLM)
+	model, _ := env.in.LookupModel("m")
+	sc := kvindex.NewScorer(env.idx, nil, kvindex.DefaultTierWeights())
+	for _, q := range []struct {
+		name   string
+		tokens []int
+		salt   string
+		want   int
+	}{
+		{"prompt, its last block removed", prompt, "", 5},
+		{"salted request", salted, "tenant-a", 2},
+		{"salted blocks without the salt", salted, "", 0},
+	} {
+		toks := make([]uint32, len(q.tokens))
+		for i, v := range q.tokens {
+			toks[i] = uint32(v)
+		}
+		var res kvindex.ScoreResult
+		keys := trt.Keys(nil, toks, kvindex.RequestExtras{CacheSalt: q.salt})
+		if err := sc.Score(context.Background(), model, keys, nil, &res); err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		if len(res.Pods) > 0 {
+			got = res.Pods[0].MatchedBlocks
+		}
+		if got != q.want {
+			t.Errorf("%s: %d blocks match, want %d (%+v)", q.name, got, q.want, res.Pods)
+		}
+	}
+}

@@ -11,6 +11,9 @@ type Engine uint8
 const (
 	EngineVLLM Engine = iota
 	EngineSGLang
+	// EngineTRTLLM is TensorRT-LLM's KV-cache-manager-V2 ZMQ publisher
+	// (tensorrt_llm/_torch/pyexecutor/kv_cache_events.py).
+	EngineTRTLLM
 	// NumEngines sizes per-engine tables.
 	NumEngines
 )
@@ -27,6 +30,11 @@ const (
 	// first page of a chain with no parent bytes at all (SGLang's
 	// get_hash_str / hash_page).
 	SchemeSGLang
+	// SchemeTRTLLM: SHA-256(parent key ‖ each token as uint32 LE), the first
+	// block's parent being the root key SHA-256(ReuseScope bytes): a mask
+	// byte (bit 0 LoRA task id, bit 1 cache salt) then each present value as
+	// uint64 LE (TensorRT-LLM's _block_radix_tree.py Hasher, RootBlock).
+	SchemeTRTLLM
 )
 
 // EngineInfo is one engine's row.
@@ -50,6 +58,7 @@ type EngineInfo struct {
 var Engines = [NumEngines]EngineInfo{
 	EngineVLLM:   {Name: "vllm", Scheme: SchemeVLLM, CountsCopies: true},
 	EngineSGLang: {Name: "sglang", Scheme: SchemeSGLang, HeadKey: true},
+	EngineTRTLLM: {Name: "trtllm", Scheme: SchemeTRTLLM, HeadKey: true},
 }
 
 // Info returns e's row; an out-of-range value gets vLLM's (the default

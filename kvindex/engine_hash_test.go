@@ -16,6 +16,7 @@ type engineVector struct {
 	BlockSize int      `json:"block_size"`
 	Tokens    []uint32 `json:"tokens"`
 	Keys      []int64  `json:"keys"` // the wire values: signed int64
+	CacheSalt string   `json:"cache_salt"`
 }
 
 func loadEngineVectors(t *testing.T) map[string][]engineVector {
@@ -57,15 +58,22 @@ func TestEngineHashVectors(t *testing.T) {
 			for j, k := range v.Keys {
 				want[j] = Key(uint64(k))
 			}
-			if got := h.Keys(nil, v.Tokens, RequestExtras{}); !slices.Equal(got, want) && len(want)+len(got) > 0 {
+			x := RequestExtras{CacheSalt: v.CacheSalt}
+			if got := h.Keys(nil, v.Tokens, x); !slices.Equal(got, want) && len(want)+len(got) > 0 {
 				t.Fatalf("%s vector %d: keys %x, want %x", eng, i, got, want)
 			}
 			kc := NewKeyCache(h, 64)
 			for pass := 0; pass < 2; pass++ {
-				if got := kc.Keys(nil, v.Tokens, RequestExtras{}); !slices.Equal(got, want) && len(want)+len(got) > 0 {
+				if got := kc.Keys(nil, v.Tokens, x); !slices.Equal(got, want) && len(want)+len(got) > 0 {
 					t.Fatalf("%s vector %d pass %d: cached keys %x, want %x", eng, i, pass, got, want)
 				}
 			}
 		}
+	}
+	// A LoRA is in TensorRT-LLM's root as a numeric task id a router does
+	// not know by name: such requests get no TensorRT-LLM keys at all.
+	set, _ := NewHasherSet(KeyConfig{Algo: AlgoSHA256, BlockSize: 4}, nil)
+	if got := set.ForEngine("", EngineTRTLLM).Keys(nil, seq(1, 8), RequestExtras{LoraName: "sql"}); len(got) != 0 {
+		t.Fatalf("TensorRT-LLM keys for a LoRA request: %x", got)
 	}
 }

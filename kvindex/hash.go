@@ -3,6 +3,7 @@ package kvindex
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -145,7 +146,29 @@ func NewEngineHasher(engine Engine, cfg KeyConfig) (*Hasher, error) {
 		return nil, fmt.Errorf("block size %d out of range [1, %d]", cfg.BlockSize, MaxBlockSize)
 	}
 	h := &Hasher{cfg: cfg, engine: engine, scheme: info.Scheme, dlen: 32, head: info.HeadKey}
+	if info.Scheme == SchemeTRTLLM {
+		h.none, h.rootLen = trtRoot(RequestExtras{}), 32
+	}
 	return h, nil
+}
+
+// trtRoot is TensorRT-LLM's root key for a request: SHA-256 of its
+// ReuseScope bytes. A LoRA enters as its numeric task id, which a router
+// does not know by name: requests naming a LoRA are not hashed for
+// TensorRT-LLM (Hasher.Keys returns no keys), so they never match base-model
+// blocks.
+func trtRoot(x RequestExtras) [32]byte {
+	var b [9]byte
+	n := 1
+	if x.CacheSalt != "" {
+		// The salt id: the first 8 bytes of SHA-256(salt) read little-endian
+		// (KVCacheManagerV2._derive_reuse_salt).
+		d := sha256.Sum256([]byte(x.CacheSalt))
+		b[0] |= 2
+		copy(b[1:], d[:8])
+		n = 9
+	}
+	return sha256.Sum256(b[:n])
 }
 
 // Engine is the engine whose hashes h computes.
@@ -264,8 +287,14 @@ func (e *extraKeys) cbor(b []byte) ([]byte, error) {
 // using buf as scratch; it returns the (possibly grown) buffer for reuse.
 func (h *Hasher) digest(buf []byte, parent []byte, tokens []uint32, ek *extraKeys) ([]byte, [32]byte, error) {
 	if h.scheme != SchemeVLLM {
-		// SGLang: parent ‖ tokens as uint32 little-endian; no extra keys
-		// enter the hash (a salt or a LoRA does not separate its pages).
+		// SGLang and TensorRT-LLM: parent ‖ tokens as uint32 little-endian;
+		// no extra keys enter a block (SGLang has none, TensorRT-LLM puts
+		// its LoRA and salt in the root). An event that sent per-block
+		// extra keys (SGLang's proposed extra_keys, TensorRT-LLM's mm_keys)
+		// hashed something else: not reproducible here.
+		if len(ek.generic) > 0 {
+			return buf, [32]byte{}, errEngineExtraKeys
+		}
 		buf = append(buf[:0], parent...)
 		for _, t := range tokens {
 			buf = binary.LittleEndian.AppendUint32(buf, t)
@@ -286,6 +315,8 @@ func (h *Hasher) digest(buf []byte, parent []byte, tokens []uint32, ek *extraKey
 	}
 	return buf, h.sum(buf), nil
 }
+
+var errEngineExtraKeys = errors.New("kvindex: per-block extra keys in an engine hash without them")
 
 // RequestExtras are the per-request inputs of vLLM's extra keys that a router
 // knows: the LoRA adapter's name (empty = base model) and cache_salt.
@@ -317,6 +348,12 @@ func (h *Hasher) Keys(dst []Key, tokens []uint32, extras RequestExtras) []Key {
 	buf := *sp
 	defer func() { putScratch(sp, buf) }()
 	parent, plen := h.root()
+	if h.scheme == SchemeTRTLLM && extras != (RequestExtras{}) {
+		if extras.LoraName != "" {
+			return dst // see trtRoot
+		}
+		parent = trtRoot(extras)
+	}
 	var ek extraKeys
 	bs := h.cfg.BlockSize
 	for i := 0; i+bs <= len(tokens); i += bs {
