@@ -498,7 +498,7 @@ func TestEndpointsHTTP(t *testing.T) {
 	}
 	for _, c := range []struct{ body, reason string }{
 		{`{"pod":"p"}`, "address is required"},
-		{`{"address":"tcp://a:1","engine":"tgi"}`, "want vllm or sglang"},
+		{`{"address":"tcp://a:1","engine":"tgi"}`, "want vllm, sglang or trtllm"},
 		{`{"address":"tcp://a:1","colour":"blue"}`, "unknown field"},
 		{`{"address":"tcp://10.0.0.7:5557"}`, "already added"},
 	} {

@@ -158,7 +158,7 @@ func (s *Server) addEndpoint(ep *EndpointInfo) *Error {
 	}
 	eng, ok := kvindex.ParseEngine(ep.Engine)
 	if !ok {
-		return errorf(codes.InvalidArgument, "engine %q: want vllm or sglang", ep.Engine)
+		return errorf(codes.InvalidArgument, "engine %q: want vllm, sglang or trtllm", ep.Engine)
 	}
 	if err := s.endpointPolicy().CheckEndpoint(context.Background(), ep.Address, ep.ReplayAddress, ep.SnapshotAddress); err != nil {
 		return errorf(codes.InvalidArgument, "%v", err)

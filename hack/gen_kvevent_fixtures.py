@@ -29,6 +29,7 @@ sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import gen_blockhash_vectors as ref  # noqa: E402
+import gen_engine_hash_vectors as engines  # noqa: E402
 
 OUT = os.path.join(HERE, "..", "kvevents", "testdata", "fixtures")
 FUZZ = os.path.join(HERE, "..", "kvevents", "testdata", "fuzz", "FuzzDecode")
@@ -184,13 +185,24 @@ def main():
     add("llmd_packed_events", "llm-d storage-tier publisher (pre-packed events)", batch(packed),
         [want("disk", h)], (2, 0))
 
-    # SGLang with snapshots enabled (epoch in the topic), EAGLE token pairs,
-    # a salted request's metadata map; hashes are SGLang's own (signed).
-    salted = keys(chain(TOKENS, [("salt-1",), None]))
+    # SGLang with snapshots enabled (epoch in the topic), one BlockStored per
+    # page, a salted request's metadata map; hashes are SGLang's own (signed
+    # int64, gen_engine_hash_vectors.py), which the salt does not enter:
+    # both pages match.
+    sg = engines.sglang_keys(TOKENS, BS)
+    add("sglang_epoch_salt", "SGLang (array_like, epoch topic, page events, cache_salt)", batch([
+        ["BlockStored", [sg[0]], None, TOKENS[:BS], BS, None, "GPU", {"cache_salt": "salt-1"}],
+        ["BlockStored", [sg[1]], sg[0], TOKENS[BS:], BS, None, "GPU"],
+    ]), [want("gpu", [k & (2**64 - 1) for k in sg], pod="pod-sg")], (2, 0),
+        topic="kv@pod-sg@model-a\x00sgl-kv-epoch=e1", engine="sglang")
+    # EAGLE token pairs: the last pair's successor is on the next page, which
+    # the event omits, so the pages cannot be rehashed: indexed under their
+    # hashes, unverified.
     pairs = [[t, t + 1] for t in TOKENS]
-    add("sglang_eagle_epoch_salt", "SGLang (array_like, epoch topic, EAGLE pairs, cache_salt)", batch([
-        ["BlockStored", [s64(0xF000000000000001), 7], None, pairs, BS, None, "GPU", {"cache_salt": "salt-1"}],
-    ]), [want("gpu", salted, pod="pod-sg")], (0, 0), topic="kv@pod-sg@model-a\x00sgl-kv-epoch=e1", engine="sglang")
+    add("sglang_eagle", "SGLang (EAGLE token pairs)", batch([
+        ["BlockStored", [s64(0xF000000000000001), 7], None, pairs, BS, None, "GPU"],
+    ]), [want("gpu", [0xF000000000000001, 7], pod="pod-sge")], (0, 2),
+        topic="kv@pod-sge@model-a\x00sgl-kv-epoch=e1", engine="sglang")
 
     with open(os.path.join(OUT, "manifest.json"), "w") as f:
         json.dump({"generator": "hack/gen_kvevent_fixtures.py", "hash": "sha256_cbor", "seed": "0",

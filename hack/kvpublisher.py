@@ -8,7 +8,7 @@ kvindexd by hand. Needs Debian's python3-zmq and python3-msgpack; run it with
 Usage:
   /usr/bin/python3 hack/kvpublisher.py --endpoint tcp://127.0.0.1:PORT --mode connect|bind
                                        [--replay-endpoint tcp://127.0.0.1:PORT] [--replay-legacy]
-                                       [--buffer-steps N]
+                                       [--buffer-steps N] [--no-wait]
 
   --mode bind     the publisher binds ENDPOINT and kvindexd connects (per-pod topology,
                   like vLLM with endpoint "tcp://*:5557")
@@ -29,7 +29,10 @@ Usage:
 
 The socket is an XPUB so the script knows when a subscriber is attached: it prints
 "ready" on stdout once the first subscription arrives (nothing is lost to the ZeroMQ
-slow-joiner problem), then reads JSON lines on stdin, one action per line:
+slow-joiner problem), then reads JSON lines on stdin, one action per line. With
+--no-wait it reads them at once and prints nothing (an engine that published before
+any subscriber: live batches go nowhere, the replay buffer and snapshot mirror keep
+them); {"echo": "ready"} and {"wait_subscriber": true} then synchronise.
 
   {"topic": "kv@pod-a@model", "seq": 0, "form": "array"|"map"|"sglang",
    "bytes_hashes": false, "ts": 0.0, "dp_rank": 0 | null, "omit_dp_rank": false,
@@ -50,7 +53,30 @@ slow-joiner problem), then reads JSON lines on stdin, one action per line:
       are the value (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0).
       "skip_live": true records the batch for replay but does not publish it
       (simulates a message lost on the live stream).
+      SGLang page hashes (form "sglang"): an event with "hash_tokens": true gets its
+      hashes computed here from token_ids, as SGLang does (python/sglang/srt/mem_cache/
+      utils.py get_hash_str + hash_str_to_int64: SHA-256 over the parent page's digest,
+      none for a chain's first page, then each token as uint32 LE; the first 8 digest
+      bytes as a signed int64), pages of block_size tokens continuing the chain of
+      "prefix_tokens" (default []); it is sent as one event per page, as SGLang's
+      _record_store_event sends them (BlockStored with the page's parent and tokens,
+      BlockRemoved with the page's hash).
+      form "trtllm": TensorRT-LLM's ZMQ streaming publisher (NVIDIA/TensorRT-LLM
+      tensorrt_llm/_torch/pyexecutor/kv_cache_events.py, PR #17023): events are maps
+      tagged "type" (msgspec tag=True, omit_defaults), BlockStored with exactly
+      type, block_hashes, parent_block_hash, token_ids, block_size, lora_id (nil),
+      medium ("GPU"), lora_name (nil); BlockRemoved with type, block_hashes, medium;
+      the batch [ts, events, data_parallel_rank]; hashes signed int64. With
+      "hash_tokens": true the block keys are computed here from token_ids as its KV
+      cache manager V2 does (tensorrt_llm/runtime/kv_cache_manager_v2/
+      _block_radix_tree.py: SHA-256(parent key + uint32 LE tokens) from the root key
+      SHA-256(b"\x00"), or with "cache_salt" the salted root; the wire hash is the
+      first 8 key bytes as a signed int64, StreamingEventSink::wireHash), continuing
+      "prefix_tokens"; consecutive blocks go in one BlockStored, as it coalesces them.
+      Replay for it is the >= 0.26 layout (with the topic).
   {"sleep": seconds}
+  {"echo": "word"}               print word on stdout once every earlier line is done
+  {"wait_subscriber": true}      block until a subscription arrives (with --no-wait)
   {"raw_frames": ["hex", ...]}   send these frames as one multipart message
                                  (malformed-input tests)
 
@@ -88,6 +114,101 @@ def sglang_hash(h):
     return h - (1 << 64) if h >= (1 << 63) else h
 
 
+def sglang_pages(tokens, page, prefix):
+    """(parent, hash, page tokens) of each page of tokens after prefix (hashlib)."""
+    import hashlib
+    out, prior, parent = [], None, None
+    allt = list(prefix) + list(tokens)
+    for i in range(0, len(allt) - page + 1, page):
+        h = hashlib.sha256()
+        if prior:
+            h.update(prior)
+        for t in allt[i:i + page]:
+            h.update(t.to_bytes(4, byteorder="little", signed=False))
+        prior = h.digest()
+        v = int.from_bytes(prior[:8], "big")
+        v = v - (1 << 64) if v >= 1 << 63 else v
+        if i >= len(prefix):
+            out.append((parent, v, allt[i:i + page]))
+        parent = v
+    return out
+
+
+def expand_sglang(events):
+    out = []
+    for ev in events:
+        if not ev.get("hash_tokens"):
+            out.append(ev)
+            continue
+        pages = sglang_pages(ev.get("token_ids", []), ev["block_size"], ev.get("prefix_tokens", []))
+        for parent, h, toks in pages:
+            e = {k: v for k, v in ev.items() if k not in ("hash_tokens", "prefix_tokens")}
+            e["block_hashes"] = [h]
+            if ev["type"] == "BlockStored":
+                e["parent_block_hash"], e["token_ids"] = parent, toks
+            else:
+                e.pop("token_ids", None)
+                e.pop("block_size", None)
+            out.append(e)
+    return out
+
+
+def trt_blocks(tokens, block, prefix, salt=None):
+    """(parent wire hash or None, wire hash) of each block of tokens after prefix."""
+    import hashlib
+    scope = b"\x00"
+    if salt is not None:
+        sid = hashlib.sha256(salt.encode("utf-8")).digest()[:8]  # salt id, LE uint64 = these bytes
+        scope = b"\x02" + sid
+    key = hashlib.sha256(scope).digest()
+    out, parent = [], None
+    allt = list(prefix) + list(tokens)
+    for i in range(0, len(allt) - block + 1, block):
+        h = hashlib.sha256(key)
+        for t in allt[i:i + block]:
+            h.update(t.to_bytes(4, "little"))
+        key = h.digest()
+        v = int.from_bytes(key[:8], "big")
+        v = v - (1 << 64) if v >= 1 << 63 else v
+        if i >= len(prefix):
+            out.append((parent, v))
+        parent = v
+    return out
+
+
+def expand_trtllm(events):
+    out = []
+    for ev in events:
+        if not ev.get("hash_tokens"):
+            out.append(ev)
+            continue
+        blocks = trt_blocks(ev.get("token_ids", []), ev["block_size"], ev.get("prefix_tokens", []),
+                            ev.get("cache_salt"))
+        e = {k: v for k, v in ev.items() if k not in ("hash_tokens", "prefix_tokens", "cache_salt")}
+        e["block_hashes"] = [h for _, h in blocks]
+        if ev["type"] == "BlockStored":
+            e["parent_block_hash"] = blocks[0][0] if blocks else None
+        out.append(e)
+    return out
+
+
+def encode_trtllm(ev):
+    kind = ev["type"]
+    hashes = [sglang_hash(h) for h in ev.get("block_hashes", [])]
+    if kind == "BlockStored":
+        parent = ev.get("parent_block_hash")
+        out = {"type": kind, "block_hashes": hashes, "parent_block_hash": None if parent is None else sglang_hash(parent),
+               "token_ids": ev.get("token_ids", []), "block_size": ev.get("block_size", 0), "lora_id": None,
+               "medium": ev.get("medium") or "GPU", "lora_name": None}
+        for k in ("mm_keys", "group_idx", "locality"):
+            if ev.get(k) is not None:
+                out[k] = ev[k]
+        return out
+    if kind == "BlockRemoved":
+        return {"type": kind, "block_hashes": hashes, "medium": ev.get("medium") or "GPU"}
+    return {"type": kind}
+
+
 def trim(fields):
     while fields and fields[-1] is None:
         fields.pop()
@@ -96,6 +217,8 @@ def trim(fields):
 
 def encode_event(ev, form, bytes_hashes):
     kind = ev["type"]
+    if form == "trtllm":
+        return encode_trtllm(ev)
     if form == "sglang":
         hashes = [sglang_hash(h) for h in ev.get("block_hashes", [])]
         if kind == "BlockStored":
@@ -150,6 +273,7 @@ def main():
     ap.add_argument("--epoch", default="e1")
     ap.add_argument("--buffer-steps", type=int, default=10000,
                     help="batches the replay buffer keeps (vLLM's buffer_steps, default 10000)")
+    ap.add_argument("--no-wait", action="store_true", help="do not wait for a subscriber before reading stdin")
     args = ap.parse_args()
 
     ctx = zmq.Context()
@@ -228,13 +352,19 @@ def main():
             else:
                 router.send_multipart([client, b"", b"", END_SEQ, b""])
 
-    # Wait for the first subscription (XPUB delivers it as b"\x01<prefix>").
-    while True:
-        if pub.poll(50):
-            sub = pub.recv()
-            if sub[:1] == b"\x01":
-                break
-    print("ready", flush=True)
+    def wait_subscriber():
+        # XPUB delivers a subscription as b"\x01<prefix>".
+        while True:
+            serve_replay()
+            serve_snapshot()
+            if pub.poll(10):
+                sub = pub.recv()
+                if sub[:1] == b"\x01":
+                    return
+
+    if not args.no_wait:
+        wait_subscriber()
+        print("ready", flush=True)
 
     lines = queue.Queue()
 
@@ -264,9 +394,19 @@ def main():
                 serve_snapshot()
                 time.sleep(0.005)
             continue
+        if "echo" in msg:
+            print(msg["echo"], flush=True)
+            continue
+        if msg.get("wait_subscriber"):
+            wait_subscriber()
+            continue
         if "raw_frames" in msg:
             pub.send_multipart([bytes.fromhex(f) for f in msg["raw_frames"]])
             continue
+        if msg.get("form") == "sglang":
+            msg["events"] = expand_sglang(msg.get("events", []))
+        elif msg.get("form") == "trtllm":
+            msg["events"] = expand_trtllm(msg.get("events", []))
         topic = msg["topic"].encode()
         seq = int(msg["seq"])
         payload = encode_batch(msg)

@@ -1,15 +1,32 @@
 package indexer
 
 import (
+	"sync"
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvindex/kvindex/kvindex"
 )
 
 // keyCaches holds one request-path key cache per distinct key config (the
-// default and each per-model override), so a prompt prefix that many
-// requests share is hashed once. Built in New and read-only afterwards.
-type keyCaches map[*kvindex.Hasher]*kvindex.KeyCache
+// default and each per-model override) and engine, so a prompt prefix that
+// many requests share is hashed once. The map is built in New and read-only
+// afterwards; a cache is allocated at its first use, so engines a fleet does
+// not run cost nothing.
+type keyCaches map[*kvindex.Hasher]*keyCacheSlot
+
+type keyCacheSlot struct {
+	h       *kvindex.Hasher
+	entries int
+	once    sync.Once
+	c       atomic.Pointer[kvindex.KeyCache]
+}
+
+func (s *keyCacheSlot) cache() *kvindex.KeyCache {
+	s.once.Do(func() { s.c.Store(kvindex.NewKeyCache(s.h, s.entries)) })
+	return s.c.Load()
+}
 
 // newKeyCaches sizes each cache to entries blocks; entries < 0 disables the
 // caches (every request hashes all its blocks), 0 is the default size.
@@ -21,28 +38,34 @@ func newKeyCaches(hashers *kvindex.HasherSet, models map[string]kvindex.KeyConfi
 		entries = kvindex.DefaultKeyCacheSize
 	}
 	kc := keyCaches{}
-	add := func(h *kvindex.Hasher) {
-		if kc[h] == nil {
-			kc[h] = kvindex.NewKeyCache(h, entries)
+	add := func(model string) {
+		for e := kvindex.Engine(0); e < kvindex.NumEngines; e++ {
+			if h := hashers.ForEngine(model, e); kc[h] == nil {
+				kc[h] = &keyCacheSlot{h: h, entries: entries}
+			}
 		}
 	}
-	add(hashers.Default())
+	add("")
 	for m := range models {
-		add(hashers.For(m))
+		add(m)
 	}
 	return kc
 }
 
 // keys appends the keys of tokens under h, through h's cache when it has one.
 func (kc keyCaches) keys(h *kvindex.Hasher, dst []kvindex.Key, tokens []uint32, x kvindex.RequestExtras) []kvindex.Key {
-	if c := kc[h]; c != nil {
-		return c.Keys(dst, tokens, x)
+	if s := kc[h]; s != nil {
+		return s.cache().Keys(dst, tokens, x)
 	}
 	return h.Keys(dst, tokens, x)
 }
 
 func (kc keyCaches) stats() (s kvindex.KeyCacheStats) {
-	for _, c := range kc {
+	for _, slot := range kc {
+		c := slot.c.Load()
+		if c == nil {
+			continue
+		}
 		st := c.Stats()
 		s.Capacity += st.Capacity
 		s.Hits += st.Hits

@@ -90,6 +90,7 @@ type PickResult struct {
 	Candidates  []CandidateResult
 
 	keys    []kvindex.Key
+	ek      engineKeys
 	ids     []kvindex.PodID
 	owner   []int32 // PodID -> candidate index + 1
 	res     kvindex.ScoreResult
@@ -120,6 +121,7 @@ func (r *PickResult) clear() {
 	clear(r.Candidates)
 	r.Candidates = r.Candidates[:0]
 	r.keys = r.keys[:0]
+	r.ek.clear()
 }
 
 func (q *PickQuery) validate() *Error {
@@ -180,7 +182,7 @@ func (x *Indexer) pickInto(ctx context.Context, q *PickQuery, r *PickResult) *Er
 			return errorf(InvalidArgument, "unknown policy %q (want one of %v)", q.Policy, routing.Names())
 		}
 	}
-	in, err := x.requestKeys(ctx, &q.Query, &r.keys)
+	in, err := x.requestKeys(ctx, &q.Query, &r.keys, &r.ek)
 	if err != nil {
 		return err
 	}
@@ -349,7 +351,7 @@ func (x *Indexer) matchIndexed(ctx context.Context, in requestInfo, q *PickQuery
 		}
 		return nil
 	}
-	if err := x.lookup(ctx, in.model, r.keys, r.ids, &r.res); err != nil {
+	if err := x.lookupAll(ctx, in.model, r.keys, &r.ek, r.ids, &r.res); err != nil {
 		return err
 	}
 	for _, ps := range r.res.Pods {

@@ -154,6 +154,7 @@ type Result struct {
 	Pods           []PodResult
 
 	keys    []kvindex.Key
+	ek      engineKeys
 	cands   []kvindex.PodID
 	res     kvindex.ScoreResult
 	ranks   []RankScore
@@ -190,6 +191,7 @@ func (r *Result) clear() {
 	r.Pods = r.Pods[:0]
 	r.ranks = r.ranks[:0]
 	r.keys = r.keys[:0]
+	r.ek.clear()
 	r.nameFilter = nil
 }
 

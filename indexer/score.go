@@ -27,7 +27,7 @@ func (x *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 	if err := q.validate(); err != nil {
 		return err
 	}
-	in, err := x.requestKeys(ctx, q, &r.keys)
+	in, err := x.requestKeys(ctx, q, &r.keys, &r.ek)
 	if err != nil {
 		return err
 	}
@@ -70,7 +70,7 @@ func (x *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 		return nil
 	}
 
-	if err := x.lookup(ctx, modelID, r.keys, cands, &r.res); err != nil {
+	if err := x.lookupAll(ctx, modelID, r.keys, &r.ek, cands, &r.res); err != nil {
 		return err
 	}
 	r.aggregate(x.in, x.trusted)
@@ -94,6 +94,18 @@ func (x *Indexer) lookup(ctx context.Context, model kvindex.ModelID, keys []kvin
 	return nil
 }
 
+// lookupAll scores the primary keys and every other engine's (engines.go)
+// into res.
+func (x *Indexer) lookupAll(ctx context.Context, model kvindex.ModelID, keys []kvindex.Key, ek *engineKeys,
+	cands []kvindex.PodID, res *kvindex.ScoreResult) *Error {
+	if err := x.lookup(ctx, model, keys, cands, res); err != nil {
+		return err
+	}
+	return x.scoreEngines(ek, func(keys []kvindex.Key, r *kvindex.ScoreResult) *Error {
+		return x.lookup(ctx, model, keys, cands, r)
+	}, res)
+}
+
 // requestInfo is what requestKeys learned about a validated query.
 type requestInfo struct {
 	model      kvindex.ModelID
@@ -106,8 +118,9 @@ type requestInfo struct {
 }
 
 // requestKeys turns a validated query's input into its block keys (into
-// *keys, reused): the one path Score and Pick share.
-func (x *Indexer) requestKeys(ctx context.Context, q *Query, keys *[]kvindex.Key) (requestInfo, *Error) {
+// *keys, reused) and, for token inputs, into every other applied engine's
+// keys (into ek): the one path Score and Pick share.
+func (x *Indexer) requestKeys(ctx context.Context, q *Query, keys *[]kvindex.Key, ek *engineKeys) (requestInfo, *Error) {
 	var in requestInfo
 	// A model nobody has published for is known to the interner only once an
 	// event arrived; scoring it is legal (nobody holds anything) but the name
@@ -119,10 +132,12 @@ func (x *Indexer) requestKeys(ctx context.Context, q *Query, keys *[]kvindex.Key
 	hasher := x.hashers.For(q.Model)
 	in.blockSize = hasher.Config().BlockSize
 	*keys = (*keys)[:0]
+	ek.clear()
 	switch q.Kind {
 	case InputTokens:
 		in.tokens = len(q.TokenIDs)
 		x.tokenKeys(keys, hasher, q.TokenIDs, q)
+		x.engineTokenKeys(ek, q.Model, q.TokenIDs, q)
 	case InputHashes:
 		for _, h := range q.BlockHashes {
 			*keys = append(*keys, kvindex.Key(h))
@@ -134,6 +149,7 @@ func (x *Indexer) requestKeys(ctx context.Context, q *Query, keys *[]kvindex.Key
 		}
 		in.tokens = len(tokens)
 		x.tokenKeys(keys, hasher, tokens, q)
+		x.engineTokenKeys(ek, q.Model, tokens, q)
 	case InputMessages:
 		chat, err := x.chatTokens(ctx, q)
 		if err != nil {
@@ -141,6 +157,7 @@ func (x *Indexer) requestKeys(ctx context.Context, q *Query, keys *[]kvindex.Key
 		}
 		in.tokens, in.unscored = len(chat.IDs), chat.Unscored
 		x.tokenKeys(keys, hasher, chat.IDs, q)
+		x.engineTokenKeys(ek, q.Model, chat.IDs, q)
 	}
 	return in, nil
 }

@@ -258,6 +258,9 @@ const (
 	fSlidingWindow
 	fLocality
 	fOwnership
+	// fMMKeys: TensorRT-LLM's mm_keys, one list of multimodal item keys per
+	// block; a block with items hashed their content digests.
+	fMMKeys
 	fCopies
 	fCopiesOrLocality // BlockRemoved array position 4
 )
@@ -301,6 +304,8 @@ func mapField(name []byte) field {
 		return fLocality
 	case "ownership":
 		return fOwnership
+	case "mm_keys":
+		return fMMKeys
 	case "remaining_copy_counts":
 		return fCopies
 	}

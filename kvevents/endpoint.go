@@ -85,7 +85,7 @@ func (s *Subscriber) AddEndpoint(ep EndpointConfig) error {
 	if why := checkName([]byte(ep.Model), MaxModelNameBytes); why != "" {
 		return fmt.Errorf("kvevents: endpoint %q: model name: %s", ep.Address, why)
 	}
-	if ep.Engine != kvindex.EngineVLLM && ep.Engine != kvindex.EngineSGLang {
+	if !ep.Engine.Valid() {
 		return fmt.Errorf("kvevents: endpoint %q: unknown engine %d", ep.Address, ep.Engine)
 	}
 	s.mu.Lock()

@@ -250,6 +250,32 @@ func decodeField(r *reader, engine kvindex.Engine, ev *kvindex.Event, f field, e
 			ev.Ownership = string(s)
 			return err
 		})
+	case fMMKeys:
+		// A block whose key hashed a media digest cannot be rehashed from
+		// its token ids: the event's blocks are kept unverified under
+		// their hashes, whatever the digests are.
+		return optional(r, es, "mm_keys", func() error {
+			if r.nextNil() {
+				return nil
+			}
+			n, err := r.arrayLen()
+			if err != nil {
+				return err
+			}
+			for i := 0; i < n; i++ {
+				m, err := r.arrayLen()
+				if err != nil {
+					return err
+				}
+				es.extrasUnknown = es.extrasUnknown || m > 0
+				for j := 0; j < m; j++ {
+					if err := r.skip(); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
 	case fCopies:
 		return optional(r, es, "remaining_copy_counts", func() error {
 			return decodeCopies(r, ev)
@@ -429,13 +455,14 @@ func decodeHash(r *reader, engine kvindex.Engine) (uint64, error) {
 
 // normaliseHashBytes reduces a digest to the 64 bits that engine would have
 // sent as an integer: vLLM's int form is the LAST 8 bytes big-endian, SGLang's
-// is the FIRST 8 bytes. Shorter values are read as one big-endian integer.
+// the FIRST 8 bytes (kvindex.EngineInfo.HeadKey). Shorter values are read as
+// one big-endian integer.
 func normaliseHashBytes(b []byte, engine kvindex.Engine) (uint64, error) {
 	if len(b) == 0 {
 		return 0, errors.New("empty hash bytes")
 	}
 	if len(b) > 8 {
-		if engine == kvindex.EngineSGLang {
+		if engine.Info().HeadKey {
 			b = b[:8]
 		} else {
 			b = b[len(b)-8:]

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/internal/logtest"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -279,8 +280,9 @@ func TestInteropCatchUpAtFirstSight(t *testing.T) {
 // SGLang's snapshot protocol through real libzmq: batches lost beyond repair
 // (no replay endpoint) make the subscriber ask the snapshot endpoint; the
 // pod's state is replaced by the snapshot (the lost removal of B repaired,
-// C never seen stored so not keyable), the live barrier batch is dropped as
-// already included, and later batches apply in order.
+// C known only from the snapshot and keyed by its SGLang hash), the live
+// barrier batch is dropped as already included, and later batches apply in
+// order. Hashes are SGLang's own, computed by kvpublisher.py with hashlib.
 func TestInteropSGLangSnapshotResync(t *testing.T) {
 	requireInterop(t)
 	env := newFixtureEnv(t)
@@ -290,27 +292,23 @@ func TestInteropSGLangSnapshotResync(t *testing.T) {
 	s := startSub(t, Config{Endpoints: []EndpointConfig{{Address: addr, SnapshotAddress: snap, Engine: kvindex.EngineSGLang}}}, env.sink, m)
 	py := startPy(t, "--endpoint", addr, "--mode", "bind", "--snapshot-endpoint", snap, "--epoch", "e1")
 	const topic = "kv@pod-snap@m\x00sgl-kv-epoch=e1"
-	store := func(seq int, skip bool, hashes []int64, tokens []int) obj {
-		return obj{"topic": topic, "seq": seq, "form": "sglang", "skip_live": skip, "events": []obj{{
-			"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": nil, "token_ids": tokens, "block_size": 4}}}
-	}
 	toks := func(from int) []int { return []int{from, from + 1, from + 2, from + 3} }
-	py.SendJSON(store(0, false, []int64{-11, -12}, append(toks(1), toks(5)...))) // A, B
+	store := func(seq int, skip bool, tokens []int) obj {
+		return obj{"topic": topic, "seq": seq, "form": "sglang", "skip_live": skip, "events": []obj{{
+			"type": "BlockStored", "hash_tokens": true, "token_ids": tokens, "block_size": 4}}}
+	}
+	py.SendJSON(store(0, false, append(toks(1), toks(5)...))) // A, B
 	py.SendJSON(obj{"topic": topic, "seq": 1, "form": "sglang", "skip_live": true, "events": []obj{{
-		"type": "BlockRemoved", "block_hashes": []int64{-12}}}}) // B removed: lost
-	py.SendJSON(store(2, true, []int64{-13}, toks(50)))  // C: lost
-	py.SendJSON(store(3, false, []int64{-14}, toks(60))) // D: reveals the gap
-	py.SendJSON(obj{"sleep": 2})                         // serve the snapshot request
-	py.SendJSON(store(5, false, []int64{-15}, toks(70))) // E: after the barrier (seq 4)
+		"type": "BlockRemoved", "hash_tokens": true, "prefix_tokens": toks(1), "token_ids": toks(5), "block_size": 4}}}) // B removed: lost
+	py.SendJSON(store(2, true, toks(50)))  // C: lost
+	py.SendJSON(store(3, false, toks(60))) // D: reveals the gap
+	py.SendJSON(obj{"sleep": 2})           // serve the snapshot request
+	py.SendJSON(store(5, false, toks(70))) // E: after the barrier (seq 4)
 	py.Close()
 	env.sink.wait(t, 4) // seq 0, 3, the snapshot, seq 5
 
-	h, err := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256CBOR, Seed: "0", BlockSize: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
 	key := func(tokens ...uint32) uint64 {
-		return uint64(h.Keys(nil, tokens, kvindex.RequestExtras{})[len(tokens)/4-1])
+		return uint64(sglangKeys(t, tokens)[len(tokens)/4-1])
 	}
 	a, b := key(1, 2, 3, 4), key(1, 2, 3, 4, 5, 6, 7, 8)
 	c, d, e := key(50, 51, 52, 53), key(60, 61, 62, 63), key(70, 71, 72, 73)
@@ -319,7 +317,7 @@ func TestInteropSGLangSnapshotResync(t *testing.T) {
 		name string
 		key  uint64
 		want bool
-	}{{"A", a, true}, {"B", b, false}, {"C", c, false}, {"D", d, true}, {"E", e, true}} {
+	}{{"A", a, true}, {"B", b, false}, {"C", c, true}, {"D", d, true}, {"E", e, true}} {
 		if got := env.holds(t, "m", id, kvindex.TierGPU, k.key); got != k.want {
 			t.Errorf("block %s held = %v, want %v", k.name, got, k.want)
 		}
@@ -331,7 +329,221 @@ func TestInteropSGLangSnapshotResync(t *testing.T) {
 	if metricValue(m.Snapshots.WithLabelValues("ok")) != 1 || metricValue(m.DroppedFrames.WithLabelValues("duplicate")) != 1 {
 		t.Fatal("snapshot metrics")
 	}
-	if p := env.sink.a.PodStats()[0]; p.Snapshots != 1 {
+	if p := env.sink.a.PodStats()[0]; p.Snapshots != 1 || p.ParityMatches != 4 || p.ParityMismatches != 0 {
 		t.Fatalf("pod %+v", p)
+	}
+}
+
+// sglangKeys are SGLang's page hashes (block size 4) of tokens, as the
+// request path computes them for SGLang pods.
+func sglangKeys(t *testing.T, tokens []uint32) []kvindex.Key {
+	t.Helper()
+	hs, err := kvindex.NewHasherSet(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256CBOR, Seed: "0", BlockSize: 4}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hs.ForEngine("m", kvindex.EngineSGLang).Keys(nil, tokens, kvindex.RequestExtras{})
+}
+
+// Issue 25: a daemon that joins an SGLang engine after its replay window.
+// The engine (real libzmq, SGLang's wire: topicless replay replies, epoch
+// topics, snapshot-v1) published five batches before anyone subscribed and
+// buffers only the last two. The stream ends complete from a snapshot, with
+// the epoch the replay could not give, and every page, those known only
+// from the snapshot included, scores by token ids (SGLang's hashes on the
+// request path):
+//   - with the endpoint's pod and model configured, catch-up at connect
+//     finds the start gone and asks for the snapshot before any live batch;
+//   - with the pod only, the topicless replies cannot be attributed to a
+//     model, so the first live batch (whose topic names it) finds the loss
+//     through replay and asks;
+//   - after a daemon restart (the stream resumed at seq 2 from a saved
+//     index), catch-up continues in order, but the restored state is not
+//     vouched for and has no epoch: the snapshot replaces it at connect.
+func TestInteropSGLangLateJoinSnapshot(t *testing.T) {
+	requireInterop(t)
+	for _, tc := range []struct {
+		name    string
+		model   string
+		live    bool   // a live batch is needed (and sent) before the snapshot
+		batches int    // applied
+		since   uint64 // complete since: the barrier
+		resumed bool   // the stream resumes at seq 2 (a daemon restarted from a saved index)
+	}{
+		{"pod_and_model_at_connect", "m", false, 2, 5, false}, // catch-up seq 3, the snapshot (seq 4: a copy)
+		{"pod_only_first_live_batch", "", true, 3, 6, false},  // replayed 4 (3 left the buffer), live 5, the snapshot
+		{"daemon_restart", "m", false, 2, 5, true},            // catch-up seq 3 in order, the snapshot
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newFixtureEnv(t)
+			m := NewMetrics(nil)
+			addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
+			replay := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
+			snap := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
+			py := e2e.StartPublisherArgs(t, "--endpoint", addr, "--mode", "bind", "--no-wait", "--replay-endpoint", replay,
+				"--replay-legacy", "--snapshot-endpoint", snap, "--epoch", "ep-7", "--buffer-steps", "2")
+			const topic = "kv@pod-s@m\x00sgl-kv-epoch=ep-7"
+			prompt := make([]int, 24) // six pages of four tokens
+			for i := range prompt {
+				prompt[i] = 1000 + i
+			}
+			page := func(seq int) obj { // one page per batch, each under the last
+				return obj{"topic": topic, "seq": seq, "form": "sglang", "events": []obj{{
+					"type": "BlockStored", "hash_tokens": true, "prefix_tokens": prompt[:4*seq],
+					"token_ids": prompt[4*seq : 4*seq+4], "block_size": 4}}}
+			}
+			for seq := 0; seq < 5; seq++ {
+				py.SendJSON(page(seq)) // nobody subscribed: only the buffer and the mirror keep them
+			}
+			py.SendJSON(obj{"echo": "ready"})
+			py.WaitReady(testTimeout)
+
+			cfg := Config{Endpoints: []EndpointConfig{{Address: addr, Pod: "pod-s", Model: tc.model,
+				ReplayAddress: replay, SnapshotAddress: snap, Engine: kvindex.EngineSGLang}},
+				ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond}
+			lb := &logtest.Buffer{}
+			s, err := NewSubscriber(cfg, env.sink, m, lb.Logger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.resumed {
+				s.ResumeFrom("pod-s", 0, 2)
+				if st := s.Streams()[0]; st.Complete || st.IncompleteReason != "restored" {
+					t.Fatalf("resumed stream %+v", st)
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- s.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			defer func() {
+				if t.Failed() {
+					t.Logf("subscriber log:\n%s", lb.String())
+				}
+			}()
+			py.SendJSON(obj{"wait_subscriber": true})
+			pages := 5
+			if tc.live {
+				py.SendJSON(page(5))
+				pages = 6
+			}
+			env.sink.wait(t, tc.batches)
+			py.Close()
+
+			st := s.Streams()[0]
+			if !st.Complete || st.IncompleteReason != "" || st.CompleteSinceSeq != tc.since || st.Epoch != "ep-7" ||
+				st.Restarts != 0 || st.Model != "m" {
+				t.Fatalf("stream %+v", st)
+			}
+			if metricValue(m.Snapshots.WithLabelValues("ok")) != 1 || metricValue(m.CatchUps.WithLabelValues("ok")) != 1 {
+				t.Fatal("snapshot or catch-up metrics")
+			}
+			tokens := make([]uint32, 0, len(prompt))
+			for _, v := range prompt {
+				tokens = append(tokens, uint32(v))
+			}
+			model, _ := env.in.LookupModel("m")
+			var res kvindex.ScoreResult
+			sc := kvindex.NewScorer(env.idx, nil, kvindex.DefaultTierWeights())
+			if err := sc.Score(context.Background(), model, sglangKeys(t, tokens), nil, &res); err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Pods) != 1 || res.Pods[0].MatchedBlocks != pages || res.Pods[0].Pod != env.in.Pod("pod-s", 0) {
+				t.Fatalf("score by token ids: %+v (want the %d pages of pod-s)", res.Pods, pages)
+			}
+			if n, _ := env.idx.PodBlocks(context.Background(), env.in.Pod("pod-s", 0)); n != int64(pages) {
+				t.Fatalf("pod holds %d blocks, want %d", n, pages)
+			}
+		})
+	}
+}
+
+// TensorRT-LLM's ZMQ streaming publisher through real libzmq, its bytes made
+// by kvpublisher.py from the published wire description (map events tagged
+// "type", [ts, events, rank], signed int64 hashes, empty topic, replay
+// replies with the topic) and its block keys computed there with hashlib:
+// catch-up at connect, a batch dropped on the live stream (its seq reserved:
+// a gap) recovered by replay, a removal, and a salted request's blocks.
+// Every block scores by token ids against TensorRT-LLM's hashing; the salted
+// ones (the salt is not on the wire: they mismatch and are indexed under
+// their hashes) for a query naming the salt.
+func TestInteropTRTLLM(t *testing.T) {
+	requireInterop(t)
+	env := newFixtureEnv(t)
+	m := NewMetrics(nil)
+	addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
+	replay := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
+	py := e2e.StartPublisherArgs(t, "--endpoint", addr, "--mode", "bind", "--no-wait", "--replay-endpoint", replay)
+	prompt := make([]int, 24) // six blocks of four tokens
+	for i := range prompt {
+		prompt[i] = 3000 + i
+	}
+	blocks := func(seq, from, to int, skip bool) obj {
+		return obj{"topic": "", "seq": seq, "form": "trtllm", "skip_live": skip, "events": []obj{{
+			"type": "BlockStored", "hash_tokens": true, "prefix_tokens": prompt[:4*from],
+			"token_ids": prompt[4*from : 4*to], "block_size": 4}}}
+	}
+	py.SendJSON(blocks(0, 0, 2, false)) // before any subscriber
+	py.SendJSON(obj{"echo": "ready"})
+	py.WaitReady(testTimeout)
+	s := startSub(t, Config{AllTopics: true, Endpoints: []EndpointConfig{{Address: addr, Pod: "pod-t", Model: "m",
+		ReplayAddress: replay, Engine: kvindex.EngineTRTLLM}}}, env.sink, m)
+	py.SendJSON(obj{"wait_subscriber": true})
+	for deadline := time.Now().Add(testTimeout); metricValue(m.CatchUps.WithLabelValues("ok")) < 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no catch-up at connect")
+		}
+	}
+	py.SendJSON(blocks(1, 2, 4, true)) // dropped by the publisher: a gap
+	py.SendJSON(blocks(2, 4, 6, false))
+	salted := []int{9, 9, 9, 9, 8, 8, 8, 8}
+	py.SendJSON(obj{"topic": "", "seq": 3, "form": "trtllm", "events": []obj{{
+		"type": "BlockStored", "hash_tokens": true, "cache_salt": "tenant-a", "token_ids": salted, "block_size": 4}}})
+	py.SendJSON(obj{"topic": "", "seq": 4, "form": "trtllm", "events": []obj{{
+		"type": "BlockRemoved", "hash_tokens": true, "prefix_tokens": prompt[:20], "token_ids": prompt[20:24], "block_size": 4}}})
+	env.sink.wait(t, 5)
+	py.Close()
+
+	st := s.Streams()[0]
+	if !st.Complete || st.SeqGaps != 1 || st.ReplayedBatches != 1 || st.LastSeq != 4 || st.Engine != kvindex.EngineTRTLLM {
+		t.Fatalf("stream %+v", st)
+	}
+	p := env.sink.a.PodStats()[0]
+	if p.ParityMatches != 6 || p.ParityMismatches != 2 || p.Engine != kvindex.EngineTRTLLM {
+		t.Fatalf("pod %+v", p)
+	}
+	hs, err := kvindex.NewHasherSet(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256CBOR, Seed: "0", BlockSize: 4}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trt := hs.ForEngine("m", kvindex.EngineTRTLLM)
+	model, _ := env.in.LookupModel("m")
+	sc := kvindex.NewScorer(env.idx, nil, kvindex.DefaultTierWeights())
+	for _, q := range []struct {
+		name   string
+		tokens []int
+		salt   string
+		want   int
+	}{
+		{"prompt, its last block removed", prompt, "", 5},
+		{"salted request", salted, "tenant-a", 2},
+		{"salted blocks without the salt", salted, "", 0},
+	} {
+		toks := make([]uint32, len(q.tokens))
+		for i, v := range q.tokens {
+			toks[i] = uint32(v)
+		}
+		var res kvindex.ScoreResult
+		keys := trt.Keys(nil, toks, kvindex.RequestExtras{CacheSalt: q.salt})
+		if err := sc.Score(context.Background(), model, keys, nil, &res); err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		if len(res.Pods) > 0 {
+			got = res.Pods[0].MatchedBlocks
+		}
+		if got != q.want {
+			t.Errorf("%s: %d blocks match, want %d (%+v)", q.name, got, q.want, res.Pods)
+		}
 	}
 }

@@ -14,15 +14,15 @@ import (
 // decodeCounters are the per-engine decode series, resolved once so the
 // per-message path does no label lookups.
 type decodeCounters struct {
-	events  [2][4]prometheus.Counter // [engine][kind]
-	batches [2]prometheus.Counter
-	evErrs  [2]prometheus.Counter
-	bErrs   [2]prometheus.Counter
+	events  [kvindex.NumEngines][4]prometheus.Counter // [engine][kind]
+	batches [kvindex.NumEngines]prometheus.Counter
+	evErrs  [kvindex.NumEngines]prometheus.Counter
+	bErrs   [kvindex.NumEngines]prometheus.Counter
 }
 
 func newDecodeCounters(m *Metrics) decodeCounters {
 	var c decodeCounters
-	for e := 0; e < 2; e++ {
+	for e := 0; e < int(kvindex.NumEngines); e++ {
 		eng := kvindex.Engine(e).String()
 		for k := kvindex.BlockStored; k <= kvindex.AllBlocksCleared; k++ {
 			c.events[e][k] = m.EventsDecoded.WithLabelValues(eng, k.String())
@@ -136,7 +136,8 @@ func (s *Subscriber) handle(ctx context.Context, src *source, frames [][]byte) {
 // decode decodes payload into b and counts the outcome; it reports whether
 // b is usable and how many of its events were dropped.
 func (s *Subscriber) decode(payload []byte, b *kvindex.Batch, src *source) (bool, int) {
-	e := b.Engine & 1
+	// Endpoints are validated (Engine.Valid), so e indexes the tables.
+	e := b.Engine
 	ds, err := Decode(payload, b.Engine, b)
 	if err != nil {
 		s.counts.bErrs[e].Inc()

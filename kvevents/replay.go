@@ -81,8 +81,12 @@ func (s *Subscriber) replay(ctx context.Context, st *stream, src *source, model 
 // engine published serves the engine at once instead of waiting for its next
 // event. Batches go through sequence like live ones, in order; it runs before
 // the endpoint's live socket is read, and live copies of what it delivered
-// are dropped (stream.dedup). Replies without a topic (vLLM <= 0.25) need the
-// endpoint's Pod; otherwise the first live batch repairs the start.
+// are dropped (stream.dedup). Replies without a topic (vLLM <= 0.25, every
+// SGLang) need the endpoint's Pod, and its Model or a model the stream
+// already had (from live batches before a reconnect); otherwise they are
+// left out (unattributed) and the first live batch, whose topic names both,
+// repairs the start through replay or a snapshot. A loss catch-up finds
+// asks the snapshot endpoint at once (decideSeq).
 func (s *Subscriber) catchUp(ctx context.Context, src *source) {
 	from, known := s.resumeSeq(src)
 	var got, skipped int
@@ -113,6 +117,16 @@ func (s *Subscriber) catchUp(ctx context.Context, src *source) {
 			s.drop("catch_up_rejected")
 			return
 		}
+		if topic == nil && src.model == "" {
+			known, ok := s.streamModel(streamKey{pod, b.DPRank})
+			if !ok {
+				// Indexing it under no model would split the pod
+				// between two models once live batches name it.
+				skipped++
+				return
+			}
+			b.Model = known
+		}
 		if st := s.admitBatch(src, b); st != nil && s.sequence(ctx, st, src, b, evErrs, epoch, fromCatchUp) {
 			got++
 		}
@@ -125,6 +139,18 @@ func (s *Subscriber) catchUp(ctx context.Context, src *source) {
 	s.m.CaughtUpBatches.Add(float64(got))
 	s.log.Info("caught up from the engine's replay buffer", "endpoint", src.addr, "from", from, "known", known,
 		"batches", got, "unattributed", skipped, "err", err)
+}
+
+// streamModel is the model of the stream's last batch, if it had one.
+func (s *Subscriber) streamModel(k streamKey) (string, bool) {
+	s.mu.Lock()
+	st := s.streams[k]
+	s.mu.Unlock()
+	if st == nil {
+		return "", false
+	}
+	ss := st.snapshot()
+	return ss.Model, ss.Batches > 0
 }
 
 // resumeSeq is where catch-up starts for src: after the lowest last seq of

@@ -18,7 +18,20 @@ type seqState struct {
 	// newer live batch arrives.
 	dedup     bool
 	dedupFrom uint64
+	// incomplete: the sink's view of the stream does not reach back to an
+	// empty cache (StreamStats.Complete is false), or cannot be vouched for
+	// (a stream resumed from a restored snapshot). Such a stream asks the
+	// snapshot endpoint, when it has one, at every accepted batch...
+	incomplete bool
+	// ...except after a failed snapshot exchange: not again before seq
+	// snapRetry (the engine busy, or down: no exchange per batch).
+	snapFailed bool
+	snapRetry  uint64
 }
+
+// snapshotRetryBatches is how many batches a stream waits after a failed
+// snapshot exchange before it asks again.
+const snapshotRetryBatches = 64
 
 // seqInput is what is known of an arriving batch before any I/O.
 type seqInput struct {
@@ -65,11 +78,15 @@ type seqDecision struct {
 	clear             bool // the pod's state must be cleared before this batch
 	// why the stream is incomplete if what was missed is not recovered
 	// ("" when nothing was missed).
-	why       string
-	newEpoch  bool // the topic carried an epoch other than the stream's
-	clears    bool // the batch clears the engine's cache itself
-	canResync bool // a loss may be repaired by a snapshot (live, snapshot address)
-	next      seqState
+	why      string
+	newEpoch bool // the topic carried an epoch other than the stream's
+	clears   bool // the batch clears the engine's cache itself
+	// canResync: an incomplete stream may be repaired by a snapshot (the
+	// endpoint has a snapshot address and no failed exchange holds it back).
+	canResync bool
+	// wasIncomplete: the stream was incomplete before this batch.
+	wasIncomplete bool
+	next          seqState
 }
 
 // decideSeq decides what batch in means for a stream in state cur.
@@ -82,8 +99,13 @@ type seqDecision struct {
 // jumps are gaps, replayed when live and the endpoint has a replay address;
 // a new epoch is a new lifetime whatever its seq. The last seq never
 // wraps: after 2^64-1 every number is a jump back.
+//
+// A stream left incomplete (what was missed could not be replayed, or a
+// restored state this process cannot vouch for) asks the snapshot endpoint,
+// when there is one, whether the batch came live or through catch-up: at
+// connect, after a gap and after a daemon restart alike.
 func decideSeq(cur seqState, in seqInput) seqDecision {
-	d := seqDecision{seq: in.seq, clears: in.clears, next: cur}
+	d := seqDecision{seq: in.seq, clears: in.clears, next: cur, wasIncomplete: cur.incomplete}
 	d.newEpoch = in.epoch != nil && string(in.epoch) != cur.epoch
 	last := cur.lastSeq
 	copyOf := cur.dedup && in.seq >= cur.dedupFrom
@@ -124,7 +146,7 @@ func decideSeq(cur seqState, in seqInput) seqDecision {
 	}
 	d.clear = d.kind == seqRestart
 	d.replay = d.missed > 0 && in.replay && in.how == fromLive
-	d.canResync = in.how == fromLive && in.snapshot
+	d.canResync = in.snapshot && !(cur.snapFailed && in.seq < cur.snapRetry)
 	switch {
 	case d.missed == 0:
 	case d.kind == seqRestart:
@@ -162,12 +184,14 @@ type replayResult struct {
 
 // completeness is what an accepted batch does to the stream's completeness
 // (StreamStats.Complete): set it to (since, why), why "" meaning complete;
-// resync: batches were lost beyond repair, ask the snapshot endpoint.
+// incomplete: the stream's state once the batch is queued; resync: it is
+// incomplete and may ask the snapshot endpoint.
 type completeness struct {
-	set    bool // else unchanged
-	since  uint64
-	why    string
-	resync bool
+	set        bool // else unchanged
+	since      uint64
+	why        string
+	incomplete bool
+	resync     bool
 }
 
 // completeness says where the stream stands once the batch is queued, given
@@ -188,11 +212,15 @@ func (d *seqDecision) completeness(r replayResult) completeness {
 	default:
 		c = completeness{set: true} // the whole lifetime replayed
 	}
-	// Only a loss found by this batch asks for a snapshot, and not when
-	// the batch itself empties the engine's cache.
-	c.resync = c.why != "" && d.canResync && !d.clears
 	if d.clears {
-		c = completeness{set: true, since: d.seq}
+		// The engine emptied its cache: whatever was missed is gone.
+		return completeness{set: true, since: d.seq}
 	}
+	if c.set {
+		c.incomplete = c.why != ""
+	} else {
+		c.incomplete = d.wasIncomplete
+	}
+	c.resync = c.incomplete && d.canResync
 	return c
 }

@@ -31,10 +31,15 @@ func TestDecideSeq(t *testing.T) {
 		return seqInput{seq: seq, how: fromCatchUp, replay: true, snapshot: true}
 	}
 	complete := completeness{set: true}
-	lost := func(since uint64, why string) completeness { return completeness{set: true, since: since, why: why} }
-	resync := func(since uint64, why string) completeness {
-		return completeness{set: true, since: since, why: why, resync: true}
+	lost := func(since uint64, why string) completeness {
+		return completeness{set: true, since: since, why: why, incomplete: true}
 	}
+	resync := func(since uint64, why string) completeness {
+		return completeness{set: true, since: since, why: why, incomplete: true, resync: true}
+	}
+	incomplete := func(last uint64) seqState { return seqState{hasSeq: true, lastSeq: last, incomplete: true} }
+	// stillIncomplete: unchanged completeness of an incomplete stream.
+	stillIncomplete := completeness{incomplete: true}
 
 	for _, tc := range []struct {
 		name  string
@@ -66,12 +71,46 @@ func TestDecideSeq(t *testing.T) {
 		{name: "joined late, replay failed", in: liveR(7), res: replayResult{run: 0, filled: false},
 			want:  seqDecision{kind: seqJoin, seq: 7, missed: 7, replay: true, why: "joined_late", next: at(7)},
 			wantC: lost(7, "joined_late")},
+		// A daemon joining after the replay window: the loss found by
+		// catch-up asks for a snapshot (issue 25: it did not).
 		{name: "first catch-up batch after the buffer's start", in: caught(4),
+			want:  seqDecision{kind: seqJoin, seq: 4, missed: 4, why: "replay_window", canResync: true, next: deduped(4, 4)},
+			wantC: resync(4, "replay_window")},
+		{name: "first catch-up batch after the buffer's start, no snapshot address",
+			in:    seqInput{seq: 4, how: fromCatchUp, replay: true},
 			want:  seqDecision{kind: seqJoin, seq: 4, missed: 4, why: "replay_window", next: deduped(4, 4)},
 			wantC: lost(4, "replay_window")},
 		{name: "first catch-up batch at 0", in: caught(0),
-			want:  seqDecision{kind: seqFirst, next: deduped(0, 0)},
+			want:  seqDecision{kind: seqFirst, canResync: true, next: deduped(0, 0)},
 			wantC: complete},
+
+		// An incomplete stream asks at every accepted batch, live or
+		// caught up (a stream resumed from a restored index, a snapshot
+		// that failed earlier), unless a failed exchange holds it back.
+		{name: "incomplete, in order, snapshot address", cur: incomplete(5), in: liveS(6),
+			want:  seqDecision{kind: seqNext, seq: 6, canResync: true, wasIncomplete: true, next: incomplete(6)},
+			wantC: completeness{incomplete: true, resync: true}},
+		{name: "incomplete, in order through catch-up (restored, then reconnected)", cur: incomplete(5), in: caught(6),
+			want: seqDecision{kind: seqNext, seq: 6, canResync: true, wasIncomplete: true,
+				next: seqState{hasSeq: true, lastSeq: 6, incomplete: true, dedup: true, dedupFrom: 6}},
+			wantC: completeness{incomplete: true, resync: true}},
+		{name: "incomplete, in order, no snapshot address", cur: incomplete(5), in: live(6),
+			want:  seqDecision{kind: seqNext, seq: 6, wasIncomplete: true, next: incomplete(6)},
+			wantC: stillIncomplete},
+		{name: "incomplete, snapshot failed recently", cur: seqState{hasSeq: true, lastSeq: 5, incomplete: true, snapFailed: true, snapRetry: 69},
+			in:    liveS(6),
+			want:  seqDecision{kind: seqNext, seq: 6, wasIncomplete: true, next: seqState{hasSeq: true, lastSeq: 6, incomplete: true, snapFailed: true, snapRetry: 69}},
+			wantC: stillIncomplete},
+		{name: "incomplete, retry point reached", cur: seqState{hasSeq: true, lastSeq: 68, incomplete: true, snapFailed: true, snapRetry: 69},
+			in:    liveS(69),
+			want:  seqDecision{kind: seqNext, seq: 69, canResync: true, wasIncomplete: true, next: seqState{hasSeq: true, lastSeq: 69, incomplete: true, snapFailed: true, snapRetry: 69}},
+			wantC: completeness{incomplete: true, resync: true}},
+		{name: "incomplete, the engine clears its cache", cur: incomplete(5), in: seqInput{seq: 6, how: fromLive, snapshot: true, clears: true},
+			want:  seqDecision{kind: seqNext, seq: 6, clears: true, canResync: true, wasIncomplete: true, next: incomplete(6)},
+			wantC: completeness{set: true, since: 6}},
+		{name: "incomplete, a gap wholly replayed leaves it incomplete", cur: incomplete(1), in: liveRS(5), res: replayResult{run: 2, filled: true},
+			want:  seqDecision{kind: seqGap, seq: 5, missed: 3, from: 2, replay: true, why: "gap", canResync: true, wasIncomplete: true, next: incomplete(5)},
+			wantC: completeness{incomplete: true, resync: true}},
 
 		// In order, duplicates, batches from the past.
 		{name: "in order", cur: at(5), in: liveRS(6),
@@ -102,9 +141,9 @@ func TestDecideSeq(t *testing.T) {
 		{name: "gap, replay failed", cur: at(1), in: liveRS(5), res: replayResult{run: 2, filled: false},
 			want:  seqDecision{kind: seqGap, seq: 5, missed: 3, from: 2, replay: true, why: "gap", canResync: true, next: at(5)},
 			wantC: resync(5, "gap")},
-		{name: "gap in catch-up: not replayed again", cur: at(1), in: caught(5),
-			want:  seqDecision{kind: seqGap, seq: 5, missed: 3, from: 2, why: "replay_window", next: deduped(5, 5)},
-			wantC: lost(5, "replay_window")},
+		{name: "gap in catch-up: not replayed again, a snapshot asked", cur: at(1), in: caught(5),
+			want:  seqDecision{kind: seqGap, seq: 5, missed: 3, from: 2, why: "replay_window", canResync: true, next: deduped(5, 5)},
+			wantC: resync(5, "replay_window")},
 		{name: "gap whose batch clears the cache", cur: at(1), in: seqInput{seq: 5, how: fromLive, snapshot: true, clears: true},
 			want:  seqDecision{kind: seqGap, seq: 5, missed: 3, from: 2, why: "gap", clears: true, canResync: true, next: at(5)},
 			wantC: completeness{set: true, since: 5}},
@@ -185,10 +224,10 @@ func TestDecideSeq(t *testing.T) {
 			want:  seqDecision{kind: seqNext, seq: 7, next: at(7)},
 			wantC: completeness{}},
 		{name: "catch-up batch extends the window", cur: deduped(5, 6), in: caught(7),
-			want:  seqDecision{kind: seqNext, seq: 7, next: deduped(5, 7)},
+			want:  seqDecision{kind: seqNext, seq: 7, canResync: true, next: deduped(5, 7)},
 			wantC: completeness{}},
 		{name: "catch-up after live batches opens a window", cur: at(6), in: caught(7),
-			want:  seqDecision{kind: seqNext, seq: 7, next: deduped(7, 7)},
+			want:  seqDecision{kind: seqNext, seq: 7, canResync: true, next: deduped(7, 7)},
 			wantC: completeness{}},
 		{name: "new epoch ends a window", cur: seqState{hasSeq: true, lastSeq: 6, epoch: "a", dedup: true, dedupFrom: 5},
 			in:    liveE(0, "b"),

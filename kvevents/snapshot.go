@@ -198,8 +198,15 @@ func (s *Subscriber) resync(ctx context.Context, st *stream, src *source, model 
 		st.dedup, st.dedupFrom = true, st.lastSeq+1
 	}
 	st.lastSeq = h.barrierSeq
+	if st.epoch == "" {
+		// SGLang's replay replies carry no topic: a stream that joined
+		// through them learns its lifetime here, so a later live batch of
+		// another epoch is seen as the restart it is.
+		st.epoch = h.epoch
+	}
 	st.mu.Lock()
 	st.stats.LastSeq = h.barrierSeq
+	st.stats.Epoch = st.epoch
 	st.mu.Unlock()
 	st.setComplete(h.barrierSeq, "")
 	s.enqueue(st, b)

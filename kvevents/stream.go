@@ -35,11 +35,14 @@ type StreamStats struct {
 	// restarted and its first batches were missed), "overflow" (a batch
 	// dropped on a full queue), "message_lost" (the connection it arrives on
 	// ended in the middle of a message, which may have been this stream's:
-	// its next batch tells, by its sequence number).
+	// its next batch tells, by its sequence number), "restored" (the state
+	// was loaded from a saved index, which this process cannot vouch for,
+	// and no engine snapshot has replaced it yet).
 	Complete         bool
 	CompleteSinceSeq uint64
 	IncompleteReason string
-	// Epoch is SGLang's publisher lifecycle id (topic metadata), if sent.
+	// Epoch is SGLang's publisher lifecycle id (topic metadata, or the
+	// header of an engine snapshot), if sent.
 	Epoch string
 }
 
@@ -208,15 +211,22 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 	} else {
 		st.lostResolved()
 	}
+	st.incomplete = c.incomplete
 	st.mu.Lock()
 	st.stats.LastSeq = b.Seq
 	st.stats.Batches++
 	st.mu.Unlock()
 	s.enqueue(st, b)
 	if c.resync {
-		// b first: its token ids give the aliases the snapshot's hashes
-		// are indexed under.
-		s.resync(ctx, st, src, b.Model)
+		// b first: the snapshot is cut after it (its barrier is the next
+		// seq the engine assigns), and on a pod whose hashes mismatch ours
+		// its token ids give the aliases the snapshot's hashes are indexed
+		// under.
+		if s.resync(ctx, st, src, b.Model) {
+			st.incomplete, st.snapFailed = false, false
+		} else {
+			st.snapFailed, st.snapRetry = true, st.lastSeq+snapshotRetryBatches
+		}
 	}
 	return true
 }

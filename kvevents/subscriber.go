@@ -232,6 +232,10 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if cfg.Bind != "" {
+		if !cfg.BindEngine.Valid() {
+			s.cancel()
+			return nil, fmt.Errorf("kvevents: bind engine %d: want one of %s", cfg.BindEngine, kvindex.EngineNames())
+		}
 		sock, err := zmtp.ListenSub(cfg.Bind, cfg.Transport, filter)
 		if err != nil {
 			s.cancel()

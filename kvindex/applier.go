@@ -59,9 +59,10 @@ type ApplierConfig struct {
 //   - unverified (no token ids, parent digest unknown, extra keys unknown):
 //     indexed under the engine hash, or under our key if it is aliased.
 //
-// SGLang hashes are never vLLM's, so SGLang blocks are always indexed under
-// our key computed from their token ids (and aliased); blocks we cannot key
-// are not indexed.
+// Each engine's blocks are checked against that engine's own hashing
+// (HasherSet.ForEngine): an SGLang pod's keys are SGLang's page hashes, which
+// the request path computes for SGLang pods as it computes vLLM's for vLLM
+// pods, so blocks known only by hash (a snapshot) score by token ids too.
 //
 // What is indexed as the pod's own cache follows the engines' semantics
 // (see applier_tables.go for the bounded tables behind the last two):
@@ -108,6 +109,9 @@ type Applier struct {
 	alt   map[KeyConfig]*Hasher
 
 	lim limitState
+
+	// engines: bit e set once a batch of Engine e was applied.
+	engines atomic.Uint32
 
 	// untrustedIDs mirrors the pods whose index state is not trusted, so the
 	// read path can leave them out of scores (Trusted) without touching the
@@ -224,18 +228,26 @@ func (a *Applier) pod(b *Batch) *podState {
 	return ps
 }
 
-// bindModel caches the model's id, hasher and digest cache on the pod.
-func (a *Applier) bindModel(ps *podState, model string) {
-	if ps.hasher != nil && ps.modelName == model {
+// bindModel caches the model's id, the engine's hasher and the digest cache
+// on the pod.
+func (a *Applier) bindModel(ps *podState, model string, engine Engine) {
+	if ps.hasher != nil && ps.modelName == model && ps.hasher.Engine() == engine {
 		return
 	}
 	id := a.in.Model(model)
 	dc := a.digestCacheFor(ps, id)
-	if ps.hasher != nil { // the pod now serves another model: start parity afresh
+	if ps.hasher != nil { // the pod now serves another model or engine: start parity afresh
 		ps.resetParity()
 	}
-	ps.modelName, ps.modelID, ps.hasher, ps.dc = model, id, a.hashers.For(model), dc
+	ps.modelName, ps.modelID, ps.hasher, ps.dc = model, id, a.hashers.ForEngine(model, engine), dc
+	if engine.Valid() {
+		a.engines.Or(1 << engine)
+	}
 }
+
+// Engines is the set of engines whose batches were applied, bit e for
+// Engine e: the request path computes keys only for those engines.
+func (a *Applier) Engines() uint32 { return a.engines.Load() }
 
 // resetParity forgets what the pod's parity check concluded. Called when the
 // pod's cache is wiped (AllBlocksCleared: often an engine restart, maybe with
@@ -261,7 +273,7 @@ func (a *Applier) Apply(ctx context.Context, b *Batch) {
 	ps := a.pod(b)
 	ps.applyMu.Lock()
 	defer ps.applyMu.Unlock()
-	a.bindModel(ps, b.Model)
+	a.bindModel(ps, b.Model, b.Engine)
 	var d batchDelta
 	wasUntrusted := ps.untrusted
 	if ps.untrusted {
@@ -292,7 +304,7 @@ func (a *Applier) Apply(ctx context.Context, b *Batch) {
 				ps.resetHolding()
 			}
 		case BlockSnapshot:
-			err = a.snapshot(ctx, ps, b.Engine, ev, &d)
+			err = a.snapshot(ctx, ps, ev, &d)
 		default:
 			continue // decoders do not produce other kinds; nothing to apply
 		}

@@ -90,7 +90,7 @@ func (a *Applier) holdStored(ps *podState, engine Engine, ev *Event, bit uint16,
 	// a hash once per physical block, so a second store is a second copy.
 	// Connectors (CPU offload, LMCache) may announce a block again without
 	// a second copy; counting those would keep a removed block indexed.
-	track := engine == EngineVLLM && !ps.copiesAuthority && ev.Medium == TierGPU
+	track := engine.Info().CountsCopies && !ps.copiesAuthority && ev.Medium == TierGPU
 	if !track && bit == 0 {
 		return keys
 	}
@@ -142,7 +142,7 @@ func (a *Applier) keepOnRemove(ps *podState, engine Engine, ev *Event, i int, bi
 			d.copiesKept++
 			return true
 		}
-	case engine == EngineVLLM && ps.copies != nil:
+	case engine.Info().CountsCopies && ps.copies != nil:
 		ck := entryKey(k, ev.Medium, ev.GroupIdx)
 		if c, held := ps.copies.get(ck); held && c > 1 {
 			ps.copies.put(ck, c-1)

@@ -176,45 +176,56 @@ func TestApplierExtraKeys(t *testing.T) {
 	}
 }
 
-// SGLang hashes are not vLLM's: blocks are indexed under our keys (with the
-// request's cache_salt on its first block) and SGLang hashes are aliased.
+// SGLang pods are checked against SGLang's own hashing: their blocks are
+// indexed under SGLang's page hashes (a salt does not enter them), blocks
+// without token ids under the hash they carry, and a pod whose hashes differ
+// (a fork seeding its root) under our SGLang keys, aliased, with a hint.
 func TestApplierSGLang(t *testing.T) {
 	e := newApplierEnv(t, cborSeed0)
 	toks := seq(300, 12)
-	sg := []uint64{0xfffffffffffffff1, 42, 0x8000000000000003} // signed int64s from SGLang
-	x := RequestExtras{CacheSalt: "tenant"}
-	ours := ourKeys(t, cborSeed0, toks, x)
-	ev := Event{Kind: BlockStored, BlockHashes: sg[:2], TokenIDs: toks[:8], BlockSize: 4, CacheSalt: "tenant"}
-	ev2 := Event{Kind: BlockStored, BlockHashes: sg[2:], ParentHash: sg[1], HasParent: true, TokenIDs: toks[8:], BlockSize: 4, CacheSalt: "tenant"}
+	sg := sglangKeys(t, toks, 4)
+	ev := Event{Kind: BlockStored, BlockHashes: u64s(sg[:2]), TokenIDs: toks[:8], BlockSize: 4, CacheSalt: "tenant"}
+	ev2 := Event{Kind: BlockStored, BlockHashes: u64s(sg[2:]), ParentHash: uint64(sg[1]), HasParent: true, TokenIDs: toks[8:], BlockSize: 4}
 	e.apply("s", 0, EngineSGLang, ev, ev2)
 	id := e.podID("s", 0)
-	for i, k := range ours {
+	for i, k := range sg {
 		if !e.idx.has(id, k) {
-			t.Fatalf("own key %d missing", i)
+			t.Fatalf("SGLang key %d missing", i)
 		}
 	}
-	if e.idx.count(id) != 3 {
-		t.Fatalf("%d entries", e.idx.count(id))
-	}
 	p := e.pod("s", 0)
-	if p.ParityMatches+p.ParityMismatches+p.ParityUnverified != 0 || p.Engine != EngineSGLang {
+	if p.ParityMatches != 3 || p.ParityMismatches != 0 || p.Engine != EngineSGLang {
 		t.Fatalf("%+v", p)
 	}
-	// no token ids: nothing usable to index
+	// no token ids: indexed under its hash, unverified
 	e.apply("s", 0, EngineSGLang, Event{Kind: BlockStored, BlockHashes: []uint64{77}})
-	if e.idx.count(id) != 3 || e.metric("kvindexd_blocks_unkeyed_total") != 1 {
-		t.Fatal("unkeyed SGLang block indexed")
+	if e.idx.count(id) != 4 || !e.idx.has(id, 77) || e.pod("s", 0).ParityUnverified != 1 {
+		t.Fatal("SGLang block without tokens")
 	}
-	e.apply("s", 0, EngineSGLang, Event{Kind: BlockRemoved, BlockHashes: []uint64{sg[2], 99}})
-	if e.idx.has(id, ours[2]) || e.idx.count(id) != 2 {
-		t.Fatal("SGLang removal not translated")
-	}
-	if got := e.metric("kvindexd_unresolved_removals_total"); got != 1 {
-		t.Errorf("unresolved %v", got)
+	e.apply("s", 0, EngineSGLang, Event{Kind: BlockRemoved, BlockHashes: []uint64{uint64(sg[2]), 99}})
+	if e.idx.has(id, sg[2]) || e.idx.count(id) != 3 {
+		t.Fatal("SGLang removal")
 	}
 	e.apply("s", 0, EngineSGLang, Event{Kind: AllBlocksCleared})
 	if e.idx.count(id) != 0 || e.pod("s", 0).Clears != 1 {
 		t.Fatal("AllBlocksCleared")
+	}
+
+	// A fork whose hashes differ: our keys, aliased, and a hint.
+	fork := []uint64{0xfffffffffffffff1, 42, 0x8000000000000003}
+	e.apply("f", 0, EngineSGLang, Event{Kind: BlockStored, BlockHashes: fork, TokenIDs: toks, BlockSize: 4})
+	fid := e.podID("f", 0)
+	for i, k := range sg {
+		if !e.idx.has(fid, k) {
+			t.Fatalf("fork: our key %d missing", i)
+		}
+	}
+	if p := e.pod("f", 0); p.ParityMismatches != 3 || !strings.Contains(p.ParityHint, "sglang") {
+		t.Fatalf("fork %+v", p)
+	}
+	e.apply("f", 0, EngineSGLang, Event{Kind: BlockRemoved, BlockHashes: fork[2:]})
+	if e.idx.has(fid, sg[2]) {
+		t.Fatal("fork removal not translated")
 	}
 }
 

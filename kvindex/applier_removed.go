@@ -4,30 +4,20 @@ import "context"
 
 // snapshot replaces what the index holds for the pod with ev.BlockHashes,
 // the pod's whole state at one point (SGLang's snapshot protocol). Snapshot
-// records carry SGLang hashes without token ids: a hash is indexed under the
-// key its earlier BlockStored gave it (alias), and one never seen stored is
-// counted unkeyed. The engine's cache being unchanged, parity conclusions and
-// aliases are kept. The records name no medium: they are indexed on
+// records carry SGLang hashes without token ids; the hash is the key
+// (SGLang's hashing is reproduced on the request path), or, on a pod whose
+// hashes mismatched ours, the key its earlier BlockStored aliased it to. The
+// engine's cache being unchanged, parity conclusions and aliases are kept. The records name no medium: they are indexed on
 // ev.Medium (GPU). Clear then add is not atomic for readers: a score in
 // between sees the pod empty (an under-report, never a stale block).
-func (a *Applier) snapshot(ctx context.Context, ps *podState, engine Engine, ev *Event, d *batchDelta) error {
+func (a *Applier) snapshot(ctx context.Context, ps *podState, ev *Event, d *batchDelta) error {
 	if err := a.idx.ClearPod(ctx, ps.id); err != nil {
 		return err
 	}
 	ps.resetHolding()
 	keys := ps.keys[:0]
 	for _, eh := range ev.BlockHashes {
-		if ps.alias != nil {
-			if k, ok := ps.alias.get(eh); ok {
-				keys = append(keys, k)
-				continue
-			}
-		}
-		if engine == EngineSGLang {
-			d.unkeyed++
-			continue
-		}
-		keys = append(keys, Key(eh))
+		keys = uncheckedKey(ps, eh, keys)
 	}
 	ps.keys = keys
 	return a.addStored(ctx, ps, ev, keys, d)
@@ -54,15 +44,9 @@ func (a *Applier) removed(ctx context.Context, ps *podState, engine Engine, ev *
 			var ok bool
 			if k, ok = ps.alias.get(eh); !ok {
 				d.unresolved++
-				if engine == EngineSGLang {
-					continue
-				}
 				k = Key(eh)
 			}
 			// Keep the alias: the block may still be held on another tier.
-		} else if engine == EngineSGLang {
-			d.unresolved++
-			continue
 		}
 		if a.keepOnRemove(ps, engine, ev, i, bit, k, d) {
 			continue

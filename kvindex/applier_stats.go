@@ -70,11 +70,14 @@ const (
 	unverifiedParent    // parent digest unknown (not seen, or evicted)
 	unverifiedExtraKeys // an extra key we cannot reproduce (typed key, float...)
 	unverifiedLoraName  // LoRA request without lora_name or extra_keys
+	// unverifiedBigram: SGLang with EAGLE hashes token pairs, and the
+	// event's last pair names a token of the next page, which it omits.
+	unverifiedBigram
 	numUnverifiedReasons
 )
 
 var unverifiedNames = [numUnverifiedReasons]string{"", "no_tokens", "token_count", "partial_block", "block_size",
-	"parent_unknown", "extra_keys", "lora_name_missing"}
+	"parent_unknown", "extra_keys", "lora_name_missing", "bigram"}
 
 func (d *batchDelta) unverify(r unverifiedReason, n uint64) {
 	d.unverified += n

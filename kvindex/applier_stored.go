@@ -20,10 +20,9 @@ func eventExtras(ek *extraKeys, ev *Event, engine Engine, i int) bool {
 	if ev.LoraName == "" && ev.HasLoraID && ev.LoraID != 0 {
 		return false
 	}
+	// vLLM publishes no cache_salt: a salted block's hash cannot be
+	// recomputed from its event and mismatches (see checkedKey).
 	x := RequestExtras{LoraName: ev.LoraName}
-	if engine == EngineSGLang {
-		x.CacheSalt = ev.CacheSalt
-	}
 	// cache_salt only enters a request's first block: the one without parent.
 	ek.forRequest(x, i == 0 && !ev.HasParent)
 	return true
@@ -69,18 +68,18 @@ func (a *Applier) storedKeys(ps *podState, engine Engine, ev *Event, d *batchDel
 func (a *Applier) blockKeys(ps *podState, engine Engine, ev *Event, d *batchDelta) []Key {
 	h := ps.hasher
 	bs, dlen := h.cfg.BlockSize, h.dlen
-	sglang := engine == EngineSGLang
 	keys := ps.keys[:0]
 	base, bsWrong := ps.verifiable(engine, ev, d)
 
 	var parent [32]byte
+	plen := dlen
 	parentOK := true
 	if !ev.HasParent {
-		parent = h.none
+		parent, plen = h.root()
 	} else {
 		parentOK = ps.dc.get(ev.ParentHash, &parent)
 	}
-	if !sglang && !ps.parity.check(base == unverifiedNone && parentOK) {
+	if !ps.parity.check(base == unverifiedNone && parentOK) {
 		// Sampled out: the engine's hashes (or their aliases) go in
 		// unchecked, through the same copy, group and share accounting.
 		return a.storedUnchecked(ps, ev, keys, d)
@@ -97,22 +96,22 @@ func (a *Applier) blockKeys(ps *podState, engine Engine, ev *Event, d *batchDelt
 		if reason == unverifiedNone {
 			var dg [32]byte
 			var err error
-			ps.buf, dg, err = h.digest(ps.buf, parent[:dlen], ev.TokenIDs[i*bs:(i+1)*bs], &ek)
+			ps.buf, dg, err = h.digest(ps.buf, parent[:plen], ev.TokenIDs[i*bs:(i+1)*bs], &ek)
 			if err == nil {
 				ps.dc.put(eh, &dg)
-				parent = dg
-				keys = a.checkedKey(ps, engine, ev, i, eh, keyOf(&dg, dlen), keys, d)
+				parent, plen = dg, dlen
+				keys = a.checkedKey(ps, engine, ev, i, eh, h.key(&dg), keys, d)
 				continue
 			}
 			// an extra key we cannot serialise (OpaqueExtraKey, ...)
 			reason = unverifiedExtraKeys
 		}
 		// Not computable here; the chain may resume if we know this block.
-		parentOK = ps.dc.get(eh, &parent)
-		if !bsWrong || sglang {
+		parentOK, plen = ps.dc.get(eh, &parent), dlen
+		if !bsWrong {
 			d.unverify(reason, 1) // a block-size mismatch is counted once, in verifiable
 		}
-		keys = uncheckedKey(ps, sglang, eh, keys, d)
+		keys = uncheckedKey(ps, eh, keys)
 	}
 	return keys
 }
@@ -133,6 +132,8 @@ func (ps *podState) verifiable(engine Engine, ev *Event, d *batchDelta) (base un
 	switch {
 	case !haveTokens:
 		base = unverifiedNoTokens
+	case ev.Bigram:
+		base = unverifiedBigram
 	case partial:
 		base = unverifiedPartialBlock
 	case bsWrong:
@@ -141,9 +142,7 @@ func (ps *podState) verifiable(engine Engine, ev *Event, d *batchDelta) (base un
 		base = unverifiedTokenCount
 	}
 	if bsWrong {
-		if engine != EngineSGLang {
-			d.mismatches += uint64(n) // counted here, not again as unverified
-		}
+		d.mismatches += uint64(n) // counted here, not again as unverified
 		if !ps.hintFinal {
 			ps.hintFinal = true
 			d.hint = fmt.Sprintf("block size: engine publishes block_size=%d but kvindex is configured with %d; "+
@@ -158,12 +157,6 @@ func (ps *podState) verifiable(engine Engine, ev *Event, d *batchDelta) (base un
 // as k, and records the parity verdict.
 func (a *Applier) checkedKey(ps *podState, engine Engine, ev *Event, i int, eh uint64, k Key, keys []Key, d *batchDelta) []Key {
 	switch {
-	case engine == EngineSGLang:
-		if !a.aliasPut(ps, eh, k) {
-			d.unkeyed++ // without the alias no removal could find it
-			return keys
-		}
-		return append(keys, k)
 	case uint64(k) == eh:
 		d.matches++
 		ps.everMatched = true
@@ -196,17 +189,13 @@ func (a *Applier) checkedKey(ps *podState, engine Engine, ev *Event, i int, eh u
 }
 
 // uncheckedKey appends the key of a block whose hash we could not
-// recompute: our key if its hash is aliased, else the engine's hash, except
-// for SGLang, whose hashes are useless to routers.
-func uncheckedKey(ps *podState, sglang bool, eh uint64, keys []Key, d *batchDelta) []Key {
+// recompute: our key if its hash is aliased, else the engine's hash (every
+// engine's hash is its key: see EngineInfo).
+func uncheckedKey(ps *podState, eh uint64, keys []Key) []Key {
 	if ps.alias != nil {
 		if k, ok := ps.alias.get(eh); ok {
 			return append(keys, k)
 		}
-	}
-	if sglang {
-		d.unkeyed++
-		return keys
 	}
 	return append(keys, Key(eh))
 }
@@ -230,6 +219,16 @@ func (a *Applier) addStored(ctx context.Context, ps *podState, ev *Event, keys [
 func (a *Applier) diagnose(ps *podState, ev *Event, engine Engine, i int, eh uint64, d *batchDelta) {
 	h := ps.hasher
 	cfg := h.cfg
+	if engine.Info().Scheme != SchemeVLLM {
+		// No algorithm or seed to choose: a page size that differs is
+		// caught by verifiable; what is left is a fork that seeds or
+		// namespaces its hash, or extra inputs the engine does not publish.
+		d.hint = fmt.Sprintf("engine block hashes differ from %s's published hashing at block size %d: "+
+			"the engine hashes inputs it does not publish (a fork seeding its root, a salt or LoRA); "+
+			"its blocks are indexed under kvindex's keys", engine, cfg.BlockSize)
+		ps.hintFinal = true
+		return
+	}
 	if ev.HasParent || i != 0 {
 		d.hint = fmt.Sprintf("engine block hashes differ from kvindex's (%s): seed or algorithm; "+
 			"waiting for a request's first block to tell which", cfg)
@@ -248,7 +247,7 @@ func (a *Applier) diagnose(ps *podState, ev *Event, engine Engine, i int, eh uin
 		}
 		var dg [32]byte
 		var err error
-		ps.buf, dg, err = alt.digest(ps.buf, alt.none[:alt.dlen], toks, &ek)
+		ps.buf, dg, err = alt.digest(ps.buf, alt.none[:alt.rootLen], toks, &ek)
 		if err == nil && uint64(keyOf(&dg, alt.dlen)) == eh {
 			ps.hintFinal = true
 			d.hint = fmt.Sprintf("hash algorithm: the engine hashes with %s but kvindex is configured with %s; "+

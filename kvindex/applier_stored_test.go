@@ -15,7 +15,7 @@ func TestStoredKeysDecidesWithoutTheIndex(t *testing.T) {
 	eh := engineKeys(t, KeyConfig{Algo: AlgoSHA256CBOR, Seed: "1", BlockSize: 4}, toks, RequestExtras{})
 	want := ourKeys(t, cborSeed0, toks, RequestExtras{})
 	ps := e.a.pod(&Batch{Pod: "p", Model: testModel})
-	e.a.bindModel(ps, testModel)
+	e.a.bindModel(ps, testModel, EngineVLLM)
 	e.idx.down = true
 
 	ev := stored(eh, toks, 4, 0, 3)

@@ -3,6 +3,7 @@ package kvindex
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -69,14 +70,21 @@ func (c KeyConfig) String() string {
 	return fmt.Sprintf("algo=%s seed=%q block_size=%d", c.Algo, c.Seed, c.BlockSize)
 }
 
-// Hasher computes vLLM block hashes for one KeyConfig. It is immutable after
-// NewHasher and safe for concurrent use.
+// Hasher computes one engine's block hashes for one KeyConfig: vLLM's
+// (NewHasher) or another engine's (NewEngineHasher). It is immutable after
+// construction and safe for concurrent use.
 type Hasher struct {
-	cfg  KeyConfig
-	ser  serialisation
-	xxh  bool // digest: xxh3_128 (true) or SHA-256
-	dlen int  // digest length: 32 (SHA-256) or 16 (xxh3_128)
-	none [32]byte
+	cfg    KeyConfig
+	engine Engine
+	scheme HashScheme
+	ser    serialisation
+	xxh    bool // digest: xxh3_128 (true) or SHA-256
+	dlen   int  // digest length: 32 (SHA-256) or 16 (xxh3_128)
+	head   bool // the key is the first 8 digest bytes (else the last 8)
+	// rootLen is how many bytes of none a chain's first block hashes as its
+	// parent: dlen for vLLM (NONE_HASH), 0 for SGLang (no parent bytes).
+	rootLen int
+	none    [32]byte
 }
 
 // NewHasher validates cfg and precomputes NONE_HASH = H(seed as a str), the
@@ -122,8 +130,53 @@ func NewHasher(cfg KeyConfig) (*Hasher, error) {
 		in = appendPickleString(nil, cfg.Seed)
 	}
 	h.none = h.sum(in)
+	h.rootLen = h.dlen
 	return h, nil
 }
+
+// NewEngineHasher returns engine's Hasher for cfg: vLLM's is NewHasher(cfg);
+// for the others only cfg.BlockSize applies (their hashing has no algorithm
+// choice and no seed).
+func NewEngineHasher(engine Engine, cfg KeyConfig) (*Hasher, error) {
+	info := engine.Info()
+	if info.Scheme == SchemeVLLM {
+		return NewHasher(cfg)
+	}
+	if cfg.BlockSize < 1 || cfg.BlockSize > MaxBlockSize {
+		return nil, fmt.Errorf("block size %d out of range [1, %d]", cfg.BlockSize, MaxBlockSize)
+	}
+	h := &Hasher{cfg: cfg, engine: engine, scheme: info.Scheme, dlen: 32, head: info.HeadKey}
+	if info.Scheme == SchemeTRTLLM {
+		h.none, h.rootLen = trtRoot(RequestExtras{}), 32
+	}
+	return h, nil
+}
+
+// trtRoot is TensorRT-LLM's root key for a request: SHA-256 of its
+// ReuseScope bytes. A LoRA enters as its numeric task id, which a router
+// does not know by name: requests naming a LoRA are not hashed for
+// TensorRT-LLM (Hasher.Keys returns no keys), so they never match base-model
+// blocks.
+func trtRoot(x RequestExtras) [32]byte {
+	var b [9]byte
+	n := 1
+	if x.CacheSalt != "" {
+		// The salt id: the first 8 bytes of SHA-256(salt) read little-endian
+		// (KVCacheManagerV2._derive_reuse_salt).
+		d := sha256.Sum256([]byte(x.CacheSalt))
+		b[0] |= 2
+		copy(b[1:], d[:8])
+		n = 9
+	}
+	return sha256.Sum256(b[:n])
+}
+
+// Engine is the engine whose hashes h computes.
+func (h *Hasher) Engine() Engine { return h.engine }
+
+// root is the parent digest of a chain's first block and how many of its
+// bytes are hashed.
+func (h *Hasher) root() ([32]byte, int) { return h.none, h.rootLen }
 
 // Config returns the (normalised) configuration.
 func (h *Hasher) Config() KeyConfig { return h.cfg }
@@ -144,9 +197,18 @@ func (h *Hasher) sum(in []byte) (d [32]byte) {
 	return sha256.Sum256(in)
 }
 
-// keyOf is the wire form: int.from_bytes(digest, "big") & (2**64-1).
+// keyOf is vLLM's wire form: int.from_bytes(digest, "big") & (2**64-1).
 func keyOf(d *[32]byte, dlen int) Key {
 	return Key(binary.BigEndian.Uint64(d[dlen-8 : dlen]))
+}
+
+// key is h's engine's 64-bit form of digest d: the last 8 bytes (vLLM) or
+// the first 8 (SGLang's hash_str_to_int64, a signed int64 of the same bits).
+func (h *Hasher) key(d *[32]byte) Key {
+	if h.head {
+		return Key(binary.BigEndian.Uint64(d[:8]))
+	}
+	return keyOf(d, h.dlen)
 }
 
 // extraKeys is one block's extra-keys tuple without boxing the common cases:
@@ -224,6 +286,21 @@ func (e *extraKeys) cbor(b []byte) ([]byte, error) {
 // digest computes H((parent, tuple(tokens), extra)) (kv_cache_utils.hash_block_tokens)
 // using buf as scratch; it returns the (possibly grown) buffer for reuse.
 func (h *Hasher) digest(buf []byte, parent []byte, tokens []uint32, ek *extraKeys) ([]byte, [32]byte, error) {
+	if h.scheme != SchemeVLLM {
+		// SGLang and TensorRT-LLM: parent ‖ tokens as uint32 little-endian;
+		// no extra keys enter a block (SGLang has none, TensorRT-LLM puts
+		// its LoRA and salt in the root). An event that sent per-block
+		// extra keys (SGLang's proposed extra_keys, TensorRT-LLM's mm_keys)
+		// hashed something else: not reproducible here.
+		if len(ek.generic) > 0 {
+			return buf, [32]byte{}, errEngineExtraKeys
+		}
+		buf = append(buf[:0], parent...)
+		for _, t := range tokens {
+			buf = binary.LittleEndian.AppendUint32(buf, t)
+		}
+		return buf, sha256.Sum256(buf), nil
+	}
 	var err error
 	switch h.ser {
 	case serCBOR:
@@ -238,6 +315,8 @@ func (h *Hasher) digest(buf []byte, parent []byte, tokens []uint32, ek *extraKey
 	}
 	return buf, h.sum(buf), nil
 }
+
+var errEngineExtraKeys = errors.New("kvindex: per-block extra keys in an engine hash without them")
 
 // RequestExtras are the per-request inputs of vLLM's extra keys that a router
 // knows: the LoRA adapter's name (empty = base model) and cache_salt.
@@ -268,7 +347,13 @@ func (h *Hasher) Keys(dst []Key, tokens []uint32, extras RequestExtras) []Key {
 	sp := getScratch()
 	buf := *sp
 	defer func() { putScratch(sp, buf) }()
-	parent := h.none
+	parent, plen := h.root()
+	if h.scheme == SchemeTRTLLM && extras != (RequestExtras{}) {
+		if extras.LoraName != "" {
+			return dst // see trtRoot
+		}
+		parent = trtRoot(extras)
+	}
 	var ek extraKeys
 	bs := h.cfg.BlockSize
 	for i := 0; i+bs <= len(tokens); i += bs {
@@ -277,21 +362,25 @@ func (h *Hasher) Keys(dst []Key, tokens []uint32, extras RequestExtras) []Key {
 		var err error
 		// Only msgpack can fail on string extras (4 GiB and longer): vLLM
 		// fails to hash such a request too, so it has no cached blocks.
-		if buf, d, err = h.digest(buf, parent[:h.dlen], tokens[i:i+bs], &ek); err != nil {
+		if buf, d, err = h.digest(buf, parent[:plen], tokens[i:i+bs], &ek); err != nil {
 			break
 		}
-		dst = append(dst, keyOf(&d, h.dlen))
-		parent = d
+		dst = append(dst, h.key(&d))
+		parent, plen = d, h.dlen
 	}
 	return dst
 }
 
 // HasherSet is the default KeyConfig plus per-model overrides (fleets where
-// models run with different block sizes or algorithms). Immutable after
-// construction and safe for concurrent use.
+// models run with different block sizes or algorithms), with each engine's
+// Hasher for every config: a model has one block size whatever engine
+// serves it. Immutable after construction and safe for concurrent use.
 type HasherSet struct {
 	def      *Hasher
 	perModel map[string]*Hasher
+	// engines: for every config's vLLM Hasher, each engine's Hasher with
+	// the same block size (engines[h][EngineVLLM] == h).
+	engines map[*Hasher]*[NumEngines]*Hasher
 }
 
 // NewHasherSet builds one Hasher per distinct config.
@@ -313,7 +402,39 @@ func NewHasherSet(def KeyConfig, perModel map[string]KeyConfig) (*HasherSet, err
 		}
 		s.perModel[m] = h
 	}
+	s.engines = map[*Hasher]*[NumEngines]*Hasher{}
+	for _, h := range append([]*Hasher{d}, mapsValues(s.perModel)...) {
+		var row [NumEngines]*Hasher
+		for e := range row {
+			if Engine(e) == EngineVLLM {
+				row[e] = h
+				continue
+			}
+			if row[e], err = NewEngineHasher(Engine(e), h.cfg); err != nil {
+				return nil, err
+			}
+		}
+		s.engines[h] = &row
+	}
 	return s, nil
+}
+
+func mapsValues(m map[string]*Hasher) []*Hasher {
+	out := make([]*Hasher, 0, len(m))
+	for _, h := range m {
+		out = append(out, h)
+	}
+	return out
+}
+
+// ForEngine returns the model's Hasher for engine: its keys are the hashes
+// that engine publishes for the model's blocks.
+func (s *HasherSet) ForEngine(model string, engine Engine) *Hasher {
+	h := s.For(model)
+	if engine == EngineVLLM || !engine.Valid() {
+		return h
+	}
+	return s.engines[h][engine]
 }
 
 // For returns the model's Hasher, or the default one.

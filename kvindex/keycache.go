@@ -123,7 +123,7 @@ func (c *KeyCache) Keys(dst []Key, tokens []uint32, extras RequestExtras) []Key 
 	var sp *[]byte
 	var buf []byte
 	var hits, misses, evictions uint64
-	parent := h.none
+	parent, plen := h.root()
 	var ek extraKeys // zero: extra keys None on every block
 	bs := c.bs
 	tag := uint64(0)
@@ -141,7 +141,7 @@ func (c *KeyCache) Keys(dst []Key, tokens []uint32, extras RequestExtras) []Key 
 				buf = *sp
 			}
 			var err error
-			if buf, d, err = h.digest(buf, parent[:h.dlen], blk, &ek); err != nil {
+			if buf, d, err = h.digest(buf, parent[:plen], blk, &ek); err != nil {
 				break // cannot happen without string extras; Hasher.Keys stops the same way
 			}
 			misses++
@@ -149,8 +149,8 @@ func (c *KeyCache) Keys(dst []Key, tokens []uint32, extras RequestExtras) []Key 
 				evictions++
 			}
 		}
-		dst = append(dst, keyOf(&d, h.dlen))
-		parent = d
+		dst = append(dst, h.key(&d))
+		parent, plen = d, h.dlen
 	}
 	if sp != nil {
 		putScratch(sp, buf)

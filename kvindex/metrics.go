@@ -45,7 +45,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		blocksStored:     c("blocks_stored_total", "Block keys added to the index by BlockStored events."),
 		blocksRemoved:    c("blocks_removed_total", "Block keys removed from the index by BlockRemoved events."),
-		blocksUnkeyed:    c("blocks_unkeyed_total", "Stored blocks not indexed because no usable key exists (SGLang block without token ids or with an unknown parent)."),
+		blocksUnkeyed:    c("blocks_unkeyed_total", "Stored blocks not indexed because no usable key exists (a mismatching block whose alias table was refused by the alias-table limit)."),
 		parityMatches:    c("parity_matches_total", "Blocks whose engine hash equals the key computed from their token ids."),
 		parityMismatches: c("parity_mismatches_total", "Blocks whose engine hash differs from the key computed from their token ids (indexed under the computed key)."),
 		copiesKept: c("copies_kept_total", "Block removals that left the block indexed because another physical copy remains "+
@@ -68,7 +68,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	unverified := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "parity_unverified_total",
 		Help: "Blocks indexed under the engine's hash because it could not be recomputed, by reason (no_tokens, token_count, " +
-			"partial_block, block_size, parent_unknown, extra_keys, lora_name_missing)."}, []string{"reason"})
+			"partial_block, block_size, parent_unknown, extra_keys, lora_name_missing, bigram)."}, []string{"reason"})
 	for r := unverifiedNoTokens; r < numUnverifiedReasons; r++ {
 		m.parityUnverified[r] = unverified.WithLabelValues(unverifiedNames[r])
 	}

@@ -152,8 +152,8 @@ func (s *Scorer) Score(ctx context.Context, model ModelID, keys []Key, candidate
 		return err
 	}
 	// a PrefixScorer may deliver them sorted already (see MemoryIndex)
-	if !slices.IsSortedFunc(res.Pods, comparePodScores) {
-		slices.SortFunc(res.Pods, comparePodScores)
+	if !slices.IsSortedFunc(res.Pods, ComparePodScores) {
+		slices.SortFunc(res.Pods, ComparePodScores)
 	}
 	return nil
 }
@@ -179,7 +179,9 @@ func (s *Scorer) scoreVisiting(ctx context.Context, model ModelID, keys []Key, c
 	return nil
 }
 
-func comparePodScores(a, b PodScore) int {
+// ComparePodScores is ScoreResult's order: Score desc, then MatchedBlocks
+// desc, then Pod.
+func ComparePodScores(a, b PodScore) int {
 	if a.Score != b.Score {
 		if a.Score > b.Score {
 			return -1

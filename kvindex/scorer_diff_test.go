@@ -37,7 +37,7 @@ func refScore(ref *refIndex, m ModelID, keys []Key, pods []PodID, w TierWeights)
 			out = append(out, ps)
 		}
 	}
-	slices.SortFunc(out, comparePodScores)
+	slices.SortFunc(out, ComparePodScores)
 	return out
 }
 

@@ -303,7 +303,7 @@ func TestScorerMatchesReference(t *testing.T) {
 				want = append(want, ps)
 			}
 		}
-		slices.SortFunc(want, comparePodScores)
+		slices.SortFunc(want, ComparePodScores)
 		if len(want) > 0 {
 			nonEmpty++
 		}

@@ -141,33 +141,6 @@ type Index interface {
 	Stats() IndexStats
 }
 
-// Engine is the kind of engine publishing a stream; it decides how hashes on
-// the wire are normalised and whether our own hashing can reproduce them.
-type Engine uint8
-
-const (
-	EngineVLLM Engine = iota
-	EngineSGLang
-)
-
-func (e Engine) String() string {
-	if e == EngineSGLang {
-		return "sglang"
-	}
-	return "vllm"
-}
-
-// ParseEngine accepts "vllm" (default for "") and "sglang".
-func ParseEngine(s string) (Engine, bool) {
-	switch strings.ToLower(s) {
-	case "", "vllm":
-		return EngineVLLM, true
-	case "sglang":
-		return EngineSGLang, true
-	}
-	return 0, false
-}
-
 // EventKind is the type of one KV-cache event.
 type EventKind uint8
 

@@ -101,7 +101,7 @@ type ModelConfig struct {
 }
 
 // EndpointSpec is one engine publisher to connect to. On the command line:
-// address[,pod=NAME][,model=NAME][,engine=vllm|sglang][,replay=ADDRESS][,snapshot=ADDRESS].
+// address[,pod=NAME][,model=NAME][,engine=vllm|sglang|trtllm][,replay=ADDRESS][,snapshot=ADDRESS].
 type EndpointSpec struct {
 	Address string `json:"address" yaml:"address"`
 	Pod     string `json:"pod" yaml:"pod"`
@@ -170,7 +170,7 @@ func parseEndpointSpec(s string) (EndpointSpec, error) {
 		}
 	}
 	if _, ok := kvindex.ParseEngine(ep.Engine); !ok {
-		return ep, fmt.Errorf("endpoint %q: engine %q: want vllm or sglang", s, ep.Engine)
+		return ep, fmt.Errorf("endpoint %q: engine %q: want vllm, sglang or trtllm", s, ep.Engine)
 	}
 	return ep, nil
 }
@@ -267,8 +267,8 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address: host:port, or unix:///path for a unix socket (mode 0660) (\"\" = off)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP/JSON listen address: host:port, or unix:///path for a unix socket (mode 0660) (\"\" = off)")
 	fs.StringVar(&cfg.ZMQBind, "zmq-bind", cfg.ZMQBind, "ZMQ address the SUB socket binds for engines that connect (\"\" = off)")
-	fs.StringVar(&cfg.BindEngine, "bind-engine", cfg.BindEngine, "engine kind publishing to the bind socket: vllm or sglang")
-	fs.Var(endpointsFlag{&cfg.Endpoints}, "endpoint", "engine publisher to connect to, repeatable: address[,pod=..][,model=..][,engine=vllm|sglang][,replay=..][,snapshot=..]")
+	fs.StringVar(&cfg.BindEngine, "bind-engine", cfg.BindEngine, "engine kind publishing to the bind socket: vllm, sglang or trtllm")
+	fs.Var(endpointsFlag{&cfg.Endpoints}, "endpoint", "engine publisher to connect to, repeatable: address[,pod=..][,model=..][,engine=vllm|sglang|trtllm][,replay=..][,snapshot=..]")
 	fs.StringVar(&cfg.TopicFilter, "topic-filter", cfg.TopicFilter, "ZMQ topic prefix to subscribe to")
 	fs.BoolVar(&cfg.AllTopics, "all-topics", cfg.AllTopics, "subscribe to every topic (vLLM's default topic is \"\"; such streams need --endpoint ...,pod=NAME)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "event apply workers (0 = number of CPUs)")
@@ -403,11 +403,11 @@ func (c *Config) validate() error {
 		return err
 	}
 	if _, ok := kvindex.ParseEngine(c.BindEngine); !ok {
-		return fmt.Errorf("--bind-engine %q: want vllm or sglang", c.BindEngine)
+		return fmt.Errorf("--bind-engine %q: want vllm, sglang or trtllm", c.BindEngine)
 	}
 	for _, ep := range c.Endpoints {
 		if _, ok := kvindex.ParseEngine(ep.Engine); !ok {
-			return fmt.Errorf("endpoint %s: engine %q: want vllm or sglang", ep.Address, ep.Engine)
+			return fmt.Errorf("endpoint %s: engine %q: want vllm, sglang or trtllm", ep.Address, ep.Engine)
 		}
 	}
 	if c.Workers < 0 || c.QueueSize < 0 || c.Capacity < 0 {

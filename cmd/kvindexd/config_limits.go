@@ -62,7 +62,7 @@ func limitFlags(fs *flag.FlagSet, l *LimitsConfig) {
 	fs.IntVar(&l.MaxDPRanks, "max-dp-ranks", l.MaxDPRanks, "data-parallel ranks accepted per pod (rank must be below this)")
 	fs.Var(&l.PodExpiry, "pod-expiry", "a stream silent this long is cleared from the index and forgotten (0 = never)")
 	fs.IntVar(&l.MaxDigestCaches, "max-digest-caches", l.MaxDigestCaches, "models with a parity digest cache (~11 MB each); further models go unverified")
-	fs.IntVar(&l.MaxAliasTables, "max-alias-tables", l.MaxAliasTables, "pods with an alias table (~4.7 MB each, mismatching or SGLang pods); further pods are indexed without")
+	fs.IntVar(&l.MaxAliasTables, "max-alias-tables", l.MaxAliasTables, "pods with an alias table (~4.7 MB each, pods whose hashes mismatch kvindex's); further pods are indexed without")
 	fs.Var(podShareFlag{&l.PodShare}, "pod-share", fmt.Sprintf("one pod holds at most capacity/N entries of the in-memory index (0 = no per-pod bound; "+
 		"auto = %d in memory, none with Redis; Redis has no per-pod accounting, so a number there fails at start)", kvindex.DefaultPodShare))
 }

@@ -47,7 +47,7 @@ func discoveryFlags(fs *flag.FlagSet, c *DiscoveryConfig) {
 	fs.IntVar(&c.ServePort, "discover-serve-port", c.ServePort, "engines' request port, for pod names; pod annotation "+discovery.AnnotationServePort)
 	fs.StringVar(&c.PodName, "discover-pod-name", c.PodName, "template of a discovered pod's name: {{.IP}} {{.ServePort}} {{.ZMQPort}} {{.Name}} {{.Namespace}}")
 	fs.StringVar(&c.ModelKey, "discover-model-key", c.ModelKey, "pod annotation or label holding the model name (absent: the topic's model)")
-	fs.StringVar(&c.Engine, "discover-engine", c.Engine, "engine kind of discovered pods: vllm or sglang; pod annotation "+discovery.AnnotationEngine)
+	fs.StringVar(&c.Engine, "discover-engine", c.Engine, "engine kind of discovered pods: vllm, sglang or trtllm; pod annotation "+discovery.AnnotationEngine)
 	fs.Var(&c.Resync, "discover-resync", "how often every watched pod is reconciled again")
 	fs.IntVar(&c.MaxPods, "discover-max-pods", c.MaxPods, "most pods subscribed at once")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig for --discover-pods outside a cluster (default: the in-cluster service account)")
@@ -69,7 +69,7 @@ func (c *Config) validateDiscovery() error {
 			"or give each replica its own in-memory index")
 	}
 	if _, ok := kvindex.ParseEngine(d.Engine); !ok {
-		return fmt.Errorf("--discover-engine %q: want vllm or sglang", d.Engine)
+		return fmt.Errorf("--discover-engine %q: want vllm, sglang or trtllm", d.Engine)
 	}
 	_, err := c.discoveryConfig()
 	return err

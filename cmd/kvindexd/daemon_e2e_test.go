@@ -355,9 +355,9 @@ func runEndToEnd(t *testing.T, e *e2eDaemon) {
 		Events: []e2e.Event{stored(keys, tokens, 0, 3, "")}})
 	e.expect("connect topology", q, "pod-a=8 pod-c=6[1:6 0:2] pod-b=4 pod-e=3")
 
-	// SGLang over the connect topology, added over gRPC. Its signed hashes
-	// are not vLLM's: the daemon indexes SGLang blocks under the keys it
-	// computes from their token ids, so routers score them by tokens.
+	// SGLang over the connect topology, added over gRPC. Its pages carry
+	// SGLang's own hashes (computed by kvpublisher.py as SGLang does), which
+	// the daemon computes from the request's tokens for SGLang pods.
 	addrS := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
 	pubS := e2e.StartPublisher(t, addrS, true)
 	if _, err := e.grpc.AddEndpoint(context.Background(), &kvindexv1.AddEndpointRequest{Endpoint: &kvindexv1.Endpoint{
@@ -365,9 +365,8 @@ func runEndToEnd(t *testing.T, e *e2eDaemon) {
 		t.Fatal(err)
 	}
 	pubS.WaitReady(waitLimit)
-	sgl := []int64{-5, 7, -9_000_000_000_000_000_000 / 1000, 42}
 	pubS.Send(e2e.Batch{Topic: "kv@pod-s@" + sglModel, Seq: 0, Form: "sglang", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{{Type: "BlockStored", SignedHashes: sgl[:3], TokenIDs: tokens[:3*e2eBlock], BlockSize: e2eBlock}}})
+		Events: []e2e.Event{{Type: "BlockStored", HashTokens: true, TokenIDs: tokens[:3*e2eBlock], BlockSize: e2eBlock}}})
 	e.expect("sglang", query{model: sglModel, tokens: tokens}, "pod-s=3")
 
 	eps, err := e.grpc.ListEndpoints(context.Background(), &kvindexv1.ListEndpointsRequest{})

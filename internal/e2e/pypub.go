@@ -101,6 +101,9 @@ type Event struct {
 	Medium       string   `json:"medium,omitempty"`
 	LoraName     string   `json:"lora_name,omitempty"`
 	CacheSalt    string   `json:"cache_salt,omitempty"`
+	// HashTokens (form "sglang"): the script computes SGLang's page hashes
+	// from TokenIDs with hashlib and sends one event per page, as SGLang does.
+	HashTokens bool `json:"hash_tokens,omitempty"`
 }
 
 // MarshalJSON writes signed hashes when the event carries them.

@@ -46,7 +46,7 @@ const (
 	AnnotationReplayPort = "kvindex.io/replay-port" // port of DP rank 0's replay endpoint; "0" = none
 	AnnotationDPSize     = "kvindex.io/dp-size"     // data-parallel ranks; rank r uses port+r and replay-port+r
 	AnnotationServePort  = "kvindex.io/serve-port"  // the port routers send requests to ({{.ServePort}})
-	AnnotationEngine     = "kvindex.io/engine"      // vllm or sglang
+	AnnotationEngine     = "kvindex.io/engine"      // vllm, sglang or trtllm
 )
 
 // Defaults for Config fields left zero.
@@ -330,7 +330,7 @@ func (d *Discoverer) wanted(pod *corev1.Pod) (map[string]kvevents.EndpointConfig
 	engine := d.cfg.Engine
 	if v, ok := pod.Annotations[AnnotationEngine]; ok {
 		if engine, ok = kvindex.ParseEngine(v); !ok {
-			return nil, fmt.Errorf("annotation %s=%q: want vllm or sglang", AnnotationEngine, v)
+			return nil, fmt.Errorf("annotation %s=%q: want vllm, sglang or trtllm", AnnotationEngine, v)
 		}
 	}
 	model, ok := pod.Annotations[d.cfg.ModelKey]
