@@ -145,7 +145,7 @@ func (s *Subscriber) RemoveEndpoint(address string) error {
 	s.mu.Lock()
 	var gone []*stream
 	for k, st := range s.streams {
-		if st.snapshot().Endpoint == address {
+		if st.currentStats().Endpoint == address {
 			gone = append(gone, st)
 			s.forgetStreamLocked(k)
 		}
@@ -155,7 +155,7 @@ func (s *Subscriber) RemoveEndpoint(address string) error {
 		return nil
 	}
 	for _, st := range gone {
-		ss := st.snapshot()
+		ss := st.currentStats()
 		b := &kvindex.Batch{Pod: st.key.pod, DPRank: st.key.rank, Model: ss.Model, Engine: ss.Engine,
 			Seq: ss.LastSeq, Events: []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}}
 		if err := s.work.queue(runCtx, st.worker, b); err != nil {

@@ -209,7 +209,7 @@ func (s *Subscriber) expire(ctx context.Context, now time.Time) {
 	}
 	s.mu.Unlock()
 	for _, st := range gone {
-		ss := st.snapshot()
+		ss := st.currentStats()
 		b := &kvindex.Batch{Pod: st.key.pod, DPRank: st.key.rank, Model: ss.Model, Engine: ss.Engine,
 			Seq: ss.LastSeq, Events: []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}}
 		if err := s.work.queue(ctx, st.worker, b); err == nil {

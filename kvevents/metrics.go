@@ -129,7 +129,7 @@ func zmqCollectors(c *zmtp.Counters) []prometheus.Collector {
 	const ns, sub = "kvindexd", "kvevents"
 	counter := func(name, help string, v func(zmtp.Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "zmq_" + name, Help: help},
-			func() float64 { return float64(v(c.Snapshot())) })
+			func() float64 { return float64(v(c.Read())) })
 	}
 	return []prometheus.Collector{
 		counter("connections_accepted_total", "Connections the bind socket accepted.",
@@ -163,7 +163,7 @@ func zmqCollectors(c *zmtp.Counters) []prometheus.Collector {
 			func(s zmtp.Stats) uint64 { return s.Filtered }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "zmq_open_connections",
 			Help: "ZMQ connections open now (bind, connect and replay sockets)."},
-			func() float64 { return float64(c.Snapshot().Open) }),
+			func() float64 { return float64(c.Read().Open) }),
 	}
 }
 

@@ -149,7 +149,7 @@ func (s *Subscriber) streamModel(k streamKey) (string, bool) {
 	if st == nil {
 		return "", false
 	}
-	ss := st.snapshot()
+	ss := st.currentStats()
 	return ss.Model, ss.Batches > 0
 }
 
@@ -163,7 +163,7 @@ func (s *Subscriber) resumeSeq(src *source) (from uint64, known bool) {
 	}
 	s.mu.Unlock()
 	for _, st := range all {
-		ss := st.snapshot()
+		ss := st.currentStats()
 		if ss.Endpoint != src.addr {
 			continue
 		}

@@ -87,7 +87,7 @@ type stream struct {
 	before StreamStats
 }
 
-func (st *stream) snapshot() StreamStats {
+func (st *stream) currentStats() StreamStats {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.stats
@@ -104,7 +104,7 @@ func (s *Subscriber) Streams() []StreamStats {
 	s.mu.Unlock()
 	out := make([]StreamStats, 0, len(all))
 	for _, st := range all {
-		out = append(out, st.snapshot())
+		out = append(out, st.currentStats())
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Pod != out[j].Pod {

@@ -32,7 +32,7 @@ func (d *Dealer) Send(ctx context.Context, frames ...[]byte) error {
 func (d *Dealer) Recv(ctx context.Context) (Message, error) { return d.s.recv(ctx) }
 
 // Stats reads the socket's counters.
-func (d *Dealer) Stats() Stats { return d.s.ctr.Snapshot() }
+func (d *Dealer) Stats() Stats { return d.s.ctr.Read() }
 
 // Close ends the connection and waits for its goroutines. It always returns
 // nil; calling it again does nothing.

@@ -278,7 +278,7 @@ func TestHostileEngineOnDial(t *testing.T) {
 					t.Fatalf("recv: %v, want %v", err, tc.recvErr)
 				}
 			}
-			s := ctr.Snapshot()
+			s := ctr.Read()
 			if s.Panics != 0 || s.Open != 0 || s.Oversized+s.ProtocolErrors+s.HandshakeTimeouts != 1 {
 				t.Fatalf("stats %+v", s)
 			}

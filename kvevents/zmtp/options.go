@@ -162,8 +162,8 @@ type Counters struct {
 	open                                                                 atomic.Int64
 }
 
-// Snapshot reads every counter.
-func (c *Counters) Snapshot() Stats {
+// Read reads every counter.
+func (c *Counters) Read() Stats {
 	return Stats{
 		Accepted:          c.accepted.Load(),
 		Rejected:          c.rejected.Load(),

@@ -262,7 +262,7 @@ func TestDialContextDeadlineIsHandshakeTimeout(t *testing.T) {
 	if !errors.Is(err, ErrHandshakeTimeout) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("dial: %v", err)
 	}
-	if s := ctr.Snapshot(); s.HandshakeTimeouts != 1 || s.Open != 0 {
+	if s := ctr.Read(); s.HandshakeTimeouts != 1 || s.Open != 0 {
 		t.Fatalf("stats %+v", s)
 	}
 }
@@ -280,7 +280,7 @@ func TestGuardCountsPanics(t *testing.T) {
 		t.Fatalf("guard: %v", err)
 	}
 	s.ctr.count(err)
-	if p := s.ctr.Snapshot().Panics; p != 1 {
+	if p := s.ctr.Read().Panics; p != 1 {
 		t.Fatalf("panics %d", p)
 	}
 }

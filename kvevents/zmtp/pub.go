@@ -83,7 +83,7 @@ func (p *Pub) Addr() net.Addr {
 }
 
 // Stats reads the socket's counters.
-func (p *Pub) Stats() Stats { return p.s.ctr.Snapshot() }
+func (p *Pub) Stats() Stats { return p.s.ctr.Read() }
 
 // Close ends every connection and waits for their goroutines.
 func (p *Pub) Close() error {

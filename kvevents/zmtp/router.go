@@ -44,7 +44,7 @@ func (r *Router) Send(ctx context.Context, frames ...[]byte) error {
 func (r *Router) Addr() net.Addr { return r.s.ln.Addr() }
 
 // Stats reads the socket's counters.
-func (r *Router) Stats() Stats { return r.s.ctr.Snapshot() }
+func (r *Router) Stats() Stats { return r.s.ctr.Read() }
 
 // Close ends every connection and waits for their goroutines.
 func (r *Router) Close() error {

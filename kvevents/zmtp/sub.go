@@ -51,7 +51,7 @@ func (s *Sub) Addr() net.Addr {
 
 // Stats reads the socket's counters (shared ones when Options.Counters was
 // set).
-func (s *Sub) Stats() Stats { return s.s.ctr.Snapshot() }
+func (s *Sub) Stats() Stats { return s.s.ctr.Read() }
 
 // Close ends the listener and every connection and waits for their
 // goroutines. It always returns nil; calling it again does nothing.
