@@ -10,6 +10,7 @@ type Metrics struct {
 	reusedTokens     prometheus.Counter
 	hits, misses     prometheus.Counter
 	errors           prometheus.Counter
+	cancelled        prometheus.Counter
 	evictions        prometheus.Counter
 	inconsistent     prometheus.Counter
 	chunks           prometheus.Gauge
@@ -38,6 +39,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kvindexd_prefixstore_misses_total", Help: "Prompts tokenized in full."}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvindexd_prompt_tokenize_errors_total", Help: "Prompt tokenization failures (unknown model, load or encode error)."}),
+		cancelled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindexd_prompt_tokenize_cancelled_total", Help: "Prompt tokenizations stopped part-way because their request ended (client gone or deadline passed)."}),
 		evictions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvindexd_prefixstore_evictions_total", Help: "Chunks evicted (LRU) from the prefix store."}),
 		inconsistent: prometheus.NewCounter(prometheus.CounterOpts{
@@ -47,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.latency, m.tokensPerRequest, m.tokens, m.reusedTokens, m.hits, m.misses,
-			m.errors, m.evictions, m.inconsistent, m.chunks)
+			m.errors, m.cancelled, m.evictions, m.inconsistent, m.chunks)
 	}
 	return m
 }

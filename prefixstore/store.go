@@ -171,9 +171,9 @@ func (s *Store) tokenize(ctx context.Context, model, prompt string, addSpecial b
 	}
 	if !hit {
 		s.m.misses.Inc()
-		full, bounds, err := tok.EncodeBoundaries(prompt, addSpecial)
+		full, bounds, err := tok.EncodeBoundariesContext(ctx, prompt, addSpecial)
 		if err != nil {
-			s.m.errors.Inc()
+			s.countError(ctx)
 			return nil, fmt.Errorf("tokenize prompt for model %q: %w", model, err)
 		}
 		if nChunks > 0 {
@@ -186,9 +186,9 @@ func (s *Store) tokenize(ctx context.Context, model, prompt string, addSpecial b
 	s.m.hits.Inc()
 	reused := len(ids)
 	// the suffix's boundaries let the prompt's new chunks be cached too
-	suffix, sb, err := tok.EncodeSuffixBoundaries(prompt, bound.Offset, addSpecial)
+	suffix, sb, err := tok.EncodeSuffixBoundariesContext(ctx, prompt, bound.Offset, addSpecial)
 	if err != nil {
-		s.m.errors.Inc()
+		s.countError(ctx)
 		return nil, fmt.Errorf("tokenize prompt for model %q: %w", model, err)
 	}
 	ids = append(ids, suffix...)
@@ -197,6 +197,16 @@ func (s *Store) tokenize(ctx context.Context, model, prompt string, addSpecial b
 	}
 	s.observe(start, len(ids), reused)
 	return ids, nil
+}
+
+// countError counts a tokenization failure; a request that was cancelled or
+// timed out is not one: the tokenizer stopped because it ended.
+func (s *Store) countError(ctx context.Context) {
+	if ctx.Err() != nil {
+		s.m.cancelled.Inc()
+		return
+	}
+	s.m.errors.Inc()
 }
 
 func (s *Store) observe(start time.Time, tokens, reused int) {
@@ -292,15 +302,17 @@ func (ms *modelStore) insert(prompt string, c, margin int, hashes []uint64, from
 		base = prev.Tokens
 	}
 	// floor only rises: safeLimit is monotonic in the end offset, and prev.Offset is at
-	// or below every later limit, so each walk-back stops at the previous result and the
-	// whole loop is linear in the new text even inside very long runs.
+	// or below every later limit. The limits come from one forward scan of the new text
+	// (runScanner), so the loop is linear in it even inside one very long run, where
+	// every limit is the floor and a walk back from each chunk would be quadratic.
 	floor := prev.Offset
+	rs := newRunScanner(prompt, floor)
 	newNodes := make([]*node, 0, len(hashes)-from)
 	bi := 0
 	cur := prev
 	for i := from; i < len(hashes); i++ {
 		lo := cur.Tokens // the previous chunk's boundary: this chunk's ids start there
-		limit := safeLimit(prompt, (i+1)*c, margin, floor)
+		limit := rs.limit((i+1)*c, margin, floor)
 		floor = limit
 		for bi < len(bounds) && bounds[bi].Offset <= limit {
 			if b := bounds[bi]; b.Offset > cur.Offset {
@@ -419,4 +431,50 @@ func safeLimit(s string, end, margin, floor int) int {
 		}
 	}
 	return p
+}
+
+// runScanner computes safeLimit for non-decreasing ends in time linear in the text
+// scanned: it reads the text forward once from its start offset and remembers where the
+// run containing the last character read starts, and where the run before it starts.
+// Those are the two run starts safeLimit walks back to, so no character is read twice.
+type runScanner struct {
+	s         string
+	pos       int // the text before pos has been read
+	cls       int // class of the character before pos; -1 when nothing was read
+	cur, prev int // starts of its run and of the run before (-1: none after the start)
+}
+
+func newRunScanner(s string, start int) *runScanner {
+	return &runScanner{s: s, pos: start, cls: -1, cur: -1, prev: -1}
+}
+
+// limit is safeLimit(s, end, margin, floor), for floor at or above the scanner's start
+// and ends that do not decrease between calls.
+func (rs *runScanner) limit(end, margin, floor int) int {
+	p := end - margin
+	for p > floor && p < len(rs.s) && !utf8.RuneStart(rs.s[p]) {
+		p--
+	}
+	if p <= floor {
+		return floor
+	}
+	if p < rs.pos {
+		return safeLimit(rs.s, end, margin, floor) // an end moved back: not how insert calls it
+	}
+	for rs.pos < p {
+		r, sz := utf8.DecodeRuneInString(rs.s[rs.pos:])
+		if c := class(r); c != rs.cls {
+			rs.prev, rs.cur, rs.cls = rs.cur, rs.pos, c
+		}
+		rs.pos += sz
+	}
+	if rs.pos != p {
+		// p split an invalid sequence differently from the forward decode; the plain
+		// walk handles it (it cannot happen on valid UTF-8)
+		return safeLimit(rs.s, end, margin, floor)
+	}
+	if rs.cur <= floor || rs.prev <= floor {
+		return floor
+	}
+	return rs.prev
 }

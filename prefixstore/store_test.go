@@ -585,3 +585,65 @@ func TestMultiTurnExtendsCache(t *testing.T) {
 		}
 	}
 }
+
+// runScanner gives safeLimit's results for the rising ends and floors insert passes,
+// on texts with long runs and invalid UTF-8, from any character start.
+func TestRunScannerMatchesSafeLimit(t *testing.T) {
+	r := rand.New(rand.NewPCG(14, 15))
+	pieces := []string{"a", "bb", " ", "  ", "\n", "12", "\u4e00\u4e01", "\u00e9", "\xe4\xb8", "\x80", "\xff", "\u3000", "\U0001F600", "\u0661"}
+	for i := 0; i < 2000; i++ {
+		var b strings.Builder
+		for b.Len() < 1+r.IntN(3000) {
+			p := pieces[r.IntN(len(pieces))]
+			b.WriteString(strings.Repeat(p, 1+r.IntN(1+r.IntN(200))))
+		}
+		txt := b.String()
+		c := 1 + r.IntN(64)
+		margin := r.IntN(40)
+		start := runeCut(txt, r.IntN(len(txt)/2+1)) // insert starts at a boundary
+		floor := start
+		rs := newRunScanner(txt, start)
+		for end := c; end <= len(txt); end += c {
+			want := safeLimit(txt, end, margin, floor)
+			if got := rs.limit(end, margin, floor); got != want {
+				t.Fatalf("text %q start %d: limit(end=%d, margin=%d, floor=%d) = %d, safeLimit = %d", txt, start, end, margin, floor, got, want)
+			}
+			floor = want
+		}
+	}
+}
+
+// doneAfter is a context whose Err turns to Canceled after `after` calls: a request
+// that ends while its prompt is being tokenized, without timing.
+type doneAfter struct {
+	context.Context
+	after, calls int
+}
+
+func (c *doneAfter) Err() error {
+	if c.calls++; c.calls > c.after {
+		return context.Canceled
+	}
+	return nil
+}
+
+// A request that ends while its long prompt is tokenized gets its context's error, is
+// counted as cancelled (not as a tokenizer error) and leaves nothing in the cache.
+func TestTokenizeStopsWhenRequestEnds(t *testing.T) {
+	needModel(t, "qwen3")
+	m := NewMetrics(nil)
+	s := New(Config{}, registry(), m)
+	prompt := strings.Repeat("\u4e00\u4e8c\u4e09\u56db\u4e94", 40_000) // one 600 KB pre-token
+	// alive for the store's check and the tokenizer's first, done at the merge loop's
+	ctx := &doneAfter{Context: context.Background(), after: 2}
+	_, err := s.TokenizePrompt(ctx, "qwen3", prompt)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if c, e := value(m.cancelled), value(m.errors); c != 1 || e != 0 {
+		t.Fatalf("cancelled = %v, errors = %v; want 1, 0", c, e)
+	}
+	if st := s.Stats(); len(st) != 1 || st[0].Chunks != 0 {
+		t.Fatalf("stats after a cancelled request: %+v", st)
+	}
+}
