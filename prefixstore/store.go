@@ -29,6 +29,7 @@ package prefixstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -45,12 +46,42 @@ import (
 const (
 	DefaultChunkBytes = 256
 	DefaultCapacity   = 32768 // chunks per model: 8 MiB of distinct prompt text
+	// DefaultMaxPromptBytes is twice the text of the longest contexts served
+	// today (1M tokens at ~4 bytes per token of English or code; CJK text
+	// takes fewer bytes per token).
+	DefaultMaxPromptBytes = 8 << 20
+	// DefaultMaxInflightBytes lets two prompts of the largest size (or many
+	// usual ones) be tokenized at once. Tokenizing holds up to ~64 bytes of
+	// memory per prompt byte (measured RSS for a prompt that is one run of
+	// CJK characters: a symbol and queue entries per byte, ids, GC headroom),
+	// so the budget bounds that to about 1 GB.
+	DefaultMaxInflightBytes = 16 << 20
+)
+
+// inflightWait is how long a prompt waits for room in the in-flight budget
+// before it is refused: a few tokenizations of the largest prompts.
+const inflightWait = 2 * time.Second
+
+// ErrPromptTooLong is returned for a prompt above Config.MaxPromptBytes (the
+// caller's fault: an InvalidArgument); ErrBusy when the prompts being
+// tokenized hold the in-flight budget for longer than inflightWait (a
+// ResourceExhausted: retry later).
+var (
+	ErrPromptTooLong = errors.New("prompt too long")
+	ErrBusy          = errors.New("tokenization budget in use")
 )
 
 // Config configures a Store.
 type Config struct {
 	ChunkBytes int // bytes per chunk; 0 = DefaultChunkBytes
 	Capacity   int // max cached chunks per model (LRU beyond); 0 = DefaultCapacity
+	// MaxPromptBytes refuses longer prompts (rendered chats included) before
+	// any work; 0 = DefaultMaxPromptBytes.
+	MaxPromptBytes int
+	// MaxInflightBytes bounds the bytes of the prompts being tokenized at
+	// once (the memory tokenization holds); others wait for room. 0 =
+	// DefaultMaxInflightBytes; raised to MaxPromptBytes when below it.
+	MaxInflightBytes int
 }
 
 // Store is the prefix cache for all models. Safe for concurrent use.
@@ -58,6 +89,8 @@ type Store struct {
 	cfg Config
 	reg *tokenization.Registry
 	m   *Metrics
+
+	inflight *byteBudget
 
 	mu sync.Mutex
 	// One cache per tokenizer and mode, not per model name: names that
@@ -81,10 +114,18 @@ func New(cfg Config, reg *tokenization.Registry, m *Metrics) *Store {
 	if cfg.Capacity <= 0 {
 		cfg.Capacity = DefaultCapacity
 	}
+	if cfg.MaxPromptBytes <= 0 {
+		cfg.MaxPromptBytes = DefaultMaxPromptBytes
+	}
+	if cfg.MaxInflightBytes <= 0 {
+		cfg.MaxInflightBytes = DefaultMaxInflightBytes
+	}
+	cfg.MaxInflightBytes = max(cfg.MaxInflightBytes, cfg.MaxPromptBytes)
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	return &Store{cfg: cfg, reg: reg, m: m, models: map[storeKey]*modelStore{}}
+	return &Store{cfg: cfg, reg: reg, m: m, models: map[storeKey]*modelStore{},
+		inflight: newByteBudget(cfg.MaxInflightBytes, m.inflightBytes)}
 }
 
 // Stats is a snapshot of one tokenizer's cache in one mode.
@@ -138,11 +179,23 @@ func (s *Store) tokenize(ctx context.Context, model, prompt string, addSpecial b
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if len(prompt) > s.cfg.MaxPromptBytes {
+		s.m.refused.WithLabelValues("too_long").Inc()
+		return nil, fmt.Errorf("%w: %d bytes, limit %d (--max-prompt-bytes)", ErrPromptTooLong, len(prompt), s.cfg.MaxPromptBytes)
+	}
 	tok, err := s.reg.Get(model)
 	if err != nil {
 		s.m.errors.Inc()
 		return nil, err
 	}
+	if err := s.inflight.acquire(ctx, len(prompt), inflightWait); err != nil {
+		if errors.Is(err, ErrBusy) {
+			s.m.refused.WithLabelValues("busy").Inc()
+			return nil, fmt.Errorf("%w: %d prompt bytes are being tokenized (--tokenize-max-inflight-bytes %d); retry later", ErrBusy, s.inflight.used(), s.cfg.MaxInflightBytes)
+		}
+		return nil, err
+	}
+	defer s.inflight.release(len(prompt))
 	ms := s.modelStore(storeKey{tok, addSpecial}, model)
 	margin := 2*tok.MaxAddedTokenBytes() + 16
 
@@ -477,4 +530,89 @@ func (rs *runScanner) limit(end, margin, floor int) int {
 		return floor
 	}
 	return rs.prev
+}
+
+// byteBudget is a weighted semaphore over prompt bytes, served in arrival
+// order so a large prompt is not starved by a stream of small ones.
+type byteBudget struct {
+	mu      sync.Mutex
+	size    int
+	held    int
+	waiters []*budgetWaiter
+	gauge   interface{ Set(float64) }
+}
+
+type budgetWaiter struct {
+	n     int
+	ready chan struct{} // closed when the bytes were granted
+}
+
+func newByteBudget(size int, gauge interface{ Set(float64) }) *byteBudget {
+	return &byteBudget{size: size, gauge: gauge}
+}
+
+func (b *byteBudget) used() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.held
+}
+
+// acquire takes n bytes (n <= size), waiting at most wait for them; it
+// returns ErrBusy after wait, or ctx's error when ctx ends first.
+func (b *byteBudget) acquire(ctx context.Context, n int, wait time.Duration) error {
+	b.mu.Lock()
+	if len(b.waiters) == 0 && b.held+n <= b.size {
+		b.held += n
+		b.gauge.Set(float64(b.held))
+		b.mu.Unlock()
+		return nil
+	}
+	w := &budgetWaiter{n: n, ready: make(chan struct{})}
+	b.waiters = append(b.waiters, w)
+	b.mu.Unlock()
+
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	var err error
+	select {
+	case <-w.ready:
+		return nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-t.C:
+		err = ErrBusy
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-w.ready: // granted meanwhile: give it back
+		b.held -= n
+	default:
+		for i, x := range b.waiters {
+			if x == w {
+				b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
+				break
+			}
+		}
+	}
+	b.grant()
+	return err
+}
+
+func (b *byteBudget) release(n int) {
+	b.mu.Lock()
+	b.held -= n
+	b.grant()
+	b.mu.Unlock()
+}
+
+// grant hands bytes to the waiters at the head of the queue. Called with mu.
+func (b *byteBudget) grant() {
+	for len(b.waiters) > 0 && b.held+b.waiters[0].n <= b.size {
+		w := b.waiters[0]
+		b.waiters = b.waiters[1:]
+		b.held += w.n
+		close(w.ready)
+	}
+	b.gauge.Set(float64(b.held))
 }

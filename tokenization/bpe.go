@@ -191,7 +191,7 @@ func (m *bpeModel) encodeWord(ctx context.Context, dst []uint32, w string) ([]ui
 	wk := m.heapPool.Get().(*bpeWork)
 	wk.syms = m.initialSymbols(wk.syms[:0], w)
 	if err := m.mergeAll(ctx, wk); err != nil {
-		m.heapPool.Put(wk)
+		m.putWork(wk)
 		return dst, err
 	}
 	start := len(dst)
@@ -203,8 +203,20 @@ func (m *bpeModel) encodeWord(ctx context.Context, dst []uint32, w string) ([]ui
 	if cacheable {
 		m.cache.put(w, dst[start:])
 	}
-	m.heapPool.Put(wk)
+	m.putWork(wk)
 	return dst, nil
+}
+
+// maxPooledSymbols bounds the buffers kept for reuse: one long word (a prompt
+// that is a single run of letters) needs ~28 bytes per byte, which the pool
+// would otherwise hold on to after the request.
+const maxPooledSymbols = 1 << 16
+
+func (m *bpeModel) putWork(wk *bpeWork) {
+	if cap(wk.syms) > maxPooledSymbols || cap(wk.heap) > maxPooledSymbols {
+		return
+	}
+	m.heapPool.Put(wk)
 }
 
 func (m *bpeModel) addSym(syms []bpeSym, id uint32) []bpeSym {
