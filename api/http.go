@@ -83,7 +83,13 @@ func httpStatus(c codes.Code) int {
 	return http.StatusInternalServerError
 }
 
-func writeError(w http.ResponseWriter, e *Error) { writeErrorStatus(w, httpStatus(e.Code), e) }
+func writeError(w http.ResponseWriter, e *Error) {
+	status := e.Status
+	if status == 0 {
+		status = httpStatus(e.Code)
+	}
+	writeErrorStatus(w, status, e)
+}
 
 // writeJSON sets the headers before the status: after WriteHeader they
 // would be dropped.

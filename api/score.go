@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -18,6 +19,10 @@ import (
 type Error struct {
 	Code codes.Code
 	Msg  string
+	// Status overrides the HTTP status derived from Code (0 = derived):
+	// ResourceExhausted is 413 for a body above the limit, 429 for a busy
+	// shared budget.
+	Status int
 }
 
 func (e *Error) Error() string { return e.Msg }
@@ -35,6 +40,7 @@ var grpcCodes = map[indexer.Code]codes.Code{
 	indexer.Unavailable:        codes.Unavailable,
 	indexer.DeadlineExceeded:   codes.DeadlineExceeded,
 	indexer.Canceled:           codes.Canceled,
+	indexer.ResourceExhausted:  codes.ResourceExhausted,
 }
 
 // fromIndexer turns an indexer failure into a transport error; anything
@@ -43,7 +49,11 @@ func fromIndexer(err error) *Error {
 	var ie *indexer.Error
 	if errors.As(err, &ie) {
 		if c, ok := grpcCodes[ie.Code]; ok {
-			return &Error{Code: c, Msg: redact.String(ie.Msg)}
+			e := &Error{Code: c, Msg: redact.String(ie.Msg)}
+			if ie.Code == indexer.ResourceExhausted {
+				e.Status = http.StatusTooManyRequests
+			}
+			return e
 		}
 	}
 	return errorf(codes.Internal, "%v", err)

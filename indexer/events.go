@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvindex/kvindex/indexer/persist"
 	"github.com/kvindex/kvindex/kvevents"
 )
 
@@ -37,7 +38,9 @@ func (x *Indexer) startEvents(cfg Config) error {
 	var restored *restoredSnapshot
 	if cfg.Persist.Path != "" {
 		var err error
-		if x.persist, err = x.newPersistence(cfg.Persist, cfg.Registry); err != nil {
+		// a snapshot is held to the limits its events were
+		lim := persist.Limits{MaxPods: subCfg.MaxStreams, MaxModels: subCfg.MaxModels, MaxDPRanks: subCfg.MaxDPRanks}
+		if x.persist, err = x.newPersistence(cfg.Persist, lim, cfg.Registry); err != nil {
 			return err
 		}
 		// Loaded before the subscriber exists: no batch can reach the

@@ -27,6 +27,7 @@ type PersistConfig struct {
 type persistence struct {
 	x     *Indexer
 	cfg   PersistConfig
+	lim   persist.Limits // the event limits a loaded file is held to
 	m     *persist.Metrics
 	saver *persist.Saver
 }
@@ -35,7 +36,7 @@ type persistence struct {
 // subscriber exists.
 type restoredSnapshot = persist.Loaded
 
-func (x *Indexer) newPersistence(cfg PersistConfig, reg *prometheus.Registry) (*persistence, error) {
+func (x *Indexer) newPersistence(cfg PersistConfig, lim persist.Limits, reg *prometheus.Registry) (*persistence, error) {
 	mem := x.backend.memory
 	if mem == nil {
 		return nil, errors.New("indexer: persistence is for the in-memory index (Redis keeps the shared index itself)")
@@ -47,7 +48,7 @@ func (x *Indexer) newPersistence(cfg PersistConfig, reg *prometheus.Registry) (*
 	if err != nil {
 		return nil, err
 	}
-	p := &persistence{x: x, cfg: cfg, m: m}
+	p := &persistence{x: x, cfg: cfg, lim: lim, m: m}
 	p.saver = &persist.Saver{Path: cfg.Path, Interval: cfg.Interval, Metrics: m,
 		Log: x.log.With("component", "snapshot"), Source: persist.Source{Index: mem, Interner: x.in, Streams: p.streams}}
 	return p, nil
@@ -71,6 +72,15 @@ func (p *persistence) streams() []persist.StreamSeq {
 // optimisation, never a reason not to start.
 func (p *persistence) load() *restoredSnapshot {
 	log, path := p.x.log, p.cfg.Path
+	// A kill during a write leaves its temporary file; nothing else would
+	// ever remove it, and each is as large as a snapshot.
+	n, err := persist.RemoveTemp(path)
+	p.m.TempRemoved(n)
+	if err != nil {
+		log.Warn("removing temporary snapshot files", "path", path, "removed", n, "err", err)
+	} else if n > 0 {
+		log.Info("removed temporary files of interrupted snapshot writes", "path", path, "removed", n)
+	}
 	st, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {
 		log.Info("no snapshot yet: cold start", "path", path)
@@ -86,8 +96,9 @@ func (p *persistence) load() *restoredSnapshot {
 		return nil
 	}
 	t0 := time.Now()
-	l, err := persist.Load(path, p.x.backend.memory, p.x.in)
+	l, err := persist.LoadLimited(path, p.x.backend.memory, p.x.in, p.lim)
 	if err != nil {
+		p.m.LoadFailed(err)
 		log.Error("snapshot not loaded: cold start", "path", path, "err", err)
 		return nil
 	}

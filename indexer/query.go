@@ -211,9 +211,12 @@ const (
 	// DeadlineExceeded and Canceled: the caller's context ended.
 	DeadlineExceeded
 	Canceled
+	// ResourceExhausted: a shared budget is in use by other requests (HTTP
+	// 429); the same query may succeed later.
+	ResourceExhausted
 )
 
-var codeNames = [...]string{"", "InvalidArgument", "FailedPrecondition", "Unavailable", "DeadlineExceeded", "Canceled"}
+var codeNames = [...]string{"", "InvalidArgument", "FailedPrecondition", "Unavailable", "DeadlineExceeded", "Canceled", "ResourceExhausted"}
 
 func (c Code) String() string {
 	if int(c) < len(codeNames) && c != 0 {

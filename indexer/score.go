@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/prefixstore"
 	"github.com/kvindex/kvindex/tokenization/chattemplate"
 )
 
@@ -179,9 +180,28 @@ func (x *Indexer) promptTokens(ctx context.Context, q *Query) ([]uint32, *Error)
 		if ctx.Err() != nil {
 			return nil, ctxError(ctx.Err())
 		}
+		if e := promptLimitError("prompt", err); e != nil {
+			return nil, e
+		}
 		return nil, errorf(FailedPrecondition, "tokenize prompt for model %q: %v", q.Model, err)
 	}
+	if len(tokens) > MaxInputLen {
+		return nil, errorf(InvalidArgument, "prompt has %d tokens, limit %d", len(tokens), MaxInputLen)
+	}
 	return tokens, nil
+}
+
+// promptLimitError maps the prefix store's request bounds: a prompt above
+// the byte limit is the caller's fault, a full tokenization budget is
+// transient. nil for any other error.
+func promptLimitError(what string, err error) *Error {
+	switch {
+	case errors.Is(err, prefixstore.ErrPromptTooLong):
+		return errorf(InvalidArgument, "%s: %v", what, err)
+	case errors.Is(err, prefixstore.ErrBusy):
+		return errorf(ResourceExhausted, "%s: %v", what, err)
+	}
+	return nil
 }
 
 // chatTokens renders and tokenizes a chat request. A request the template
@@ -197,11 +217,17 @@ func (x *Indexer) chatTokens(ctx context.Context, q *Query) (chattemplate.Tokens
 		if ctx.Err() != nil {
 			return chattemplate.Tokens{}, ctxError(ctx.Err())
 		}
+		if e := promptLimitError("rendered messages", err); e != nil {
+			return chattemplate.Tokens{}, e
+		}
 		var re *chattemplate.RequestError
 		if errors.As(err, &re) {
 			return chattemplate.Tokens{}, errorf(InvalidArgument, "messages: %v", err)
 		}
 		return chattemplate.Tokens{}, errorf(FailedPrecondition, "render messages for model %q: %v", q.Model, err)
+	}
+	if len(tokens.IDs) > MaxInputLen {
+		return chattemplate.Tokens{}, errorf(InvalidArgument, "rendered messages have %d tokens, limit %d", len(tokens.IDs), MaxInputLen)
 	}
 	return tokens, nil
 }

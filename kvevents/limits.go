@@ -61,6 +61,11 @@ func checkName(name []byte, maxLen int) string {
 	return ""
 }
 
+// NameProblem is checkName for a name that did not come from an event (a
+// snapshot file): "" when name can be a pod or model name of at most maxLen
+// bytes, else the reason (too_long, invalid_utf8, control_char).
+func NameProblem(name string, maxLen int) string { return checkName([]byte(name), maxLen) }
+
 // printable shortens a rejected name for a log line.
 func printable(name []byte) string {
 	if len(name) > 64 {

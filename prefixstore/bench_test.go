@@ -4,6 +4,7 @@ import (
 	"compress/gzip"
 	"context"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -102,5 +103,42 @@ func BenchmarkPrefixStoreRepeat(b *testing.B) {
 		if _, err := s.TokenizePrompt(ctx, "qwen3", prompt); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// cjkRun is n random CJK ideographs with no space: one pre-token for every supported
+// pre-tokenizer, the worst case for work that walks back to the start of a run.
+func cjkRun(n int) string {
+	r := rand.New(rand.NewPCG(3, 4))
+	rs := make([]rune, n)
+	for i := range rs {
+		rs[i] = rune(0x4E00 + r.IntN(20000))
+	}
+	return string(rs)
+}
+
+// BenchmarkLongRun is a cold prompt that is one unbroken run of CJK characters. The
+// store's work per request must grow as n log n at most: compare the ns/op of the two
+// sizes (the ratio must stay near 2, not 4).
+// go test ./prefixstore -run '^$' -bench LongRun -benchtime 5x
+func BenchmarkLongRun(b *testing.B) {
+	needModel(b, "qwen3")
+	for _, n := range []int{100_000, 200_000} {
+		b.Run(strconv.Itoa(n/1000)+"k", func(b *testing.B) {
+			prompt := cjkRun(n)
+			s := New(Config{}, registry(), nil)
+			ctx := context.Background()
+			if _, err := s.TokenizePrompt(ctx, "qwen3", "load the model"); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(prompt)))
+			for i := 0; b.Loop(); i++ {
+				// a different first character makes every iteration a miss
+				p := string(rune('a'+i%26)) + prompt
+				if _, err := s.TokenizePrompt(ctx, "qwen3", p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

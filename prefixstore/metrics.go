@@ -10,6 +10,9 @@ type Metrics struct {
 	reusedTokens     prometheus.Counter
 	hits, misses     prometheus.Counter
 	errors           prometheus.Counter
+	cancelled        prometheus.Counter
+	refused          *prometheus.CounterVec
+	inflightBytes    prometheus.Gauge
 	evictions        prometheus.Counter
 	inconsistent     prometheus.Counter
 	chunks           prometheus.Gauge
@@ -38,6 +41,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kvindexd_prefixstore_misses_total", Help: "Prompts tokenized in full."}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvindexd_prompt_tokenize_errors_total", Help: "Prompt tokenization failures (unknown model, load or encode error)."}),
+		cancelled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindexd_prompt_tokenize_cancelled_total", Help: "Prompt tokenizations stopped part-way because their request ended (client gone or deadline passed)."}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvindexd_prompt_tokenize_refused_total",
+			Help: "Prompts refused before tokenization: too_long (above --max-prompt-bytes), busy (no room in --tokenize-max-inflight-bytes in time)."}, []string{"reason"}),
+		inflightBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvindexd_prompt_tokenize_inflight_bytes", Help: "Bytes of the prompts being tokenized now."}),
 		evictions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvindexd_prefixstore_evictions_total", Help: "Chunks evicted (LRU) from the prefix store."}),
 		inconsistent: prometheus.NewCounter(prometheus.CounterOpts{
@@ -45,9 +55,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		chunks: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvindexd_prefixstore_chunks", Help: "Chunks cached in the prefix store, all models."}),
 	}
+	for _, r := range []string{"too_long", "busy"} {
+		m.refused.WithLabelValues(r)
+	}
 	if reg != nil {
 		reg.MustRegister(m.latency, m.tokensPerRequest, m.tokens, m.reusedTokens, m.hits, m.misses,
-			m.errors, m.evictions, m.inconsistent, m.chunks)
+			m.errors, m.cancelled, m.refused, m.inflightBytes, m.evictions, m.inconsistent, m.chunks)
 	}
 	return m
 }

@@ -29,6 +29,7 @@ package prefixstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -45,12 +46,42 @@ import (
 const (
 	DefaultChunkBytes = 256
 	DefaultCapacity   = 32768 // chunks per model: 8 MiB of distinct prompt text
+	// DefaultMaxPromptBytes is twice the text of the longest contexts served
+	// today (1M tokens at ~4 bytes per token of English or code; CJK text
+	// takes fewer bytes per token).
+	DefaultMaxPromptBytes = 8 << 20
+	// DefaultMaxInflightBytes lets two prompts of the largest size (or many
+	// usual ones) be tokenized at once. Tokenizing holds up to ~64 bytes of
+	// memory per prompt byte (measured RSS for a prompt that is one run of
+	// CJK characters: a symbol and queue entries per byte, ids, GC headroom),
+	// so the budget bounds that to about 1 GB.
+	DefaultMaxInflightBytes = 16 << 20
+)
+
+// inflightWait is how long a prompt waits for room in the in-flight budget
+// before it is refused: a few tokenizations of the largest prompts.
+const inflightWait = 2 * time.Second
+
+// ErrPromptTooLong is returned for a prompt above Config.MaxPromptBytes (the
+// caller's fault: an InvalidArgument); ErrBusy when the prompts being
+// tokenized hold the in-flight budget for longer than inflightWait (a
+// ResourceExhausted: retry later).
+var (
+	ErrPromptTooLong = errors.New("prompt too long")
+	ErrBusy          = errors.New("tokenization budget in use")
 )
 
 // Config configures a Store.
 type Config struct {
 	ChunkBytes int // bytes per chunk; 0 = DefaultChunkBytes
 	Capacity   int // max cached chunks per model (LRU beyond); 0 = DefaultCapacity
+	// MaxPromptBytes refuses longer prompts (rendered chats included) before
+	// any work; 0 = DefaultMaxPromptBytes.
+	MaxPromptBytes int
+	// MaxInflightBytes bounds the bytes of the prompts being tokenized at
+	// once (the memory tokenization holds); others wait for room. 0 =
+	// DefaultMaxInflightBytes; raised to MaxPromptBytes when below it.
+	MaxInflightBytes int
 }
 
 // Store is the prefix cache for all models. Safe for concurrent use.
@@ -58,6 +89,8 @@ type Store struct {
 	cfg Config
 	reg *tokenization.Registry
 	m   *Metrics
+
+	inflight *byteBudget
 
 	mu sync.Mutex
 	// One cache per tokenizer and mode, not per model name: names that
@@ -81,10 +114,18 @@ func New(cfg Config, reg *tokenization.Registry, m *Metrics) *Store {
 	if cfg.Capacity <= 0 {
 		cfg.Capacity = DefaultCapacity
 	}
+	if cfg.MaxPromptBytes <= 0 {
+		cfg.MaxPromptBytes = DefaultMaxPromptBytes
+	}
+	if cfg.MaxInflightBytes <= 0 {
+		cfg.MaxInflightBytes = DefaultMaxInflightBytes
+	}
+	cfg.MaxInflightBytes = max(cfg.MaxInflightBytes, cfg.MaxPromptBytes)
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	return &Store{cfg: cfg, reg: reg, m: m, models: map[storeKey]*modelStore{}}
+	return &Store{cfg: cfg, reg: reg, m: m, models: map[storeKey]*modelStore{},
+		inflight: newByteBudget(cfg.MaxInflightBytes, m.inflightBytes)}
 }
 
 // Stats is a snapshot of one tokenizer's cache in one mode.
@@ -138,11 +179,23 @@ func (s *Store) tokenize(ctx context.Context, model, prompt string, addSpecial b
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if len(prompt) > s.cfg.MaxPromptBytes {
+		s.m.refused.WithLabelValues("too_long").Inc()
+		return nil, fmt.Errorf("%w: %d bytes, limit %d (--max-prompt-bytes)", ErrPromptTooLong, len(prompt), s.cfg.MaxPromptBytes)
+	}
 	tok, err := s.reg.Get(model)
 	if err != nil {
 		s.m.errors.Inc()
 		return nil, err
 	}
+	if err := s.inflight.acquire(ctx, len(prompt), inflightWait); err != nil {
+		if errors.Is(err, ErrBusy) {
+			s.m.refused.WithLabelValues("busy").Inc()
+			return nil, fmt.Errorf("%w: %d prompt bytes are being tokenized (--tokenize-max-inflight-bytes %d); retry later", ErrBusy, s.inflight.used(), s.cfg.MaxInflightBytes)
+		}
+		return nil, err
+	}
+	defer s.inflight.release(len(prompt))
 	ms := s.modelStore(storeKey{tok, addSpecial}, model)
 	margin := 2*tok.MaxAddedTokenBytes() + 16
 
@@ -171,9 +224,9 @@ func (s *Store) tokenize(ctx context.Context, model, prompt string, addSpecial b
 	}
 	if !hit {
 		s.m.misses.Inc()
-		full, bounds, err := tok.EncodeBoundaries(prompt, addSpecial)
+		full, bounds, err := tok.EncodeBoundariesContext(ctx, prompt, addSpecial)
 		if err != nil {
-			s.m.errors.Inc()
+			s.countError(ctx)
 			return nil, fmt.Errorf("tokenize prompt for model %q: %w", model, err)
 		}
 		if nChunks > 0 {
@@ -186,9 +239,9 @@ func (s *Store) tokenize(ctx context.Context, model, prompt string, addSpecial b
 	s.m.hits.Inc()
 	reused := len(ids)
 	// the suffix's boundaries let the prompt's new chunks be cached too
-	suffix, sb, err := tok.EncodeSuffixBoundaries(prompt, bound.Offset, addSpecial)
+	suffix, sb, err := tok.EncodeSuffixBoundariesContext(ctx, prompt, bound.Offset, addSpecial)
 	if err != nil {
-		s.m.errors.Inc()
+		s.countError(ctx)
 		return nil, fmt.Errorf("tokenize prompt for model %q: %w", model, err)
 	}
 	ids = append(ids, suffix...)
@@ -197,6 +250,16 @@ func (s *Store) tokenize(ctx context.Context, model, prompt string, addSpecial b
 	}
 	s.observe(start, len(ids), reused)
 	return ids, nil
+}
+
+// countError counts a tokenization failure; a request that was cancelled or
+// timed out is not one: the tokenizer stopped because it ended.
+func (s *Store) countError(ctx context.Context) {
+	if ctx.Err() != nil {
+		s.m.cancelled.Inc()
+		return
+	}
+	s.m.errors.Inc()
 }
 
 func (s *Store) observe(start time.Time, tokens, reused int) {
@@ -292,15 +355,17 @@ func (ms *modelStore) insert(prompt string, c, margin int, hashes []uint64, from
 		base = prev.Tokens
 	}
 	// floor only rises: safeLimit is monotonic in the end offset, and prev.Offset is at
-	// or below every later limit, so each walk-back stops at the previous result and the
-	// whole loop is linear in the new text even inside very long runs.
+	// or below every later limit. The limits come from one forward scan of the new text
+	// (runScanner), so the loop is linear in it even inside one very long run, where
+	// every limit is the floor and a walk back from each chunk would be quadratic.
 	floor := prev.Offset
+	rs := newRunScanner(prompt, floor)
 	newNodes := make([]*node, 0, len(hashes)-from)
 	bi := 0
 	cur := prev
 	for i := from; i < len(hashes); i++ {
 		lo := cur.Tokens // the previous chunk's boundary: this chunk's ids start there
-		limit := safeLimit(prompt, (i+1)*c, margin, floor)
+		limit := rs.limit((i+1)*c, margin, floor)
 		floor = limit
 		for bi < len(bounds) && bounds[bi].Offset <= limit {
 			if b := bounds[bi]; b.Offset > cur.Offset {
@@ -419,4 +484,135 @@ func safeLimit(s string, end, margin, floor int) int {
 		}
 	}
 	return p
+}
+
+// runScanner computes safeLimit for non-decreasing ends in time linear in the text
+// scanned: it reads the text forward once from its start offset and remembers where the
+// run containing the last character read starts, and where the run before it starts.
+// Those are the two run starts safeLimit walks back to, so no character is read twice.
+type runScanner struct {
+	s         string
+	pos       int // the text before pos has been read
+	cls       int // class of the character before pos; -1 when nothing was read
+	cur, prev int // starts of its run and of the run before (-1: none after the start)
+}
+
+func newRunScanner(s string, start int) *runScanner {
+	return &runScanner{s: s, pos: start, cls: -1, cur: -1, prev: -1}
+}
+
+// limit is safeLimit(s, end, margin, floor), for floor at or above the scanner's start
+// and ends that do not decrease between calls.
+func (rs *runScanner) limit(end, margin, floor int) int {
+	p := end - margin
+	for p > floor && p < len(rs.s) && !utf8.RuneStart(rs.s[p]) {
+		p--
+	}
+	if p <= floor {
+		return floor
+	}
+	if p < rs.pos {
+		return safeLimit(rs.s, end, margin, floor) // an end moved back: not how insert calls it
+	}
+	for rs.pos < p {
+		r, sz := utf8.DecodeRuneInString(rs.s[rs.pos:])
+		if c := class(r); c != rs.cls {
+			rs.prev, rs.cur, rs.cls = rs.cur, rs.pos, c
+		}
+		rs.pos += sz
+	}
+	if rs.pos != p {
+		// p split an invalid sequence differently from the forward decode; the plain
+		// walk handles it (it cannot happen on valid UTF-8)
+		return safeLimit(rs.s, end, margin, floor)
+	}
+	if rs.cur <= floor || rs.prev <= floor {
+		return floor
+	}
+	return rs.prev
+}
+
+// byteBudget is a weighted semaphore over prompt bytes, served in arrival
+// order so a large prompt is not starved by a stream of small ones.
+type byteBudget struct {
+	mu      sync.Mutex
+	size    int
+	held    int
+	waiters []*budgetWaiter
+	gauge   interface{ Set(float64) }
+}
+
+type budgetWaiter struct {
+	n     int
+	ready chan struct{} // closed when the bytes were granted
+}
+
+func newByteBudget(size int, gauge interface{ Set(float64) }) *byteBudget {
+	return &byteBudget{size: size, gauge: gauge}
+}
+
+func (b *byteBudget) used() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.held
+}
+
+// acquire takes n bytes (n <= size), waiting at most wait for them; it
+// returns ErrBusy after wait, or ctx's error when ctx ends first.
+func (b *byteBudget) acquire(ctx context.Context, n int, wait time.Duration) error {
+	b.mu.Lock()
+	if len(b.waiters) == 0 && b.held+n <= b.size {
+		b.held += n
+		b.gauge.Set(float64(b.held))
+		b.mu.Unlock()
+		return nil
+	}
+	w := &budgetWaiter{n: n, ready: make(chan struct{})}
+	b.waiters = append(b.waiters, w)
+	b.mu.Unlock()
+
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	var err error
+	select {
+	case <-w.ready:
+		return nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-t.C:
+		err = ErrBusy
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-w.ready: // granted meanwhile: give it back
+		b.held -= n
+	default:
+		for i, x := range b.waiters {
+			if x == w {
+				b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
+				break
+			}
+		}
+	}
+	b.grant()
+	return err
+}
+
+func (b *byteBudget) release(n int) {
+	b.mu.Lock()
+	b.held -= n
+	b.grant()
+	b.mu.Unlock()
+}
+
+// grant hands bytes to the waiters at the head of the queue. Called with mu.
+func (b *byteBudget) grant() {
+	for len(b.waiters) > 0 && b.held+b.waiters[0].n <= b.size {
+		w := b.waiters[0]
+		b.waiters = b.waiters[1:]
+		b.held += w.n
+		close(w.ready)
+	}
+	b.gauge.Set(float64(b.held))
 }

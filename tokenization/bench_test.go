@@ -2,6 +2,7 @@ package tokenization
 
 import (
 	"path/filepath"
+	"strconv"
 	"testing"
 )
 
@@ -108,4 +109,25 @@ func suffixSetup(b *testing.B) (*Tokenizer, string, int) {
 		from = bd.Offset
 	}
 	return tk, text, from
+}
+
+// BenchmarkEncodeLongRun encodes one unbroken run of CJK characters (a single
+// pre-token, so a single BPE word). Merging is O(n log n): each size's ns/op
+// must stay near twice the previous one's (a quadratic merge makes it 4x).
+// go test ./tokenization -run '^$' -bench EncodeLongRun -benchtime 5x
+func BenchmarkEncodeLongRun(b *testing.B) {
+	for _, model := range encModels {
+		for _, n := range []int{100_000, 200_000, 400_000} {
+			b.Run(model+"/"+strconv.Itoa(n/1000)+"k", func(b *testing.B) {
+				tk := encLoad(b, model)
+				text := cjkRun(n)
+				b.SetBytes(int64(len(text)))
+				for b.Loop() {
+					if _, err := tk.Encode(text, true); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
 }

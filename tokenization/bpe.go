@@ -1,6 +1,7 @@
 package tokenization
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"hash/maphash"
@@ -169,25 +170,30 @@ type bpeWork struct {
 	heap []bpeMerge
 }
 
-// encodeWord appends the ids of one pre-tokenized word.
-func (m *bpeModel) encodeWord(dst []uint32, w string) []uint32 {
+// encodeWord appends the ids of one pre-tokenized word. A word is one
+// pre-token, which can be as long as the text (a run of letters with no
+// space), so merging checks ctx as it goes and returns its error once done.
+func (m *bpeModel) encodeWord(ctx context.Context, dst []uint32, w string) ([]uint32, error) {
 	if w == "" {
-		return dst
+		return dst, nil
 	}
 	if m.ignoreMerges {
 		if id, ok := m.vocab[w]; ok {
-			return append(dst, id)
+			return append(dst, id), nil
 		}
 	}
 	cacheable := len(w) <= maxCachedWord
 	if cacheable {
 		if ids, ok := m.cache.get(w); ok {
-			return append(dst, ids...)
+			return append(dst, ids...), nil
 		}
 	}
 	wk := m.heapPool.Get().(*bpeWork)
 	wk.syms = m.initialSymbols(wk.syms[:0], w)
-	m.mergeAll(wk)
+	if err := m.mergeAll(ctx, wk); err != nil {
+		m.putWork(wk)
+		return dst, err
+	}
 	start := len(dst)
 	for i := range wk.syms {
 		if wk.syms[i].live {
@@ -197,8 +203,20 @@ func (m *bpeModel) encodeWord(dst []uint32, w string) []uint32 {
 	if cacheable {
 		m.cache.put(w, dst[start:])
 	}
+	m.putWork(wk)
+	return dst, nil
+}
+
+// maxPooledSymbols bounds the buffers kept for reuse: one long word (a prompt
+// that is a single run of letters) needs ~28 bytes per byte, which the pool
+// would otherwise hold on to after the request.
+const maxPooledSymbols = 1 << 16
+
+func (m *bpeModel) putWork(wk *bpeWork) {
+	if cap(wk.syms) > maxPooledSymbols || cap(wk.heap) > maxPooledSymbols {
+		return
+	}
 	m.heapPool.Put(wk)
-	return dst
 }
 
 func (m *bpeModel) addSym(syms []bpeSym, id uint32) []bpeSym {
@@ -286,12 +304,17 @@ func (m *bpeModel) lookup(a, b uint32) (rank, id uint32, ok bool) {
 	return uint32(v >> 32), uint32(v), ok
 }
 
+// mergeCheckEvery is how many queue pops pass between two checks of the
+// request's context: about a millisecond of merging.
+const mergeCheckEvery = 1 << 14
+
 // mergeAll is HF's Word::merge_all: repeatedly apply the lowest-ranked merge
-// (leftmost on ties) using a priority queue with lazy invalidation.
-func (m *bpeModel) mergeAll(wk *bpeWork) {
+// (leftmost on ties) using a priority queue with lazy invalidation, so a word
+// of n symbols takes O(n log n) (each merge pushes at most two candidates).
+func (m *bpeModel) mergeAll(ctx context.Context, wk *bpeWork) error {
 	syms := wk.syms
 	if len(syms) < 2 {
-		return
+		return nil
 	}
 	h := wk.heap[:0]
 	for i := 0; i+1 < len(syms); i++ {
@@ -299,7 +322,13 @@ func (m *bpeModel) mergeAll(wk *bpeWork) {
 			h = heapPush(h, bpeMerge{r, int32(i), id})
 		}
 	}
-	for len(h) > 0 {
+	for pops := 1; len(h) > 0; pops++ {
+		if pops%mergeCheckEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				wk.heap = h[:0]
+				return err
+			}
+		}
 		var top bpeMerge
 		top, h = heapPop(h)
 		s := &syms[top.pos]
@@ -328,6 +357,7 @@ func (m *bpeModel) mergeAll(wk *bpeWork) {
 		}
 	}
 	wk.heap = h
+	return nil
 }
 
 func mergeLess(a, b bpeMerge) bool {

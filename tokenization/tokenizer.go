@@ -4,6 +4,7 @@
 package tokenization
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -140,7 +141,15 @@ type encState struct {
 	pa, pb  []piece
 	ctx     ptCtx
 	bounds  []Boundary
+	// done is the request's context, checked every ctxCheckBytes of words
+	// (and inside the merging of one long word).
+	done      context.Context
+	unchecked int
 }
+
+// ctxCheckBytes is how many bytes of words are encoded between two checks
+// of the request's context: tens of microseconds of work.
+const ctxCheckBytes = 64 << 10
 
 // MaxAddedTokenBytes is the length of the longest added token's content. A
 // prefix cache keeps at least this distance from the end of a cached prefix,
@@ -150,7 +159,7 @@ func (t *Tokenizer) MaxAddedTokenBytes() int { return t.maxAdded }
 // Encode returns the ids of text; with addSpecialTokens the post-processor's
 // special tokens (e.g. BOS) are added.
 func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]uint32, error) {
-	ids, _, err := t.encode(text, 0, addSpecialTokens, false)
+	ids, _, err := t.encode(context.Background(), text, 0, addSpecialTokens, false)
 	return ids, err
 }
 
@@ -159,7 +168,14 @@ func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]uint32, error)
 // == ids; the end of the text is always the last boundary (none is
 // reported at offset 0).
 func (t *Tokenizer) EncodeBoundaries(text string, addSpecialTokens bool) ([]uint32, []Boundary, error) {
-	return t.encode(text, 0, addSpecialTokens, true)
+	return t.encode(context.Background(), text, 0, addSpecialTokens, true)
+}
+
+// EncodeBoundariesContext is EncodeBoundaries that stops with ctx's error
+// soon after ctx is done (a request whose client left must not keep a core
+// busy on a long prompt).
+func (t *Tokenizer) EncodeBoundariesContext(ctx context.Context, text string, addSpecialTokens bool) ([]uint32, []Boundary, error) {
+	return t.encode(ctx, text, 0, addSpecialTokens, true)
 }
 
 // EncodeSuffix returns the ids of text[from:] exactly as they follow the
@@ -170,7 +186,7 @@ func (t *Tokenizer) EncodeSuffix(text string, from int, addSpecialTokens bool) (
 	if from < 0 || from > len(text) {
 		return nil, fmt.Errorf("EncodeSuffix: offset %d out of range [0,%d]", from, len(text))
 	}
-	ids, _, err := t.encode(text, from, addSpecialTokens, false)
+	ids, _, err := t.encode(context.Background(), text, from, addSpecialTokens, false)
 	return ids, err
 }
 
@@ -182,13 +198,27 @@ func (t *Tokenizer) EncodeSuffixBoundaries(text string, from int, addSpecialToke
 	if from < 0 || from > len(text) {
 		return nil, nil, fmt.Errorf("EncodeSuffixBoundaries: offset %d out of range [0,%d]", from, len(text))
 	}
-	return t.encode(text, from, addSpecialTokens, true)
+	return t.encode(context.Background(), text, from, addSpecialTokens, true)
 }
 
-func (t *Tokenizer) encode(text string, from int, add, wantB bool) ([]uint32, []Boundary, error) {
+// EncodeSuffixBoundariesContext is EncodeSuffixBoundaries that stops with
+// ctx's error soon after ctx is done.
+func (t *Tokenizer) EncodeSuffixBoundariesContext(ctx context.Context, text string, from int, addSpecialTokens bool) ([]uint32, []Boundary, error) {
+	if from < 0 || from > len(text) {
+		return nil, nil, fmt.Errorf("EncodeSuffixBoundaries: offset %d out of range [0,%d]", from, len(text))
+	}
+	return t.encode(ctx, text, from, addSpecialTokens, true)
+}
+
+func (t *Tokenizer) encode(ctx context.Context, text string, from int, add, wantB bool) ([]uint32, []Boundary, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
 	st := t.state.Get().(*encState)
 	defer t.state.Put(st)
 	st.bounds = st.bounds[:0]
+	st.done, st.unchecked = ctx, 0
+	defer func() { st.done = nil }() // do not keep the request's context in the pool
 	ids := make([]uint32, 0, 16+(len(text)-from)/3)
 	normCont, preCont := false, false
 	if from > 0 {
@@ -315,7 +345,16 @@ func (t *Tokenizer) run(st *encState, ids []uint32, text string, from int, normC
 						t.addBoundary(st, o, len(ids))
 					}
 				}
-				ids = t.model.encodeWord(ids, w.text)
+				var err error
+				if ids, err = t.model.encodeWord(st.done, ids, w.text); err != nil {
+					return nil, err
+				}
+				if st.unchecked += len(w.text); st.unchecked >= ctxCheckBytes {
+					st.unchecked = 0
+					if err := st.done.Err(); err != nil {
+						return nil, err
+					}
+				}
 			}
 		}
 	}

@@ -59,6 +59,9 @@ type Config struct {
 	Tokenizers       map[string]string `json:"tokenizers" yaml:"tokenizers"`
 	PrefixChunkBytes int               `json:"prefix_store_chunk_bytes" yaml:"prefix_store_chunk_bytes"`
 	PrefixCapacity   int               `json:"prefix_store_capacity" yaml:"prefix_store_capacity"`
+	// Request bounds of prompt scoring (docs/security.md, "Prompt limits").
+	MaxPromptBytes           int `json:"max_prompt_bytes" yaml:"max_prompt_bytes"`
+	TokenizeMaxInflightBytes int `json:"tokenize_max_inflight_bytes" yaml:"tokenize_max_inflight_bytes"`
 
 	// The prediction check: a sample of scored requests is compared with the
 	// blocks the engines later store (GET /v1/models, kvindexd_prediction_*).
@@ -112,6 +115,13 @@ type EndpointSpec struct {
 	Snapshot string `json:"snapshot" yaml:"snapshot"`
 }
 
+// Upper ends of the prompt bounds: a prompt cannot be above the largest HTTP
+// body, and tokenizing holds up to ~30 bytes per in-flight prompt byte.
+const (
+	maxPromptBytesLimit   = 1 << 30
+	maxInflightBytesLimit = 1 << 32
+)
+
 // DefaultConfig is what the daemon runs with when told nothing.
 func DefaultConfig() Config {
 	return Config{
@@ -133,6 +143,9 @@ func DefaultConfig() Config {
 		SecurityConfig: defaultSecurity(),
 		SnapshotConfig: defaultSnapshot(),
 		LimitsConfig:   defaultLimits(),
+
+		MaxPromptBytes:           prefixstore.DefaultMaxPromptBytes,
+		TokenizeMaxInflightBytes: prefixstore.DefaultMaxInflightBytes,
 
 		// 1 in 100 scored requests: a miss rate within minutes at router
 		// traffic, at a cost the apply path does not show (see
@@ -289,6 +302,8 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.Var(mapFlag{&cfg.Tokenizers}, "tokenizer", "model=path of a tokenizer directory (repeatable or comma-separated)")
 	fs.IntVar(&cfg.PrefixChunkBytes, "prefix-store-chunk-bytes", cfg.PrefixChunkBytes, fmt.Sprintf("prefix store chunk size in bytes (0 = default %d)", prefixstore.DefaultChunkBytes))
 	fs.IntVar(&cfg.PrefixCapacity, "prefix-store-capacity", cfg.PrefixCapacity, fmt.Sprintf("prefix store size in chunks per model, least recently used dropped (0 = default %d)", prefixstore.DefaultCapacity))
+	fs.IntVar(&cfg.MaxPromptBytes, "max-prompt-bytes", cfg.MaxPromptBytes, "longest prompt (or rendered chat) tokenized for a score, bytes; longer ones are refused with 400 / InvalidArgument")
+	fs.IntVar(&cfg.TokenizeMaxInflightBytes, "tokenize-max-inflight-bytes", cfg.TokenizeMaxInflightBytes, "bytes of prompts tokenized at once (at least --max-prompt-bytes); a prompt waits up to 2s for room, then 429 / ResourceExhausted")
 	fs.StringVar(&cfg.PickPolicy, "pick-policy", cfg.PickPolicy, "default policy of /v1/pick: "+strings.Join(routing.Names(), ", ")+" (\"\" = "+routing.DefaultPolicy+")")
 	fs.Var(&cfg.SpecTTL, "speculative-ttl", "how long a picked pod is assumed to hold the request's blocks before its events arrive (0 = 2s, negative = off)")
 	fs.Var(&cfg.HistoryTTL, "history-ttl", "how long picks are remembered for pods without KV events (0 = 120s, negative = off)")
@@ -412,6 +427,12 @@ func (c *Config) validate() error {
 	}
 	if c.Workers < 0 || c.QueueSize < 0 || c.Capacity < 0 {
 		return errors.New("--workers, --queue-size and --capacity must not be negative")
+	}
+	if c.MaxPromptBytes < 1 || c.MaxPromptBytes > maxPromptBytesLimit {
+		return fmt.Errorf("--max-prompt-bytes %d: want 1..%d", c.MaxPromptBytes, maxPromptBytesLimit)
+	}
+	if c.TokenizeMaxInflightBytes < c.MaxPromptBytes || c.TokenizeMaxInflightBytes > maxInflightBytesLimit {
+		return fmt.Errorf("--tokenize-max-inflight-bytes %d: want --max-prompt-bytes (%d)..%d", c.TokenizeMaxInflightBytes, c.MaxPromptBytes, maxInflightBytesLimit)
 	}
 	if _, err := c.pickConfig(); err != nil {
 		return err

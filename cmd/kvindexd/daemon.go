@@ -189,7 +189,8 @@ func (d *daemon) tokenizers() (*prefixstore.Store, *chatprompt.Renderer, error) 
 		models[name] = path
 	}
 	reg := tokenization.NewRegistry(tokenization.RegistryConfig{Models: models, HFCacheDir: d.cfg.HFCacheDir, Dirs: d.cfg.TokenizersDir})
-	store := prefixstore.New(prefixstore.Config{ChunkBytes: d.cfg.PrefixChunkBytes, Capacity: d.cfg.PrefixCapacity}, reg,
+	store := prefixstore.New(prefixstore.Config{ChunkBytes: d.cfg.PrefixChunkBytes, Capacity: d.cfg.PrefixCapacity,
+		MaxPromptBytes: d.cfg.MaxPromptBytes, MaxInflightBytes: d.cfg.TokenizeMaxInflightBytes}, reg,
 		prefixstore.NewMetrics(d.reg))
 	chats, err := chatprompt.New(chatprompt.Config{Registry: reg, Tokenizer: store, Templates: templates, Registerer: d.reg})
 	if err != nil {

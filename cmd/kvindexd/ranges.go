@@ -44,6 +44,10 @@ var numericRanges = map[string]intRange{
 	"http-max-body-bytes":      {0, 1 << 32},
 	"http-max-conns":           {0, 1 << 20},
 	"grpc-max-conns":           {0, 1 << 20},
+	// and at least --max-prompt-bytes (checked with the other tokenization
+	// settings in validate)
+	"max-prompt-bytes":            {1, maxPromptBytesLimit},
+	"tokenize-max-inflight-bytes": {1, maxInflightBytesLimit},
 }
 
 func (r intRange) String() string { return fmt.Sprintf("%d..%d", r.min, r.max) }

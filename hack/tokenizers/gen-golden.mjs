@@ -30,6 +30,17 @@ export const FUZZ_PER_MODEL = 2000;
 export const BENCH_SEED = 90000;
 export const BENCH_SIZE = 90 * 1024;
 const TEXT20K_SEED = 20000;
+const LONG_RUN_SEED = 30000;
+export const LONG_RUN_CHARS = 10000;
+
+// One unbroken run of random CJK ideographs: a single pre-token, so a single BPE
+// word of tens of thousands of symbols (the merge loop's worst case).
+function longRun(seed, n) {
+  const r = prng(seed);
+  let s = "";
+  for (let i = 0; i < n; i++) s += String.fromCodePoint(r.range(0x4e00, 0x9fff));
+  return s;
+}
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, "../..");
@@ -131,11 +142,12 @@ async function genModel(model) {
   const seed = (BASE_SEED ^ fnv1a(model)) >>> 0;
   const r = prng(seed);
   const texts = [];
-  const kinds = { tricky: 0, fuzz: 0, added_tokens: 0, text20k: 0 };
+  const kinds = { tricky: 0, fuzz: 0, added_tokens: 0, text20k: 0, long_run: 0 };
   for (const t of tricky(specials)) { texts.push(t); kinds.tricky++; }
   for (let i = 0; i < FUZZ_PER_MODEL; i++) { texts.push(fuzzString(r, specials)); kinds.fuzz++; }
   for (const t of addedCoverage(r, specials)) { texts.push(t); kinds.added_tokens++; }
   texts.push(mixedText(TEXT20K_SEED, 20 * 1024)); kinds.text20k++;
+  texts.push(longRun(LONG_RUN_SEED, LONG_RUN_CHARS)); kinds.long_run++;
 
   const lines = [];
   for (const text of texts) {

@@ -2,6 +2,7 @@ package persist
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -17,6 +18,8 @@ type Metrics struct {
 	writeSeconds prometheus.Histogram
 	restored     prometheus.Gauge
 	loadSeconds  prometheus.Gauge
+	loadFailures *prometheus.CounterVec
+	tempRemoved  prometheus.Counter
 }
 
 // NewMetrics registers the snapshot metrics on reg (nil = unregistered).
@@ -36,11 +39,20 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 			Help: "(block, pod) entries loaded from the snapshot at start (0 = cold start)."}),
 		loadSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvindexd_snapshot_load_seconds",
 			Help: "Time the snapshot load took at start."}),
+		loadFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindexd_snapshot_load_failures_total",
+			Help: "Snapshots not loaded at start (cold start instead) by reason: corrupt (checksum, truncation, counts), invalid (names or counts no event could have created), other (unreadable, incompatible)."},
+			[]string{"reason"}),
+		tempRemoved: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvindexd_snapshot_temp_files_removed_total",
+			Help: "Temporary snapshot files left by an interrupted write, removed at start."}),
 	}
 	m.writes.WithLabelValues("ok")
 	m.writes.WithLabelValues("error")
+	for _, r := range []string{"corrupt", "invalid", "other"} {
+		m.loadFailures.WithLabelValues(r)
+	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.writes, m.lastWrite, m.bytes, m.entries, m.writeSeconds, m.restored, m.loadSeconds} {
+		for _, c := range []prometheus.Collector{m.writes, m.lastWrite, m.bytes, m.entries, m.writeSeconds, m.restored, m.loadSeconds,
+			m.loadFailures, m.tempRemoved} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -54,6 +66,21 @@ func (m *Metrics) Loaded(l *Loaded, took time.Duration) {
 	m.restored.Set(float64(l.Entries))
 	m.loadSeconds.Set(took.Seconds())
 }
+
+// LoadFailed records a snapshot that was not loaded.
+func (m *Metrics) LoadFailed(err error) {
+	switch {
+	case errors.Is(err, ErrInvalid):
+		m.loadFailures.WithLabelValues("invalid").Inc()
+	case errors.Is(err, ErrCorrupt):
+		m.loadFailures.WithLabelValues("corrupt").Inc()
+	default:
+		m.loadFailures.WithLabelValues("other").Inc()
+	}
+}
+
+// TempRemoved records n temporary files removed at start.
+func (m *Metrics) TempRemoved(n int) { m.tempRemoved.Add(float64(n)) }
 
 // Saver writes a snapshot every interval and once more when stopped.
 type Saver struct {

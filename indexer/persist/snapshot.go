@@ -37,8 +37,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -258,10 +260,43 @@ type Loaded struct {
 // checksum, truncation, inconsistent counts).
 var ErrCorrupt = errors.New("snapshot file is corrupt or truncated")
 
-// Load reads path into idx, interning its models and pods in in, which must
-// be the fresh interner idx is used with (no model interned yet). On any
-// error nothing of the file stays visible in idx (its pods are cleared).
+// Limits are the bounds events are held to (package kvevents), applied to a
+// snapshot's tables: a file holding what no event could have created was not
+// written by kvindexd, checksum or not. Zero fields are kvevents' defaults.
+type Limits struct {
+	MaxPods    int // (pod, DP rank) entries of the pod table: --max-streams
+	MaxModels  int // --max-models
+	MaxDPRanks int // a rank must be below it: --max-dp-ranks
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxPods <= 0 {
+		l.MaxPods = kvevents.DefaultMaxStreams
+	}
+	if l.MaxModels <= 0 {
+		l.MaxModels = kvevents.DefaultMaxModels
+	}
+	if l.MaxDPRanks <= 0 {
+		l.MaxDPRanks = kvevents.DefaultMaxDPRanks
+	}
+	return l
+}
+
+// ErrInvalid wraps every reason a file with a valid checksum is refused: a
+// name events would have dropped (too long, invalid UTF-8, control
+// characters), more pods or models than the limits, a DP rank beyond them.
+var ErrInvalid = errors.New("snapshot holds what no event could have created")
+
+// Load is LoadLimited with kvevents' default limits.
 func Load(path string, idx *kvindex.MemoryIndex, in *kvindex.Interner) (*Loaded, error) {
+	return LoadLimited(path, idx, in, Limits{})
+}
+
+// LoadLimited reads path into idx, interning its models and pods in in,
+// which must be the fresh interner idx is used with (no model interned yet).
+// Names and counts are checked against lim before they are interned. On any
+// error nothing of the file stays visible in idx (its pods are cleared).
+func LoadLimited(path string, idx *kvindex.MemoryIndex, in *kvindex.Interner, lim Limits) (*Loaded, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -301,7 +336,7 @@ func Load(path string, idx *kvindex.MemoryIndex, in *kvindex.Interner) (*Loaded,
 		return nil, err
 	}
 	d := &decoder{r: bufio.NewReaderSize(io.LimitReader(f, size-4), 1<<20), left: size - 4}
-	l, err := load(d, idx, in)
+	l, err := load(d, idx, in, lim.withDefaults())
 	if err != nil {
 		if l != nil {
 			for _, p := range l.Pods {
@@ -313,7 +348,7 @@ func Load(path string, idx *kvindex.MemoryIndex, in *kvindex.Interner) (*Loaded,
 	return l, nil
 }
 
-func load(d *decoder, idx *kvindex.MemoryIndex, in *kvindex.Interner) (*Loaded, error) {
+func load(d *decoder, idx *kvindex.MemoryIndex, in *kvindex.Interner, lim Limits) (*Loaded, error) {
 	if string(d.bytes(len(magic))) != magic {
 		return nil, fmt.Errorf("%w: not a kvindex snapshot", ErrCorrupt)
 	}
@@ -323,12 +358,18 @@ func load(d *decoder, idx *kvindex.MemoryIndex, in *kvindex.Interner) (*Loaded, 
 	l := &Loaded{Created: time.Unix(0, int64(d.u64()))}
 	probe := kvindex.Key(d.u64())
 	nm := d.count()
+	if nm > lim.MaxModels {
+		return nil, fmt.Errorf("%w: %d models, limit %d (--max-models)", ErrInvalid, nm, lim.MaxModels)
+	}
 	for i := range nm {
 		id := d.uvarint()
 		name := d.str()
 		p := d.u64()
 		if d.err != nil {
 			return nil, d.err
+		}
+		if why := kvevents.NameProblem(name, kvevents.MaxModelNameBytes); why != "" {
+			return nil, fmt.Errorf("%w: model %d: name %s", ErrInvalid, i, why)
 		}
 		if id != uint64(i) {
 			return nil, fmt.Errorf("%w: model table out of order", ErrCorrupt)
@@ -338,8 +379,11 @@ func load(d *decoder, idx *kvindex.MemoryIndex, in *kvindex.Interner) (*Loaded, 
 		}
 	}
 	np := d.count()
+	if np > lim.MaxPods {
+		return nil, fmt.Errorf("%w: %d pods, limit %d (--max-streams)", ErrInvalid, np, lim.MaxPods)
+	}
 	ids := make([]kvindex.PodID, 0, np)
-	for range np {
+	for i := range np {
 		name := d.str()
 		rank := d.uvarint()
 		has := d.u8()
@@ -347,8 +391,16 @@ func load(d *decoder, idx *kvindex.MemoryIndex, in *kvindex.Interner) (*Loaded, 
 		if d.err != nil {
 			return l, d.err
 		}
-		if rank > 1<<30 || has > 1 {
+		if has > 1 {
 			return l, fmt.Errorf("%w: pod table", ErrCorrupt)
+		}
+		// checked before the name is interned: an interned name is exported
+		// as a label, and one invalid label value fails every /metrics scrape
+		if why := kvevents.NameProblem(name, kvevents.MaxPodNameBytes); why != "" {
+			return l, fmt.Errorf("%w: pod %d: name %s", ErrInvalid, i, why)
+		}
+		if rank >= uint64(lim.MaxDPRanks) {
+			return l, fmt.Errorf("%w: pod %d: DP rank %d, limit %d (--max-dp-ranks)", ErrInvalid, i, rank, lim.MaxDPRanks)
 		}
 		id := in.Pod(name, int(rank))
 		ids = append(ids, id)
@@ -503,4 +555,30 @@ func (b byteCounter) ReadByte() (byte, error) {
 		b.d.left--
 	}
 	return c, err
+}
+
+// RemoveTemp deletes the temporary files a write interrupted by a kill left
+// next to path (Write creates them as <name>.tmp-*; a finished write renames
+// its own). Call it at start, before the saver runs. It returns how many were
+// removed; the first error is returned with the count so far.
+func RemoveTemp(path string) (int, error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), base+".tmp-") {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -326,5 +327,89 @@ func TestModelAddedDuringWrite(t *testing.T) {
 	}
 	if _, err := Write(path, Source{Index: f.idx, Interner: f.in}, time.Now()); err != nil {
 		t.Fatalf("the next write: %v", err)
+	}
+}
+
+// A file with a valid checksum is still held to what events may create: pod and model
+// names that events would drop (invalid UTF-8, control characters, too long), more pods
+// or models than the limits, DP ranks beyond them. Such a file is refused as ErrInvalid
+// before the bad name is interned (an interned name becomes a /metrics label).
+func TestLoadHoldsFileToEventLimits(t *testing.T) {
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(9, 9))
+	ks := keys(rng, 10)
+	for _, tc := range []struct {
+		name         string
+		model, pod   string
+		rank         int
+		lim          Limits
+		wantAccepted bool
+	}{
+		{name: "valid", model: "org/m", pod: "pod-a", wantAccepted: true},
+		{name: "pod_invalid_utf8", model: "org/m", pod: "pod-\xff\xfe"},
+		{name: "pod_control_char", model: "org/m", pod: "pod\n1"},
+		{name: "pod_del_char", model: "org/m", pod: "pod\x7f"},
+		{name: "pod_254_bytes", model: "org/m", pod: strings.Repeat("p", 254)},
+		{name: "pod_65536_bytes", model: "org/m", pod: strings.Repeat("p", 65536)},
+		{name: "model_invalid_utf8", model: "org/\xc3", pod: "pod-a"},
+		{name: "model_257_bytes", model: strings.Repeat("m", 257), pod: "pod-a"},
+		{name: "rank_2^30", model: "org/m", pod: "pod-a", rank: 1 << 30},
+		{name: "rank_64", model: "org/m", pod: "pod-a", rank: 64},
+		{name: "rank_63", model: "org/m", pod: "pod-a", rank: 63, wantAccepted: true},
+		{name: "more_pods_than_streams", model: "org/m", pod: "pod-a", lim: Limits{MaxPods: 1}},
+		{name: "more_models_than_allowed", model: "org/m", pod: "pod-a", lim: Limits{MaxModels: 1}},
+		{name: "ranks_below_the_limit", model: "org/m", pod: "pod-a", rank: 5, lim: Limits{MaxDPRanks: 5}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFleet(1 << 10)
+			f.add(t, tc.model, tc.pod, tc.rank, kvindex.TierGPU, ks)
+			f.add(t, "org/other", "pod-b", 0, kvindex.TierGPU, ks)
+			path := filepath.Join(dir, tc.name+".snap")
+			write(t, f, path, nil)
+			g := newFleet(1 << 10)
+			l, err := LoadLimited(path, g.idx, g.in, tc.lim)
+			if tc.wantAccepted {
+				if err != nil || len(l.Pods) != 2 {
+					t.Fatalf("refused a valid file: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("err = %v, want ErrInvalid", err)
+			}
+			if n := g.idx.Stats().Entries; n != 0 {
+				t.Fatalf("%d entries visible", n)
+			}
+			if _, ok := g.in.LookupPod(tc.pod, tc.rank); ok && tc.lim == (Limits{}) {
+				t.Fatalf("the refused pod name was interned")
+			}
+		})
+	}
+}
+
+// Temporary files of writes a kill interrupted are removed; the snapshot itself, other
+// files and other snapshots' temporary files are not.
+func TestRemoveTemp(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "snap.bin")
+	for _, n := range []string{"snap.bin", "snap.bin.tmp-123", "snap.bin.tmp-456", "other.bin.tmp-1", "snap.bin.bak"} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "snap.bin.tmp-dir"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	n, err := RemoveTemp(path)
+	if err != nil || n != 2 {
+		t.Fatalf("RemoveTemp = %d, %v; want 2", n, err)
+	}
+	var left []string
+	es, _ := os.ReadDir(dir)
+	for _, e := range es {
+		left = append(left, e.Name())
+	}
+	if want := []string{"other.bin.tmp-1", "snap.bin", "snap.bin.bak", "snap.bin.tmp-dir"}; !slices.Equal(left, want) {
+		t.Fatalf("left %v, want %v", left, want)
 	}
 }

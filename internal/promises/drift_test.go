@@ -17,7 +17,7 @@ import (
 // promiseDocs are the documents whose tables name the promises' tests, and
 // the sections of each that must hold a table with a `test` column.
 var promiseDocs = map[string][]string{
-	"docs/security.md": {"### Bearer tokens", "### HTTP server limits", "#### Transport limits",
+	"docs/security.md": {"### Bearer tokens", "### HTTP server limits", "### Prompt limits", "#### Transport limits",
 		"#### State limits", "### The promises suite"},
 }
 

@@ -4,3 +4,6 @@ package promises
 
 // buildFlags: see race_test.go.
 var buildFlags []string
+
+// raceBuild: see race_test.go.
+const raceBuild = false

@@ -7,3 +7,7 @@ package promises
 // package of kvindexd is already compiled with -race, so the build is a
 // link, and a data race in the daemon fails the scenario (exit status 66).
 var buildFlags = []string{"-race"}
+
+// raceBuild: the daemon runs several times slower and its memory includes the
+// race detector's shadow memory; scenarios that depend on either adapt.
+const raceBuild = true
