@@ -21,6 +21,8 @@ const (
 	DefaultDialTimeout  = time.Second
 	DefaultIOTimeout    = time.Second
 	DefaultStatsRefresh = 5 * time.Second
+	DefaultCallTimeout  = time.Second
+	DefaultLossCheck    = time.Second
 )
 
 // go-redis dials 5 times 100ms apart by default before a command fails; a
@@ -60,6 +62,16 @@ type Config struct {
 	// DialTimeout, ReadTimeout, WriteTimeout bound each network operation so
 	// a lost Redis surfaces as an error quickly (default 1s each).
 	DialTimeout, ReadTimeout, WriteTimeout time.Duration
+	// CallTimeout bounds each index operation as a whole, every round
+	// trip and retry of it (a lookup, a coalesced write flush, a clear, a
+	// health check), whatever the caller's context allows: a node that
+	// hangs with its connections open (SIGSTOP, DEBUG SLEEP, a failover in
+	// progress) fails the call with ErrUnavailable after this long instead
+	// of holding it for ReadTimeout per attempt. Default 1s; 0..MaxIOTimeout.
+	CallTimeout time.Duration
+	// LossCheck is how often the index checks whether Redis lost entries
+	// (restarted, evicted, flushed; loss.go). Default 1s; negative = never.
+	LossCheck time.Duration
 	// MaxRetries for one command on network errors (go-redis semantics;
 	// 0 = 1 retry, -1 = none).
 	MaxRetries int

@@ -44,6 +44,13 @@ type Index struct {
 
 	cleanup chan cleanupItem
 
+	// callTimeout bounds every operation as a whole (Config.CallTimeout);
+	// loss watches for a Redis that lost entries (loss.go), lost counts
+	// what it found.
+	callTimeout time.Duration
+	loss        lossWatch
+	lost        atomic.Int64
+
 	// write coalescing (writer.go)
 	wc              committer
 	wReqs, wFlushes atomic.Int64
@@ -81,6 +88,9 @@ func New(ctx context.Context, cfg Config) (*Index, error) {
 	if cfg.Interner == nil {
 		return nil, errors.New("redisindex: Config.Interner is required")
 	}
+	if cfg.CallTimeout < 0 || cfg.CallTimeout > MaxIOTimeout {
+		return nil, fmt.Errorf("redisindex: CallTimeout %v out of range 0..%v", cfg.CallTimeout, MaxIOTimeout)
+	}
 	o, err := cfg.universalOptions()
 	if err != nil {
 		return nil, fmt.Errorf("redisindex: %s: %w", redactURL(cfg.URL), err)
@@ -101,6 +111,9 @@ func New(ctx context.Context, cfg Config) (*Index, error) {
 func NewWithClient(c redis.UniversalClient, cfg Config) (*Index, error) {
 	if cfg.Interner == nil {
 		return nil, errors.New("redisindex: Config.Interner is required")
+	}
+	if cfg.CallTimeout < 0 || cfg.CallTimeout > MaxIOTimeout {
+		return nil, fmt.Errorf("redisindex: CallTimeout %v out of range 0..%v", cfg.CallTimeout, MaxIOTimeout)
 	}
 	ns, ttl, err := cfg.namespaceAndTTL(DefaultNamespace, DefaultTTL)
 	if err != nil {
@@ -128,6 +141,7 @@ func newIndex(c redis.UniversalClient, cluster bool, ns string, ttl time.Duratio
 		cleanup:  make(chan cleanupItem, q),
 		done:     make(chan struct{}),
 		log:      cfg.Logger,
+		loss:     lossWatch{runID: map[string]string{}, evicted: map[string]int64{}},
 	}
 	if x.log == nil {
 		x.log = slog.Default()
@@ -141,6 +155,11 @@ func newIndex(c redis.UniversalClient, cluster bool, ns string, ttl time.Duratio
 	x.stop = cancel
 	go x.background(ctx, orDur(cfg.StatsRefresh, DefaultStatsRefresh))
 	x.startExpiryWatch(ctx)
+	x.callTimeout = orDur(cfg.CallTimeout, DefaultCallTimeout)
+	if every := orDur(cfg.LossCheck, DefaultLossCheck); every > 0 {
+		x.watchers.Add(1)
+		go x.watchLoss(ctx, every)
+	}
 	return x
 }
 
