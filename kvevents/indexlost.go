@@ -36,10 +36,16 @@ func (s *Subscriber) MarkPodIndexLost(pod string, dpRank int, reason string) {
 }
 
 // markIndexLost takes only st.mu: the caller may be the sink, which runs
-// while a reader holds st.order waiting for its queue.
+// while a reader holds st.order waiting for its queue. A stream already
+// incomplete keeps its reason (the first break in its run; both are repaired
+// the same way), except a tentative "message_lost", which this settles.
 func (st *stream) markIndexLost(reason string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.indexLost, st.lost = true, false
+	st.indexLost = true
+	if !st.stats.Complete && !st.lost {
+		return
+	}
+	st.lost = false
 	st.stats.Complete, st.stats.IncompleteReason, st.stats.CompleteSinceSeq = false, reason, st.stats.LastSeq+1
 }

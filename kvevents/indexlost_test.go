@@ -37,9 +37,9 @@ func TestMarkIndexLostHoldsUntilRebuilt(t *testing.T) {
 	if !stats("a").Complete || !stats("b").Complete {
 		t.Fatalf("not complete from seq 0: %+v %+v", stats("a"), stats("b"))
 	}
-	s.MarkIndexLost("index_lost")
 	s.MarkPodIndexLost("b", 0, "index_error")
 	s.MarkPodIndexLost("nobody", 0, "index_error") // unknown: ignored
+	s.MarkIndexLost("index_lost")                  // b keeps its first reason
 	if st := stats("a"); st.Complete || st.IncompleteReason != "index_lost" {
 		t.Fatalf("a after MarkIndexLost: %+v", st)
 	}
