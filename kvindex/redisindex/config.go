@@ -347,6 +347,9 @@ func singleOptions(rest string, q url.Values, com connOpts) (*redis.Options, err
 		return nil, err
 	}
 	so.TLSConfig = com.tls
+	// Network deadlines follow the call's context too (CallTimeout), not
+	// only the per-attempt ReadTimeout/WriteTimeout.
+	so.ContextTimeoutEnabled = true
 	so.Protocol = 2
 	so.DialerRetries, so.DialerRetryTimeout = dialerRetries, dialerRetryWait
 	so.DisableIdentity = true
@@ -378,6 +381,7 @@ func clusterOptions(rest string, q url.Values, com connOpts) (*redis.ClusterOpti
 		return nil, err
 	}
 	co.TLSConfig = com.tls
+	co.ContextTimeoutEnabled = true
 	co.Protocol = 2
 	co.DialerRetries, co.DialerRetryTimeout = dialerRetries, dialerRetryWait
 	co.DisableIdentity = true

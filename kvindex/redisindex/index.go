@@ -142,6 +142,8 @@ func newIndex(c redis.UniversalClient, cluster bool, ns string, ttl time.Duratio
 		done:     make(chan struct{}),
 		log:      cfg.Logger,
 		loss:     lossWatch{runID: map[string]string{}, evicted: map[string]int64{}},
+
+		callTimeout: orDur(cfg.CallTimeout, DefaultCallTimeout),
 	}
 	if x.log == nil {
 		x.log = slog.Default()
@@ -155,7 +157,6 @@ func newIndex(c redis.UniversalClient, cluster bool, ns string, ttl time.Duratio
 	x.stop = cancel
 	go x.background(ctx, orDur(cfg.StatsRefresh, DefaultStatsRefresh))
 	x.startExpiryWatch(ctx)
-	x.callTimeout = orDur(cfg.CallTimeout, DefaultCallTimeout)
 	if every := orDur(cfg.LossCheck, DefaultLossCheck); every > 0 {
 		x.watchers.Add(1)
 		go x.watchLoss(ctx, every)
@@ -177,6 +178,14 @@ func (x *Index) Close() error {
 	return nil
 }
 
+// callCtx bounds one operation, all its round trips and retries, by
+// CallTimeout (or the caller's earlier deadline): go-redis' per-attempt
+// read timeout alone lets a retry after a timeout wait again, so a node
+// asleep for 2 s answered a call after 1.97 s with a 1 s read timeout.
+func (x *Index) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, x.callTimeout)
+}
+
 // Client is the underlying go-redis client (shared with the lease manager).
 func (x *Index) Client() redis.UniversalClient { return x.c }
 
@@ -185,6 +194,8 @@ func (x *Index) Namespace() string { return x.ns }
 
 // Healthy pings Redis (every master in Cluster mode).
 func (x *Index) Healthy(ctx context.Context) error {
+	ctx, cancel := x.callCtx(ctx)
+	defer cancel()
 	var err error
 	if cc, ok := x.c.(*redis.ClusterClient); ok {
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
