@@ -77,3 +77,58 @@ func waitSleeping(t *testing.T, srv *redistest.Server) {
 type visitAll struct{}
 
 func (visitAll) Visit(int, kvindex.Key, []kvindex.Holder) bool { return true }
+
+// On Cluster a hung master fails, at the deadline, the lookups that read
+// one of its keys; a lookup whose keys (and the pods hash) live on the
+// other masters is answered.
+func TestCallTimeoutClusterHungMaster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, "--enable-debug-command", "local")
+	idx, in := newTestIndex(t, cl.URL(), func(c *Config) {
+		c.CallTimeout, c.ReadTimeout, c.WriteTimeout = 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
+	})
+	ctx := context.Background()
+	cc := idx.c.(*redis.ClusterClient)
+	m, p := in.Model("m"), in.Pod("p", 0)
+	podsNode, err := cc.MasterForKey(ctx, idx.podsKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The hung master: one that does not hold the pods hash. Keys on it
+	// and keys elsewhere.
+	var hung *redistest.Server
+	for _, s := range cl.Nodes {
+		if s.Addr() != podsNode.Options().Addr {
+			hung = s
+			break
+		}
+	}
+	var on, off []kvindex.Key
+	for k := kvindex.Key(1); len(on) < 2 || len(off) < 2; k++ {
+		node, err := cc.MasterForKey(ctx, blockKeys(nil, idx.modelPrefix(m), []kvindex.Key{k})[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if node.Options().Addr == hung.Addr() {
+			on = append(on, k)
+		} else {
+			off = append(off, k)
+		}
+	}
+	if err := idx.Add(ctx, m, p, kvindex.TierGPU, append(append([]kvindex.Key{}, on...), off...)); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: hung.Addr(), Protocol: 2, DisableIdentity: true})
+	defer c.Close()
+	slept := make(chan error, 1)
+	go func() { slept <- c.Do(ctx, "DEBUG", "SLEEP", "1.5").Err() }()
+	waitSleeping(t, hung)
+	if err := idx.Lookup(ctx, m, off, visitAll{}); err != nil {
+		t.Errorf("lookup of keys on the other masters: %v", err)
+	}
+	if err := idx.Lookup(ctx, m, on, visitAll{}); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("lookup of keys on the hung master: %v, want ErrUnavailable", err)
+	}
+	if err := <-slept; err != nil {
+		t.Fatal(err)
+	}
+}
