@@ -32,6 +32,11 @@ type Backend struct {
 	// Share accounts entries per pod, for ApplierLimits.PodShare; nil: a
 	// pod share is refused at start.
 	Share kvindex.ShareAccounting
+	// Lost registers the function the backend calls, with a reason, when it
+	// finds it lost entries behind the daemon's back (Redis restarted,
+	// evicted or was flushed); nil: it cannot. The indexer marks every
+	// event stream incomplete then ("index_lost").
+	Lost func(notify func(reason string))
 	// Close releases what the backend holds; nil: nothing to release.
 	Close func() error
 
@@ -55,7 +60,7 @@ func MemoryBackend(m *kvindex.MemoryIndex) Backend {
 // RedisBackend is the shared Redis index with every capability it has. It
 // has no per-pod share accounting: Redis bounds its memory itself.
 func RedisBackend(r *redisindex.Index) Backend {
-	return Backend{Index: r, Health: r, Names: r, Batch: r, Close: r.Close, redis: r}
+	return Backend{Index: r, Health: r, Names: r, Batch: r, Lost: r.OnLost, Close: r.Close, redis: r}
 }
 
 // IndexConfig selects and bounds the built-in index backend.

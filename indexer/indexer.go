@@ -177,6 +177,9 @@ func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
 	if err := x.startEvents(cfg); err != nil {
 		return nil, err
 	}
+	if x.backend.Lost != nil {
+		x.backend.Lost(x.indexLost)
+	}
 	return x, nil
 }
 

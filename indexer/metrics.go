@@ -25,6 +25,9 @@ type metrics struct {
 	// restoreClears counts snapshot pods cleared because their stream
 	// restarted since the snapshot.
 	restoreClears prometheus.Counter
+	// indexLost counts the backend's reports that it lost entries, by
+	// reason (redisindex: restart, eviction, flush).
+	indexLost *prometheus.CounterVec
 }
 
 func newMetrics(reg *prometheus.Registry, x *Indexer) (*metrics, error) {
@@ -67,11 +70,15 @@ func newMetrics(reg *prometheus.Registry, x *Indexer) (*metrics, error) {
 		Help: "Failed reads or writes of the shared speculative store; the pick went on without speculation.",
 	})
 
+	m.indexLost = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvindexd_index_lost_total",
+		Help: "Times the index backend lost entries behind the daemon (Redis restart, eviction, flush); every pod's stream is then incomplete (index_lost).",
+	}, []string{"reason"})
 	stale := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kvindexd_snapshot_stale_pods",
 		Help: "Pods loaded from a snapshot that are not served until their stream resumes.",
 	}, func() float64 { return float64(x.StalePods()) })
-	for _, c := range []prometheus.Collector{m.lookup, m.tokens, picks, m.specBlocks, m.specErrors, m.sharedModels, m.restoreClears, stale, &statsCollector{x: x}, keyCacheCollector{x.keys}} {
+	for _, c := range []prometheus.Collector{m.lookup, m.tokens, picks, m.specBlocks, m.specErrors, m.sharedModels, m.restoreClears, m.indexLost, stale, &statsCollector{x: x}, keyCacheCollector{x.keys}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -21,7 +21,32 @@ func (s eventSink) Apply(ctx context.Context, b *kvindex.Batch) {
 		x.resume(ctx, b)
 	}
 	x.applier.Apply(ctx, b)
+	x.markUntrusted(b)
 	x.dropAnswered(ctx, b)
+}
+
+// markUntrusted marks the batch's stream incomplete ("index_error") when a
+// write of the pod failed: the applier clears such a pod and rebuilds it
+// from later events only, so what it held before is gone from the index
+// while the stream would still say complete. The mark lasts until an
+// engine snapshot, clear or restart rebuilds the pod (kvevents).
+func (x *Indexer) markUntrusted(b *kvindex.Batch) {
+	if x.sub == nil {
+		return
+	}
+	if id, ok := x.in.LookupPod(b.Pod, b.DPRank); ok && !x.applier.Trusted(id) {
+		x.sub.MarkPodIndexLost(b.Pod, b.DPRank, "index_error")
+	}
+}
+
+// indexLost is the backend's loss report (Backend.Lost): counted, and every
+// stream marked incomplete, since the backend cannot say whose entries it
+// lost.
+func (x *Indexer) indexLost(reason string) {
+	x.m.indexLost.WithLabelValues(reason).Inc()
+	if x.sub != nil {
+		x.sub.MarkIndexLost("index_lost")
+	}
 }
 
 // ForgetPod drops what the applier holds for a pod kvevents expired.

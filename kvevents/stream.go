@@ -37,7 +37,11 @@ type StreamStats struct {
 	// ended in the middle of a message, which may have been this stream's:
 	// its next batch tells, by its sequence number), "restored" (the state
 	// was loaded from a saved index, which this process cannot vouch for,
-	// and no engine snapshot has replaced it yet).
+	// and no engine snapshot has replaced it yet), "index_lost" (the index
+	// backend lost entries: Redis restarted, evicted or was flushed) and
+	// "index_error" (a write of the pod's failed and the index cleared it);
+	// those two last until an engine snapshot replaces the pod's state or
+	// the engine clears or restarts its cache (MarkIndexLost).
 	Complete         bool
 	CompleteSinceSeq uint64
 	IncompleteReason string
@@ -85,6 +89,10 @@ type stream struct {
 	// then. Under mu.
 	lost   bool
 	before StreamStats
+	// indexLost: MarkIndexLost marked the stream; its next batch makes it
+	// incomplete in its sequence state too (so it asks the snapshot
+	// endpoint). Under mu: the marker never takes order.
+	indexLost bool
 }
 
 func (st *stream) currentStats() StreamStats {
@@ -148,6 +156,11 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 	epoch []byte, how seqSource) bool {
 	st.order.Lock()
 	defer st.order.Unlock()
+	st.mu.Lock()
+	if st.indexLost {
+		st.indexLost, st.incomplete = false, true
+	}
+	st.mu.Unlock()
 	last := st.lastSeq
 	d := decideSeq(st.seqState, seqInput{seq: b.Seq, epoch: epoch, how: how,
 		replay: src.replay != "", snapshot: src.snapshot != "", clears: hasClear(b)})
@@ -237,6 +250,9 @@ func (st *stream) setComplete(since uint64, why string) {
 	st.mu.Lock()
 	st.stats.CompleteSinceSeq, st.stats.IncompleteReason, st.stats.Complete = since, why, why == ""
 	st.lost = false
+	if why == "" {
+		st.indexLost = false
+	}
 	st.mu.Unlock()
 }
 

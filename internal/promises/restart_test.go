@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -132,4 +133,49 @@ func TestPromiseRedisDownIsUnavailable(t *testing.T) {
 func jsonIDs(ids []uint32) string {
 	b, _ := json.Marshal(ids)
 	return string(b)
+}
+
+// TestPromiseRedisLossIsIncomplete: a Redis killed and restarted empty while
+// a pod is idle answers without error, but the pod's entries are gone; the
+// daemon notices the new run_id (checked every second) and lists every pod
+// incomplete ("index_lost") until an engine snapshot, clear or restart
+// rebuilds it, counting kvindexd_index_lost_total{reason="restart"}.
+func TestPromiseRedisLossIsIncomplete(t *testing.T) {
+	t.Parallel()
+	redis := redistest.Start(t)
+	d := startDaemon(t, "--index", redis.URL())
+	pub := d.publisher()
+	toks := prompt(31, 2)
+	publish(t, pub, "pod-lost", model, 0, stored(engineHashes(t, toks), toks))
+	eventually(t, waitLimit, "the pod indexed and complete", func() string {
+		if got := d.scoreTokens(model, toks)["pod-lost"]; got != 2 {
+			return fmt.Sprintf("pod-lost scores %d", got)
+		}
+		if _, body := d.get("/v1/pods"); !regexp.MustCompile(`"complete":\s*true`).MatchString(body) {
+			return "not complete: " + body
+		}
+		return ""
+	})
+	redis.Restart()
+	eventually(t, waitLimit, "the pod incomplete after Redis restarted empty", func() string {
+		if _, body := d.get("/v1/pods"); !regexp.MustCompile(`"incomplete_reason":\s*"index_lost"`).MatchString(body) {
+			return "/v1/pods: " + body
+		}
+		if v := d.metric(`kvindexd_index_lost_total{reason="restart"}`); v < 1 {
+			return fmt.Sprintf("kvindexd_index_lost_total{reason=\"restart\"} %v", v)
+		}
+		return ""
+	})
+	// An in-order batch rebuilds only what it carries: still incomplete.
+	more := prompt(32, 1)
+	publish(t, pub, "pod-lost", model, 1, stored(engineHashes(t, more), more))
+	eventually(t, waitLimit, "the next batch applied", func() string {
+		if got := d.scoreTokens(model, more)["pod-lost"]; got != 1 {
+			return fmt.Sprintf("pod-lost scores %d on its new block", got)
+		}
+		return ""
+	})
+	if _, body := d.get("/v1/pods"); regexp.MustCompile(`"complete":\s*true`).MatchString(body) {
+		t.Fatalf("a pod rebuilt from later events only says complete: %s", body)
+	}
 }

@@ -21,6 +21,8 @@ const (
 	DefaultDialTimeout  = time.Second
 	DefaultIOTimeout    = time.Second
 	DefaultStatsRefresh = 5 * time.Second
+	DefaultCallTimeout  = time.Second
+	DefaultLossCheck    = time.Second
 )
 
 // go-redis dials 5 times 100ms apart by default before a command fails; a
@@ -60,6 +62,16 @@ type Config struct {
 	// DialTimeout, ReadTimeout, WriteTimeout bound each network operation so
 	// a lost Redis surfaces as an error quickly (default 1s each).
 	DialTimeout, ReadTimeout, WriteTimeout time.Duration
+	// CallTimeout bounds each index operation as a whole, every round
+	// trip and retry of it (a lookup, a coalesced write flush, a clear, a
+	// health check), whatever the caller's context allows: a node that
+	// hangs with its connections open (SIGSTOP, DEBUG SLEEP, a failover in
+	// progress) fails the call with ErrUnavailable after this long instead
+	// of holding it for ReadTimeout per attempt. Default 1s; 0..MaxIOTimeout.
+	CallTimeout time.Duration
+	// LossCheck is how often the index checks whether Redis lost entries
+	// (restarted, evicted, flushed; loss.go). Default 1s; negative = never.
+	LossCheck time.Duration
 	// MaxRetries for one command on network errors (go-redis semantics;
 	// 0 = 1 retry, -1 = none).
 	MaxRetries int
@@ -335,6 +347,9 @@ func singleOptions(rest string, q url.Values, com connOpts) (*redis.Options, err
 		return nil, err
 	}
 	so.TLSConfig = com.tls
+	// Network deadlines follow the call's context too (CallTimeout), not
+	// only the per-attempt ReadTimeout/WriteTimeout.
+	so.ContextTimeoutEnabled = true
 	so.Protocol = 2
 	so.DialerRetries, so.DialerRetryTimeout = dialerRetries, dialerRetryWait
 	so.DisableIdentity = true
@@ -366,6 +381,7 @@ func clusterOptions(rest string, q url.Values, com connOpts) (*redis.ClusterOpti
 		return nil, err
 	}
 	co.TLSConfig = com.tls
+	co.ContextTimeoutEnabled = true
 	co.Protocol = 2
 	co.DialerRetries, co.DialerRetryTimeout = dialerRetries, dialerRetryWait
 	co.DisableIdentity = true

@@ -157,4 +157,15 @@
 // reconnects by itself. Scripts are reloaded transparently after a Redis
 // restart (NOSCRIPT). The Applier marks pods whose writes failed untrusted
 // and clears them (new epoch) before trusting new events again.
+//
+// Every operation (lookup, write flush, clear, pod counts, health check,
+// background refresh and cleanup) runs under a deadline of
+// Config.CallTimeout (1s) covering all its round trips and go-redis
+// retries, and the client's network deadlines follow it
+// (ContextTimeoutEnabled), so a node that hangs with its connections open
+// fails the call instead of answering late. Writes share one flush in
+// flight (writer.go): a hung node holds every writer for at most one
+// CallTimeout per flush. A Redis that lost entries without an error
+// (restart, eviction, flush) is detected by loss.go and reported through
+// OnLost.
 package redisindex

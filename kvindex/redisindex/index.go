@@ -44,6 +44,13 @@ type Index struct {
 
 	cleanup chan cleanupItem
 
+	// callTimeout bounds every operation as a whole (Config.CallTimeout);
+	// loss watches for a Redis that lost entries (loss.go), lost counts
+	// what it found.
+	callTimeout time.Duration
+	loss        lossWatch
+	lost        atomic.Int64
+
 	// write coalescing (writer.go)
 	wc              committer
 	wReqs, wFlushes atomic.Int64
@@ -81,6 +88,9 @@ func New(ctx context.Context, cfg Config) (*Index, error) {
 	if cfg.Interner == nil {
 		return nil, errors.New("redisindex: Config.Interner is required")
 	}
+	if cfg.CallTimeout < 0 || cfg.CallTimeout > MaxIOTimeout {
+		return nil, fmt.Errorf("redisindex: CallTimeout %v out of range 0..%v", cfg.CallTimeout, MaxIOTimeout)
+	}
 	o, err := cfg.universalOptions()
 	if err != nil {
 		return nil, fmt.Errorf("redisindex: %s: %w", redactURL(cfg.URL), err)
@@ -101,6 +111,9 @@ func New(ctx context.Context, cfg Config) (*Index, error) {
 func NewWithClient(c redis.UniversalClient, cfg Config) (*Index, error) {
 	if cfg.Interner == nil {
 		return nil, errors.New("redisindex: Config.Interner is required")
+	}
+	if cfg.CallTimeout < 0 || cfg.CallTimeout > MaxIOTimeout {
+		return nil, fmt.Errorf("redisindex: CallTimeout %v out of range 0..%v", cfg.CallTimeout, MaxIOTimeout)
 	}
 	ns, ttl, err := cfg.namespaceAndTTL(DefaultNamespace, DefaultTTL)
 	if err != nil {
@@ -128,6 +141,9 @@ func newIndex(c redis.UniversalClient, cluster bool, ns string, ttl time.Duratio
 		cleanup:  make(chan cleanupItem, q),
 		done:     make(chan struct{}),
 		log:      cfg.Logger,
+		loss:     lossWatch{runID: map[string]string{}, evicted: map[string]int64{}},
+
+		callTimeout: orDur(cfg.CallTimeout, DefaultCallTimeout),
 	}
 	if x.log == nil {
 		x.log = slog.Default()
@@ -141,6 +157,10 @@ func newIndex(c redis.UniversalClient, cluster bool, ns string, ttl time.Duratio
 	x.stop = cancel
 	go x.background(ctx, orDur(cfg.StatsRefresh, DefaultStatsRefresh))
 	x.startExpiryWatch(ctx)
+	if every := orDur(cfg.LossCheck, DefaultLossCheck); every > 0 {
+		x.watchers.Add(1)
+		go x.watchLoss(ctx, every)
+	}
 	return x
 }
 
@@ -158,6 +178,14 @@ func (x *Index) Close() error {
 	return nil
 }
 
+// callCtx bounds one operation, all its round trips and retries, by
+// CallTimeout (or the caller's earlier deadline): go-redis' per-attempt
+// read timeout alone lets a retry after a timeout wait again, so a node
+// asleep for 2 s answered a call after 1.97 s with a 1 s read timeout.
+func (x *Index) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, x.callTimeout)
+}
+
 // Client is the underlying go-redis client (shared with the lease manager).
 func (x *Index) Client() redis.UniversalClient { return x.c }
 
@@ -166,6 +194,8 @@ func (x *Index) Namespace() string { return x.ns }
 
 // Healthy pings Redis (every master in Cluster mode).
 func (x *Index) Healthy(ctx context.Context) error {
+	ctx, cancel := x.callCtx(ctx)
+	defer cancel()
 	var err error
 	if cc, ok := x.c.(*redis.ClusterClient); ok {
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {

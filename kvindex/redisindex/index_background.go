@@ -77,7 +77,7 @@ func (x *Index) background(ctx context.Context, every time.Duration) {
 		case <-t.C:
 			// Epochs and the Stats counters only: scripts are reloaded
 			// on demand (NOSCRIPT) after a Redis restart.
-			rctx, cancel := context.WithTimeout(ctx, every)
+			rctx, cancel := x.callCtx(ctx)
 			_ = x.loadEpochs(rctx)
 			cancel()
 		case it := <-x.cleanup:
@@ -91,7 +91,7 @@ func (x *Index) background(ctx context.Context, every time.Duration) {
 					break drain
 				}
 			}
-			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			rctx, cancel := x.callCtx(ctx)
 			x.runCleanup(rctx, batch)
 			cancel()
 		}

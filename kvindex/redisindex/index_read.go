@@ -18,6 +18,8 @@ import (
 // counts once), as counted by the writers. Blocks dropped by the TTL are not
 // subtracted.
 func (x *Index) PodBlocks(ctx context.Context, pod kvindex.PodID) (int64, error) {
+	ctx, cancel := x.callCtx(ctx)
+	defer cancel()
 	n, err := x.c.HGet(ctx, x.podsKey, "n:"+x.podFieldOf(pod)).Int64()
 	if err == redis.Nil {
 		return 0, nil
@@ -32,6 +34,8 @@ func (x *Index) PodBlocks(ctx context.Context, pod kvindex.PodID) (int64, error)
 // counter lives in the one pods hash, so it is a single HMGET on the node
 // holding it, whatever the number of pods (Cluster included).
 func (x *Index) PodBlocksBatch(ctx context.Context, pods []kvindex.PodID, out []int64) error {
+	ctx, cancel := x.callCtx(ctx)
+	defer cancel()
 	if len(out) != len(pods) {
 		return fmt.Errorf("redisindex: pod blocks: %d pods but room for %d results", len(pods), len(out))
 	}
@@ -100,6 +104,8 @@ var lookupPool = sync.Pool{New: func() any { return &lookupBuf{} }}
 // Config.ServerWalk on a single node, a script walks the keys server-side
 // instead and stops reading at the first miss (lookupScripted).
 func (x *Index) Lookup(ctx context.Context, model kvindex.ModelID, keys []kvindex.Key, v kvindex.Visitor) error {
+	ctx, cancel := x.callCtx(ctx)
+	defer cancel()
 	if len(keys) == 0 {
 		return nil
 	}

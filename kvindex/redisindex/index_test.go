@@ -38,9 +38,9 @@ func newTestIndexWith(t testing.TB, url string, in *kvindex.Interner, mod func(*
 }
 
 // testConfig is the tests' index config: a namespace of the test's own, and
-// stats refreshed only when a test asks; mod (if not nil) changes the rest.
+// stats refreshed and loss checked (loss_test.go) only when a test asks; mod (if not nil) changes the rest.
 func testConfig(t testing.TB, url string, in *kvindex.Interner, mod func(*Config)) Config {
-	cfg := Config{URL: url, Namespace: uniqueNS(t), Interner: in, StatsRefresh: time.Hour}
+	cfg := Config{URL: url, Namespace: uniqueNS(t), Interner: in, StatsRefresh: time.Hour, LossCheck: -1}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -15,11 +15,15 @@ import (
 // in Cluster mode) plus one for the pod's counter, shared with every write
 // coalesced into the same flush (writer.go).
 func (x *Index) Add(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, keys []kvindex.Key) error {
+	ctx, cancel := x.callCtx(ctx)
+	defer cancel()
 	return x.write(ctx, opAdd, model, pod, tier, keys)
 }
 
 // Remove forgets that pod holds keys on tier.
 func (x *Index) Remove(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, keys []kvindex.Key) error {
+	ctx, cancel := x.callCtx(ctx)
+	defer cancel()
 	return x.write(ctx, opRemove, model, pod, tier, keys)
 }
 
@@ -114,6 +118,8 @@ func (op writeOp) tally(codes []int64) (entries, blocks, keys int64, behind bool
 // epoch; entries of older epochs are invisible from then on and deleted
 // lazily by readers (or by the TTL).
 func (x *Index) ClearPod(ctx context.Context, pod kvindex.PodID) error {
+	ctx, cancel := x.callCtx(ctx)
+	defer cancel()
 	podF := x.podFieldOf(pod)
 	known := x.epochOf(pod)
 	r, err := clearScript.Run(ctx, x.c, []string{x.podsKey}, podF, strconv.FormatUint(known, 10)).StringSlice()
@@ -151,6 +157,8 @@ func (x *Index) ClearPod(ctx context.Context, pod kvindex.PodID) error {
 // that endpoint before subscribing: what the index holds for those pods may
 // have missed events during the takeover gap.
 func (x *Index) ClearPodsNamed(ctx context.Context, name string) error {
+	ctx, cancel := x.callCtx(ctx)
+	defer cancel()
 	fields, err := x.c.HKeys(ctx, x.podsKey).Result()
 	if err != nil {
 		return unavailable("clear", err)

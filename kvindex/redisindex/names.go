@@ -23,6 +23,8 @@ func (x *Index) modelPrefixOf(name string) string {
 // wrote it. Asking for the request's first block is enough: when nobody
 // holds it, nobody holds a prefix and the answer is empty anyway.
 func (x *Index) HasModelKey(ctx context.Context, model string, key kvindex.Key) (bool, error) {
+	ctx, cancel := x.callCtx(ctx)
+	defer cancel()
 	bk := blockKeys(nil, x.modelPrefixOf(model), []kvindex.Key{key})
 	n, err := x.c.Exists(ctx, bk[0]).Result()
 	if err != nil {

@@ -137,11 +137,16 @@ func (x *Index) submit(r *writeReq) {
 
 // flush sends the batch: one pipeline of block scripts (plus the pods
 // hash version), one of counter updates, then one epoch check for all.
-// It runs under the leader's context minus its cancellation: the batch
-// carries other callers' writes, bounded by the client's I/O timeouts. A
-// request whose own context is already done is not sent.
+// It runs under the leader's context minus its cancellation and deadline
+// (the batch carries other callers' writes), bounded as a whole by
+// CallTimeout: there is one flush in flight for all pods, so a node that
+// hangs holds every writer, but for at most one CallTimeout per flush; the
+// writes it fails make their pods untrusted (the applier). A request whose
+// own context is already done is not sent, so a write waits at most for
+// the flush ahead of it and then fails at its own deadline.
 func (x *Index) flush(ctx context.Context, batch []*writeReq) {
-	ctx = context.WithoutCancel(ctx)
+	ctx, cancel := x.callCtx(context.WithoutCancel(ctx))
+	defer cancel()
 	x.wFlushes.Add(1)
 	x.wReqs.Add(int64(len(batch)))
 	pipe := x.c.Pipeline()

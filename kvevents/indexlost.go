@@ -1,0 +1,51 @@
+package kvevents
+
+// The index backend can lose what the sink wrote without any batch being
+// lost: a Redis restarted empty or evicting keys, a pod's write that failed
+// and made the index clear it. The streams would still say complete, and
+// the pod would be rebuilt from later events only. The composition root
+// (package indexer), which owns both the backend and the subscriber, calls
+// MarkIndexLost / MarkPodIndexLost then: the streams say so at once, and
+// their next batch asks the snapshot endpoint when there is one, as after a
+// gap. They become complete again only by what rebuilds the whole state: an
+// engine snapshot, the engine's own AllBlocksCleared, or a restart.
+
+// MarkIndexLost marks every stream incomplete with reason (StreamStats
+// IncompleteReason, e.g. "index_lost").
+func (s *Subscriber) MarkIndexLost(reason string) {
+	s.mu.Lock()
+	all := make([]*stream, 0, len(s.streams))
+	for _, st := range s.streams {
+		all = append(all, st)
+	}
+	s.mu.Unlock()
+	for _, st := range all {
+		st.markIndexLost(reason)
+	}
+}
+
+// MarkPodIndexLost marks the (pod, dpRank) stream incomplete with reason;
+// an unknown stream is ignored.
+func (s *Subscriber) MarkPodIndexLost(pod string, dpRank int, reason string) {
+	s.mu.Lock()
+	st := s.streams[streamKey{pod, dpRank}]
+	s.mu.Unlock()
+	if st != nil {
+		st.markIndexLost(reason)
+	}
+}
+
+// markIndexLost takes only st.mu: the caller may be the sink, which runs
+// while a reader holds st.order waiting for its queue. A stream already
+// incomplete keeps its reason (the first break in its run; both are repaired
+// the same way), except a tentative "message_lost", which this settles.
+func (st *stream) markIndexLost(reason string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.indexLost = true
+	if !st.stats.Complete && !st.lost {
+		return
+	}
+	st.lost = false
+	st.stats.Complete, st.stats.IncompleteReason, st.stats.CompleteSinceSeq = false, reason, st.stats.LastSeq+1
+}

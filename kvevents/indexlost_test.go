@@ -1,0 +1,61 @@
+package kvevents
+
+import (
+	"testing"
+
+	"github.com/kvindex/kvindex/kvindex"
+)
+
+// A stream marked by the index's loss stays incomplete through in-order
+// batches (they rebuild only what they carry) and is complete again only
+// after the engine's own clear.
+func TestMarkIndexLostHoldsUntilRebuilt(t *testing.T) {
+	sink := newCollectSink()
+	s := startSub(t, Config{Bind: "tcp://127.0.0.1:0"}, sink, nil)
+	pub := startPub(t, s.BindAddr(), false)
+	if err := pub.WaitSubscribed(testCtx(t), "kv@"); err != nil {
+		t.Fatal(err)
+	}
+	send := func(pod string, seq uint64, b *kvindex.Batch) {
+		t.Helper()
+		if err := pub.Publish("kv@"+pod+"@m", seq, payload(t, b)); err != nil {
+			t.Fatal(err)
+		}
+		sink.waitFor(t, pod, hasSeq(pod, seq))
+	}
+	stats := func(pod string) StreamStats {
+		for _, st := range s.Streams() {
+			if st.Pod == pod {
+				return st
+			}
+		}
+		t.Fatalf("no stream %s", pod)
+		return StreamStats{}
+	}
+	send("a", 0, storedBatch(1))
+	send("b", 0, storedBatch(2))
+	if !stats("a").Complete || !stats("b").Complete {
+		t.Fatalf("not complete from seq 0: %+v %+v", stats("a"), stats("b"))
+	}
+	s.MarkPodIndexLost("b", 0, "index_error")
+	s.MarkPodIndexLost("nobody", 0, "index_error") // unknown: ignored
+	s.MarkIndexLost("index_lost")                  // b keeps its first reason
+	if st := stats("a"); st.Complete || st.IncompleteReason != "index_lost" {
+		t.Fatalf("a after MarkIndexLost: %+v", st)
+	}
+	if st := stats("b"); st.Complete || st.IncompleteReason != "index_error" {
+		t.Fatalf("b after MarkPodIndexLost: %+v", st)
+	}
+	send("a", 1, storedBatch(3))
+	if st := stats("a"); st.Complete || st.IncompleteReason != "index_lost" {
+		t.Fatalf("a complete again after an in-order batch: %+v", st)
+	}
+	send("a", 2, &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}})
+	if st := stats("a"); !st.Complete || st.IncompleteReason != "" {
+		t.Fatalf("a after the engine's clear: %+v", st)
+	}
+	send("a", 3, storedBatch(4))
+	if st := stats("a"); !st.Complete {
+		t.Fatalf("a after the clear and a batch: %+v", st)
+	}
+}
