@@ -167,13 +167,13 @@ func toProtoScore(a *indexer.Result) *kvindexv1.ScoreResponse {
 }
 
 func fillTiers(dst *kvindexv1.TierCounts, t *indexer.TierCounts) *kvindexv1.TierCounts {
-	dst.Gpu, dst.Cpu, dst.Disk, dst.External = t[0], t[1], t[2], t[3]
+	dst.Gpu, dst.Cpu, dst.Disk, dst.External, dst.Shared = t[0], t[1], t[2], t[3], t[4]
 	return dst
 }
 
 // ListPods implements kvindex.v1.Indexer/ListPods.
 func (s *Server) ListPods(ctx context.Context, _ *kvindexv1.ListPodsRequest) (*kvindexv1.ListPodsResponse, error) {
-	pods := s.listPods(ctx)
+	pods, _ := s.splitStorage(s.listPods(ctx))
 	resp := &kvindexv1.ListPodsResponse{Pods: make([]*kvindexv1.PodInfo, len(pods))}
 	for i, p := range pods {
 		resp.Pods[i] = &kvindexv1.PodInfo{

@@ -294,9 +294,11 @@ func appendString(b []byte, s string) []byte {
 }
 
 func (s *Server) handlePods(w http.ResponseWriter, r *http.Request) {
+	pods, storage := s.splitStorage(s.listPods(r.Context()))
 	writeJSON(w, http.StatusOK, struct {
-		Pods []PodInfo `json:"pods"`
-	}{s.listPods(r.Context())})
+		Pods    []PodInfo `json:"pods"`
+		Storage []PodInfo `json:"storage,omitempty"`
+	}{pods, storage})
 }
 
 func (s *Server) handleListEndpoints(w http.ResponseWriter, _ *http.Request) {

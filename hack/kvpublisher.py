@@ -74,6 +74,15 @@ them); {"echo": "ready"} and {"wait_subscriber": true} then synchronise.
       first 8 key bytes as a signed int64, StreamingEventSink::wireHash), continuing
       "prefix_tokens"; consecutive blocks go in one BlockStored, as it coalesces them.
       Replay for it is the >= 0.26 layout (with the topic).
+      form "llmd-storage": llm-d's filesystem offload connector (llm-d/llm-d-kv-cache
+      kv_connectors/llmd_fs_backend/llmd_fs_backend/event_publisher.py,
+      StorageEventPublisher; PR #571): the batch is [ts, [bin, ...]] with no DP rank,
+      each bin holding one msgpack-encoded event array; BlockStored is
+      ["BlockStored", [hash, ...], 0 (parent), [] (no tokens), 0 (block size), nil,
+      medium], BlockRemoved ["BlockRemoved", [hash, ...], medium]; medium
+      "SHARED_STORAGE" (default) or "OBJECT_STORE"; hashes are the low 64 bits of the
+      offload key's block hash, unsigned (_hash_to_uint64). Its topic is
+      kv@<MEDIUM>@<model> and its seq starts at 1: the test writes both.
   {"sleep": seconds}
   {"echo": "word"}               print word on stdout once every earlier line is done
   {"wait_subscriber": true}      block until a subscription arrives (with --no-wait)
@@ -209,6 +218,20 @@ def encode_trtllm(ev):
     return {"type": kind}
 
 
+def encode_llmd_storage(ev):
+    kind = ev["type"]
+    hashes = [h & U64 for h in ev.get("block_hashes", [])]
+    medium = ev.get("medium") or "SHARED_STORAGE"
+    if kind == "BlockStored":
+        out = [kind, hashes, 0, [], 0, None, medium]
+    elif kind == "BlockRemoved":
+        out = [kind, hashes, medium]
+    else:
+        out = [kind]
+    # events are packed, then the list of packed bytes is packed again
+    return msgpack.packb(out, use_bin_type=True)
+
+
 def trim(fields):
     while fields and fields[-1] is None:
         fields.pop()
@@ -219,6 +242,8 @@ def encode_event(ev, form, bytes_hashes):
     kind = ev["type"]
     if form == "trtllm":
         return encode_trtllm(ev)
+    if form == "llmd-storage":
+        return encode_llmd_storage(ev)
     if form == "sglang":
         hashes = [sglang_hash(h) for h in ev.get("block_hashes", [])]
         if kind == "BlockStored":
@@ -258,7 +283,7 @@ def encode_batch(msg):
     form = msg.get("form", "array")
     events = [encode_event(e, form, msg.get("bytes_hashes", False)) for e in msg.get("events", [])]
     batch = [float(msg.get("ts", time.time())), events]
-    if not msg.get("omit_dp_rank", False):
+    if not msg.get("omit_dp_rank", False) and form != "llmd-storage":
         batch.append(msg.get("dp_rank", 0))
     return msgpack.packb(batch, use_bin_type=True)
 

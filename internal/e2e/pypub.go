@@ -122,7 +122,7 @@ func (e Event) MarshalJSON() ([]byte, error) {
 type Batch struct {
 	Topic       string  `json:"topic"`
 	Seq         uint64  `json:"seq"`
-	Form        string  `json:"form"` // array | map | sglang
+	Form        string  `json:"form"` // array | map | sglang | trtllm | llmd-storage
 	BytesHashes bool    `json:"bytes_hashes,omitempty"`
 	DPRank      *int    `json:"dp_rank"`
 	Events      []Event `json:"events"`

@@ -318,11 +318,14 @@ func (*ScoreRequest_ChatJson) isScoreRequest_Input() {}
 func (*ScoreRequest_OpenaiRequestJson) isScoreRequest_Input() {}
 
 type TierCounts struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Gpu           int32                  `protobuf:"varint,1,opt,name=gpu,proto3" json:"gpu,omitempty"`
-	Cpu           int32                  `protobuf:"varint,2,opt,name=cpu,proto3" json:"cpu,omitempty"`
-	Disk          int32                  `protobuf:"varint,3,opt,name=disk,proto3" json:"disk,omitempty"`
-	External      int32                  `protobuf:"varint,4,opt,name=external,proto3" json:"external,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Gpu      int32                  `protobuf:"varint,1,opt,name=gpu,proto3" json:"gpu,omitempty"`
+	Cpu      int32                  `protobuf:"varint,2,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	Disk     int32                  `protobuf:"varint,3,opt,name=disk,proto3" json:"disk,omitempty"`
+	External int32                  `protobuf:"varint,4,opt,name=external,proto3" json:"external,omitempty"`
+	// Blocks a storage source (e.g. llm-d's SHARED_STORAGE) holds that this
+	// pod can load: credited at query time, never held by the pod itself.
+	Shared        int32 `protobuf:"varint,5,opt,name=shared,proto3" json:"shared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -381,6 +384,13 @@ func (x *TierCounts) GetDisk() int32 {
 func (x *TierCounts) GetExternal() int32 {
 	if x != nil {
 		return x.External
+	}
+	return 0
+}
+
+func (x *TierCounts) GetShared() int32 {
+	if x != nil {
+		return x.Shared
 	}
 	return 0
 }
@@ -1874,13 +1884,14 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\x12add_special_tokens\x18\n" +
 	" \x01(\bH\x01R\x10addSpecialTokens\x88\x01\x01B\a\n" +
 	"\x05inputB\x15\n" +
-	"\x13_add_special_tokens\"`\n" +
+	"\x13_add_special_tokens\"x\n" +
 	"\n" +
 	"TierCounts\x12\x10\n" +
 	"\x03gpu\x18\x01 \x01(\x05R\x03gpu\x12\x10\n" +
 	"\x03cpu\x18\x02 \x01(\x05R\x03cpu\x12\x12\n" +
 	"\x04disk\x18\x03 \x01(\x05R\x04disk\x12\x1a\n" +
-	"\bexternal\x18\x04 \x01(\x05R\bexternal\"\x91\x01\n" +
+	"\bexternal\x18\x04 \x01(\x05R\bexternal\x12\x16\n" +
+	"\x06shared\x18\x05 \x01(\x05R\x06shared\"\x91\x01\n" +
 	"\vDPRankScore\x12\x17\n" +
 	"\adp_rank\x18\x01 \x01(\x05R\x06dpRank\x12%\n" +
 	"\x0ematched_blocks\x18\x02 \x01(\x05R\rmatchedBlocks\x12\x14\n" +
