@@ -83,6 +83,12 @@ them); {"echo": "ready"} and {"wait_subscriber": true} then synchronise.
       "SHARED_STORAGE" (default) or "OBJECT_STORE"; hashes are the low 64 bits of the
       offload key's block hash, unsigned (_hash_to_uint64). Its topic is
       kv@<MEDIUM>@<model> and its seq starts at 1: the test writes both.
+      Map form only (vLLM >= 0.24 maps, vllm/distributed/kv_events.py): "session_id"
+      (vllm-project/vllm PR #51381: optional, on GPU BlockStored of prefix-cache stores
+      and reuse reports, the triggering request's session) and "ownership" (PR #52067)
+      are sent as BlockStored keys after the other optional fields, left out when None
+      as msgspec's omit_defaults does; "extra_fields" {key: value} adds keys kvindex
+      does not know (e.g. "event_version"), which it must skip.
   {"sleep": seconds}
   {"echo": "word"}               print word on stdout once every earlier line is done
   {"wait_subscriber": true}      block until a subscription arrives (with --no-wait)
@@ -265,6 +271,9 @@ def encode_event(ev, form, bytes_hashes):
         values = [hashes, None if parent is None else vllm_hash(parent, bytes_hashes),
                   ev.get("token_ids", []), ev.get("block_size", 0), ev.get("lora_id"),
                   ev.get("medium"), ev.get("lora_name"), ev.get("extra_keys"), ev.get("group_idx")]
+        if form == "map":
+            names += ["ownership", "session_id"]
+            values += [ev.get("ownership"), ev.get("session_id")]
     elif kind == "BlockRemoved":
         names = ["block_hashes", "medium", "group_idx"]
         values = [hashes, ev.get("medium"), ev.get("group_idx")]
@@ -275,6 +284,7 @@ def encode_event(ev, form, bytes_hashes):
         for n, v in zip(names, values):
             if v is not None or n == "parent_block_hash" and kind == "BlockStored":
                 out[n] = v
+        out.update(ev.get("extra_fields") or {})
         return out
     return [kind] + trim(values)
 

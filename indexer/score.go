@@ -74,6 +74,9 @@ func (x *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 		return err
 	}
 	r.aggregate(x.in, x.trusted)
+	if q.SessionID != "" {
+		x.preferSession(q.SessionID, r)
+	}
 	if x.pred != nil {
 		x.pred.sample(modelID, r)
 	}

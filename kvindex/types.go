@@ -259,6 +259,9 @@ type Event struct {
 	Remote bool
 	// Ownership is the publisher's ownership tag, carried as sent.
 	Ownership string
+	// SessionID is vLLM's BlockStored.session_id (PR #51381): the session
+	// of the request that stored or reused the blocks; "" when not sent.
+	SessionID string
 	// RemainingCopies is BlockRemoved.remaining_copy_counts, one per hash:
 	// how many physical copies of that hash the engine still holds after
 	// this removal. HasRemainingCopies is false when the engine sent none.

@@ -101,6 +101,11 @@ type Event struct {
 	Medium       string   `json:"medium,omitempty"`
 	LoraName     string   `json:"lora_name,omitempty"`
 	CacheSalt    string   `json:"cache_salt,omitempty"`
+	// SessionID, Ownership and ExtraFields (map form): vLLM's optional
+	// BlockStored.session_id and ownership, and keys kvindex does not know.
+	SessionID   string         `json:"session_id,omitempty"`
+	Ownership   string         `json:"ownership,omitempty"`
+	ExtraFields map[string]any `json:"extra_fields,omitempty"`
 	// HashTokens (form "sglang"): the script computes SGLang's page hashes
 	// from TokenIDs with hashlib and sends one event per page, as SGLang does.
 	HashTokens bool `json:"hash_tokens,omitempty"`
