@@ -16,7 +16,8 @@ func (e *Error) grpc() error { return status.Error(e.Code, e.Msg) }
 // Score implements kvindex.v1.Indexer/Score.
 func (s *Server) Score(ctx context.Context, req *kvindexv1.ScoreRequest) (*kvindexv1.ScoreResponse, error) {
 	// q stays on the stack (score does not retain it): no pool needed.
-	q := indexer.Query{Model: req.GetModel(), LoraName: req.GetLoraName(), CacheSalt: req.GetCacheSalt(), Pods: req.GetPods()}
+	q := indexer.Query{Model: req.GetModel(), LoraName: req.GetLoraName(), CacheSalt: req.GetCacheSalt(), Pods: req.GetPods(),
+		SessionID: req.GetSessionId()}
 	if kind, e := setGRPCInput(&q, req.GetInput(), req.AddSpecialTokens); e != nil {
 		s.metrics.observeRequest(kind, e.Code, 0)
 		return nil, e.grpc()
@@ -147,6 +148,7 @@ func toProtoScore(a *indexer.Result) *kvindexv1.ScoreResponse {
 		ps.MatchedBlocks = int32(p.MatchedBlocks)
 		ps.MatchedTokens = p.MatchedTokens
 		ps.Score = p.Score
+		ps.Session = p.Session
 		ps.Tiers = fillTiers(&tiers[t], &p.Tiers)
 		t++
 		ps.DpRanks = rankPtrs[r : r : r+len(p.Ranks)]
@@ -167,13 +169,13 @@ func toProtoScore(a *indexer.Result) *kvindexv1.ScoreResponse {
 }
 
 func fillTiers(dst *kvindexv1.TierCounts, t *indexer.TierCounts) *kvindexv1.TierCounts {
-	dst.Gpu, dst.Cpu, dst.Disk, dst.External = t[0], t[1], t[2], t[3]
+	dst.Gpu, dst.Cpu, dst.Disk, dst.External, dst.Shared = t[0], t[1], t[2], t[3], t[4]
 	return dst
 }
 
 // ListPods implements kvindex.v1.Indexer/ListPods.
 func (s *Server) ListPods(ctx context.Context, _ *kvindexv1.ListPodsRequest) (*kvindexv1.ListPodsResponse, error) {
-	pods := s.listPods(ctx)
+	pods, _ := s.splitStorage(s.listPods(ctx))
 	resp := &kvindexv1.ListPodsResponse{Pods: make([]*kvindexv1.PodInfo, len(pods))}
 	for i, p := range pods {
 		resp.Pods[i] = &kvindexv1.PodInfo{

@@ -155,7 +155,7 @@ func (sc *httpScratch) parse(w http.ResponseWriter, r *http.Request) (indexer.Qu
 // query sets q's input from a decoded score (or pick) body: exactly one of
 // token_ids, block_hashes, prompt, messages or request.
 func (b *scoreBody) query(q *indexer.Query) *Error {
-	q.Model, q.LoraName, q.CacheSalt, q.Pods = b.model, b.loraName, b.cacheSalt, b.pods
+	q.Model, q.LoraName, q.CacheSalt, q.Pods, q.SessionID = b.model, b.loraName, b.cacheSalt, b.pods, b.sessionID
 	n := 0
 	if b.hasTokens {
 		n++
@@ -238,6 +238,10 @@ func appendScoreJSON(b []byte, a *indexer.Result) []byte {
 		b = appendFloat(b, p.Score)
 		b = append(b, `,"tiers":`...)
 		b = appendTiers(b, &p.Tiers)
+		if p.Session {
+			// only answers to a query naming a session say so
+			b = append(b, `,"session":true`...)
+		}
 		b = append(b, `,"dp_ranks":[`...)
 		for j := range p.Ranks {
 			r := &p.Ranks[j]
@@ -300,9 +304,11 @@ func appendString(b []byte, s string) []byte {
 }
 
 func (s *Server) handlePods(w http.ResponseWriter, r *http.Request) {
+	pods, storage := s.splitStorage(s.listPods(r.Context()))
 	writeJSON(w, http.StatusOK, struct {
-		Pods []PodInfo `json:"pods"`
-	}{s.listPods(r.Context())})
+		Pods    []PodInfo `json:"pods"`
+		Storage []PodInfo `json:"storage,omitempty"`
+	}{pods, storage})
 }
 
 func (s *Server) handleListEndpoints(w http.ResponseWriter, _ *http.Request) {

@@ -13,6 +13,7 @@ import (
 // requests through httpScratch.
 type scoreBody struct {
 	model, prompt, loraName, cacheSalt string
+	sessionID                          string
 	hasTokens, hasHashes, hasPrompt    bool
 	tokens                             []uint32
 	hashes                             []uint64
@@ -86,6 +87,8 @@ func (s *scanner) scoreField(key string, out *scoreBody) error {
 		out.loraName, _, err = s.optStr(key)
 	case "cache_salt":
 		out.cacheSalt, _, err = s.optStr(key)
+	case "session_id":
+		out.sessionID, _, err = s.optStr(key)
 	// A repeated key replaces the earlier value, as in encoding/json.
 	case "token_ids":
 		out.tokens = out.tokens[:0]
@@ -152,7 +155,7 @@ func (s *scanner) scoreField(key string, out *scoreBody) error {
 	case "add_special_tokens":
 		out.addSpecial, err = s.optBool(key)
 	default:
-		return fmt.Errorf("unknown field %q (want model, token_ids, block_hashes, prompt, messages, request, pods, lora_name, cache_salt, "+
+		return fmt.Errorf("unknown field %q (want model, token_ids, block_hashes, prompt, messages, request, pods, lora_name, cache_salt, session_id, "+
 			"tools, documents, add_generation_prompt, continue_final_message, chat_template_kwargs, reasoning_effort, add_special_tokens)", key)
 	}
 	return err
@@ -162,7 +165,7 @@ func (s *scanner) scoreField(key string, out *scoreBody) error {
 // these constants instead of allocating a string per field per request.
 var knownKeys = func() map[string]string {
 	m := map[string]string{}
-	for _, k := range []string{"model", "prompt", "lora_name", "cache_salt", "token_ids", "block_hashes", "pods",
+	for _, k := range []string{"model", "prompt", "lora_name", "cache_salt", "session_id", "token_ids", "block_hashes", "pods",
 		"messages", "tools", "documents", "chat_template_kwargs", "reasoning_effort", "request", "add_generation_prompt",
 		"continue_final_message", "add_special_tokens",
 		"policy", "candidates", "pod", "dp_rank", "waiting", "running", "kv_usage", "events"} {

@@ -37,8 +37,11 @@ import (
 
 const mooncakeDefaultTenant = "default"
 
-// mooncakeMedia are the answer's medium keys by tier.
-var mooncakeMedia = [kvindex.NumTiers]string{"GPU", "CPU", "DISK", "EXTERNAL"}
+// mooncakeMedia are the answer's medium keys by stored tier. Mooncake's
+// answer has no key for blocks a pod loads from a storage source
+// (kvindex.TierShared): they are storage outside the pod, so they are added
+// to EXTERNAL.
+var mooncakeMedia = [kvindex.NumStoredTiers]string{"GPU", "CPU", "DISK", "EXTERNAL"}
 
 type mooncakeRequest struct {
 	Model      string        `json:"model"`
@@ -102,7 +105,11 @@ func (s *Server) mooncake(w http.ResponseWriter, r *http.Request, byHash bool) {
 			b = append(b, `,"`...)
 			b = append(b, name...)
 			b = append(b, `":`...)
-			b = strconv.AppendInt(b, int64(p.Tiers[t])*bs, 10)
+			n := int64(p.Tiers[t])
+			if kvindex.Tier(t) == kvindex.TierExternal {
+				n += int64(p.Tiers[kvindex.TierShared])
+			}
+			b = strconv.AppendInt(b, n*bs, 10)
 		}
 		b = append(b, `,"DP":{`...)
 		for j := range p.Ranks {

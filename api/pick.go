@@ -96,7 +96,7 @@ func (s *Server) Pick(ctx context.Context, req *kvindexv1.PickRequest) (*kvindex
 	p := pickPool.Get().(*pickScratch)
 	defer putPick(p)
 	q := &p.q
-	q.Model, q.LoraName, q.CacheSalt, q.Policy = req.GetModel(), req.GetLoraName(), req.GetCacheSalt(), req.GetPolicy()
+	q.Model, q.LoraName, q.CacheSalt, q.Policy, q.SessionID = req.GetModel(), req.GetLoraName(), req.GetCacheSalt(), req.GetPolicy(), req.GetSessionId()
 	if _, e := setGRPCInput(&q.Query, req.GetInput(), req.AddSpecialTokens); e != nil {
 		s.pickMetrics.observe(e.Code, 0)
 		return nil, e.grpc()
@@ -145,6 +145,7 @@ func toProtoPick(a *indexer.PickResult) *kvindexv1.PickResponse {
 		pc.MatchedBlocks, pc.SpeculativeBlocks, pc.Approximate = int32(c.MatchedBlocks), int32(c.SpeculativeBlocks), c.Approximate
 		pc.Tiers = fillTiers(&tiers[i], &c.Tiers)
 		pc.Cached, pc.Score, pc.Cost = finiteOr0(c.Cached), finiteOr0(c.Score), finiteOr0(c.Cost)
+		pc.Session = c.Session
 		resp.Candidates[i] = pc
 	}
 	return resp
@@ -338,6 +339,9 @@ func appendPickJSON(b []byte, a *indexer.PickResult) []byte {
 		b = appendFloat(b, c.Score)
 		b = append(b, `,"cost":`...)
 		b = appendFloat(b, c.Cost)
+		if c.Session {
+			b = append(b, `,"session":true`...)
+		}
 		b = append(b, '}')
 	}
 	return append(b, "]}\n"...)

@@ -115,6 +115,21 @@ func (s *Server) listPods(ctx context.Context) []PodInfo {
 	return out
 }
 
+// splitStorage moves the storage sources (indexer.Config.StorageReaders)
+// out of a pod listing: they are tiers of other pods, never a candidate a
+// router could discover from the listing.
+func (s *Server) splitStorage(all []PodInfo) (pods, storage []PodInfo) {
+	pods = make([]PodInfo, 0, len(all))
+	for _, p := range all {
+		if s.idx.IsStorage(p.Pod) {
+			storage = append(storage, p)
+		} else {
+			pods = append(pods, p)
+		}
+	}
+	return pods, storage
+}
+
 // EndpointInfo is one subscription in the endpoint listing and the body of
 // POST /v1/endpoints.
 type EndpointInfo struct {

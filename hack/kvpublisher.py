@@ -74,6 +74,21 @@ them); {"echo": "ready"} and {"wait_subscriber": true} then synchronise.
       first 8 key bytes as a signed int64, StreamingEventSink::wireHash), continuing
       "prefix_tokens"; consecutive blocks go in one BlockStored, as it coalesces them.
       Replay for it is the >= 0.26 layout (with the topic).
+      form "llmd-storage": llm-d's filesystem offload connector (llm-d/llm-d-kv-cache
+      kv_connectors/llmd_fs_backend/llmd_fs_backend/event_publisher.py,
+      StorageEventPublisher; PR #571): the batch is [ts, [bin, ...]] with no DP rank,
+      each bin holding one msgpack-encoded event array; BlockStored is
+      ["BlockStored", [hash, ...], 0 (parent), [] (no tokens), 0 (block size), nil,
+      medium], BlockRemoved ["BlockRemoved", [hash, ...], medium]; medium
+      "SHARED_STORAGE" (default) or "OBJECT_STORE"; hashes are the low 64 bits of the
+      offload key's block hash, unsigned (_hash_to_uint64). Its topic is
+      kv@<MEDIUM>@<model> and its seq starts at 1: the test writes both.
+      Map form only (vLLM >= 0.24 maps, vllm/distributed/kv_events.py): "session_id"
+      (vllm-project/vllm PR #51381: optional, on GPU BlockStored of prefix-cache stores
+      and reuse reports, the triggering request's session) and "ownership" (PR #52067)
+      are sent as BlockStored keys after the other optional fields, left out when None
+      as msgspec's omit_defaults does; "extra_fields" {key: value} adds keys kvindex
+      does not know (e.g. "event_version"), which it must skip.
   {"sleep": seconds}
   {"echo": "word"}               print word on stdout once every earlier line is done
   {"wait_subscriber": true}      block until a subscription arrives (with --no-wait)
@@ -209,6 +224,20 @@ def encode_trtllm(ev):
     return {"type": kind}
 
 
+def encode_llmd_storage(ev):
+    kind = ev["type"]
+    hashes = [h & U64 for h in ev.get("block_hashes", [])]
+    medium = ev.get("medium") or "SHARED_STORAGE"
+    if kind == "BlockStored":
+        out = [kind, hashes, 0, [], 0, None, medium]
+    elif kind == "BlockRemoved":
+        out = [kind, hashes, medium]
+    else:
+        out = [kind]
+    # events are packed, then the list of packed bytes is packed again
+    return msgpack.packb(out, use_bin_type=True)
+
+
 def trim(fields):
     while fields and fields[-1] is None:
         fields.pop()
@@ -219,6 +248,8 @@ def encode_event(ev, form, bytes_hashes):
     kind = ev["type"]
     if form == "trtllm":
         return encode_trtllm(ev)
+    if form == "llmd-storage":
+        return encode_llmd_storage(ev)
     if form == "sglang":
         hashes = [sglang_hash(h) for h in ev.get("block_hashes", [])]
         if kind == "BlockStored":
@@ -240,6 +271,9 @@ def encode_event(ev, form, bytes_hashes):
         values = [hashes, None if parent is None else vllm_hash(parent, bytes_hashes),
                   ev.get("token_ids", []), ev.get("block_size", 0), ev.get("lora_id"),
                   ev.get("medium"), ev.get("lora_name"), ev.get("extra_keys"), ev.get("group_idx")]
+        if form == "map":
+            names += ["ownership", "session_id"]
+            values += [ev.get("ownership"), ev.get("session_id")]
     elif kind == "BlockRemoved":
         names = ["block_hashes", "medium", "group_idx"]
         values = [hashes, ev.get("medium"), ev.get("group_idx")]
@@ -250,6 +284,7 @@ def encode_event(ev, form, bytes_hashes):
         for n, v in zip(names, values):
             if v is not None or n == "parent_block_hash" and kind == "BlockStored":
                 out[n] = v
+        out.update(ev.get("extra_fields") or {})
         return out
     return [kind] + trim(values)
 
@@ -258,7 +293,7 @@ def encode_batch(msg):
     form = msg.get("form", "array")
     events = [encode_event(e, form, msg.get("bytes_hashes", False)) for e in msg.get("events", [])]
     batch = [float(msg.get("ts", time.time())), events]
-    if not msg.get("omit_dp_rank", False):
+    if not msg.get("omit_dp_rank", False) and form != "llmd-storage":
         batch.append(msg.get("dp_rank", 0))
     return msgpack.packb(batch, use_bin_type=True)
 

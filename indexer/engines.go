@@ -19,6 +19,7 @@ import (
 type engineKeys struct {
 	keys [kvindex.NumEngines][]kvindex.Key // [EngineVLLM] unused: the primary keys
 	res  kvindex.ScoreResult               // scratch for one engine's scores
+	st   storageScratch                    // storage sources (storage.go)
 }
 
 func (ek *engineKeys) clear() {

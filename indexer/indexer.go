@@ -83,6 +83,13 @@ type Config struct {
 	// Leases divide the Events endpoints between the daemons sharing a
 	// Redis index (leases.go).
 	Leases LeaseConfig
+	// StorageReaders names the storage sources (publishers whose topic's
+	// pod slot is a storage medium, e.g. llm-d's SHARED_STORAGE) and the
+	// pod names that can load their blocks; a nil list = every pod that
+	// publishes for the same model, an empty one = none. Their blocks are
+	// credited to the readers as kvindex.TierShared and the sources are
+	// never scored or picked (storage.go). nil = DefaultStorageReaders.
+	StorageReaders map[string][]string
 }
 
 // Indexer owns the wired parts. Every method is safe for concurrent use.
@@ -103,6 +110,7 @@ type Indexer struct {
 	// until it has been cleared, and its entries are not served meanwhile.
 	trusted func(kvindex.PodID) bool
 	pick    *picker
+	storage storageSources
 	m       *metrics
 	// gate holds back pods loaded from a snapshot (restore.go).
 	gate restoreGate
@@ -133,7 +141,7 @@ func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
 	if err != nil {
 		return nil, err
 	}
-	x := &Indexer{in: kvindex.NewInterner(), hashers: hashers, tok: cfg.Tokenizer, chat: cfg.Chat,
+	x := &Indexer{in: kvindex.NewInterner(), hashers: hashers, tok: cfg.Tokenizer, chat: cfg.Chat, storage: newStorageSources(cfg.StorageReaders),
 		keys: newKeyCaches(hashers, cfg.ModelKeys, cfg.KeyCacheSize), log: cfg.Logger}
 	if x.backend, err = buildBackend(ctx, cfg, x.in, cfg.Logger); err != nil {
 		return nil, err

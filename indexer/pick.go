@@ -70,6 +70,9 @@ type CandidateResult struct {
 	// Score and Cost are the policy's numbers (see package routing).
 	Score float64
 	Cost  float64
+	// Session: the query named a session and this candidate stored blocks
+	// for it.
+	Session bool
 }
 
 // PickResult is the answer to one PickQuery. Like Result it is owned by
@@ -92,7 +95,8 @@ type PickResult struct {
 	keys    []kvindex.Key
 	ek      engineKeys
 	ids     []kvindex.PodID
-	owner   []int32 // PodID -> candidate index + 1
+	sess    []kvindex.PodID // the query session's pods
+	owner   []int32         // PodID -> candidate index + 1
 	res     kvindex.ScoreResult
 	rc      []routing.Candidate
 	mode    []EventsMode // resolved: EventsOn or EventsOff
@@ -213,6 +217,9 @@ func (x *Indexer) pickInto(ctx context.Context, q *PickQuery, r *PickResult) *Er
 	chosen, why := p.Pick(routing.Request{Blocks: r.TotalBlocks, Tokens: tokens, BlockSize: r.BlockSize}, r.rc)
 	for i := range r.Candidates {
 		r.Candidates[i].Score, r.Candidates[i].Cost = r.rc[i].Score, r.rc[i].Cost
+	}
+	if q.SessionID != "" {
+		chosen = x.pickSession(q, r, chosen)
 	}
 	c := &r.Candidates[chosen]
 	r.Chosen, r.Pod, r.DPRank, r.HasDPRank = chosen, c.Pod, c.DPRank, c.HasDPRank

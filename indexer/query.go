@@ -59,6 +59,10 @@ type Query struct {
 	// Pods restricts the answer to these pod names (every DP rank of each);
 	// empty = every pod.
 	Pods []string
+	// SessionID names the request's session (vLLM's BlockStored.session_id):
+	// pods that stored blocks for it are preferred when prefixes tie
+	// (session.go). Empty = none.
+	SessionID string
 }
 
 func (q *Query) validate() *Error {
@@ -97,6 +101,9 @@ func (q *Query) validate() *Error {
 	default:
 		return errorf(InvalidArgument, "one of token_ids, block_hashes, prompt or messages is required (non-empty)")
 	}
+	if len(q.SessionID) > kvindex.MaxSessionIDLen {
+		return errorf(InvalidArgument, "session_id is longer than %d bytes", kvindex.MaxSessionIDLen)
+	}
 	if q.AddSpecialTokens != nil && q.Kind != InputPrompt && q.Kind != InputMessages {
 		return errorf(InvalidArgument, "add_special_tokens applies to prompt or messages only")
 	}
@@ -133,6 +140,8 @@ type PodResult struct {
 	Score         float64
 	Tiers         TierCounts
 	Ranks         []RankScore // best first; never empty
+	// Session: the query named a session and this pod stored blocks for it.
+	Session bool
 }
 
 // Result is the answer to one Query: pods best first (score, then matched
@@ -163,6 +172,7 @@ type Result struct {
 	// nameFilter, when set, keeps only these pod names (a pods filter naming
 	// pods this process has not interned yet, on a shared index).
 	nameFilter []string
+	sess       []kvindex.PodID // the query session's pods
 }
 
 type rankEntry struct {

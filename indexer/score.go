@@ -75,6 +75,9 @@ func (x *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 		return err
 	}
 	r.aggregate(x.in, x.trusted)
+	if q.SessionID != "" {
+		x.preferSession(q.SessionID, r)
+	}
 	if x.pred != nil {
 		x.pred.sample(modelID, r)
 	}
@@ -96,15 +99,21 @@ func (x *Indexer) lookup(ctx context.Context, model kvindex.ModelID, keys []kvin
 }
 
 // lookupAll scores the primary keys and every other engine's (engines.go)
-// into res.
+// into res, storage sources credited to their readers (storage.go).
 func (x *Indexer) lookupAll(ctx context.Context, model kvindex.ModelID, keys []kvindex.Key, ek *engineKeys,
 	cands []kvindex.PodID, res *kvindex.ScoreResult) *Error {
-	if err := x.lookup(ctx, model, keys, cands, res); err != nil {
+	x.storageIDs(&ek.st)
+	all := withStorage(cands, &ek.st)
+	if err := x.lookup(ctx, model, keys, all, res); err != nil {
 		return err
 	}
-	return x.scoreEngines(ek, func(keys []kvindex.Key, r *kvindex.ScoreResult) *Error {
-		return x.lookup(ctx, model, keys, cands, r)
-	}, res)
+	if err := x.scoreEngines(ek, func(keys []kvindex.Key, r *kvindex.ScoreResult) *Error {
+		return x.lookup(ctx, model, keys, all, r)
+	}, res); err != nil {
+		return err
+	}
+	x.creditStorage(model, cands, &ek.st, res)
+	return nil
 }
 
 // requestInfo is what requestKeys learned about a validated query.

@@ -263,6 +263,10 @@ const (
 	fMMKeys
 	fCopies
 	fCopiesOrLocality // BlockRemoved array position 4
+	// fSessionID: vLLM's optional BlockStored.session_id (PR #51381), a
+	// map key only: vLLM's events with it are maps, and its position in an
+	// array form is not published.
+	fSessionID
 )
 
 // Array-form field positions (index 0 is the tag), in the declaration order
@@ -308,6 +312,8 @@ func mapField(name []byte) field {
 		return fMMKeys
 	case "remaining_copy_counts":
 		return fCopies
+	case "session_id":
+		return fSessionID
 	}
 	return fNone
 }

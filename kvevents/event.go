@@ -117,6 +117,11 @@ func decodeEvent(r *reader, engine kvindex.Engine, ev *kvindex.Event, es *evStat
 	return "", nil
 }
 
+// errSessionIDTooLong: a session id beyond kvindex.MaxSessionIDLen is
+// skipped (and counted), so a publisher cannot make the applier hold
+// arbitrarily long strings.
+var errSessionIDTooLong = errors.New("session_id too long")
+
 // optional decodes an optional field with fn; a value fn cannot interpret
 // is skipped and counted instead of failing the event.
 func optional(r *reader, es *evState, name string, fn func() error) error {
@@ -249,6 +254,21 @@ func decodeField(r *reader, engine kvindex.Engine, ev *kvindex.Event, f field, e
 			s, err := r.strOrBin()
 			ev.Ownership = string(s)
 			return err
+		})
+	case fSessionID:
+		return optional(r, es, "session_id", func() error {
+			if r.nextNil() {
+				return nil
+			}
+			s, err := r.strOrBin()
+			if err != nil {
+				return err
+			}
+			if len(s) > kvindex.MaxSessionIDLen {
+				return errSessionIDTooLong
+			}
+			ev.SessionID = string(s)
+			return nil
 		})
 	case fMMKeys:
 		// A block whose key hashed a media digest cannot be rehashed from

@@ -110,6 +110,8 @@ type Applier struct {
 
 	lim limitState
 
+	sessions sessionTable // BlockStored.session_id per pod (sessions.go)
+
 	// engines: bit e set once a batch of Engine e was applied.
 	engines atomic.Uint32
 
@@ -299,6 +301,7 @@ func (a *Applier) Apply(ctx context.Context, b *Batch) {
 			err = a.removed(ctx, ps, b.Engine, ev, &d)
 		case AllBlocksCleared:
 			if err = a.idx.ClearPod(ctx, ps.id); err == nil {
+				a.sessions.forget(ps.id)
 				d.hint = ""
 				ps.resetParity()
 				ps.resetHolding()

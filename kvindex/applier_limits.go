@@ -44,6 +44,10 @@ type ApplierLimits struct {
 	// ones of the event are kept: a prefix is what routing matches). 0 =
 	// no per-pod bound; > 0 without ApplierConfig.Share is an error.
 	PodShare int
+	// SessionsPerPod bounds the sessions remembered per pod from
+	// BlockStored.session_id (sessions.go); 0 = DefaultSessionsPerPod,
+	// < 0 = sessions are not remembered.
+	SessionsPerPod int
 }
 
 // ShareAccounting is what ApplierLimits.PodShare needs from the index: its
@@ -100,6 +104,13 @@ func (a *Applier) initLimits(l ApplierLimits, share ShareAccounting) error {
 		l.MaxAliasTables = DefaultMaxAliasTables
 	}
 	a.lim.maxDigest, a.lim.maxAlias, a.lim.dcRefs, a.lim.m = l.MaxDigestCaches, l.MaxAliasTables, map[ModelID]int{}, a.m.limits
+	switch {
+	case l.SessionsPerPod == 0:
+		a.sessions.limit = DefaultSessionsPerPod
+	case l.SessionsPerPod > 0:
+		a.sessions.limit = l.SessionsPerPod
+	}
+	a.sessions.pods, a.sessions.m = map[PodID]*podSessions{}, a.m.sessions
 	if l.PodShare < 0 {
 		return errors.New("kvindex: pod share must not be negative")
 	}
@@ -213,6 +224,7 @@ func (a *Applier) ForgetPod(ctx context.Context, pod string, dpRank int) {
 			"pod", pod, "dp_rank", dpRank, "err", err)
 		return
 	}
+	a.sessions.forget(ps.id)
 	a.mu.Lock()
 	if a.pods[k] == ps {
 		delete(a.pods, k)

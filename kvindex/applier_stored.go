@@ -33,7 +33,20 @@ func eventExtras(ek *extraKeys, ev *Event, engine Engine, i int) bool {
 // the only index call. The decisions are thus the same whatever the index
 // (memory, Redis, a failing one) and can be tested without one.
 func (a *Applier) stored(ctx context.Context, ps *podState, engine Engine, ev *Event, d *batchDelta) error {
-	return a.addStored(ctx, ps, ev, a.storedKeys(ps, engine, ev, d), d)
+	keys := a.storedKeys(ps, engine, ev, d)
+	if err := a.addStored(ctx, ps, ev, keys, d); err != nil {
+		return err
+	}
+	// A reuse report (kv_cache_report_mode="full") re-stores blocks the pod
+	// holds, so it adds no key; the session still ran there.
+	if ev.SessionID != "" && len(ev.BlockHashes) > 0 {
+		last := Key(ev.BlockHashes[len(ev.BlockHashes)-1])
+		if len(keys) > 0 {
+			last = keys[len(keys)-1]
+		}
+		a.sessions.record(ps.id, ev.SessionID, last)
+	}
+	return nil
 }
 
 // storedKeys returns the keys ev adds to the index, in the pod's reused key

@@ -71,7 +71,7 @@ func TestMemoryIndexMatchesReference(t *testing.T) {
 			for step := 0; step < 1500; step++ {
 				m := ModelID(rng.IntN(2))
 				p := PodID(rng.IntN(npods))
-				tier := Tier(rng.IntN(int(NumTiers)))
+				tier := Tier(rng.IntN(int(NumStoredTiers)))
 				ks := make([]Key, 1+rng.IntN(6))
 				for i := range ks {
 					ks[i] = Key(rng.IntN(nkeys))

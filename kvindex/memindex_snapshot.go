@@ -96,7 +96,7 @@ func (idx *MemoryIndex) RestoreBlock(k SlotKey, holders []Holder) error {
 	h := mix64(sk)
 	sh := idx.shardOf(h)
 	for _, hd := range holders {
-		if hd.Tier >= NumTiers {
+		if hd.Tier >= NumStoredTiers {
 			return errBadTier
 		}
 		if hd.Pod >= MaxPods {

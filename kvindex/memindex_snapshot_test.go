@@ -49,7 +49,7 @@ func TestRangeBlocksRestoreRoundTrip(t *testing.T) {
 			for range 200 {
 				keys = append(keys, Key(rng.Uint64N(3000)))
 			}
-			tier := Tier(p) % NumTiers
+			tier := Tier(p) % NumStoredTiers
 			if err := src.Add(ctx, m, p, tier, keys); err != nil {
 				t.Fatal(err)
 			}

@@ -247,6 +247,11 @@ func TestMemoryIndexBadInput(t *testing.T) {
 	if err := idx.Add(ctx, 0, 1, NumTiers, []Key{1}); err == nil {
 		t.Error("Add with an invalid tier succeeded")
 	}
+	// the shared tier is credited at query time, never stored: its 2-bit
+	// packing would otherwise read back as GPU
+	if err := idx.Add(ctx, 0, 1, TierShared, []Key{1}); err == nil {
+		t.Error("Add on the shared tier succeeded")
+	}
 	if err := idx.Remove(ctx, 0, 1, Tier(9), []Key{1}); err == nil {
 		t.Error("Remove with an invalid tier succeeded")
 	}

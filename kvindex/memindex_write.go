@@ -8,7 +8,7 @@ import "context"
 // Add records that pod holds keys on tier. Adding a held (key, pod, tier)
 // again changes nothing but its recency.
 func (idx *MemoryIndex) Add(ctx context.Context, model ModelID, pod PodID, tier Tier, keys []Key) error {
-	if tier >= NumTiers {
+	if tier >= NumStoredTiers {
 		return errBadTier
 	}
 	if pod >= MaxPods {
@@ -71,7 +71,7 @@ const writeAhead = 4
 
 // Remove forgets that pod holds keys on tier. Unknown keys are ignored.
 func (idx *MemoryIndex) Remove(ctx context.Context, model ModelID, pod PodID, tier Tier, keys []Key) error {
-	if tier >= NumTiers {
+	if tier >= NumStoredTiers {
 		return errBadTier
 	}
 	if pod >= MaxPods {

@@ -28,7 +28,8 @@ type Metrics struct {
 	recoveryClears     prometheus.Counter
 	untrustedPods      prometheus.Gauge
 	batchDuration      prometheus.Histogram
-	limits             limitMetrics // applier_limits.go
+	limits             limitMetrics   // applier_limits.go
+	sessions           sessionMetrics // sessions.go
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil = unregistered,
@@ -63,6 +64,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	limits, limitCollectors := newLimitMetrics(ns)
 	m.limits = limits
+	var sessionCollectors []prometheus.Collector
+	m.sessions, sessionCollectors = newSessionMetrics(ns)
+	limitCollectors = append(limitCollectors, sessionCollectors...)
 	for _, k := range []EventKind{BlockStored, BlockRemoved, AllBlocksCleared, BlockSnapshot} {
 		m.events[k] = events.WithLabelValues(k.String())
 	}

@@ -14,9 +14,11 @@ type TierWeights [NumTiers]float64
 
 // DefaultTierWeights: a block in GPU memory is worth a full block of prefill;
 // one that must first be copied back from CPU, disk or external storage is
-// worth less, by roughly how much slower that copy is.
+// worth less, by roughly how much slower that copy is. A shared-storage
+// block a pod can load (TierShared) weighs 0.4, llm-d's proposed default
+// for its shared_storage tier (llm-d-router issue #2808).
 func DefaultTierWeights() TierWeights {
-	return TierWeights{TierGPU: 1.0, TierCPU: 0.8, TierDisk: 0.5, TierExternal: 0.3}
+	return TierWeights{TierGPU: 1.0, TierCPU: 0.8, TierDisk: 0.5, TierExternal: 0.3, TierShared: 0.4}
 }
 
 // PodScore is one pod's match for a key sequence.

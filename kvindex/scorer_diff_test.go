@@ -89,7 +89,7 @@ func randomPrefixFleet(f *fleetBuilder, rng *rand.Rand, keys []Key, npods int) {
 		for r := rng.IntN(3); r > 0; r-- { // other tiers or groups over a sub-range
 			lo := rng.IntN(n)
 			hi := lo + rng.IntN(n-lo+1)
-			f.add(0, p, Tier(rng.IntN(int(NumTiers))), keys[lo:hi])
+			f.add(0, p, Tier(rng.IntN(int(NumStoredTiers))), keys[lo:hi])
 		}
 		if rng.IntN(4) == 0 && end > 0 { // a hole
 			f.remove(0, p, TierGPU, keys[rng.IntN(end):][:1])
@@ -184,7 +184,7 @@ func TestScorerDifferential(t *testing.T) {
 			case 0, 1:
 				f.remove(0, p, TierGPU, k)
 			case 2, 3:
-				f.add(0, p, Tier(rng.IntN(int(NumTiers))), k)
+				f.add(0, p, Tier(rng.IntN(int(NumStoredTiers))), k)
 			default:
 				f.clear(p)
 			}

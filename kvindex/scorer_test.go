@@ -26,7 +26,7 @@ func TestScorerUsesPrefixScorer(t *testing.T) {
 
 func TestDefaultTierWeights(t *testing.T) {
 	w := DefaultTierWeights()
-	if w != (TierWeights{1.0, 0.8, 0.5, 0.3}) {
+	if w != (TierWeights{1.0, 0.8, 0.5, 0.3, 0.4}) {
 		t.Errorf("DefaultTierWeights() = %v", w)
 	}
 }
@@ -246,7 +246,7 @@ func TestScorerMatchesReference(t *testing.T) {
 		npods := 1 + rng.IntN(10)
 		for p := PodID(0); p < PodID(npods); p++ {
 			for r := rng.IntN(4); r >= 0; r-- {
-				tier := Tier(rng.IntN(int(NumTiers)))
+				tier := Tier(rng.IntN(int(NumStoredTiers)))
 				lo := 0
 				if rng.IntN(3) == 0 {
 					lo = rng.IntN(nkeys)

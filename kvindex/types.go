@@ -30,10 +30,20 @@ const (
 	TierCPU                  // host memory, pinned or not
 	TierDisk                 // local disk or file system of the pod
 	TierExternal             // shared, remote or object storage, and anything unknown
+	// TierShared is a block another publisher (a storage tier such as
+	// llm-d's filesystem offload connector) holds where this pod can load
+	// it from. It is never stored in an index: the indexer credits it at
+	// query time to the storage's readers (indexer/storage.go), so a
+	// storage block costs one holder, not one per reader.
+	TierShared
 	NumTiers
 )
 
-var tierNames = [NumTiers]string{"gpu", "cpu", "disk", "external"}
+// NumStoredTiers bounds the tiers an Index stores (a holder word packs the
+// tier in 2 bits); TierShared and later tiers exist only in scores.
+const NumStoredTiers = TierShared
+
+var tierNames = [NumTiers]string{"gpu", "cpu", "disk", "external", "shared"}
 
 func (t Tier) String() string {
 	if t < NumTiers {
@@ -249,6 +259,9 @@ type Event struct {
 	Remote bool
 	// Ownership is the publisher's ownership tag, carried as sent.
 	Ownership string
+	// SessionID is vLLM's BlockStored.session_id (PR #51381): the session
+	// of the request that stored or reused the blocks; "" when not sent.
+	SessionID string
 	// RemainingCopies is BlockRemoved.remaining_copy_counts, one per hash:
 	// how many physical copies of that hash the engine still holds after
 	// this removal. HasRemainingCopies is false when the engine sent none.

@@ -51,6 +51,7 @@ type Config struct {
 	BlockSize       int                    `json:"block_size" yaml:"block_size"`
 	Models          map[string]ModelConfig `json:"models" yaml:"models" doc:"per-model overrides: engines serving different models may use other seeds, algorithms or block sizes; unset fields inherit the top-level ones; tokenizer is a directory with tokenizer.json, chat_template a Jinja2 file used instead of the tokenizer's"`
 	TierWeights     string                 `json:"tier_weights" yaml:"tier_weights"`
+	StorageReaders  string                 `json:"storage_readers" yaml:"storage_readers"`
 	DigestCacheSize int                    `json:"digest_cache_size" yaml:"digest_cache_size"`
 	KeyCacheSize    int                    `json:"key_cache_size" yaml:"key_cache_size"`
 
@@ -137,7 +138,8 @@ func DefaultConfig() Config {
 		HashAlgo:       string(kvindex.AlgoSHA256), // vLLM's default since v0.10.2
 		HashSeed:       "",
 		BlockSize:      16,
-		TierWeights:    "gpu=1.0,cpu=0.8,disk=0.5,external=0.3",
+		TierWeights:    "gpu=1.0,cpu=0.8,disk=0.5,external=0.3,shared=0.4",
+		StorageReaders: "SHARED_STORAGE=*;OBJECT_STORE=*",
 		LogLevel:       "info",
 		LogFormat:      "text",
 		SecurityConfig: defaultSecurity(),
@@ -294,7 +296,8 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.HashAlgo, "hash-algo", cfg.HashAlgo, "vLLM --prefix-caching-hash-algo: "+kvindex.HashAlgoNames())
 	fs.StringVar(&cfg.HashSeed, "hash-seed", cfg.HashSeed, "the engines' PYTHONHASHSEED (string, as set in their environment)")
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "vLLM --block-size")
-	fs.StringVar(&cfg.TierWeights, "tier-weights", cfg.TierWeights, "score weight per tier: gpu=1,cpu=0.8,disk=0.5,external=0.3")
+	fs.StringVar(&cfg.TierWeights, "tier-weights", cfg.TierWeights, "score weight per tier: gpu=1,cpu=0.8,disk=0.5,external=0.3,shared=0.4 (shared: blocks a pod can load from a storage source, see --storage-readers)")
+	fs.StringVar(&cfg.StorageReaders, "storage-readers", cfg.StorageReaders, "storage sources (the pod slot of a storage publisher's topic, e.g. llm-d's kv@SHARED_STORAGE@<model>) and the pods that load their blocks, credited to them as the shared tier: SOURCE=podA,podB;SOURCE=* (every pod publishing for the model);SOURCE= (none). Sources are never scored or picked; entries are added to the defaults")
 	fs.IntVar(&cfg.KeyCacheSize, "key-cache-size", cfg.KeyCacheSize, fmt.Sprintf("request-path block keys cached per key config, so shared prompt prefixes are not re-hashed (0 = default %d, -1 = off)", kvindex.DefaultKeyCacheSize))
 	fs.IntVar(&cfg.DigestCacheSize, "digest-cache-size", cfg.DigestCacheSize, fmt.Sprintf("recent block digests kept per model for the live parity check (0 = default %d)", kvindex.DefaultDigestCacheSize))
 	fs.Var(listFlag{&cfg.TokenizersDir}, "tokenizers-dir", "directory whose subdirectories hold tokenizer.json per model (repeatable)")
@@ -415,6 +418,9 @@ func (c *Config) validate() error {
 		return err
 	}
 	if _, err := parseTierWeights(c.TierWeights); err != nil {
+		return err
+	}
+	if _, err := parseStorageReaders(c.StorageReaders); err != nil {
 		return err
 	}
 	if _, ok := kvindex.ParseEngine(c.BindEngine); !ok {
@@ -563,6 +569,37 @@ func (c *Config) predictionConfig() (indexer.PredictionConfig, error) {
 	return pc, nil
 }
 
+// parseStorageReaders parses --storage-readers over indexer's defaults:
+// "SOURCE=a,b;SOURCE=*;SOURCE=" (';'-separated; '*' = every pod of the
+// model, nothing = no reader).
+func parseStorageReaders(s string) (map[string][]string, error) {
+	m := indexer.DefaultStorageReaders()
+	for _, e := range strings.Split(s, ";") {
+		if e = strings.TrimSpace(e); e == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(e, "=")
+		k = strings.TrimSpace(k)
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--storage-readers: %q is not SOURCE=pod,pod (or SOURCE=*)", e)
+		}
+		if v = strings.TrimSpace(v); v == "*" {
+			m[k] = nil
+			continue
+		}
+		readers := []string{}
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p == "*" {
+				return nil, fmt.Errorf("--storage-readers: %s: '*' stands alone", k)
+			} else if p != "" {
+				readers = append(readers, p)
+			}
+		}
+		m[k] = readers
+	}
+	return m, nil
+}
+
 func parseTierWeights(s string) (kvindex.TierWeights, error) {
 	w := kvindex.DefaultTierWeights()
 	for _, p := range strings.Split(s, ",") {
@@ -575,7 +612,7 @@ func parseTierWeights(s string) (kvindex.TierWeights, error) {
 		}
 		t, ok := kvindex.TierByName(strings.TrimSpace(k))
 		if !ok {
-			return w, fmt.Errorf("--tier-weights: unknown tier %q (gpu, cpu, disk, external)", k)
+			return w, fmt.Errorf("--tier-weights: unknown tier %q (gpu, cpu, disk, external, shared)", k)
 		}
 		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		if err != nil || f < 0 {

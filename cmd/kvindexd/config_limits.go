@@ -28,6 +28,7 @@ type LimitsConfig struct {
 	PodExpiry           Duration `json:"pod_expiry" yaml:"pod_expiry"`
 	MaxDigestCaches     int      `json:"max_digest_caches" yaml:"max_digest_caches"`
 	MaxAliasTables      int      `json:"max_alias_tables" yaml:"max_alias_tables"`
+	MaxSessionsPerPod   int      `json:"max_sessions_per_pod" yaml:"max_sessions_per_pod"`
 	// PodShare is nil for the backend's default: kvindex.DefaultPodShare
 	// with the in-memory index, none with Redis (which has no per-pod
 	// accounting; a share set explicitly there is a start-up error).
@@ -47,6 +48,7 @@ func defaultLimits() LimitsConfig {
 		PodExpiry:           Duration(kvevents.DefaultPodExpiry),
 		MaxDigestCaches:     kvindex.DefaultMaxDigestCaches,
 		MaxAliasTables:      kvindex.DefaultMaxAliasTables,
+		MaxSessionsPerPod:   kvindex.DefaultSessionsPerPod,
 	}
 }
 
@@ -63,6 +65,8 @@ func limitFlags(fs *flag.FlagSet, l *LimitsConfig) {
 	fs.Var(&l.PodExpiry, "pod-expiry", "a stream silent this long is cleared from the index and forgotten (0 = never)")
 	fs.IntVar(&l.MaxDigestCaches, "max-digest-caches", l.MaxDigestCaches, "models with a parity digest cache (~11 MB each); further models go unverified")
 	fs.IntVar(&l.MaxAliasTables, "max-alias-tables", l.MaxAliasTables, "pods with an alias table (~4.7 MB each, pods whose hashes mismatch kvindex's); further pods are indexed without")
+	fs.IntVar(&l.MaxSessionsPerPod, "max-sessions-per-pod", l.MaxSessionsPerPod, "sessions remembered per pod from vLLM's BlockStored.session_id, "+
+		"the least recently stored forgotten first (kvindexd_session_evictions_total); 0 = not remembered")
 	fs.Var(podShareFlag{&l.PodShare}, "pod-share", fmt.Sprintf("one pod holds at most capacity/N entries of the in-memory index (0 = no per-pod bound; "+
 		"auto = %d in memory, none with Redis; Redis has no per-pod accounting, so a number there fails at start)", kvindex.DefaultPodShare))
 }
@@ -72,6 +76,9 @@ func (l *LimitsConfig) validate() error {
 		l.MaxDigestCaches <= 0 || l.MaxAliasTables <= 0 {
 		return errors.New("--zmq-max-message-size, --zmq-max-conns, --max-streams, --max-models, --max-dp-ranks, " +
 			"--max-digest-caches and --max-alias-tables must be positive")
+	}
+	if l.MaxSessionsPerPod < 0 {
+		return errors.New("--max-sessions-per-pod must not be negative")
 	}
 	if l.PodShare != nil && *l.PodShare < 0 {
 		return errors.New("--pod-share must not be negative")
@@ -103,7 +110,12 @@ func (l *LimitsConfig) applier(memory bool) kvindex.ApplierLimits {
 	case memory:
 		share = kvindex.DefaultPodShare
 	}
-	return kvindex.ApplierLimits{MaxDigestCaches: l.MaxDigestCaches, MaxAliasTables: l.MaxAliasTables, PodShare: share}
+	sessions := l.MaxSessionsPerPod
+	if sessions == 0 {
+		sessions = -1 // off (0 is the applier's default)
+	}
+	return kvindex.ApplierLimits{MaxDigestCaches: l.MaxDigestCaches, MaxAliasTables: l.MaxAliasTables, PodShare: share,
+		SessionsPerPod: sessions}
 }
 
 // podShareFlag is --pod-share: a number, or auto (unset) for the

@@ -27,7 +27,7 @@ func TestLimitsConfig(t *testing.T) {
 		t.Fatalf("subscriber config %+v", sc)
 	}
 	if a := cfg.LimitsConfig.applier(true); a != (kvindex.ApplierLimits{MaxDigestCaches: kvindex.DefaultMaxDigestCaches,
-		MaxAliasTables: kvindex.DefaultMaxAliasTables}) {
+		MaxAliasTables: kvindex.DefaultMaxAliasTables, SessionsPerPod: kvindex.DefaultSessionsPerPod}) {
 		t.Fatalf("applier limits %+v", a)
 	}
 	def, err := loadConfig(nil, func(string) string { return "" }, io.Discard)
@@ -36,7 +36,8 @@ func TestLimitsConfig(t *testing.T) {
 	}
 	def.LimitsConfig.subscriber(&sc)
 	if sc.Transport.MaxMessageSize != zmtp.DefaultMaxMessageSize || sc.PodExpiry != time.Hour ||
-		def.LimitsConfig.applier(true).PodShare != kvindex.DefaultPodShare || def.LimitsConfig.applier(false).PodShare != 0 {
+		def.LimitsConfig.applier(true).PodShare != kvindex.DefaultPodShare || def.LimitsConfig.applier(false).PodShare != 0 ||
+		def.LimitsConfig.applier(true).SessionsPerPod != kvindex.DefaultSessionsPerPod {
 		t.Fatalf("defaults %+v %+v", sc, def.LimitsConfig)
 	}
 	for _, ext := range []string{".yaml", ".json"} {

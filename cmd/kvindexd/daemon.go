@@ -83,6 +83,10 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	if err != nil {
 		return nil, err
 	}
+	storage, err := parseStorageReaders(cfg.StorageReaders)
+	if err != nil {
+		return nil, err
+	}
 	index, err := redisindex.ParseIndexFlag(cfg.Index)
 	if err != nil {
 		return nil, err
@@ -115,7 +119,7 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 		Keys: def, ModelKeys: perModel, Index: idxCfg, TierWeights: &weights,
 		DigestCacheSize: cfg.DigestCacheSize, KeyCacheSize: cfg.KeyCacheSize, Tokenizer: prompts, Chat: chats, Prediction: prediction,
 		ApplierLimits: cfg.LimitsConfig.applier(index.Memory), Registry: d.reg, Logger: log, Pick: pick,
-		Events: &events, Persist: cfg.persistConfig(), Leases: leases,
+		Events: &events, Persist: cfg.persistConfig(), Leases: leases, StorageReaders: storage,
 	})
 	if err != nil {
 		return nil, err

@@ -34,6 +34,7 @@ var numericRanges = map[string]intRange{
 	"max-dp-ranks":             {1, 1024},
 	"max-digest-caches":        {1, 4096},
 	"max-alias-tables":         {1, 1 << 16},
+	"max-sessions-per-pod":     {0, 1 << 20},
 	"discover-zmq-port":        {1, 65535},
 	"discover-replay-port":     {0, 65535},
 	"discover-dp-size":         {1, 1024},

@@ -101,6 +101,11 @@ type Event struct {
 	Medium       string   `json:"medium,omitempty"`
 	LoraName     string   `json:"lora_name,omitempty"`
 	CacheSalt    string   `json:"cache_salt,omitempty"`
+	// SessionID, Ownership and ExtraFields (map form): vLLM's optional
+	// BlockStored.session_id and ownership, and keys kvindex does not know.
+	SessionID   string         `json:"session_id,omitempty"`
+	Ownership   string         `json:"ownership,omitempty"`
+	ExtraFields map[string]any `json:"extra_fields,omitempty"`
 	// HashTokens (form "sglang"): the script computes SGLang's page hashes
 	// from TokenIDs with hashlib and sends one event per page, as SGLang does.
 	HashTokens bool `json:"hash_tokens,omitempty"`
@@ -122,7 +127,7 @@ func (e Event) MarshalJSON() ([]byte, error) {
 type Batch struct {
 	Topic       string  `json:"topic"`
 	Seq         uint64  `json:"seq"`
-	Form        string  `json:"form"` // array | map | sglang
+	Form        string  `json:"form"` // array | map | sglang | trtllm | llmd-storage
 	BytesHashes bool    `json:"bytes_hashes,omitempty"`
 	DPRank      *int    `json:"dp_rank"`
 	Events      []Event `json:"events"`

@@ -123,3 +123,21 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// The shared tier is credited at score time (indexer), never stored: the
+// index refuses it as it refuses any tier past the stored ones, as the
+// in-memory index does.
+func TestWriteRefusesTheSharedTier(t *testing.T) {
+	srv := redistest.Start(t)
+	idx, in := newTestIndex(t, srv.URL(), nil)
+	ctx := context.Background()
+	model, pod := in.Model("m"), in.Pod("p", 0)
+	for _, tier := range []kvindex.Tier{kvindex.TierShared, kvindex.NumTiers} {
+		if err := idx.Add(ctx, model, pod, tier, []kvindex.Key{1}); err == nil {
+			t.Errorf("Add on tier %v accepted", tier)
+		}
+	}
+	if err := idx.Add(ctx, model, pod, kvindex.TierExternal, []kvindex.Key{1}); err != nil {
+		t.Errorf("Add on the last stored tier: %v", err)
+	}
+}

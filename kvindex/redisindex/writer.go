@@ -234,7 +234,7 @@ func (x *Index) write(ctx context.Context, op writeOp, model kvindex.ModelID, po
 	if len(keys) == 0 {
 		return nil
 	}
-	if tier >= kvindex.NumTiers {
+	if tier >= kvindex.NumStoredTiers { // the shared tier is credited at score time, never stored
 		return errInvalidTier(op, tier)
 	}
 	field := x.holderField(kvindex.Holder{Pod: pod, Tier: tier})

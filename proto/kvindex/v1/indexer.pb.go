@@ -148,8 +148,12 @@ type ScoreRequest struct {
 	// with token_ids or block_hashes, with openai_request_json (the body
 	// carries its own) and with a chat_json that sets it too.
 	AddSpecialTokens *bool `protobuf:"varint,10,opt,name=add_special_tokens,json=addSpecialTokens,proto3,oneof" json:"add_special_tokens,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The request's session (vLLM's BlockStored.session_id): among pods whose
+	// prefixes tie (same score and matched blocks), pods that stored blocks
+	// for this session come first. Empty = no session.
+	SessionId     string `protobuf:"bytes,11,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScoreRequest) Reset() {
@@ -269,6 +273,13 @@ func (x *ScoreRequest) GetAddSpecialTokens() bool {
 	return false
 }
 
+func (x *ScoreRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
 type isScoreRequest_Input interface {
 	isScoreRequest_Input()
 }
@@ -318,11 +329,14 @@ func (*ScoreRequest_ChatJson) isScoreRequest_Input() {}
 func (*ScoreRequest_OpenaiRequestJson) isScoreRequest_Input() {}
 
 type TierCounts struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Gpu           int32                  `protobuf:"varint,1,opt,name=gpu,proto3" json:"gpu,omitempty"`
-	Cpu           int32                  `protobuf:"varint,2,opt,name=cpu,proto3" json:"cpu,omitempty"`
-	Disk          int32                  `protobuf:"varint,3,opt,name=disk,proto3" json:"disk,omitempty"`
-	External      int32                  `protobuf:"varint,4,opt,name=external,proto3" json:"external,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Gpu      int32                  `protobuf:"varint,1,opt,name=gpu,proto3" json:"gpu,omitempty"`
+	Cpu      int32                  `protobuf:"varint,2,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	Disk     int32                  `protobuf:"varint,3,opt,name=disk,proto3" json:"disk,omitempty"`
+	External int32                  `protobuf:"varint,4,opt,name=external,proto3" json:"external,omitempty"`
+	// Blocks a storage source (e.g. llm-d's SHARED_STORAGE) holds that this
+	// pod can load: credited at query time, never held by the pod itself.
+	Shared        int32 `protobuf:"varint,5,opt,name=shared,proto3" json:"shared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -381,6 +395,13 @@ func (x *TierCounts) GetDisk() int32 {
 func (x *TierCounts) GetExternal() int32 {
 	if x != nil {
 		return x.External
+	}
+	return 0
+}
+
+func (x *TierCounts) GetShared() int32 {
+	if x != nil {
+		return x.Shared
 	}
 	return 0
 }
@@ -462,7 +483,9 @@ type PodScore struct {
 	Score         float64     `protobuf:"fixed64,4,opt,name=score,proto3" json:"score,omitempty"`
 	Tiers         *TierCounts `protobuf:"bytes,5,opt,name=tiers,proto3" json:"tiers,omitempty"`
 	// Best rank first; one entry per rank with a match.
-	DpRanks       []*DPRankScore `protobuf:"bytes,6,rep,name=dp_ranks,json=dpRanks,proto3" json:"dp_ranks,omitempty"`
+	DpRanks []*DPRankScore `protobuf:"bytes,6,rep,name=dp_ranks,json=dpRanks,proto3" json:"dp_ranks,omitempty"`
+	// The request named a session_id and this pod stored blocks for it.
+	Session       bool `protobuf:"varint,7,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -537,6 +560,13 @@ func (x *PodScore) GetDpRanks() []*DPRankScore {
 		return x.DpRanks
 	}
 	return nil
+}
+
+func (x *PodScore) GetSession() bool {
+	if x != nil {
+		return x.Session
+	}
+	return false
 }
 
 type ScoreResponse struct {
@@ -1485,8 +1515,12 @@ type PickRequest struct {
 	Policy string `protobuf:"bytes,8,opt,name=policy,proto3" json:"policy,omitempty"`
 	// As in ScoreRequest.
 	AddSpecialTokens *bool `protobuf:"varint,11,opt,name=add_special_tokens,json=addSpecialTokens,proto3,oneof" json:"add_special_tokens,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// As in ScoreRequest: a candidate that stored blocks for this session is
+	// chosen over the policy's choice when they tie (same matched blocks,
+	// cached, policy score and cost).
+	SessionId     string `protobuf:"bytes,12,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PickRequest) Reset() {
@@ -1613,6 +1647,13 @@ func (x *PickRequest) GetAddSpecialTokens() bool {
 	return false
 }
 
+func (x *PickRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
 type isPickRequest_Input interface {
 	isPickRequest_Input()
 }
@@ -1664,8 +1705,10 @@ type CandidateResult struct {
 	// matched_blocks weighted by tier.
 	Cached float64 `protobuf:"fixed64,7,opt,name=cached,proto3" json:"cached,omitempty"`
 	// The policy's numbers: score (higher is better) and cost (lower is better).
-	Score         float64 `protobuf:"fixed64,8,opt,name=score,proto3" json:"score,omitempty"`
-	Cost          float64 `protobuf:"fixed64,9,opt,name=cost,proto3" json:"cost,omitempty"`
+	Score float64 `protobuf:"fixed64,8,opt,name=score,proto3" json:"score,omitempty"`
+	Cost  float64 `protobuf:"fixed64,9,opt,name=cost,proto3" json:"cost,omitempty"`
+	// The request named a session_id and this candidate stored blocks for it.
+	Session       bool `protobuf:"varint,10,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1761,6 +1804,13 @@ func (x *CandidateResult) GetCost() float64 {
 		return x.Cost
 	}
 	return 0
+}
+
+func (x *CandidateResult) GetSession() bool {
+	if x != nil {
+		return x.Session
+	}
+	return false
 }
 
 type PickResponse struct {
@@ -1859,7 +1909,7 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\x03ids\x18\x01 \x03(\rR\x03ids\x12\x16\n" +
 	"\x06packed\x18\x02 \x01(\fR\x06packed\"%\n" +
 	"\vBlockHashes\x12\x16\n" +
-	"\x06hashes\x18\x01 \x03(\x04R\x06hashes\"\xa5\x03\n" +
+	"\x06hashes\x18\x01 \x03(\x04R\x06hashes\"\xc4\x03\n" +
 	"\fScoreRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x123\n" +
 	"\ttoken_ids\x18\x02 \x01(\v2\x14.kvindex.v1.TokenIDsH\x00R\btokenIds\x12<\n" +
@@ -1872,27 +1922,31 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"cache_salt\x18\x06 \x01(\tR\tcacheSalt\x12\x12\n" +
 	"\x04pods\x18\a \x03(\tR\x04pods\x121\n" +
 	"\x12add_special_tokens\x18\n" +
-	" \x01(\bH\x01R\x10addSpecialTokens\x88\x01\x01B\a\n" +
+	" \x01(\bH\x01R\x10addSpecialTokens\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\v \x01(\tR\tsessionIdB\a\n" +
 	"\x05inputB\x15\n" +
-	"\x13_add_special_tokens\"`\n" +
+	"\x13_add_special_tokens\"x\n" +
 	"\n" +
 	"TierCounts\x12\x10\n" +
 	"\x03gpu\x18\x01 \x01(\x05R\x03gpu\x12\x10\n" +
 	"\x03cpu\x18\x02 \x01(\x05R\x03cpu\x12\x12\n" +
 	"\x04disk\x18\x03 \x01(\x05R\x04disk\x12\x1a\n" +
-	"\bexternal\x18\x04 \x01(\x05R\bexternal\"\x91\x01\n" +
+	"\bexternal\x18\x04 \x01(\x05R\bexternal\x12\x16\n" +
+	"\x06shared\x18\x05 \x01(\x05R\x06shared\"\x91\x01\n" +
 	"\vDPRankScore\x12\x17\n" +
 	"\adp_rank\x18\x01 \x01(\x05R\x06dpRank\x12%\n" +
 	"\x0ematched_blocks\x18\x02 \x01(\x05R\rmatchedBlocks\x12\x14\n" +
 	"\x05score\x18\x03 \x01(\x01R\x05score\x12,\n" +
-	"\x05tiers\x18\x04 \x01(\v2\x16.kvindex.v1.TierCountsR\x05tiers\"\xe2\x01\n" +
+	"\x05tiers\x18\x04 \x01(\v2\x16.kvindex.v1.TierCountsR\x05tiers\"\xfc\x01\n" +
 	"\bPodScore\x12\x10\n" +
 	"\x03pod\x18\x01 \x01(\tR\x03pod\x12%\n" +
 	"\x0ematched_blocks\x18\x02 \x01(\x05R\rmatchedBlocks\x12%\n" +
 	"\x0ematched_tokens\x18\x03 \x01(\x03R\rmatchedTokens\x12\x14\n" +
 	"\x05score\x18\x04 \x01(\x01R\x05score\x12,\n" +
 	"\x05tiers\x18\x05 \x01(\v2\x16.kvindex.v1.TierCountsR\x05tiers\x122\n" +
-	"\bdp_ranks\x18\x06 \x03(\v2\x17.kvindex.v1.DPRankScoreR\adpRanks\"\x85\x01\n" +
+	"\bdp_ranks\x18\x06 \x03(\v2\x17.kvindex.v1.DPRankScoreR\adpRanks\x12\x18\n" +
+	"\asession\x18\a \x01(\bR\asession\"\x85\x01\n" +
 	"\rScoreResponse\x12!\n" +
 	"\ftotal_blocks\x18\x01 \x01(\x05R\vtotalBlocks\x12(\n" +
 	"\x04pods\x18\x02 \x03(\v2\x14.kvindex.v1.PodScoreR\x04pods\x12'\n" +
@@ -1968,7 +2022,7 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\x06events\x18\x06 \x01(\bH\x01R\x06events\x88\x01\x01B\n" +
 	"\n" +
 	"\b_dp_rankB\t\n" +
-	"\a_events\"\xdf\x03\n" +
+	"\a_events\"\xfe\x03\n" +
 	"\vPickRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x123\n" +
 	"\ttoken_ids\x18\x02 \x01(\v2\x14.kvindex.v1.TokenIDsH\x00R\btokenIds\x12<\n" +
@@ -1984,9 +2038,11 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"candidates\x18\a \x03(\v2\x15.kvindex.v1.CandidateR\n" +
 	"candidates\x12\x16\n" +
 	"\x06policy\x18\b \x01(\tR\x06policy\x121\n" +
-	"\x12add_special_tokens\x18\v \x01(\bH\x01R\x10addSpecialTokens\x88\x01\x01B\a\n" +
+	"\x12add_special_tokens\x18\v \x01(\bH\x01R\x10addSpecialTokens\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\f \x01(\tR\tsessionIdB\a\n" +
 	"\x05inputB\x15\n" +
-	"\x13_add_special_tokens\"\xb5\x02\n" +
+	"\x13_add_special_tokens\"\xcf\x02\n" +
 	"\x0fCandidateResult\x12\x10\n" +
 	"\x03pod\x18\x01 \x01(\tR\x03pod\x12\x1c\n" +
 	"\adp_rank\x18\x02 \x01(\x05H\x00R\x06dpRank\x88\x01\x01\x12%\n" +
@@ -1996,7 +2052,9 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\x05tiers\x18\x06 \x01(\v2\x16.kvindex.v1.TierCountsR\x05tiers\x12\x16\n" +
 	"\x06cached\x18\a \x01(\x01R\x06cached\x12\x14\n" +
 	"\x05score\x18\b \x01(\x01R\x05score\x12\x12\n" +
-	"\x04cost\x18\t \x01(\x01R\x04costB\n" +
+	"\x04cost\x18\t \x01(\x01R\x04cost\x12\x18\n" +
+	"\asession\x18\n" +
+	" \x01(\bR\asessionB\n" +
 	"\n" +
 	"\b_dp_rank\"\xda\x01\n" +
 	"\fPickResponse\x12\x10\n" +

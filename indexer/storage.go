@@ -1,0 +1,157 @@
+package indexer
+
+import (
+	"slices"
+	"sort"
+
+	"github.com/kvindex/kvindex/kvindex"
+)
+
+// Shared storage is a tier, not a pod.
+//
+// llm-d's filesystem offload connector (llm-d-kv-cache
+// kv_connectors/llmd_fs_backend/llmd_fs_backend/event_publisher.py)
+// publishes the blocks it writes to shared storage on the topic
+// kv@SHARED_STORAGE@<model> (or kv@OBJECT_STORE@<model>), so the medium
+// lands in the topic's pod slot and its blocks are indexed under a pod
+// named SHARED_STORAGE that no router can pick. The index keeps them there,
+// one holder per block whatever the number of readers; at query time the
+// storage's run of consecutive blocks from block 0 is credited to every
+// reader as TierShared: a reader whose own run is shorter is extended to
+// the storage's run, the extra blocks counted on the shared tier. Storage
+// sources never appear in a score or a pick.
+
+// DefaultStorageReaders are the storage sources known without
+// configuration: the two media llm-d's connector publishes, each readable
+// by every pod that publishes for the same model (the connector's storage
+// directory is per model and every pod configured with the same
+// shared_storage_path loads from it).
+func DefaultStorageReaders() map[string][]string {
+	return map[string][]string{"SHARED_STORAGE": nil, "OBJECT_STORE": nil}
+}
+
+// storageSources is Config.StorageReaders, fixed at New.
+type storageSources struct {
+	names   []string   // sorted source (pod) names
+	readers [][]string // per name; nil = every pod of the model
+}
+
+func newStorageSources(m map[string][]string) storageSources {
+	if m == nil {
+		m = DefaultStorageReaders()
+	}
+	var s storageSources
+	for name := range m {
+		s.names = append(s.names, name)
+	}
+	sort.Strings(s.names)
+	for _, name := range s.names {
+		s.readers = append(s.readers, m[name])
+	}
+	return s
+}
+
+// IsStorage reports whether name is a storage source (Config.StorageReaders):
+// a publisher of storage blocks, never a candidate pod.
+func (x *Indexer) IsStorage(name string) bool {
+	_, ok := slices.BinarySearch(x.storage.names, name)
+	return ok
+}
+
+// storageScratch is the per-request state of crediting storage (kept in
+// engineKeys, which every Result and PickResult owns).
+type storageScratch struct {
+	ids   []kvindex.PodID // every DP rank of every storage source
+	src   []int           // ids[i]'s index in storageSources.names
+	cands []kvindex.PodID // the caller's candidates plus ids
+	found []kvindex.PodScore
+	rd    []kvindex.PodID
+}
+
+// storageIDs resolves the storage sources this process has interned.
+func (x *Indexer) storageIDs(sc *storageScratch) {
+	sc.ids, sc.src = sc.ids[:0], sc.src[:0]
+	for i, name := range x.storage.names {
+		n := len(sc.ids)
+		sc.ids = x.in.AppendPodsNamed(sc.ids, name)
+		for range sc.ids[n:] {
+			sc.src = append(sc.src, i)
+		}
+	}
+}
+
+// withStorage returns cands plus the storage sources, so that a candidate
+// filter does not hide the blocks its readers can load. nil stays nil.
+func withStorage(cands []kvindex.PodID, sc *storageScratch) []kvindex.PodID {
+	if cands == nil || len(sc.ids) == 0 {
+		return cands
+	}
+	sc.cands = append(append(sc.cands[:0], cands...), sc.ids...)
+	return sc.cands
+}
+
+// creditStorage takes the storage sources out of res and credits their runs
+// to their readers (among cands, nil = any) as TierShared, then re-sorts.
+func (x *Indexer) creditStorage(model kvindex.ModelID, cands []kvindex.PodID, sc *storageScratch, res *kvindex.ScoreResult) {
+	if len(sc.ids) == 0 {
+		return
+	}
+	sc.found = sc.found[:0]
+	kept := res.Pods[:0]
+	for _, ps := range res.Pods {
+		if slices.Contains(sc.ids, ps.Pod) {
+			if x.trusted(ps.Pod) {
+				sc.found = append(sc.found, ps)
+			}
+			continue
+		}
+		kept = append(kept, ps)
+	}
+	res.Pods = kept
+	if len(sc.found) == 0 {
+		return
+	}
+	w := x.scorer.Weights()[kvindex.TierShared]
+	var modelName string
+	var all []kvindex.PodStats // every applied pod, read once when some source has implicit readers
+	for _, s := range sc.found {
+		src := sc.src[slices.Index(sc.ids, s.Pod)]
+		m := s.MatchedBlocks
+		sc.rd = sc.rd[:0]
+		if names := x.storage.readers[src]; names != nil {
+			for _, n := range names {
+				sc.rd = x.in.AppendPodsNamed(sc.rd, n)
+			}
+		} else {
+			if all == nil {
+				all = x.applier.PodStats()
+				modelName = x.in.ModelName(model)
+			}
+			for _, st := range all {
+				if st.Model != modelName || x.IsStorage(st.Pod) {
+					continue
+				}
+				if id, ok := x.in.LookupPod(st.Pod, st.DPRank); ok {
+					sc.rd = append(sc.rd, id)
+				}
+			}
+		}
+		for _, r := range sc.rd {
+			if (cands != nil && !slices.Contains(cands, r)) || slices.Contains(sc.ids, r) {
+				continue
+			}
+			i := slices.IndexFunc(res.Pods, func(p kvindex.PodScore) bool { return p.Pod == r })
+			if i < 0 {
+				res.Pods = append(res.Pods, kvindex.PodScore{Pod: r})
+				i = len(res.Pods) - 1
+			}
+			p := &res.Pods[i]
+			if extra := m - p.MatchedBlocks; extra > 0 {
+				p.TierBlocks[kvindex.TierShared] += int32(extra)
+				p.Score += float64(extra) * w
+				p.MatchedBlocks = m
+			}
+		}
+	}
+	slices.SortFunc(res.Pods, kvindex.ComparePodScores)
+}
