@@ -91,15 +91,22 @@
 //	endpoint.go    the sockets: bind socket, connect endpoints (Add/RemoveEndpoint),
 //	               reconnect with backoff, the receive loop
 //	message.go     one message -> one batch: frame checks, topic, decode counters
-//	stream.go      per-(pod, dp rank) sequence tracking, synthetic clears, StreamStats
+//	stream.go      per-(pod, dp rank) streams: StreamStats, completeness, synthetic clears
+//	sequence.go    what a batch's sequence number means for its stream (decideSeq,
+//	               a pure function with a table test)
 //	replay.go      the replay exchange with an engine's ROUTER: after a gap,
 //	               and catching up at connect
 //	snapshot.go    SGLang's snapshot-v1 exchange and the resync it drives
+//	resume.go      streams resumed from a saved index (ResumeFrom)
+//	lost.go        streams whose connection ended in the middle of a message
+//	indexlost.go   streams whose index entries the backend lost (MarkIndexLost)
 //	limits.go      the caps on streams, models, ranks and names, pod expiry,
-//	               the sequence verdicts, rate-limited warnings
-//	dispatch.go    the ordered per-stream workers and their queues, drain at shutdown
-//	decode.go, event.go, msgpack.go
-//	               the payload decoder (vLLM array/map forms, SGLang)
+//	               rate-limited warnings
+//	dispatch.go, backpressure.go
+//	               the ordered per-stream workers, their queues and byte budget,
+//	               the wait on a full queue, drain at shutdown
+//	decode.go, event.go, event_hashes.go, event_extrakeys.go, msgpack.go
+//	               the payload decoder (the engines' array/map forms)
 //	metrics.go     the Prometheus series
 //
 // Locks: the Subscriber's mu guards its maps and is never held across I/O.
