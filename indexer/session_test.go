@@ -74,4 +74,8 @@ func TestSessionIDTooLong(t *testing.T) {
 	if e, ok := err.(*Error); !ok || e.Code != InvalidArgument {
 		t.Fatalf("err %v", err)
 	}
+	// the bound is inclusive: an id of exactly the longest length is taken
+	if err := x.Score(t.Context(), &Query{Model: testModel, Kind: InputTokens, TokenIDs: seqTokens(1, testBlock), SessionID: string(long[1:])}, &r); err != nil {
+		t.Fatalf("a session id of %d bytes: %v", kvindex.MaxSessionIDLen, err)
+	}
 }

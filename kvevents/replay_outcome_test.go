@@ -1,10 +1,12 @@
 package kvevents
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvindex/kvindex/internal/logtest"
 	"github.com/kvindex/kvindex/kvevents/zmtp"
@@ -102,6 +104,32 @@ func TestCatchUpNamesFromTopicUnlessOverridden(t *testing.T) {
 	}
 }
 
+// Replies without a topic (vLLM <= 0.25, SGLang) name no model: when the
+// endpoint names none either, a caught-up batch of a stream not seen yet is
+// left out and counted as unattributed (never indexed under an empty model
+// name), while one of a stream whose model is known is taken under it.
+func TestCatchUpLeavesOutUnattributedBatches(t *testing.T) {
+	ctx := testCtx(t)
+	pub := startPub(t, "tcp://127.0.0.1:0", true)
+	p := map[uint64][]byte{0: payload(t, storedBatch(90)), 1: payload(t, storedBatch(91))}
+	replay := serveReplay(t, ctx, "tcp://127.0.0.1:0", "", p, []uint64{0, 1})
+	sink := newCollectSink()
+	_, lb := startSubLog(t, Config{Endpoints: []EndpointConfig{{Address: pub.Addr(), ReplayAddress: replay, Pod: "pod-u"}}}, sink, NewMetrics(nil))
+	deadline := time.Now().Add(testTimeout)
+	for lb.Line(`msg="caught up from the engine's replay buffer"`) == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("no catch-up log line")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if line := lb.Line(`msg="caught up from the engine's replay buffer"`); !strings.Contains(line, " batches=0 ") || !strings.Contains(line, " unattributed=2 ") {
+		t.Fatalf("catch-up log %q, want 0 batches and 2 unattributed", line)
+	}
+	if bs := sink.snapshot(); len(bs) != 0 {
+		t.Fatalf("unattributed batches were applied: %s", describe(bs))
+	}
+}
+
 // A replay exchange that fails on the reply reports the cause, not only
 // where it failed (the deadline is the cause only once it has passed).
 func TestReplayExchangeKeepsTheCause(t *testing.T) {
@@ -111,5 +139,27 @@ func TestReplayExchangeKeepsTheCause(t *testing.T) {
 	err := dealerExchange(ctx, addr, testTimeout, zmtp.Options{}, make([]byte, 8), func([][]byte) (bool, error) { return false, errBad })
 	if !errors.Is(err, errBad) || !strings.Contains(err.Error(), "reply") {
 		t.Fatalf("exchange error %v, want it to wrap %v", err, errBad)
+	}
+}
+
+// Catch-up at connect resumes after the lowest last seq of the streams that
+// came through that endpoint only: another endpoint's streams say nothing
+// about where this one's engine is.
+func TestResumeSeqCountsTheEndpointsOwnStreams(t *testing.T) {
+	s, a, m := handleOnly(t, Config{}, nil)
+	b := &source{addr: "other", msgs: m.MessagesReceived.WithLabelValues("connect")}
+	ctx := context.Background()
+	s.handle(ctx, a, frames(t, "kv@pod-a@m", 40, storedBatch(40)))
+	s.handle(ctx, a, frames(t, "kv@pod-a2@m", 30, storedBatch(30)))
+	s.handle(ctx, b, frames(t, "kv@pod-b@m", 7, storedBatch(7)))
+	if from, known := s.resumeSeq(a); !known || from != 31 {
+		t.Errorf("endpoint a resumes from %d (known %v), want 31", from, known)
+	}
+	if from, known := s.resumeSeq(b); !known || from != 8 {
+		t.Errorf("endpoint b resumes from %d (known %v), want 8", from, known)
+	}
+	c := &source{addr: "new", msgs: m.MessagesReceived.WithLabelValues("connect")}
+	if from, known := s.resumeSeq(c); known || from != 0 {
+		t.Errorf("an endpoint with no streams resumes from %d (known %v), want 0, unknown", from, known)
 	}
 }

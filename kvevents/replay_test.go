@@ -25,6 +25,14 @@ func serveReplay(t *testing.T, ctx context.Context, endpoint, topic string, buf 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { router.Close() })
+	// topic "" serves the layout without a topic frame (vLLM <= 0.25, SGLang)
+	send := func(id, seq, payload []byte) {
+		if topic == "" {
+			router.Send(ctx, id, nil, seq, payload)
+		} else {
+			router.Send(ctx, id, nil, []byte(topic), seq, payload)
+		}
+	}
 	go func() {
 		for {
 			msg, err := router.Recv(ctx)
@@ -42,10 +50,10 @@ func serveReplay(t *testing.T, ctx context.Context, endpoint, topic string, buf 
 				if seq >= start {
 					var s8 [8]byte
 					binary.BigEndian.PutUint64(s8[:], seq)
-					router.Send(ctx, id, nil, []byte(topic), s8[:], buf[seq])
+					send(id, s8[:], buf[seq])
 				}
 			}
-			router.Send(ctx, id, nil, []byte(topic), endSeq[:], nil)
+			send(id, endSeq[:], nil)
 		}
 	}()
 	if strings.HasPrefix(endpoint, "tcp://") {
