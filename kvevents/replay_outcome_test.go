@@ -162,4 +162,14 @@ func TestResumeSeqCountsTheEndpointsOwnStreams(t *testing.T) {
 	if from, known := s.resumeSeq(c); known || from != 0 {
 		t.Errorf("an endpoint with no streams resumes from %d (known %v), want 0, unknown", from, known)
 	}
+	// Adjacent last seqs, in whatever order the streams are walked (map
+	// order differs from run to run): the lower one decides.
+	for range 20 {
+		s, a, _ := handleOnly(t, Config{}, nil)
+		s.handle(ctx, a, frames(t, "kv@pod-x@m", 29, storedBatch(29)))
+		s.handle(ctx, a, frames(t, "kv@pod-y@m", 30, storedBatch(30)))
+		if from, _ := s.resumeSeq(a); from != 30 {
+			t.Fatalf("streams at 29 and 30 resume from %d, want 30", from)
+		}
+	}
 }
