@@ -351,6 +351,49 @@ func TestPromiseAliasTables(t *testing.T) {
 	}
 }
 
+// Issue 26 item 6: 2,000 new topics, each one batch of 200 blocks in two
+// full-attention groups. Each pod needs a copy-count and a group-mask table;
+// allocated at their caps they took ~1.6 MB per pod (RSS 2.4 GB here, ~16 GB
+// at --max-streams). Sized by use they hold a few KB per pod, and
+// kvindexd_hold_table_bytes says how much (bounded by 256 MiB in all).
+func TestPromiseHoldTables(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t)
+	pub := d.publisher()
+	const pods, blocks = 2000, 200
+	toks := prompt(26, blocks)
+	hashes := engineHashes(t, toks)
+	b := stored(hashes, toks)
+	b.Events[0].GroupKind = kvindex.GroupFullAttention
+	g1 := b.Events[0]
+	g1.GroupIdx = 1
+	b.Events = append(b.Events, g1)
+	for i := 0; i < pods; i++ {
+		publish(t, pub, fmt.Sprintf("pod-t%04d", i), model, 0, b)
+	}
+	eventually(t, 2*waitLimit, "every pod applied", func() string {
+		if v := d.metric(`kvindexd_events_applied_total{type="block_stored"}`); v < 2*pods {
+			return fmt.Sprintf("%v BlockStored applied", v)
+		}
+		return ""
+	})
+	if got := d.scoreTokens(model, toks); len(got) != pods || got["pod-t0000"] != blocks {
+		t.Fatalf("%d pods score, pod-t0000 %d blocks; want %d pods with %d", len(got), got["pod-t0000"], pods, blocks)
+	}
+	// The copy table holds 400 keys (both groups), the mask table 200; a
+	// table doubles when a new key finds its 4-way set full, which happens
+	// well below full load: measured ~74 KB per pod, allowed 128 KB. At their
+	// caps the two tables took ~1.6 MB per pod (3.1 GB here).
+	bytes := d.metric("kvindexd_hold_table_bytes")
+	if limit := float64(pods * 128 << 10); bytes <= 0 || bytes > limit {
+		t.Errorf("kvindexd_hold_table_bytes = %v, want (0, %v]", bytes, limit)
+	}
+	if rss := d.peakRSS(); rss > 1<<30 && !raceBuild {
+		t.Errorf("peak RSS %d MB, want below 1 GiB", rss>>20)
+	}
+	t.Logf("tables %.1f MB for %d pods; peak RSS %d MB", bytes/1e6, pods, d.peakRSS()>>20)
+}
+
 // Per-pod metric series: the first 1,000 pods in name order are exported,
 // the rest counted in kvindexd_pod_series_omitted (all are in /v1/pods).
 func TestPromisePodSeries(t *testing.T) {
