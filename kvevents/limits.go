@@ -97,6 +97,7 @@ type limitMetrics struct {
 	expired         prometheus.Counter
 	logSuppressed   prometheus.Counter
 	queuedBytes     prometheus.GaugeFunc
+	applyLag        prometheus.GaugeFunc
 }
 
 // limits is the Subscriber's bookkeeping for Config's caps; its maps are
@@ -135,7 +136,7 @@ func (s *Subscriber) admit(k streamKey, model string) (*stream, string) {
 		s.lim.nModel.Store(int64(len(s.lim.models)))
 	}
 	if st == nil {
-		st = &stream{key: k, worker: s.work.workerFor(k)}
+		st = &stream{key: k, worker: s.work.workerFor(k), queue: podQueue{freed: make(chan struct{}, 1)}}
 		st.stats.Pod, st.stats.DPRank = k.pod, k.rank
 		s.streams[k] = st
 		s.lim.nStream.Store(int64(len(s.streams)))
