@@ -545,6 +545,84 @@ func TestPromiseApplyQueue(t *testing.T) {
 	})
 }
 
+// Issue 26 item 4: three pods on the worker of an honest pod (--workers 1) flood
+// ~900 KB store+remove batches. Each holds at most its share of the worker (4 MiB of
+// the 256 MiB budget), so the queue never holds more than their shares, the flooders
+// say how late they are (apply_lag_seconds, kvindexd_kvevents_apply_lag_seconds) and
+// the honest pod's batch reaches scores behind at most those shares, with no overflow
+// (before: up to 17 s late, median 6.2 s, behind the whole budget).
+func TestPromiseApplyQueueShare(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, "--workers", "1")
+	floodPub, honestPub := d.publisher(), d.publisher()
+	payloads := make([][]byte, 3)
+	for i := range payloads {
+		h := randomHashes(uint64(40+i), 50_000)
+		b := &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: h, BlockSize: blockSize},
+			{Kind: kvindex.BlockRemoved, BlockHashes: h}}}
+		p, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		payloads[i] = p
+	}
+	stop, flooding := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(flooding)
+		for seq := uint64(0); ; seq++ {
+			for i, p := range payloads {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if floodPub.Publish(fmt.Sprintf("kv@flood-%d@%s", i, model), seq, p) != nil {
+					return
+				}
+			}
+		}
+	}()
+	defer func() { close(stop); <-flooding }()
+	var maxQueued, maxLag float64
+	sample := func() {
+		maxQueued = max(maxQueued, d.metric("kvindexd_kvevents_queued_bytes"))
+		maxLag = max(maxLag, d.metric("kvindexd_kvevents_apply_lag_seconds"))
+	}
+	eventually(t, waitLimit, "the flood queued", func() string {
+		sample()
+		if maxLag == 0 {
+			return "no apply lag yet"
+		}
+		return ""
+	})
+	for i := 0; i < 20; i++ { // the flood holds its shares
+		sample()
+		time.Sleep(50 * time.Millisecond)
+	}
+	toks := prompt(4, 3)
+	start := time.Now()
+	publish(t, honestPub, "pod-honest", model, 0, stored(engineHashes(t, toks), toks))
+	eventually(t, waitLimit, "the honest pod scored", func() string {
+		sample()
+		if got := d.scoreTokens(model, toks)["pod-honest"]; got != 3 {
+			return fmt.Sprintf("pod-honest scores %d", got)
+		}
+		return ""
+	})
+	took := time.Since(start)
+	if limit := 3.0 * 4 << 20 * 1.25; maxQueued > limit {
+		t.Errorf("kvindexd_kvevents_queued_bytes reached %.0f MB, want at most the three shares (%.0f MB)", maxQueued/1e6, limit/1e6)
+	}
+	if p, ok := d.pod("pod-honest"); !ok || p.Overflows != 0 || !p.Complete {
+		t.Errorf("pod-honest %+v", p)
+	}
+	if took > 5*time.Second && !raceBuild {
+		t.Errorf("the honest pod's batch took %v to reach scores", took)
+	}
+	t.Logf("honest batch scored after %v; max queued %.1f MB, max apply lag %.2f s, flood overflows %v",
+		took, maxQueued/1e6, maxLag, d.metric("kvindexd_kvevents_queue_overflows_total"))
+}
+
 // Issue 26 item 11: a sequence number of 2^64-1 followed by 20 is an engine restart
 // (the numbers cannot wrap): the pod is cleared before the new batch, and neither the
 // missed-batch counter nor the stream's count jumps by ~1.8e19.
