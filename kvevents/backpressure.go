@@ -31,8 +31,10 @@ type backpressure struct {
 
 // queueBounded queues b for worker w, waiting up to d.bp.wait for room; false
 // means b was not queued (still full, or shutdown has begun). owner is the
-// stream's share (podqueue.go): a stream past its share waits for its own
-// batches to be applied, never for room another stream holds.
+// stream's share (podqueue.go): a stream past its share is refused at once,
+// without waiting. Its reader may be the only one of the bind socket (one
+// receive loop serves every connection there), so waiting on a flooder's
+// share would hold every other pod of that socket behind it.
 func (d *dispatcher) queueBounded(w int, owner *podQueue, b *kvindex.Batch) bool {
 	size := batchBytes(b)
 	var t *time.Timer
@@ -52,19 +54,8 @@ func (d *dispatcher) queueBounded(w int, owner *podQueue, b *kvindex.Batch) bool
 			}
 		}
 	}()
-	if owner != nil {
-		for !owner.reserve(size, d.share, time.Now()) {
-			if d.bp.wait <= 0 {
-				return false
-			}
-			select {
-			case <-owner.freed: // one of its batches was applied: try again
-			case <-timer():
-				return false
-			case <-d.draining:
-				return false
-			}
-		}
+	if owner != nil && !owner.reserve(size, d.share, time.Now()) {
+		return false
 	}
 	ok := d.tryQueue(w, b, owner) || d.bp.wait > 0 && d.waitQueue(w, b, owner, size, timer)
 	if !ok && owner != nil {

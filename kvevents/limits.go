@@ -136,7 +136,7 @@ func (s *Subscriber) admit(k streamKey, model string) (*stream, string) {
 		s.lim.nModel.Store(int64(len(s.lim.models)))
 	}
 	if st == nil {
-		st = &stream{key: k, worker: s.work.workerFor(k), queue: podQueue{freed: make(chan struct{}, 1)}}
+		st = &stream{key: k, worker: s.work.workerFor(k)}
 		st.stats.Pod, st.stats.DPRank = k.pod, k.rank
 		s.streams[k] = st
 		s.lim.nStream.Store(int64(len(s.streams)))

@@ -10,9 +10,9 @@ import (
 // store+remove batches on a worker held the whole worker queue (and the byte
 // budget): an honest pod on the same worker saw its updates reach scores up
 // to 17 s late while it was listed complete, with no overflow. Now each
-// stream may hold at most its share of queued batches and bytes; past it the
-// stream's own reader waits (QueueWait) and then overflows that stream
-// only. An honest pod's batch then waits behind at most one share per
+// stream may hold at most its share of queued batches and bytes; past it
+// that stream overflows at once (no QueueWait: on the bind socket one reader
+// serves every connection, and waiting would stall the others too). An honest pod's batch then waits behind at most one share per
 // other active stream of its worker.
 //
 // The share does not bound a first batch: a stream with nothing queued may
@@ -52,9 +52,6 @@ type podQueue struct {
 	bytes int64
 	at    []int64 // enqueue times (UnixNano), ring from head; grows to the share
 	head  int
-	// freed is signalled (without blocking) each time the worker applies one
-	// of the stream's batches: a reader waiting on the share wakes up.
-	freed chan struct{}
 }
 
 // reserve takes room for one batch of size bytes under share, or reports
@@ -93,10 +90,6 @@ func (q *podQueue) applied(size int64) {
 	q.bytes -= size
 	q.head = (q.head + 1) % len(q.at)
 	q.mu.Unlock()
-	select {
-	case q.freed <- struct{}{}:
-	default:
-	}
 }
 
 // lag is the age of the stream's oldest batch still waiting to be applied
