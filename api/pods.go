@@ -60,6 +60,10 @@ type PodInfo struct {
 	// Stale: loaded from the snapshot at start and not scored until its
 	// stream resumes.
 	Stale bool `json:"stale,omitempty"`
+
+	// ApplyLagSeconds: how late the index is for this pod, the age of its
+	// oldest batch still waiting to be applied (kvevents.StreamStats).
+	ApplyLagSeconds float64 `json:"apply_lag_seconds"`
 }
 
 // listPods joins the indexer's per-(pod, rank) view with the subscriber's
@@ -111,6 +115,7 @@ func (s *Server) listPods(ctx context.Context) []PodInfo {
 		p.DecodeErrors = st.DecodeErrors
 		p.Overflows = st.Overflows
 		p.Complete, p.CompleteSinceSeq, p.IncompleteReason, p.Epoch = st.Complete, st.CompleteSinceSeq, st.IncompleteReason, st.Epoch
+		p.ApplyLagSeconds = st.ApplyLag.Seconds()
 	}
 	return out
 }

@@ -30,14 +30,42 @@ type backpressure struct {
 }
 
 // queueBounded queues b for worker w, waiting up to d.bp.wait for room; false
-// means b was not queued (still full, or shutdown has begun).
-func (d *dispatcher) queueBounded(w int, b *kvindex.Batch) bool {
-	if d.tryQueue(w, b) {
-		return true
+// means b was not queued (still full, or shutdown has begun). owner is the
+// stream's share (podqueue.go): a stream past its share is refused at once,
+// without waiting. Its reader may be the only one of the bind socket (one
+// receive loop serves every connection there), so waiting on a flooder's
+// share would hold every other pod of that socket behind it.
+func (d *dispatcher) queueBounded(w int, owner *podQueue, b *kvindex.Batch) bool {
+	size := batchBytes(b)
+	var t *time.Timer
+	var start time.Time
+	timer := func() <-chan time.Time {
+		if t == nil {
+			start, t = time.Now(), time.NewTimer(d.bp.wait)
+		}
+		return t.C
 	}
-	if d.bp.wait <= 0 {
+	defer func() {
+		if t != nil {
+			t.Stop()
+			if d.bp.waits != nil {
+				d.bp.waits.Inc()
+				d.bp.waitSecs.Add(time.Since(start).Seconds())
+			}
+		}
+	}()
+	if owner != nil && !owner.reserve(size, d.share, time.Now()) {
 		return false
 	}
+	ok := d.tryQueue(w, b, owner) || d.bp.wait > 0 && d.waitQueue(w, b, owner, size, timer)
+	if !ok && owner != nil {
+		owner.unreserve(size)
+	}
+	return ok
+}
+
+// waitQueue waits, until timer fires, for room in worker w's full queue.
+func (d *dispatcher) waitQueue(w int, b *kvindex.Batch, owner *podQueue, size int64, timer func() <-chan time.Time) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.stopped {
@@ -45,26 +73,15 @@ func (d *dispatcher) queueBounded(w int, b *kvindex.Batch) bool {
 	}
 	// Waiting is for a full queue; a batch the byte budget refuses is
 	// refused now (waiting must not let it in over the budget).
-	size := batchBytes(b)
 	if !d.budget.take(size) {
 		return false
 	}
-	start := time.Now()
-	t := time.NewTimer(d.bp.wait)
-	defer t.Stop()
-	ok := false
 	select {
-	case d.queues[w] <- queued{batch: b}:
-		ok = true
-	case <-t.C:
+	case d.queues[w] <- queued{batch: b, owner: owner}:
+		return true
+	case <-timer():
 	case <-d.draining:
 	}
-	if !ok {
-		d.budget.give(size)
-	}
-	if d.bp.waits != nil {
-		d.bp.waits.Inc()
-		d.bp.waitSecs.Add(time.Since(start).Seconds())
-	}
-	return ok
+	d.budget.give(size)
+	return false
 }

@@ -231,7 +231,7 @@ func BenchmarkHandleMessage(b *testing.B) {
 		s.handle(ctx, src, [][]byte{topic, seq[:], p})
 		if len(q) == cap(q) { // stand in for the worker, inline so the reader's cost is all that is timed
 			for len(q) > 0 {
-				s.work.budget.give(batchBytes((<-q).batch))
+				s.work.budget.give(batchBytes(standIn(<-q)))
 			}
 		}
 	}

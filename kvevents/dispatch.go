@@ -36,6 +36,7 @@ type dispatcher struct {
 	// budget bounds the estimated memory of all queued batches together:
 	// a count bound alone would let large batches hold gigabytes.
 	budget byteBudget
+	share  podShare     // each stream's share of its worker (podqueue.go)
 	bp     backpressure // what a reader does on a full queue (backpressure.go)
 
 	// mu is read-held while a batch is queued and write-held to stop, so
@@ -52,7 +53,7 @@ type dispatcher struct {
 
 func newDispatcher(sink kvindex.BatchSink, workers, queueSize int, queueBytes int64, m *Metrics, log *slog.Logger) *dispatcher {
 	d := &dispatcher{sink: sink, queues: make([]chan queued, workers), dropped: m.ShutdownDropped, log: log,
-		draining: make(chan struct{}), budget: byteBudget{limit: queueBytes}}
+		draining: make(chan struct{}), budget: byteBudget{limit: queueBytes}, share: newPodShare(queueSize, queueBytes)}
 	for i := range d.queues {
 		d.queues[i] = make(chan queued, queueSize)
 	}
@@ -66,6 +67,9 @@ type queued struct {
 	batch *kvindex.Batch
 	// forget, when set, names the pod to forget; batch is nil then.
 	forget *streamKey
+	// owner is the stream's share the batch holds (nil for the
+	// subscriber's own clears, queued outside the shares).
+	owner *podQueue
 }
 
 // workerFor spreads streams over the workers.
@@ -77,7 +81,7 @@ func (d *dispatcher) workerFor(k streamKey) int {
 
 // tryQueue queues b for worker w without blocking; false means the queue is
 // full (or shutdown has begun) and b was not queued.
-func (d *dispatcher) tryQueue(w int, b *kvindex.Batch) bool {
+func (d *dispatcher) tryQueue(w int, b *kvindex.Batch, owner *podQueue) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.stopped {
@@ -88,7 +92,7 @@ func (d *dispatcher) tryQueue(w int, b *kvindex.Batch) bool {
 		return false
 	}
 	select {
-	case d.queues[w] <- queued{batch: b}:
+	case d.queues[w] <- queued{batch: b, owner: owner}:
 		return true
 	default:
 		d.budget.give(size)
@@ -172,6 +176,9 @@ func (d *dispatcher) apply(it queued) {
 	b := it.batch
 	size := batchBytes(b) // what tryQueue or queue charged
 	defer d.budget.give(size)
+	if it.owner != nil {
+		defer it.owner.applied(size)
+	}
 	if d.applyCtx.Err() != nil {
 		d.dropped.Inc()
 		d.lost.Add(1)

@@ -97,6 +97,7 @@ type limitMetrics struct {
 	expired         prometheus.Counter
 	logSuppressed   prometheus.Counter
 	queuedBytes     prometheus.GaugeFunc
+	applyLag        prometheus.GaugeFunc
 }
 
 // limits is the Subscriber's bookkeeping for Config's caps; its maps are

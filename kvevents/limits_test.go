@@ -41,8 +41,7 @@ func drain(s *Subscriber) []*kvindex.Batch {
 	for {
 		select {
 		case it := <-s.work.queues[0]:
-			b := it.batch
-			out = append(out, b)
+			out = append(out, standIn(it))
 		default:
 			return out
 		}

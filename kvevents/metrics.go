@@ -113,13 +113,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		func(s *Subscriber) float64 { return float64(s.lim.nModel.Load()) })
 	m.limits.queuedBytes = gauge("queued_bytes", "Estimated memory of the decoded batches waiting for the workers (bounded by the queue budget).",
 		func(s *Subscriber) float64 { return float64(s.work.budget.used.Load()) })
+	m.limits.applyLag = gauge("apply_lag_seconds", "Age of the oldest batch waiting for a worker, over all streams: how late "+
+		"the index is for the most delayed pod (each pod's own in /v1/pods apply_lag_seconds).",
+		func(s *Subscriber) float64 { return s.maxApplyLag().Seconds() })
 	if reg != nil {
 		reg.MustRegister(m.MessagesReceived, m.BatchesDecoded, m.EventsDecoded, m.DecodeErrors, m.DroppedFrames,
 			m.QueueOverflows, m.QueueWaits, m.QueueWaitSeconds, m.SeqGaps, m.MissedBatches, m.Restarts, m.Replays, m.CatchUps, m.CaughtUpBatches, m.Snapshots, m.IgnoredFields,
 			m.UnknownMedia, m.PackedEvents, m.ReplayedBatches,
 			m.SyntheticClears, m.ConnectedEndpoints, m.ShutdownDropped)
 		reg.MustRegister(zmqCollectors(m.ZMQ)...)
-		reg.MustRegister(m.limits.expired, m.limits.logSuppressed, m.limits.streams, m.limits.models, m.limits.queuedBytes)
+		reg.MustRegister(m.limits.expired, m.limits.logSuppressed, m.limits.streams, m.limits.models, m.limits.queuedBytes, m.limits.applyLag)
 	}
 	return m
 }

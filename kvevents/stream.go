@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/kvindex/kvindex/kvindex"
 )
@@ -48,6 +49,10 @@ type StreamStats struct {
 	// Epoch is SGLang's publisher lifecycle id (topic metadata, or the
 	// header of an engine snapshot), if sent.
 	Epoch string
+	// ApplyLag is how late the index is for this stream: the age of its
+	// oldest batch still waiting for its worker (0 when none waits). A
+	// complete stream with a lag has every batch, but not yet in the index.
+	ApplyLag time.Duration
 }
 
 type streamKey struct {
@@ -83,6 +88,8 @@ type stream struct {
 	// I/O or a channel operation: Streams takes nothing else.
 	mu    sync.Mutex
 	stats StreamStats
+	// queue is the stream's share of its worker (podqueue.go).
+	queue podQueue
 	// lost: a message of the stream's connection was cut short
 	// (markLost), so StreamStats says "message_lost" until the next batch
 	// shows whether it was the stream's; before holds what it said until
@@ -96,9 +103,12 @@ type stream struct {
 }
 
 func (st *stream) currentStats() StreamStats {
+	lag := st.queue.lag(time.Now())
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.stats
+	out := st.stats
+	out.ApplyLag = lag
+	return out
 }
 
 // Streams lists every (pod, dp rank) stream seen, sorted by pod then rank.
@@ -278,7 +288,7 @@ func (s *Subscriber) enqueue(st *stream, b *kvindex.Batch) {
 		ev = append(ev, kvindex.Event{Kind: kvindex.AllBlocksCleared})
 		b.Events = append(ev, b.Events...)
 	}
-	if s.work.queueBounded(st.worker, b) {
+	if s.work.queueBounded(st.worker, &st.queue, b) {
 		if st.needClear {
 			s.m.SyntheticClears.WithLabelValues(st.clearWhy).Inc()
 			st.needClear = false

@@ -36,6 +36,9 @@ type ApplierConfig struct {
 	// 0 = default; see applier_tables.go).
 	CopyTableSize      int
 	GroupMaskTableSize int
+	// HoldTableBytes bounds those tables' memory together (0 = default
+	// DefaultHoldTableBytes; see applier_tables.go).
+	HoldTableBytes int64
 	// Limits bound how many of those tables exist (applier_limits.go).
 	Limits ApplierLimits
 	// Share is the index's per-pod entry accounting, which Limits.PodShare
@@ -86,8 +89,8 @@ type ApplierConfig struct {
 //
 // Memory is bounded: per model one digest cache (DigestCacheSize entries), per
 // aliased pod one alias table (AliasCacheSize entries), per vLLM pod one copy
-// table (CopyTableSize), per pod with several full-attention groups one group
-// mask table (GroupMaskTableSize), per pod at most 256 group descriptions and
+// table (growing with its blocks up to CopyTableSize), per pod with several
+// full-attention groups one group mask table (up to GroupMaskTableSize), per pod at most 256 group descriptions and
 // a key scratch buffer as large as its largest event, and a few alternate
 // Hashers for diagnosis (at most three per distinct KeyConfig).
 type Applier struct {
@@ -100,6 +103,7 @@ type Applier struct {
 	aliasCap int
 	copyCap  int
 	maskCap  int
+	tables   tableBudget // all copy-count and group-mask tables
 
 	mu      sync.RWMutex
 	pods    map[podKey]*podState
@@ -199,12 +203,16 @@ func NewApplier(cfg ApplierConfig) (*Applier, error) {
 	if cfg.GroupMaskTableSize <= 0 {
 		cfg.GroupMaskTableSize = DefaultGroupMaskTableSize
 	}
+	if cfg.HoldTableBytes <= 0 {
+		cfg.HoldTableBytes = DefaultHoldTableBytes
+	}
 	a := &Applier{
 		idx: cfg.Index, in: cfg.Interner, hashers: cfg.Hashers, m: cfg.Metrics, log: cfg.Logger,
 		dcSize: cfg.DigestCacheSize, aliasCap: cfg.AliasCacheSize, copyCap: cfg.CopyTableSize, maskCap: cfg.GroupMaskTableSize,
 		pods: map[podKey]*podState{}, digests: map[ModelID]*digestCache{}, alt: map[KeyConfig]*Hasher{},
 		untrustedIDs: map[PodID]struct{}{},
 	}
+	a.tables.limit, a.tables.gauge = cfg.HoldTableBytes, cfg.Metrics.holdTableBytes
 	if err := a.initLimits(cfg.Limits, cfg.Share); err != nil {
 		return nil, err
 	}
@@ -266,6 +274,8 @@ func (ps *podState) resetParity() {
 // resetHolding forgets the copy counts and group masks: after a clear the
 // pod holds nothing. What it said of its groups stays (same engine config).
 func (ps *podState) resetHolding() {
+	ps.copies.release()
+	ps.masks.release()
 	ps.copies, ps.masks = nil, nil
 }
 

@@ -1,7 +1,11 @@
 package kvindex
 
 import (
+	"context"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // A hash stored twice (two physical copies) and removed once stays indexed:
@@ -190,7 +194,7 @@ func TestApplierPartialPageNoHint(t *testing.T) {
 }
 
 func TestCountTableBounded(t *testing.T) {
-	ct := newCountTable(64)
+	ct := newCountTable(64, nil)
 	evicted := 0
 	for i := uint64(0); i < 1000; i++ {
 		v := uint16(1)
@@ -223,6 +227,99 @@ func TestCountTableBounded(t *testing.T) {
 	ct.del(5)
 	if _, ok := ct.get(5); ok {
 		t.Fatal("deleted entry found")
+	}
+}
+
+// Issue 26 item 6: a table starts small and grows with its keys, keeping every
+// entry and value, up to its cap; the gauge follows its memory.
+func TestCountTableGrows(t *testing.T) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"})
+	ct := newCountTable(DefaultCopyTableSize, &tableBudget{limit: DefaultHoldTableBytes, gauge: g})
+	if got := len(ct.sets) * cacheWays; got != minCountTableEntries {
+		t.Fatalf("new table has %d entries, want %d", got, minCountTableEntries)
+	}
+	const n = 1000
+	for i := uint64(0); i < n; i++ {
+		if ct.put(i*0x2545F4914F6CDD1D+7, uint16(i%5+1)) {
+			t.Fatalf("entry %d evicted below the cap", i)
+		}
+	}
+	for i := uint64(0); i < n; i++ {
+		if v, ok := ct.get(i*0x2545F4914F6CDD1D + 7); !ok || v != uint16(i%5+1) {
+			t.Fatalf("entry %d after growth: %d %v", i, v, ok)
+		}
+	}
+	sets := len(ct.sets)
+	if sets*cacheWays < n || sets*cacheWays > 16*n {
+		t.Fatalf("%d keys in %d sets: not sized by use", n, sets)
+	}
+	if got, want := testutil.ToFloat64(g), float64(int64(sets)*countSetBytes); got != want {
+		t.Fatalf("gauge %v, want %v", got, want)
+	}
+	ct.release()
+	if got := testutil.ToFloat64(g); got != 0 {
+		t.Fatalf("gauge %v after release", got)
+	}
+}
+
+// Past the budget of all tables a table stops growing and replaces entries:
+// the budget bounds the tables' memory whatever the pods store.
+func TestCountTableBudget(t *testing.T) {
+	b := &tableBudget{limit: 16 * countSetBytes * 4, gauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"})}
+	a, c := newCountTable(DefaultCopyTableSize, b), newCountTable(DefaultCopyTableSize, b)
+	evicted := 0
+	for i := uint64(0); i < 1000; i++ {
+		for _, ct := range []*countTable{a, c} {
+			if ct.put(i*0x2545F4914F6CDD1D+7, 1) {
+				evicted++
+			}
+		}
+	}
+	if used := b.used.Load(); used > b.limit || used != int64(len(a.sets)+len(c.sets))*countSetBytes {
+		t.Fatalf("tables hold %d bytes (%d + %d sets), budget %d", used, len(a.sets), len(c.sets), b.limit)
+	}
+	if evicted == 0 {
+		t.Fatal("2,000 keys fit in a 3 KB budget without a replacement")
+	}
+	a.release() // the freed room lets the other table grow to the whole budget
+	for i := uint64(0); i < 1000 && len(c.sets) < 64; i++ {
+		c.put(i*0x9E3779B97F4A7C15+3, 1)
+	}
+	if len(c.sets) != 64 {
+		t.Fatalf("after the other table was freed: %d sets, want 64", len(c.sets))
+	}
+}
+
+// A pod that stores one batch of 200 blocks in two full-attention groups
+// holds tables sized for 200 keys (the issue's 2,000 such pods held 2.4 GB
+// with tables allocated at their cap), and they are freed with the pod.
+func TestHoldTablesSizedByUse(t *testing.T) {
+	e := newApplierEnv(t, cborSeed0)
+	toks := seq(1, 200*4)
+	eh := engineKeys(t, cborSeed0, toks, RequestExtras{})
+	g0 := stored(eh, toks, 4, 0, 200)
+	g0.GroupKind = GroupFullAttention
+	g1 := g0
+	g1.GroupIdx = 1
+	e.apply("grp", 0, EngineVLLM, g0, g1)
+	if n := e.idx.count(e.podID("grp", 0)); n != 200 {
+		t.Fatalf("%d blocks indexed, want 200", n)
+	}
+	ps := e.a.pods[podKey{"grp", 0}]
+	if ps.copies == nil || ps.masks == nil {
+		t.Fatalf("expected both tables: copies %v masks %v", ps.copies != nil, ps.masks != nil)
+	}
+	limit := int64(64 << 10)
+	got := int64(len(ps.copies.sets)+len(ps.masks.sets)) * countSetBytes
+	if got > limit {
+		t.Fatalf("tables of a 200-block pod take %d bytes, want at most %d", got, limit)
+	}
+	if g := int64(testutil.ToFloat64(e.a.m.holdTableBytes)); g != got {
+		t.Fatalf("kvindexd_hold_table_bytes %d, want %d", g, got)
+	}
+	e.a.ForgetPod(context.Background(), "grp", 0)
+	if g := testutil.ToFloat64(e.a.m.holdTableBytes); g != 0 {
+		t.Fatalf("kvindexd_hold_table_bytes %v after the pod was forgotten", g)
 	}
 }
 

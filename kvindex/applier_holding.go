@@ -99,7 +99,7 @@ func (a *Applier) holdStored(ps *podState, engine Engine, ev *Event, bit uint16,
 	for _, k := range keys {
 		if track {
 			if ps.copies == nil {
-				ps.copies = newCountTable(a.copyCap)
+				ps.copies = newCountTable(a.copyCap, &a.tables)
 			}
 			ck := entryKey(k, ev.Medium, ev.GroupIdx)
 			c, held := ps.copies.get(ck)
@@ -115,7 +115,7 @@ func (a *Applier) holdStored(ps *podState, engine Engine, ev *Event, bit uint16,
 		}
 		if bit != 0 {
 			if ps.masks == nil {
-				ps.masks = newCountTable(a.maskCap)
+				ps.masks = newCountTable(a.maskCap, &a.tables)
 			}
 			mk := entryKey(k, ev.Medium, -1)
 			m, _ := ps.masks.get(mk)

@@ -235,6 +235,7 @@ func (a *Applier) ForgetPod(ctx context.Context, pod string, dpRank int) {
 	}
 	a.mu.Unlock()
 	ps.dropAlias()
+	ps.resetHolding()
 	ps.keys, ps.buf = nil, nil
 	if ps.untrusted {
 		ps.untrusted = false

@@ -35,6 +35,7 @@ func (a *Applier) removed(ctx context.Context, ps *podState, engine Engine, ev *
 	}
 	if ev.HasRemainingCopies && !ps.copiesAuthority {
 		// The engine counts copies itself: ours are no longer needed.
+		ps.copies.release()
 		ps.copiesAuthority, ps.copies = true, nil
 	}
 	keys := ps.keys[:0]

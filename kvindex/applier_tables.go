@@ -1,5 +1,12 @@
 package kvindex
 
+import (
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
 // Two per-pod tables let the applier keep the engines' semantics without
 // asking the index what it holds (an index read per block would cost a Redis
 // round trip):
@@ -12,19 +19,57 @@ package kvindex
 //     bit set of the full-attention groups holding it; the block is indexed
 //     only while every such group holds it.
 //
-// Both are countTables: 4-way set-associative, fixed size, no allocation per
-// block. Losing an entry to capacity only loses precision in the safe
+// Both are countTables: 4-way set-associative, no allocation per block once
+// grown. A table starts at minCountTableEntries and doubles when a new key
+// finds its set full, up to its cap: a pod that stores 200 blocks holds a
+// few KB, not the cap's ~790 KB (2,000 such pods held 2.4 GB when tables were
+// allocated at full size). Growing never loses an entry: doubling splits each
+// set in two (the set index gains its next hash bit), so the up-to-4 entries
+// of a set land in two sets of 4. Losing an entry to the cap only loses precision in the safe
 // direction: a forgotten copy count means the next removal unindexes the
 // block (today's behaviour without counts), a forgotten mask means the block
 // is re-indexed only when every group stores it again. Neither can leave a
 // block indexed that the pod no longer holds.
 
 // DefaultCopyTableSize and DefaultGroupMaskTableSize bound each pod's tables
-// (entries, ~10.5 bytes each: ~690 KB per table).
+// (entries, 12 bytes each: ~790 KB per table at the cap).
 const (
 	DefaultCopyTableSize      = 1 << 16
 	DefaultGroupMaskTableSize = 1 << 16
 )
+
+// minCountTableEntries is a new table's size (16 sets, 768 bytes).
+const minCountTableEntries = 64
+
+// DefaultHoldTableBytes bounds the memory of all copy-count and group-mask
+// tables together. Sized by use, a table still reaches its cap when its pod
+// stores (and removes) 65,536 distinct blocks, and 10,000 streams at their
+// caps would be ~16 GB: past this budget tables stop growing and replace
+// entries instead (precision lost in the safe direction, counted in
+// hold_table_evictions_total). New tables (768 bytes) are always created.
+const DefaultHoldTableBytes = 256 << 20
+
+// tableBudget is the memory of all count tables against their limit,
+// exported as kvindexd_hold_table_bytes.
+type tableBudget struct {
+	used  atomic.Int64
+	limit int64
+	gauge prometheus.Gauge
+}
+
+// add charges n bytes (negative: frees), refusing growth past the limit
+// when must is false.
+func (b *tableBudget) add(n int64, must bool) bool {
+	if b == nil {
+		return true
+	}
+	if u := b.used.Add(n); !must && n > 0 && u > b.limit {
+		b.used.Add(-n)
+		return false
+	}
+	b.gauge.Add(float64(n))
+	return true
+}
 
 type countSet struct {
 	ways
@@ -32,13 +77,56 @@ type countSet struct {
 }
 
 type countTable struct {
-	shift uint
-	sets  []countSet
+	shift   uint
+	sets    []countSet
+	maxSets int
+	// budget, when set, accounts all tables' memory and bounds growth.
+	budget *tableBudget
 }
 
-func newCountTable(entries int) *countTable {
-	n, shift := tableShape(entries)
-	return &countTable{shift: shift, sets: make([]countSet, n)}
+// countSetBytes is the memory of one set.
+const countSetBytes = int64(unsafe.Sizeof(countSet{}))
+
+// newCountTable returns a table of at most entries entries (rounded up to a
+// power-of-two number of sets), starting small.
+func newCountTable(entries int, budget *tableBudget) *countTable {
+	maxSets, _ := tableShape(entries)
+	n, shift := tableShape(min(entries, minCountTableEntries))
+	budget.add(int64(n)*countSetBytes, true)
+	return &countTable{shift: shift, sets: make([]countSet, n), maxSets: maxSets, budget: budget}
+}
+
+// release returns the table's memory to the budget; the caller drops it.
+func (t *countTable) release() {
+	if t != nil {
+		t.budget.add(-int64(len(t.sets))*countSetBytes, true)
+		t.sets = nil
+	}
+}
+
+// grow doubles the table, or reports false when the budget refuses. Set i's
+// entries move to sets 2i and 2i+1 (the index gains the next bit of the same
+// product), at most 4 each: none is lost, and each way keeps its value.
+func (t *countTable) grow() bool {
+	if !t.budget.add(int64(len(t.sets))*countSetBytes, false) {
+		return false
+	}
+	old := t.sets
+	t.sets, t.shift = make([]countSet, 2*len(old)), t.shift-1
+	for i := range old {
+		o := &old[i]
+		for w := 0; w < cacheWays; w++ {
+			if o.valid&(1<<w) == 0 {
+				continue
+			}
+			k := o.keys[w]
+			s := &t.sets[setIndex(k, t.shift)]
+			nw := s.slot(k)
+			s.vals[nw] = o.vals[w]
+			s.fill(nw, k)
+		}
+	}
+	return true
 }
 
 func (t *countTable) get(k uint64) (uint16, bool) {
@@ -55,6 +143,9 @@ func (t *countTable) get(k uint64) (uint16, bool) {
 func (t *countTable) put(k uint64, v uint16) (evicted bool) {
 	s := &t.sets[setIndex(k, t.shift)]
 	w := s.find(k)
+	for w < 0 && s.valid == 1<<cacheWays-1 && len(t.sets) < t.maxSets && t.grow() {
+		s = &t.sets[setIndex(k, t.shift)]
+	}
 	if w < 0 && s.valid == 1<<cacheWays-1 {
 		for i := 0; i < cacheWays; i++ {
 			if s.vals[i] == 1 {

@@ -27,6 +27,7 @@ type Metrics struct {
 	unresolvedRemovals prometheus.Counter
 	recoveryClears     prometheus.Counter
 	untrustedPods      prometheus.Gauge
+	holdTableBytes     prometheus.Gauge // applier_tables.go
 	batchDuration      prometheus.Histogram
 	limits             limitMetrics   // applier_limits.go
 	sessions           sessionMetrics // sessions.go
@@ -59,6 +60,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		recoveryClears:     c("recovery_clears_total", "Pods cleared to recover from an index error."),
 		untrustedPods: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "untrusted_pods",
 			Help: "Pods whose index state is untrusted after an index error."}),
+		holdTableBytes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "hold_table_bytes",
+			Help: "Memory of the per-pod copy-count and group-mask tables (each grows with the blocks its pod stores, up to " +
+				"65,536 entries; together at most 256 MiB)."}),
 		batchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "apply_batch_seconds",
 			Help: "Time to apply one engine batch to the index.", Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10)}),
 	}
@@ -83,7 +87,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(events, m.blocksStored, m.blocksRemoved, m.blocksUnkeyed, m.parityMatches,
 			m.parityMismatches, unverified, skipped, m.copiesKept, m.tableEvictions, m.paritySampledOut, m.indexErrors, m.unresolvedRemovals,
-			m.recoveryClears, m.untrustedPods, m.batchDuration)
+			m.recoveryClears, m.untrustedPods, m.holdTableBytes, m.batchDuration)
 		reg.MustRegister(limitCollectors...)
 	}
 	return m

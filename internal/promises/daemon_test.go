@@ -305,15 +305,17 @@ func (d *daemon) scoreTokens(model string, tokens []uint32) map[string]int {
 
 // podInfo is the part of a /v1/pods row the scenarios read.
 type podInfo struct {
-	Pod           string `json:"pod"`
-	DPRank        int    `json:"dp_rank"`
-	Model         string `json:"model"`
-	Blocks        int64  `json:"blocks"`
-	EventsApplied uint64 `json:"events_applied"`
-	LastSeq       uint64 `json:"last_seq"`
-	Stale         bool   `json:"stale"`
-	Complete      bool   `json:"complete"`
-	Reason        string `json:"incomplete_reason"`
+	Pod           string  `json:"pod"`
+	DPRank        int     `json:"dp_rank"`
+	Model         string  `json:"model"`
+	Blocks        int64   `json:"blocks"`
+	EventsApplied uint64  `json:"events_applied"`
+	LastSeq       uint64  `json:"last_seq"`
+	Stale         bool    `json:"stale"`
+	Complete      bool    `json:"complete"`
+	Reason        string  `json:"incomplete_reason"`
+	Overflows     uint64  `json:"overflows"`
+	ApplyLag      float64 `json:"apply_lag_seconds"`
 }
 
 func (d *daemon) pods() []podInfo {

@@ -727,9 +727,12 @@ type PodInfo struct {
 	// stream has not resumed: listed, never scored.
 	Stale bool `protobuf:"varint,35,opt,name=stale,proto3" json:"stale,omitempty"`
 	// The last event as RFC 3339 with nanoseconds, UTC; empty = never.
-	LastEvent     string `protobuf:"bytes,36,opt,name=last_event,json=lastEvent,proto3" json:"last_event,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LastEvent string `protobuf:"bytes,36,opt,name=last_event,json=lastEvent,proto3" json:"last_event,omitempty"`
+	// How late the index is for this pod: the age in seconds of its oldest
+	// batch still waiting to be applied (0 = none waits).
+	ApplyLagSeconds float64 `protobuf:"fixed64,37,opt,name=apply_lag_seconds,json=applyLagSeconds,proto3" json:"apply_lag_seconds,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PodInfo) Reset() {
@@ -1012,6 +1015,13 @@ func (x *PodInfo) GetLastEvent() string {
 		return x.LastEvent
 	}
 	return ""
+}
+
+func (x *PodInfo) GetApplyLagSeconds() float64 {
+	if x != nil {
+		return x.ApplyLagSeconds
+	}
+	return 0
 }
 
 type ListPodsResponse struct {
@@ -1951,7 +1961,7 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\ftotal_blocks\x18\x01 \x01(\x05R\vtotalBlocks\x12(\n" +
 	"\x04pods\x18\x02 \x03(\v2\x14.kvindex.v1.PodScoreR\x04pods\x12'\n" +
 	"\x0funscored_reason\x18\x03 \x01(\tR\x0eunscoredReason\"\x11\n" +
-	"\x0fListPodsRequest\"\xc8\t\n" +
+	"\x0fListPodsRequest\"\xf4\t\n" +
 	"\aPodInfo\x12\x10\n" +
 	"\x03pod\x18\x01 \x01(\tR\x03pod\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\x05R\x06dpRank\x12\x14\n" +
@@ -1992,7 +2002,8 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\x15full_attention_groups\x18\" \x01(\x05R\x13fullAttentionGroups\x12\x14\n" +
 	"\x05stale\x18# \x01(\bR\x05stale\x12\x1d\n" +
 	"\n" +
-	"last_event\x18$ \x01(\tR\tlastEvent\";\n" +
+	"last_event\x18$ \x01(\tR\tlastEvent\x12*\n" +
+	"\x11apply_lag_seconds\x18% \x01(\x01R\x0fapplyLagSeconds\";\n" +
 	"\x10ListPodsResponse\x12'\n" +
 	"\x04pods\x18\x01 \x03(\v2\x13.kvindex.v1.PodInfoR\x04pods\"\xea\x01\n" +
 	"\bEndpoint\x12\x18\n" +

@@ -1,0 +1,116 @@
+package kvevents
+
+import (
+	"sync"
+	"time"
+)
+
+// Per-pod share of a worker. A stream is pinned to one worker, and a worker
+// applies its queue in order, so before this bound a few pods flooding large
+// store+remove batches on a worker held the whole worker queue (and the byte
+// budget): an honest pod on the same worker saw its updates reach scores up
+// to 17 s late while it was listed complete, with no overflow. Now each
+// stream may hold at most its share of queued batches and bytes; past it
+// that stream overflows at once (no QueueWait: on the bind socket one reader
+// serves every connection, and waiting would stall the others too). An honest pod's batch then waits behind at most one share per
+// other active stream of its worker.
+//
+// The share does not bound a first batch: a stream with nothing queued may
+// always queue one (the byte budget's rule for large batches).
+const (
+	// podShareBytesMin is the least byte share of a stream: the share is
+	// QueueBytes/64 (4 MiB at the default 256 MiB), at least this.
+	podShareBytesMin = 1 << 20
+	// podShareDivisor: a stream holds at most 1/podShareDivisor of its
+	// worker's queue (--queue-size: 256 of the default 1,024 batches), or
+	// podShareBatchesMin batches if that is more (a small queue is shared
+	// by count only as far as it can be).
+	podShareDivisor    = 4
+	podShareBatchesMin = 64
+)
+
+// podShare is the bound every stream's podQueue is held to.
+type podShare struct {
+	batches int // 0: no count share
+	bytes   int64
+}
+
+func newPodShare(queueSize int, queueBytes int64) podShare {
+	n := max(queueSize/podShareDivisor, min(queueSize, podShareBatchesMin), 1)
+	if n >= queueSize {
+		n = 0 // the worker's queue itself is the bound
+	}
+	return podShare{batches: n, bytes: max(queueBytes/64, podShareBytesMin)}
+}
+
+// podQueue is what one stream holds in its worker's queue: how many batches,
+// their bytes and when each was queued (a ring, oldest first), so the stream
+// can say how late its updates are (StreamStats.ApplyLag).
+type podQueue struct {
+	mu    sync.Mutex
+	n     int
+	bytes int64
+	at    []int64 // enqueue times (UnixNano), ring from head; grows to the share
+	head  int
+}
+
+// reserve takes room for one batch of size bytes under share, or reports
+// false without taking any.
+func (q *podQueue) reserve(size int64, share podShare, now time.Time) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.n > 0 && (share.batches > 0 && q.n >= share.batches || q.bytes+size > share.bytes) {
+		return false
+	}
+	if q.n == len(q.at) { // grow the ring (amortized, at most to the share)
+		at := make([]int64, max(4, 2*len(q.at)))
+		for i := 0; i < q.n; i++ {
+			at[i] = q.at[(q.head+i)%len(q.at)]
+		}
+		q.at, q.head = at, 0
+	}
+	q.at[(q.head+q.n)%len(q.at)] = now.UnixNano()
+	q.n++
+	q.bytes += size
+	return true
+}
+
+// unreserve gives back the latest reservation (its batch was not queued).
+func (q *podQueue) unreserve(size int64) {
+	q.mu.Lock()
+	q.n--
+	q.bytes -= size
+	q.mu.Unlock()
+}
+
+// applied gives back the oldest reservation: the worker is done with it.
+func (q *podQueue) applied(size int64) {
+	q.mu.Lock()
+	q.n--
+	q.bytes -= size
+	q.head = (q.head + 1) % len(q.at)
+	q.mu.Unlock()
+}
+
+// lag is the age of the stream's oldest batch still waiting to be applied
+// (0 when none).
+func (q *podQueue) lag(now time.Time) time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.n == 0 {
+		return 0
+	}
+	return max(now.Sub(time.Unix(0, q.at[q.head])), 0)
+}
+
+// maxApplyLag is the largest ApplyLag of all streams.
+func (s *Subscriber) maxApplyLag() time.Duration {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var worst time.Duration
+	for _, st := range s.streams {
+		worst = max(worst, st.queue.lag(now))
+	}
+	return worst
+}
