@@ -3,6 +3,7 @@ package docexamples
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -204,32 +205,21 @@ func tryStart(t *testing.T, cleanup func(func()), flags []string) (*daemon, erro
 	d.args = append(d.args, "--http-addr", d.http, "--grpc-addr", d.grpc, "--zmq-bind", "tcp://"+d.zmq)
 	d.cmd = exec.Command(filepath.Join(binDir, "kvindexd"), d.args...)
 	d.cmd.Dir = root
-	d.cmd.Env = withoutKVIndexEnv()
+	d.cmd.Env = e2e.EnvWithoutKVIndex()
 	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
 	if err := d.cmd.Start(); err != nil {
 		return d, err
 	}
 	go func() { d.waitErr = d.cmd.Wait(); close(d.exited) }()
 	cleanup(d.kill)
-	deadline := time.Now().Add(readyLimit)
-	for {
-		select {
-		case <-d.exited:
-			return d, fmt.Errorf("exited before ready: %v", d.waitErr)
-		default:
+	if err := e2e.WaitReady(d.http, d.exited, readyLimit); err != nil {
+		if errors.Is(err, e2e.ErrExitedBeforeReady) {
+			return d, fmt.Errorf("%w: %v", err, d.waitErr)
 		}
-		if resp, err := http.Get("http://" + d.http + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return d, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			d.kill()
-			return d, fmt.Errorf("not ready within %v", readyLimit)
-		}
-		time.Sleep(20 * time.Millisecond)
+		d.kill()
+		return d, err
 	}
+	return d, nil
 }
 
 func (d *daemon) kill() {
@@ -239,18 +229,6 @@ func (d *daemon) kill() {
 		_ = d.cmd.Process.Kill()
 		<-d.exited
 	}
-}
-
-// withoutKVIndexEnv is the environment without KVINDEX_* variables: the
-// daemon runs with its defaults and the documented flags only.
-func withoutKVIndexEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "KVINDEX_") {
-			env = append(env, kv)
-		}
-	}
-	return env
 }
 
 // ports maps the ports of `make run` to the test daemon's.
@@ -278,7 +256,7 @@ func runExample(t *testing.T, d *daemon, ex Example) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", d.rewrite(ex.Code))
 	cmd.Dir = root
-	cmd.Env = append(withoutKVIndexEnv(), "PATH="+binDir+string(os.PathListSeparator)+
+	cmd.Env = append(e2e.EnvWithoutKVIndex(), "PATH="+binDir+string(os.PathListSeparator)+
 		goBin()+string(os.PathListSeparator)+os.Getenv("PATH"))
 	// Its own process group, so a timeout ends the publisher or grpcurl
 	// the example started too.

@@ -7,9 +7,11 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -262,3 +264,41 @@ func (p *Publisher) kill() {
 
 // String names the publisher in failures.
 func (p *Publisher) String() string { return fmt.Sprintf("kvpublisher.py %v", p.cmd.Args[2:]) }
+
+// EnvWithoutKVIndex is the process environment without KVINDEX_* variables:
+// a daemon started with it runs on its defaults plus the flags it is given.
+func EnvWithoutKVIndex() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "KVINDEX_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// ErrExitedBeforeReady is WaitReady's answer when the daemon's process ended.
+var ErrExitedBeforeReady = errors.New("exited before ready")
+
+// WaitReady polls http://addr/readyz until it answers 200, the daemon's
+// process ends (exited is closed) or limit passes.
+func WaitReady(addr string, exited <-chan struct{}, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		select {
+		case <-exited:
+			return ErrExitedBeforeReady
+		default:
+		}
+		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready within %v", limit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

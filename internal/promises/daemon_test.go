@@ -3,6 +3,7 @@ package promises
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -110,7 +111,7 @@ func tryStart(t testing.TB, flags []string) (*daemon, error) {
 	}
 	args = append(args, flags...)
 	d.cmd = exec.Command(bin, args...)
-	d.cmd.Env = daemonEnv()
+	d.cmd.Env = e2e.EnvWithoutKVIndex()
 	d.cmd.Stderr = d.logs
 	d.cmd.Stdout = d.logs
 	if err := d.cmd.Start(); err != nil {
@@ -123,37 +124,14 @@ func tryStart(t testing.TB, flags []string) (*daemon, error) {
 			t.Logf("kvindexd %s log (last 40 lines):\n%s", strings.Join(args, " "), lastLines(d.logs.String(), 40))
 		}
 	})
-	deadline := time.Now().Add(waitLimit)
-	for {
-		select {
-		case <-d.exited:
-			return d, fmt.Errorf("exited before ready: %v", d.waitErr)
-		default:
+	if err := e2e.WaitReady(d.http, d.exited, waitLimit); err != nil {
+		if errors.Is(err, e2e.ErrExitedBeforeReady) {
+			return d, fmt.Errorf("%w: %v", err, d.waitErr)
 		}
-		if resp, err := http.Get("http://" + d.http + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return d, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			d.kill()
-			return d, fmt.Errorf("not ready within %v", waitLimit)
-		}
-		time.Sleep(20 * time.Millisecond)
+		d.kill()
+		return d, err
 	}
-}
-
-// daemonEnv is the test's environment without KVINDEX_* variables: the
-// daemon runs with its defaults and the scenario's flags only.
-func daemonEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "KVINDEX_") {
-			env = append(env, kv)
-		}
-	}
-	return env
+	return d, nil
 }
 
 func hasFlag(flags []string, name string) bool {

@@ -443,9 +443,13 @@ func TestPromiseLogRateLimit(t *testing.T) {
 	}
 	waitMetric(t, d, `kvindexd_kvevents_dropped_frames_total{reason="dp_rank_limit"}`, 8)
 	const line = "data-parallel rank beyond the limit"
-	if n := strings.Count(d.logs.String(), line); n != 5 {
-		t.Errorf("%d warning lines for 8 drops, want 5", n)
-	}
+	// the log reaches the test through a pipe: wait for it, not only for the metric
+	eventually(t, waitLimit, "the warning lines", func() string {
+		if n := strings.Count(d.logs.String(), line); n != 5 {
+			return fmt.Sprintf("%d warning lines for 8 drops, want 5", n)
+		}
+		return ""
+	})
 	if v := d.metric("kvindexd_kvevents_log_lines_suppressed_total"); v != 3 {
 		t.Errorf("kvindexd_kvevents_log_lines_suppressed_total = %v, want 3", v)
 	}
