@@ -35,7 +35,7 @@ func (x *Indexer) startEvents(cfg Config) error {
 		}
 		subCfg.Endpoints = nil
 	}
-	var restored *restoredSnapshot
+	var restored *persist.Loaded
 	if cfg.Persist.Path != "" {
 		var err error
 		// a snapshot is held to the limits its events were

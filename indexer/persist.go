@@ -32,10 +32,6 @@ type persistence struct {
 	saver *persist.Saver
 }
 
-// restoredSnapshot is what load found, for resumeRestored once the
-// subscriber exists.
-type restoredSnapshot = persist.Loaded
-
 func (x *Indexer) newPersistence(cfg PersistConfig, lim persist.Limits, reg *prometheus.Registry) (*persistence, error) {
 	mem := x.backend.memory
 	if mem == nil {
@@ -70,7 +66,7 @@ func (p *persistence) streams() []persist.StreamSeq {
 // load loads the snapshot into the fresh index, before any event. Any
 // failure is logged and the daemon starts cold: a snapshot is an
 // optimisation, never a reason not to start.
-func (p *persistence) load() *restoredSnapshot {
+func (p *persistence) load() *persist.Loaded {
 	log, path := p.x.log, p.cfg.Path
 	// A kill during a write leaves its temporary file; nothing else would
 	// ever remove it, and each is as large as a snapshot.
@@ -112,7 +108,7 @@ func (p *persistence) load() *restoredSnapshot {
 // resumeRestored tells the gate and the subscriber where each restored
 // pod's stream was, so its first batch either resumes it, replays the gap,
 // or clears it as restarted.
-func (x *Indexer) resumeRestored(l *restoredSnapshot) {
+func (x *Indexer) resumeRestored(l *persist.Loaded) {
 	pods := make([]RestoredPod, 0, len(l.Pods))
 	for _, p := range l.Pods {
 		pods = append(pods, RestoredPod{Name: p.Name, DPRank: p.DPRank, Seq: p.Seq, HasSeq: p.HasSeq})
