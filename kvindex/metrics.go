@@ -62,7 +62,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Pods whose index state is untrusted after an index error."}),
 		holdTableBytes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "hold_table_bytes",
 			Help: "Memory of the per-pod copy-count and group-mask tables (each grows with the blocks its pod stores, up to " +
-				"65,536 entries; together at most 256 MiB)."}),
+				"65,536 entries; they stop growing at 256 MiB together, a new table takes 768 bytes)."}),
 		batchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "apply_batch_seconds",
 			Help: "Time to apply one engine batch to the index.", Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10)}),
 	}
