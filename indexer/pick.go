@@ -196,6 +196,10 @@ func (x *Indexer) pickInto(ctx context.Context, q *PickQuery, r *PickResult) *Er
 	if err := x.resolveCandidates(q, r); err != nil {
 		return err
 	}
+	if err := x.resolveShared(ctx, &in, q, r); err != nil {
+		r.releaseOwners()
+		return err
+	}
 	if err := x.matchIndexed(ctx, in, q, r); err != nil {
 		return err
 	}
@@ -293,19 +297,91 @@ func (x *Indexer) resolveCandidates(q *PickQuery, r *PickResult) *Error {
 			continue
 		}
 		r.mode[i] = EventsOn
-		for _, id := range r.ids[before:] {
-			if int(id) >= len(r.owner) {
-				r.owner = append(r.owner, make([]int32, int(id)+1-len(r.owner))...)
-			}
-			if r.owner[id] != 0 {
-				// (pod) and (pod, rank) both listed: one engine twice
-				r.releaseOwners()
-				return errorf(InvalidArgument, "candidates[%d] repeats pod %q%s", i, qc.Pod, rankSuffix(qc))
-			}
-			r.owner[id] = int32(i) + 1
+		if err := r.own(q, i, before); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// own makes candidate i the owner of r.ids[before:], its engines.
+func (r *PickResult) own(q *PickQuery, i, before int) *Error {
+	for _, id := range r.ids[before:] {
+		if int(id) >= len(r.owner) {
+			r.owner = append(r.owner, make([]int32, int(id)+1-len(r.owner))...)
+		}
+		if r.owner[id] != 0 {
+			// (pod) and (pod, rank) both listed: one engine twice
+			r.releaseOwners()
+			qc := &q.Candidates[i]
+			return errorf(InvalidArgument, "candidates[%d] repeats pod %q%s", i, qc.Pod, rankSuffix(qc))
+		}
+		r.owner[id] = int32(i) + 1
+	}
+	return nil
+}
+
+// resolveShared finds, in a shared index (Backend.Names), the candidates
+// this process never met: another daemon sharing the index may have
+// applied their events. As Score does, it reads every holder of the
+// request's blocks once (the backend interns the pods it reads), then names
+// the candidates again; those found are matched through the index like any
+// pod with events. It costs one more lookup, only when a candidate that may
+// have events is unknown here.
+func (x *Indexer) resolveShared(ctx context.Context, in *requestInfo, q *PickQuery, r *PickResult) *Error {
+	if x.backend.Names == nil || len(r.keys) == 0 {
+		return nil
+	}
+	unknown := false
+	for i := range q.Candidates {
+		unknown = unknown || (q.Candidates[i].Events != EventsOff && r.run[i] == 0) ||
+			(q.Candidates[i].Events == EventsOn && !r.owns(i))
+	}
+	if !unknown {
+		return nil
+	}
+	if !in.modelKnown {
+		var err *Error
+		if in.model, in.modelKnown, err = x.sharedModel(ctx, q.Model, r.keys[0]); err != nil || !in.modelKnown {
+			return err
+		}
+	}
+	if err := x.lookupAll(ctx, in.model, r.keys, &r.ek, nil, &r.res); err != nil {
+		return err
+	}
+	for i := range q.Candidates {
+		qc := &q.Candidates[i]
+		if qc.Events == EventsOff || r.owns(i) {
+			continue
+		}
+		before := len(r.ids)
+		if qc.HasDPRank {
+			if id, ok := x.in.LookupPod(qc.Pod, qc.DPRank); ok {
+				r.ids = append(r.ids, id)
+			}
+		} else {
+			r.ids = x.in.AppendPodsNamed(r.ids, qc.Pod)
+		}
+		if len(r.ids) == before {
+			continue
+		}
+		r.mode[i], r.run[i] = EventsOn, -1
+		r.Candidates[i].Approximate = false
+		if err := r.own(q, i, before); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// owns reports whether candidate i owns an engine of r.ids.
+func (r *PickResult) owns(i int) bool {
+	for _, id := range r.ids {
+		if int(id) < len(r.owner) && r.owner[id] == int32(i)+1 {
+			return true
+		}
+	}
+	return false
 }
 
 func rankSuffix(c *Candidate) string {

@@ -125,3 +125,41 @@ func TestSharedAcrossIndexers(t *testing.T) {
 		t.Fatalf("after the pod's events: %+v", got)
 	}
 }
+
+// A daemon that never met a pod or its model still matches it in Pick
+// through the shared index, as Score does: daemon a applied the pod's
+// events, daemon b is asked to pick. Before, b matched the unknown
+// candidate by its own routing history (approximate, 0 blocks) and picked
+// the idle pod instead.
+func TestSharedPickFindsPodsOtherDaemonsApplied(t *testing.T) {
+	srv := redistest.Start(t)
+	newIndexer := func() *Indexer {
+		x, err := New(context.Background(), Config{
+			Keys:  kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4},
+			Index: IndexConfig{Redis: &redisindex.Config{URL: srv.URL(), Namespace: "names"}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = x.Close() })
+		return x
+	}
+	a, b := newIndexer(), newIndexer()
+	a.Sink().Apply(context.Background(), &kvindex.Batch{Pod: "warm", Model: "m",
+		Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: []uint64{21, 22, 23, 24}, BlockSize: 4}}})
+	for _, mode := range []EventsMode{EventsAuto, EventsOn} {
+		q := &PickQuery{Query: Query{Model: "m", Kind: InputHashes, BlockHashes: []uint64{21, 22, 23, 24}},
+			Policy: routing.NameCost,
+			Candidates: []Candidate{{Pod: "idle", Events: mode}, {Pod: "warm", Events: mode}}}
+		var r PickResult
+		if err := b.Pick(context.Background(), q, &r); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.Candidates[1]; r.Pod != "warm" || got.MatchedBlocks != 4 || got.Approximate {
+			t.Fatalf("events %v: daemon b picked %q; warm %+v", mode, r.Pod, got)
+		}
+		if got := r.Candidates[0]; got.MatchedBlocks != 0 {
+			t.Fatalf("events %v: idle %+v", mode, got)
+		}
+	}
+}
