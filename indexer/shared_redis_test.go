@@ -149,7 +149,7 @@ func TestSharedPickFindsPodsOtherDaemonsApplied(t *testing.T) {
 		Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: []uint64{21, 22, 23, 24}, BlockSize: 4}}})
 	for _, mode := range []EventsMode{EventsAuto, EventsOn} {
 		q := &PickQuery{Query: Query{Model: "m", Kind: InputHashes, BlockHashes: []uint64{21, 22, 23, 24}},
-			Policy: routing.NameCost,
+			Policy:     routing.NameCost,
 			Candidates: []Candidate{{Pod: "idle", Events: mode}, {Pod: "warm", Events: mode}}}
 		var r PickResult
 		if err := b.Pick(context.Background(), q, &r); err != nil {
