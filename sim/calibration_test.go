@@ -2,14 +2,17 @@
 
 package sim
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // The calibration claims of docs/simulator.md ("The factor we state"), checked
 // on the committed scenarios with their committed seed. Published figures
 // are llm-d-kv-cache's benchmarking/{73,37}-capacity/README.md (Sep 2025).
-// Left out of race builds: the two scenarios take ~17 s of CPU without the
-// race detector and several minutes with it; `make test` runs this file in
-// its second, race-free pass.
+// Left out of race builds: the two scenarios and the two-picker what-if
+// take ~27 s of CPU without the race detector and several minutes with it;
+// `make test` runs this file in its second, race-free pass.
 
 func runCommitted(t *testing.T, file string) map[string]*schedulerResult {
 	t.Helper()
@@ -117,5 +120,68 @@ func TestCalibration37CapacityAsDocumented(t *testing.T) {
 		if x.SuccessRate != 1 {
 			t.Errorf("%s: success %.3f; the published run and the README have 100%%", x.Scheduler, x.SuccessRate)
 		}
+	}
+}
+
+// runWhatIf runs the named schedulers of a committed scenario as replicas
+// independent endpoint pickers (docs/simulator.md, "What if there were
+// several endpoint pickers").
+func runWhatIf(t *testing.T, file string, replicas int, names ...string) map[string]*schedulerResult {
+	t.Helper()
+	sc, err := ReadScenarioFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keep []schedulerSpec
+	for _, s := range sc.Schedulers {
+		if slices.Contains(names, s.Name) {
+			keep = append(keep, s)
+		}
+	}
+	sc.Schedulers = keep
+	if err := sc.SetRouterReplicas(replicas); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := RunScenario(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]*schedulerResult)
+	for _, r := range rep.Results {
+		out[r.Scheduler] = r
+	}
+	if len(out) != len(names) {
+		t.Fatalf("ran %d of the schedulers %v", len(out), names)
+	}
+	return out
+}
+
+// TestCalibrationTwoPickersWhatIf checks the documented what-if: two
+// pickers, each with its own approximate index, give 37-capacity's published
+// shape in its summary (precise unchanged, default many times precise's TTFT
+// p90) but collapse three stages early, and push 73-capacity's estimated
+// profile outside the stated factor, so no picker count fits both runs.
+func TestCalibrationTwoPickersWhatIf(t *testing.T) {
+	r := runWhatIf(t, "testdata/scenarios/llm-d-37-capacity.yaml", 2, "precise", "default")
+	p, d := r["precise"], r["default"]
+	if p.TTFTp90 > 0.5 || d.TTFTp90/p.TTFTp90 < 5 || !(p.OutputTokensPerS > d.OutputTokensPerS) || d.PodsPerGroup < 1.5 {
+		t.Errorf("37-capacity, two pickers: precise %.2f s %.0f tok/s, default %.2f s %.0f tok/s, %.2f pods per group",
+			p.TTFTp90, p.OutputTokensPerS, d.TTFTp90, d.OutputTokensPerS, d.PodsPerGroup)
+	}
+	for _, st := range d.Stages {
+		switch {
+		case st.Rate == 3 && !(st.HitRate < 0.95 && st.MaxKVUsage < 0.7):
+			t.Errorf("default at 3 req/s: hit %.3f, fullest pod %.2f; documented 89%% and 56%% (one picker: 99.5%%)", st.HitRate, st.MaxKVUsage)
+		case st.Rate == 8 && st.MaxKVUsage < 0.99:
+			t.Errorf("default at 8 req/s: fullest pod %.2f, documented full (published 80%%)", st.MaxKVUsage)
+		case st.Rate == 10 && st.TTFTp90 < 5:
+			t.Errorf("default at 10 req/s: TTFT p90 %.2f s, documented > 5 s (published 1.31 s)", st.TTFTp90)
+		}
+	}
+	r = runWhatIf(t, "testdata/scenarios/llm-d-73-capacity.yaml", 2, "precise", "estimated", "random")
+	e := r["estimated"]
+	if got := e.TTFTp90 / r["precise"].TTFTp90; within(got, 31.083/0.542, 2) || e.TTFTp90 < 0.8*r["random"].TTFTp90 {
+		t.Errorf("73-capacity, two pickers: estimated/precise TTFT p90 %.0f (documented outside 2x of the published %.0f), "+
+			"estimated %.0f s vs random %.0f s (documented nearly equal)", got, 31.083/0.542, e.TTFTp90, r["random"].TTFTp90)
 	}
 }

@@ -192,8 +192,13 @@ func tickLabel(v, step float64) string {
 
 // WriteScenarioTable prints the summary (measured stages) per scheduler.
 func WriteScenarioTable(w io.Writer, rep *ScenarioReport) {
-	fmt.Fprintf(w, "scenario %s: %d pods x %d blocks of %d tokens, %d requests\n",
-		rep.Scenario, rep.Pods, rep.KVBlocks, rep.Block, rep.Requests)
+	pickers := ""
+	if rep.RouterReplicas > 1 {
+		// A what-if run must not pass for the committed one.
+		pickers = fmt.Sprintf(", every scheduler as %d independent pickers", rep.RouterReplicas)
+	}
+	fmt.Fprintf(w, "scenario %s: %d pods x %d blocks of %d tokens, %d requests%s\n",
+		rep.Scenario, rep.Pods, rep.KVBlocks, rep.Block, rep.Requests, pickers)
 	nw := len("scheduler")
 	for _, r := range rep.Results {
 		nw = max(nw, len(r.Scheduler))

@@ -19,13 +19,17 @@ import (
 // (inference-perf's load/data sections) so a published run can be restated
 // as a scenario. docs/simulator.md documents every key and its default.
 type Scenario struct {
-	Name           string          `yaml:"name"`
-	Seed           uint64          `yaml:"seed"`
-	Pods           int             `yaml:"pods"`
-	KVTokensPerPod int             `yaml:"kv_tokens_per_pod"`
-	BlockSize      int             `yaml:"block_size"`
-	KVEventLag     float64         `yaml:"kv_event_lag_s"`     // pod step end -> precise index applies its events
-	MetricsPeriod  float64         `yaml:"metrics_interval_s"` // scheduler's view of queue/KV usage is refreshed this often (0: live)
+	Name           string  `yaml:"name"`
+	Seed           uint64  `yaml:"seed"`
+	Pods           int     `yaml:"pods"`
+	KVTokensPerPod int     `yaml:"kv_tokens_per_pod"`
+	BlockSize      int     `yaml:"block_size"`
+	KVEventLag     float64 `yaml:"kv_event_lag_s"`     // pod step end -> precise index applies its events
+	MetricsPeriod  float64 `yaml:"metrics_interval_s"` // scheduler's view of queue/KV usage is refreshed this often (0: live)
+	// RouterReplicas runs every scheduler as that many independent
+	// endpoint-picker replicas (replicatedScheduler); 1, the default, is one
+	// picker, as every deployment file of the published runs has.
+	RouterReplicas int             `yaml:"router_replicas"`
 	Engine         engineSpec      `yaml:"engine"`
 	Load           loadSpec        `yaml:"load"`
 	Data           dataSpec        `yaml:"data"`
@@ -129,6 +133,10 @@ type dataSpec struct {
 	OutputLen          int    `yaml:"output_len"`
 }
 
+// MaxRouterReplicas bounds router_replicas: each replica of an approximate
+// scorer holds its own index of up to lru_capacity_per_server entries per pod.
+const MaxRouterReplicas = 64
+
 // Scenario size bounds: the simulator allocates per pod, block and request.
 const (
 	maxScenarioRequests = 2_000_000
@@ -146,7 +154,7 @@ func parseScenario(r io.Reader) (*Scenario, error) {
 	if len(b) > 1<<20 {
 		return nil, errors.New("scenario: file larger than 1 MiB")
 	}
-	sc := &Scenario{Seed: 1, KVEventLag: 0.05, MetricsPeriod: 0.05, Engine: defaultEngineSpec(),
+	sc := &Scenario{Seed: 1, RouterReplicas: 1, KVEventLag: 0.05, MetricsPeriod: 0.05, Engine: defaultEngineSpec(),
 		Load: loadSpec{Type: "poisson"}, Data: dataSpec{Type: "shared_prefix"}, Client: clientSpec{Type: "open", StageGap: 2}}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
@@ -184,6 +192,8 @@ func (sc *Scenario) validate() error {
 		return fmt.Errorf("scenario: pods x kv blocks exceeds %d", maxScenarioBlocks)
 	case !finiteNonNeg(sc.KVEventLag) || !finiteNonNeg(sc.MetricsPeriod):
 		return errors.New("scenario: kv_event_lag_s and metrics_interval_s must be finite and >= 0")
+	case sc.RouterReplicas < 1 || sc.RouterReplicas > MaxRouterReplicas:
+		return fmt.Errorf("scenario: router_replicas must be in [1, %d]", MaxRouterReplicas)
 	}
 	if err := sc.engineConfig().validate(); err != nil {
 		return fmt.Errorf("scenario: %w", err)
@@ -500,6 +510,13 @@ var builtinProfiles = map[string]schedulerSpec{
 	"load": {Picker: "max-score", Scorers: []scorerSpec{
 		{Type: "queue", Weight: 1}, {Type: "kv-cache-utilization", Weight: 1}}},
 	"random": {Picker: "random"},
+}
+
+// SetRouterReplicas runs every scheduler of the scenario as n independent
+// endpoint-picker replicas (a what-if: the published deployments run one).
+func (sc *Scenario) SetRouterReplicas(n int) error {
+	sc.RouterReplicas = n
+	return sc.validate()
 }
 
 // ScaleKeys are the scenario constants Scale accepts: the engine's step-time

@@ -209,7 +209,8 @@ func newScenarioRun(sc *Scenario, wl *workload, spec schedulerSpec) (*scenarioRu
 		r.engines = append(r.engines, e)
 		r.scraped[p].Pod = p
 	}
-	if r.sched, err = newScheduler(spec, sc.Pods, sc.BlockSize, sc.KVTokensPerPod/sc.BlockSize, sc.Seed); err != nil {
+	if r.sched, err = newReplicatedScheduler(spec, sc.Pods, sc.BlockSize, sc.KVTokensPerPod/sc.BlockSize, sc.RouterReplicas,
+		sc.Seed); err != nil {
 		return nil, err
 	}
 	if r.sched.needsIndex() {
@@ -637,21 +638,24 @@ func (r *scenarioRun) stageResult(ids []int) stageResult {
 
 // ScenarioReport is what `simulate --scenario --out` writes.
 type ScenarioReport struct {
-	Scenario string             `json:"scenario"`
-	Warmup   int                `json:"warmup_stages"`
-	Pods     int                `json:"pods"`
-	KVBlocks int                `json:"kv_blocks_per_pod"`
-	Block    int                `json:"block_size"`
-	Engine   engineSpec         `json:"engine"`
-	Requests int                `json:"requests"`
-	Results  []*schedulerResult `json:"results"`
+	Scenario string     `json:"scenario"`
+	Warmup   int        `json:"warmup_stages"`
+	Pods     int        `json:"pods"`
+	KVBlocks int        `json:"kv_blocks_per_pod"`
+	Block    int        `json:"block_size"`
+	Engine   engineSpec `json:"engine"`
+	Requests int        `json:"requests"`
+	// RouterReplicas is the number of independent pickers each scheduler
+	// ran as (router_replicas).
+	RouterReplicas int                `json:"router_replicas"`
+	Results        []*schedulerResult `json:"results"`
 }
 
 // RunScenario runs every scheduler of sc on the same generated workload.
 func RunScenario(sc *Scenario) (*ScenarioReport, error) {
 	wl := sc.generateWorkload()
 	rep := &ScenarioReport{Scenario: sc.Name, Pods: sc.Pods, KVBlocks: sc.KVTokensPerPod / sc.BlockSize, Block: sc.BlockSize,
-		Engine: sc.Engine, Requests: len(wl.Requests), Warmup: sc.Load.WarmupStages}
+		Engine: sc.Engine, Requests: len(wl.Requests), Warmup: sc.Load.WarmupStages, RouterReplicas: sc.RouterReplicas}
 	for _, spec := range sc.Schedulers {
 		run, err := newScenarioRun(sc, wl, spec)
 		if err != nil {

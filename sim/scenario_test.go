@@ -3,8 +3,10 @@ package sim
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -405,5 +407,119 @@ func TestScenarioScale(t *testing.T) {
 	// A result the scenario cannot hold is refused: one request no longer fits a pod.
 	if sc.Scale("kv_tokens_per_pod", 1e-3) == nil {
 		t.Error("a pod smaller than one request accepted")
+	}
+}
+
+// fakeScheduler records what a replica was asked to do.
+type fakeScheduler struct {
+	choice int
+	picks  int
+	routes []int
+	events int
+}
+
+func (f *fakeScheduler) pick(*pickRequest, []endpoint) int { f.picks++; return f.choice }
+func (f *fakeScheduler) routed(_ *pickRequest, pod int)    { f.routes = append(f.routes, pod) }
+func (*fakeScheduler) needsIndex() bool                    { return false }
+func (*fakeScheduler) wantsEvents() bool                   { return true }
+func (f *fakeScheduler) onKVEvents(int, []kvOp, float64)   { f.events++ }
+
+func TestReplicatedSchedulerTakesTurnsAndSharesEvents(t *testing.T) {
+	a, b := &fakeScheduler{choice: 0}, &fakeScheduler{choice: 1}
+	r := &replicatedScheduler{reps: []scheduler{a, b}}
+	eps := []endpoint{{Pod: 0}, {Pod: 1}}
+	var got []int
+	for i := 0; i < 5; i++ {
+		k := r.pick(&pickRequest{}, eps)
+		r.routed(&pickRequest{}, k)
+		got = append(got, k)
+	}
+	// Request n goes to replica n mod 2, and only the replica that picked
+	// is told the outcome (GIE's PostCycle runs in the picker that ran the
+	// cycle).
+	if want := []int{0, 1, 0, 1, 0}; !slices.Equal(got, want) || a.picks != 3 || b.picks != 2 ||
+		!slices.Equal(a.routes, []int{0, 0, 0}) || !slices.Equal(b.routes, []int{1, 1}) {
+		t.Errorf("picks %v (a %d, routes %v; b %d, routes %v)", got, a.picks, a.routes, b.picks, b.routes)
+	}
+	// KV events reach every replica.
+	r.onKVEvents(0, nil, 0)
+	if a.events != 1 || b.events != 1 || !r.wantsEvents() {
+		t.Errorf("events: a %d b %d", a.events, b.events)
+	}
+}
+
+func TestReplicatedApproxIndexesLearnOnlyTheirOwnPicks(t *testing.T) {
+	spec, err := schedulerSpec{Name: "a", Scorers: []scorerSpec{{Type: "approx-prefix", Weight: 2}, {Type: "queue", Weight: 1}}}.resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := newReplicatedScheduler(spec, 4, 16, 100, 1, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := one.(*profile); !ok {
+		t.Fatalf("one replica is %T, want the plain profile", one)
+	}
+	s, err := newReplicatedScheduler(spec, 4, 16, 100, 2, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := s.(*replicatedScheduler)
+	p := &prompt{ID: 0, Group: 0, SystemLen: 64, Len: 80}
+	eps := []endpoint{{Pod: 0}, {Pod: 1}, {Pod: 2}, {Pod: 3}}
+	var pods []int
+	for i := 0; i < 6; i++ {
+		req := &pickRequest{Prompt: p}
+		k := r.pick(req, eps)
+		r.routed(req, k)
+		pods = append(pods, k)
+	}
+	// Each replica pins the prompt to its own first pick; the other
+	// replica's index never hears of it. (With these seeds the two first
+	// picks differ, so the indexes can be told apart.)
+	if pods[0] == pods[1] {
+		t.Fatalf("picks %v: both replicas chose pod %d first; pick seeds that differ", pods, pods[0])
+	}
+	for i := 2; i < len(pods); i++ {
+		if pods[i] != pods[i%2] {
+			t.Errorf("picks %v: replica %d left its first pod", pods, i%2)
+		}
+	}
+	for k, rep := range r.reps {
+		a := rep.(*profile).scorers[0].(*approxPrefixScorer)
+		for _, h := range a.blocks(p) {
+			if a.holders[h] != 1<<pods[k] {
+				t.Errorf("replica %d indexes pods %b for a block, want only its own pick %d", k, a.holders[h], pods[k])
+			}
+		}
+	}
+}
+
+func TestScenarioRouterReplicas(t *testing.T) {
+	sc := parseSmall(t, "")
+	if sc.RouterReplicas != 1 {
+		t.Errorf("default router_replicas %d, want 1", sc.RouterReplicas)
+	}
+	for _, bad := range []int{0, -1, MaxRouterReplicas + 1} {
+		if sc.SetRouterReplicas(bad) == nil {
+			t.Errorf("router_replicas %d accepted", bad)
+		}
+	}
+	if _, err := parseScenario(strings.NewReader(readSmall(t) + "router_replicas: 0\n")); err == nil {
+		t.Error("router_replicas: 0 in a file accepted")
+	}
+	// approx-small pins every group to one pod with one picker; three
+	// pickers, each with its own index, copy groups to more pods.
+	ppg := func(n int) float64 {
+		sc := parseSmall(t, fmt.Sprintf("router_replicas: %d\n", n))
+		sc.Schedulers = []schedulerSpec{sc.Schedulers[len(sc.Schedulers)-1]}
+		rep, err := RunScenario(sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep.Results[0].PodsPerGroup
+	}
+	if one, three := ppg(1), ppg(3); one != 1 || !(three > 1) {
+		t.Errorf("approx-small pods per group: %.2f with one picker (want 1), %.2f with three (want more)", one, three)
 	}
 }

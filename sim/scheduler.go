@@ -122,6 +122,53 @@ func newScheduler(spec schedulerSpec, pods, blockSize, kvBlocks int, seed uint64
 	return p, nil
 }
 
+// newReplicatedScheduler builds replicas independent instances of spec
+// (replica k seeded seed+k, so replica 0 is the unreplicated scheduler).
+func newReplicatedScheduler(spec schedulerSpec, pods, blockSize, kvBlocks, replicas int, seed uint64) (scheduler, error) {
+	if replicas <= 1 {
+		return newScheduler(spec, pods, blockSize, kvBlocks, seed)
+	}
+	r := &replicatedScheduler{}
+	for k := 0; k < replicas; k++ {
+		s, err := newScheduler(spec, pods, blockSize, kvBlocks, seed+uint64(k))
+		if err != nil {
+			return nil, err
+		}
+		r.reps = append(r.reps, s)
+	}
+	return r, nil
+}
+
+// replicatedScheduler is R endpoint-picker replicas of one scheduler behind
+// one gateway. Request n (arrival order) is decided by replica n mod R, as
+// Envoy opens one ext_proc stream per request and balances the streams over
+// the replicas' endpoints; only that replica learns from its decision (GIE
+// v0.5.1's PostCycle writes the in-memory index of the replica that ran the
+// cycle). What every replica shares: the precise index (each replica
+// subscribes to every pod's KV events) and the scraped metrics (one snapshot;
+// real replicas each scrape on their own clock).
+type replicatedScheduler struct {
+	reps []scheduler
+	n    int       // requests picked so far
+	cur  scheduler // the replica that made the last pick
+}
+
+func (r *replicatedScheduler) pick(req *pickRequest, eps []endpoint) int {
+	r.cur = r.reps[r.n%len(r.reps)]
+	r.n++
+	return r.cur.pick(req, eps)
+}
+
+func (r *replicatedScheduler) routed(req *pickRequest, pod int) { r.cur.routed(req, pod) }
+func (r *replicatedScheduler) needsIndex() bool                 { return r.reps[0].needsIndex() }
+func (r *replicatedScheduler) wantsEvents() bool                { return r.reps[0].wantsEvents() }
+
+func (r *replicatedScheduler) onKVEvents(pod int, ops []kvOp, now float64) {
+	for _, s := range r.reps {
+		s.onKVEvents(pod, ops, now)
+	}
+}
+
 type externalPolicy struct {
 	noKVEvents
 	fn pickFunc

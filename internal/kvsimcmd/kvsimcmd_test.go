@@ -183,8 +183,32 @@ func TestSimulateScenarioCommand(t *testing.T) {
 			t.Errorf("%v: %.1f tok/s with decode_itl_s x2, %.1f without", doc.Results[i]["scheduler"], slow, base)
 		}
 	}
+	// --router-replicas runs every scheduler as that many pickers: the
+	// approximate profile's groups spread over more pods.
+	repl := filepath.Join(dir, "r3.json")
+	if err := Simulate([]string{"--scenario", path, "--router-replicas", "3", "--out", repl}, nil, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	b3, err := os.ReadFile(repl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc3 struct {
+		RouterReplicas int              `json:"router_replicas"`
+		Results        []map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal(b3, &doc3); err != nil {
+		t.Fatal(err)
+	}
+	if doc3.RouterReplicas != 3 || !strings.Contains(stdout.String(), "as 3 independent pickers") {
+		t.Errorf("the what-if is not labelled: router_replicas %d in the JSON, table:\n%s", doc3.RouterReplicas, stdout.String())
+	}
+	last := len(doc.Results) - 1 // approx-small
+	if one, three := doc.Results[last]["pods_per_group"].(float64), doc3.Results[last]["pods_per_group"].(float64); one != 1 || !(three > 1) {
+		t.Errorf("%v pods per group: %.2f with one picker, %.2f with three", doc.Results[last]["scheduler"], one, three)
+	}
 	for _, bad := range [][]string{{"--scenario", path, "--scale", "nope=2"}, {"--scenario", path, "--scale", "decode_itl_s=0"},
-		{"--scenario", path, "--scale", "decode_itl_s"}, {"--scale", "decode_itl_s=2"}} {
+		{"--scenario", path, "--scale", "decode_itl_s"}, {"--scale", "decode_itl_s=2"}, {"--scenario", path, "--router-replicas", "0"}} {
 		if err := Simulate(bad, nil, &stdout, &stderr); err == nil {
 			t.Errorf("%v accepted", bad)
 		}

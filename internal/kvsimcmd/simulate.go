@@ -2,6 +2,7 @@ package kvsimcmd
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -53,7 +54,8 @@ func Simulate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs.IntVar(&rp.SGLBalanceAbs, "sglang-balance-abs", rp.SGLBalanceAbs, "sglang: imbalance abs threshold")
 	fs.Float64Var(&rp.SGLBalanceRel, "sglang-balance-rel", rp.SGLBalanceRel, "sglang: imbalance rel threshold")
 	fs.IntVar(&rp.SGLTreeBlocks, "sglang-tree-blocks", rp.SGLTreeBlocks, "sglang: router tree bound per pod, blocks (2^26 chars ~ 4 chars/token)")
-	replicas := fs.Int("router-replicas", 1, "run R independent replicas of each policy, request i decided by replica i mod R")
+	replicas := fs.Int("router-replicas", 1, "run R independent replicas of each policy, request i decided by replica i mod R "+
+		"(with --scenario: overrides the file's router_replicas)")
 	out := fs.String("out", "", "write results: .json or .csv by extension")
 	svg := fs.String("svg", "", "write an SVG chart comparing policies")
 	md := fs.Bool("markdown", false, "print the table as Markdown too")
@@ -67,7 +69,13 @@ func Simulate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		if *trace != "" || *gen {
 			return errors.New("--scenario excludes --trace and --gen-workload")
 		}
-		return runScenario(*scenario, scales, *out, *svg, *md, stdout)
+		var reps *int // the file's router_replicas unless the flag is given
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "router-replicas" {
+				reps = replicas
+			}
+		})
+		return runScenario(*scenario, scales, reps, *out, *svg, *md, stdout)
 	}
 	if len(scales) > 0 {
 		return errors.New("--scale needs --scenario")
@@ -162,10 +170,17 @@ func (s *scaleFlag) Set(v string) error {
 	return nil
 }
 
-func runScenario(path string, scales scaleFlag, out, svg string, md bool, stdout io.Writer) error {
+// runScenario runs the scenario at path; a non-nil replicas replaces its
+// router_replicas.
+func runScenario(path string, scales scaleFlag, replicas *int, out, svg string, md bool, stdout io.Writer) error {
 	sc, err := sim.ReadScenarioFile(path)
 	if err != nil {
 		return err
+	}
+	if replicas != nil {
+		if err := sc.SetRouterReplicas(*replicas); err != nil {
+			return err
+		}
 	}
 	for _, s := range scales {
 		if err := sc.Scale(s.key, s.factor); err != nil {
