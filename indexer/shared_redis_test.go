@@ -86,19 +86,7 @@ func TestSharedRedisSameAnswerOnEveryDaemon(t *testing.T) {
 // second identical request, asked of the other daemon before any event,
 // goes to the first's pod.
 func TestSharedAcrossIndexers(t *testing.T) {
-	srv := redistest.Start(t)
-	newIndexer := func() *Indexer {
-		x, err := New(context.Background(), Config{
-			Keys:  kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4},
-			Index: IndexConfig{Redis: &redisindex.Config{URL: srv.URL(), Namespace: "spec"}},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = x.Close() })
-		return x
-	}
-	a, b := newIndexer(), newIndexer()
+	a, b := twoSharingIndexers(t)
 	q := &PickQuery{Query: Query{Model: "m", Kind: InputHashes, BlockHashes: []uint64{11, 12, 13, 14}},
 		Candidates: []Candidate{{Pod: "p0", Events: EventsOn}, {Pod: "p1", Events: EventsOn}, {Pod: "p2", Events: EventsOn}}}
 	var r PickResult
@@ -132,19 +120,7 @@ func TestSharedAcrossIndexers(t *testing.T) {
 // candidate by its own routing history (approximate, 0 blocks) and picked
 // the idle pod instead.
 func TestSharedPickFindsPodsOtherDaemonsApplied(t *testing.T) {
-	srv := redistest.Start(t)
-	newIndexer := func() *Indexer {
-		x, err := New(context.Background(), Config{
-			Keys:  kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4},
-			Index: IndexConfig{Redis: &redisindex.Config{URL: srv.URL(), Namespace: "names"}},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = x.Close() })
-		return x
-	}
-	a, b := newIndexer(), newIndexer()
+	a, b := twoSharingIndexers(t)
 	a.Sink().Apply(context.Background(), &kvindex.Batch{Pod: "warm", Model: "m",
 		Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: []uint64{21, 22, 23, 24}, BlockSize: 4}}})
 	for _, mode := range []EventsMode{EventsAuto, EventsOn} {
@@ -162,4 +138,23 @@ func TestSharedPickFindsPodsOtherDaemonsApplied(t *testing.T) {
 			t.Fatalf("events %v: idle %+v", mode, got)
 		}
 	}
+}
+
+// twoSharingIndexers returns two indexers sharing one new redis-server, as
+// two daemons on one namespace.
+func twoSharingIndexers(t *testing.T) (*Indexer, *Indexer) {
+	t.Helper()
+	srv := redistest.Start(t)
+	newIndexer := func() *Indexer {
+		x, err := New(context.Background(), Config{
+			Keys:  kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4},
+			Index: IndexConfig{Redis: &redisindex.Config{URL: srv.URL(), Namespace: "shared"}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = x.Close() })
+		return x
+	}
+	return newIndexer(), newIndexer()
 }

@@ -20,6 +20,12 @@ func runCommitted(t *testing.T, file string) map[string]*schedulerResult {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return runScenario(t, sc)
+}
+
+// runScenario runs sc and returns its results by scheduler name.
+func runScenario(t *testing.T, sc *Scenario) map[string]*schedulerResult {
+	t.Helper()
 	rep, err := RunScenario(sc)
 	if err != nil {
 		t.Fatal(err)
@@ -142,14 +148,7 @@ func runWhatIf(t *testing.T, file string, replicas int, names ...string) map[str
 	if err := sc.SetRouterReplicas(replicas); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := RunScenario(sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make(map[string]*schedulerResult)
-	for _, r := range rep.Results {
-		out[r.Scheduler] = r
-	}
+	out := runScenario(t, sc)
 	if len(out) != len(names) {
 		t.Fatalf("ran %d of the schedulers %v", len(out), names)
 	}

@@ -164,20 +164,10 @@ func TestSimulateScenarioCommand(t *testing.T) {
 	}
 	// --scale changes the engine: a slower decode step lowers every
 	// scheduler's throughput; bad keys, factors and uses are errors.
-	scaled := filepath.Join(dir, "s.json")
-	if err := Simulate([]string{"--scenario", path, "--scale", "decode_itl_s=2", "--out", scaled}, nil, &stdout, &stderr); err != nil {
-		t.Fatal(err)
-	}
-	b2, err := os.ReadFile(scaled)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var doc2 struct {
 		Results []map[string]any `json:"results"`
 	}
-	if err := json.Unmarshal(b2, &doc2); err != nil {
-		t.Fatal(err)
-	}
+	simulateOut(t, filepath.Join(dir, "s.json"), &doc2, &stdout, "--scenario", path, "--scale", "decode_itl_s=2")
 	for i := range doc.Results {
 		if base, slow := doc.Results[i]["output_tokens_per_s"].(float64), doc2.Results[i]["output_tokens_per_s"].(float64); !(slow < base) {
 			t.Errorf("%v: %.1f tok/s with decode_itl_s x2, %.1f without", doc.Results[i]["scheduler"], slow, base)
@@ -185,21 +175,11 @@ func TestSimulateScenarioCommand(t *testing.T) {
 	}
 	// --router-replicas runs every scheduler as that many pickers: the
 	// approximate profile's groups spread over more pods.
-	repl := filepath.Join(dir, "r3.json")
-	if err := Simulate([]string{"--scenario", path, "--router-replicas", "3", "--out", repl}, nil, &stdout, &stderr); err != nil {
-		t.Fatal(err)
-	}
-	b3, err := os.ReadFile(repl)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var doc3 struct {
 		RouterReplicas int              `json:"router_replicas"`
 		Results        []map[string]any `json:"results"`
 	}
-	if err := json.Unmarshal(b3, &doc3); err != nil {
-		t.Fatal(err)
-	}
+	simulateOut(t, filepath.Join(dir, "r3.json"), &doc3, &stdout, "--scenario", path, "--router-replicas", "3")
 	if doc3.RouterReplicas != 3 || !strings.Contains(stdout.String(), "as 3 independent pickers") {
 		t.Errorf("the what-if is not labelled: router_replicas %d in the JSON, table:\n%s", doc3.RouterReplicas, stdout.String())
 	}
@@ -239,5 +219,22 @@ func TestMainDispatch(t *testing.T) {
 	}
 	if code, _, errs = run("simulat"); code != 2 || !strings.Contains(errs, "unknown subcommand") {
 		t.Errorf("unknown: %d %q", code, errs)
+	}
+}
+
+// simulateOut runs Simulate with args plus --out out (its table into
+// stdout) and decodes the JSON report into v.
+func simulateOut(t *testing.T, out string, v any, stdout *bytes.Buffer, args ...string) {
+	t.Helper()
+	var stderr bytes.Buffer
+	if err := Simulate(append(args, "--out", out), nil, stdout, &stderr); err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, stderr.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatal(err)
 	}
 }
