@@ -303,6 +303,8 @@ func TestPromiseFlagRanges(t *testing.T) {
 		{"--http-max-header-bytes=9223372036854775807"},
 		{"--index", "redis://127.0.0.1:1?pool_size=-5"},
 		{"--index", "redis://127.0.0.1:1?pool_size=2000000000"},
+		{"--index", "redis://127.0.0.1:1?call_timeout=2m"},
+		{"--index", "redis-cluster://127.0.0.1:1?loss_check=10ms"},
 	} {
 		start := time.Now()
 		d, err := tryStart(t, flags)

@@ -40,12 +40,14 @@ type Config struct {
 	//   redis-cluster://[[user]:password@]h1:p1,h2:p2[?options] Redis Cluster (seed nodes)
 	//   rediss-cluster://...                                    Redis Cluster over TLS
 	// Options understood for every form: namespace, ttl (Go duration),
-	// server_walk=true (single node, see ServerWalk),
+	// server_walk=true (single node, see ServerWalk), call_timeout (see
+	// CallTimeout), loss_check (see LossCheck; 0 = never),
 	// dial_timeout, read_timeout, write_timeout, pool_size, tls=true,
 	// insecure_skip_verify=true, server_name. Single-node URLs also accept
-	// every option go-redis ParseURL knows. Ranges (checkRanges): pool_size
-	// 0..MaxPoolSize, max_retries and max_redirects -1..100, timeouts
-	// 0..MaxIOTimeout.
+	// every option go-redis ParseURL knows. Ranges (checkRanges,
+	// checkDurations): pool_size 0..MaxPoolSize, max_retries and
+	// max_redirects -1..100, timeouts and call_timeout 0..MaxIOTimeout,
+	// loss_check 0 or MinLossCheck..MaxLossCheck.
 	URL string
 	// Namespace prefixes every key this index touches (several deployments can
 	// share one Redis). Must not contain '{' or '}' (Cluster hash tags).
@@ -67,10 +69,14 @@ type Config struct {
 	// health check), whatever the caller's context allows: a node that
 	// hangs with its connections open (SIGSTOP, DEBUG SLEEP, a failover in
 	// progress) fails the call with ErrUnavailable after this long instead
-	// of holding it for ReadTimeout per attempt. Default 1s; 0..MaxIOTimeout.
+	// of holding it for ReadTimeout per attempt; a node that keeps not
+	// answering is then failed at once (guard.go). Default 1s (0);
+	// 0..MaxIOTimeout. Overrides the URL's call_timeout option when set.
 	CallTimeout time.Duration
 	// LossCheck is how often the index checks whether Redis lost entries
-	// (restarted, evicted, flushed; loss.go). Default 1s; negative = never.
+	// (restarted, evicted, flushed; loss.go). Default 1s (0); negative =
+	// never; otherwise MinLossCheck..MaxLossCheck. Overrides the URL's
+	// loss_check option when set (loss_check=0 in a URL: never).
 	LossCheck time.Duration
 	// MaxRetries for one command on network errors (go-redis semantics;
 	// 0 = 1 retry, -1 = none).
@@ -177,10 +183,12 @@ type options struct {
 	namespace  string
 	ttl        time.Duration
 	serverWalk bool
+	// the Config fields CallTimeout and LossCheck, from the URL unless set
+	callTimeout, lossCheck time.Duration
 }
 
 // ourOptions are consumed here and removed before go-redis sees the URL.
-var ourOptions = []string{"namespace", "ttl", "tls", "insecure_skip_verify", "server_name", "server_walk"}
+var ourOptions = []string{"namespace", "ttl", "tls", "insecure_skip_verify", "server_name", "server_walk", "call_timeout", "loss_check"}
 
 // universalOptions turns the Config (URL and fields) into client options.
 // Its errors never contain the URL's password: the parsers it calls (net/url
@@ -231,9 +239,12 @@ func (c *Config) parseOptions() (*options, error) {
 }
 
 // indexOptions reads the options that configure the index rather than the
-// client (server_walk, namespace, ttl), with the Config fields applied over
-// them.
+// client (server_walk, namespace, ttl, call_timeout, loss_check), with the
+// Config fields applied over them.
 func (c *Config) indexOptions(o *options, q url.Values) error {
+	if err := c.durationOptions(o, q); err != nil {
+		return err
+	}
 	o.serverWalk = c.ServerWalk
 	if v := q.Get("server_walk"); v != "" {
 		b, err := strconv.ParseBool(v)
@@ -259,6 +270,33 @@ func (c *Config) indexOptions(o *options, q url.Values) error {
 	var err error
 	o.namespace, o.ttl, err = c.namespaceAndTTL(ns, ttl)
 	return err
+}
+
+// durationOptions reads call_timeout and loss_check (a Go duration or a
+// number of seconds, as the client's timeouts), the Config fields applied
+// over them, and checks their ranges.
+func (c *Config) durationOptions(o *options, q url.Values) error {
+	o.callTimeout, o.lossCheck = c.CallTimeout, c.LossCheck
+	if v := q.Get("call_timeout"); v != "" && o.callTimeout == 0 {
+		d, err := parseDur(v)
+		if err != nil {
+			return fmt.Errorf("option call_timeout=%q: %w", v, err)
+		}
+		o.callTimeout = d
+	}
+	if v := q.Get("loss_check"); v != "" && o.lossCheck == 0 {
+		d, err := parseDur(v)
+		switch {
+		case err != nil:
+			return fmt.Errorf("option loss_check=%q: %w", v, err)
+		case d < 0:
+			return fmt.Errorf("option loss_check=%s: out of range (%s)", v, rangesDocument)
+		case d == 0:
+			d = -1 // loss_check=0 in a URL: never
+		}
+		o.lossCheck = d
+	}
+	return checkDurations(o.callTimeout, o.lossCheck)
 }
 
 // tlsConfig is the TLS configuration (nil: plain TCP): on when the scheme
@@ -461,13 +499,30 @@ func setClusterOption(co *redis.ClusterOptions, k, v string) error {
 // Ranges of the URL's numeric options (0 = go-redis's default for the
 // counts). go-redis panics on a negative pool size and dials a huge pool up
 // front; a negative timeout means none, and every Redis call needs one.
+// A loss check runs INFO on every master: more often than MinLossCheck
+// would load Redis for nothing, rarer than MaxLossCheck would leave a lost
+// index unnoticed for longer than anyone would choose.
 const (
 	MaxPoolSize    = 10000
 	MaxRetriesCap  = 100
 	MaxRedirects   = 100
 	MaxIOTimeout   = time.Minute
-	rangesDocument = "pool_size 0..10000, max_retries -1..100, max_redirects -1..100, dial/read/write_timeout 0..1m"
+	MinLossCheck   = 100 * time.Millisecond
+	MaxLossCheck   = time.Hour
+	rangesDocument = "pool_size 0..10000, max_retries -1..100, max_redirects -1..100, dial/read/write_timeout and call_timeout 0..1m, loss_check 0 (never) or 100ms..1h"
 )
+
+// checkDurations checks CallTimeout and LossCheck (Config semantics: 0 =
+// default, a negative LossCheck = never).
+func checkDurations(call, loss time.Duration) error {
+	if call < 0 || call > MaxIOTimeout {
+		return fmt.Errorf("call_timeout %v: out of range (%s)", call, rangesDocument)
+	}
+	if loss > 0 && (loss < MinLossCheck || loss > MaxLossCheck) {
+		return fmt.Errorf("loss_check %v: out of range (%s)", loss, rangesDocument)
+	}
+	return nil
+}
 
 func checkRanges(pool, retries, redirects int, timeouts ...time.Duration) error {
 	switch {

@@ -160,12 +160,35 @@
 //
 // Every operation (lookup, write flush, clear, pod counts, health check,
 // background refresh and cleanup) runs under a deadline of
-// Config.CallTimeout (1s) covering all its round trips and go-redis
-// retries, and the client's network deadlines follow it
+// Config.CallTimeout (1s, URL option call_timeout) covering all its round
+// trips and go-redis retries, and the client's network deadlines follow it
 // (ContextTimeoutEnabled), so a node that hangs with its connections open
-// fails the call instead of answering late. Writes share one flush in
-// flight (writer.go): a hung node holds every writer for at most one
-// CallTimeout per flush. A Redis that lost entries without an error
-// (restart, eviction, flush) is detected by loss.go and reported through
-// OnLost.
+// fails the call instead of answering late.
+//
+// A node that stops answering (guard.go): the first calls to it fail at
+// the deadline; one that waited at least half of it marks the node hung,
+// and from then on every command to that node fails at once (NodeHungError,
+// wrapped in ErrUnavailable) until a probe's PING is answered. Writes share
+// one flush in flight (writer.go), so a hung node holds every pod's writes
+// for one CallTimeout, once; after that a flush's commands for the other
+// nodes are applied at their speed and only the requests with a key on the
+// hung node fail (their pods become untrusted in the applier). A lookup
+// fails when one of its block keys lives on the hung node. The pods hash
+// (<ns>:pods) is read by every lookup, flush and clear: when its node hangs,
+// every write, lookup and clear fails (at once after the first) and Healthy
+// fails, so the daemon is not ready and every pod that writes becomes
+// untrusted.
+//
+// Cluster failover: go-redis reloads its slot map only on MOVED/ASK, which
+// a hung node never sends, so it would keep sending the hung master's slots
+// to it after the cluster promoted its replica, until it resumed. Every call
+// the guard fails, and every network error, asks for a reload (at most every
+// 250 ms), and a reload skips the hung node (its CLUSTER SLOTS fails at
+// once): writes and lookups reach the new master within a reload of the
+// promotion, and Healthy (ForEachMaster, which reloads the map first) is not
+// failed by the hung node once it is no longer a master.
+//
+// A Redis that lost entries without an error (restart, eviction, flush) is
+// detected by loss.go every Config.LossCheck (1s, URL option loss_check)
+// and reported through OnLost.
 package redisindex

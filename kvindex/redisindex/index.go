@@ -51,6 +51,13 @@ type Index struct {
 	loss        lossWatch
 	lost        atomic.Int64
 
+	// hung-node guards (guard.go): the probes of hung nodes, and when the
+	// Cluster slot map was last reloaded because of a failed call.
+	probeMu             sync.Mutex
+	probesDone          bool
+	probes              sync.WaitGroup
+	lastReload, reloads atomic.Int64
+
 	// write coalescing (writer.go)
 	wc              committer
 	wReqs, wFlushes atomic.Int64
@@ -63,6 +70,7 @@ type Index struct {
 	warnedOff, warnedUnreadable, warnedNoSubscr atomic.Bool
 
 	log        *slog.Logger
+	bgCtx      context.Context // canceled by Close
 	stop       context.CancelFunc
 	done       chan struct{}
 	watchers   sync.WaitGroup // expiry watchers (expiry.go)
@@ -88,14 +96,11 @@ func New(ctx context.Context, cfg Config) (*Index, error) {
 	if cfg.Interner == nil {
 		return nil, errors.New("redisindex: Config.Interner is required")
 	}
-	if cfg.CallTimeout < 0 || cfg.CallTimeout > MaxIOTimeout {
-		return nil, fmt.Errorf("redisindex: CallTimeout %v out of range 0..%v", cfg.CallTimeout, MaxIOTimeout)
-	}
 	o, err := cfg.universalOptions()
 	if err != nil {
 		return nil, fmt.Errorf("redisindex: %s: %w", redactURL(cfg.URL), err)
 	}
-	cfg.ServerWalk = o.serverWalk
+	cfg.ServerWalk, cfg.CallTimeout, cfg.LossCheck = o.serverWalk, o.callTimeout, o.lossCheck
 	x := newIndex(o.client(), o.cluster, o.namespace, o.ttl, cfg)
 	// Best effort: warm the epoch cache and script cache now so the first
 	// request does not pay for it. Failure is not an error (Redis may come
@@ -108,12 +113,14 @@ func New(ctx context.Context, cfg Config) (*Index, error) {
 
 // NewWithClient wraps an existing client (tests, or a daemon sharing one
 // client between the index and the lease manager). Close does not close it.
+// The hung-node guard (guard.go) covers the Cluster nodes the client creates
+// after this call: give it a client that has sent nothing yet.
 func NewWithClient(c redis.UniversalClient, cfg Config) (*Index, error) {
 	if cfg.Interner == nil {
 		return nil, errors.New("redisindex: Config.Interner is required")
 	}
-	if cfg.CallTimeout < 0 || cfg.CallTimeout > MaxIOTimeout {
-		return nil, fmt.Errorf("redisindex: CallTimeout %v out of range 0..%v", cfg.CallTimeout, MaxIOTimeout)
+	if err := checkDurations(cfg.CallTimeout, cfg.LossCheck); err != nil {
+		return nil, fmt.Errorf("redisindex: %w", err)
 	}
 	ns, ttl, err := cfg.namespaceAndTTL(DefaultNamespace, DefaultTTL)
 	if err != nil {
@@ -154,7 +161,8 @@ func newIndex(c redis.UniversalClient, cluster bool, ns string, ttl time.Duratio
 		x.ttlMS = max(ttl.Milliseconds(), 1)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	x.stop = cancel
+	x.bgCtx, x.stop = ctx, cancel
+	x.guard(c) // before anything is sent: Cluster nodes get it as they are created
 	go x.background(ctx, orDur(cfg.StatsRefresh, DefaultStatsRefresh))
 	x.startExpiryWatch(ctx)
 	if every := orDur(cfg.LossCheck, DefaultLossCheck); every > 0 {
@@ -172,6 +180,7 @@ func (x *Index) Close() error {
 	x.stop()
 	<-x.done
 	x.watchers.Wait()
+	x.stopProbes()
 	if x.ownsClient {
 		return x.c.Close()
 	}

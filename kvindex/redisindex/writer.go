@@ -139,8 +139,10 @@ func (x *Index) submit(r *writeReq) {
 // hash version), one of counter updates, then one epoch check for all.
 // It runs under the leader's context minus its cancellation and deadline
 // (the batch carries other callers' writes), bounded as a whole by
-// CallTimeout: there is one flush in flight for all pods, so a node that
-// hangs holds every writer, but for at most one CallTimeout per flush; the
+// CallTimeout. There is one flush in flight for all pods: a node that stops
+// answering holds it, and so every writer, for one CallTimeout, after which
+// its guard (guard.go) fails its part of every pipeline at once while the
+// other nodes' parts are applied (each request keeps its own result). The
 // writes it fails make their pods untrusted (the applier). A request whose
 // own context is already done is not sent, so a write waits at most for
 // the flush ahead of it and then fails at its own deadline.

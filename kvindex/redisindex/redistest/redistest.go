@@ -1,5 +1,5 @@
 // Package redistest starts throw-away redis-server processes (a single node or
-// a 3-master Redis Cluster) on free loopback ports for tests in any package.
+// a Redis Cluster, with replicas if asked) on free loopback ports for tests in any package.
 // It never connects to a server it did not start, and every process it starts
 // is stopped and its temp directory removed by t.Cleanup.
 //
@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -298,16 +299,36 @@ func lastLines(s string, n int) string {
 	return strings.Join(ls, " | ")
 }
 
-// Cluster is a Redis Cluster of masters started by a test.
+// Cluster is a Redis Cluster started by a test.
 type Cluster struct {
+	// Nodes are every node, masters and replicas, in start order.
 	Nodes []*Server
 }
 
+// ClusterOptions shape StartClusterWith's cluster.
+type ClusterOptions struct {
+	// Masters (>= 3) and Replicas per master (0 = none).
+	Masters, Replicas int
+	// NodeTimeout is cluster-node-timeout: how long a master may not
+	// answer before the others fail it over to a replica (0 = 2s).
+	NodeTimeout time.Duration
+	// Extra config directives passed to every node (as in Start).
+	Extra []string
+}
+
 // StartCluster starts n (>=3) cluster-enabled redis-servers and joins them
-// with `redis-cli --cluster create ... --cluster-replicas 0 --cluster-yes`,
-// then waits until every node reports cluster_state:ok. extra config
-// directives are passed to every node (as in Start).
+// as masters without replicas; see StartClusterWith.
 func StartCluster(t testing.TB, n int, extra ...string) *Cluster {
+	t.Helper()
+	return StartClusterWith(t, ClusterOptions{Masters: n, Extra: extra})
+}
+
+// StartClusterWith starts Masters*(1+Replicas) cluster-enabled
+// redis-servers and joins them with `redis-cli --cluster create ...
+// --cluster-replicas R --cluster-yes`, then waits until every node reports
+// cluster_state:ok and every replica is in sync with its master (so a
+// failover can promote it at once).
+func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 	t.Helper()
 	Require(t)
 	cli, err := exec.LookPath("redis-cli")
@@ -320,18 +341,22 @@ func StartCluster(t testing.TB, n int, extra ...string) *Cluster {
 		fmt.Fprintln(os.Stderr, msg)
 		t.Skip(msg)
 	}
+	timeout := o.NodeTimeout
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
 	c := &Cluster{}
-	for i := 0; i < n; i++ {
+	for i := 0; i < o.Masters*(1+o.Replicas); i++ {
 		args := []string{"--cluster-enabled", "yes",
 			"--cluster-config-file", fmt.Sprintf("nodes-%d.conf", i),
-			"--cluster-node-timeout", "2000"}
-		c.Nodes = append(c.Nodes, Start(t, append(args, extra...)...))
+			"--cluster-node-timeout", strconv.FormatInt(timeout.Milliseconds(), 10)}
+		c.Nodes = append(c.Nodes, Start(t, append(args, o.Extra...)...))
 	}
 	args := []string{"--cluster", "create"}
 	for _, s := range c.Nodes {
 		args = append(args, s.Addr())
 	}
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(o.Replicas), "--cluster-yes")
 	out, err := exec.Command(cli, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
@@ -341,7 +366,12 @@ func StartCluster(t testing.TB, n int, extra ...string) *Cluster {
 		for {
 			st, err := s.InfoClusterState()
 			if err == nil && st == "ok" {
-				break
+				if role, _ := s.InfoField("replication", "role"); role != "slave" {
+					break
+				}
+				if link, _ := s.InfoField("replication", "master_link_status"); link == "up" {
+					break
+				}
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("redistest: cluster node %s not ok (state %q, err %v)", s.Addr(), st, err)
@@ -350,6 +380,35 @@ func StartCluster(t testing.TB, n int, extra ...string) *Cluster {
 		}
 	}
 	return c
+}
+
+// Role is "master" or "slave" (INFO replication), "" when the node does
+// not answer.
+func (s *Server) Role() string {
+	r, _ := s.InfoField("replication", "role")
+	return r
+}
+
+// Pause stops the process with SIGSTOP: its sockets stay open and nothing
+// answers, like a hung Redis. Resume (or the test's cleanup) continues it.
+func (s *Server) Pause() {
+	s.t.Helper()
+	s.signal(syscall.SIGSTOP)
+	s.t.Cleanup(s.Resume)
+}
+
+// Resume continues a paused server (SIGCONT); a no-op when it runs.
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Errorf("redistest: %v to redis-server on port %d: %v", sig, s.port, err)
+	}
 }
 
 // InfoClusterState is the cluster_state field of CLUSTER INFO.
