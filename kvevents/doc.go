@@ -70,6 +70,11 @@
 // CompleteSinceSeq and IncompleteReason say how far back it does and why
 // not (a gap older than the replay buffer: "replay_window").
 //
+// A stream whose index entries the backend lost (MarkIndexLost) and whose
+// endpoint has a replay address but no snapshot address is rebuilt from the
+// replay buffer from seq 0 (rebuild.go): complete again only if the buffer
+// still holds the lifetime's start.
+//
 // An equal sequence number (a duplicate) or a backward jump that stays high
 // (a batch from the past) is dropped and counted, never a clear.
 //
@@ -100,6 +105,7 @@
 //	resume.go      streams resumed from a saved index (ResumeFrom)
 //	lost.go        streams whose connection ended in the middle of a message
 //	indexlost.go   streams whose index entries the backend lost (MarkIndexLost)
+//	rebuild.go     rebuilding such a stream from its engine's replay buffer
 //	limits.go      the caps on streams, models, ranks and names, pod expiry,
 //	               rate-limited warnings
 //	dispatch.go, backpressure.go

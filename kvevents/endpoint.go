@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,9 +54,15 @@ type source struct {
 	snapshot  string
 	bound     bool
 	connected atomic.Bool
-	cancel    context.CancelFunc
-	done      chan struct{}
-	msgs      prometheus.Counter
+	// ctx is the endpoint's lifetime once started (nil before): its reader
+	// and its streams' rebuilds end with it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	// rebuilds counts its streams' rebuilds in progress (rebuild.go), which
+	// RemoveEndpoint waits for like for its reader.
+	rebuilds sync.WaitGroup
+	msgs     prometheus.Counter
 	// peer is the connection of the message being handled; only the
 	// socket's reader touches it.
 	peer string
@@ -107,7 +114,7 @@ func (s *Subscriber) AddEndpoint(ep EndpointConfig) error {
 // startEndpoint launches src's connect loop; s.mu must be held and Run active.
 func (s *Subscriber) startEndpoint(src *source) {
 	ctx, cancel := context.WithCancel(s.runCtx)
-	src.cancel = cancel
+	src.ctx, src.cancel = ctx, cancel
 	src.done = make(chan struct{})
 	s.readers.Add(1)
 	go func() {
@@ -138,8 +145,9 @@ func (s *Subscriber) RemoveEndpoint(address string) error {
 	s.mu.Unlock()
 
 	if src.cancel != nil {
-		src.cancel() // also ends a replay exchange in progress
+		src.cancel() // also ends a replay exchange or rebuild in progress
 		<-src.done   // no batch of this endpoint is queued after the clears below
+		src.rebuilds.Wait()
 	}
 
 	s.mu.Lock()

@@ -7,8 +7,11 @@ package kvevents
 // (package indexer), which owns both the backend and the subscriber, calls
 // MarkIndexLost / MarkPodIndexLost then: the streams say so at once, and
 // their next batch asks the snapshot endpoint when there is one, as after a
-// gap. They become complete again only by what rebuilds the whole state: an
-// engine snapshot, the engine's own AllBlocksCleared, or a restart.
+// gap, and a stream whose endpoint has only a replay address (vLLM) is
+// rebuilt from the engine's replay buffer at once (rebuild.go). They become
+// complete again only by what rebuilds the whole state: an engine snapshot,
+// a rebuild that replayed the lifetime from its start, the engine's own
+// AllBlocksCleared, or a restart.
 
 // MarkIndexLost marks every stream incomplete with reason (StreamStats
 // IncompleteReason, e.g. "index_lost").
@@ -21,6 +24,7 @@ func (s *Subscriber) MarkIndexLost(reason string) {
 	s.mu.Unlock()
 	for _, st := range all {
 		st.markIndexLost(reason)
+		s.scheduleRebuild(st)
 	}
 }
 
@@ -32,6 +36,7 @@ func (s *Subscriber) MarkPodIndexLost(pod string, dpRank int, reason string) {
 	s.mu.Unlock()
 	if st != nil {
 		st.markIndexLost(reason)
+		s.scheduleRebuild(st)
 	}
 }
 

@@ -98,6 +98,7 @@ type limitMetrics struct {
 	logSuppressed   prometheus.Counter
 	queuedBytes     prometheus.GaugeFunc
 	applyLag        prometheus.GaugeFunc
+	rebuildsQueued  prometheus.GaugeFunc
 }
 
 // limits is the Subscriber's bookkeeping for Config's caps; its maps are

@@ -30,7 +30,9 @@ type Metrics struct {
 	UnknownMedia       prometheus.Counter
 	PackedEvents       prometheus.Counter
 	ReplayedBatches    prometheus.Counter
-	SyntheticClears    *prometheus.CounterVec // by reason: restart | overflow | endpoint_removed
+	Rebuilds           *prometheus.CounterVec // by result: complete | replay_window | failed | superseded
+	RebuiltBatches     prometheus.Counter
+	SyntheticClears    *prometheus.CounterVec // by reason: restart | overflow | endpoint_removed | expired | rebuild
 	ConnectedEndpoints prometheus.Gauge
 	ShutdownDropped    prometheus.Counter
 	// ZMQ counts what the transport did with its peers, shared by every
@@ -85,6 +87,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "packed_events_total", Help: "Events that arrived as msgpack bytes holding an encoded event (llm-d storage-tier publisher) and were decoded."}),
 		ReplayedBatches: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "replayed_batches_total", Help: "Missed batches recovered through replay after a gap."}),
+		Rebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "rebuilds_total", Help: "Rebuilds of a pod the index lost from its engine's replay buffer (endpoints with a replay and no snapshot address), " +
+				"by result: complete (replayed from the lifetime's start to the last batch seen), replay_window (the buffer no longer held the start: " +
+				"the pod stays incomplete), failed (the replay did not reach the last batch seen: the pod keeps its reason), superseded (the index " +
+				"lost entries again meanwhile: rebuilt again)."}, []string{"result"}),
+		RebuiltBatches: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "rebuilt_batches_total", Help: "Batches queued by rebuilds from replay buffers."}),
 		SyntheticClears: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "synthetic_clears_total", Help: "AllBlocksCleared events kvevents delivered itself, by reason."}, []string{"reason"}),
 		ConnectedEndpoints: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
@@ -113,16 +122,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		func(s *Subscriber) float64 { return float64(s.lim.nModel.Load()) })
 	m.limits.queuedBytes = gauge("queued_bytes", "Estimated memory of the decoded batches waiting for the workers (bounded by the queue budget).",
 		func(s *Subscriber) float64 { return float64(s.work.budget.used.Load()) })
+	m.limits.rebuildsQueued = gauge("rebuilds_queued", "Streams waiting for a rebuild from their engine's replay buffer (each at most once; "+
+		"at most 4 rebuilds run at a time).",
+		func(s *Subscriber) float64 { return float64(s.rebuildsQueued()) })
 	m.limits.applyLag = gauge("apply_lag_seconds", "Age of the oldest batch waiting for a worker, over all streams: how late "+
 		"the index is for the most delayed pod (each pod's own in /v1/pods apply_lag_seconds).",
 		func(s *Subscriber) float64 { return s.maxApplyLag().Seconds() })
 	if reg != nil {
 		reg.MustRegister(m.MessagesReceived, m.BatchesDecoded, m.EventsDecoded, m.DecodeErrors, m.DroppedFrames,
 			m.QueueOverflows, m.QueueWaits, m.QueueWaitSeconds, m.SeqGaps, m.MissedBatches, m.Restarts, m.Replays, m.CatchUps, m.CaughtUpBatches, m.Snapshots, m.IgnoredFields,
-			m.UnknownMedia, m.PackedEvents, m.ReplayedBatches,
+			m.UnknownMedia, m.PackedEvents, m.ReplayedBatches, m.Rebuilds, m.RebuiltBatches,
 			m.SyntheticClears, m.ConnectedEndpoints, m.ShutdownDropped)
 		reg.MustRegister(zmqCollectors(m.ZMQ)...)
-		reg.MustRegister(m.limits.expired, m.limits.logSuppressed, m.limits.streams, m.limits.models, m.limits.queuedBytes, m.limits.applyLag)
+		reg.MustRegister(m.limits.expired, m.limits.logSuppressed, m.limits.streams, m.limits.models, m.limits.queuedBytes, m.limits.applyLag, m.limits.rebuildsQueued)
 	}
 	return m
 }

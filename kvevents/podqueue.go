@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -52,6 +53,38 @@ type podQueue struct {
 	bytes int64
 	at    []int64 // enqueue times (UnixNano), ring from head; grows to the share
 	head  int
+	// space is signalled when a batch is applied, for a rebuild waiting
+	// for room in its share (waitRoom); made by the first such wait.
+	space chan struct{}
+}
+
+// full reports whether a batch of size bytes would be refused under share.
+func (q *podQueue) full(size int64, share podShare) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.n > 0 && (share.batches > 0 && q.n >= share.batches || q.bytes+size > share.bytes)
+}
+
+// waitRoom waits until a batch of size bytes fits in the share, or ctx
+// ends (false). Only the holder of the stream's order queues for it, so
+// the room found is still there when it queues. A rebuild waits here
+// rather than overflow: it queues a whole replay buffer for one pod, far
+// past its share, faster than the index applies it.
+func (q *podQueue) waitRoom(ctx context.Context, size int64, share podShare) bool {
+	q.mu.Lock()
+	if q.space == nil {
+		q.space = make(chan struct{}, 1)
+	}
+	space := q.space
+	q.mu.Unlock()
+	for q.full(size, share) {
+		select {
+		case <-space:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
 }
 
 // reserve takes room for one batch of size bytes under share, or reports
@@ -89,6 +122,12 @@ func (q *podQueue) applied(size int64) {
 	q.n--
 	q.bytes -= size
 	q.head = (q.head + 1) % len(q.at)
+	if q.space != nil {
+		select {
+		case q.space <- struct{}{}:
+		default: // a signal is pending already
+		}
+	}
 	q.mu.Unlock()
 }
 

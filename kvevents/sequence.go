@@ -27,6 +27,26 @@ type seqState struct {
 	// snapRetry (the engine busy, or down: no exchange per batch).
 	snapFailed bool
 	snapRetry  uint64
+	// rb is a rebuild by replay under way (rebuild.go).
+	rb rebuildState
+}
+
+// rebuildState follows a rebuild: the stream's state in the index, lost
+// behind the subscriber (MarkIndexLost), is replaced by the engine's replay
+// buffer from the start of the publisher lifetime (seq 0) up to the last
+// batch seen live when it began. Only the rebuilt run proves anything: the
+// replay's end marker or its batches past that point do not.
+type rebuildState struct {
+	on bool   // a rebuild is under way
+	to uint64 // the last seq seen live when it began: it ends there
+	// ran: a batch was rebuilt, next is the seq after the last one, and
+	// since the first of the unbroken run of rebuilt batches ending there.
+	ran   bool
+	next  uint64
+	since uint64
+	// clean: that run starts with an empty cache: at seq 0, the first of
+	// the lifetime, or at a batch holding the engine's AllBlocksCleared.
+	clean bool
 }
 
 // snapshotRetryBatches is how many batches a stream waits after a failed
@@ -38,7 +58,8 @@ type seqInput struct {
 	seq   uint64
 	epoch []byte // from the topic; nil if it carries none
 	how   seqSource
-	// replay and snapshot: the endpoint has a replay (snapshot) address.
+	// replay and snapshot: the endpoint has a replay (snapshot) address
+	// (ignored for a rebuilt batch).
 	replay, snapshot bool
 	// clears: the batch holds the engine's own AllBlocksCleared.
 	clears bool
@@ -58,9 +79,13 @@ const (
 	seqJoin    // the stream's first batch, after seq 0: its start missed
 	seqGap     // a forward jump: the batches between were missed
 	seqRestart // a new publisher lifetime (a jump back to a low seq, or a new epoch)
+	seqRebuilt // a rebuild's batch: queued, the stream's last seq unchanged
+	// A rebuild's batch dropped, the state unchanged.
+	seqAhead // after the last seq seen live: the live socket delivers it
+	seqAlien // not of the rebuild: none under way, or another lifetime's
 )
 
-var seqKindNames = [...]string{"duplicate", "stale", "copy", "next", "first", "join", "gap", "restart"}
+var seqKindNames = [...]string{"duplicate", "stale", "copy", "next", "first", "join", "gap", "restart", "rebuilt", "ahead", "alien"}
 
 func (k seqKind) String() string { return seqKindNames[k] }
 
@@ -104,7 +129,12 @@ type seqDecision struct {
 // restored state this process cannot vouch for) asks the snapshot endpoint,
 // when there is one, whether the batch came live or through catch-up: at
 // connect, after a gap and after a daemon restart alike.
+//
+// A batch of a rebuild (fromRebuild) is decided by decideRebuild.
 func decideSeq(cur seqState, in seqInput) seqDecision {
+	if in.how == fromRebuild {
+		return decideRebuild(cur, in)
+	}
 	d := seqDecision{seq: in.seq, clears: in.clears, next: cur, wasIncomplete: cur.incomplete}
 	d.newEpoch = in.epoch != nil && string(in.epoch) != cur.epoch
 	last := cur.lastSeq
@@ -223,4 +253,73 @@ func (d *seqDecision) completeness(r replayResult) completeness {
 	}
 	c.resync = c.incomplete && d.canResync
 	return c
+}
+
+// decideRebuild decides a batch of a rebuild's replay (fromRebuild). Its seq
+// is at or below the last one seen live, which a live or catch-up batch
+// would be dropped for: here it is queued, and only the rebuilt run
+// advances (the stream's last seq, dedup window and completeness stay). The
+// first one is queued behind a clear of the pod (clear), which removes what
+// the index kept or got from later batches: after it the pod holds exactly
+// what the rebuilt batches store. Below the run's next seq a batch is a
+// copy; a batch of another epoch (an engine restarted since) belongs to no
+// rebuild; a hole in the replay starts the run again, not clean.
+//
+// Past the last seq seen live, a batch that continues the run is queued as
+// catch-up would queue it (the last seq moves, and its live copy is
+// dropped): the engine published it before it answered, and an idle pod's
+// last batch lost on the way would otherwise be missing from a rebuild
+// that says complete. Any other is left to the live socket (ahead).
+func decideRebuild(cur seqState, in seqInput) seqDecision {
+	d := seqDecision{seq: in.seq, clears: in.clears, next: cur, wasIncomplete: cur.incomplete}
+	rb := cur.rb
+	switch {
+	case !rb.on || in.epoch != nil && string(in.epoch) != cur.epoch:
+		d.kind, d.drop = seqAlien, "rebuild_alien"
+		return d
+	case in.seq > rb.to && !(rb.ran && in.seq == rb.next):
+		d.kind, d.drop = seqAhead, "rebuild_ahead"
+		return d
+	case rb.ran && in.seq < rb.next:
+		d.kind, d.drop = seqCopy, "duplicate"
+		return d
+	}
+	d.kind = seqRebuilt
+	switch {
+	case !rb.ran:
+		d.clear = true
+		rb.since, rb.clean = in.seq, in.seq == 0
+	case in.seq != rb.next:
+		rb.since, rb.clean = in.seq, false
+	}
+	if in.clears {
+		rb.since, rb.clean = in.seq, true
+	}
+	rb.ran, rb.next = true, in.seq+1
+	d.next.rb = rb
+	if in.seq > rb.to {
+		d.next.lastSeq = in.seq
+		if !cur.dedup {
+			d.next.dedup, d.next.dedupFrom = true, in.seq
+		}
+	}
+	return d
+}
+
+// rebuildOutcome is what a finished rebuild proves: complete when its run
+// starts at an empty cache and reaches the last seq seen live; only the
+// start missing (the engine's buffer wrapped) when the run reaches it from a
+// later batch: the pod is complete since then ("replay_window"); nothing
+// when it does not reach it (the exchange failed, timed out, skipped a
+// batch, or a batch was not queued: aborted), and the stream keeps the
+// reason it had.
+func rebuildOutcome(rb rebuildState, aborted bool) (set bool, since uint64, why string) {
+	switch {
+	case aborted || !rb.ran || rb.next-1 < rb.to:
+		return false, 0, ""
+	case rb.clean:
+		return true, rb.since, ""
+	default:
+		return true, rb.since, "replay_window"
+	}
 }

@@ -40,6 +40,13 @@ func TestDecideSeq(t *testing.T) {
 	incomplete := func(last uint64) seqState { return seqState{hasSeq: true, lastSeq: last, incomplete: true} }
 	// stillIncomplete: unchanged completeness of an incomplete stream.
 	stillIncomplete := completeness{incomplete: true}
+	// rebuilding: a rebuild under way of a stream last seen at seq to;
+	// rb's on and to are filled in.
+	rebuilding := func(to uint64, rb rebuildState) seqState {
+		rb.on, rb.to = true, to
+		return seqState{hasSeq: true, lastSeq: to, rb: rb}
+	}
+	rebuilt := func(seq uint64) seqInput { return seqInput{seq: seq, how: fromRebuild} }
 
 	for _, tc := range []struct {
 		name  string
@@ -233,20 +240,113 @@ func TestDecideSeq(t *testing.T) {
 			in:    liveE(0, "b"),
 			want:  seqDecision{kind: seqRestart, clear: true, newEpoch: true, next: inEpoch(0, "b")},
 			wantC: complete},
+
+		// Rebuilding a stream the index lost (from the replay buffer, from
+		// seq 0, up to the last seq seen live: rb.to). The stream's last
+		// seq and completeness stay; only the rebuilt run advances.
+		{name: "rebuild: first batch at 0, behind a clear", cur: rebuilding(5, rebuildState{}), in: rebuilt(0),
+			want: seqDecision{kind: seqRebuilt, clear: true,
+				next: rebuilding(5, rebuildState{ran: true, next: 1, since: 0, clean: true})}},
+		{name: "rebuild: in order below the last seq", cur: rebuilding(5, rebuildState{ran: true, next: 3, clean: true}), in: rebuilt(3),
+			want: seqDecision{kind: seqRebuilt, seq: 3,
+				next: rebuilding(5, rebuildState{ran: true, next: 4, clean: true})}},
+		{name: "rebuild: of an incomplete stream", cur: seqState{hasSeq: true, lastSeq: 5, incomplete: true, rb: rebuildState{on: true, to: 5}},
+			in: rebuilt(0),
+			want: seqDecision{kind: seqRebuilt, clear: true, wasIncomplete: true,
+				next: seqState{hasSeq: true, lastSeq: 5, incomplete: true, rb: rebuildState{on: true, to: 5, ran: true, next: 1, clean: true}}}},
+		{name: "rebuild: the buffer wrapped, first batch after 0", cur: rebuilding(5, rebuildState{}), in: rebuilt(3),
+			want: seqDecision{kind: seqRebuilt, seq: 3, clear: true,
+				next: rebuilding(5, rebuildState{ran: true, next: 4, since: 3})}},
+		{name: "rebuild: wrapped, but the first batch clears the cache", cur: rebuilding(5, rebuildState{}),
+			in: seqInput{seq: 3, how: fromRebuild, clears: true},
+			want: seqDecision{kind: seqRebuilt, seq: 3, clear: true, clears: true,
+				next: rebuilding(5, rebuildState{ran: true, next: 4, since: 3, clean: true})}},
+		{name: "rebuild: a hole breaks the run", cur: rebuilding(9, rebuildState{ran: true, next: 3, clean: true}), in: rebuilt(5),
+			want: seqDecision{kind: seqRebuilt, seq: 5,
+				next: rebuilding(9, rebuildState{ran: true, next: 6, since: 5})}},
+		{name: "rebuild: the engine's clear after a hole starts a clean run", cur: rebuilding(9, rebuildState{ran: true, next: 6, since: 5}),
+			in: seqInput{seq: 8, how: fromRebuild, clears: true},
+			want: seqDecision{kind: seqRebuilt, seq: 8, clears: true,
+				next: rebuilding(9, rebuildState{ran: true, next: 9, since: 8, clean: true})}},
+		{name: "rebuild: the last seq seen live", cur: rebuilding(5, rebuildState{ran: true, next: 5, clean: true}), in: rebuilt(5),
+			want: seqDecision{kind: seqRebuilt, seq: 5,
+				next: rebuilding(5, rebuildState{ran: true, next: 6, clean: true})}},
+		{name: "rebuild: past the last seq, continuing the run: queued like catch-up", cur: rebuilding(5, rebuildState{ran: true, next: 6, clean: true}),
+			in: rebuilt(6),
+			want: seqDecision{kind: seqRebuilt, seq: 6,
+				next: seqState{hasSeq: true, lastSeq: 6, dedup: true, dedupFrom: 6, rb: rebuildState{on: true, to: 5, ran: true, next: 7, clean: true}}}},
+		{name: "rebuild: further past it, the window already open", cur: seqState{hasSeq: true, lastSeq: 6, dedup: true, dedupFrom: 6,
+			rb: rebuildState{on: true, to: 5, ran: true, next: 7, clean: true}}, in: rebuilt(7),
+			want: seqDecision{kind: seqRebuilt, seq: 7,
+				next: seqState{hasSeq: true, lastSeq: 7, dedup: true, dedupFrom: 6, rb: rebuildState{on: true, to: 5, ran: true, next: 8, clean: true}}}},
+		{name: "rebuild: past the last seq after a hole: left to the live socket", cur: rebuilding(5, rebuildState{ran: true, next: 4, clean: true}),
+			in:   rebuilt(6),
+			want: seqDecision{kind: seqAhead, drop: "rebuild_ahead", seq: 6, next: rebuilding(5, rebuildState{ran: true, next: 4, clean: true})}},
+		{name: "rebuild: nothing but batches past the last seq", cur: rebuilding(5, rebuildState{}), in: rebuilt(6),
+			want: seqDecision{kind: seqAhead, drop: "rebuild_ahead", seq: 6, next: rebuilding(5, rebuildState{})}},
+		{name: "rebuild: a batch again", cur: rebuilding(5, rebuildState{ran: true, next: 3, clean: true}), in: rebuilt(2),
+			want: seqDecision{kind: seqCopy, drop: "duplicate", seq: 2, next: rebuilding(5, rebuildState{ran: true, next: 3, clean: true})}},
+		{name: "rebuild: none under way", cur: at(5), in: rebuilt(0),
+			want: seqDecision{kind: seqAlien, drop: "rebuild_alien", next: at(5)}},
+		{name: "rebuild: another epoch (the engine restarted since)",
+			cur:  seqState{hasSeq: true, lastSeq: 5, epoch: "a", rb: rebuildState{on: true, to: 5}},
+			in:   seqInput{seq: 0, how: fromRebuild, epoch: []byte("b")},
+			want: seqDecision{kind: seqAlien, drop: "rebuild_alien", next: seqState{hasSeq: true, lastSeq: 5, epoch: "a", rb: rebuildState{on: true, to: 5}}}},
+		{name: "rebuild: same epoch", cur: seqState{hasSeq: true, lastSeq: 5, epoch: "a", rb: rebuildState{on: true, to: 5}},
+			in: seqInput{seq: 0, how: fromRebuild, epoch: []byte("a")},
+			want: seqDecision{kind: seqRebuilt, clear: true,
+				next: seqState{hasSeq: true, lastSeq: 5, epoch: "a", rb: rebuildState{on: true, to: 5, ran: true, next: 1, clean: true}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := decideSeq(tc.cur, tc.in)
 			if d != tc.want {
 				t.Fatalf("decideSeq(%+v, %+v)\n got %+v\nwant %+v", tc.cur, tc.in, d, tc.want)
 			}
-			if d.drop != "" {
-				return // nothing queued: no completeness
+			if d.drop != "" || d.kind == seqRebuilt {
+				return // nothing queued, or a rebuild's: no completeness (rebuildOutcome)
 			}
 			if !d.replay && tc.res != (replayResult{}) {
 				t.Fatal("row gives a replay result but no replay is decided")
 			}
 			if c := d.completeness(tc.res); c != tc.wantC {
 				t.Fatalf("completeness(%+v) = %+v, want %+v", tc.res, c, tc.wantC)
+			}
+		})
+	}
+}
+
+// What a finished rebuild proves, from the run it rebuilt: complete only
+// from an empty cache to the last seq seen live (rb.to).
+func TestRebuildOutcome(t *testing.T) {
+	type outcome struct {
+		set   bool
+		since uint64
+		why   string
+	}
+	run := func(to, since, next uint64, clean bool) rebuildState {
+		return rebuildState{on: true, to: to, ran: true, since: since, next: next, clean: clean}
+	}
+	for _, tc := range []struct {
+		name    string
+		rb      rebuildState
+		aborted bool
+		want    outcome
+	}{
+		{"from 0 to the last seq", run(5, 0, 6, true), false, outcome{set: true}},
+		{"from 0 past the last seq", run(5, 0, 8, true), false, outcome{set: true}},
+		{"from the engine's clear to the last seq", run(5, 3, 6, true), false, outcome{set: true, since: 3}},
+		{"the buffer wrapped", run(5, 3, 6, false), false, outcome{set: true, since: 3, why: "replay_window"}},
+		{"short of the last seq", run(5, 0, 5, true), false, outcome{}},
+		{"a batch not queued", run(5, 0, 6, true), true, outcome{}},
+		{"nothing rebuilt", rebuildState{on: true, to: 5}, false, outcome{}},
+		{"nothing rebuilt of a stream at seq 0", rebuildState{on: true}, false, outcome{}},
+		{"the last seq is 2^64-1", run(math.MaxUint64, 0, 0, true), false, outcome{set: true}},
+		{"short of 2^64-1", run(math.MaxUint64, 0, math.MaxUint64, true), false, outcome{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set, since, why := rebuildOutcome(tc.rb, tc.aborted)
+			if got := (outcome{set, since, why}); got != tc.want {
+				t.Fatalf("rebuildOutcome(%+v, %v) = %+v, want %+v", tc.rb, tc.aborted, got, tc.want)
 			}
 		})
 	}

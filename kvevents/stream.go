@@ -22,9 +22,13 @@ type StreamStats struct {
 	MissedBatches   uint64 // batches skipped by those jumps
 	ReplayedBatches uint64 // of which recovered by replay
 	Replaying       bool   // a replay exchange for a gap is in progress
-	Restarts        uint64 // backward jumps (engine restarts)
-	DecodeErrors    uint64 // malformed events dropped
-	Overflows       uint64 // batches dropped on a full queue
+	// Rebuilding: the index lost the pod's entries and a rebuild from the
+	// engine's replay buffer is waiting or in progress (rebuild.go).
+	Rebuilding     bool
+	RebuiltBatches uint64 // batches queued by rebuilds
+	Restarts       uint64 // backward jumps (engine restarts)
+	DecodeErrors   uint64 // malformed events dropped
+	Overflows      uint64 // batches dropped on a full queue
 	// Complete is true when the sink has seen every batch of the current
 	// publisher lifetime since its cache was last empty (seq 0, or an
 	// AllBlocksCleared), so the index holds exactly what the pod holds.
@@ -41,8 +45,9 @@ type StreamStats struct {
 	// and no engine snapshot has replaced it yet), "index_lost" (the index
 	// backend lost entries: Redis restarted, evicted or was flushed) and
 	// "index_error" (a write of the pod's failed and the index cleared it);
-	// those two last until an engine snapshot replaces the pod's state or
-	// the engine clears or restarts its cache (MarkIndexLost).
+	// those two last until an engine snapshot or a rebuild from the replay
+	// buffer replaces the pod's state, or the engine clears or restarts its
+	// cache (MarkIndexLost, rebuild.go).
 	Complete         bool
 	CompleteSinceSeq uint64
 	IncompleteReason string
@@ -100,6 +105,12 @@ type stream struct {
 	// incomplete in its sequence state too (so it asks the snapshot
 	// endpoint). Under mu: the marker never takes order.
 	indexLost bool
+	// The stream's rebuild by replay (rebuild.go), under mu: rbPending (in
+	// the rebuild queue, or waiting for rebuildSpacing), rbRunning, rbAgain
+	// (marked again while running: what it rebuilt may be lost too, so it
+	// runs again) and when the last one began.
+	rbPending, rbRunning, rbAgain bool
+	rbLast                        time.Time
 }
 
 func (st *stream) currentStats() StreamStats {
@@ -135,13 +146,15 @@ func (s *Subscriber) Streams() []StreamStats {
 
 // Streams are created by admit (limits.go), which enforces the caps.
 
-// seqSource says where a batch comes from: the live socket, or the replay
-// buffer asked for at connect (catchUp).
+// seqSource says where a batch comes from: the live socket, the replay
+// buffer asked for at connect (catchUp), or the replay buffer asked for to
+// rebuild a stream the index lost (rebuild.go).
 type seqSource uint8
 
 const (
 	fromLive seqSource = iota
 	fromCatchUp
+	fromRebuild
 )
 
 // sequence checks b's seq against the stream, repairs or flags what it finds

@@ -139,6 +139,7 @@ type Subscriber struct {
 	order     []string
 	streams   map[streamKey]*stream
 	lim       limits
+	rb        rebuilds
 }
 
 // NewSubscriber validates cfg and binds the bind socket (so a port in use is
@@ -222,6 +223,7 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 		endpoints: map[string]*source{},
 		streams:   map[streamKey]*stream{},
 		lim:       newLimits(),
+		rb:        rebuilds{spacing: defaultRebuildSpacing, mergeBytes: rebuildMergeBytes},
 	}
 	m.watch(s)
 	s.work.bp = backpressure{wait: cfg.QueueWait, waits: m.QueueWaits, waitSecs: m.QueueWaitSeconds}
