@@ -29,7 +29,7 @@ import (
 //
 // The rebuild holds the stream's order for the exchange, as a gap replay
 // does, so a live batch that arrives meanwhile waits for it and is queued
-// after it. Bounds: one exchange of ReplayTimeout, queuing included (a
+// after it. Bounds: one exchange of RebuildTimeout, queuing included (a
 // rebuild waits for room in the pod's share of its worker instead of
 // overflowing, since it queues a whole buffer for one pod); the batches
 // rebuilt are those up to the last seq seen live and the run that continues
@@ -171,7 +171,7 @@ type rebuildRun struct {
 // rebuildMergeBytes bounds a batch a rebuild queues (batchBytes): the
 // replayed batches are merged, in order, into batches of about this size.
 // One replayed batch per Apply is one index round trip each: 10,000 of
-// them (vLLM's default buffer) took 4 s on Redis, twice ReplayTimeout.
+// them (vLLM's default buffer) took 4 s on Redis.
 const rebuildMergeBytes = 256 << 10
 
 // rebuild asks src's replay address for every batch from seq 0 and queues
@@ -191,7 +191,7 @@ func (s *Subscriber) rebuild(ctx context.Context, st *stream, src *source) rebui
 	s.mu.Unlock()
 	// One bound for the exchange and the waits for room in the queue.
 	parent := ctx
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReplayTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RebuildTimeout)
 	defer cancel()
 	var (
 		r       rebuildRun
@@ -227,7 +227,7 @@ func (s *Subscriber) rebuild(ctx context.Context, st *stream, src *source) rebui
 		st.mu.Unlock()
 		pending, merged, size, evErrs = nil, 0, 0, 0
 	}
-	r.err = fetchReplay(ctx, src.replay, 0, s.cfg.ReplayTimeout, s.cfg.Transport, s.drop, func(topic []byte, seq uint64, payload []byte) {
+	r.err = fetchReplay(ctx, src.replay, 0, s.cfg.RebuildTimeout, s.cfg.Transport, s.drop, func(topic []byte, seq uint64, payload []byte) {
 		if r.aborted {
 			return
 		}

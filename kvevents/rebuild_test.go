@@ -321,7 +321,7 @@ func TestRebuildFailedKeepsIndexLost(t *testing.T) {
 	sink := newCollectSink()
 	m := NewMetrics(nil)
 	replay := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t)) // nothing listens
-	s := startSub(t, Config{DisableCatchUp: true, ReplayTimeout: 200 * time.Millisecond,
+	s := startSub(t, Config{DisableCatchUp: true, RebuildTimeout: 200 * time.Millisecond,
 		Endpoints: []EndpointConfig{{Address: pub.Addr(), ReplayAddress: replay}}}, sink, m)
 	const topic = "kv@pod-fail@m"
 	if err := pub.WaitSubscribed(testCtx(t), topic); err != nil {
@@ -345,7 +345,7 @@ func TestRebuildFailedKeepsIndexLost(t *testing.T) {
 func TestRemoveEndpointAbandonsRebuild(t *testing.T) {
 	e := startReplayEngine(t, "pod-rm", 100, true)
 	sink := newCollectSink()
-	s := startSub(t, Config{DisableCatchUp: true, ReplayTimeout: 10 * testTimeout,
+	s := startSub(t, Config{DisableCatchUp: true, RebuildTimeout: 10 * testTimeout,
 		Endpoints: []EndpointConfig{{Address: e.Addr(), ReplayAddress: e.ReplayAddr()}}}, sink, nil)
 	if err := e.WaitSubscribed(testCtx(t), e.topic); err != nil {
 		t.Fatal(err)
@@ -396,7 +396,7 @@ func TestRebuildWaitsForRoomInItsShare(t *testing.T) {
 	sink := &pausableSink{collectSink: newCollectSink()}
 	m := NewMetrics(nil)
 	// a worker queue of 128 batches: a share of 64 per stream
-	s := startSub(t, Config{DisableCatchUp: true, Workers: 1, QueueSize: 128, ReplayTimeout: testTimeout,
+	s := startSub(t, Config{DisableCatchUp: true, Workers: 1, QueueSize: 128, RebuildTimeout: testTimeout,
 		Endpoints: []EndpointConfig{{Address: e.Addr(), ReplayAddress: e.ReplayAddr()}}}, sink, m)
 	if share := s.work.share.batches; share != 64 {
 		t.Fatalf("share %d", share)
@@ -455,7 +455,7 @@ func TestRebuildWorkersBounded(t *testing.T) {
 		engines = append(engines, e)
 		eps = append(eps, EndpointConfig{Address: e.Addr(), ReplayAddress: e.ReplayAddr()})
 	}
-	s := startSub(t, Config{DisableCatchUp: true, ReplayTimeout: testTimeout, Endpoints: eps}, sink, m)
+	s := startSub(t, Config{DisableCatchUp: true, RebuildTimeout: testTimeout, Endpoints: eps}, sink, m)
 	for i, e := range engines {
 		if err := e.WaitSubscribed(testCtx(t), e.topic); err != nil {
 			t.Fatal(err)

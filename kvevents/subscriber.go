@@ -23,6 +23,10 @@ const (
 	DefaultReconnectMin  = 100 * time.Millisecond
 	DefaultReconnectMax  = 5 * time.Second
 	DefaultReplayTimeout = 2 * time.Second
+	// DefaultRebuildTimeout bounds a rebuild from the whole replay buffer
+	// (rebuild.go): vLLM's default 10,000 batches of 16 blocks took ~3.3 s
+	// into a local Redis, so 2 s would leave such a pod incomplete.
+	DefaultRebuildTimeout = 30 * time.Second
 	DefaultDrainTimeout  = 2 * time.Second
 )
 
@@ -54,6 +58,10 @@ type Config struct {
 	// ReplayTimeout bounds one replay exchange, connecting included
 	// (default 2s).
 	ReplayTimeout time.Duration
+	// RebuildTimeout bounds one rebuild of a stream the index lost from
+	// the engine's whole replay buffer, its exchange and queuing included
+	// (default 30s). The stream's live batches wait for it.
+	RebuildTimeout time.Duration
 	// DisableCatchUp stops the subscriber from asking an endpoint's replay
 	// address for its buffer each time it (re)connects; gaps are still
 	// replayed. Catching up is what lets a daemon that starts after an
@@ -172,6 +180,9 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 	}
 	if cfg.ReplayTimeout <= 0 {
 		cfg.ReplayTimeout = DefaultReplayTimeout
+	}
+	if cfg.RebuildTimeout <= 0 {
+		cfg.RebuildTimeout = DefaultRebuildTimeout
 	}
 	if cfg.MaxSnapshotRecords <= 0 {
 		cfg.MaxSnapshotRecords = DefaultMaxSnapshotRecords
