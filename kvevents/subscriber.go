@@ -27,7 +27,7 @@ const (
 	// (rebuild.go): vLLM's default 10,000 batches of 16 blocks took ~3.3 s
 	// into a local Redis, so 2 s would leave such a pod incomplete.
 	DefaultRebuildTimeout = 30 * time.Second
-	DefaultDrainTimeout  = 2 * time.Second
+	DefaultDrainTimeout   = 2 * time.Second
 )
 
 // Config configures a Subscriber.
