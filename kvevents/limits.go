@@ -98,6 +98,8 @@ type limitMetrics struct {
 	logSuppressed   prometheus.Counter
 	queuedBytes     prometheus.GaugeFunc
 	applyLag        prometheus.GaugeFunc
+	activeStreams   prometheus.GaugeFunc
+	applyStall      prometheus.GaugeFunc
 }
 
 // limits is the Subscriber's bookkeeping for Config's caps; its maps are
