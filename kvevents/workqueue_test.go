@@ -258,3 +258,54 @@ func TestApplyStallFollowsAHungApply(t *testing.T) {
 	}
 	stop(func() {})
 }
+
+// Queueing and serving allocate nothing once a worker's storage has grown
+// to what is queued at once: the per-batch path stays allocation-free.
+func TestWorkQueueDoesNotAllocate(t *testing.T) {
+	q := newWorkQueue(64)
+	batches := make([]*kvindex.Batch, 8)
+	for i := range batches {
+		batches[i] = &kvindex.Batch{Pod: fmt.Sprintf("pod-%d", i)}
+	}
+	round := func() {
+		for _, b := range batches {
+			for range 4 {
+				q.slots <- struct{}{}
+				q.push(queued{batch: b, size: drrQuantum})
+			}
+		}
+		for range 4 * len(batches) {
+			if _, ok := q.pop(); !ok {
+				t.Fatal("queue empty early")
+			}
+		}
+	}
+	round()
+	if n := testing.AllocsPerRun(20, round); n != 0 {
+		t.Errorf("%v allocations per round of 32 items", n)
+	}
+}
+
+// BenchmarkWorkQueue is a worker queue's own cost per batch (push and pop)
+// with 16 streams keeping 64 batches queued: ~75 ns on the 2-core dev
+// machine, where the single channel it replaced took ~34 ns; applying one
+// engine batch takes tens of microseconds.
+func BenchmarkWorkQueue(b *testing.B) {
+	q := newWorkQueue(1024)
+	batches := make([]*kvindex.Batch, 16)
+	for i := range batches {
+		batches[i] = &kvindex.Batch{Pod: fmt.Sprintf("pod-%d", i)}
+	}
+	for i := range 64 {
+		q.slots <- struct{}{}
+		q.push(queued{batch: batches[i%16], size: 4096})
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		q.slots <- struct{}{}
+		q.push(queued{batch: batches[i%16], size: 4096})
+		q.pop()
+		i++
+	}
+}
