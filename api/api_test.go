@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -448,6 +449,7 @@ func (f *fakeSubscriber) Endpoints() []kvevents.EndpointStatus {
 }
 
 func (f *fakeSubscriber) Streams() []kvevents.StreamStats { return f.streams }
+func (f *fakeSubscriber) ApplyStall() time.Duration       { return 0 }
 
 // The /v1/endpoints surface: 201 with a JSON echo, the listing, 400 with a
 // reason for an invalid body, 404 for an unknown address.

@@ -149,6 +149,7 @@ func toProtoScore(a *indexer.Result) *kvindexv1.ScoreResponse {
 		ps.MatchedTokens = p.MatchedTokens
 		ps.Score = p.Score
 		ps.Session = p.Session
+		ps.ApplyLagSeconds, ps.Complete, ps.IncompleteReason = p.ApplyLag.Seconds(), p.Complete, p.IncompleteReason
 		ps.Tiers = fillTiers(&tiers[t], &p.Tiers)
 		t++
 		ps.DpRanks = rankPtrs[r : r : r+len(p.Ranks)]

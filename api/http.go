@@ -242,6 +242,14 @@ func appendScoreJSON(b []byte, a *indexer.Result) []byte {
 			// only answers to a query naming a session say so
 			b = append(b, `,"session":true`...)
 		}
+		b = append(b, `,"apply_lag_seconds":`...)
+		b = appendFloat(b, p.ApplyLag.Seconds())
+		if p.Complete {
+			b = append(b, `,"complete":true`...)
+		} else {
+			b = append(b, `,"complete":false,"incomplete_reason":`...)
+			b = appendString(b, p.IncompleteReason)
+		}
 		b = append(b, `,"dp_ranks":[`...)
 		for j := range p.Ranks {
 			r := &p.Ranks[j]

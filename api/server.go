@@ -14,7 +14,9 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -39,7 +41,16 @@ type Subscriber interface {
 	RemoveEndpoint(address string) error
 	Endpoints() []kvevents.EndpointStatus
 	Streams() []kvevents.StreamStats
+	// ApplyStall is how long the longest-running current apply has been
+	// running (kvevents.Subscriber.ApplyStall).
+	ApplyStall() time.Duration
 }
+
+// DefaultApplyStallTimeout is the default Config.ApplyStallTimeout: far
+// above what one batch takes to apply (the largest one a publisher may
+// send, ~4M hashes, takes seconds), far below what a router should keep
+// trusting a daemon whose index writes have stopped.
+const DefaultApplyStallTimeout = 30 * time.Second
 
 // Config wires the server to the daemon's parts.
 type Config struct {
@@ -68,6 +79,15 @@ type Config struct {
 	// MaxBodyBytes caps an HTTP request body (0 = no cap beyond each
 	// handler's own).
 	MaxBodyBytes int64
+	// ApplyStallTimeout makes the daemon not ready while an event worker
+	// has been inside one apply (one batch written to the index, or one
+	// pod forgotten) longer than this: the backend hangs and every pod on
+	// that worker goes stale. It recovers by itself when the apply
+	// returns. Only progress counts, never backlog: a pod flooding its
+	// worker lags its own scores (apply_lag_seconds) but cannot make the
+	// daemon unready. 0 = readiness ignores the apply path; it also needs
+	// Subscriber.
+	ApplyStallTimeout time.Duration
 	// Build identifies the running binary: GET /v1/status reports it and
 	// the kvindexd_build_info gauge carries it as labels, so a dashboard
 	// can tell which version each replica runs.
@@ -163,34 +183,78 @@ func (s *Server) Shutdown() {
 	s.healthSrv.Shutdown() // also ignores later SetServingStatus calls
 }
 
-// CheckHealth runs the index health check once and publishes the result to
-// /readyz and grpc.health.v1.
+// CheckHealth runs the index health check and the apply path check once
+// and publishes the result to /readyz and grpc.health.v1.
 func (s *Server) CheckHealth(ctx context.Context) error {
-	if !s.idx.CanBeUnavailable() {
+	if !s.checksHealth() {
 		return nil
 	}
-	err := s.idx.Healthy(ctx)
-	ok := err == nil
+	var why *notReady
+	if s.idx.CanBeUnavailable() {
+		if err := s.idx.Healthy(ctx); err != nil {
+			why = &notReady{cause: "index unhealthy", err: err}
+		}
+	}
+	if why == nil {
+		why = s.applyStalled()
+	}
+	ok := why == nil
+	var prev *string
 	if ok {
-		s.readyErr.Store(nil)
+		prev = s.readyErr.Swap(nil)
 	} else {
-		msg := err.Error()
-		s.readyErr.Store(&msg)
+		msg := why.Error()
+		prev = s.readyErr.Swap(&msg)
 	}
 	if s.ready.Swap(ok) != ok {
-		if ok {
+		switch {
+		case !ok:
+			s.log.Warn(why.cause+": not ready", "err", why.err)
+		case prev != nil && strings.HasPrefix(*prev, applyStalledCause):
+			s.log.Info("apply path moving again: ready")
+		default:
 			s.log.Info("index healthy: ready")
-		} else {
-			s.log.Warn("index unhealthy: not ready", "err", err)
 		}
 	}
 	s.setServing(ok)
-	return err
+	if !ok {
+		return why
+	}
+	return nil
 }
+
+// notReady is why a health check failed: its cause leads the reason /readyz
+// gives and the log line.
+type notReady struct {
+	cause string
+	err   error
+}
+
+func (e *notReady) Error() string { return e.cause + ": " + e.err.Error() }
+func (e *notReady) Unwrap() error { return e.err }
+
+const applyStalledCause = "apply path stalled"
+
+// applyStalled is the apply path check (Config.ApplyStallTimeout).
+func (s *Server) applyStalled() *notReady {
+	if !s.checksApply() {
+		return nil
+	}
+	if d := s.cfg.Subscriber.ApplyStall(); d > s.cfg.ApplyStallTimeout {
+		return &notReady{cause: applyStalledCause, err: fmt.Errorf("an event worker has been inside one index write for %v "+
+			"(bound %v): the index backend is not answering", d.Round(time.Millisecond), s.cfg.ApplyStallTimeout)}
+	}
+	return nil
+}
+
+func (s *Server) checksApply() bool { return s.cfg.ApplyStallTimeout > 0 && s.cfg.Subscriber != nil }
+
+// checksHealth: something can make the daemon not ready besides shutdown.
+func (s *Server) checksHealth() bool { return s.idx.CanBeUnavailable() || s.checksApply() }
 
 // WatchHealth calls CheckHealth every interval until ctx is done.
 func (s *Server) WatchHealth(ctx context.Context, interval time.Duration) {
-	if !s.idx.CanBeUnavailable() {
+	if !s.checksHealth() {
 		return
 	}
 	t := time.NewTicker(interval)
@@ -217,7 +281,7 @@ func (s *Server) Ready() (bool, string) {
 		return true, ""
 	}
 	if p := s.readyErr.Load(); p != nil {
-		return false, "index unhealthy: " + *p
+		return false, *p
 	}
 	return false, "index health not checked yet"
 }

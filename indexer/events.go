@@ -52,6 +52,7 @@ func (x *Indexer) startEvents(cfg Config) error {
 	if err != nil {
 		return err
 	}
+	x.streams = x.sub
 	if restored != nil {
 		x.resumeRestored(restored)
 	}

@@ -117,7 +117,9 @@ type Indexer struct {
 	log  *slog.Logger
 	// sub is the event subscriber (nil without Config.Events); persist and
 	// leases are its features (nil when off).
-	sub     *kvevents.Subscriber
+	sub *kvevents.Subscriber
+	// streams is sub for the score path (streams.go); nil without it.
+	streams StreamStates
 	persist *persistence
 	leases  *leaseLoop
 }

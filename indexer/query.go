@@ -3,6 +3,7 @@ package indexer
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/tokenization/chattemplate"
@@ -142,6 +143,20 @@ type PodResult struct {
 	Ranks         []RankScore // best first; never empty
 	// Session: the query named a session and this pod stored blocks for it.
 	Session bool
+	// ApplyLag is how late the index may be for this pod: the largest apply
+	// lag of its DP ranks (kvevents.StreamStats.ApplyLag: the age of the
+	// oldest batch still waiting to be applied), scored or not; 0 when none
+	// waits. A pod whose fresh blocks are still queued can hold more than
+	// its score says.
+	ApplyLag time.Duration
+	// Complete is false when the event stream of a rank in Ranks is known
+	// to be incomplete (kvevents.StreamStats.Complete): the index may lack
+	// blocks the pod holds, or hold blocks it dropped. IncompleteReason is
+	// then that rank's reason (the lowest such rank's). A rank whose stream
+	// this daemon does not track (another daemon's, on a shared index)
+	// counts as complete.
+	Complete         bool
+	IncompleteReason string
 }
 
 // Result is the answer to one Query: pods best first (score, then matched
@@ -173,6 +188,7 @@ type Result struct {
 	// pods this process has not interned yet, on a shared index).
 	nameFilter []string
 	sess       []kvindex.PodID // the query session's pods
+	streams    streamBufs
 }
 
 type rankEntry struct {
@@ -189,6 +205,7 @@ func (r *Result) Reset() {
 	if cap(r.keys) > maxKeptKeys {
 		r.keys = nil
 	}
+	r.streams.reset()
 	r.clear()
 }
 

@@ -21,6 +21,7 @@ func (x *Indexer) Score(ctx context.Context, q *Query, r *Result) error {
 		r.clear()
 		return err
 	}
+	x.fillStreams(r)
 	return nil
 }
 

@@ -76,8 +76,10 @@ func (d *dispatcher) waitQueue(w int, b *kvindex.Batch, owner *podQueue, size in
 	if !d.budget.take(size) {
 		return false
 	}
+	q := d.queues[w]
 	select {
-	case d.queues[w] <- queued{batch: b, owner: owner}:
+	case q.slots <- struct{}{}:
+		q.push(queued{batch: b, owner: owner, size: size})
 		return true
 	case <-timer():
 	case <-d.draining:

@@ -37,7 +37,7 @@ func TestFullQueueBackpressureInsteadOfOverflow(t *testing.T) {
 	}
 	q := s.work.queues[0]
 	for want := uint64(0); want < 2; want++ { // stand in for the worker
-		if b := standIn(<-q); b.Seq != want || len(b.Events) != 1 {
+		if b := standIn(next(t, q)); b.Seq != want || len(b.Events) != 1 {
 			t.Fatalf("batch %d: got seq %d with %d events", want, b.Seq, len(b.Events))
 		}
 	}
@@ -48,6 +48,18 @@ func TestFullQueueBackpressureInsteadOfOverflow(t *testing.T) {
 	if st := s.Streams()[0]; st.Overflows != 0 {
 		t.Fatalf("stream %+v", st)
 	}
+}
+
+// next is the worker's next item, waiting for it (up to testTimeout).
+func next(t *testing.T, q *workQueue) queued {
+	t.Helper()
+	stop := make(chan struct{})
+	defer time.AfterFunc(testTimeout, func() { close(stop) }).Stop()
+	it, ok := q.take(stop)
+	if !ok {
+		t.Fatal("nothing queued")
+	}
+	return it
 }
 
 // standIn does what the worker does with a queued item besides applying it:

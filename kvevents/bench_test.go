@@ -229,9 +229,9 @@ func BenchmarkHandleMessage(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		binary.BigEndian.PutUint64(seq[:], uint64(i))
 		s.handle(ctx, src, [][]byte{topic, seq[:], p})
-		if len(q) == cap(q) { // stand in for the worker, inline so the reader's cost is all that is timed
-			for len(q) > 0 {
-				s.work.budget.give(batchBytes(standIn(<-q)))
+		if len(q.slots) == s.work.share.batches { // the stream's share is full: stand in for the worker, inline so the reader's cost is all that is timed
+			for it, ok := q.pop(); ok; it, ok = q.pop() {
+				s.work.budget.give(batchBytes(standIn(it)))
 			}
 		}
 	}

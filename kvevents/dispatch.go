@@ -20,7 +20,8 @@ var errStopped = errors.New("kvevents: subscriber stopped")
 
 // dispatcher owns the worker queues. A stream is pinned to one worker
 // (workerFor), so its batches apply in the order they were queued while
-// different streams apply in parallel.
+// different streams apply in parallel; a worker serves its streams in turn
+// (workqueue.go).
 //
 // Shutdown (stop): no batch is accepted any more, the workers apply what is
 // still queued until the drain bound expires, and what is left then is
@@ -29,8 +30,11 @@ var errStopped = errors.New("kvevents: subscriber stopped")
 // before shutdown) still reaches the index, while a write hung on a dead
 // backend is cancelled instead of holding the daemon.
 type dispatcher struct {
-	sink    kvindex.BatchSink
-	queues  []chan queued
+	sink   kvindex.BatchSink
+	queues []*workQueue
+	// busy[w] is when worker w began the item it is applying (UnixNano; 0
+	// = idle): how long the apply path has been stuck (stall.go).
+	busy    []atomic.Int64
 	dropped prometheus.Counter
 	log     *slog.Logger
 	// budget bounds the estimated memory of all queued batches together:
@@ -52,10 +56,11 @@ type dispatcher struct {
 }
 
 func newDispatcher(sink kvindex.BatchSink, workers, queueSize int, queueBytes int64, m *Metrics, log *slog.Logger) *dispatcher {
-	d := &dispatcher{sink: sink, queues: make([]chan queued, workers), dropped: m.ShutdownDropped, log: log,
-		draining: make(chan struct{}), budget: byteBudget{limit: queueBytes}, share: newPodShare(queueSize, queueBytes)}
+	d := &dispatcher{sink: sink, queues: make([]*workQueue, workers), busy: make([]atomic.Int64, workers),
+		dropped: m.ShutdownDropped, log: log, draining: make(chan struct{}), budget: byteBudget{limit: queueBytes},
+		share: newPodShare(queueSize, queueBytes)}
 	for i := range d.queues {
-		d.queues[i] = make(chan queued, queueSize)
+		d.queues[i] = newWorkQueue(queueSize)
 	}
 	return d
 }
@@ -70,6 +75,9 @@ type queued struct {
 	// owner is the stream's share the batch holds (nil for the
 	// subscriber's own clears, queued outside the shares).
 	owner *podQueue
+	// size is what the batch was charged (batchBytes) in the byte budget
+	// and its owner's share; the worker's turns are counted in it too.
+	size int64
 }
 
 // workerFor spreads streams over the workers.
@@ -91,8 +99,10 @@ func (d *dispatcher) tryQueue(w int, b *kvindex.Batch, owner *podQueue) bool {
 	if !d.budget.take(size) {
 		return false
 	}
+	q := d.queues[w]
 	select {
-	case d.queues[w] <- queued{batch: b, owner: owner}:
+	case q.slots <- struct{}{}:
+		q.push(queued{batch: b, owner: owner, size: size})
 		return true
 	default:
 		d.budget.give(size)
@@ -106,7 +116,7 @@ func (d *dispatcher) tryQueue(w int, b *kvindex.Batch, owner *podQueue) bool {
 func (d *dispatcher) queue(ctx context.Context, w int, b *kvindex.Batch) error {
 	size := batchBytes(b)
 	d.budget.used.Add(size)
-	if err := d.send(ctx, w, queued{batch: b}); err != nil {
+	if err := d.send(ctx, w, queued{batch: b, size: size}); err != nil {
 		d.budget.give(size)
 		return err
 	}
@@ -125,8 +135,10 @@ func (d *dispatcher) send(ctx context.Context, w int, q queued) error {
 	if d.stopped {
 		return errStopped
 	}
+	wq := d.queues[w]
 	select {
-	case d.queues[w] <- q:
+	case wq.slots <- struct{}{}:
+		wq.push(q)
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -137,31 +149,39 @@ func (d *dispatcher) send(ctx context.Context, w int, q queued) error {
 // its cancellation: stop ends it after the drain bound.
 func (d *dispatcher) start(ctx context.Context) {
 	d.applyCtx, d.applyCancel = context.WithCancel(context.WithoutCancel(ctx))
-	for _, q := range d.queues {
+	for w := range d.queues {
 		d.workers.Add(1)
 		go func() {
 			defer d.workers.Done()
-			d.work(q)
+			d.work(w)
 		}()
 	}
 }
 
-func (d *dispatcher) work(q chan queued) {
+// work applies worker w's items until shutdown, then what is still queued.
+func (d *dispatcher) work(w int) {
+	q := d.queues[w]
 	for {
-		select {
-		case it := <-q:
-			d.apply(it)
-		case <-d.draining:
-			for {
-				select {
-				case it := <-q:
-					d.apply(it)
-				default:
-					return
-				}
-			}
+		it, ok := q.take(d.draining)
+		if !ok {
+			break
 		}
+		d.applyTimed(w, it)
 	}
+	for {
+		it, ok := q.pop()
+		if !ok {
+			return
+		}
+		d.applyTimed(w, it)
+	}
+}
+
+// applyTimed is apply with worker w marked busy meanwhile.
+func (d *dispatcher) applyTimed(w int, it queued) {
+	d.busy[w].Store(time.Now().UnixNano())
+	d.apply(it)
+	d.busy[w].Store(0)
 }
 
 // apply hands the item to the sink, or drops and counts a batch once the
@@ -174,10 +194,9 @@ func (d *dispatcher) apply(it queued) {
 		return
 	}
 	b := it.batch
-	size := batchBytes(b) // what tryQueue or queue charged
-	defer d.budget.give(size)
+	defer d.budget.give(it.size)
 	if it.owner != nil {
-		defer it.owner.applied(size)
+		defer it.owner.applied(it.size)
 	}
 	if d.applyCtx.Err() != nil {
 		d.dropped.Inc()

@@ -108,9 +108,11 @@
 //	rebuild.go     rebuilding such a stream from its engine's replay buffer
 //	limits.go      the caps on streams, models, ranks and names, pod expiry,
 //	               rate-limited warnings
-//	dispatch.go, backpressure.go
+//	dispatch.go, backpressure.go, workqueue.go, podqueue.go, stall.go
 //	               the ordered per-stream workers, their queues and byte budget,
-//	               the wait on a full queue, drain at shutdown
+//	               the wait on a full queue, drain at shutdown; each worker
+//	               serves its streams in turn, each stream within its share;
+//	               how long the apply path has been stuck (readiness)
 //	decode.go, event.go, event_hashes.go, event_extrakeys.go, msgpack.go
 //	               the payload decoder (the engines' array/map forms)
 //	metrics.go     the Prometheus series

@@ -99,6 +99,8 @@ type limitMetrics struct {
 	queuedBytes     prometheus.GaugeFunc
 	applyLag        prometheus.GaugeFunc
 	rebuildsQueued  prometheus.GaugeFunc
+	activeStreams   prometheus.GaugeFunc
+	applyStall      prometheus.GaugeFunc
 }
 
 // limits is the Subscriber's bookkeeping for Config's caps; its maps are

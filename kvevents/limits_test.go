@@ -39,12 +39,11 @@ func frames(t *testing.T, topic string, seq uint64, b *kvindex.Batch) [][]byte {
 func drain(s *Subscriber) []*kvindex.Batch {
 	var out []*kvindex.Batch
 	for {
-		select {
-		case it := <-s.work.queues[0]:
-			out = append(out, standIn(it))
-		default:
+		it, ok := s.work.queues[0].pop()
+		if !ok {
 			return out
 		}
+		out = append(out, standIn(it))
 	}
 }
 

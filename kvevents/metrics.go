@@ -128,13 +128,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.limits.applyLag = gauge("apply_lag_seconds", "Age of the oldest batch waiting for a worker, over all streams: how late "+
 		"the index is for the most delayed pod (each pod's own in /v1/pods apply_lag_seconds).",
 		func(s *Subscriber) float64 { return s.maxApplyLag().Seconds() })
+	m.limits.activeStreams = gauge("active_streams", "Streams with batches waiting for their worker, which serves them in turn "+
+		"(at most --queue-size per worker).", func(s *Subscriber) float64 { return float64(s.activeStreams()) })
+	m.limits.applyStall = gauge("apply_stall_seconds", "How long the longest-running current apply (one batch or forget order) "+
+		"has been running; past --apply-stall-timeout the daemon is not ready.", func(s *Subscriber) float64 { return s.ApplyStall().Seconds() })
 	if reg != nil {
 		reg.MustRegister(m.MessagesReceived, m.BatchesDecoded, m.EventsDecoded, m.DecodeErrors, m.DroppedFrames,
 			m.QueueOverflows, m.QueueWaits, m.QueueWaitSeconds, m.SeqGaps, m.MissedBatches, m.Restarts, m.Replays, m.CatchUps, m.CaughtUpBatches, m.Snapshots, m.IgnoredFields,
 			m.UnknownMedia, m.PackedEvents, m.ReplayedBatches, m.Rebuilds, m.RebuiltBatches,
 			m.SyntheticClears, m.ConnectedEndpoints, m.ShutdownDropped)
 		reg.MustRegister(zmqCollectors(m.ZMQ)...)
-		reg.MustRegister(m.limits.expired, m.limits.logSuppressed, m.limits.streams, m.limits.models, m.limits.queuedBytes, m.limits.applyLag, m.limits.rebuildsQueued)
+		reg.MustRegister(m.limits.expired, m.limits.logSuppressed, m.limits.streams, m.limits.models, m.limits.queuedBytes, m.limits.applyLag,
+			m.limits.rebuildsQueued, m.limits.activeStreams, m.limits.applyStall)
 	}
 	return m
 }

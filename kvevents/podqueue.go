@@ -13,8 +13,9 @@ import (
 // to 17 s late while it was listed complete, with no overflow. Now each
 // stream may hold at most its share of queued batches and bytes; past it
 // that stream overflows at once (no QueueWait: on the bind socket one reader
-// serves every connection, and waiting would stall the others too). An honest pod's batch then waits behind at most one share per
-// other active stream of its worker.
+// serves every connection, and waiting would stall the others too). The
+// share bounds what one stream holds; the worker serving its streams in
+// turn (workqueue.go) bounds how long the others wait behind it.
 //
 // The share does not bound a first batch: a stream with nothing queued may
 // always queue one (the byte budget's rule for large batches).

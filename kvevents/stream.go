@@ -144,6 +144,43 @@ func (s *Subscriber) Streams() []StreamStats {
 	return out
 }
 
+// StreamRef names one (pod, dp rank) stream.
+type StreamRef struct {
+	Pod    string
+	DPRank int
+}
+
+// StreamState is what a score answer tells a router about one stream, from
+// its StreamStats: how late the index is for it and whether it holds every
+// batch. Known is false for a stream this subscriber does not track (never
+// seen, forgotten, or published to another daemon sharing the index).
+type StreamState struct {
+	Known            bool
+	ApplyLag         time.Duration
+	Complete         bool
+	IncompleteReason string
+}
+
+// StreamStates sets out[i] to the state of the stream refs[i] names (out
+// must be as long as refs). It takes the subscriber's lock once and
+// allocates nothing: the score path calls it for every answer.
+func (s *Subscriber) StreamStates(refs []StreamRef, out []StreamState) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, r := range refs {
+		st := s.streams[streamKey{pod: r.Pod, rank: r.DPRank}]
+		if st == nil {
+			out[i] = StreamState{}
+			continue
+		}
+		lag := st.queue.lag(now)
+		st.mu.Lock()
+		out[i] = StreamState{Known: true, ApplyLag: lag, Complete: st.stats.Complete, IncompleteReason: st.stats.IncompleteReason}
+		st.mu.Unlock()
+	}
+}
+
 // Streams are created by admit (limits.go), which enforces the caps.
 
 // seqSource says where a batch comes from: the live socket, the replay

@@ -275,16 +275,16 @@ func TestQueueOverflowClearsBeforeNextBatch(t *testing.T) {
 		t.Fatalf("overflows %v", got)
 	}
 	q := s.work.queues[0]
-	if b := (<-q).batch; b.Seq != 0 || len(b.Events) != 1 {
+	if b := next(t, q).batch; b.Seq != 0 || len(b.Events) != 1 {
 		t.Fatalf("first %s", describe([]*kvindex.Batch{b}))
 	}
 	s.handle(ctx, src, msg(3, 13))
-	b := (<-q).batch
+	b := next(t, q).batch
 	if b.Seq != 3 || len(b.Events) != 2 || b.Events[0].Kind != kvindex.AllBlocksCleared || b.Events[1].BlockHashes[0] != 13 {
 		t.Fatalf("after overflow %s", describe([]*kvindex.Batch{b}))
 	}
 	s.handle(ctx, src, msg(4, 14))
-	if b := (<-q).batch; len(b.Events) != 1 {
+	if b := next(t, q).batch; len(b.Events) != 1 {
 		t.Fatalf("clear delivered twice: %s", describe([]*kvindex.Batch{b}))
 	}
 	st := s.Streams()[0]

@@ -16,6 +16,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/kvindex/kvindex/api"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/indexer/routing"
 	"github.com/kvindex/kvindex/kvevents"
@@ -37,6 +38,9 @@ type Config struct {
 	AllTopics   bool           `json:"all_topics" yaml:"all_topics"`
 	Workers     int            `json:"workers" yaml:"workers"`
 	QueueSize   int            `json:"queue_size" yaml:"queue_size"`
+	// ApplyStallTimeout: an event worker inside one index write longer
+	// than this makes the daemon not ready (api.Config.ApplyStallTimeout).
+	ApplyStallTimeout Duration `json:"apply_stall_timeout" yaml:"apply_stall_timeout"`
 
 	Index    string `json:"index" yaml:"index"`
 	Capacity int64  `json:"capacity" yaml:"capacity"`
@@ -126,25 +130,26 @@ const (
 // DefaultConfig is what the daemon runs with when told nothing.
 func DefaultConfig() Config {
 	return Config{
-		GRPCAddr:       ":50051",
-		HTTPAddr:       ":8080",
-		ZMQBind:        kvevents.DefaultBind,
-		BindEngine:     "vllm",
-		TopicFilter:    kvevents.DefaultTopicFilter,
-		Workers:        0, // kvevents default (one per CPU)
-		QueueSize:      0, // kvevents default
-		Index:          "memory",
-		LeaseTTL:       Duration(10 * time.Second),
-		HashAlgo:       string(kvindex.AlgoSHA256), // vLLM's default since v0.10.2
-		HashSeed:       "",
-		BlockSize:      16,
-		TierWeights:    "gpu=1.0,cpu=0.8,disk=0.5,external=0.3,shared=0.4",
-		StorageReaders: "SHARED_STORAGE=*;OBJECT_STORE=*",
-		LogLevel:       "info",
-		LogFormat:      "text",
-		SecurityConfig: defaultSecurity(),
-		SnapshotConfig: defaultSnapshot(),
-		LimitsConfig:   defaultLimits(),
+		GRPCAddr:          ":50051",
+		HTTPAddr:          ":8080",
+		ZMQBind:           kvevents.DefaultBind,
+		BindEngine:        "vllm",
+		TopicFilter:       kvevents.DefaultTopicFilter,
+		Workers:           0, // kvevents default (one per CPU)
+		QueueSize:         0, // kvevents default
+		ApplyStallTimeout: Duration(api.DefaultApplyStallTimeout),
+		Index:             "memory",
+		LeaseTTL:          Duration(10 * time.Second),
+		HashAlgo:          string(kvindex.AlgoSHA256), // vLLM's default since v0.10.2
+		HashSeed:          "",
+		BlockSize:         16,
+		TierWeights:       "gpu=1.0,cpu=0.8,disk=0.5,external=0.3,shared=0.4",
+		StorageReaders:    "SHARED_STORAGE=*;OBJECT_STORE=*",
+		LogLevel:          "info",
+		LogFormat:         "text",
+		SecurityConfig:    defaultSecurity(),
+		SnapshotConfig:    defaultSnapshot(),
+		LimitsConfig:      defaultLimits(),
 
 		MaxPromptBytes:           prefixstore.DefaultMaxPromptBytes,
 		TokenizeMaxInflightBytes: prefixstore.DefaultMaxInflightBytes,
@@ -288,6 +293,8 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&cfg.AllTopics, "all-topics", cfg.AllTopics, "subscribe to every topic (vLLM's default topic is \"\"; such streams need --endpoint ...,pod=NAME)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "event apply workers (0 = number of CPUs)")
 	fs.IntVar(&cfg.QueueSize, "queue-size", cfg.QueueSize, fmt.Sprintf("batches queued per worker before overflow is counted (0 = default %d)", kvevents.DefaultQueueSize))
+	fs.Var(&cfg.ApplyStallTimeout, "apply-stall-timeout", "not ready while an event worker has been inside one index write (one batch) this long: "+
+		"the backend hangs (0 = readiness ignores the apply path; a pod's own lag is in its scores, never in readiness)")
 	fs.StringVar(&cfg.Index, "index", cfg.Index, "index backend: memory | redis://[user:pass@]host:port/db | rediss://... | redis-cluster://h1:p1,h2:p2")
 	fs.Int64Var(&cfg.Capacity, "capacity", cfg.Capacity, fmt.Sprintf("in-memory index bound in (block, pod) entries (0 = default %d)", kvindex.DefaultMemoryCapacity))
 	fs.BoolVar(&cfg.Leases, "leases", cfg.Leases, "share the --endpoint list with other daemons through leases in Redis (connect topology)")

@@ -47,6 +47,7 @@ func (c *Config) durationOptions() []durationOption {
 		{"--zmq-message-timeout", &c.ZMQMessageTimeout, positive},
 		{"--zmq-evict-idle-after", &c.ZMQEvictIdleAfter, positive},
 		{"--pod-expiry", &c.PodExpiry, nonNegative},
+		{"--apply-stall-timeout", &c.ApplyStallTimeout, nonNegative},
 		{"--lease-ttl", &c.LeaseTTL, positive},
 		{"--prediction-window", &c.PredictionWindow, positive},
 		{"--speculative-ttl", &c.SpecTTL, anyDuration},

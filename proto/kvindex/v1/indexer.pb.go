@@ -485,9 +485,19 @@ type PodScore struct {
 	// Best rank first; one entry per rank with a match.
 	DpRanks []*DPRankScore `protobuf:"bytes,6,rep,name=dp_ranks,json=dpRanks,proto3" json:"dp_ranks,omitempty"`
 	// The request named a session_id and this pod stored blocks for it.
-	Session       bool `protobuf:"varint,7,opt,name=session,proto3" json:"session,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Session bool `protobuf:"varint,7,opt,name=session,proto3" json:"session,omitempty"`
+	// How late the index may be for this pod: the largest age, over its DP
+	// ranks, of a batch still waiting to be applied, in seconds (0 = none
+	// waits). A pod whose fresh blocks are still queued may hold more than
+	// its score says.
+	ApplyLagSeconds float64 `protobuf:"fixed64,8,opt,name=apply_lag_seconds,json=applyLagSeconds,proto3" json:"apply_lag_seconds,omitempty"`
+	// False when the event stream of a scored rank is known to be incomplete
+	// (the index may lack blocks the pod holds, or keep blocks it dropped);
+	// incomplete_reason is then that rank's reason, as in PodInfo.
+	Complete         bool   `protobuf:"varint,9,opt,name=complete,proto3" json:"complete,omitempty"`
+	IncompleteReason string `protobuf:"bytes,10,opt,name=incomplete_reason,json=incompleteReason,proto3" json:"incomplete_reason,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PodScore) Reset() {
@@ -567,6 +577,27 @@ func (x *PodScore) GetSession() bool {
 		return x.Session
 	}
 	return false
+}
+
+func (x *PodScore) GetApplyLagSeconds() float64 {
+	if x != nil {
+		return x.ApplyLagSeconds
+	}
+	return 0
+}
+
+func (x *PodScore) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
+}
+
+func (x *PodScore) GetIncompleteReason() string {
+	if x != nil {
+		return x.IncompleteReason
+	}
+	return ""
 }
 
 type ScoreResponse struct {
@@ -1948,7 +1979,7 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\adp_rank\x18\x01 \x01(\x05R\x06dpRank\x12%\n" +
 	"\x0ematched_blocks\x18\x02 \x01(\x05R\rmatchedBlocks\x12\x14\n" +
 	"\x05score\x18\x03 \x01(\x01R\x05score\x12,\n" +
-	"\x05tiers\x18\x04 \x01(\v2\x16.kvindex.v1.TierCountsR\x05tiers\"\xfc\x01\n" +
+	"\x05tiers\x18\x04 \x01(\v2\x16.kvindex.v1.TierCountsR\x05tiers\"\xf1\x02\n" +
 	"\bPodScore\x12\x10\n" +
 	"\x03pod\x18\x01 \x01(\tR\x03pod\x12%\n" +
 	"\x0ematched_blocks\x18\x02 \x01(\x05R\rmatchedBlocks\x12%\n" +
@@ -1956,7 +1987,11 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\x05score\x18\x04 \x01(\x01R\x05score\x12,\n" +
 	"\x05tiers\x18\x05 \x01(\v2\x16.kvindex.v1.TierCountsR\x05tiers\x122\n" +
 	"\bdp_ranks\x18\x06 \x03(\v2\x17.kvindex.v1.DPRankScoreR\adpRanks\x12\x18\n" +
-	"\asession\x18\a \x01(\bR\asession\"\x85\x01\n" +
+	"\asession\x18\a \x01(\bR\asession\x12*\n" +
+	"\x11apply_lag_seconds\x18\b \x01(\x01R\x0fapplyLagSeconds\x12\x1a\n" +
+	"\bcomplete\x18\t \x01(\bR\bcomplete\x12+\n" +
+	"\x11incomplete_reason\x18\n" +
+	" \x01(\tR\x10incompleteReason\"\x85\x01\n" +
 	"\rScoreResponse\x12!\n" +
 	"\ftotal_blocks\x18\x01 \x01(\x05R\vtotalBlocks\x12(\n" +
 	"\x04pods\x18\x02 \x03(\v2\x14.kvindex.v1.PodScoreR\x04pods\x12'\n" +

@@ -1,0 +1,141 @@
+package promises
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/kvindex"
+)
+
+// scoreRow is one pod of a POST /v1/score answer, with what it says about
+// the pod's freshness.
+type scoreRow struct {
+	Pod              string  `json:"pod"`
+	MatchedBlocks    int     `json:"matched_blocks"`
+	ApplyLag         float64 `json:"apply_lag_seconds"`
+	Complete         bool    `json:"complete"`
+	IncompleteReason string  `json:"incomplete_reason"`
+}
+
+func (d *daemon) scoreRows(tokens []uint32) map[string]scoreRow {
+	d.t.Helper()
+	b, _ := json.Marshal(map[string]any{"model": model, "token_ids": tokens})
+	code, body, _ := d.do("POST", "/v1/score", string(b))
+	if code != http.StatusOK {
+		d.t.Fatalf("/v1/score: %d %s", code, body)
+	}
+	var out struct {
+		Pods []scoreRow `json:"pods"`
+	}
+	if err := json.Unmarshal([]byte(body), &out); err != nil {
+		d.t.Fatalf("/v1/score answer %q: %v", body, err)
+	}
+	m := map[string]scoreRow{}
+	for _, p := range out.Pods {
+		m[p.Pod] = p
+	}
+	return m
+}
+
+// Issue 26 item 4: six pods (three under -race), each on its own publisher, flood the worker of an
+// honest pod (--workers 1) with ~900 KB store+remove batches, each also storing a
+// prompt of its own. The worker serves its streams in turn, so the honest pod's
+// batch reaches scores behind at most one batch of each flooder, complete and with
+// no overflow; a flooder's answer says it is late (apply_lag_seconds) and, once it
+// has overflowed its share, incomplete ("overflow"). The flood never makes the
+// daemon unready: readiness follows a write stuck past --apply-stall-timeout, not
+// how much a publisher queued.
+func TestPromiseApplyFairness(t *testing.T) {
+	t.Parallel()
+	// The stall bound sits well above what one flood batch takes to apply
+	// (10-30 ms; 0.3-4 s under -race) and below how old the flood's backlog
+	// grows (0.3-1.4 s; 7-23 s under -race, with fewer flooders there so the
+	// honest batch is not held beyond the wait limit by the socket's reader).
+	stall, floods := "250ms", 6
+	if raceBuild {
+		stall, floods = "10s", 3
+	}
+	d := startDaemon(t, "--workers", "1", "--apply-stall-timeout", stall)
+	var stop = make(chan struct{})
+	var wg sync.WaitGroup
+	own := func(i int) []uint32 { return prompt(50+i, 2) }
+	for i := range floods {
+		pub := d.publisher()
+		h := randomHashes(uint64(60+i), 50_000)
+		toks := own(i)
+		b := &kvindex.Batch{Events: []kvindex.Event{stored(engineHashes(t, toks), toks).Events[0],
+			{Kind: kvindex.BlockStored, BlockHashes: h, BlockSize: blockSize}, {Kind: kvindex.BlockRemoved, BlockHashes: h}}}
+		p, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			for seq := uint64(0); ; seq++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if pub.Publish(fmt.Sprintf("kv@flood-%d@%s", i, model), seq, p) != nil {
+					return
+				}
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+	var maxLag float64
+	notReady := ""
+	sample := func() {
+		maxLag = max(maxLag, d.metric("kvindexd_kvevents_apply_lag_seconds"))
+		if code, body := d.get("/readyz"); code != http.StatusOK && notReady == "" {
+			notReady = fmt.Sprintf("%d %s", code, body)
+		}
+	}
+	var late scoreRow
+	eventually(t, waitLimit, "a flooder reporting its lag and its overflow in scores", func() string {
+		sample()
+		late = d.scoreRows(own(0))["flood-0"]
+		if late.ApplyLag <= 0 || late.Complete || late.IncompleteReason != "overflow" {
+			return fmt.Sprintf("flood-0 in scores: %+v", late)
+		}
+		return ""
+	})
+	honestPub := d.publisher()
+	toks := prompt(4, 3)
+	start := time.Now()
+	publish(t, honestPub, "pod-honest", model, 0, stored(engineHashes(t, toks), toks))
+	var honest scoreRow
+	eventually(t, waitLimit, "the honest pod scored", func() string {
+		sample()
+		honest = d.scoreRows(toks)["pod-honest"]
+		if honest.MatchedBlocks != 3 {
+			return fmt.Sprintf("pod-honest scores %+v", honest)
+		}
+		return ""
+	})
+	took := time.Since(start)
+	if !honest.Complete || honest.IncompleteReason != "" {
+		t.Errorf("pod-honest in scores %+v, want complete", honest)
+	}
+	if p, ok := d.pod("pod-honest"); !ok || p.Overflows != 0 || !p.Complete {
+		t.Errorf("pod-honest %+v", p)
+	}
+	if took > 5*time.Second && !raceBuild {
+		t.Errorf("the honest pod's batch took %v to reach scores", took)
+	}
+	// The flood goes on for three health checks (one a second): the daemon
+	// stays ready all along.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		sample()
+	}
+	if notReady != "" {
+		t.Errorf("the flood made the daemon unready (--apply-stall-timeout %s): %s", stall, notReady)
+	}
+	t.Logf("honest batch scored after %v; flood-0 in scores %+v; max apply lag %.2f s (stall bound %s); flood overflows %v",
+		took, late, maxLag, stall, d.metric("kvindexd_kvevents_queue_overflows_total"))
+}
