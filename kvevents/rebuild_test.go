@@ -83,9 +83,16 @@ func (e *replayEngine) publish(t *testing.T, b *kvindex.Batch) uint64 {
 // rebuilds) and waits until batches 0..n-1 were published and applied.
 func rebuildSub(t *testing.T, e *replayEngine, pod string, n int) (*Subscriber, *collectSink, *Metrics) {
 	t.Helper()
+	return rebuildSubConfig(t, e, pod, n, Config{DisableCatchUp: true})
+}
+
+// rebuildSubConfig is rebuildSub with cfg (its Endpoints set here).
+func rebuildSubConfig(t *testing.T, e *replayEngine, pod string, n int, cfg Config) (*Subscriber, *collectSink, *Metrics) {
+	t.Helper()
 	sink := newCollectSink()
 	m := NewMetrics(nil)
-	s := startSub(t, Config{DisableCatchUp: true, Endpoints: []EndpointConfig{{Address: e.Addr(), ReplayAddress: e.ReplayAddr()}}}, sink, m)
+	cfg.Endpoints = []EndpointConfig{{Address: e.Addr(), ReplayAddress: e.ReplayAddr()}}
+	s := startSub(t, cfg, sink, m)
 	if err := e.WaitSubscribed(testCtx(t), e.topic); err != nil {
 		t.Fatal(err)
 	}
@@ -337,6 +344,24 @@ func TestRebuildFailedKeepsIndexLost(t *testing.T) {
 	if st.Complete || st.IncompleteReason != "index_lost" || len(sink.snapshot()) != 1 {
 		t.Fatalf("after a failed rebuild: %+v, %s", st, describe(sink.snapshot()))
 	}
+}
+
+// RebuildTimeout, not the gap replay's ReplayTimeout, bounds a rebuild: an
+// engine that never answers leaves the pod index_lost once it passes, and
+// the pod's live batches, which waited for it, are applied after.
+func TestRebuildCutAtRebuildTimeout(t *testing.T) {
+	e := startReplayEngine(t, "pod-slow", 100, true) // never answered
+	s, sink, m := rebuildSubConfig(t, e, "pod-slow", 3,
+		Config{DisableCatchUp: true, ReplayTimeout: time.Hour, RebuildTimeout: 300 * time.Millisecond})
+	s.MarkIndexLost("index_lost")
+	e.request(t)
+	e.publish(t, storedBatch(200)) // seq 3, waits for the rebuild
+	st := waitStream(t, s, "pod-slow", "the rebuild's outcome", func(st StreamStats) bool { return !st.Rebuilding })
+	if st.Complete || st.IncompleteReason != "index_lost" || metricValue(m.Rebuilds.WithLabelValues("failed")) != 1 {
+		t.Fatalf("after the rebuild's bound: %+v", st)
+	}
+	sink.waitFor(t, "seq 3", hasSeq("pod-slow", 3))
+	e.answer(t) // to a connection the daemon gave up on; lets the engine close
 }
 
 // Removing the endpoint ends its rebuild in progress: RemoveEndpoint does not

@@ -146,6 +146,7 @@ func TestHonestBatchWaitsAtMostOneBatchPerStream(t *testing.T) {
 	t.Logf("honest batch applied after %d of the %d flood batches queued ahead of it", ahead, queued)
 }
 
+// streamOrZero is the stats of pod's stream, zero while it has none.
 func streamOrZero(s *Subscriber, pod string) StreamStats {
 	for _, st := range s.Streams() {
 		if st.Pod == pod {

@@ -22,6 +22,8 @@ type LimitsConfig struct {
 	ZMQMaxConns         int      `json:"zmq_max_conns" yaml:"zmq_max_conns"`
 	ZMQMessageTimeout   Duration `json:"zmq_message_timeout" yaml:"zmq_message_timeout"`
 	ZMQEvictIdleAfter   Duration `json:"zmq_evict_idle_after" yaml:"zmq_evict_idle_after"`
+	ReplayTimeout       Duration `json:"replay_timeout" yaml:"replay_timeout"`
+	RebuildTimeout      Duration `json:"rebuild_timeout" yaml:"rebuild_timeout"`
 	MaxStreams          int      `json:"max_streams" yaml:"max_streams"`
 	MaxModels           int      `json:"max_models" yaml:"max_models"`
 	MaxDPRanks          int      `json:"max_dp_ranks" yaml:"max_dp_ranks"`
@@ -42,6 +44,8 @@ func defaultLimits() LimitsConfig {
 		ZMQMaxConns:         zmtp.DefaultMaxConns,
 		ZMQMessageTimeout:   Duration(zmtp.DefaultMessageTimeout),
 		ZMQEvictIdleAfter:   Duration(zmtp.DefaultEvictIdleAfter),
+		ReplayTimeout:       Duration(kvevents.DefaultReplayTimeout),
+		RebuildTimeout:      Duration(kvevents.DefaultRebuildTimeout),
 		MaxStreams:          kvevents.DefaultMaxStreams,
 		MaxModels:           kvevents.DefaultMaxModels,
 		MaxDPRanks:          kvevents.DefaultMaxDPRanks,
@@ -59,6 +63,10 @@ func limitFlags(fs *flag.FlagSet, l *LimitsConfig) {
 		"the last 1/8 are kept for hosts that published before)")
 	fs.Var(&l.ZMQMessageTimeout, "zmq-message-timeout", "deadline for a ZMQ message to arrive whole once its first byte has")
 	fs.Var(&l.ZMQEvictIdleAfter, "zmq-evict-idle-after", "a ZMQ peer that delivered nothing this long may be evicted when the bind socket is full")
+	fs.Var(&l.ReplayTimeout, "replay-timeout", "bound on one exchange with an engine's replay or snapshot address (a gap's replay, the catch-up at connect, "+
+		"a snapshot); the stream's batches wait for it")
+	fs.Var(&l.RebuildTimeout, "rebuild-timeout", "bound on rebuilding a pod the index lost from its engine's whole replay buffer "+
+		"(exchange and queuing); the pod's batches wait for it, and a rebuild cut short leaves the pod incomplete")
 	fs.IntVar(&l.MaxStreams, "max-streams", l.MaxStreams, "distinct (pod, dp rank) streams tracked; batches of further ones are dropped and counted")
 	fs.IntVar(&l.MaxModels, "max-models", l.MaxModels, "distinct model names tracked; batches naming further ones are dropped and counted")
 	fs.IntVar(&l.MaxDPRanks, "max-dp-ranks", l.MaxDPRanks, "data-parallel ranks accepted per pod (rank must be below this)")
@@ -94,6 +102,7 @@ func (l *LimitsConfig) subscriber(c *kvevents.Config) {
 	c.Transport.MaxConns = l.ZMQMaxConns
 	c.Transport.MessageTimeout, c.Transport.EvictIdleAfter = time.Duration(l.ZMQMessageTimeout), time.Duration(l.ZMQEvictIdleAfter) // validated
 	c.MaxStreams, c.MaxModels, c.MaxDPRanks = l.MaxStreams, l.MaxModels, l.MaxDPRanks
+	c.ReplayTimeout, c.RebuildTimeout = time.Duration(l.ReplayTimeout), time.Duration(l.RebuildTimeout) // validated
 	c.PodExpiry = expiry
 	if expiry == 0 {
 		c.PodExpiry = -1 // never

@@ -46,6 +46,8 @@ func (c *Config) durationOptions() []durationOption {
 		{"--zmq-handshake-timeout", &c.ZMQHandshakeTimeout, positive},
 		{"--zmq-message-timeout", &c.ZMQMessageTimeout, positive},
 		{"--zmq-evict-idle-after", &c.ZMQEvictIdleAfter, positive},
+		{"--replay-timeout", &c.ReplayTimeout, positive},
+		{"--rebuild-timeout", &c.RebuildTimeout, positive},
 		{"--pod-expiry", &c.PodExpiry, nonNegative},
 		{"--apply-stall-timeout", &c.ApplyStallTimeout, nonNegative},
 		{"--lease-ttl", &c.LeaseTTL, positive},
