@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -145,4 +146,69 @@ func TestPromiseRedisClusterFailover(t *testing.T) {
 	})
 	t.Logf("promoted %v after the stop; ready %v after the promotion",
 		promoted.Sub(start).Round(time.Millisecond), ready.Round(time.Millisecond))
+}
+
+// TestPromiseRedisCallDeadline: a Redis that hangs with its connections open
+// (DEBUG SLEEP 3) fails a score on its keys with 503 naming the index within
+// the 1 s call deadline (retries included) instead of answering 200 when it
+// wakes, /readyz is 503 meanwhile, and a write that stalls on it fails at
+// the same deadline: the pod is untrusted, then cleared and listed
+// incomplete ("index_error") once Redis answers again.
+func TestPromiseRedisCallDeadline(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, "--enable-debug-command", "local")
+	d := startDaemon(t, "--index", srv.URL())
+	pub := d.publisher()
+	toks := prompt(41, 2)
+	publish(t, pub, "pod-hung", model, 0, stored(engineHashes(t, toks), toks))
+	eventually(t, waitLimit, "the first batch", func() string {
+		if got := d.scoreTokens(model, toks)["pod-hung"]; got != 2 {
+			return fmt.Sprintf("pod-hung scores %d", got)
+		}
+		return ""
+	})
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	slept := make(chan error, 1)
+	go func() { slept <- c.Do(context.Background(), "DEBUG", "SLEEP", "3").Err() }()
+	probe := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ReadTimeout: 50 * time.Millisecond, MaxRetries: -1})
+	defer probe.Close()
+	for probe.Ping(context.Background()).Err() == nil {
+		time.Sleep(5 * time.Millisecond) // until the sleep has begun
+	}
+	more := prompt(42, 1)
+	publish(t, pub, "pod-hung", model, 1, stored(engineHashes(t, more), more))
+	body := fmt.Sprintf(`{"model":%q,"token_ids":%s}`, model, jsonIDs(toks))
+	if code, resp, _ := d.do("POST", "/v1/score", body); code != http.StatusServiceUnavailable || !strings.Contains(resp, "unavailable") {
+		t.Errorf("score while Redis hangs: %d %s, want 503 naming the index (the 1 s call deadline)", code, resp)
+	}
+	// The health check runs every second and fails at its own 1 s
+	// deadline: not ready within 2 s of the hang, before the sleep ends.
+	for {
+		if code, _ := d.get("/readyz"); code == http.StatusServiceUnavailable {
+			break
+		}
+		select {
+		case err := <-slept:
+			slept <- err
+			t.Fatal("/readyz stayed 200 for the whole 3 s hang")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err := <-slept; err != nil {
+		t.Fatalf("DEBUG SLEEP: %v", err)
+	}
+	eventually(t, waitLimit, "the stalled write's pod untrusted, cleared and incomplete", func() string {
+		if v := d.metric(`kvindexd_pod_index_errors_total{dp_rank="0",model="` + model + `",pod="pod-hung"}`); v < 1 {
+			return fmt.Sprintf("pod index errors %v", v)
+		}
+		_, pods := d.get("/v1/pods")
+		if !regexp.MustCompile(`"incomplete_reason":\s*"index_error"`).MatchString(pods) {
+			return "/v1/pods: " + pods
+		}
+		if got := d.scoreTokens(model, toks)["pod-hung"]; got != 0 {
+			return fmt.Sprintf("pod-hung still scores %d blocks from before the failed write", got)
+		}
+		return ""
+	})
 }

@@ -2,18 +2,12 @@ package promises
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/http"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvevents"
@@ -505,138 +499,6 @@ func TestPromiseSequenceNumbers(t *testing.T) {
 	}
 }
 
-// A full apply queue (--queue-size): while the apply worker is stuck on a
-// slow index write, the socket reader waits for room, then drops the batch
-// and counts an overflow; the pod says it is incomplete ("overflow") and is
-// cleared before its next batch, so it never serves blocks it may have lost
-// the removal of. A Redis server asleep (DEBUG SLEEP) holds the worker.
-func TestPromiseApplyQueue(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t, "--enable-debug-command", "local")
-	d := startDaemon(t, "--index", srv.URL(), "--queue-size", "1")
-	pub := d.publisher()
-	toks := prompt(7, 2)
-	publish(t, pub, "pod-q", model, 0, stored(engineHashes(t, toks), toks))
-	eventually(t, waitLimit, "the first batch", func() string {
-		if got := d.scoreTokens(model, toks)["pod-q"]; got != 2 {
-			return fmt.Sprintf("pod-q scores %d", got)
-		}
-		return ""
-	})
-	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
-	defer c.Close()
-	slept := make(chan error, 1)
-	go func() { slept <- c.Do(context.Background(), "DEBUG", "SLEEP", "4").Err() }()
-	time.Sleep(200 * time.Millisecond) // the sleep has begun
-	for seq := uint64(1); seq <= 6; seq++ {
-		more := prompt(100+int(seq), 1)
-		publish(t, pub, "pod-q", model, seq, stored(engineHashes(t, more), more))
-	}
-	if err := <-slept; err != nil {
-		t.Fatalf("DEBUG SLEEP: %v", err)
-	}
-	eventually(t, waitLimit, "an overflow", func() string {
-		if v := d.metric("kvindexd_kvevents_queue_overflows_total"); v < 1 {
-			return fmt.Sprintf("kvindexd_kvevents_queue_overflows_total %v", v)
-		}
-		return ""
-	})
-	_, body := d.get("/v1/pods")
-	if !regexp.MustCompile(`"incomplete_reason":\s*"overflow"`).MatchString(body) {
-		t.Fatalf("after an overflow /v1/pods does not say the pod is incomplete: %s", body)
-	}
-	publish(t, pub, "pod-q", model, 7, stored(engineHashes(t, prompt(200, 1)), prompt(200, 1)))
-	eventually(t, waitLimit, "the clear before the next batch", func() string {
-		// one clear per run of overflows: a batch after a clear may overflow again
-		if v := d.metric(`kvindexd_kvevents_synthetic_clears_total{reason="overflow"}`); v < 1 {
-			return fmt.Sprintf("overflow clears %v", v)
-		}
-		if got := d.scoreTokens(model, toks)["pod-q"]; got != 0 {
-			return fmt.Sprintf("pod-q still scores %d blocks from before the overflow", got)
-		}
-		return ""
-	})
-}
-
-// Issue 26 item 4: three pods on the worker of an honest pod (--workers 1) flood
-// ~900 KB store+remove batches. Each holds at most its share of the worker (4 MiB of
-// the 256 MiB budget; past it the flooder overflows at once, without holding the bind
-// socket's reader), so the queue never holds more than their shares, the flooders
-// say how late they are (apply_lag_seconds, kvindexd_kvevents_apply_lag_seconds) and
-// the honest pod's batch reaches scores behind at most those shares, with no overflow
-// (before: up to 17 s late, median 6.2 s, behind the whole budget).
-func TestPromiseApplyQueueShare(t *testing.T) {
-	t.Parallel()
-	d := startDaemon(t, "--workers", "1")
-	floodPub, honestPub := d.publisher(), d.publisher()
-	payloads := make([][]byte, 3)
-	for i := range payloads {
-		h := randomHashes(uint64(40+i), 50_000)
-		b := &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: h, BlockSize: blockSize},
-			{Kind: kvindex.BlockRemoved, BlockHashes: h}}}
-		p, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		payloads[i] = p
-	}
-	stop, flooding := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(flooding)
-		for seq := uint64(0); ; seq++ {
-			for i, p := range payloads {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if floodPub.Publish(fmt.Sprintf("kv@flood-%d@%s", i, model), seq, p) != nil {
-					return
-				}
-			}
-		}
-	}()
-	defer func() { close(stop); <-flooding }()
-	var maxQueued, maxLag float64
-	sample := func() {
-		maxQueued = max(maxQueued, d.metric("kvindexd_kvevents_queued_bytes"))
-		maxLag = max(maxLag, d.metric("kvindexd_kvevents_apply_lag_seconds"))
-	}
-	eventually(t, waitLimit, "the flood queued", func() string {
-		sample()
-		if maxLag == 0 {
-			return "no apply lag yet"
-		}
-		return ""
-	})
-	for i := 0; i < 20; i++ { // the flood holds its shares
-		sample()
-		time.Sleep(50 * time.Millisecond)
-	}
-	toks := prompt(4, 3)
-	start := time.Now()
-	publish(t, honestPub, "pod-honest", model, 0, stored(engineHashes(t, toks), toks))
-	eventually(t, waitLimit, "the honest pod scored", func() string {
-		sample()
-		if got := d.scoreTokens(model, toks)["pod-honest"]; got != 3 {
-			return fmt.Sprintf("pod-honest scores %d", got)
-		}
-		return ""
-	})
-	took := time.Since(start)
-	if limit := 3.0 * 4 << 20 * 1.25; maxQueued > limit {
-		t.Errorf("kvindexd_kvevents_queued_bytes reached %.0f MB, want at most the three shares (%.0f MB)", maxQueued/1e6, limit/1e6)
-	}
-	if p, ok := d.pod("pod-honest"); !ok || p.Overflows != 0 || !p.Complete {
-		t.Errorf("pod-honest %+v", p)
-	}
-	if took > 5*time.Second && !raceBuild {
-		t.Errorf("the honest pod's batch took %v to reach scores", took)
-	}
-	t.Logf("honest batch scored after %v; max queued %.1f MB, max apply lag %.2f s, flood overflows %v",
-		took, maxQueued/1e6, maxLag, d.metric("kvindexd_kvevents_queue_overflows_total"))
-}
-
 // Issue 26 item 11: a sequence number of 2^64-1 followed by 20 is an engine restart
 // (the numbers cannot wrap): the pod is cleared before the new batch, and neither the
 // missed-batch counter nor the stream's count jumps by ~1.8e19.
@@ -672,69 +534,4 @@ func TestPromiseSequenceWrap(t *testing.T) {
 	if p, ok := d.pod("pod-w"); !ok || p.LastSeq != 20 {
 		t.Errorf("pod-w after the wrap: %+v (listed %v), want last_seq 20", p, ok)
 	}
-}
-
-// TestPromiseRedisCallDeadline: a Redis that hangs with its connections open
-// (DEBUG SLEEP 3) fails a score on its keys with 503 naming the index within
-// the 1 s call deadline (retries included) instead of answering 200 when it
-// wakes, /readyz is 503 meanwhile, and a write that stalls on it fails at
-// the same deadline: the pod is untrusted, then cleared and listed
-// incomplete ("index_error") once Redis answers again.
-func TestPromiseRedisCallDeadline(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t, "--enable-debug-command", "local")
-	d := startDaemon(t, "--index", srv.URL())
-	pub := d.publisher()
-	toks := prompt(41, 2)
-	publish(t, pub, "pod-hung", model, 0, stored(engineHashes(t, toks), toks))
-	eventually(t, waitLimit, "the first batch", func() string {
-		if got := d.scoreTokens(model, toks)["pod-hung"]; got != 2 {
-			return fmt.Sprintf("pod-hung scores %d", got)
-		}
-		return ""
-	})
-	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
-	defer c.Close()
-	slept := make(chan error, 1)
-	go func() { slept <- c.Do(context.Background(), "DEBUG", "SLEEP", "3").Err() }()
-	probe := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ReadTimeout: 50 * time.Millisecond, MaxRetries: -1})
-	defer probe.Close()
-	for probe.Ping(context.Background()).Err() == nil {
-		time.Sleep(5 * time.Millisecond) // until the sleep has begun
-	}
-	more := prompt(42, 1)
-	publish(t, pub, "pod-hung", model, 1, stored(engineHashes(t, more), more))
-	body := fmt.Sprintf(`{"model":%q,"token_ids":%s}`, model, jsonIDs(toks))
-	if code, resp, _ := d.do("POST", "/v1/score", body); code != http.StatusServiceUnavailable || !strings.Contains(resp, "unavailable") {
-		t.Errorf("score while Redis hangs: %d %s, want 503 naming the index (the 1 s call deadline)", code, resp)
-	}
-	// The health check runs every second and fails at its own 1 s
-	// deadline: not ready within 2 s of the hang, before the sleep ends.
-	for {
-		if code, _ := d.get("/readyz"); code == http.StatusServiceUnavailable {
-			break
-		}
-		select {
-		case err := <-slept:
-			slept <- err
-			t.Fatal("/readyz stayed 200 for the whole 3 s hang")
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	if err := <-slept; err != nil {
-		t.Fatalf("DEBUG SLEEP: %v", err)
-	}
-	eventually(t, waitLimit, "the stalled write's pod untrusted, cleared and incomplete", func() string {
-		if v := d.metric(`kvindexd_pod_index_errors_total{dp_rank="0",model="` + model + `",pod="pod-hung"}`); v < 1 {
-			return fmt.Sprintf("pod index errors %v", v)
-		}
-		_, pods := d.get("/v1/pods")
-		if !regexp.MustCompile(`"incomplete_reason":\s*"index_error"`).MatchString(pods) {
-			return "/v1/pods: " + pods
-		}
-		if got := d.scoreTokens(model, toks)["pod-hung"]; got != 0 {
-			return fmt.Sprintf("pod-hung still scores %d blocks from before the failed write", got)
-		}
-		return ""
-	})
 }
