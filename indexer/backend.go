@@ -60,7 +60,7 @@ func MemoryBackend(m *kvindex.MemoryIndex) Backend {
 // RedisBackend is the shared Redis index with every capability it has. It
 // has no per-pod share accounting: Redis bounds its memory itself.
 func RedisBackend(r *redisindex.Index) Backend {
-	return Backend{Index: r, Names: r, Batch: r, Lost: r.OnLost, Close: r.Close, redis: r}
+	return Backend{Index: r, Health: r, Names: r, Batch: r, Lost: r.OnLost, Close: r.Close, redis: r}
 }
 
 // IndexConfig selects and bounds the built-in index backend.
