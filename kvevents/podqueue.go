@@ -132,15 +132,18 @@ func (q *podQueue) applied(size int64) {
 	q.mu.Unlock()
 }
 
-// lag is the age of the stream's oldest batch still waiting to be applied
-// (0 when none).
+// lag is the age of the stream's oldest batch still waiting to be applied,
+// 0 only when none waits: a reader takes a complete stream without a lag
+// for one whose batches are all in the index, so a wall clock stepped back
+// since the batch was queued (the times are wall clock) gives the least
+// lag, not none.
 func (q *podQueue) lag(now time.Time) time.Duration {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.n == 0 {
 		return 0
 	}
-	return max(now.Sub(time.Unix(0, q.at[q.head])), 0)
+	return max(now.Sub(time.Unix(0, q.at[q.head])), time.Nanosecond)
 }
 
 // maxApplyLag is the largest ApplyLag of all streams.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/kvindex/kvindex/kvindex"
 )
@@ -60,5 +61,26 @@ func TestFloodingPodHoldsOnlyItsShare(t *testing.T) {
 		if st.ApplyLag != 0 {
 			t.Fatalf("%s: apply lag %v with nothing queued", st.Pod, st.ApplyLag)
 		}
+	}
+}
+
+// A batch waiting is a lag, whatever the wall clock did since it was
+// queued: 0 says every batch is applied.
+func TestApplyLagNeverZeroWhileQueued(t *testing.T) {
+	var q podQueue
+	share := newPodShare(1024, 256<<20)
+	queued := time.Now()
+	if !q.reserve(100, share, queued) {
+		t.Fatal("the first batch was refused")
+	}
+	if lag := q.lag(queued.Add(-time.Hour)); lag <= 0 {
+		t.Fatalf("lag %v with a batch queued, the clock stepped back", lag)
+	}
+	if lag := q.lag(queued.Add(time.Second)); lag != time.Second {
+		t.Fatalf("lag %v, want 1s", lag)
+	}
+	q.applied(100)
+	if lag := q.lag(queued.Add(time.Second)); lag != 0 {
+		t.Fatalf("lag %v with nothing queued", lag)
 	}
 }

@@ -214,6 +214,50 @@ func TestRebuildAfterIndexLost(t *testing.T) {
 	}
 }
 
+// The stream says complete again once the rebuild has queued the lifetime,
+// not once the index has applied it: until then its ApplyLag is above 0.
+// Meanwhile the index holds an earlier state of the pod (before the clear,
+// or the clear and part of the replayed events: a merged batch is applied
+// event by event), so a reader that judges the index by Complete alone, or
+// by a block count the rebuild passes through on its way, reads it
+// mid-rebuild. ApplyLag 0 is what says every rebuilt batch is applied.
+func TestRebuildCompleteWithApplyLagUntilApplied(t *testing.T) {
+	e := startReplayEngine(t, "pod-lag", 100, true)
+	sink := &pausableSink{collectSink: newCollectSink()}
+	s := startSub(t, Config{DisableCatchUp: true,
+		Endpoints: []EndpointConfig{{Address: e.Addr(), ReplayAddress: e.ReplayAddr()}}}, sink, NewMetrics(nil))
+	if err := e.WaitSubscribed(testCtx(t), e.topic); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		e.publish(t, storedBatch(uint64(100+i)))
+	}
+	sink.waitFor(t, "seq 2", hasSeq("pod-lag", 2))
+	waitStream(t, s, "pod-lag", "the live batches applied", func(st StreamStats) bool { return st.ApplyLag == 0 })
+	before := len(sink.snapshot())
+	s.MarkIndexLost("index_lost")
+	e.request(t)
+	sink.paused.Lock() // the index has not applied the rebuilt batch yet
+	paused := true
+	defer func() {
+		if paused {
+			sink.paused.Unlock()
+		}
+	}()
+	e.answer(t)
+	st := waitStream(t, s, "pod-lag", "the rebuild's outcome", func(st StreamStats) bool { return !st.Rebuilding })
+	if applied := len(sink.snapshot()) - before; !st.Complete || st.ApplyLag <= 0 || applied != 0 {
+		t.Fatalf("rebuilt, %d batches of it applied: %+v", applied, st)
+	}
+	sink.paused.Unlock()
+	paused = false
+	got := after(sink.waitFor(t, "the rebuilt batch", func(bs []*kvindex.Batch) bool { return len(bs) > before }), before)
+	st = waitStream(t, s, "pod-lag", "no apply lag", func(st StreamStats) bool { return st.ApplyLag == 0 })
+	if ev := eventsOf(got); ev != "c s100 s101 s102 " || !st.Complete {
+		t.Fatalf("applied %q: %+v", ev, st)
+	}
+}
+
 // A buffer that no longer holds seq 0 cannot prove the pod whole: what it
 // holds is rebuilt (behind the clear) and the stream stays incomplete,
 // "replay_window", complete since the buffer's first batch.

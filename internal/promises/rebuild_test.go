@@ -85,8 +85,9 @@ func (e *rebuildEngine) fill(t *testing.T) {
 // TestPromiseRedisLossRebuiltByReplay: a vLLM pod whose endpoint has a
 // replay address (`--endpoint ...,replay=...`) is rebuilt from the engine's
 // replay buffer when Redis loses its entries, although it is idle: incomplete
-// ("index_lost") while the rebuild runs, then exactly the engine's blocks
-// and complete again, a live batch published meanwhile applied after it.
+// ("index_lost") while the rebuild runs, then complete again, and exactly
+// the engine's blocks once applied (apply_lag_seconds 0), a live batch
+// published meanwhile applied after it.
 // A buffer that no longer holds seq 0 cannot prove the pod whole: what it
 // holds is rebuilt and the pod stays incomplete ("replay_window").
 func TestPromiseRedisLossRebuiltByReplay(t *testing.T) {
@@ -103,8 +104,12 @@ func TestPromiseRedisLossRebuiltByReplay(t *testing.T) {
 		}
 		e.fill(t)
 		kept, gone := prompt(1050, 30), prompt(1005, 30)
+		// Complete says the daemon holds every batch, apply_lag_seconds 0
+		// that the index has applied them; the block count alone proves
+		// nothing: it passes through 2,700 after prompt 89 on its way to
+		// 3,000, and through 2,730 after the rebuild's clear and prompt 90.
 		eventually(t, waitLimit, "the pod indexed and complete", func() string {
-			if p, ok := d.pod("pod-rebuilt"); !ok || !p.Complete || p.Blocks != 2700 || p.LastSeq != 109 {
+			if p, ok := d.pod("pod-rebuilt"); !ok || !p.Complete || p.ApplyLag != 0 || p.Blocks != 2700 || p.LastSeq != 109 {
 				return fmt.Sprintf("pod %+v", p)
 			}
 			return ""
@@ -127,7 +132,7 @@ func TestPromiseRedisLossRebuiltByReplay(t *testing.T) {
 		e.publish(t, stored(engineHashes(t, more), more))
 		close(e.release)
 		eventually(t, waitLimit, "the pod rebuilt and complete", func() string {
-			if p, ok := d.pod("pod-rebuilt"); !ok || !p.Complete || p.Blocks != 2730 || p.LastSeq != 110 {
+			if p, ok := d.pod("pod-rebuilt"); !ok || !p.Complete || p.ApplyLag != 0 || p.Blocks != 2730 || p.LastSeq != 110 {
 				return fmt.Sprintf("pod %+v", p)
 			}
 			return ""
