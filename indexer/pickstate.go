@@ -3,6 +3,7 @@ package indexer
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/kvindex/kvindex/indexer/routing"
@@ -53,9 +54,10 @@ type SpeculativeStore interface {
 	Extend(ctx context.Context, model string, keys []kvindex.Key, holders []uint64, start, ext []int32) error
 	// Hold records holder for keys for the store's TTL.
 	Hold(ctx context.Context, model string, keys []kvindex.Key, holder uint64) error
-	// Drop removes holder's entries for the blocks whose engine hashes are
-	// given: its real events for them arrived.
-	Drop(ctx context.Context, model string, hashes []uint64, holder uint64) error
+	// Drop removes the entries of either holder (a pod named with and
+	// without its rank) for the blocks whose engine hashes are given: its
+	// real events for them arrived.
+	Drop(ctx context.Context, model string, hashes []uint64, holders [2]uint64) error
 }
 
 // picker is Pick's state beside the index: the policies, the speculative
@@ -145,8 +147,10 @@ func (m *memSpec) Hold(_ context.Context, model string, keys []kvindex.Key, hold
 	return nil
 }
 
-func (m *memSpec) Drop(_ context.Context, model string, hashes []uint64, holder uint64) error {
-	m.h.drop(modelHash(model), hashes, holder)
+func (m *memSpec) Drop(_ context.Context, model string, hashes []uint64, holders [2]uint64) error {
+	mh := modelHash(model)
+	m.h.drop(mh, hashes, holders[0])
+	m.h.drop(mh, hashes, holders[1])
 	return nil
 }
 
@@ -158,19 +162,39 @@ func (x *Indexer) dropAnswered(ctx context.Context, b *kvindex.Batch) {
 	if p.spec == nil || (p.specMem != nil && p.specMem.len() == 0) {
 		return
 	}
-	// The router may have named the pod with or without its rank.
-	ranked, unranked := holderID(b.Pod, b.DPRank), holderID(b.Pod, -1)
+	// The router may have named the pod with or without its rank. Every
+	// event's hashes go in one Drop: with the shared store that is one
+	// round trip per batch, not one per event and holder.
+	holders := [2]uint64{holderID(b.Pod, b.DPRank), holderID(b.Pod, -1)}
+	var hashes []uint64
+	var buf *[]uint64
 	for i := range b.Events {
 		ev := &b.Events[i]
 		if ev.Kind != kvindex.BlockStored && ev.Kind != kvindex.BlockRemoved || len(ev.BlockHashes) == 0 {
 			continue
 		}
-		for _, h := range [2]uint64{ranked, unranked} {
-			if err := p.spec.Drop(ctx, b.Model, ev.BlockHashes, h); err != nil {
-				x.m.specErrors.Inc()
-				// the entries expire by their TTL anyway
-				return
-			}
+		switch {
+		case hashes == nil:
+			hashes = ev.BlockHashes // the common batch: one event, no copy
+		case buf == nil:
+			buf = dropBufs.Get().(*[]uint64)
+			*buf = append(append((*buf)[:0], hashes...), ev.BlockHashes...)
+			hashes = *buf
+		default:
+			*buf = append(*buf, ev.BlockHashes...)
+			hashes = *buf
 		}
 	}
+	if err := p.spec.Drop(ctx, b.Model, hashes, holders); err != nil {
+		x.m.specErrors.Inc() // the entries expire by their TTL anyway
+	}
+	if buf != nil && cap(*buf) <= maxDropBuf {
+		dropBufs.Put(buf)
+	}
 }
+
+// dropBufs gathers the hashes of a batch's events for one Drop; a buffer
+// grown past maxDropBuf (a batch of unusual size) is left to the GC.
+var dropBufs = sync.Pool{New: func() any { return new([]uint64) }}
+
+const maxDropBuf = 1 << 16

@@ -14,6 +14,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,13 +29,19 @@ const window = 512
 
 // dropScript deletes a key only if it still names the holder: another
 // pod's later pick of the same block must survive this pod's event.
-var dropScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+// It takes two holders (a pod named with and without its rank: the router
+// may have picked either), so one event costs one script run.
+var dropScript = redis.NewScript(`local v = redis.call('GET', KEYS[1]) if v == ARGV[1] or v == ARGV[2] then return redis.call('DEL', KEYS[1]) end return 0`)
 
 // Store implements indexer.SpeculativeStore.
 type Store struct {
 	c   redis.UniversalClient
 	ns  string
 	ttl time.Duration
+	// dropLoaded: dropScript is known to the servers, so Drop is one
+	// pipeline (a round trip per node) of EVALSHA. It is cleared when a
+	// server answers NOSCRIPT (restarted, SCRIPT FLUSH, a new Cluster node).
+	dropLoaded atomic.Bool
 }
 
 // New returns a store on c under namespace ns whose entries live ttl.
@@ -76,23 +83,33 @@ func (s *Store) Hold(ctx context.Context, model string, keys []kvindex.Key, hold
 	return err
 }
 
-// Drop removes holder's entries of the blocks whose engine hashes are given.
-func (s *Store) Drop(ctx context.Context, model string, hashes []uint64, holder uint64) error {
+// Drop removes the entries of the blocks whose engine hashes are given that
+// name either holder: one round trip per node once the script is loaded.
+func (s *Store) Drop(ctx context.Context, model string, hashes []uint64, holders [2]uint64) error {
 	if len(hashes) == 0 {
 		return nil
 	}
-	m, v := xxh3.HashString(model), holderValue(holder)
-	// Load the script once so the pipeline can use EVALSHA.
-	if err := dropScript.Load(ctx, s.c).Err(); err != nil {
-		return err
-	}
-	_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, h := range hashes {
-			dropScript.EvalSha(ctx, p, []string{s.key(m, kvindex.Key(h))}, v)
+	m := xxh3.HashString(model)
+	v0, v1 := holderValue(holders[0]), holderValue(holders[1])
+	for attempt := 0; ; attempt++ {
+		if !s.dropLoaded.Load() {
+			// SCRIPT LOAD reaches every master of a Cluster
+			if err := dropScript.Load(ctx, s.c).Err(); err != nil {
+				return err
+			}
+			s.dropLoaded.Store(true)
 		}
-		return nil
-	})
-	return err
+		_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, h := range hashes {
+				dropScript.EvalSha(ctx, p, []string{s.key(m, kvindex.Key(h))}, v0, v1)
+			}
+			return nil
+		})
+		if err == nil || attempt > 0 || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+			return err
+		}
+		s.dropLoaded.Store(false)
+	}
 }
 
 // Extend sets ext[i] to how many blocks from keys[start[i]] holders[i]

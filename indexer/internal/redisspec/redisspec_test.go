@@ -58,7 +58,7 @@ func TestHoldExtendDrop(t *testing.T) {
 		t.Fatalf("other model: %d %v", ext[0], err)
 	}
 	// Pod 7's events for blocks 10 and 5: 10 goes, 5 (now pod 9's) stays.
-	if err := s.Drop(ctx, "m", []uint64{uint64(ks[10]), uint64(ks[5])}, 7); err != nil {
+	if err := s.Drop(ctx, "m", []uint64{uint64(ks[10]), uint64(ks[5])}, [2]uint64{7, 70}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Extend(ctx, "m", ks, []uint64{7, 9}, []int32{6, 5}, ext[:2]); err != nil {
@@ -89,5 +89,59 @@ func TestEntriesExpire(t *testing.T) {
 			t.Fatalf("entries still there after 10s with a 50ms TTL: %d", ext[0])
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Drop removes the entries of either holder (a pod with and without its
+// rank) in one round trip once its script is loaded, keeps another
+// holder's, and loads the script again when the server lost it.
+func TestDropBothHoldersOneRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { c.Close() })
+	var rt redistest.RoundTrips
+	rt.Attach(c)
+	s, err := New(c, "test", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ks := keys(6)
+	for i, holder := range []uint64{7, 70, 9} { // blocks 0-1, 2-3, 4-5
+		if err := s.Hold(ctx, "m", ks[2*i:2*i+2], holder); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := make([]uint64, len(ks))
+	for i, k := range ks {
+		all[i] = uint64(k)
+	}
+	if err := s.Drop(ctx, "m", all[:1], [2]uint64{7, 70}); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	rt.Reset()
+	if err := s.Drop(ctx, "m", all, [2]uint64{7, 70}); err != nil {
+		t.Fatal(err)
+	}
+	if n := rt.Load(); n != 1 {
+		t.Errorf("Drop of %d blocks for two holders took %d round trips, want 1", len(all), n)
+	}
+	ext := make([]int32, 3)
+	if err := s.Extend(ctx, "m", ks, []uint64{7, 70, 9}, []int32{0, 2, 4}, ext); err != nil {
+		t.Fatal(err)
+	}
+	if ext[0] != 0 || ext[1] != 0 || ext[2] != 2 {
+		t.Fatalf("after the drop: holders 7, 70, 9 extend %v, want [0 0 2]", ext)
+	}
+	// A server that lost its scripts (a restart, SCRIPT FLUSH) answers
+	// NOSCRIPT: Drop loads the script again and drops.
+	if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Drop(ctx, "m", all, [2]uint64{9, 90}); err != nil {
+		t.Fatalf("after SCRIPT FLUSH: %v", err)
+	}
+	if err := s.Extend(ctx, "m", ks, []uint64{9}, []int32{4}, ext[:1]); err != nil || ext[0] != 0 {
+		t.Fatalf("after SCRIPT FLUSH: holder 9 extends %d (%v), want 0", ext[0], err)
 	}
 }
