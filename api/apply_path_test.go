@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvindex/kvindex/internal/indextest"
 
 	"github.com/prometheus/client_golang/prometheus"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -20,36 +21,12 @@ import (
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
-// hungIndex is an in-memory index whose writes hang while hold is set,
-// until release is closed: a backend that stopped answering.
-type hungIndex struct {
-	*kvindex.MemoryIndex
-	hold    atomic.Bool
-	entered chan struct{}
-	release chan struct{}
-	once    atomic.Bool
-}
-
-func (h *hungIndex) Add(ctx context.Context, m kvindex.ModelID, p kvindex.PodID, t kvindex.Tier, keys []kvindex.Key) error {
-	if h.hold.Load() {
-		if h.once.CompareAndSwap(false, true) {
-			close(h.entered)
-		}
-		select { // released, or Apply's context ends (shutdown)
-		case <-h.release:
-		case <-ctx.Done():
-		}
-	}
-	return h.MemoryIndex.Add(ctx, m, p, t, keys)
-}
-
 // An event worker stuck inside one index write past ApplyStallTimeout makes
 // the daemon not ready, on /readyz's reason and grpc.health.v1, with one log
 // line; when the write returns it is ready again by itself. (The in-memory
 // index cannot be unhealthy: the apply path is the only cause here.)
 func TestStalledApplyPathIsNotReadyAndRecovers(t *testing.T) {
-	hung := &hungIndex{MemoryIndex: kvindex.NewMemoryIndex(kvindex.MemoryConfig{}), entered: make(chan struct{}),
-		release: make(chan struct{})}
+	hung := indextest.NewHeldIndex()
 	ctx, cancel := context.WithCancel(context.Background())
 	x, err := indexer.New(ctx, indexer.Config{Keys: testKeys, Registry: prometheus.NewRegistry(),
 		Backend: func(context.Context, *kvindex.Interner) (indexer.Backend, error) {
@@ -85,7 +62,7 @@ func TestStalledApplyPathIsNotReadyAndRecovers(t *testing.T) {
 	if err := pub.WaitSubscribed(wctx, "kv@"); err != nil {
 		t.Fatal(err)
 	}
-	hung.hold.Store(true)
+	hung.Hold()
 	p, err := enginepub.EncodeVLLMBatch(&kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockStored,
 		BlockHashes: []uint64{1, 2}, BlockSize: testBlock}}}, enginepub.VLLMEncodeOptions{})
 	if err != nil {
@@ -95,7 +72,7 @@ func TestStalledApplyPathIsNotReadyAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-hung.entered:
+	case <-hung.Entered():
 	case <-wctx.Done():
 		t.Fatal("the write never reached the index")
 	}
@@ -106,7 +83,7 @@ func TestStalledApplyPathIsNotReadyAndRecovers(t *testing.T) {
 	if hc, err := srv.healthSrv.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || hc.Status != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Fatalf("grpc health %v, %v", hc, err)
 	}
-	close(hung.release)
+	hung.Release()
 	waitReady(t, srv, true)
 	if hc, err := srv.healthSrv.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || hc.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("grpc health %v, %v", hc, err)
@@ -138,8 +115,7 @@ func waitReady(t *testing.T, srv *Server, want bool) {
 // reason, and a pod whose newest batch still waits to be applied has an
 // apply lag.
 func TestScoreStalenessBothTransports(t *testing.T) {
-	hung := &hungIndex{MemoryIndex: kvindex.NewMemoryIndex(kvindex.MemoryConfig{}), entered: make(chan struct{}),
-		release: make(chan struct{})}
+	hung := indextest.NewHeldIndex()
 	st := newStackWith(t, indexer.Config{Keys: testKeys,
 		Backend: func(context.Context, *kvindex.Interner) (indexer.Backend, error) {
 			return indexer.Backend{Index: hung}, nil
@@ -148,12 +124,7 @@ func TestScoreStalenessBothTransports(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- st.idx.Run(ctx) }()
-	var released atomic.Bool
-	release := func() {
-		if released.CompareAndSwap(false, true) {
-			close(hung.release)
-		}
-	}
+	release := hung.Release
 	t.Cleanup(func() { release(); cancel(); <-done })
 	pub, err := enginepub.NewPublisher(st.idx.Subscriber().BindAddr(), false)
 	if err != nil {
@@ -203,10 +174,10 @@ func TestScoreStalenessBothTransports(t *testing.T) {
 			t.Fatal("the pods' batches never reached scores")
 		}
 	}
-	hung.hold.Store(true)
+	hung.Hold()
 	publishStored("pod-lag", 1, seqTokens(9000, 4*testBlock)) // new blocks: its worker hangs in their write
 	select {
-	case <-hung.entered:
+	case <-hung.Entered():
 	case <-wctx.Done():
 		t.Fatal("the write never reached the index")
 	}

@@ -2,42 +2,15 @@ package indexer
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvindex/kvindex/internal/indextest"
 
 	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
 )
-
-// heldIndex is an in-memory index whose writes wait while hold is set,
-// until release is closed: an index backend that hangs. Reads never wait.
-type heldIndex struct {
-	*kvindex.MemoryIndex
-	hold    atomic.Bool
-	entered chan struct{} // closed by the first write that waits
-	release chan struct{}
-	once    atomic.Bool
-}
-
-func newHeldIndex() *heldIndex {
-	return &heldIndex{MemoryIndex: kvindex.NewMemoryIndex(kvindex.MemoryConfig{}), entered: make(chan struct{}),
-		release: make(chan struct{})}
-}
-
-func (h *heldIndex) Add(ctx context.Context, m kvindex.ModelID, p kvindex.PodID, t kvindex.Tier, keys []kvindex.Key) error {
-	if h.hold.Load() {
-		if h.once.CompareAndSwap(false, true) {
-			close(h.entered)
-		}
-		select { // released, or Apply's context ends (shutdown)
-		case <-h.release:
-		case <-ctx.Done():
-		}
-	}
-	return h.MemoryIndex.Add(ctx, m, p, t, keys)
-}
 
 // runEventIndexer is an indexer whose events come through a running
 // subscriber on a loopback bind socket from the returned publisher.
@@ -125,7 +98,7 @@ func podOf(r *Result, name string) *PodResult {
 // lag.
 func TestScoreReportsStalenessPerPod(t *testing.T) {
 	keys := kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4}
-	held := newHeldIndex()
+	held := indextest.NewHeldIndex()
 	x, pub := runEventIndexer(t, keys, held, 1)
 	tokens := make([]uint32, 4*4)
 	for i := range tokens {
@@ -148,9 +121,9 @@ func TestScoreReportsStalenessPerPod(t *testing.T) {
 
 	// pod-ok's rank 1 (no match: nothing of it is applied yet) waits behind
 	// a write that hangs.
-	held.hold.Store(true)
+	held.Hold()
 	publishBatch(t, pub, keys, "pod-ok", 1, 0, tokens)
-	<-held.entered
+	<-held.Entered()
 	r = scoreUntil(t, x, q, "pod-ok lagging", func(r *Result) bool {
 		p := podOf(r, "pod-ok")
 		return p != nil && p.ApplyLag > 0
@@ -158,7 +131,7 @@ func TestScoreReportsStalenessPerPod(t *testing.T) {
 	if p := podOf(r, "pod-ok"); len(p.Ranks) != 1 || !p.Complete {
 		t.Fatalf("pod-ok %+v: its rank 0 alone is scored, and complete", *p)
 	}
-	close(held.release)
+	held.Release()
 	scoreUntil(t, x, q, "pod-ok caught up", func(r *Result) bool {
 		p := podOf(r, "pod-ok")
 		return p != nil && p.ApplyLag == 0 && len(p.Ranks) == 2
