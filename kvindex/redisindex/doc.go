@@ -101,6 +101,9 @@
 // writes per flush with 8 writers). Every caller still waits for its own
 // write and gets its own error, and one caller's writes are flushed in
 // order, so a pod's event stream (applied by one goroutine) keeps its order.
+// An Add/Remove of more than maxWriteKeys (4096) keys is sent as
+// consecutive writes of at most that many (one call deadline for all), so
+// one pod's huge event does not hold the shared flush.
 //
 // Memory: an entry is one record, len(pod name)+16 bytes or so (field,
 // length and epoch); each block key adds Redis' per-key overhead (dict

@@ -13,18 +13,37 @@ import (
 // Add records that pod holds keys on tier: one pipelined round trip
 // for the entries (one script run in single-node mode, one per key and node
 // in Cluster mode) plus one for the pod's counter, shared with every write
-// coalesced into the same flush (writer.go).
+// coalesced into the same flush (writer.go); that for every maxWriteKeys
+// keys.
 func (x *Index) Add(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, keys []kvindex.Key) error {
-	ctx, cancel := x.callCtx(ctx)
-	defer cancel()
-	return x.write(ctx, opAdd, model, pod, tier, keys)
+	return x.writeChunks(ctx, opAdd, model, pod, tier, keys)
 }
 
 // Remove forgets that pod holds keys on tier.
 func (x *Index) Remove(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, keys []kvindex.Key) error {
+	return x.writeChunks(ctx, opRemove, model, pod, tier, keys)
+}
+
+// maxWriteKeys bounds the keys of one write request. A larger Add or
+// Remove (a publisher may send millions of hashes in one event) goes as
+// consecutive requests of at most this many keys, so other pods' writes
+// are flushed between them instead of waiting behind one long script that
+// blocks Redis and the flush every pod's writes share (writer.go). The
+// call deadline still covers the whole Add or Remove: a huge event fails
+// at it, as before, and never holds its apply worker for longer.
+const maxWriteKeys = 4096
+
+func (x *Index) writeChunks(ctx context.Context, op writeOp, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, keys []kvindex.Key) error {
 	ctx, cancel := x.callCtx(ctx)
 	defer cancel()
-	return x.write(ctx, opRemove, model, pod, tier, keys)
+	for first := true; first || len(keys) > 0; first = false {
+		n := min(len(keys), maxWriteKeys)
+		if err := x.write(ctx, op, model, pod, tier, keys[:n]); err != nil {
+			return err
+		}
+		keys = keys[n:]
+	}
+	return nil
 }
 
 // writeOp is one of the two block writes; it names the script and the

@@ -3,6 +3,7 @@ package redisindex
 import (
 	"context"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -244,5 +245,84 @@ func TestOldLayoutKeyReplaced(t *testing.T) {
 				t.Fatalf("block key is a %s after add", typ)
 			}
 		})
+	}
+}
+
+// A write larger than maxWriteKeys goes as consecutive requests, and a
+// write of another pod queued meanwhile is flushed between them instead of
+// waiting for the whole large write: 3 x maxWriteKeys + 5 keys are 4
+// requests, and the other pod's Add, queued while the first is on the
+// wire, is flushed before the last.
+func TestLargeWriteIsChunked(t *testing.T) {
+	url, _ := startRedis(t, "single")
+	gate := newGate()
+	flushes := &flushKeys{}
+	idx, in, _ := newCountedIndex(t, url, nil, gate, flushes)
+	ctx := context.Background()
+	m := in.Model("m")
+	big, other := in.Pod("big", 0), in.Pod("other", 0)
+	keys := seqKeys(3*maxWriteKeys+5, 7<<40)
+	if err := idx.Add(ctx, m, other, kvindex.TierGPU, keys[:1]); err != nil { // warm: scripts, epochs
+		t.Fatal(err)
+	}
+	flushes.reset()
+	w0 := idx.WriteStats()
+	gate.armed.Store(true)
+	errs := make(chan error, 2)
+	go func() { errs <- idx.Add(ctx, m, big, kvindex.TierGPU, keys) }()
+	<-gate.entered // the first chunk's flush is on the wire, held
+	go func() { errs <- idx.Add(ctx, m, other, kvindex.TierGPU, keys[1:2]) }()
+	waitFor(t, "the other pod's write queued", func() bool { return idx.pendingWrites() == 1 })
+	close(gate.release)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := idx.WriteStats().Requests - w0.Requests; r != 5 {
+		t.Fatalf("%d write requests, want 5 (4 chunks and the other pod's)", r)
+	}
+	seq := flushes.get() // keys per flush, in order
+	if i, last := slices.Index(seq, 1), slices.Index(seq, 5); i < 0 || last < 0 || i > last || seq[0] != maxWriteKeys {
+		t.Fatalf("keys per flush %v: want the other pod's 1 key flushed after the first chunk and before the last 5", seq)
+	}
+	if n, err := idx.PodBlocks(ctx, big); err != nil || n != int64(len(keys)) {
+		t.Fatalf("the large write left %d blocks (%v), want %d", n, err, len(keys))
+	}
+	if n, err := idx.PodBlocks(ctx, other); err != nil || n != 2 {
+		t.Fatalf("the other pod holds %d blocks (%v), want 2", n, err)
+	}
+}
+
+// flushKeys records, for every pipeline of block scripts (a flush's first
+// pipeline, which starts with the HGET of the pods hash's version), how
+// many block keys its script runs carry together.
+type flushKeys struct {
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (f *flushKeys) reset()     { f.mu.Lock(); f.sizes = nil; f.mu.Unlock() }
+func (f *flushKeys) get() []int { f.mu.Lock(); defer f.mu.Unlock(); return slices.Clone(f.sizes) }
+
+func (f *flushKeys) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f *flushKeys) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (f *flushKeys) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "hget" {
+			n := 0
+			for _, c := range cmds[1:] {
+				if a := c.Args(); len(a) > 2 && (c.Name() == "evalsha" || c.Name() == "eval") {
+					k, _ := a[2].(int)
+					n += k
+				}
+			}
+			f.mu.Lock()
+			f.sizes = append(f.sizes, n)
+			f.mu.Unlock()
+		}
+		return next(ctx, cmds)
 	}
 }
