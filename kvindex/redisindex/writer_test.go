@@ -282,9 +282,12 @@ func TestLargeWriteIsChunked(t *testing.T) {
 	if r := idx.WriteStats().Requests - w0.Requests; r != 5 {
 		t.Fatalf("%d write requests, want 5 (4 chunks and the other pod's)", r)
 	}
-	seq := flushes.get() // keys per flush, in order
-	if i, last := slices.Index(seq, 1), slices.Index(seq, 5); i < 0 || last < 0 || i > last || seq[0] != maxWriteKeys {
-		t.Fatalf("keys per flush %v: want the other pod's 1 key flushed after the first chunk and before the last 5", seq)
+	seq := flushes.get()    // the requests' key counts of each flush, in order
+	flushOf := func(n int) int { // the flush that carries a request of n keys
+		return slices.IndexFunc(seq, func(f []int) bool { return slices.Contains(f, n) })
+	}
+	if other, last := flushOf(1), flushOf(5); other < 1 || last < 0 || other >= last || !slices.Equal(seq[0], []int{maxWriteKeys}) {
+		t.Fatalf("requests per flush %v: want the other pod's 1-key write flushed after the first chunk and before the last (5 keys)", seq)
 	}
 	if n, err := idx.PodBlocks(ctx, big); err != nil || n != int64(len(keys)) {
 		t.Fatalf("the large write left %d blocks (%v), want %d", n, err, len(keys))
@@ -295,15 +298,15 @@ func TestLargeWriteIsChunked(t *testing.T) {
 }
 
 // flushKeys records, for every pipeline of block scripts (a flush's first
-// pipeline, which starts with the HGET of the pods hash's version), how
-// many block keys its script runs carry together.
+// pipeline, which starts with the HGET of the pods hash's version), the key
+// count of each script run in it: on a single node, one run per request.
 type flushKeys struct {
-	mu    sync.Mutex
-	sizes []int
+	mu      sync.Mutex
+	flushes [][]int
 }
 
-func (f *flushKeys) reset()     { f.mu.Lock(); f.sizes = nil; f.mu.Unlock() }
-func (f *flushKeys) get() []int { f.mu.Lock(); defer f.mu.Unlock(); return slices.Clone(f.sizes) }
+func (f *flushKeys) reset()       { f.mu.Lock(); f.flushes = nil; f.mu.Unlock() }
+func (f *flushKeys) get() [][]int { f.mu.Lock(); defer f.mu.Unlock(); return slices.Clone(f.flushes) }
 
 func (f *flushKeys) DialHook(next redis.DialHook) redis.DialHook { return next }
 
@@ -312,15 +315,15 @@ func (f *flushKeys) ProcessHook(next redis.ProcessHook) redis.ProcessHook { retu
 func (f *flushKeys) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if len(cmds) > 0 && cmds[0].Name() == "hget" {
-			n := 0
+			var runs []int
 			for _, c := range cmds[1:] {
 				if a := c.Args(); len(a) > 2 && (c.Name() == "evalsha" || c.Name() == "eval") {
 					k, _ := a[2].(int)
-					n += k
+					runs = append(runs, k)
 				}
 			}
 			f.mu.Lock()
-			f.sizes = append(f.sizes, n)
+			f.flushes = append(f.flushes, runs)
 			f.mu.Unlock()
 		}
 		return next(ctx, cmds)
