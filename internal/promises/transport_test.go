@@ -331,14 +331,26 @@ func TestPromiseZMQWriteTimeout(t *testing.T) {
 	ping := []byte{0x04, 23, 4, 'P', 'I', 'N', 'G', 0, 0}
 	ping = append(ping, bytes.Repeat([]byte{'c'}, 16)...) // a 16-byte context, echoed in each PONG
 	burst := bytes.Repeat(ping, 4096)
+	// Flood until the daemon has read nothing for 3 s in a row: its PONG
+	// write blocks. (A write that times out while bytes still go through
+	// is only a daemon slow to read, on a loaded machine, and is not a
+	// stall: it would then answer every PING and never block.) A partial
+	// write is finished first, so the PINGs stay whole.
 	var stalled time.Time
-	for stalled.IsZero() {
+	for off, idle := 0, 0; idle < 3; {
 		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-		if _, err := c.Write(burst); err != nil {
-			if !isTimeout(err) {
-				t.Fatalf("write: %v", err)
+		n, err := c.Write(burst[off:])
+		off = (off + n) % len(burst)
+		switch {
+		case err != nil && !isTimeout(err):
+			t.Fatalf("write: %v", err)
+		case n > 0:
+			stalled, idle = time.Time{}, 0
+		default:
+			if stalled.IsZero() {
+				stalled = time.Now().Add(-time.Second) // the second this attempt waited
 			}
-			stalled = time.Now() // the daemon stopped reading: its PONG write blocks
+			idle++
 		}
 	}
 	eventually(t, waitLimit, "the blocked connection closed", func() string {
