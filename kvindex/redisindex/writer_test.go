@@ -282,7 +282,7 @@ func TestLargeWriteIsChunked(t *testing.T) {
 	if r := idx.WriteStats().Requests - w0.Requests; r != 5 {
 		t.Fatalf("%d write requests, want 5 (4 chunks and the other pod's)", r)
 	}
-	seq := flushes.get()    // the requests' key counts of each flush, in order
+	seq := flushes.get()         // the requests' key counts of each flush, in order
 	flushOf := func(n int) int { // the flush that carries a request of n keys
 		return slices.IndexFunc(seq, func(f []int) bool { return slices.Contains(f, n) })
 	}
