@@ -152,11 +152,15 @@ func TestPromiseApplyFairness(t *testing.T) {
 // slow index write, the socket reader waits for room, then drops the batch
 // and counts an overflow; the pod says it is incomplete ("overflow") and is
 // cleared before its next batch, so it never serves blocks it may have lost
-// the removal of. A Redis server asleep (DEBUG SLEEP) holds the worker.
+// the removal of. A Redis server asleep (DEBUG SLEEP) holds the worker: the
+// Redis URL's call_timeout is raised above the sleep, so the write waits it
+// out instead of failing after 1 s (the default deadline equals the
+// reader's 1 s wait for room, and a write failed at its deadline marks the
+// node hung, after which writes fail at once and free the queue in time).
 func TestPromiseApplyQueue(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, "--enable-debug-command", "local")
-	d := startDaemon(t, "--index", srv.URL(), "--queue-size", "1")
+	d := startDaemon(t, "--index", srv.URL()+"?call_timeout=10s", "--queue-size", "1")
 	pub := d.publisher()
 	toks := prompt(7, 2)
 	publish(t, pub, "pod-q", model, 0, stored(engineHashes(t, toks), toks))
