@@ -1,6 +1,6 @@
 // Package kvevents subscribes to the KV-cache events of vLLM and SGLang
-// engines over ZeroMQ, decodes them into engine-neutral kvindex.Batch values
-// and hands them to a kvindex.BatchSink, in order per (pod, data-parallel
+// engines over ZeroMQ, decodes them into engine-neutral event.Batch values
+// and hands them to a event.Sink, in order per (pod, data-parallel
 // rank).
 //
 // # Topologies
@@ -42,7 +42,7 @@
 // parent_block_hash are required.
 //
 // An SGLang snapshot is the cache's state at its barrier: kvindex replaces
-// what the index holds for the pod with it (kvindex.BlockSnapshot), which
+// what the index holds for the pod with it (event.BlockSnapshot), which
 // repairs lost removals. Its records carry SGLang hashes without token ids,
 // so only blocks whose BlockStored was seen (the hash -> key alias) are
 // indexed; the others are counted unkeyed. The records name no medium: they

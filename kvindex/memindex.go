@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // MemoryIndex is the in-process Index backend.
@@ -204,13 +206,13 @@ func (idx *MemoryIndex) shardOf(h uint64) *shard {
 	return &idx.shards[h>>(64-idx.shardBits)&(1<<idx.shardBits-1)]
 }
 
-func packHolder(pod PodID, epoch uint32, tier Tier) uint64 {
+func packHolder(pod PodID, epoch uint32, tier event.Tier) uint64 {
 	return uint64(pod)<<holderPodShift | uint64(epoch&epochMask)<<holderEpochShift | uint64(tier&3)<<8
 }
 
-func holderPod(h uint64) PodID    { return PodID(h>>holderPodShift) & (MaxPods - 1) }
-func holderEpoch(h uint64) uint32 { return uint32(h>>holderEpochShift) & epochMask }
-func holderTier(h uint64) Tier    { return Tier(h>>8) & 3 }
+func holderPod(h uint64) PodID       { return PodID(h>>holderPodShift) & (MaxPods - 1) }
+func holderEpoch(h uint64) uint32    { return uint32(h>>holderEpochShift) & epochMask }
+func holderTier(h uint64) event.Tier { return event.Tier(h>>8) & 3 }
 
 func valCount(v uint64) int    { return int(v & countMask >> countShift) }
 func valClass(v uint64) int    { return int(v & classMask >> classShift) }

@@ -4,20 +4,23 @@ import (
 	"context"
 	"slices"
 	"testing"
+
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 func TestMemoryIndexCapacity(t *testing.T) {
 	ctx := context.Background()
-	keys := func(base, n int) []Key {
-		ks := make([]Key, n)
+	keys := func(base, n int) []blockkeys.Key {
+		ks := make([]blockkeys.Key, n)
 		for i := range ks {
-			ks[i] = Key(base + i)
+			ks[i] = blockkeys.Key(base + i)
 		}
 		return ks
 	}
 	t.Run("evicts and counts", func(t *testing.T) {
 		idx := NewMemoryIndex(MemoryConfig{Capacity: 100})
-		if err := idx.Add(ctx, 0, 1, TierGPU, keys(0, 150)); err != nil {
+		if err := idx.Add(ctx, 0, 1, event.TierGPU, keys(0, 150)); err != nil {
 			t.Fatal(err)
 		}
 		st := idx.Stats()
@@ -43,10 +46,10 @@ func TestMemoryIndexCapacity(t *testing.T) {
 	})
 	t.Run("recently stored survive", func(t *testing.T) {
 		idx := NewMemoryIndex(MemoryConfig{Capacity: 100})
-		_ = idx.Add(ctx, 0, 1, TierGPU, keys(0, 100))
+		_ = idx.Add(ctx, 0, 1, event.TierGPU, keys(0, 100))
 		// a full sweep clears every reference bit and evicts the oldest
-		_ = idx.Add(ctx, 0, 1, TierGPU, keys(1000, 10))
-		_ = idx.Add(ctx, 0, 1, TierGPU, keys(2000, 10))
+		_ = idx.Add(ctx, 0, 1, event.TierGPU, keys(1000, 10))
+		_ = idx.Add(ctx, 0, 1, event.TierGPU, keys(2000, 10))
 		for _, k := range keys(2000, 10) {
 			if len(holdersOf(t, idx, 0, k)) == 0 {
 				t.Errorf("key %d, just stored, was evicted", k)
@@ -56,9 +59,9 @@ func TestMemoryIndexCapacity(t *testing.T) {
 	})
 	t.Run("stale holders are reclaimed, not evicted", func(t *testing.T) {
 		idx := NewMemoryIndex(MemoryConfig{Capacity: 100})
-		_ = idx.Add(ctx, 0, 1, TierGPU, keys(0, 100))
+		_ = idx.Add(ctx, 0, 1, event.TierGPU, keys(0, 100))
 		_ = idx.ClearPod(ctx, 1)
-		_ = idx.Add(ctx, 0, 2, TierGPU, keys(500, 100))
+		_ = idx.Add(ctx, 0, 2, event.TierGPU, keys(500, 100))
 		st := idx.Stats()
 		if st.Evictions != 0 || st.Entries != 100 {
 			t.Errorf("after clear: %+v, want 100 entries and no evictions", st)
@@ -70,11 +73,11 @@ func TestMemoryIndexCapacity(t *testing.T) {
 	})
 	t.Run("re-adding cleared keys at the bound", func(t *testing.T) {
 		idx := NewMemoryIndex(MemoryConfig{Capacity: 100})
-		_ = idx.Add(ctx, 0, 1, TierGPU, keys(0, 60))
-		_ = idx.Add(ctx, 0, 2, TierGPU, keys(0, 40))
+		_ = idx.Add(ctx, 0, 1, event.TierGPU, keys(0, 60))
+		_ = idx.Add(ctx, 0, 2, event.TierGPU, keys(0, 40))
 		_ = idx.ClearPod(ctx, 1)
 		_ = idx.ClearPod(ctx, 2)
-		_ = idx.Add(ctx, 0, 3, TierGPU, keys(0, 100))
+		_ = idx.Add(ctx, 0, 3, event.TierGPU, keys(0, 100))
 		for _, k := range keys(0, 100) {
 			if got := holdersOf(t, idx, 0, k); !slices.Equal(got, []Holder{{Pod: 3}}) {
 				t.Fatalf("key %d: holders %v", k, got)
@@ -88,10 +91,10 @@ func TestMemoryIndexCapacity(t *testing.T) {
 	t.Run("evicting shared keys", func(t *testing.T) {
 		idx := NewMemoryIndex(MemoryConfig{Capacity: 64})
 		for p := PodID(0); p < 4; p++ {
-			_ = idx.Add(ctx, 0, p, TierGPU, keys(0, 16))
-			_ = idx.Add(ctx, 0, p, TierCPU, keys(0, 4))
+			_ = idx.Add(ctx, 0, p, event.TierGPU, keys(0, 16))
+			_ = idx.Add(ctx, 0, p, event.TierCPU, keys(0, 4))
 		}
-		_ = idx.Add(ctx, 0, 9, TierGPU, keys(100, 40))
+		_ = idx.Add(ctx, 0, 9, event.TierGPU, keys(100, 40))
 		st := idx.Stats()
 		if st.Entries > 64 || st.Entries+st.Evictions != 4*20+40 {
 			t.Errorf("stats %+v", st)
@@ -110,11 +113,11 @@ func TestMemoryIndexCapacity(t *testing.T) {
 func TestMemoryIndexLazyReclaim(t *testing.T) {
 	ctx := context.Background()
 	idx := NewMemoryIndex(MemoryConfig{})
-	ks := []Key{1, 2, 3}
-	_ = idx.Add(ctx, 0, 1, TierGPU, ks)
-	_ = idx.Add(ctx, 0, 2, TierGPU, ks)
+	ks := []blockkeys.Key{1, 2, 3}
+	_ = idx.Add(ctx, 0, 1, event.TierGPU, ks)
+	_ = idx.Add(ctx, 0, 2, event.TierGPU, ks)
 	_ = idx.ClearPod(ctx, 1)
-	_ = idx.Add(ctx, 0, 3, TierGPU, ks)
+	_ = idx.Add(ctx, 0, 3, event.TierGPU, ks)
 	used := int64(0)
 	for i := range idx.shards {
 		used += idx.shards[i].used
@@ -124,7 +127,7 @@ func TestMemoryIndexLazyReclaim(t *testing.T) {
 	}
 	_ = idx.ClearPod(ctx, 2)
 	_ = idx.ClearPod(ctx, 3)
-	_ = idx.Remove(ctx, 0, 3, TierGPU, ks) // a write: reclaims the stale words
+	_ = idx.Remove(ctx, 0, 3, event.TierGPU, ks) // a write: reclaims the stale words
 	if st := idx.Stats(); st.Keys != 0 || st.Entries != 0 {
 		t.Errorf("after clearing every holder and touching the keys: %+v", st)
 	}

@@ -7,6 +7,9 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // TestMemoryIndexConcurrent runs writers (each owning some pods, keeping its
@@ -35,11 +38,11 @@ func TestMemoryIndexConcurrent(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
 			for s := 0; s < steps; s++ {
 				p := PodID(w*podsPerWriter + rng.IntN(podsPerWriter))
-				tier := Tier(rng.IntN(2))
+				tier := event.Tier(rng.IntN(2))
 				start := rng.IntN(nkeys)
-				ks := make([]Key, 1+rng.IntN(8))
+				ks := make([]blockkeys.Key, 1+rng.IntN(8))
 				for i := range ks {
-					ks[i] = Key((start + i) % nkeys)
+					ks[i] = blockkeys.Key((start + i) % nkeys)
 				}
 				var err error
 				switch r := rng.IntN(20); {
@@ -65,9 +68,9 @@ func TestMemoryIndexConcurrent(t *testing.T) {
 		rwg.Add(1)
 		go func() {
 			defer rwg.Done()
-			keys := make([]Key, nkeys)
+			keys := make([]blockkeys.Key, nkeys)
 			for i := range keys {
-				keys[i] = Key(i)
+				keys[i] = blockkeys.Key(i)
 			}
 			var res ScoreResult
 			var c collect
@@ -113,7 +116,7 @@ func TestMemoryIndexConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	var total int64
-	for k := Key(0); k < nkeys; k++ {
+	for k := blockkeys.Key(0); k < nkeys; k++ {
 		var want []Holder
 		for _, ref := range refs {
 			for h := range ref.holders[refKey{0, k}] {
@@ -151,23 +154,23 @@ func TestMemoryIndexConcurrentEviction(t *testing.T) {
 		go func(w int) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 3))
-			ks := make([]Key, 16)
+			ks := make([]blockkeys.Key, 16)
 			var c collect
 			for s := 0; s < 400; s++ {
 				for i := range ks {
-					ks[i] = Key(rng.IntN(500))
+					ks[i] = blockkeys.Key(rng.IntN(500))
 				}
 				p := PodID(rng.IntN(6))
 				switch rng.IntN(10) {
 				case 0:
 					_ = idx.ClearPod(ctx, p)
 				case 1, 2:
-					_ = idx.Remove(ctx, 0, p, TierGPU, ks)
+					_ = idx.Remove(ctx, 0, p, event.TierGPU, ks)
 				case 3:
 					c.got = c.got[:0]
 					_ = idx.Lookup(ctx, 0, ks, &c)
 				default:
-					if err := idx.Add(ctx, 0, p, Tier(rng.IntN(2)), ks); err != nil {
+					if err := idx.Add(ctx, 0, p, event.Tier(rng.IntN(2)), ks); err != nil {
 						t.Error(err)
 						return
 					}

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // The capacity bound holds after every single Add, also when every stored
@@ -24,7 +27,7 @@ func TestMemoryIndexCapacityAfterEveryAdd(t *testing.T) {
 			}
 			// fill exactly to the bound: nothing may be evicted yet
 			for k := int64(0); k < capacity; k++ {
-				if err := idx.Add(ctx, 0, 1, TierGPU, []Key{Key(k)}); err != nil {
+				if err := idx.Add(ctx, 0, 1, event.TierGPU, []blockkeys.Key{blockkeys.Key(k)}); err != nil {
 					t.Fatal(err)
 				}
 				check(fmt.Sprintf("fill key %d", k))
@@ -34,17 +37,17 @@ func TestMemoryIndexCapacityAfterEveryAdd(t *testing.T) {
 			}
 			// every key is referenced now; re-adding keeps it so
 			for k := int64(0); k < capacity; k++ {
-				_ = idx.Add(ctx, 0, 1, TierGPU, []Key{Key(k)})
+				_ = idx.Add(ctx, 0, 1, event.TierGPU, []blockkeys.Key{blockkeys.Key(k)})
 			}
 			// one new key at a time, from another pod and tier too
 			for k := int64(0); k < 3*capacity+5; k++ {
-				pod, tier := PodID(k%3), Tier(k%2)
-				if err := idx.Add(ctx, 0, pod, tier, []Key{Key(1_000_000 + k)}); err != nil {
+				pod, tier := PodID(k%3), event.Tier(k%2)
+				if err := idx.Add(ctx, 0, pod, tier, []blockkeys.Key{blockkeys.Key(1_000_000 + k)}); err != nil {
 					t.Fatal(err)
 				}
 				check(fmt.Sprintf("new key %d", k))
 				// the key just stored is never the one evicted for it
-				if len(holdersOf(t, idx, 0, Key(1_000_000+k))) == 0 {
+				if len(holdersOf(t, idx, 0, blockkeys.Key(1_000_000+k))) == 0 {
 					t.Fatalf("key %d evicted by its own Add", k)
 				}
 			}
@@ -66,14 +69,14 @@ func TestMemoryIndexCapacityAfterEveryAdd(t *testing.T) {
 func TestMemoryIndexAddRacingClearPod(t *testing.T) {
 	ctx := context.Background()
 	const n = 200_000
-	keys := make([]Key, n)
+	keys := make([]blockkeys.Key, n)
 	for i := range keys {
-		keys[i] = Key(i + 1)
+		keys[i] = blockkeys.Key(i + 1)
 	}
 	for attempt := 0; attempt < 50; attempt++ {
 		idx := NewMemoryIndex(MemoryConfig{Capacity: 4 * n})
 		done := make(chan error, 1)
-		go func() { done <- idx.Add(ctx, 0, 7, TierGPU, keys) }()
+		go func() { done <- idx.Add(ctx, 0, 7, event.TierGPU, keys) }()
 		// clear once the Add is under way but (likely) not finished
 		for idx.Stats().Keys < n/8 {
 			runtime.Gosched()
@@ -97,13 +100,13 @@ func TestMemoryIndexAddRacingClearPod(t *testing.T) {
 			t.Fatalf("after a clear that overtook Add: Entries %d, PodEntries %d, PodBlocks %d; want 0 (nothing is visible)",
 				st.Entries, idx.PodEntries(7), podBlocks(t, idx, 7))
 		}
-		for _, k := range []Key{keys[0], keys[n/2], keys[n-1]} {
+		for _, k := range []blockkeys.Key{keys[0], keys[n/2], keys[n-1]} {
 			if hs := holdersOf(t, idx, 0, k); len(hs) != 0 {
 				t.Fatalf("key %d still visible after the clear: %v", k, hs)
 			}
 		}
 		// the pod's next Add counts from zero
-		if err := idx.Add(ctx, 0, 7, TierGPU, keys[:10]); err != nil {
+		if err := idx.Add(ctx, 0, 7, event.TierGPU, keys[:10]); err != nil {
 			t.Fatal(err)
 		}
 		if st := idx.Stats(); st.Entries != 10 || idx.PodEntries(7) != 10 {
@@ -120,16 +123,16 @@ func TestMemoryIndexAddRacingClearPod(t *testing.T) {
 func TestMemoryIndexRemoveBadTierAndPod(t *testing.T) {
 	ctx := context.Background()
 	idx := NewMemoryIndex(MemoryConfig{})
-	if err := idx.Add(ctx, 0, 1, TierGPU, []Key{1}); err != nil {
+	if err := idx.Add(ctx, 0, 1, event.TierGPU, []blockkeys.Key{1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := idx.Remove(ctx, 0, 1, NumTiers, []Key{1}); !errors.Is(err, errBadTier) {
+	if err := idx.Remove(ctx, 0, 1, event.NumTiers, []blockkeys.Key{1}); !errors.Is(err, errBadTier) {
 		t.Errorf("Remove with tier NumTiers: err = %v", err)
 	}
-	if err := idx.Remove(ctx, 0, MaxPods, TierGPU, []Key{1}); !errors.Is(err, errBadPod) {
+	if err := idx.Remove(ctx, 0, MaxPods, event.TierGPU, []blockkeys.Key{1}); !errors.Is(err, errBadPod) {
 		t.Errorf("Remove of pod MaxPods: err = %v", err)
 	}
-	if err := idx.Remove(ctx, 0, MaxPods-1, TierGPU, []Key{1}); err != nil {
+	if err := idx.Remove(ctx, 0, MaxPods-1, event.TierGPU, []blockkeys.Key{1}); err != nil {
 		t.Errorf("Remove of pod MaxPods-1 (never indexed): err = %v", err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"slices"
 	"sync/atomic"
+
+	"github.com/kvindex/kvindex/blockkeys"
 )
 
 // The lock-free read path (see MemoryIndex for the seqlock protocol).
@@ -16,7 +18,7 @@ type lookupBuf struct {
 
 // Lookup calls v.Visit for keys in order with each key's live holders,
 // stopping at the first key without one or when Visit returns false.
-func (idx *MemoryIndex) Lookup(ctx context.Context, model ModelID, keys []Key, v Visitor) error {
+func (idx *MemoryIndex) Lookup(ctx context.Context, model ModelID, keys []blockkeys.Key, v Visitor) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}

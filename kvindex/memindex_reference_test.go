@@ -6,6 +6,9 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // refIndex is the trivial reference the randomized test compares against.
@@ -15,10 +18,10 @@ type refIndex struct {
 
 type refKey struct {
 	m ModelID
-	k Key
+	k blockkeys.Key
 }
 
-func (r *refIndex) add(m ModelID, p PodID, tier Tier, ks []Key) {
+func (r *refIndex) add(m ModelID, p PodID, tier event.Tier, ks []blockkeys.Key) {
 	for _, k := range ks {
 		rk := refKey{m, k}
 		if r.holders[rk] == nil {
@@ -28,7 +31,7 @@ func (r *refIndex) add(m ModelID, p PodID, tier Tier, ks []Key) {
 	}
 }
 
-func (r *refIndex) remove(m ModelID, p PodID, tier Tier, ks []Key) {
+func (r *refIndex) remove(m ModelID, p PodID, tier event.Tier, ks []blockkeys.Key) {
 	for _, k := range ks {
 		delete(r.holders[refKey{m, k}], Holder{p, tier})
 	}
@@ -71,10 +74,10 @@ func TestMemoryIndexMatchesReference(t *testing.T) {
 			for step := 0; step < 1500; step++ {
 				m := ModelID(rng.IntN(2))
 				p := PodID(rng.IntN(npods))
-				tier := Tier(rng.IntN(int(NumStoredTiers)))
-				ks := make([]Key, 1+rng.IntN(6))
+				tier := event.Tier(rng.IntN(int(event.NumStoredTiers)))
+				ks := make([]blockkeys.Key, 1+rng.IntN(6))
 				for i := range ks {
-					ks[i] = Key(rng.IntN(nkeys))
+					ks[i] = blockkeys.Key(rng.IntN(nkeys))
 				}
 				switch r := rng.IntN(20); {
 				case r < 11:
@@ -98,7 +101,7 @@ func TestMemoryIndexMatchesReference(t *testing.T) {
 				}
 				var total int64
 				for mm := ModelID(0); mm < 2; mm++ {
-					for k := Key(0); k < nkeys; k++ {
+					for k := blockkeys.Key(0); k < nkeys; k++ {
 						var want []Holder
 						for h := range ref.holders[refKey{mm, k}] {
 							want = append(want, h)

@@ -3,6 +3,9 @@ package kvindex
 import (
 	"context"
 	"slices"
+
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // Fused scoring: Lookup and the scorer's Visitor in one pass over the
@@ -46,7 +49,7 @@ type memScore struct {
 }
 
 // ScorePrefix implements PrefixScorer.
-func (idx *MemoryIndex) ScorePrefix(ctx context.Context, model ModelID, keys []Key, candidates []PodID, w TierWeights, res *ScoreResult) error {
+func (idx *MemoryIndex) ScorePrefix(ctx context.Context, model ModelID, keys []blockkeys.Key, candidates []PodID, w TierWeights, res *ScoreResult) error {
 	st := idx.scores.Get().(*memScore)
 	defer idx.scores.Put(st)
 	st.begin(idx, w, candidates)
@@ -130,7 +133,7 @@ func (st *memScore) begin(idx *MemoryIndex, w TierWeights, candidates []PodID) {
 // A recount looks at one pod's holders (contiguous, the lists are sorted):
 // the pod dies if none is live, or changes best tier. Every other alive
 // pod simply continues.
-func (idx *MemoryIndex) scoreWalk(ctx context.Context, model ModelID, keys []Key, st *memScore) int32 {
+func (idx *MemoryIndex) scoreWalk(ctx context.Context, model ModelID, keys []blockkeys.Key, st *memScore) int32 {
 	if ctx.Err() != nil {
 		return -1
 	}
@@ -252,7 +255,7 @@ func (st *memScore) patch(idx *MemoryIndex, i int32, g *keyHead, prevV, prevSig 
 }
 
 // start records a live holder of block 0.
-func (st *memScore) start(p PodID, t Tier) {
+func (st *memScore) start(p PodID, t event.Tier) {
 	var a *memAcc
 	if int(p) < len(st.acc) && st.acc[p].gen == st.gen {
 		a = &st.acc[p]

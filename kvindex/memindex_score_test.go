@@ -4,6 +4,9 @@ import (
 	"context"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 func TestUnmix64(t *testing.T) {
@@ -32,7 +35,7 @@ func TestScorePrefixStepsChangingSeveralHolders(t *testing.T) {
 	rng := rand.New(rand.NewPCG(2, 64))
 	for r := 0; r < 400; r++ {
 		f := &fleetBuilder{t: t, idx: NewMemoryIndex(MemoryConfig{}), ref: &refIndex{holders: map[refKey]map[Holder]bool{}}}
-		keys := []Key{Key(rng.Uint64()), Key(rng.Uint64()), Key(rng.Uint64())}
+		keys := []blockkeys.Key{blockkeys.Key(rng.Uint64()), blockkeys.Key(rng.Uint64()), blockkeys.Key(rng.Uint64())}
 		const npods = 24
 		pods := make([]PodID, npods)
 		for p := range pods {
@@ -43,7 +46,7 @@ func TestScorePrefixStepsChangingSeveralHolders(t *testing.T) {
 		// dropped or one fewer
 		held := map[Holder]bool{}
 		for range 4 + rng.IntN(12) {
-			held[Holder{Pod: PodID(rng.IntN(npods)), Tier: Tier(rng.IntN(2))}] = true
+			held[Holder{Pod: PodID(rng.IntN(npods)), Tier: event.Tier(rng.IntN(2))}] = true
 		}
 		for i, k := range keys {
 			if i > 0 {
@@ -57,7 +60,7 @@ func TestScorePrefixStepsChangingSeveralHolders(t *testing.T) {
 					drop--
 				}
 				for add > 0 {
-					h := Holder{Pod: PodID(rng.IntN(npods)), Tier: Tier(rng.IntN(2))}
+					h := Holder{Pod: PodID(rng.IntN(npods)), Tier: event.Tier(rng.IntN(2))}
 					if !held[h] {
 						held[h] = true
 						add--
@@ -65,7 +68,7 @@ func TestScorePrefixStepsChangingSeveralHolders(t *testing.T) {
 				}
 			}
 			for h := range held {
-				f.add(0, h.Pod, h.Tier, []Key{k})
+				f.add(0, h.Pod, h.Tier, []blockkeys.Key{k})
 			}
 		}
 		var res ScoreResult

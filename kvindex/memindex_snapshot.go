@@ -1,5 +1,10 @@
 package kvindex
 
+import (
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
+)
+
 // Iteration and restore for snapshots of the in-memory index (package
 // snapshot persists them). The index stores each (model, key) as key XOR
 // the model's salt, so a block's identity outside the index is that stored
@@ -10,7 +15,9 @@ package kvindex
 type SlotKey uint64
 
 // SlotKeyOf is the stored form of (model, key).
-func SlotKeyOf(model ModelID, key Key) SlotKey { return SlotKey(uint64(key) ^ modelSalt(model)) }
+func SlotKeyOf(model ModelID, key blockkeys.Key) SlotKey {
+	return SlotKey(uint64(key) ^ modelSalt(model))
+}
 
 // rangeBuf holds one shard's copy: per block its stored key, its live
 // holder count, then the holders, packed.
@@ -96,7 +103,7 @@ func (idx *MemoryIndex) RestoreBlock(k SlotKey, holders []Holder) error {
 	h := mix64(sk)
 	sh := idx.shardOf(h)
 	for _, hd := range holders {
-		if hd.Tier >= NumStoredTiers {
+		if hd.Tier >= event.NumStoredTiers {
 			return errBadTier
 		}
 		if hd.Pod >= MaxPods {

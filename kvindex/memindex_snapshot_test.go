@@ -6,20 +6,24 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/internal/testkit/race"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // collectVisitor records each key's holders.
 type collectVisitor struct{ got [][]Holder }
 
-func (c *collectVisitor) Visit(_ int, _ Key, hs []Holder) bool {
+func (c *collectVisitor) Visit(_ int, _ blockkeys.Key, hs []Holder) bool {
 	c.got = append(c.got, slices.Clone(hs))
 	return true
 }
 
-func snapHolders(t *testing.T, idx *MemoryIndex, m ModelID, k Key) []Holder {
+func snapHolders(t *testing.T, idx *MemoryIndex, m ModelID, k blockkeys.Key) []Holder {
 	t.Helper()
 	var c collectVisitor
-	if err := idx.Lookup(context.Background(), m, []Key{k}, &c); err != nil {
+	if err := idx.Lookup(context.Background(), m, []blockkeys.Key{k}, &c); err != nil {
 		t.Fatal(err)
 	}
 	if len(c.got) == 0 {
@@ -40,16 +44,16 @@ func TestRangeBlocksRestoreRoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	type mk struct {
 		m ModelID
-		k Key
+		k blockkeys.Key
 	}
 	var all []mk
 	for m := ModelID(0); m < 3; m++ {
 		for p := PodID(0); p < 12; p++ {
-			keys := make([]Key, 0, 200)
+			keys := make([]blockkeys.Key, 0, 200)
 			for range 200 {
-				keys = append(keys, Key(rng.Uint64N(3000)))
+				keys = append(keys, blockkeys.Key(rng.Uint64N(3000)))
 			}
-			tier := Tier(p) % NumStoredTiers
+			tier := event.Tier(p) % event.NumStoredTiers
 			if err := src.Add(ctx, m, p, tier, keys); err != nil {
 				t.Fatal(err)
 			}
@@ -96,23 +100,23 @@ func TestRangeBlocksRestoreRoundTrip(t *testing.T) {
 	if SlotKeyOf(1, 42) == SlotKeyOf(2, 42) {
 		t.Error("slot keys of two models collide")
 	}
-	if err := dst.RestoreBlock(1, []Holder{{Pod: 1, Tier: NumTiers}}); err == nil {
+	if err := dst.RestoreBlock(1, []Holder{{Pod: 1, Tier: event.NumTiers}}); err == nil {
 		t.Error("bad tier restored")
 	}
 }
 
 // The walk allocates per shard, not per block.
 func TestRangeBlocksAllocations(t *testing.T) {
-	if raceEnabled {
+	if race.Enabled {
 		t.Skip("allocation counts differ under -race")
 	}
 	idx := NewMemoryIndex(MemoryConfig{Capacity: 1 << 20})
-	keys := make([]Key, 50000)
+	keys := make([]blockkeys.Key, 50000)
 	for i := range keys {
-		keys[i] = Key(i * 7)
+		keys[i] = blockkeys.Key(i * 7)
 	}
 	for p := PodID(0); p < 4; p++ {
-		_ = idx.Add(context.Background(), 0, p, TierGPU, keys)
+		_ = idx.Add(context.Background(), 0, p, event.TierGPU, keys)
 	}
 	n := 0
 	allocs := testing.AllocsPerRun(3, func() {
@@ -133,7 +137,7 @@ func TestRangeBlocksConcurrentWriters(t *testing.T) {
 	go func() {
 		defer close(finished)
 		rng := rand.New(rand.NewPCG(5, 6))
-		keys := make([]Key, 64)
+		keys := make([]blockkeys.Key, 64)
 		for {
 			select {
 			case <-done:
@@ -141,16 +145,16 @@ func TestRangeBlocksConcurrentWriters(t *testing.T) {
 			default:
 			}
 			for i := range keys {
-				keys[i] = Key(rng.Uint64N(4096))
+				keys[i] = blockkeys.Key(rng.Uint64N(4096))
 			}
 			p := PodID(rng.IntN(4))
 			switch rng.IntN(10) {
 			case 0:
 				_ = idx.ClearPod(ctx, p)
 			case 1, 2, 3:
-				_ = idx.Remove(ctx, 0, p, TierGPU, keys)
+				_ = idx.Remove(ctx, 0, p, event.TierGPU, keys)
 			default:
-				_ = idx.Add(ctx, 0, p, TierGPU, keys)
+				_ = idx.Add(ctx, 0, p, event.TierGPU, keys)
 			}
 		}
 	}()
@@ -160,7 +164,7 @@ func TestRangeBlocksConcurrentWriters(t *testing.T) {
 				return fmt.Errorf("block without holders")
 			}
 			for _, h := range hs {
-				if h.Pod >= 4 || h.Tier != TierGPU {
+				if h.Pod >= 4 || h.Tier != event.TierGPU {
 					return fmt.Errorf("holder %+v", h)
 				}
 			}

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"slices"
 	"testing"
+
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // checkInvariants walks every shard (white box, so no writer may run) and
@@ -110,16 +113,16 @@ func checkInvariants(t *testing.T, idx *MemoryIndex) {
 
 type collect struct{ got [][]Holder }
 
-func (c *collect) Visit(i int, k Key, hs []Holder) bool {
+func (c *collect) Visit(i int, k blockkeys.Key, hs []Holder) bool {
 	c.got = append(c.got, slices.Clone(hs))
 	return true
 }
 
 // holdersOf returns the live holders of one key, sorted.
-func holdersOf(t *testing.T, idx Index, m ModelID, k Key) []Holder {
+func holdersOf(t *testing.T, idx Index, m ModelID, k blockkeys.Key) []Holder {
 	t.Helper()
 	var c collect
-	if err := idx.Lookup(context.Background(), m, []Key{k}, &c); err != nil {
+	if err := idx.Lookup(context.Background(), m, []blockkeys.Key{k}, &c); err != nil {
 		t.Fatal(err)
 	}
 	if len(c.got) == 0 {
@@ -150,14 +153,14 @@ func TestMemoryIndexSemantics(t *testing.T) {
 	ctx := context.Background()
 	gpu := func(p PodID) Holder { return Holder{Pod: p} }
 	type step func(t *testing.T, idx *MemoryIndex)
-	add := func(m ModelID, p PodID, tier Tier, keys ...Key) step {
+	add := func(m ModelID, p PodID, tier event.Tier, keys ...blockkeys.Key) step {
 		return func(t *testing.T, idx *MemoryIndex) {
 			if err := idx.Add(ctx, m, p, tier, keys); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	rm := func(m ModelID, p PodID, tier Tier, keys ...Key) step {
+	rm := func(m ModelID, p PodID, tier event.Tier, keys ...blockkeys.Key) step {
 		return func(t *testing.T, idx *MemoryIndex) {
 			if err := idx.Remove(ctx, m, p, tier, keys); err != nil {
 				t.Fatal(err)
@@ -173,7 +176,7 @@ func TestMemoryIndexSemantics(t *testing.T) {
 	}
 	type want struct {
 		model   ModelID
-		key     Key
+		key     blockkeys.Key
 		holders []Holder
 	}
 	cases := []struct {
@@ -183,39 +186,39 @@ func TestMemoryIndexSemantics(t *testing.T) {
 		blocks  map[PodID]int64
 		entries int64
 	}{
-		{"add", []step{add(0, 1, TierGPU, 10, 11)},
+		{"add", []step{add(0, 1, event.TierGPU, 10, 11)},
 			[]want{{0, 10, []Holder{gpu(1)}}, {0, 11, []Holder{gpu(1)}}, {0, 12, nil}},
 			map[PodID]int64{1: 2}, 2},
-		{"add is idempotent", []step{add(0, 1, TierGPU, 10), add(0, 1, TierGPU, 10, 10)},
+		{"add is idempotent", []step{add(0, 1, event.TierGPU, 10), add(0, 1, event.TierGPU, 10, 10)},
 			[]want{{0, 10, []Holder{gpu(1)}}}, map[PodID]int64{1: 1}, 1},
-		{"several pods", []step{add(0, 1, TierGPU, 10), add(0, 2, TierGPU, 10), add(0, 3, TierGPU, 10)},
+		{"several pods", []step{add(0, 1, event.TierGPU, 10), add(0, 2, event.TierGPU, 10), add(0, 3, event.TierGPU, 10)},
 			[]want{{0, 10, []Holder{gpu(1), gpu(2), gpu(3)}}}, map[PodID]int64{1: 1, 2: 1, 3: 1}, 3},
-		{"remove", []step{add(0, 1, TierGPU, 10, 11), add(0, 2, TierGPU, 10), rm(0, 1, TierGPU, 10)},
+		{"remove", []step{add(0, 1, event.TierGPU, 10, 11), add(0, 2, event.TierGPU, 10), rm(0, 1, event.TierGPU, 10)},
 			[]want{{0, 10, []Holder{gpu(2)}}, {0, 11, []Holder{gpu(1)}}}, map[PodID]int64{1: 1, 2: 1}, 2},
-		{"remove unknown is a no-op", []step{add(0, 1, TierGPU, 10), rm(0, 1, TierGPU, 99), rm(0, 2, TierGPU, 10), rm(0, 1, TierCPU, 10), rm(1, 1, TierGPU, 10)},
+		{"remove unknown is a no-op", []step{add(0, 1, event.TierGPU, 10), rm(0, 1, event.TierGPU, 99), rm(0, 2, event.TierGPU, 10), rm(0, 1, event.TierCPU, 10), rm(1, 1, event.TierGPU, 10)},
 			[]want{{0, 10, []Holder{gpu(1)}}}, map[PodID]int64{1: 1, 2: 0}, 1},
-		{"remove twice", []step{add(0, 1, TierGPU, 10), rm(0, 1, TierGPU, 10), rm(0, 1, TierGPU, 10)},
+		{"remove twice", []step{add(0, 1, event.TierGPU, 10), rm(0, 1, event.TierGPU, 10), rm(0, 1, event.TierGPU, 10)},
 			[]want{{0, 10, nil}}, map[PodID]int64{1: 0}, 0},
-		{"tiers are separate holders of one block", []step{add(0, 1, TierGPU, 10), add(0, 1, TierCPU, 10)},
-			[]want{{0, 10, []Holder{gpu(1), {Pod: 1, Tier: TierCPU}}}}, map[PodID]int64{1: 1}, 2},
-		{"removing one tier keeps the block", []step{add(0, 1, TierGPU, 10), add(0, 1, TierCPU, 10), rm(0, 1, TierGPU, 10)},
-			[]want{{0, 10, []Holder{{Pod: 1, Tier: TierCPU}}}}, map[PodID]int64{1: 1}, 1},
-		{"models are isolated", []step{add(0, 1, TierGPU, 10), add(1, 2, TierGPU, 10), rm(1, 1, TierGPU, 10)},
+		{"tiers are separate holders of one block", []step{add(0, 1, event.TierGPU, 10), add(0, 1, event.TierCPU, 10)},
+			[]want{{0, 10, []Holder{gpu(1), {Pod: 1, Tier: event.TierCPU}}}}, map[PodID]int64{1: 1}, 2},
+		{"removing one tier keeps the block", []step{add(0, 1, event.TierGPU, 10), add(0, 1, event.TierCPU, 10), rm(0, 1, event.TierGPU, 10)},
+			[]want{{0, 10, []Holder{{Pod: 1, Tier: event.TierCPU}}}}, map[PodID]int64{1: 1}, 1},
+		{"models are isolated", []step{add(0, 1, event.TierGPU, 10), add(1, 2, event.TierGPU, 10), rm(1, 1, event.TierGPU, 10)},
 			[]want{{0, 10, []Holder{gpu(1)}}, {1, 10, []Holder{gpu(2)}}, {2, 10, nil}}, map[PodID]int64{1: 1, 2: 1}, 2},
-		{"clear hides the pod", []step{add(0, 1, TierGPU, 10, 11), add(0, 2, TierGPU, 10), add(0, 1, TierCPU, 12), clr(1)},
+		{"clear hides the pod", []step{add(0, 1, event.TierGPU, 10, 11), add(0, 2, event.TierGPU, 10), add(0, 1, event.TierCPU, 12), clr(1)},
 			[]want{{0, 10, []Holder{gpu(2)}}, {0, 11, nil}, {0, 12, nil}}, map[PodID]int64{1: 0, 2: 1}, 1},
-		{"re-add after clear", []step{add(0, 1, TierGPU, 10, 11), clr(1), add(0, 1, TierGPU, 11, 12)},
+		{"re-add after clear", []step{add(0, 1, event.TierGPU, 10, 11), clr(1), add(0, 1, event.TierGPU, 11, 12)},
 			[]want{{0, 10, nil}, {0, 11, []Holder{gpu(1)}}, {0, 12, []Holder{gpu(1)}}}, map[PodID]int64{1: 2}, 2},
-		{"remove after clear is a no-op", []step{add(0, 1, TierGPU, 10), clr(1), rm(0, 1, TierGPU, 10)},
+		{"remove after clear is a no-op", []step{add(0, 1, event.TierGPU, 10), clr(1), rm(0, 1, event.TierGPU, 10)},
 			[]want{{0, 10, nil}}, map[PodID]int64{1: 0}, 0},
-		{"clear of an unknown pod", []step{clr(7), add(0, 7, TierGPU, 10)},
+		{"clear of an unknown pod", []step{clr(7), add(0, 7, event.TierGPU, 10)},
 			[]want{{0, 10, []Holder{gpu(7)}}}, map[PodID]int64{7: 1}, 1},
-		{"dp ranks are separate pods", []step{add(0, 4, TierGPU, 10), add(0, 5, TierGPU, 10), clr(4)},
+		{"dp ranks are separate pods", []step{add(0, 4, event.TierGPU, 10), add(0, 5, event.TierGPU, 10), clr(4)},
 			[]want{{0, 10, []Holder{gpu(5)}}}, map[PodID]int64{4: 0, 5: 1}, 1},
-		{"key zero and max key", []step{add(0, 1, TierGPU, 0, ^Key(0))},
-			[]want{{0, 0, []Holder{gpu(1)}}, {0, ^Key(0), []Holder{gpu(1)}}}, map[PodID]int64{1: 2}, 2},
-		{"high pod id", []step{add(0, MaxPods-1, TierExternal, 10)},
-			[]want{{0, 10, []Holder{{Pod: MaxPods - 1, Tier: TierExternal}}}}, map[PodID]int64{MaxPods - 1: 1}, 1},
+		{"key zero and max key", []step{add(0, 1, event.TierGPU, 0, ^blockkeys.Key(0))},
+			[]want{{0, 0, []Holder{gpu(1)}}, {0, ^blockkeys.Key(0), []Holder{gpu(1)}}}, map[PodID]int64{1: 2}, 2},
+		{"high pod id", []step{add(0, MaxPods-1, event.TierExternal, 10)},
+			[]want{{0, 10, []Holder{{Pod: MaxPods - 1, Tier: event.TierExternal}}}}, map[PodID]int64{MaxPods - 1: 1}, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -244,24 +247,24 @@ func TestMemoryIndexSemantics(t *testing.T) {
 func TestMemoryIndexBadInput(t *testing.T) {
 	ctx := context.Background()
 	idx := NewMemoryIndex(MemoryConfig{})
-	if err := idx.Add(ctx, 0, 1, NumTiers, []Key{1}); err == nil {
+	if err := idx.Add(ctx, 0, 1, event.NumTiers, []blockkeys.Key{1}); err == nil {
 		t.Error("Add with an invalid tier succeeded")
 	}
 	// the shared tier is credited at query time, never stored: its 2-bit
 	// packing would otherwise read back as GPU
-	if err := idx.Add(ctx, 0, 1, TierShared, []Key{1}); err == nil {
+	if err := idx.Add(ctx, 0, 1, event.TierShared, []blockkeys.Key{1}); err == nil {
 		t.Error("Add on the shared tier succeeded")
 	}
-	if err := idx.Remove(ctx, 0, 1, Tier(9), []Key{1}); err == nil {
+	if err := idx.Remove(ctx, 0, 1, event.Tier(9), []blockkeys.Key{1}); err == nil {
 		t.Error("Remove with an invalid tier succeeded")
 	}
-	if err := idx.Add(ctx, 0, MaxPods, TierGPU, []Key{1}); err == nil {
+	if err := idx.Add(ctx, 0, MaxPods, event.TierGPU, []blockkeys.Key{1}); err == nil {
 		t.Error("Add with a pod id beyond MaxPods succeeded")
 	}
 	if err := idx.ClearPod(ctx, MaxPods); err == nil {
 		t.Error("ClearPod beyond MaxPods succeeded")
 	}
-	if err := idx.Add(ctx, 0, 1, TierGPU, nil); err != nil {
+	if err := idx.Add(ctx, 0, 1, event.TierGPU, nil); err != nil {
 		t.Errorf("Add of no keys: %v", err)
 	}
 	if st := idx.Stats(); st.Entries != 0 || st.Keys != 0 {
@@ -269,7 +272,7 @@ func TestMemoryIndexBadInput(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := idx.Lookup(cctx, 0, []Key{1}, &collect{}); !errors.Is(err, context.Canceled) {
+	if err := idx.Lookup(cctx, 0, []blockkeys.Key{1}, &collect{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Lookup with a cancelled context: %v", err)
 	}
 }
@@ -280,7 +283,7 @@ type stopAfter struct {
 	seen []int
 }
 
-func (s *stopAfter) Visit(i int, k Key, hs []Holder) bool {
+func (s *stopAfter) Visit(i int, k blockkeys.Key, hs []Holder) bool {
 	s.seen = append(s.seen, i)
 	return len(s.seen) < s.n
 }
@@ -288,16 +291,16 @@ func (s *stopAfter) Visit(i int, k Key, hs []Holder) bool {
 func TestMemoryIndexLookupStops(t *testing.T) {
 	ctx := context.Background()
 	idx := NewMemoryIndex(MemoryConfig{})
-	_ = idx.Add(ctx, 0, 1, TierGPU, []Key{1, 2, 3, 5})
-	_ = idx.Add(ctx, 0, 2, TierGPU, []Key{4})
+	_ = idx.Add(ctx, 0, 1, event.TierGPU, []blockkeys.Key{1, 2, 3, 5})
+	_ = idx.Add(ctx, 0, 2, event.TierGPU, []blockkeys.Key{4})
 	_ = idx.ClearPod(ctx, 2)
 	s := &stopAfter{n: 100}
-	_ = idx.Lookup(ctx, 0, []Key{1, 2, 3, 4, 5}, s)
+	_ = idx.Lookup(ctx, 0, []blockkeys.Key{1, 2, 3, 4, 5}, s)
 	if !slices.Equal(s.seen, []int{0, 1, 2}) {
 		t.Errorf("visited %v, want [0 1 2]: key 4 has only a cleared holder", s.seen)
 	}
 	s = &stopAfter{n: 2}
-	_ = idx.Lookup(ctx, 0, []Key{1, 2, 3}, s)
+	_ = idx.Lookup(ctx, 0, []blockkeys.Key{1, 2, 3}, s)
 	if !slices.Equal(s.seen, []int{0, 1}) {
 		t.Errorf("visited %v, want [0 1]: the visitor asked to stop", s.seen)
 	}

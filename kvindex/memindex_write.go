@@ -1,14 +1,19 @@
 package kvindex
 
-import "context"
+import (
+	"context"
+
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
+)
 
 // The write path: Add and Remove walk their keys, taking each key's shard
 // lock for one change; the table work itself lives in memindex_shard.go.
 
 // Add records that pod holds keys on tier. Adding a held (key, pod, tier)
 // again changes nothing but its recency.
-func (idx *MemoryIndex) Add(ctx context.Context, model ModelID, pod PodID, tier Tier, keys []Key) error {
-	if tier >= NumStoredTiers {
+func (idx *MemoryIndex) Add(ctx context.Context, model ModelID, pod PodID, tier event.Tier, keys []blockkeys.Key) error {
+	if tier >= event.NumStoredTiers {
 		return errBadTier
 	}
 	if pod >= MaxPods {
@@ -70,8 +75,8 @@ func (idx *MemoryIndex) Add(ctx context.Context, model ModelID, pod PodID, tier 
 const writeAhead = 4
 
 // Remove forgets that pod holds keys on tier. Unknown keys are ignored.
-func (idx *MemoryIndex) Remove(ctx context.Context, model ModelID, pod PodID, tier Tier, keys []Key) error {
-	if tier >= NumStoredTiers {
+func (idx *MemoryIndex) Remove(ctx context.Context, model ModelID, pod PodID, tier event.Tier, keys []blockkeys.Key) error {
+	if tier >= event.NumStoredTiers {
 		return errBadTier
 	}
 	if pod >= MaxPods {

@@ -7,9 +7,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kvindex/kvindex/applier"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvevents/zmtp"
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // LimitsConfig bounds what publishers on the ZMQ port can make the daemon
@@ -31,7 +31,7 @@ type LimitsConfig struct {
 	MaxDigestCaches     int      `json:"max_digest_caches" yaml:"max_digest_caches"`
 	MaxAliasTables      int      `json:"max_alias_tables" yaml:"max_alias_tables"`
 	MaxSessionsPerPod   int      `json:"max_sessions_per_pod" yaml:"max_sessions_per_pod"`
-	// PodShare is nil for the backend's default: kvindex.DefaultPodShare
+	// PodShare is nil for the backend's default: applier.DefaultPodShare
 	// with the in-memory index, none with Redis (which has no per-pod
 	// accounting; a share set explicitly there is a start-up error).
 	PodShare *int `json:"pod_share" yaml:"pod_share"`
@@ -50,9 +50,9 @@ func defaultLimits() LimitsConfig {
 		MaxModels:           kvevents.DefaultMaxModels,
 		MaxDPRanks:          kvevents.DefaultMaxDPRanks,
 		PodExpiry:           Duration(kvevents.DefaultPodExpiry),
-		MaxDigestCaches:     kvindex.DefaultMaxDigestCaches,
-		MaxAliasTables:      kvindex.DefaultMaxAliasTables,
-		MaxSessionsPerPod:   kvindex.DefaultSessionsPerPod,
+		MaxDigestCaches:     applier.DefaultMaxDigestCaches,
+		MaxAliasTables:      applier.DefaultMaxAliasTables,
+		MaxSessionsPerPod:   applier.DefaultSessionsPerPod,
 	}
 }
 
@@ -76,7 +76,7 @@ func limitFlags(fs *flag.FlagSet, l *LimitsConfig) {
 	fs.IntVar(&l.MaxSessionsPerPod, "max-sessions-per-pod", l.MaxSessionsPerPod, "sessions remembered per pod from vLLM's BlockStored.session_id, "+
 		"the least recently stored forgotten first (kvindexd_session_evictions_total); 0 = not remembered")
 	fs.Var(podShareFlag{&l.PodShare}, "pod-share", fmt.Sprintf("one pod holds at most capacity/N entries of the in-memory index (0 = no per-pod bound; "+
-		"auto = %d in memory, none with Redis; Redis has no per-pod accounting, so a number there fails at start)", kvindex.DefaultPodShare))
+		"auto = %d in memory, none with Redis; Redis has no per-pod accounting, so a number there fails at start)", applier.DefaultPodShare))
 }
 
 func (l *LimitsConfig) validate() error {
@@ -111,19 +111,19 @@ func (l *LimitsConfig) subscriber(c *kvevents.Config) {
 
 // applier applies the limits to the applier; memory tells the backend,
 // which decides the pod share's default.
-func (l *LimitsConfig) applier(memory bool) kvindex.ApplierLimits {
+func (l *LimitsConfig) applier(memory bool) applier.Limits {
 	share := 0
 	switch {
 	case l.PodShare != nil:
 		share = *l.PodShare
 	case memory:
-		share = kvindex.DefaultPodShare
+		share = applier.DefaultPodShare
 	}
 	sessions := l.MaxSessionsPerPod
 	if sessions == 0 {
 		sessions = -1 // off (0 is the applier's default)
 	}
-	return kvindex.ApplierLimits{MaxDigestCaches: l.MaxDigestCaches, MaxAliasTables: l.MaxAliasTables, PodShare: share,
+	return applier.Limits{MaxDigestCaches: l.MaxDigestCaches, MaxAliasTables: l.MaxAliasTables, PodShare: share,
 		SessionsPerPod: sessions}
 }
 
