@@ -1,6 +1,6 @@
 // Package kvindex is the block index: the Index contract (which pods hold
 // which block keys, on which tier), the interner that turns pod and model
-// names into small integers, the in-memory backend (memindex_*.go) and the
+// names into small integers, the in-memory backend (memory_*.go) and the
 // scorer that turns an index lookup into each pod's longest cached prefix.
 // The Redis backend is its subpackage redisindex.
 //

@@ -51,10 +51,10 @@ import (
 // keys differ by exactly the salts' XOR, as unlikely as two blocks of one
 // model colliding in the engine's own 64-bit keys.
 //
-// Files: memindex.go holds this type, its configuration and the per-pod
-// epochs and counters; memindex_write.go the write path (Add, Remove);
-// memindex_read.go the lock-free read path (Lookup); memindex_shard.go a
-// shard's table, arena and eviction; memindex_score.go fused scoring.
+// Files: memory.go holds this type, its configuration and the per-pod
+// epochs and counters; memory_write.go the write path (Add, Remove);
+// memory_read.go the lock-free read path (Lookup); memory_shard.go a
+// shard's table, arena and eviction; memory_score.go fused scoring.
 type MemoryIndex struct {
 	shards    []shard
 	shardBits uint

@@ -8,7 +8,7 @@ import (
 )
 
 // The write path: Add and Remove walk their keys, taking each key's shard
-// lock for one change; the table work itself lives in memindex_shard.go.
+// lock for one change; the table work itself lives in memory_shard.go.
 
 // Add records that pod holds keys on tier. Adding a held (key, pod, tier)
 // again changes nothing but its recency.

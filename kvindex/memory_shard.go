@@ -10,7 +10,7 @@ import (
 // arena holding the chunks its slots point to, the seqlock that lets readers
 // copy both without a lock, and the CLOCK hand that evicts when the shard is
 // at its share of the capacity. Readers use only the atomic fields (see
-// memindex_read.go); everything else belongs to the writer holding mu.
+// memory_read.go); everything else belongs to the writer holding mu.
 type shard struct {
 	// read by lock-free readers
 	seq   atomic.Uint64            // odd while a writer is changing the shard
