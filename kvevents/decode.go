@@ -53,11 +53,11 @@ func (e *EventError) Unwrap() error { return e.Err }
 
 var errUnknownEvent = errors.New("unknown event type")
 
-// Decode parses one msgpack payload (a vLLM or SGLang KVEventBatch) into b:
-// Timestamp, DPRank and Events are set; Pod, Model, Engine and Seq are left
-// for the caller (they come from the topic and frames). Both engines put the
-// same batch on the wire; engine only changes how byte-string hashes are
-// reduced to 64 bits (see normaliseHashBytes).
+// Decode parses one msgpack payload (a vLLM, SGLang or TensorRT-LLM
+// KVEventBatch) into b: Timestamp, DPRank and Events are set; Pod, Model,
+// Engine and Seq are left for the caller (they come from the topic and
+// frames). The engines put the same batch on the wire; engine only changes
+// how byte-string hashes are reduced to 64 bits (see normaliseHashBytes).
 //
 // Accepted batch shapes: [ts, events], [ts, events, dp_rank|nil, ...] and a
 // map {"ts", "events", "data_parallel_rank"|"attn_dp_rank"|"dp_rank"}.

@@ -1,7 +1,7 @@
-// Package kvevents subscribes to the KV-cache events of vLLM and SGLang
-// engines over ZeroMQ, decodes them into engine-neutral event.Batch values
-// and hands them to a event.Sink, in order per (pod, data-parallel
-// rank).
+// Package kvevents subscribes to the KV-cache events of vLLM, SGLang and
+// TensorRT-LLM engines over ZeroMQ, decodes them into engine-neutral
+// event.Batch values and hands them to an event.Sink, in order per
+// (pod, data-parallel rank).
 //
 // # Topologies
 //

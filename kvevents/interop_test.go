@@ -14,7 +14,7 @@ import (
 
 // Interop tests drive hack/kvpublisher.py: real libzmq (Debian python3-zmq)
 // and the reference msgpack implementation (python3-msgpack), publishing the
-// way vLLM and SGLang do. They skip only when /usr/bin/python3 lacks those
+// way vLLM, SGLang and TensorRT-LLM do. They skip only when /usr/bin/python3 lacks those
 // modules; set KVINDEX_REQUIRE_INTEROP=1 (CI does) to fail instead.
 
 func requireInterop(t *testing.T) {

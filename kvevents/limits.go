@@ -74,8 +74,8 @@ func printable(name []byte) string {
 }
 
 // seqVerdict says what a sequence number that does not follow last means.
-// vLLM and SGLang number a publisher's batches 0, 1, 2, ... from process
-// start, so a restarted engine starts again near 0: a backward jump to a low
+// vLLM, SGLang and TensorRT-LLM number a publisher's batches 0, 1, 2, ...
+// from process start, so a restarted engine starts again near 0: a backward jump to a low
 // value (below restartLowSeq or half of last) is a restart and clears the
 // pod. An equal number is the same batch again (a duplicate), and a backward
 // jump that stays high is a batch from the past (two publishers on one
