@@ -1,0 +1,90 @@
+package mooncake
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/sim"
+)
+
+func tinyTrace(t *testing.T) []sim.Request {
+	t.Helper()
+	trace, err := sim.ReadTraceFile("../../sim/testdata/mooncake/synthetic_trace.jsonl.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return trace
+}
+
+// tinyConfig evicts: 8 workers of 256 blocks against a few hundred
+// requests of ~30 blocks, doubled in length and copied twice.
+func tinyConfig(tokens bool) Config {
+	cfg := DefaultConfig()
+	cfg.Shape = Shape{Workers: 8, LengthFactor: 2, DupFactor: 2, Seed: 42, MaxRequests: 300}
+	cfg.Capacity = 256
+	cfg.Tokens = tokens
+	return cfg
+}
+
+func TestEnginePrefixClosedLRU(t *testing.T) {
+	e := NewEngine(4)
+	var st Step
+	e.Run([]uint64{1, 2, 3}, &st)
+	if len(st.Runs) != 1 || st.Runs[0] != (Run{0, 3}) || len(st.Evicted) != 0 {
+		t.Fatalf("first request: %+v", st)
+	}
+	e.Run([]uint64{1, 2, 4, 5}, &st) // needs 2 new blocks, 1 free: evicts the leaf 3, not its parents
+	if len(st.Evicted) != 1 || st.Evicted[0] != 3 || len(st.Runs) != 1 || st.Runs[0] != (Run{2, 4}) {
+		t.Fatalf("second request: %+v", st)
+	}
+	e.Run([]uint64{6}, &st) // the least recent is now the leaf 5
+	if len(st.Evicted) != 1 || st.Evicted[0] != 5 || e.Resident() != 4 || !e.Holds(1) || !e.Holds(2) || !e.Holds(4) {
+		t.Fatalf("third request: %+v, resident %d", st, e.Resident())
+	}
+}
+
+// TestReplayCountsAgree runs a tiny open-loop replay with each query input
+// and checks that what the index holds is exactly what the mock engines
+// hold, that every operation completed and that queries found blocks.
+func TestReplayCountsAgree(t *testing.T) {
+	trace := tinyTrace(t)
+	for _, tokens := range []bool{false, true} {
+		c, err := Build(trace, tinyConfig(tokens))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tot := c.Totals
+		if tot.Requests != 600 || tot.RemovedBlocks == 0 || tot.StoredEvents == 0 {
+			t.Fatalf("tokens=%v: corpus does not evict or is not the trace: %+v", tokens, tot)
+		}
+		resident := int64(0)
+		for _, n := range c.Resident {
+			resident += int64(n)
+		}
+		if tot.StoredBlocks-tot.RemovedBlocks != resident {
+			t.Fatalf("tokens=%v: stored %d - removed %d != resident %d", tokens, tot.StoredBlocks, tot.RemovedBlocks, resident)
+		}
+		r, err := Replay(context.Background(), c, RunConfig{Window: 200 * time.Millisecond, EventWorkers: 2, QueryLanes: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.DecodeErrors != 0 || !r.GeneratorValid {
+			t.Fatalf("tokens=%v: decode errors %d, issue span %v for window %v", tokens, r.DecodeErrors, r.IssueSpan, r.Window)
+		}
+		if r.IndexEntries != resident {
+			t.Errorf("tokens=%v: index holds %d entries, the engines %d blocks", tokens, r.IndexEntries, resident)
+		}
+		for w, n := range c.Resident {
+			if r.PodEntries[w] != int64(n) {
+				t.Errorf("tokens=%v: worker %d: index %d, engine %d", tokens, w, r.PodEntries[w], n)
+			}
+		}
+		if r.QueriesMatched == 0 {
+			t.Errorf("tokens=%v: none of %d queries matched", tokens, tot.Requests)
+		}
+		if r.Service.P50 <= 0 || r.Elapsed <= 0 {
+			t.Errorf("tokens=%v: no timings: %+v", tokens, r)
+		}
+	}
+}
