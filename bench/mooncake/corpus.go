@@ -51,9 +51,9 @@ func (c Config) KeyConfig() blockkeys.KeyConfig {
 // request (a find_matches) or one event (BlockStored or BlockRemoved); a
 // block op is one block hash in a request or in an event.
 type Totals struct {
-	Requests, StoredEvents, RemovedEvents     int64
+	Requests, StoredEvents, RemovedEvents      int64
 	RequestBlocks, StoredBlocks, RemovedBlocks int64
-	Batches                                   int64 // event batches (one vLLM message per request that changed its engine's pool)
+	Batches                                    int64 // event batches (one vLLM message per request that changed its engine's pool)
 }
 
 // Logical is requests + stored + removed events.
