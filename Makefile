@@ -35,7 +35,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: all build kvindexd docs run test test-deps test-short bench compare lint proto demo loadgen fetch-tokenizers fuzz clean image helm-check manifests mutation mutation-ci mutation-diff mutation-wiring helm-bin
+.PHONY: all build kvindexd docs run test test-deps test-short bench mooncake mooncake-short compare lint proto demo loadgen fetch-tokenizers fuzz clean image helm-check manifests mutation mutation-ci mutation-diff mutation-wiring helm-bin
 
 all: build
 
@@ -96,6 +96,21 @@ test-short:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+# The Mooncake open-loop replay, Dynamo mooncake_bench's method (the Flash
+# Indexer's yardstick; docs/performance.md#the-mooncake-replay): the full
+# sweep at GOMAXPROCS 1 and 2 with block hashes and with token ids (minutes,
+# ~4 GB of memory), ending in the table the doc shows. MOONCAKE_ARGS adds
+# flags (go run ./hack/mooncakebench -h). mooncake-short is the same harness
+# on a tiny slice of the synthetic trace in seconds: CI runs it to catch
+# breakage (it fails when the index does not hold exactly what the mock
+# engines hold), its figures mean nothing.
+MOONCAKE_ARGS ?=
+mooncake:
+	$(GO) run ./hack/mooncakebench $(MOONCAKE_ARGS)
+
+mooncake-short:
+	$(GO) run ./hack/mooncakebench -short $(MOONCAKE_ARGS)
 
 # kvindex next to github.com/llm-d/llm-d-kv-cache on the same fixtures
 # (bench/compare, its own module: never part of build or test). The peer comes

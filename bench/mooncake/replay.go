@@ -3,6 +3,7 @@ package mooncake
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"runtime"
 	"slices"
 	"strconv"
@@ -36,7 +37,9 @@ type Result struct {
 	Window    time.Duration
 	Elapsed   time.Duration // start to the last completion
 	IssueSpan time.Duration // start to the last operation handed to its lane
-	CPU       time.Duration // process CPU time during the replay (issuer and GC included)
+	// CPU is the process's CPU time during the replay without the
+	// issuer's thread (GC and the lanes included); IssuerCPU the issuer's.
+	CPU, IssuerCPU time.Duration
 	Totals    Totals
 	// GeneratorValid: every operation was issued within 1.01 x Window.
 	// KeptUp additionally: everything completed within 1.10 x Window.
@@ -127,6 +130,9 @@ func (l *lane) close() {
 	default:
 	}
 }
+
+// timerSlack is how early the issuer stops sleeping before a deadline.
+const timerSlack = 1500 * time.Microsecond
 
 // Replay runs c open-loop against a fresh indexer: every operation is handed
 // to its lane at its deadline whether or not earlier ones finished. Events
@@ -277,16 +283,28 @@ func Replay(ctx context.Context, c *Corpus, rc RunConfig) (*Result, error) {
 		}()
 	}
 
-	// The issuer: this goroutine, sleeping to each deadline.
-	var ru0 cpuTime
+	// The issuer: this goroutine on its own thread (so its CPU time can be
+	// told apart), sleeping to within a timer's slack of each deadline and
+	// yielding the rest of the way: a timer alone wakes late by up to a
+	// millisecond, and every late operation would be issued late.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var ru0, is0 cpuTime
 	ru0.read()
+	is0.readThread()
 	start := now() + int64(5*time.Millisecond)
 	window := int64(rc.Window)
 	var lastIssue int64
 	for i, o := range c.ops {
-		dl := start + int64((uint64(o.pos)*uint64(window))>>32)
+		hi, lo := bits.Mul64(uint64(o.pos), uint64(window))
+		dl := start + int64(hi<<32|lo>>32)
 		if t := now(); t < dl {
-			time.Sleep(time.Duration(dl - t))
+			if dl-t > int64(timerSlack) {
+				time.Sleep(time.Duration(dl-t) - timerSlack)
+			}
+			for now() < dl {
+				runtime.Gosched()
+			}
 		}
 		if o.kind == opQuery {
 			sched[o.idx] = dl
@@ -299,11 +317,13 @@ func Replay(ctx context.Context, c *Corpus, rc RunConfig) (*Result, error) {
 	for i := range lanes {
 		lanes[i].close()
 	}
+	var is1 cpuTime
+	is1.readThread()
 	wg.Wait()
 	var ru1 cpuTime
 	ru1.read()
 
-	r := &Result{Window: rc.Window, Totals: c.Totals, CPU: ru1.sub(ru0),
+	r := &Result{Window: rc.Window, Totals: c.Totals, CPU: ru1.sub(ru0) - is1.sub(is0), IssuerCPU: is1.sub(is0),
 		Elapsed: time.Duration(lastDone.Load() - start), IssueSpan: time.Duration(lastIssue - start),
 		QueriesMatched: matched.Load(), DecodeErrors: decodeErrs.Load()}
 	r.GeneratorValid = r.IssueSpan <= r.Window*101/100 && r.DecodeErrors == 0

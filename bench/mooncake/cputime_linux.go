@@ -1,0 +1,3 @@
+package mooncake
+
+const rusageThread = 1 // RUSAGE_THREAD

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package mooncake
+
+import "syscall"
+
+const rusageThread = syscall.RUSAGE_SELF
