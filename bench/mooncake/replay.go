@@ -40,7 +40,7 @@ type Result struct {
 	// CPU is the process's CPU time during the replay without the
 	// issuer's thread (GC and the lanes included); IssuerCPU the issuer's.
 	CPU, IssuerCPU time.Duration
-	Totals    Totals
+	Totals         Totals
 	// GeneratorValid: every operation was issued within 1.01 x Window.
 	// KeptUp additionally: everything completed within 1.10 x Window.
 	GeneratorValid, KeptUp bool
