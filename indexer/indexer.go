@@ -113,8 +113,10 @@ type Indexer struct {
 	// until it has been cleared, and its entries are not served meanwhile.
 	trusted func(kvindex.PodID) bool
 	pick    *picker
-	storage storageSources
-	m       *metrics
+	// podOrder ranks pod names for ordering answers (score.go).
+	podOrder nameOrder
+	storage  storageSources
+	m        *metrics
 	// gate holds back pods loaded from a snapshot (restore.go).
 	gate restoreGate
 	log  *slog.Logger

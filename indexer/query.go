@@ -186,6 +186,9 @@ type Result struct {
 	ranks   []RankScore
 	entries []rankEntry
 	byName  map[string]int
+	names   []string        // entries' pod names
+	ids     []kvindex.PodID // entries' pods
+	order   []podKey
 	// nameFilter, when set, keeps only these pod names (a pods filter naming
 	// pods this process has not interned yet, on a shared index).
 	nameFilter []string

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvindex/kvindex/blockkeys"
@@ -76,7 +78,7 @@ func (x *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 	if err := x.lookupAll(ctx, modelID, r.keys, &r.ek, cands, &r.res); err != nil {
 		return err
 	}
-	r.aggregate(x.in, x.trusted)
+	r.aggregate(x.in, x.trusted, &x.podOrder)
 	if q.SessionID != "" {
 		x.preferSession(q.SessionID, r)
 	}
@@ -253,29 +255,83 @@ func (x *Indexer) tokenKeys(keys *[]blockkeys.Key, h *blockkeys.Hasher, tokens [
 // aggregate folds the scorer's per-(pod, rank) results into one entry per
 // pod name, leaving out pods trusted rejects: the best rank decides the
 // pod's match, every matching rank is listed.
-func (r *Result) aggregate(in *kvindex.Interner, trusted func(kvindex.PodID) bool) {
-	if r.byName == nil {
-		r.byName = make(map[string]int)
-	}
+func (r *Result) aggregate(in *kvindex.Interner, trusted func(kvindex.PodID) bool, order *nameOrder) {
+	names := in.PodNames()
 	blockSize := int64(r.BlockSize)
-	r.entries = r.entries[:0]
+	r.entries, r.names, r.ids = r.entries[:0], r.names[:0], r.ids[:0]
+	single := true // every entry is rank 0, so each is a different pod name
 	for _, ps := range r.res.Pods {
 		if !trusted(ps.Pod) {
 			continue // its entries may predate a lost removal
 		}
-		name, rank := in.PodName(ps.Pod)
+		name, rank := names.Name(ps.Pod)
 		if r.nameFilter != nil && !slices.Contains(r.nameFilter, name) {
 			continue
 		}
+		single = single && rank == 0
+		e := rankEntry{pod: len(r.names), RankScore: RankScore{DPRank: rank, MatchedBlocks: ps.MatchedBlocks, Score: ps.Score}}
+		copy(e.Tiers[:], ps.TierBlocks[:])
+		r.entries = append(r.entries, e)
+		r.names = append(r.names, name)
+		r.ids = append(r.ids, ps.Pod)
+	}
+	if !single {
+		r.aggregateRanks(blockSize)
+		return
+	}
+	// One rank per pod: sort small keys instead of PodResults, names
+	// compared by their precomputed order, then build the pods in order.
+	nameRank := order.ranks(names)
+	r.order = r.order[:0]
+	for i := range r.entries {
+		e := &r.entries[i]
+		r.order = append(r.order, podKey{score: e.Score, blocks: e.MatchedBlocks, name: nameRank[r.ids[i]], entry: int32(i)})
+	}
+	slices.SortFunc(r.order, func(a, b podKey) int {
+		if c := cmp.Compare(b.score, a.score); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(b.blocks, a.blocks); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.name, b.name)
+	})
+	for _, k := range r.order {
+		r.ranks = append(r.ranks, r.entries[k.entry].RankScore)
+	}
+	// Sub-slices are taken only after r.ranks stopped growing.
+	for j, k := range r.order {
+		best := &r.ranks[j]
+		r.Pods = append(r.Pods, PodResult{Pod: r.names[k.entry], Ranks: r.ranks[j : j+1 : j+1],
+			MatchedBlocks: best.MatchedBlocks, MatchedTokens: int64(best.MatchedBlocks) * blockSize,
+			Score: best.Score, Tiers: best.Tiers})
+	}
+}
+
+// podKey is a pod's place in the answer's order.
+type podKey struct {
+	score  float64
+	blocks int
+	name   uint32 // the pod name's place in name order
+	entry  int32
+}
+
+// aggregateRanks is aggregate for answers where some pod has ranks other
+// than 0: the ranks of one pod name are grouped under one PodResult.
+func (r *Result) aggregateRanks(blockSize int64) {
+	if r.byName == nil {
+		r.byName = make(map[string]int)
+	}
+	for j := range r.entries {
+		e := &r.entries[j]
+		name := r.names[e.pod]
 		i, ok := r.byName[name]
 		if !ok {
 			i = len(r.Pods)
 			r.byName[name] = i
 			r.Pods = append(r.Pods, PodResult{Pod: name})
 		}
-		e := rankEntry{pod: i, RankScore: RankScore{DPRank: rank, MatchedBlocks: ps.MatchedBlocks, Score: ps.Score}}
-		copy(e.Tiers[:], ps.TierBlocks[:])
-		r.entries = append(r.entries, e)
+		e.pod = i
 	}
 	slices.SortFunc(r.entries, func(a, b rankEntry) int {
 		if c := cmp.Compare(a.pod, b.pod); c != 0 {
@@ -310,6 +366,45 @@ func (r *Result) aggregate(in *kvindex.Interner, trusted func(kvindex.PodID) boo
 		}
 		return cmp.Compare(a.Pod, b.Pod)
 	})
+}
+
+// nameOrder is every interned pod's place in the order of pod names (then
+// DP ranks), rebuilt when pods were interned since: answers sort pods by
+// name among equal scores, and comparing two integers is cheaper than
+// comparing two names.
+type nameOrder struct {
+	mu  sync.Mutex
+	cur atomic.Pointer[[]uint32]
+}
+
+// ranks returns the order of every pod in names (and maybe more).
+func (o *nameOrder) ranks(names kvindex.PodNames) []uint32 {
+	if p := o.cur.Load(); p != nil && len(*p) >= names.Len() {
+		return *p
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if p := o.cur.Load(); p != nil && len(*p) >= names.Len() {
+		return *p
+	}
+	ids := make([]kvindex.PodID, names.Len())
+	for i := range ids {
+		ids[i] = kvindex.PodID(i)
+	}
+	slices.SortFunc(ids, func(a, b kvindex.PodID) int {
+		an, ar := names.Name(a)
+		bn, br := names.Name(b)
+		if c := cmp.Compare(an, bn); c != 0 {
+			return c
+		}
+		return cmp.Compare(ar, br)
+	})
+	rank := make([]uint32, len(ids))
+	for pos, id := range ids {
+		rank[id] = uint32(pos)
+	}
+	o.cur.Store(&rank)
+	return rank
 }
 
 // compareRank orders ranks best first: score, then blocks, then lower rank.

@@ -72,6 +72,30 @@ func (in *Interner) PodName(id PodID) (name string, dpRank int) {
 	return "", 0
 }
 
+// PodNames is a read-only view of the pods interned when it was taken, for
+// resolving many ids without a lock per id. Interning only appends, so the
+// view never changes; a pod interned later is not in it.
+type PodNames struct{ names []podName }
+
+// PodNames returns the current view.
+func (in *Interner) PodNames() PodNames {
+	in.mu.RLock()
+	defer in.mu.RUnlock()
+	return PodNames{in.podNames}
+}
+
+// Len is the number of pods in the view: every id below it resolves.
+func (v PodNames) Len() int { return len(v.names) }
+
+// Name is PodName within the view.
+func (v PodNames) Name(id PodID) (name string, dpRank int) {
+	if int(id) < len(v.names) {
+		k := v.names[id]
+		return k.name, k.dpRank
+	}
+	return "", 0
+}
+
 // PodsNamed returns the ids of every DP rank seen for name, in interning
 // order. The slice is a copy the caller may keep.
 func (in *Interner) PodsNamed(name string) []PodID {
