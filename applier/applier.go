@@ -155,6 +155,7 @@ type podState struct {
 	aliasOwner *limitState
 	overShare  bool            // logged that the pod reached its PodShare
 	keys       []blockkeys.Key // scratch for Add/Remove
+	removing   []blockkeys.Key // keys of the current run of BlockRemoved events (removed.go)
 	buf        []byte          // scratch for serialisation
 	hintFinal  bool            // the parity hint names a definite cause
 	// everMatched: some block of this pod matched, so a mismatch means unseen
@@ -305,14 +306,31 @@ func (a *Applier) Apply(ctx context.Context, b *event.Batch) {
 		d.recoveries++
 		a.log.Info("pod cleared after index error; trusted again, rebuilding from new events", "pod", ps.name, "dp_rank", ps.rank)
 	}
-	for i := range b.Events {
+	// A run of BlockRemoved events on one medium is removed from the index
+	// in one call when the run ends (removed.go); its events count as
+	// applied then.
+	removing, removingTier := 0, event.Tier(0)
+	for i := 0; i <= len(b.Events); i++ {
+		if removing > 0 && (i == len(b.Events) || b.Events[i].Kind != event.BlockRemoved || b.Events[i].Medium != removingTier) {
+			if err := a.flushRemoved(ctx, ps, removingTier, &d); err != nil {
+				a.indexError(ps, b, i-1, err, &d)
+				break
+			}
+			d.events[event.BlockRemoved] += uint64(removing)
+			removing = 0
+		}
+		if i == len(b.Events) {
+			break
+		}
 		ev := &b.Events[i]
 		var err error
 		switch ev.Kind {
 		case event.BlockStored:
 			err = a.stored(ctx, ps, b.Engine, ev, &d)
 		case event.BlockRemoved:
-			err = a.removed(ctx, ps, b.Engine, ev, &d)
+			a.removed(ps, b.Engine, ev, &d)
+			removing, removingTier = removing+1, ev.Medium
+			continue
 		case event.AllBlocksCleared:
 			if err = a.idx.ClearPod(ctx, ps.id); err == nil {
 				a.sessions.forget(ps.id)
@@ -326,13 +344,20 @@ func (a *Applier) Apply(ctx context.Context, b *event.Batch) {
 			continue // decoders do not produce other kinds; nothing to apply
 		}
 		if err != nil {
-			d.indexErrors++
-			ps.untrusted = true
-			a.log.Warn("index error: pod marked untrusted, rest of batch dropped; it is cleared and rebuilt on its next batch",
-				"pod", ps.name, "dp_rank", ps.rank, "event", ev.Kind.String(), "dropped_events", len(b.Events)-i-1, "err", err)
+			a.indexError(ps, b, i, err, &d)
 			break
 		}
 		d.events[ev.Kind]++
 	}
+	ps.removing = ps.removing[:0]
 	a.finish(ps, b, &d, start, wasUntrusted)
+}
+
+// indexError marks the pod untrusted after the index failed on event i:
+// the rest of the batch is dropped, the pod cleared on its next batch.
+func (a *Applier) indexError(ps *podState, b *event.Batch, i int, err error, d *batchDelta) {
+	d.indexErrors++
+	ps.untrusted = true
+	a.log.Warn("index error: pod marked untrusted, rest of batch dropped; it is cleared and rebuilt on its next batch",
+		"pod", ps.name, "dp_rank", ps.rank, "event", b.Events[i].Kind.String(), "dropped_events", len(b.Events)-i-1, "err", err)
 }

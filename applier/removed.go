@@ -28,22 +28,25 @@ func (a *Applier) snapshot(ctx context.Context, ps *podState, ev *event.Event, d
 	return a.addStored(ctx, ps, ev, keys, d)
 }
 
-func (a *Applier) removed(ctx context.Context, ps *podState, engine blockkeys.Engine, ev *event.Event, d *batchDelta) error {
+// removed queues the keys ev removes from the index in ps.removing; the
+// caller removes them (flushRemoved) once the run of BlockRemoved events
+// on one medium ends, so an eviction sweep of one-block events costs one
+// index call, whose misses overlap, instead of one per block.
+func (a *Applier) removed(ps *podState, engine blockkeys.Engine, ev *event.Event, d *batchDelta) {
 	bounds, bit := ps.removeGroup(ev)
 	switch {
 	case ev.Remote:
 		d.remote += uint64(len(ev.BlockHashes))
-		return nil
+		return
 	case !bounds:
 		d.groupSkipped += uint64(len(ev.BlockHashes))
-		return nil
+		return
 	}
 	if ev.HasRemainingCopies && !ps.copiesAuthority {
 		// The engine counts copies itself: ours are no longer needed.
 		ps.copies.release()
 		ps.copiesAuthority, ps.copies = true, nil
 	}
-	keys := ps.keys[:0]
 	for i, eh := range ev.BlockHashes {
 		k := blockkeys.Key(eh)
 		if ps.alias != nil {
@@ -57,13 +60,18 @@ func (a *Applier) removed(ctx context.Context, ps *podState, engine blockkeys.En
 		if a.keepOnRemove(ps, engine, ev, i, bit, k, d) {
 			continue
 		}
-		keys = append(keys, k)
+		ps.removing = append(ps.removing, k)
 	}
-	ps.keys = keys
+}
+
+// flushRemoved removes the queued keys from tier.
+func (a *Applier) flushRemoved(ctx context.Context, ps *podState, tier event.Tier, d *batchDelta) error {
+	keys := ps.removing
+	ps.removing = keys[:0]
 	if len(keys) == 0 {
 		return nil
 	}
-	if err := a.idx.Remove(ctx, ps.modelID, ps.id, ev.Medium, keys); err != nil {
+	if err := a.idx.Remove(ctx, ps.modelID, ps.id, tier, keys); err != nil {
 		return err
 	}
 	d.removed += uint64(len(keys))
