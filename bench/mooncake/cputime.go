@@ -6,12 +6,12 @@ import (
 )
 
 // cpuTime is the process's user + system CPU time.
-type cpuTime struct{ t time.Duration }
+type cpuTime struct{ t, sys time.Duration }
 
 func (c *cpuTime) read() {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		c.t = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		c.t, c.sys = time.Duration(ru.Utime.Nano()+ru.Stime.Nano()), time.Duration(ru.Stime.Nano())
 	}
 }
 

@@ -40,6 +40,9 @@ type Result struct {
 	// CPU is the process's CPU time during the replay without the
 	// issuer's thread (GC and the lanes included); IssuerCPU the issuer's.
 	CPU, IssuerCPU time.Duration
+	// SysCPU is the kernel's part of the process's CPU time (page faults
+	// of freshly allocated tables, futex wake-ups).
+	SysCPU time.Duration
 	Totals         Totals
 	// GeneratorValid: every operation was issued within 1.01 x Window.
 	// KeptUp additionally: everything completed within 1.10 x Window.
@@ -323,7 +326,7 @@ func Replay(ctx context.Context, c *Corpus, rc RunConfig) (*Result, error) {
 	var ru1 cpuTime
 	ru1.read()
 
-	r := &Result{Window: rc.Window, Totals: c.Totals, CPU: ru1.sub(ru0) - is1.sub(is0), IssuerCPU: is1.sub(is0),
+	r := &Result{Window: rc.Window, Totals: c.Totals, CPU: ru1.sub(ru0) - is1.sub(is0), IssuerCPU: is1.sub(is0), SysCPU: ru1.sys - ru0.sys,
 		Elapsed: time.Duration(lastDone.Load() - start), IssueSpan: time.Duration(lastIssue - start),
 		QueriesMatched: matched.Load(), DecodeErrors: decodeErrs.Load()}
 	r.GeneratorValid = r.IssueSpan <= r.Window*101/100 && r.DecodeErrors == 0

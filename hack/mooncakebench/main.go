@@ -261,10 +261,10 @@ func printRun(procs int, frac float64, r *mooncake.Result) {
 
 func summary(r *mooncake.Result) string {
 	return fmt.Sprintf("offered %s / achieved %s logical ops/s, offered %s / achieved %s block ops/s, "+
-		"elapsed %v, issue span %v, kept up %v, service p50/p99 %s/%s, end-to-end p99 %s, CPU %.2fs, %d/%d queries matched",
+		"elapsed %v, issue span %v, kept up %v, service p50/p99 %s/%s, end-to-end p99 %s, CPU %.2fs (kernel %.2fs), %d/%d queries matched",
 		si(r.OfferedLogical()), si(r.AchievedLogical()), si(r.OfferedBlocks()), si(r.AchievedBlocks()),
 		r.Elapsed.Round(time.Millisecond), r.IssueSpan.Round(time.Millisecond), r.KeptUp,
-		us(r.Service.P50), us(r.Service.P99), us(r.EndToEnd.P99), r.CPU.Seconds(), r.QueriesMatched, r.Totals.Requests)
+		us(r.Service.P50), us(r.Service.P99), us(r.EndToEnd.P99), r.CPU.Seconds(), r.SysCPU.Seconds(), r.QueriesMatched, r.Totals.Requests)
 }
 
 // printTable is the result a reader compares across machines: per
