@@ -29,6 +29,10 @@ type Config struct {
 	Tokens bool
 	// Algo is the engines' --prefix-caching-hash-algo for Tokens.
 	Algo blockkeys.HashAlgo
+	// CopyCounts makes every BlockRemoved carry remaining_copy_counts (0:
+	// a pool holds one copy of a block), so the applier need not count
+	// copies itself (docs/wire-formats.md).
+	CopyCounts bool
 }
 
 // DefaultConfig is mooncake_bench as the Flash Indexer post ran it
@@ -161,7 +165,11 @@ func Build(trace []sim.Request, cfg Config) (*Corpus, error) {
 				hashes = append(hashes, keys.key(id))
 			}
 			for i := range st.Evicted {
-				evs = append(evs, event.Event{Kind: event.BlockRemoved, BlockHashes: hashes[i : i+1 : i+1], Medium: event.TierGPU})
+				ev := event.Event{Kind: event.BlockRemoved, BlockHashes: hashes[i : i+1 : i+1], Medium: event.TierGPU}
+				if cfg.CopyCounts {
+					ev.RemainingCopies, ev.HasRemainingCopies = zeroCopies, true
+				}
+				evs = append(evs, ev)
 			}
 			for _, run := range st.Runs {
 				from := len(hashes)
@@ -207,6 +215,8 @@ func Build(trace []sim.Request, cfg Config) (*Corpus, error) {
 	})
 	return c, nil
 }
+
+var zeroCopies = []uint32{0}
 
 func cmpU32(a, b uint32) int {
 	switch {

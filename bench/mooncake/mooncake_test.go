@@ -49,8 +49,11 @@ func TestEnginePrefixClosedLRU(t *testing.T) {
 // hold, that every operation completed and that queries found blocks.
 func TestReplayCountsAgree(t *testing.T) {
 	trace := tinyTrace(t)
-	for _, tokens := range []bool{false, true} {
-		c, err := Build(trace, tinyConfig(tokens))
+	for _, v := range []struct{ tokens, copies bool }{{false, false}, {true, false}, {false, true}} {
+		tokens := v.tokens
+		cfg := tinyConfig(tokens)
+		cfg.CopyCounts = v.copies
+		c, err := Build(trace, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,8 +72,9 @@ func TestReplayCountsAgree(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.DecodeErrors != 0 || !r.GeneratorValid {
-			t.Fatalf("tokens=%v: decode errors %d, issue span %v for window %v", tokens, r.DecodeErrors, r.IssueSpan, r.Window)
+		// Whether it kept up depends on the machine; what it applied does not.
+		if r.DecodeErrors != 0 {
+			t.Fatalf("tokens=%v: %d decode errors", tokens, r.DecodeErrors)
 		}
 		if r.IndexEntries != resident {
 			t.Errorf("tokens=%v: index holds %d entries, the engines %d blocks", tokens, r.IndexEntries, resident)

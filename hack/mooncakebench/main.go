@@ -49,6 +49,7 @@ func run() error {
 	seed := flag.Uint64("seed", def.Seed, "seed of the request-to-worker draw (--seed)")
 	maxReq := flag.Int("max-requests", 0, "use only the first N trace requests (0 = all)")
 	algo := flag.String("algo", string(def.Algo), "engines' hash algorithm for -input tokens")
+	copyCounts := flag.Bool("copy-counts", false, "engines send remaining_copy_counts with each removal (the applier then keeps no copy counts)")
 	input := flag.String("input", "both", "query input: hashes (block hashes given, as find_matches), tokens (token ids, keys computed by the indexer) or both")
 	procs := flag.String("procs", "1,2", "GOMAXPROCS values to run, comma-separated")
 	eventWorkers := flag.Int("event-workers", 0, "event apply workers (0 = GOMAXPROCS, the daemon's default)")
@@ -69,6 +70,7 @@ func run() error {
 		return err
 	}
 	cfg.Algo = a
+	cfg.CopyCounts = *copyCounts
 	fractions := mooncake.DefaultFractions
 	if *short {
 		*tracePath = "sim/testdata/mooncake/synthetic_trace.jsonl.gz"
