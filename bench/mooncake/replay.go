@@ -43,7 +43,7 @@ type Result struct {
 	// SysCPU is the kernel's part of the process's CPU time (page faults
 	// of freshly allocated tables, futex wake-ups).
 	SysCPU time.Duration
-	Totals         Totals
+	Totals Totals
 	// GeneratorValid: every operation was issued within 1.01 x Window.
 	// KeptUp additionally: everything completed within 1.10 x Window.
 	GeneratorValid, KeptUp bool
