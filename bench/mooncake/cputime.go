@@ -15,13 +15,4 @@ func (c *cpuTime) read() {
 	}
 }
 
-// readThread reads the calling thread's CPU time (Linux; elsewhere the
-// process's, which only makes the issuer's share look larger).
-func (c *cpuTime) readThread() {
-	var ru syscall.Rusage
-	if syscall.Getrusage(rusageThread, &ru) == nil {
-		c.t = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
-}
-
 func (c cpuTime) sub(o cpuTime) time.Duration { return c.t - o.t }

@@ -37,9 +37,11 @@ type Result struct {
 	Window    time.Duration
 	Elapsed   time.Duration // start to the last completion
 	IssueSpan time.Duration // start to the last operation handed to its lane
-	// CPU is the process's CPU time during the replay without the
-	// issuer's thread (GC and the lanes included); IssuerCPU the issuer's.
-	CPU, IssuerCPU time.Duration
+	// CPU is the process's CPU time during the replay: the lanes, GC and
+	// the issuer, which yields in a loop while it waits for a deadline
+	// less than a timer's slack away (so it is busy whenever the lanes
+	// leave the core idle).
+	CPU time.Duration
 	// SysCPU is the kernel's part of the process's CPU time (page faults
 	// of freshly allocated tables, futex wake-ups).
 	SysCPU time.Duration
@@ -286,15 +288,13 @@ func Replay(ctx context.Context, c *Corpus, rc RunConfig) (*Result, error) {
 		}()
 	}
 
-	// The issuer: this goroutine on its own thread (so its CPU time can be
-	// told apart), sleeping to within a timer's slack of each deadline and
-	// yielding the rest of the way: a timer alone wakes late by up to a
-	// millisecond, and every late operation would be issued late.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var ru0, is0 cpuTime
+	// The issuer: this goroutine, sleeping to within a timer's slack of
+	// each deadline and yielding the rest of the way (a timer alone wakes
+	// up to a millisecond late, and every late operation would be issued
+	// late). It is not locked to a thread: a locked goroutine that yields
+	// hands its core to another thread and back, a futex call each way.
+	var ru0 cpuTime
 	ru0.read()
-	is0.readThread()
 	start := now() + int64(5*time.Millisecond)
 	window := int64(rc.Window)
 	var lastIssue int64
@@ -320,13 +320,11 @@ func Replay(ctx context.Context, c *Corpus, rc RunConfig) (*Result, error) {
 	for i := range lanes {
 		lanes[i].close()
 	}
-	var is1 cpuTime
-	is1.readThread()
 	wg.Wait()
 	var ru1 cpuTime
 	ru1.read()
 
-	r := &Result{Window: rc.Window, Totals: c.Totals, CPU: ru1.sub(ru0) - is1.sub(is0), IssuerCPU: is1.sub(is0), SysCPU: ru1.sys - ru0.sys,
+	r := &Result{Window: rc.Window, Totals: c.Totals, CPU: ru1.sub(ru0), SysCPU: ru1.sys - ru0.sys,
 		Elapsed: time.Duration(lastDone.Load() - start), IssueSpan: time.Duration(lastIssue - start),
 		QueriesMatched: matched.Load(), DecodeErrors: decodeErrs.Load()}
 	r.GeneratorValid = r.IssueSpan <= r.Window*101/100 && r.DecodeErrors == 0

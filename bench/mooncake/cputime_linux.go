@@ -1,3 +1,0 @@
-package mooncake
-
-const rusageThread = 1 // RUSAGE_THREAD
