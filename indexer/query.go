@@ -189,6 +189,8 @@ type Result struct {
 	names   []string        // entries' pod names
 	ids     []kvindex.PodID // entries' pods
 	order   []podKey
+	bits    []uint64 // orderByName's bitmap over name places, zero between calls
+	byPlace []podKey // orderByName: a run's keys by name place
 	// nameFilter, when set, keeps only these pod names (a pods filter naming
 	// pods this process has not interned yet, on a shared index).
 	nameFilter []string

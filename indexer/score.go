@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"math/bits"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -287,15 +288,7 @@ func (r *Result) aggregate(in *kvindex.Interner, trusted func(kvindex.PodID) boo
 		e := &r.entries[i]
 		r.order = append(r.order, podKey{score: e.Score, blocks: e.MatchedBlocks, name: nameRank[r.ids[i]], entry: int32(i)})
 	}
-	slices.SortFunc(r.order, func(a, b podKey) int {
-		if c := cmp.Compare(b.score, a.score); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(b.blocks, a.blocks); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.name, b.name)
-	})
+	r.orderByName(len(nameRank))
 	for _, k := range r.order {
 		r.ranks = append(r.ranks, r.entries[k.entry].RankScore)
 	}
@@ -305,6 +298,66 @@ func (r *Result) aggregate(in *kvindex.Interner, trusted func(kvindex.PodID) boo
 		r.Pods = append(r.Pods, PodResult{Pod: r.names[k.entry], Ranks: r.ranks[j : j+1 : j+1],
 			MatchedBlocks: best.MatchedBlocks, MatchedTokens: int64(best.MatchedBlocks) * blockSize,
 			Score: best.Score, Tiers: best.Tiers})
+	}
+}
+
+// orderByName puts r.order in the answer's order: score and blocks
+// descending, then pod name. The scorer's answer comes in score and blocks
+// order already (kvindex.ScoreResult) and leaving pods out keeps it, so only
+// each run of equal score and blocks is ordered by name: a long run (many
+// pods holding the same prefix) by a bitmap over the n name places, a short
+// one by insertion.
+func (r *Result) orderByName(n int) {
+	o := r.order
+	byScore := func(a, b *podKey) int {
+		if c := cmp.Compare(b.score, a.score); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.blocks, a.blocks)
+	}
+	for i := 1; i < len(o); i++ {
+		if byScore(&o[i-1], &o[i]) > 0 { // not the scorer's order: sort it all
+			slices.SortFunc(o, func(a, b podKey) int {
+				if c := byScore(&a, &b); c != 0 {
+					return c
+				}
+				return cmp.Compare(a.name, b.name)
+			})
+			return
+		}
+	}
+	for a := 0; a < len(o); {
+		b := a + 1
+		for b < len(o) && byScore(&o[a], &o[b]) == 0 {
+			b++
+		}
+		run := o[a:b]
+		a = b
+		if len(run) <= 32 {
+			for i := 1; i < len(run); i++ {
+				for j := i; j > 0 && run[j].name < run[j-1].name; j-- {
+					run[j], run[j-1] = run[j-1], run[j]
+				}
+			}
+			continue
+		}
+		if len(r.bits) < (n+63)/64 {
+			r.bits = make([]uint64, (n+63)/64)
+		}
+		if len(r.byPlace) < n {
+			r.byPlace = make([]podKey, n)
+		}
+		for _, k := range run {
+			r.bits[k.name/64] |= 1 << (k.name % 64)
+			r.byPlace[k.name] = k
+		}
+		out := run[:0]
+		for w := range r.bits[:(n+63)/64] {
+			for word := r.bits[w]; word != 0; word &= word - 1 {
+				out = append(out, r.byPlace[w*64+bits.TrailingZeros64(word)])
+			}
+			r.bits[w] = 0
+		}
 	}
 }
 
