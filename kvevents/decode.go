@@ -222,11 +222,12 @@ func decodeEventOrPacked(r *reader, engine blockkeys.Engine, ev *event.Event, es
 	if err != nil {
 		return "", err
 	}
-	inner := reader{b: raw}
+	inner := reader{b: raw, hashes: r.hashes}
 	if c, err := inner.peek(); err == nil && isBinCode(c) {
 		return "", errors.New("packed event holds bytes again")
 	}
 	tag, err := decodeEvent(&inner, engine, ev, es)
+	r.hashes = inner.hashes
 	if err == nil && inner.remaining() != 0 {
 		err = fmt.Errorf("%d trailing bytes after packed event", inner.remaining())
 	}

@@ -405,3 +405,29 @@ func TestParseTopic(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeEvictionSweepAllocs: one-block BlockRemoved events (an engine's
+// eviction sweep, one event per block) share the message's hash arena, so
+// decoding them allocates per 64 events, not per event (per block).
+func TestDecodeEvictionSweepAllocs(t *testing.T) {
+	b := &event.Batch{Timestamp: 1}
+	for i := 0; i < 256; i++ {
+		b.Events = append(b.Events, event.Event{Kind: event.BlockRemoved, BlockHashes: []uint64{uint64(i) << 40}, Medium: event.TierGPU})
+	}
+	p, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{MapForm: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out event.Batch
+	allocs := testing.AllocsPerRun(20, func() {
+		if _, err := Decode(p, blockkeys.EngineVLLM, &out); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if len(out.Events) != 256 || out.Events[255].BlockHashes[0] != 255<<40 || out.Events[0].BlockHashes[0] != 0 {
+		t.Fatalf("decoded %d events, last %v", len(out.Events), out.Events[len(out.Events)-1].BlockHashes)
+	}
+	if allocs > 256/hashArenaChunk+2 {
+		t.Errorf("%v allocations for 256 one-block events, want at most %d", allocs, 256/hashArenaChunk+2)
+	}
+}

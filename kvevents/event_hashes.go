@@ -11,6 +11,14 @@ import (
 
 // Block hashes and token ids as the engines send them.
 
+// Events of at most smallHashes hashes take theirs from the message's
+// arena, allocated hashArenaChunk hashes (512 bytes) at a time; larger ones
+// get a slice of their own, of exactly their size.
+const (
+	smallHashes    = 8
+	hashArenaChunk = 64
+)
+
 func decodeHashes(r *reader, engine blockkeys.Engine) ([]uint64, error) {
 	if r.nextNil() {
 		return nil, nil
@@ -19,7 +27,20 @@ func decodeHashes(r *reader, engine blockkeys.Engine) ([]uint64, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]uint64, n)
+	var out []uint64
+	if n > smallHashes {
+		out = make([]uint64, n)
+	} else {
+		// A few hashes (an eviction sweep publishes one BlockRemoved per
+		// block) share a chunk of the message's arena: one allocation per
+		// hashArenaChunk of them instead of one per event.
+		if cap(r.hashes)-len(r.hashes) < n {
+			r.hashes = make([]uint64, 0, hashArenaChunk)
+		}
+		start := len(r.hashes)
+		r.hashes = r.hashes[:start+n]
+		out = r.hashes[start : start+n : start+n]
+	}
 	b := r.b
 	for i := range out {
 		// Fast path: vLLM's default hashes are mostly 9-byte uint64s.

@@ -21,6 +21,10 @@ type reader struct {
 	b     []byte
 	p     int
 	elems int // array elements declared so far (MaxElementsPerMessage)
+	// hashes is the message's arena for the hashes of small events
+	// (decodeHashes): a message of one-block BlockRemoved events (an
+	// eviction sweep) allocates once per 64 of them, not once per event.
+	hashes []uint64
 }
 
 // ErrTooManyElements: the payload declares more than MaxElementsPerMessage
