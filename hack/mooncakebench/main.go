@@ -322,6 +322,7 @@ func fmtFracs(fs []float64) string {
 }
 
 func writeHeapProfile(path string) {
+	runtime.GC() // the profile shows allocations as of the last GC
 	f, err := os.Create(path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mooncakebench:", err)
