@@ -274,14 +274,15 @@ func summary(r *mooncake.Result) string {
 // the query service at 50% and 90% of it, and the index's memory.
 func printTable(rows []row) {
 	fmt.Println()
-	fmt.Println("| GOMAXPROCS | query input | saturation logical ops/s (per core) | saturation block ops/s (per core) | overloaded achieved block ops/s | service p50 / p99 at 50% | service p50 / p99 at 90% | index entries, heap |")
-	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Println("| GOMAXPROCS | query input | saturation logical ops/s (per core) | saturation block ops/s (per core) | same, the post's unit: request + stored blocks (per core) | overloaded achieved block ops/s | service p50 / p99 at 50% | service p50 / p99 at 90% | index entries, heap |")
+	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, r := range rows {
 		s := r.sat
 		p := float64(r.procs)
-		fmt.Printf("| %d | %s | %s (%s) | %s (%s) | %s | %s / %s us | %s / %s us | %s, %.0f MB (%.0f B/entry) |\n",
+		post := float64(s.Totals.BlogBlocks()) / s.Window.Seconds()
+		fmt.Printf("| %d | %s | %s (%s) | %s (%s) | %s (%s) | %s | %s / %s us | %s / %s us | %s, %.0f MB (%.0f B/entry) |\n",
 			r.procs, inputName(r.tokens), si(s.OfferedLogical()), si(s.OfferedLogical()/p), si(s.OfferedBlocks()), si(s.OfferedBlocks()/p),
-			si(r.peak.AchievedBlocks()),
+			si(post), si(post/p), si(r.peak.AchievedBlocks()),
 			us(r.half.Service.P50), us(r.half.Service.P99), us(r.ninety.Service.P50), us(r.ninety.Service.P99),
 			si(float64(s.IndexEntries)), float64(s.HeapBytes)/1e6, float64(s.HeapBytes)/float64(max(s.IndexEntries, 1)))
 	}
