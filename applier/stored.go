@@ -122,8 +122,13 @@ func (a *Applier) blockKeys(ps *podState, engine blockkeys.Engine, ev *event.Eve
 			// an extra key we cannot serialise (OpaqueExtraKey, ...)
 			reason = unverifiedExtraKeys
 		}
-		// Not computable here; the chain may resume if we know this block.
-		parentOK, plen = ps.dc.get(eh, &parent), dlen
+		// Not computable here; the chain may resume if we know this block,
+		// unless nothing in this event can be verified (no token ids, ...):
+		// then no later block needs it, and the lookup is a cache miss per
+		// block for nothing.
+		if base == unverifiedNone {
+			parentOK, plen = ps.dc.get(eh, &parent), dlen
+		}
 		if !bsWrong {
 			d.unverify(reason, 1) // a block-size mismatch is counted once, in verifiable
 		}
