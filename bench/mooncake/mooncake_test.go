@@ -2,6 +2,7 @@ package mooncake
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -90,5 +91,41 @@ func TestReplayCountsAgree(t *testing.T) {
 		if r.Service.P50 <= 0 || r.Elapsed <= 0 {
 			t.Errorf("tokens=%v: no timings: %+v", tokens, r)
 		}
+	}
+}
+
+// TestPartitionFactors pins mooncake_bench's trace transforms: the length
+// factor turns hash id h into h*f .. h*f+f-1 (shared prefixes stay shared,
+// f times longer), the duplication factor adds copies whose ids are offset
+// by the expanded id space, disjoint from the original.
+func TestPartitionFactors(t *testing.T) {
+	trace := []sim.Request{{Timestamp: 0, HashIDs: []uint64{0, 1, 2}}, {Timestamp: 1, HashIDs: []uint64{0, 1, 3, 4}}}
+	w, err := Partition(trace, Shape{Workers: 1, LengthFactor: 2, DupFactor: 2, Seed: 42})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got [][]uint64
+	for _, r := range w[0] {
+		got = append(got, r.HashIDs)
+	}
+	want := [][]uint64{{0, 1, 2, 3, 4, 5}, {10, 11, 12, 13, 14, 15}, {0, 1, 2, 3, 6, 7, 8, 9}, {10, 11, 12, 13, 16, 17, 18, 19}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	w, err = Partition(trace, Shape{Workers: 4, LengthFactor: 1, DupFactor: 8, Seed: 42})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, reqs := range w {
+		for i := 1; i < len(reqs); i++ {
+			if reqs[i].Timestamp < reqs[i-1].Timestamp {
+				t.Fatalf("a worker's requests are not in time order")
+			}
+		}
+		n += len(reqs)
+	}
+	if n != 16 {
+		t.Fatalf("%d requests dealt, want 16", n)
 	}
 }
