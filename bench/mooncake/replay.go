@@ -136,8 +136,21 @@ func (l *lane) close() {
 	}
 }
 
-// timerSlack is how early the issuer stops sleeping before a deadline.
-const timerSlack = 1500 * time.Microsecond
+// yieldEvery is how much work a lane does between yields: the issuer's
+// timer wakes it on some core, where it waits for a lane to yield or be
+// preempted (10 ms), and every operation it has not handed over yet is
+// late by that much.
+const yieldEvery = int64(50 * time.Microsecond)
+
+// yieldNow yields when a lane has worked yieldEvery since it last did
+// (last), and returns when it last yielded.
+func yieldNow(last, t int64) int64 {
+	if t-last < yieldEvery {
+		return last
+	}
+	runtime.Gosched()
+	return t
+}
 
 // Replay runs c open-loop against a fresh indexer: every operation is handed
 // to its lane at its deadline whether or not earlier ones finished. Events
@@ -221,7 +234,7 @@ func Replay(ctx context.Context, c *Corpus, rc RunConfig) (*Result, error) {
 		go func() {
 			defer wg.Done()
 			var b event.Batch
-			var done int64
+			var done, lastYield int64
 			for {
 				n := l.next(done)
 				if n < 0 {
@@ -235,7 +248,7 @@ func Replay(ctx context.Context, c *Corpus, rc RunConfig) (*Result, error) {
 					}
 					b.Pod, b.Model, b.Engine, b.Seq = pods[o.worker], Model, blockkeys.EngineVLLM, uint64(o.idx)
 					sink.Apply(ctx, &b)
-					runtime.Gosched() // let the issuer in at GOMAXPROCS 1
+					lastYield = yieldNow(lastYield, now())
 				}
 				doneAt(now())
 			}
@@ -252,7 +265,7 @@ func Replay(ctx context.Context, c *Corpus, rc RunConfig) (*Result, error) {
 				q.Kind = indexer.InputTokens
 			}
 			var toks []uint32
-			var done int64
+			var done, lastYield int64
 			var hits int64
 			for {
 				n := l.next(done)
@@ -280,7 +293,7 @@ func Replay(ctx context.Context, c *Corpus, rc RunConfig) (*Result, error) {
 					if err == nil && len(res.Pods) > 0 && res.Pods[0].MatchedBlocks > 0 {
 						hits++
 					}
-					runtime.Gosched()
+					lastYield = yieldNow(lastYield, t1)
 				}
 				doneAt(now())
 			}
@@ -288,11 +301,13 @@ func Replay(ctx context.Context, c *Corpus, rc RunConfig) (*Result, error) {
 		}()
 	}
 
-	// The issuer: this goroutine, sleeping to within a timer's slack of
-	// each deadline and yielding the rest of the way (a timer alone wakes
-	// up to a millisecond late, and every late operation would be issued
-	// late). It is not locked to a thread: a locked goroutine that yields
-	// hands its core to another thread and back, a futex call each way.
+	// The issuer: this goroutine, sleeping until the next deadline. A Go
+	// timer wakes up to about a millisecond late; the issuer then hands
+	// over at once everything due by then, so it runs at most that much
+	// behind and its cost is a wake-up per millisecond, not a busy wait
+	// (which took a core's share from the lanes it feeds). It is not
+	// locked to a thread: a locked goroutine that blocks hands its core to
+	// another thread and back, a futex call each way.
 	var ru0 cpuTime
 	ru0.read()
 	start := now() + int64(5*time.Millisecond)
@@ -302,12 +317,7 @@ func Replay(ctx context.Context, c *Corpus, rc RunConfig) (*Result, error) {
 		hi, lo := bits.Mul64(uint64(o.pos), uint64(window))
 		dl := start + int64(hi<<32|lo>>32)
 		if t := now(); t < dl {
-			if dl-t > int64(timerSlack) {
-				time.Sleep(time.Duration(dl-t) - timerSlack)
-			}
-			for now() < dl {
-				runtime.Gosched()
-			}
+			time.Sleep(time.Duration(dl - t))
 		}
 		if o.kind == opQuery {
 			sched[o.idx] = dl
