@@ -207,3 +207,13 @@ func (q *workQueue) releaseFlow(f int32) {
 	q.flows[f] = flow{next: q.freeFlow}
 	q.freeFlow = f
 }
+
+// activeStreams is how many streams have something queued, over all
+// workers (workqueue.go).
+func (s *Subscriber) activeStreams() int {
+	n := 0
+	for _, q := range s.work.queues {
+		n += q.active()
+	}
+	return n
+}

@@ -24,13 +24,3 @@ func (s *Subscriber) ApplyStall() time.Duration {
 	}
 	return time.Duration(worst)
 }
-
-// activeStreams is how many streams have something queued, over all
-// workers (workqueue.go).
-func (s *Subscriber) activeStreams() int {
-	n := 0
-	for _, q := range s.work.queues {
-		n += q.active()
-	}
-	return n
-}

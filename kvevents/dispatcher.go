@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -87,64 +86,6 @@ func (d *dispatcher) workerFor(k streamKey) int {
 	return int((h.Sum32() ^ uint32(k.rank)*0x9e3779b1) % uint32(len(d.queues)))
 }
 
-// tryQueue queues b for worker w without blocking; false means the queue is
-// full (or shutdown has begun) and b was not queued.
-func (d *dispatcher) tryQueue(w int, b *kvindex.Batch, owner *podQueue) bool {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.stopped {
-		return false
-	}
-	size := batchBytes(b)
-	if !d.budget.take(size) {
-		return false
-	}
-	q := d.queues[w]
-	select {
-	case q.slots <- struct{}{}:
-		q.push(queued{batch: b, owner: owner, size: size})
-		return true
-	default:
-		d.budget.give(size)
-		return false
-	}
-}
-
-// queue queues b for worker w, waiting for room until ctx ends. It is for
-// the subscriber's own small batches (clears): they are counted in the
-// budget but never refused by it.
-func (d *dispatcher) queue(ctx context.Context, w int, b *kvindex.Batch) error {
-	size := batchBytes(b)
-	d.budget.used.Add(size)
-	if err := d.send(ctx, w, queued{batch: b, size: size}); err != nil {
-		d.budget.give(size)
-		return err
-	}
-	return nil
-}
-
-// queueForget queues, behind what worker w holds, the order to forget pod's
-// state in the sink (BatchSink.ForgetPod).
-func (d *dispatcher) queueForget(ctx context.Context, w int, pod string, rank int) error {
-	return d.send(ctx, w, queued{forget: &streamKey{pod: pod, rank: rank}})
-}
-
-func (d *dispatcher) send(ctx context.Context, w int, q queued) error {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.stopped {
-		return errStopped
-	}
-	wq := d.queues[w]
-	select {
-	case wq.slots <- struct{}{}:
-		wq.push(q)
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // start launches the workers. Apply's context keeps ctx's values but not
 // its cancellation: stop ends it after the drain bound.
 func (d *dispatcher) start(ctx context.Context) {
@@ -204,40 +145,6 @@ func (d *dispatcher) apply(it queued) {
 		return
 	}
 	d.sink.Apply(d.applyCtx, b)
-}
-
-// byteBudget is an allowance of bytes shared by all queues.
-type byteBudget struct {
-	used  atomic.Int64
-	limit int64
-}
-
-// take reserves n bytes, or reports false without reserving. A batch
-// larger than the whole budget is still taken when nothing else is queued,
-// so no single batch is refused forever.
-func (b *byteBudget) take(n int64) bool {
-	for {
-		u := b.used.Load()
-		if u > 0 && u+n > b.limit {
-			return false
-		}
-		if b.used.CompareAndSwap(u, u+n) {
-			return true
-		}
-	}
-}
-
-func (b *byteBudget) give(n int64) { b.used.Add(-n) }
-
-// batchBytes estimates the memory a decoded batch holds.
-func batchBytes(b *kvindex.Batch) int64 {
-	n := int64(unsafe.Sizeof(*b)) + int64(len(b.Pod)+len(b.Model))
-	for i := range b.Events {
-		ev := &b.Events[i]
-		n += int64(unsafe.Sizeof(*ev)) + 8*int64(len(ev.BlockHashes)) + 4*int64(len(ev.TokenIDs)) +
-			int64(len(ev.LoraName)+len(ev.CacheSalt)) + 32*int64(len(ev.ExtraKeys))
-	}
-	return n
 }
 
 // stop refuses new batches, lets the workers apply what is queued for at
