@@ -20,7 +20,7 @@ var errStopped = errors.New("kvevents: subscriber stopped")
 // dispatcher owns the worker queues. A stream is pinned to one worker
 // (workerFor), so its batches apply in the order they were queued while
 // different streams apply in parallel; a worker serves its streams in turn
-// (workqueue.go).
+// (dispatcher_workqueue.go).
 //
 // Shutdown (stop): no batch is accepted any more, the workers apply what is
 // still queued until the drain bound expires, and what is left then is
@@ -32,15 +32,15 @@ type dispatcher struct {
 	sink   kvindex.BatchSink
 	queues []*workQueue
 	// busy[w] is when worker w began the item it is applying (UnixNano; 0
-	// = idle): how long the apply path has been stuck (stall.go).
+	// = idle): how long the apply path has been stuck (dispatcher_stall.go).
 	busy    []atomic.Int64
 	dropped prometheus.Counter
 	log     *slog.Logger
 	// budget bounds the estimated memory of all queued batches together:
 	// a count bound alone would let large batches hold gigabytes.
 	budget byteBudget
-	share  podShare     // each stream's share of its worker (podqueue.go)
-	bp     backpressure // what a reader does on a full queue (backpressure.go)
+	share  podShare     // each stream's share of its worker (dispatcher_share.go)
+	bp     backpressure // what a reader does on a full queue (dispatcher_backpressure.go)
 
 	// mu is read-held while a batch is queued and write-held to stop, so
 	// nothing is queued after the workers' final drain.

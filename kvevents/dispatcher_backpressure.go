@@ -31,7 +31,7 @@ type backpressure struct {
 
 // queueBounded queues b for worker w, waiting up to d.bp.wait for room; false
 // means b was not queued (still full, or shutdown has begun). owner is the
-// stream's share (podqueue.go): a stream past its share is refused at once,
+// stream's share (dispatcher_share.go): a stream past its share is refused at once,
 // without waiting. Its reader may be the only one of the bind socket (one
 // receive loop serves every connection there), so waiting on a flooder's
 // share would hold every other pod of that socket behind it.

@@ -15,7 +15,7 @@ import (
 // that stream overflows at once (no QueueWait: on the bind socket one reader
 // serves every connection, and waiting would stall the others too). The
 // share bounds what one stream holds; the worker serving its streams in
-// turn (workqueue.go) bounds how long the others wait behind it.
+// turn (dispatcher_workqueue.go) bounds how long the others wait behind it.
 //
 // The share does not bound a first batch: a stream with nothing queued may
 // always queue one (the byte budget's rule for large batches).

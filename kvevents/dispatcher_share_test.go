@@ -50,7 +50,7 @@ func TestFloodingPodHoldsOnlyItsShare(t *testing.T) {
 	if v := metricValue(m.QueueOverflows); v != float64(flood.Overflows) {
 		t.Fatalf("overflows %v, flood stream %d", v, flood.Overflows)
 	}
-	q := drain(s) // the worker's turn: the streams in turn (workqueue.go)
+	q := drain(s) // the worker's turn: the streams in turn (dispatcher_workqueue.go)
 	if len(q) > 6 {
 		t.Fatalf("%d batches queued, want at most the flood's share and the honest batch", len(q))
 	}

@@ -8,7 +8,7 @@ import "time"
 //
 // It measures progress, not backlog. A worker that has work starts the next
 // item as soon as it finishes one, so a worker that is not stuck in one item
-// keeps serving every stream on it in turn (workqueue.go). How much is
+// keeps serving every stream on it in turn (dispatcher_workqueue.go). How much is
 // queued, and how old the oldest queued batch is, is what publishers decide
 // (a pod with 64 DP ranks has 64 shares of the byte budget), so that is
 // reported per pod (StreamStats.ApplyLag) and not used to declare the whole

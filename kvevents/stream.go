@@ -93,7 +93,7 @@ type stream struct {
 	// I/O or a channel operation: Streams takes nothing else.
 	mu    sync.Mutex
 	stats StreamStats
-	// queue is the stream's share of its worker (podqueue.go).
+	// queue is the stream's share of its worker (dispatcher_share.go).
 	queue podQueue
 	// lost: a message of the stream's connection was cut short
 	// (markLost), so StreamStats says "message_lost" until the next batch
@@ -327,7 +327,7 @@ func hasClear(b *kvindex.Batch) bool {
 }
 
 // enqueue hands b to its worker, waiting a bounded time on a full queue
-// (backpressure.go). If the queue stays full the batch is dropped and the
+// (dispatcher_backpressure.go). If the queue stays full the batch is dropped and the
 // stream marked: a synthetic AllBlocksCleared goes in front of its next
 // queued batch, because the sink has now missed events and its state for
 // the pod is no longer complete.

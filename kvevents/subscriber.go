@@ -50,7 +50,7 @@ type Config struct {
 	QueueSize int
 	// QueueWait is how long a socket reader waits for room in a full queue
 	// before dropping the batch and clearing its pod (default
-	// DefaultQueueWait; negative: drop at once). See backpressure.go.
+	// DefaultQueueWait; negative: drop at once). See dispatcher_backpressure.go.
 	QueueWait time.Duration
 	// ReconnectMin/Max bound the exponential backoff between attempts to
 	// (re)connect an endpoint (defaults 100ms and 5s).
