@@ -38,9 +38,9 @@ type dispatcher struct {
 	log     *slog.Logger
 	// budget bounds the estimated memory of all queued batches together:
 	// a count bound alone would let large batches hold gigabytes.
-	budget byteBudget
-	share  podShare     // each stream's share of its worker (dispatcher_share.go)
-	bp     backpressure // what a reader does on a full queue (dispatcher_backpressure.go)
+	budget       byteBudget
+	share        podShare     // each stream's share of its worker (dispatcher_share.go)
+	backpressure backpressure // what a reader does on a full queue (dispatcher_backpressure.go)
 
 	// mu is read-held while a batch is queued and write-held to stop, so
 	// nothing is queued after the workers' final drain.

@@ -41,23 +41,23 @@ func (d *dispatcher) queueBounded(w int, owner *podQueue, b *kvindex.Batch) bool
 	var start time.Time
 	timer := func() <-chan time.Time {
 		if t == nil {
-			start, t = time.Now(), time.NewTimer(d.bp.wait)
+			start, t = time.Now(), time.NewTimer(d.backpressure.wait)
 		}
 		return t.C
 	}
 	defer func() {
 		if t != nil {
 			t.Stop()
-			if d.bp.waits != nil {
-				d.bp.waits.Inc()
-				d.bp.waitSecs.Add(time.Since(start).Seconds())
+			if d.backpressure.waits != nil {
+				d.backpressure.waits.Inc()
+				d.backpressure.waitSecs.Add(time.Since(start).Seconds())
 			}
 		}
 	}()
 	if owner != nil && !owner.reserve(size, d.share, time.Now()) {
 		return false
 	}
-	ok := d.tryQueue(w, b, owner) || d.bp.wait > 0 && d.waitQueue(w, b, owner, size, timer)
+	ok := d.tryQueue(w, b, owner) || d.backpressure.wait > 0 && d.waitQueue(w, b, owner, size, timer)
 	if !ok && owner != nil {
 		owner.unreserve(size)
 	}

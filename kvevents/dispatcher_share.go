@@ -49,11 +49,11 @@ func newPodShare(queueSize int, queueBytes int64) podShare {
 // their bytes and when each was queued (a ring, oldest first), so the stream
 // can say how late its updates are (StreamStats.ApplyLag).
 type podQueue struct {
-	mu    sync.Mutex
-	n     int
-	bytes int64
-	at    []int64 // enqueue times (UnixNano), ring from head; grows to the share
-	head  int
+	mu       sync.Mutex
+	batches  int
+	bytes    int64
+	queuedAt []int64 // enqueue times (UnixNano), ring from head; grows to the share
+	head     int
 	// space is signalled when a batch is applied, for a rebuild waiting
 	// for room in its share (waitRoom); made by the first such wait.
 	space chan struct{}
@@ -63,7 +63,7 @@ type podQueue struct {
 func (q *podQueue) full(size int64, share podShare) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.n > 0 && (share.batches > 0 && q.n >= share.batches || q.bytes+size > share.bytes)
+	return q.batches > 0 && (share.batches > 0 && q.batches >= share.batches || q.bytes+size > share.bytes)
 }
 
 // waitRoom waits until a batch of size bytes fits in the share, or ctx
@@ -93,18 +93,18 @@ func (q *podQueue) waitRoom(ctx context.Context, size int64, share podShare) boo
 func (q *podQueue) reserve(size int64, share podShare, now time.Time) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.n > 0 && (share.batches > 0 && q.n >= share.batches || q.bytes+size > share.bytes) {
+	if q.batches > 0 && (share.batches > 0 && q.batches >= share.batches || q.bytes+size > share.bytes) {
 		return false
 	}
-	if q.n == len(q.at) { // grow the ring (amortized, at most to the share)
-		at := make([]int64, max(4, 2*len(q.at)))
-		for i := 0; i < q.n; i++ {
-			at[i] = q.at[(q.head+i)%len(q.at)]
+	if q.batches == len(q.queuedAt) { // grow the ring (amortized, at most to the share)
+		at := make([]int64, max(4, 2*len(q.queuedAt)))
+		for i := 0; i < q.batches; i++ {
+			at[i] = q.queuedAt[(q.head+i)%len(q.queuedAt)]
 		}
-		q.at, q.head = at, 0
+		q.queuedAt, q.head = at, 0
 	}
-	q.at[(q.head+q.n)%len(q.at)] = now.UnixNano()
-	q.n++
+	q.queuedAt[(q.head+q.batches)%len(q.queuedAt)] = now.UnixNano()
+	q.batches++
 	q.bytes += size
 	return true
 }
@@ -112,7 +112,7 @@ func (q *podQueue) reserve(size int64, share podShare, now time.Time) bool {
 // unreserve gives back the latest reservation (its batch was not queued).
 func (q *podQueue) unreserve(size int64) {
 	q.mu.Lock()
-	q.n--
+	q.batches--
 	q.bytes -= size
 	q.mu.Unlock()
 }
@@ -120,9 +120,9 @@ func (q *podQueue) unreserve(size int64) {
 // applied gives back the oldest reservation: the worker is done with it.
 func (q *podQueue) applied(size int64) {
 	q.mu.Lock()
-	q.n--
+	q.batches--
 	q.bytes -= size
-	q.head = (q.head + 1) % len(q.at)
+	q.head = (q.head + 1) % len(q.queuedAt)
 	if q.space != nil {
 		select {
 		case q.space <- struct{}{}:
@@ -140,10 +140,10 @@ func (q *podQueue) applied(size int64) {
 func (q *podQueue) lag(now time.Time) time.Duration {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.n == 0 {
+	if q.batches == 0 {
 		return 0
 	}
-	return max(now.Sub(time.Unix(0, q.at[q.head])), time.Nanosecond)
+	return max(now.Sub(time.Unix(0, q.queuedAt[q.head])), time.Nanosecond)
 }
 
 // maxApplyLag is the largest ApplyLag of all streams.

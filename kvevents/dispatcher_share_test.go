@@ -41,8 +41,8 @@ func TestFloodingPodHoldsOnlyItsShare(t *testing.T) {
 	if honest.Overflows != 0 || !honest.Complete {
 		t.Fatalf("honest pod %+v", honest)
 	}
-	if got := s.work.budget.used.Load(); got > s.work.share.bytes+1<<20 {
-		t.Fatalf("%d bytes queued, want at most the flooding pod's share %d and the honest batch", got, s.work.share.bytes)
+	if got := s.dispatcher.budget.used.Load(); got > s.dispatcher.share.bytes+1<<20 {
+		t.Fatalf("%d bytes queued, want at most the flooding pod's share %d and the honest batch", got, s.dispatcher.share.bytes)
 	}
 	if flood.ApplyLag <= 0 || honest.ApplyLag <= 0 {
 		t.Fatalf("queued streams report no apply lag: flood %v honest %v", flood.ApplyLag, honest.ApplyLag)

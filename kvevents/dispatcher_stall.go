@@ -17,8 +17,8 @@ import "time"
 func (s *Subscriber) ApplyStall() time.Duration {
 	now := time.Now().UnixNano()
 	var worst int64
-	for i := range s.work.busy {
-		if t := s.work.busy[i].Load(); t != 0 {
+	for i := range s.dispatcher.busy {
+		if t := s.dispatcher.busy[i].Load(); t != 0 {
 			worst = max(worst, now-t)
 		}
 	}

@@ -212,7 +212,7 @@ func (q *workQueue) releaseFlow(f int32) {
 // workers (dispatcher_workqueue.go).
 func (s *Subscriber) activeStreams() int {
 	n := 0
-	for _, q := range s.work.queues {
+	for _, q := range s.dispatcher.queues {
 		n += q.active()
 	}
 	return n

@@ -39,7 +39,7 @@ func frames(t *testing.T, topic string, seq uint64, b *kvindex.Batch) [][]byte {
 func drain(s *Subscriber) []*kvindex.Batch {
 	var out []*kvindex.Batch
 	for {
-		it, ok := s.work.queues[0].pop()
+		it, ok := s.dispatcher.queues[0].pop()
 		if !ok {
 			return out
 		}

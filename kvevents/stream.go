@@ -105,12 +105,12 @@ type stream struct {
 	// incomplete in its sequence state too (so it asks the snapshot
 	// endpoint). Under mu: the marker never takes order.
 	indexLost bool
-	// The stream's rebuild by replay (rebuild.go), under mu: rbPending (in
-	// the rebuild queue, or waiting for rebuildSpacing), rbRunning, rbAgain
+	// The stream's rebuild by replay (rebuild.go), under mu: pending (in
+	// the rebuild queue, or waiting for rebuildSpacing), running, again
 	// (marked again while running: what it rebuilt may be lost too, so it
 	// runs again) and when the last one began.
-	rbPending, rbRunning, rbAgain bool
-	rbLast                        time.Time
+	rebuildPending, rebuildRunning, rebuildAgain bool
+	lastRebuild                                  time.Time
 }
 
 func (st *stream) currentStats() StreamStats {
@@ -256,12 +256,12 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 
 	switch d.kind {
 	case seqRestart:
-		s.m.Restarts.Inc()
+		s.metrics.Restarts.Inc()
 		s.warn(src.addr+"|"+b.Pod, "engine restart detected (sequence went back to a low value or a new epoch): clearing pod", "pod", b.Pod,
 			"dp_rank", b.DPRank, "last_seq", last, "seq", b.Seq, "epoch", st.epoch)
 	case seqGap:
-		s.m.SeqGaps.Inc()
-		s.m.MissedBatches.Add(float64(d.missed))
+		s.metrics.SeqGaps.Inc()
+		s.metrics.MissedBatches.Add(float64(d.missed))
 		s.warn(src.addr+"|"+b.Pod, "KV event sequence gap: batches lost", "pod", b.Pod, "dp_rank", b.DPRank,
 			"last_seq", last, "seq", b.Seq, "missed", d.missed, "replay", d.replay)
 	case seqJoin:
@@ -338,9 +338,9 @@ func (s *Subscriber) enqueue(st *stream, b *kvindex.Batch) {
 		ev = append(ev, kvindex.Event{Kind: kvindex.AllBlocksCleared})
 		b.Events = append(ev, b.Events...)
 	}
-	if s.work.queueBounded(st.worker, &st.queue, b) {
+	if s.dispatcher.queueBounded(st.worker, &st.queue, b) {
 		if st.needClear {
-			s.m.SyntheticClears.WithLabelValues(st.clearWhy).Inc()
+			s.metrics.SyntheticClears.WithLabelValues(st.clearWhy).Inc()
 			st.needClear = false
 		}
 		return
@@ -348,7 +348,7 @@ func (s *Subscriber) enqueue(st *stream, b *kvindex.Batch) {
 	st.mu.Lock()
 	st.stats.Overflows++
 	st.mu.Unlock()
-	s.m.QueueOverflows.Inc()
+	s.metrics.QueueOverflows.Inc()
 	if !st.needClear || st.clearWhy != "overflow" {
 		s.log.Warn("worker queue full: dropping batch; pod will be cleared before its next batch",
 			"pod", b.Pod, "dp_rank", b.DPRank, "seq", b.Seq)

@@ -121,14 +121,14 @@ type Config struct {
 // Shutdown: the sockets close first, then the workers apply what is still
 // queued for at most DrainTimeout; the rest is dropped and counted.
 type Subscriber struct {
-	cfg     Config
-	filter  string
-	filterB []byte
-	m       *Metrics
-	log     *slog.Logger
-	counts  decodeCounters
-	work    *dispatcher
-	logs    *logLimiter
+	cfg        Config
+	filter     string
+	filterB    []byte
+	metrics    *Metrics
+	log        *slog.Logger
+	counts     decodeCounters
+	dispatcher *dispatcher
+	logs       *logLimiter
 
 	ctx       context.Context // lifetime of the bind socket; ended by Close
 	cancel    context.CancelFunc
@@ -146,8 +146,8 @@ type Subscriber struct {
 	endpoints map[string]*source
 	order     []string
 	streams   map[streamKey]*stream
-	lim       limits
-	rb        rebuilds
+	limits    limits
+	rebuilds  rebuilds
 }
 
 // NewSubscriber validates cfg and binds the bind socket (so a port in use is
@@ -223,21 +223,21 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 	}
 	log := logger.With("component", "kvevents")
 	s = &Subscriber{
-		cfg:       cfg,
-		filter:    filter,
-		filterB:   []byte(filter),
-		m:         m,
-		log:       log,
-		counts:    newDecodeCounters(m),
-		work:      newDispatcher(sink, cfg.Workers, cfg.QueueSize, cfg.QueueBytes, m, log),
-		logs:      newLogLimiter(m.limits.logSuppressed),
-		endpoints: map[string]*source{},
-		streams:   map[streamKey]*stream{},
-		lim:       newLimits(),
-		rb:        rebuilds{spacing: defaultRebuildSpacing, mergeBytes: rebuildMergeBytes},
+		cfg:        cfg,
+		filter:     filter,
+		filterB:    []byte(filter),
+		metrics:    m,
+		log:        log,
+		counts:     newDecodeCounters(m),
+		dispatcher: newDispatcher(sink, cfg.Workers, cfg.QueueSize, cfg.QueueBytes, m, log),
+		logs:       newLogLimiter(m.limits.logSuppressed),
+		endpoints:  map[string]*source{},
+		streams:    map[streamKey]*stream{},
+		limits:     newLimits(),
+		rebuilds:   rebuilds{spacing: defaultRebuildSpacing, mergeBytes: rebuildMergeBytes},
 	}
 	m.watch(s)
-	s.work.bp = backpressure{wait: cfg.QueueWait, waits: m.QueueWaits, waitSecs: m.QueueWaitSeconds}
+	s.dispatcher.backpressure = backpressure{wait: cfg.QueueWait, waits: m.QueueWaits, waitSecs: m.QueueWaitSeconds}
 	for _, ep := range cfg.Endpoints {
 		if err := s.AddEndpoint(ep); err != nil {
 			return nil, err
@@ -303,7 +303,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	defer context.AfterFunc(s.ctx, cancel)()
 	s.running = true
 	s.runCtx = runCtx
-	s.work.start(runCtx)
+	s.dispatcher.start(runCtx)
 	if s.bindSock != nil {
 		s.readers.Add(1)
 		go func() {
@@ -335,6 +335,6 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	s.readers.Wait()
-	s.work.stop(s.cfg.DrainTimeout)
+	s.dispatcher.stop(s.cfg.DrainTimeout)
 	return nil
 }
