@@ -7,8 +7,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvindex/kvindex/indexer"
-	indexerv1 "github.com/kvindex/kvindex/proto/indexer/v1"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+	indexerv1 "github.com/kvindex/kvindex/proto/llmd/indexer/v1"
 )
 
 func (e *Error) grpc() error { return status.Error(e.Code, e.Msg) }

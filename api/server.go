@@ -30,8 +30,8 @@ import (
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/internal/grpcbuf"
 	"github.com/kvindex/kvindex/kvevents"
-	indexerv1 "github.com/kvindex/kvindex/proto/indexer/v1"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+	indexerv1 "github.com/kvindex/kvindex/proto/llmd/indexer/v1"
 )
 
 // Subscriber is the event subscriber's management surface
