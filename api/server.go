@@ -133,7 +133,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	s := &Server{cfg: cfg, idx: cfg.Indexer, log: cfg.Logger, healthSrv: health.NewServer()}
-	s.llmd.s = s
+	s.llmd.server = s
 	m, err := newMetrics(cfg.Registry, s)
 	if err != nil {
 		return nil, err

@@ -39,9 +39,9 @@ var dropScript = redis.NewScript(`local v = redis.call('GET', KEYS[1]) if v == A
 
 // RedisStore implements indexer.SpeculativeStore in Redis.
 type RedisStore struct {
-	c   redis.UniversalClient
-	ns  string
-	ttl time.Duration
+	client redis.UniversalClient
+	ns     string
+	ttl    time.Duration
 	// dropLoaded: dropScript is known to the servers, so Drop is one
 	// pipeline (a round trip per node) of EVALSHA. It is cleared when a
 	// server answers NOSCRIPT (restarted, SCRIPT FLUSH, a new Cluster node).
@@ -53,7 +53,7 @@ func NewRedis(c redis.UniversalClient, ns string, ttl time.Duration) (*RedisStor
 	if c == nil || ttl < time.Millisecond {
 		return nil, errors.New("speculation: need a client and a TTL of at least 1ms")
 	}
-	return &RedisStore{c: c, ns: ns, ttl: ttl}, nil
+	return &RedisStore{client: c, ns: ns, ttl: ttl}, nil
 }
 
 func (s *RedisStore) key(model uint64, k kvindex.Key) string {
@@ -78,7 +78,7 @@ func (s *RedisStore) Hold(ctx context.Context, model string, keys []kvindex.Key,
 		return nil
 	}
 	m, v := xxh3.HashString(model), holderValue(holder)
-	_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, k := range keys {
 			p.Set(ctx, s.key(m, k), v, s.ttl)
 		}
@@ -98,12 +98,12 @@ func (s *RedisStore) Drop(ctx context.Context, model string, hashes []uint64, ho
 	for attempt := 0; ; attempt++ {
 		if !s.dropLoaded.Load() {
 			// SCRIPT LOAD reaches every master of a Cluster
-			if err := dropScript.Load(ctx, s.c).Err(); err != nil {
+			if err := dropScript.Load(ctx, s.client).Err(); err != nil {
 				return err
 			}
 			s.dropLoaded.Store(true)
 		}
-		_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, h := range hashes {
 				dropScript.EvalSha(ctx, p, []string{s.key(m, kvindex.Key(h))}, v0, v1)
 			}
@@ -140,7 +140,7 @@ func (s *RedisStore) Extend(ctx context.Context, model string, keys []kvindex.Ke
 		}
 		hi := min(lo+window, len(keys))
 		cmds = cmds[:0]
-		_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for k := lo; k < hi; k++ {
 				cmds = append(cmds, p.Get(ctx, s.key(m, keys[k])))
 			}
