@@ -37,7 +37,8 @@ type dispatcher struct {
 	dropped prometheus.Counter
 	log     *slog.Logger
 	// budget bounds the estimated memory of all queued batches together:
-	// a count bound alone would let large batches hold gigabytes.
+	// a count bound alone would let large batches hold gigabytes
+	// (dispatcher_budget.go).
 	budget       byteBudget
 	share        podShare     // each stream's share of its worker (dispatcher_share.go)
 	backpressure backpressure // what a reader does on a full queue (dispatcher_backpressure.go)
