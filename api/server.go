@@ -116,9 +116,9 @@ type Server struct {
 	readyErr  atomic.Pointer[string]
 	// stopping wins over ready: a health check still running when Shutdown
 	// is called must not report ready again while requests drain.
-	stopping atomic.Bool
-	llmd     llmdService
-	guardM   *guardMetrics
+	stopping     atomic.Bool
+	llmd         llmdService
+	guardMetrics *guardMetrics
 }
 
 // New checks the config and registers the metrics.
@@ -142,7 +142,7 @@ func New(cfg Config) (*Server, error) {
 	if s.pickMetrics, err = newPickMetrics(cfg.Registry); err != nil {
 		return nil, err
 	}
-	if s.guardM, err = newGuardMetrics(cfg.Registry); err != nil {
+	if s.guardMetrics, err = newGuardMetrics(cfg.Registry); err != nil {
 		return nil, err
 	}
 	if err := registerBuildInfo(cfg.Registry, cfg.Build); err != nil {
