@@ -40,7 +40,7 @@ type dispatcher struct {
 	// a count bound alone would let large batches hold gigabytes
 	// (dispatcher_budget.go).
 	budget       byteBudget
-	share        podShare     // each stream's share of its worker (dispatcher_share.go)
+	share        queueShare   // each stream's share of its worker (dispatcher_share.go)
 	backpressure backpressure // what a reader does on a full queue (dispatcher_backpressure.go)
 
 	// mu is read-held while a batch is queued and write-held to stop, so
@@ -58,7 +58,7 @@ type dispatcher struct {
 func newDispatcher(sink kvindex.BatchSink, workers, queueSize int, queueBytes int64, m *Metrics, log *slog.Logger) *dispatcher {
 	d := &dispatcher{sink: sink, queues: make([]*workQueue, workers), busy: make([]atomic.Int64, workers),
 		dropped: m.ShutdownDropped, log: log, draining: make(chan struct{}), budget: byteBudget{limit: queueBytes},
-		share: newPodShare(queueSize, queueBytes)}
+		share: newQueueShare(queueSize, queueBytes)}
 	for i := range d.queues {
 		d.queues[i] = newWorkQueue(queueSize)
 	}
@@ -74,7 +74,7 @@ type queued struct {
 	forget *streamKey
 	// owner is the stream's share the batch holds (nil for the
 	// subscriber's own clears, queued outside the shares).
-	owner *podQueue
+	owner *streamBacklog
 	// size is what the batch was charged (batchBytes) in the byte budget
 	// and its owner's share; the worker's turns are counted in it too.
 	size int64

@@ -12,7 +12,7 @@ import (
 
 // tryQueue queues b for worker w without blocking; false means the queue is
 // full (or shutdown has begun) and b was not queued.
-func (d *dispatcher) tryQueue(w int, b *kvindex.Batch, owner *podQueue) bool {
+func (d *dispatcher) tryQueue(w int, b *kvindex.Batch, owner *streamBacklog) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.stopped {

@@ -67,8 +67,8 @@ func TestFloodingPodHoldsOnlyItsShare(t *testing.T) {
 // A batch waiting is a lag, whatever the wall clock did since it was
 // queued: 0 says every batch is applied.
 func TestApplyLagNeverZeroWhileQueued(t *testing.T) {
-	var q podQueue
-	share := newPodShare(1024, 256<<20)
+	var q streamBacklog
+	share := newQueueShare(1024, 256<<20)
 	queued := time.Now()
 	if !q.reserve(100, share, queued) {
 		t.Fatal("the first batch was refused")

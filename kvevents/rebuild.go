@@ -206,7 +206,7 @@ func (s *Subscriber) rebuild(ctx context.Context, st *stream, src *source) rebui
 		if pending == nil || r.aborted {
 			return
 		}
-		if !st.queue.waitRoom(ctx, size, s.dispatcher.share) {
+		if !st.backlog.waitRoom(ctx, size, s.dispatcher.share) {
 			r.aborted = true
 			return
 		}

@@ -492,7 +492,7 @@ func TestRebuildWaitsForRoomInItsShare(t *testing.T) {
 	st := s.streams[streamKey{"pod-big", 0}]
 	s.mu.Unlock()
 	deadline := time.Now().Add(testTimeout)
-	for !st.queue.full(1, s.dispatcher.share) {
+	for !st.backlog.full(1, s.dispatcher.share) {
 		if time.Now().After(deadline) {
 			t.Fatal("the rebuild never filled the pod's share")
 		}

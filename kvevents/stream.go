@@ -93,8 +93,9 @@ type stream struct {
 	// I/O or a channel operation: Streams takes nothing else.
 	mu    sync.Mutex
 	stats StreamStats
-	// queue is the stream's share of its worker (dispatcher_share.go).
-	queue podQueue
+	// backlog is what the stream holds in its worker's queue, within its
+	// share (dispatcher_share.go).
+	backlog streamBacklog
 	// lost: a message of the stream's connection was cut short
 	// (markLost), so StreamStats says "message_lost" until the next batch
 	// shows whether it was the stream's; before holds what it said until
@@ -114,7 +115,7 @@ type stream struct {
 }
 
 func (st *stream) currentStats() StreamStats {
-	lag := st.queue.lag(time.Now())
+	lag := st.backlog.lag(time.Now())
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	out := st.stats
@@ -174,7 +175,7 @@ func (s *Subscriber) StreamStates(refs []StreamRef, out []StreamState) {
 			out[i] = StreamState{}
 			continue
 		}
-		lag := st.queue.lag(now)
+		lag := st.backlog.lag(now)
 		st.mu.Lock()
 		out[i] = StreamState{Known: true, ApplyLag: lag, Complete: st.stats.Complete, IncompleteReason: st.stats.IncompleteReason}
 		st.mu.Unlock()
@@ -338,7 +339,7 @@ func (s *Subscriber) enqueue(st *stream, b *kvindex.Batch) {
 		ev = append(ev, kvindex.Event{Kind: kvindex.AllBlocksCleared})
 		b.Events = append(ev, b.Events...)
 	}
-	if s.dispatcher.queueBounded(st.worker, &st.queue, b) {
+	if s.dispatcher.queueBounded(st.worker, &st.backlog, b) {
 		if st.needClear {
 			s.metrics.SyntheticClears.WithLabelValues(st.clearWhy).Inc()
 			st.needClear = false
