@@ -93,7 +93,7 @@ func (s *Subscriber) handle(ctx context.Context, src *source, frames [][]byte) {
 		return
 	}
 	topic := frames[0]
-	if !bytes.HasPrefix(topic, s.filterB) {
+	if !bytes.HasPrefix(topic, s.filterBytes) {
 		s.drop("topic_filter")
 		return
 	}

@@ -121,14 +121,14 @@ type Config struct {
 // Shutdown: the sockets close first, then the workers apply what is still
 // queued for at most DrainTimeout; the rest is dropped and counted.
 type Subscriber struct {
-	cfg        Config
-	filter     string
-	filterB    []byte
-	metrics    *Metrics
-	log        *slog.Logger
-	counts     decodeCounters
-	dispatcher *dispatcher
-	logs       *logLimiter
+	cfg         Config
+	filter      string
+	filterBytes []byte
+	metrics     *Metrics
+	log         *slog.Logger
+	counts      decodeCounters
+	dispatcher  *dispatcher
+	logs        *logLimiter
 
 	ctx       context.Context // lifetime of the bind socket; ended by Close
 	cancel    context.CancelFunc
@@ -223,18 +223,18 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 	}
 	log := logger.With("component", "kvevents")
 	s = &Subscriber{
-		cfg:        cfg,
-		filter:     filter,
-		filterB:    []byte(filter),
-		metrics:    m,
-		log:        log,
-		counts:     newDecodeCounters(m),
-		dispatcher: newDispatcher(sink, cfg.Workers, cfg.QueueSize, cfg.QueueBytes, m, log),
-		logs:       newLogLimiter(m.limits.logSuppressed),
-		endpoints:  map[string]*source{},
-		streams:    map[streamKey]*stream{},
-		limits:     newLimits(),
-		rebuilds:   rebuilds{spacing: defaultRebuildSpacing, mergeBytes: rebuildMergeBytes},
+		cfg:         cfg,
+		filter:      filter,
+		filterBytes: []byte(filter),
+		metrics:     m,
+		log:         log,
+		counts:      newDecodeCounters(m),
+		dispatcher:  newDispatcher(sink, cfg.Workers, cfg.QueueSize, cfg.QueueBytes, m, log),
+		logs:        newLogLimiter(m.limits.logSuppressed),
+		endpoints:   map[string]*source{},
+		streams:     map[streamKey]*stream{},
+		limits:      newLimits(),
+		rebuilds:    rebuilds{spacing: defaultRebuildSpacing, mergeBytes: rebuildMergeBytes},
 	}
 	m.watch(s)
 	s.dispatcher.backpressure = backpressure{wait: cfg.QueueWait, waits: m.QueueWaits, waitSecs: m.QueueWaitSeconds}

@@ -148,14 +148,14 @@ func newReplicatedScheduler(spec schedulerSpec, pods, blockSize, kvBlocks, repli
 // subscribes to every pod's KV events) and the scraped metrics (one snapshot;
 // real replicas each scrape on their own clock).
 type replicatedScheduler struct {
-	reps []scheduler
-	n    int       // requests picked so far
-	cur  scheduler // the replica that made the last pick
+	reps  []scheduler
+	picks int       // requests picked so far
+	cur   scheduler // the replica that made the last pick
 }
 
 func (r *replicatedScheduler) pick(req *pickRequest, eps []endpoint) int {
-	r.cur = r.reps[r.n%len(r.reps)]
-	r.n++
+	r.cur = r.reps[r.picks%len(r.reps)]
+	r.picks++
 	return r.cur.pick(req, eps)
 }
 
