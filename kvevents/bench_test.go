@@ -243,5 +243,7 @@ func BenchmarkHandleMessage(b *testing.B) {
 
 type discardSink struct{}
 
-func (discardSink) Apply(context.Context, *kvindex.Batch)  {}
+func (discardSink) Apply(context.Context, *kvindex.Batch) kvindex.ApplyOutcome {
+	return kvindex.ApplyOutcome{}
+}
 func (discardSink) ForgetPod(context.Context, string, int) {}

@@ -30,7 +30,10 @@ var errStopped = errors.New("kvevents: subscriber stopped")
 // before shutdown) still reaches the index, while a write hung on a dead
 // backend is cancelled instead of holding the daemon.
 type dispatcher struct {
-	sink   kvindex.BatchSink
+	sink kvindex.BatchSink
+	// rec records each Apply's outcome in the pod's trust (trust.go): the
+	// Subscriber, nil in tests of the dispatcher alone.
+	rec    *Subscriber
 	queues []*workQueue
 	// busy[w] is when worker w began the item it is applying (UnixNano; 0
 	// = idle): how long the apply path has been stuck (stall.go).
@@ -72,6 +75,9 @@ type queued struct {
 	batch *kvindex.Batch
 	// forget, when set, names the pod to forget; batch is nil then.
 	forget *streamKey
+	// recovery: batch is a clear queued for a pod held after a failed
+	// write (trust.go), skipped if the pod was cleared since.
+	recovery bool
 	// owner is the stream's share the batch holds (nil for the
 	// subscriber's own clears, queued outside the shares).
 	owner *podQueue
@@ -117,6 +123,17 @@ func (d *dispatcher) queue(ctx context.Context, w int, b *kvindex.Batch) error {
 	size := batchBytes(b)
 	d.budget.used.Add(size)
 	if err := d.send(ctx, w, queued{batch: b, size: size}); err != nil {
+		d.budget.give(size)
+		return err
+	}
+	return nil
+}
+
+// queueRecovery queues the recovery clear b (trust.go) like queue.
+func (d *dispatcher) queueRecovery(ctx context.Context, w int, b *kvindex.Batch) error {
+	size := batchBytes(b)
+	d.budget.used.Add(size)
+	if err := d.send(ctx, w, queued{batch: b, size: size, recovery: true}); err != nil {
 		d.budget.give(size)
 		return err
 	}
@@ -203,7 +220,13 @@ func (d *dispatcher) apply(it queued) {
 		d.lost.Add(1)
 		return
 	}
-	d.sink.Apply(d.applyCtx, b)
+	if it.recovery && d.rec != nil && !d.rec.stillHeld(b) {
+		return
+	}
+	o := d.sink.Apply(d.applyCtx, b)
+	if d.rec != nil {
+		d.rec.applied(b, o)
+	}
 }
 
 // byteBudget is an allowance of bytes shared by all queues.

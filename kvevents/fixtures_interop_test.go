@@ -71,8 +71,8 @@ func (s *applySink) ForgetPod(ctx context.Context, pod string, dpRank int) {
 	s.a.ForgetPod(ctx, pod, dpRank)
 }
 
-func (s *applySink) Apply(ctx context.Context, b *kvindex.Batch) {
-	s.a.Apply(ctx, b)
+func (s *applySink) Apply(ctx context.Context, b *kvindex.Batch) kvindex.ApplyOutcome {
+	o := s.a.Apply(ctx, b)
 	s.mu.Lock()
 	s.n++
 	s.mu.Unlock()
@@ -80,6 +80,7 @@ func (s *applySink) Apply(ctx context.Context, b *kvindex.Batch) {
 	case s.ch <- struct{}{}:
 	default:
 	}
+	return o
 }
 
 func (s *applySink) wait(t *testing.T, n int) {
@@ -407,7 +408,7 @@ func TestInteropSGLangLateJoinSnapshot(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.resumed {
-				s.ResumeFrom("pod-s", 0, 2)
+				s.ResumeFrom("pod-s", 0, 2, true)
 				if st := s.Streams()[0]; st.Complete || st.IncompleteReason != "restored" {
 					t.Fatalf("resumed stream %+v", st)
 				}

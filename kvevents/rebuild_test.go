@@ -332,7 +332,7 @@ func TestRebuildMarkedAgainWhileRunning(t *testing.T) {
 	e.request(t)
 	for range 3 {
 		s.MarkIndexLost("index_lost")
-		s.MarkPodIndexLost("pod-again", 0, "index_error")
+		s.markPodIndexLost(streamKey{"pod-again", 0}, "index_error")
 	}
 	s.mu.Lock()
 	st := s.streams[streamKey{"pod-again", 0}]
@@ -450,10 +450,10 @@ type pausableSink struct {
 	paused sync.RWMutex
 }
 
-func (p *pausableSink) Apply(ctx context.Context, b *kvindex.Batch) {
+func (p *pausableSink) Apply(ctx context.Context, b *kvindex.Batch) kvindex.ApplyOutcome {
 	p.paused.RLock()
 	defer p.paused.RUnlock()
-	p.collectSink.Apply(ctx, b)
+	return p.collectSink.Apply(ctx, b)
 }
 
 // A rebuild queues a whole buffer for one pod, far past the pod's share of

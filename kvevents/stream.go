@@ -51,6 +51,11 @@ type StreamStats struct {
 	Complete         bool
 	CompleteSinceSeq uint64
 	IncompleteReason string
+	// Held says why the pod's entries are not served ("" when they are):
+	// "restored" (loaded from a saved index, no batch of the stream applied
+	// since: ResumeFrom) or "index_error" (a write of the pod's failed and
+	// the pod has not been cleared since). See Servable.
+	Held string
 	// Epoch is SGLang's publisher lifecycle id (topic metadata, or the
 	// header of an engine snapshot), if sent.
 	Epoch string
@@ -133,7 +138,9 @@ func (s *Subscriber) Streams() []StreamStats {
 	s.mu.Unlock()
 	out := make([]StreamStats, 0, len(all))
 	for _, st := range all {
-		out = append(out, st.currentStats())
+		ss := st.currentStats()
+		ss.Held = s.trust.get(st.key).String()
+		out = append(out, ss)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Pod != out[j].Pod {
@@ -151,11 +158,14 @@ type StreamRef struct {
 }
 
 // StreamState is what a score answer tells a router about one stream, from
-// its StreamStats: how late the index is for it and whether it holds every
-// batch. Known is false for a stream this subscriber does not track (never
-// seen, forgotten, or published to another daemon sharing the index).
+// its StreamStats: whether the pod's entries may be served (Servable), how
+// late the index is for it and whether it holds every batch. Known is false
+// for a stream this subscriber does not track (never seen, forgotten, or
+// published to another daemon sharing the index); such a pod is servable
+// unless it is still held (a forgotten pod whose clear failed).
 type StreamState struct {
 	Known            bool
+	Servable         bool
 	ApplyLag         time.Duration
 	Complete         bool
 	IncompleteReason string
@@ -169,14 +179,16 @@ func (s *Subscriber) StreamStates(refs []StreamRef, out []StreamState) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, r := range refs {
-		st := s.streams[streamKey{pod: r.Pod, rank: r.DPRank}]
+		k := streamKey{pod: r.Pod, rank: r.DPRank}
+		servable := s.trust.get(k) == served
+		st := s.streams[k]
 		if st == nil {
-			out[i] = StreamState{}
+			out[i] = StreamState{Servable: servable}
 			continue
 		}
 		lag := st.queue.lag(now)
 		st.mu.Lock()
-		out[i] = StreamState{Known: true, ApplyLag: lag, Complete: st.stats.Complete, IncompleteReason: st.stats.IncompleteReason}
+		out[i] = StreamState{Known: true, Servable: servable, ApplyLag: lag, Complete: st.stats.Complete, IncompleteReason: st.stats.IncompleteReason}
 		st.mu.Unlock()
 	}
 }
@@ -235,6 +247,10 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 	st.seqState = d.next
 	if d.clear {
 		st.needClear, st.clearWhy = true, "restart"
+		if s.trust.get(st.key) == holdRestored {
+			// The engine restarted since the saved state was taken.
+			st.clearWhy = "restored"
+		}
 	}
 
 	st.mu.Lock()
@@ -341,6 +357,9 @@ func (s *Subscriber) enqueue(st *stream, b *kvindex.Batch) {
 	if s.work.queueBounded(st.worker, &st.queue, b) {
 		if st.needClear {
 			s.m.SyntheticClears.WithLabelValues(st.clearWhy).Inc()
+			if st.clearWhy == "restored" {
+				s.trust.restoreClears.Add(1)
+			}
 			st.needClear = false
 		}
 		return

@@ -148,6 +148,9 @@ type Subscriber struct {
 	streams   map[streamKey]*stream
 	lim       limits
 	rb        rebuilds
+	// trust is the one owner of whether a pod's entries may be served
+	// (trust.go); completeness lives in each stream's StreamStats.
+	trust trustTable
 }
 
 // NewSubscriber validates cfg and binds the bind socket (so a port in use is
@@ -236,6 +239,7 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 		lim:       newLimits(),
 		rb:        rebuilds{spacing: defaultRebuildSpacing, mergeBytes: rebuildMergeBytes},
 	}
+	s.work.rec = s
 	m.watch(s)
 	s.work.bp = backpressure{wait: cfg.QueueWait, waits: m.QueueWaits, waitSecs: m.QueueWaitSeconds}
 	for _, ep := range cfg.Endpoints {
@@ -315,6 +319,11 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	for _, addr := range s.order {
 		s.startEndpoint(s.endpoints[addr])
 	}
+	s.readers.Add(1)
+	go func() {
+		defer s.readers.Done()
+		s.recoverLoop(runCtx, recoveryInterval)
+	}()
 	if s.cfg.PodExpiry > 0 {
 		s.readers.Add(1)
 		go func() {

@@ -85,7 +85,9 @@ type ApplierConfig struct {
 // Error contract: an Index error is counted, the pod is marked untrusted and
 // the rest of the batch is dropped. Before the next batch of an untrusted pod
 // the applier clears the pod in the index; only when that succeeds is the pod
-// trusted again and its state rebuilt from new events.
+// trusted again and its state rebuilt from new events. Apply reports it
+// (ApplyOutcome); the applier keeps no answer to "may this pod be served":
+// the caller that records the outcome does (kvevents' stream state).
 //
 // Memory is bounded: per model one digest cache (DigestCacheSize entries), per
 // aliased pod one alias table (AliasCacheSize entries), per vLLM pod one copy
@@ -118,13 +120,6 @@ type Applier struct {
 
 	// engines: bit e set once a batch of Engine e was applied.
 	engines atomic.Uint32
-
-	// untrustedIDs mirrors the pods whose index state is not trusted, so the
-	// read path can leave them out of scores (Trusted) without touching the
-	// per-pod state; nUntrusted lets it skip the lookup when there are none.
-	untrustedMu  sync.RWMutex
-	untrustedIDs map[PodID]struct{}
-	nUntrusted   atomic.Int32
 }
 
 type podKey struct {
@@ -173,9 +168,9 @@ type podState struct {
 	copiesAuthority bool
 	masks           *countTable
 
-	// applyMu serialises Apply and Recover on one pod: it guards the fields
-	// above mu. kvevents already applies a pod's batches one at a time, so
-	// the lock is uncontended except while Recover runs.
+	// applyMu serialises Apply and ForgetPod on one pod: it guards the
+	// fields above mu. kvevents already applies a pod's batches one at a
+	// time, so the lock is uncontended.
 	applyMu sync.Mutex
 
 	mu sync.Mutex
@@ -210,7 +205,6 @@ func NewApplier(cfg ApplierConfig) (*Applier, error) {
 		idx: cfg.Index, in: cfg.Interner, hashers: cfg.Hashers, m: cfg.Metrics, log: cfg.Logger,
 		dcSize: cfg.DigestCacheSize, aliasCap: cfg.AliasCacheSize, copyCap: cfg.CopyTableSize, maskCap: cfg.GroupMaskTableSize,
 		pods: map[podKey]*podState{}, digests: map[ModelID]*digestCache{}, alt: map[KeyConfig]*Hasher{},
-		untrustedIDs: map[PodID]struct{}{},
 	}
 	a.tables.limit, a.tables.gauge = cfg.HoldTableBytes, cfg.Metrics.holdTableBytes
 	if err := a.initLimits(cfg.Limits, cfg.Share); err != nil {
@@ -279,8 +273,10 @@ func (ps *podState) resetHolding() {
 	ps.copies, ps.masks = nil, nil
 }
 
-// Apply implements BatchSink.
-func (a *Applier) Apply(ctx context.Context, b *Batch) {
+// Apply implements BatchSink. Its outcome says whether the pod is left
+// untrusted (ApplyOutcome.IndexFailed); whether the pod may be served is
+// decided by the one who records it (kvevents), not here.
+func (a *Applier) Apply(ctx context.Context, b *Batch) ApplyOutcome {
 	start := time.Now()
 	ps := a.pod(b)
 	ps.applyMu.Lock()
@@ -293,7 +289,7 @@ func (a *Applier) Apply(ctx context.Context, b *Batch) {
 			d.indexErrors++
 			a.log.Debug("index still failing; dropping batch of untrusted pod", "pod", ps.name, "dp_rank", ps.rank, "err", err)
 			a.finish(ps, b, &d, start, wasUntrusted)
-			return
+			return ApplyOutcome{IndexFailed: true}
 		}
 		ps.untrusted = false
 		ps.resetHolding()
@@ -331,4 +327,5 @@ func (a *Applier) Apply(ctx context.Context, b *Batch) {
 		d.events[ev.Kind]++
 	}
 	a.finish(ps, b, &d, start, wasUntrusted)
+	return ApplyOutcome{IndexFailed: ps.untrusted}
 }

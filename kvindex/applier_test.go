@@ -93,8 +93,8 @@ func stored(hashes []uint64, tokens []uint32, bs, from, to int) Event {
 	return ev
 }
 
-func (e *applierEnv) apply(pod string, rank int, engine Engine, evs ...Event) {
-	e.a.Apply(context.Background(), &Batch{Pod: pod, Model: testModel, DPRank: rank, Engine: engine, Events: evs})
+func (e *applierEnv) apply(pod string, rank int, engine Engine, evs ...Event) ApplyOutcome {
+	return e.a.Apply(context.Background(), &Batch{Pod: pod, Model: testModel, DPRank: rank, Engine: engine, Events: evs})
 }
 
 func (e *applierEnv) pod(name string, rank int) PodStats {
