@@ -2,7 +2,10 @@
 // its in-memory backend, the event applier with its live parity check, and the
 // scorer. It knows nothing of ZeroMQ, gRPC or HTTP, nor how its parts are
 // wired: package indexer builds them on one interner, kvevents hands it decoded,
-// engine-neutral batches through the indexer, and scores are asked there.
+// engine-neutral batches through the indexer, and scores are asked there. It
+// does not own a pod's trust: the applier reports what a batch did to the
+// index (ApplyOutcome) and kvevents, which records it, says whether the pod
+// may be served.
 package kvindex
 
 import (
@@ -284,7 +287,8 @@ type Batch struct {
 	Events    []Event
 }
 
-// BatchSink consumes decoded batches. kvevents calls Apply for a given pod
+// BatchSink consumes decoded batches and reports, never decides, what they
+// did to the pod's entries (ApplyOutcome): the caller owns the pod's trust. kvevents calls Apply for a given pod
 // from one goroutine at a time, in the order the engine published them. ctx
 // ends when the subscriber shuts down, so index writes (Redis) can be
 // cancelled instead of outliving the daemon.
