@@ -49,9 +49,8 @@ func (st *stream) markIndexLost(reason string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.indexLost = true
-	if !st.stats.Complete && !st.lost {
+	if !st.stats.Complete && st.lostFrom == nil {
 		return
 	}
-	st.lost = false
-	st.stats.Complete, st.stats.IncompleteReason, st.stats.CompleteSinceSeq = false, reason, st.stats.LastSeq+1
+	st.setCompletionLocked(completion{since: st.stats.LastSeq + 1, why: reason})
 }

@@ -211,7 +211,7 @@ func (s *Subscriber) rebuild(ctx context.Context, st *stream, src *source) rebui
 			return
 		}
 		if clear {
-			st.needClear, st.clearWhy = true, "rebuild"
+			st.needClear, st.clearWhy = true, "rebuild" // a synthetic clear's reason, not a completeness one
 		}
 		s.enqueue(st, pending)
 		if st.needClear {
@@ -286,8 +286,8 @@ func (s *Subscriber) finishRebuild(st *stream, r rebuildRun, ran bool) (again bo
 		// proves nothing; the mark's reason stands.
 		result = "superseded"
 	case set:
-		st.stats.Complete, st.stats.IncompleteReason, st.stats.CompleteSinceSeq = why == "", why, since
-		st.lost, st.indexLost = false, false
+		st.setCompletionLocked(completion{since: since, why: why})
+		st.indexLost = false
 		result = "complete"
 		if why != "" {
 			result = why
@@ -297,7 +297,7 @@ func (s *Subscriber) finishRebuild(st *stream, r rebuildRun, ran bool) (again bo
 	if !ran {
 		return false
 	}
-	if result == "complete" || result == "replay_window" {
+	if result == "complete" || result == whyReplayWindow {
 		st.incomplete = why != ""
 		st.snapFailed = false
 	}

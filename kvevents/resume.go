@@ -41,10 +41,10 @@ func (s *Subscriber) ResumeFrom(pod string, dpRank int, seq uint64, hasSeq bool)
 	if hasSeq {
 		st.hasSeq, st.lastSeq = true, seq
 	} else {
-		st.needClear, st.clearWhy = true, "restored"
+		st.needClear, st.clearWhy = true, whyRestored
 	}
 	st.mu.Lock()
 	st.stats.LastSeq = seq
-	st.stats.Complete, st.stats.IncompleteReason, st.stats.CompleteSinceSeq = false, "restored", seq+1
+	st.setCompletionLocked(completion{since: seq + 1, why: whyRestored})
 	st.mu.Unlock()
 }

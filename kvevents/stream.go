@@ -100,12 +100,11 @@ type stream struct {
 	stats StreamStats
 	// queue is the stream's share of its worker (podqueue.go).
 	queue podQueue
-	// lost: a message of the stream's connection was cut short
+	// lostFrom: a message of the stream's connection was cut short
 	// (markLost), so StreamStats says "message_lost" until the next batch
-	// shows whether it was the stream's; before holds what it said until
-	// then. Under mu.
-	lost   bool
-	before StreamStats
+	// shows whether it was the stream's; it holds what the stream said
+	// until then (nil: no such mark). Under mu.
+	lostFrom *completion
 	// indexLost: MarkIndexLost marked the stream; its next batch makes it
 	// incomplete in its sequence state too (so it asks the snapshot
 	// endpoint). Under mu: the marker never takes order.
@@ -246,10 +245,10 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 	}
 	st.seqState = d.next
 	if d.clear {
-		st.needClear, st.clearWhy = true, "restart"
+		st.needClear, st.clearWhy = true, whyRestart
 		if s.trust.get(st.key) == holdRestored {
 			// The engine restarted since the saved state was taken.
-			st.clearWhy = "restored"
+			st.clearWhy = whyRestored
 		}
 	}
 
@@ -324,8 +323,7 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *k
 // unbroken; why == "" means back to an empty cache.
 func (st *stream) setComplete(since uint64, why string) {
 	st.mu.Lock()
-	st.stats.CompleteSinceSeq, st.stats.IncompleteReason, st.stats.Complete = since, why, why == ""
-	st.lost = false
+	st.setCompletionLocked(completion{since: since, why: why})
 	if why == "" {
 		st.indexLost = false
 	}
@@ -357,7 +355,7 @@ func (s *Subscriber) enqueue(st *stream, b *kvindex.Batch) {
 	if s.work.queueBounded(st.worker, &st.queue, b) {
 		if st.needClear {
 			s.m.SyntheticClears.WithLabelValues(st.clearWhy).Inc()
-			if st.clearWhy == "restored" {
+			if st.clearWhy == whyRestored {
 				s.trust.restoreClears.Add(1)
 			}
 			st.needClear = false
@@ -368,14 +366,13 @@ func (s *Subscriber) enqueue(st *stream, b *kvindex.Batch) {
 	st.stats.Overflows++
 	st.mu.Unlock()
 	s.m.QueueOverflows.Inc()
-	if !st.needClear || st.clearWhy != "overflow" {
+	if !st.needClear || st.clearWhy != whyOverflow {
 		s.log.Warn("worker queue full: dropping batch; pod will be cleared before its next batch",
 			"pod", b.Pod, "dp_rank", b.DPRank, "seq", b.Seq)
 	}
-	st.needClear, st.clearWhy = true, "overflow"
+	st.needClear, st.clearWhy = true, whyOverflow
 	st.mu.Lock()
 	// The clear that follows empties the index, not the pod's cache.
-	st.stats.Complete, st.stats.IncompleteReason, st.stats.CompleteSinceSeq = false, "overflow", b.Seq+1
-	st.lost = false
+	st.setCompletionLocked(completion{since: b.Seq + 1, why: whyOverflow})
 	st.mu.Unlock()
 }

@@ -29,6 +29,41 @@ import (
 // removed) whose clear failed stays held, and recovered, until a clear of it
 // goes through.
 
+// Why a stream is incomplete (StreamStats.IncompleteReason; "" = complete):
+// the one vocabulary, documented at StreamStats.Complete.
+const (
+	whyJoinedLate   = "joined_late"
+	whyReplayWindow = "replay_window"
+	whyGap          = "gap"
+	whyRestart      = "restart"
+	whyOverflow     = "overflow"
+	whyMessageLost  = "message_lost"
+	whyRestored     = "restored"
+	whyIndexLost    = "index_lost"
+	whyIndexError   = "index_error"
+)
+
+// completion is what a stream says of its completeness: the index holds its
+// batches from since on, and why the run does not reach back to an empty
+// cache ("" when it does).
+type completion struct {
+	since uint64
+	why   string
+}
+
+// setCompletionLocked is the one writer of StreamStats' completeness. It
+// settles a tentative "message_lost" (lost.go): whatever sets completeness
+// knows more than that mark did. st.mu is held.
+func (st *stream) setCompletionLocked(c completion) {
+	st.stats.Complete, st.stats.IncompleteReason, st.stats.CompleteSinceSeq = c.why == "", c.why, c.since
+	st.lostFrom = nil
+}
+
+// completionLocked is what the stream says now. st.mu is held.
+func (st *stream) completionLocked() completion {
+	return completion{since: st.stats.CompleteSinceSeq, why: st.stats.IncompleteReason}
+}
+
 // hold is why a pod's entries are not served.
 type hold uint8
 
@@ -147,7 +182,7 @@ func (s *Subscriber) applied(b *kvindex.Batch, o kvindex.ApplyOutcome) {
 	k := streamKey{b.Pod, b.DPRank}
 	if o.IndexFailed {
 		s.trust.set(k, trustEntry{hold: holdIndexError, model: b.Model, engine: b.Engine})
-		s.markPodIndexLost(k, "index_error")
+		s.markPodIndexLost(k, whyIndexError)
 		return
 	}
 	if s.trust.get(k) != served {
