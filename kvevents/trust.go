@@ -128,6 +128,22 @@ func (t *trustTable) set(k streamKey, e trustEntry) {
 	t.n.Store(int32(len(t.by)))
 }
 
+// count is how many pods are held for h.
+func (t *trustTable) count(h hold) int {
+	if t.n.Load() == 0 {
+		return 0
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	n := 0
+	for _, e := range t.by {
+		if e.hold == h {
+			n++
+		}
+	}
+	return n
+}
+
 // held lists the pods held for h.
 func (t *trustTable) held(h hold) map[streamKey]trustEntry {
 	if t.n.Load() == 0 {
@@ -165,7 +181,7 @@ func (s *Subscriber) Held(pod string, dpRank int) string {
 
 // RestoredWaiting is how many pods loaded from a saved index still wait for
 // a batch of their stream (ResumeFrom).
-func (s *Subscriber) RestoredWaiting() int { return len(s.trust.held(holdRestored)) }
+func (s *Subscriber) RestoredWaiting() int { return s.trust.count(holdRestored) }
 
 // RestoreClears is how many restored pods were cleared at their first batch,
 // the engine having restarted since the snapshot (or the snapshot not saying
