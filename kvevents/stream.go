@@ -44,10 +44,12 @@ type StreamStats struct {
 	// was loaded from a saved index, which this process cannot vouch for,
 	// and no engine snapshot has replaced it yet), "index_lost" (the index
 	// backend lost entries: Redis restarted, evicted or was flushed) and
-	// "index_error" (a write of the pod's failed and the index cleared it);
+	// "index_error" (a write of the pod's failed, as the sink's ApplyOutcome
+	// said, and the pod is cleared and rebuilt from later events only);
 	// those two last until an engine snapshot or a rebuild from the replay
 	// buffer replaces the pod's state, or the engine clears or restarts its
-	// cache (MarkIndexLost, rebuild.go).
+	// cache (MarkIndexLost, trust.go, rebuild.go). The names are the why*
+	// constants (trust.go).
 	Complete         bool
 	CompleteSinceSeq uint64
 	IncompleteReason string
