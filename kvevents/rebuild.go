@@ -49,8 +49,21 @@ const (
 	defaultRebuildSpacing = 5 * time.Second
 )
 
+// rebuildPhase is where a stream's rebuild by replay stands.
+type rebuildPhase uint8
+
+const (
+	rbIdle rebuildPhase = iota
+	// rbPending: in the rebuild queue, or waiting for rebuildSpacing.
+	rbPending
+	rbRunning
+	// rbRunningAgain: marked again while running: what it rebuilt may be
+	// lost too, so it runs again.
+	rbRunningAgain
+)
+
 // rebuilds is the Subscriber's rebuild queue, guarded by Subscriber.mu: the
-// streams waiting for a worker (each at most once: stream.rbPending) and the
+// streams waiting for a worker (each at most once: rbPending) and the
 // workers running.
 type rebuilds struct {
 	queue      []*stream
@@ -67,18 +80,18 @@ func (s *Subscriber) scheduleRebuild(st *stream) {
 	defer s.mu.Unlock()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	switch {
-	case st.rbRunning:
-		st.rbAgain = true
+	switch st.rbPhase {
+	case rbRunning, rbRunningAgain:
+		st.rbPhase = rbRunningAgain
 		return
-	case st.rbPending:
+	case rbPending:
 		return
 	}
 	src := s.endpoints[st.stats.Endpoint]
 	if !s.running || s.runCtx.Err() != nil || src == nil || src.replay == "" || src.snapshot != "" || s.streams[st.key] != st {
 		return
 	}
-	st.rbPending, st.stats.Rebuilding = true, true
+	st.rbPhase, st.stats.Rebuilding = rbPending, true
 	if wait := s.rb.spacing - time.Since(st.rbLast); !st.rbLast.IsZero() && wait > 0 {
 		time.AfterFunc(wait, func() {
 			s.mu.Lock()
@@ -135,7 +148,7 @@ func (s *Subscriber) rebuildWorker() {
 // again (marked while it ran).
 func (s *Subscriber) rebuildStream(st *stream) (again bool) {
 	st.mu.Lock()
-	st.rbPending, st.rbRunning, st.rbLast = false, true, time.Now()
+	st.rbPhase, st.rbLast = rbRunning, time.Now()
 	st.mu.Unlock()
 	st.order.Lock()
 	defer st.order.Unlock()
@@ -276,8 +289,8 @@ func (s *Subscriber) rebuild(ctx context.Context, st *stream, src *source) rebui
 func (s *Subscriber) finishRebuild(st *stream, r rebuildRun, ran bool) (again bool) {
 	set, since, why := rebuildOutcome(r.rb, r.aborted)
 	st.mu.Lock()
-	again = st.rbAgain && ran // one that could not run could not again
-	st.rbRunning, st.rbAgain, st.stats.Rebuilding = false, false, again
+	again = st.rbPhase == rbRunningAgain && ran // one that could not run could not again
+	st.rbPhase, st.stats.Rebuilding = rbIdle, again
 	result := "failed"
 	switch {
 	case !ran:

@@ -339,7 +339,7 @@ func TestRebuildMarkedAgainWhileRunning(t *testing.T) {
 	queued, workers := len(s.rb.queue), s.rb.workers
 	s.mu.Unlock()
 	st.mu.Lock()
-	again, pending, running := st.rbAgain, st.rbPending, st.rbRunning
+	again, pending, running := st.rbPhase == rbRunningAgain, st.rbPhase == rbPending, st.rbPhase >= rbRunning
 	st.mu.Unlock()
 	if queued != 0 || workers != 1 || !again || pending || !running || metricValue(m.limits.rebuildsQueued) != 0 {
 		t.Fatalf("during a marked rebuild: queued %d workers %d again %v pending %v running %v", queued, workers, again, pending, running)

@@ -111,12 +111,10 @@ type stream struct {
 	// incomplete in its sequence state too (so it asks the snapshot
 	// endpoint). Under mu: the marker never takes order.
 	indexLost bool
-	// The stream's rebuild by replay (rebuild.go), under mu: rbPending (in
-	// the rebuild queue, or waiting for rebuildSpacing), rbRunning, rbAgain
-	// (marked again while running: what it rebuilt may be lost too, so it
-	// runs again) and when the last one began.
-	rbPending, rbRunning, rbAgain bool
-	rbLast                        time.Time
+	// The stream's rebuild by replay (rebuild.go), under mu: where it
+	// stands and when the last one began.
+	rbPhase rebuildPhase
+	rbLast  time.Time
 }
 
 func (st *stream) currentStats() StreamStats {
