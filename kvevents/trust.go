@@ -233,9 +233,10 @@ func (s *Subscriber) recoverLoop(ctx context.Context, interval time.Duration) {
 
 // recover queues a clear for every pod held after a failed write, on its
 // worker: a pod that publishes again is cleared before its next batch
-// anyway, but a quiet one would stay out of scores for good. A pod whose
-// stream was forgotten meanwhile is forgotten in the sink again behind its
-// clear. While the index still fails, the clear's outcome keeps the hold.
+// anyway, but a quiet one would stay out of scores for good. That includes
+// a pod whose stream was forgotten (expired, endpoint removed) while its
+// clear failed: its entries are still in the index. While the index still
+// fails, the clear's outcome keeps the hold.
 func (s *Subscriber) recover(ctx context.Context) {
 	for k, e := range s.trust.held(holdIndexError) {
 		s.mu.Lock()
@@ -250,9 +251,6 @@ func (s *Subscriber) recover(ctx context.Context) {
 		if err := s.work.queueRecovery(ctx, w, b); err != nil {
 			return
 		}
-		s.m.SyntheticClears.WithLabelValues("index_error").Inc()
-		if st == nil {
-			_ = s.work.queueForget(ctx, w, k.pod, k.rank)
-		}
+		s.m.SyntheticClears.WithLabelValues(whyIndexError).Inc()
 	}
 }

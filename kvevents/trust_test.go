@@ -3,6 +3,7 @@ package kvevents
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/kvindex/kvindex/kvindex"
 )
@@ -89,5 +90,43 @@ func TestRecoveryClearSkippedOnceCleared(t *testing.T) {
 	d.apply(queued{batch: clear, recovery: true})
 	if got := len(sink.snapshot()); got != 1 || !s.Servable("p", 0) {
 		t.Fatalf("sink saw %d batches, servable %v; want the live batch only", got, s.Servable("p", 0))
+	}
+}
+
+// A pod whose stream expires while its clear fails stays held though its
+// stream is gone (its entries are still in the index), and is recovered by
+// a clear once the sink reports one that went through.
+func TestForgottenPodStaysHeldUntilCleared(t *testing.T) {
+	sink := newCollectSink()
+	s := startSub(t, Config{Bind: "tcp://127.0.0.1:0", PodExpiry: 50 * time.Millisecond}, sink, nil)
+	pub := startPub(t, s.BindAddr(), false)
+	if err := pub.WaitSubscribed(testCtx(t), "kv@"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish("kv@quiet@m", 0, payload(t, storedBatch(1))); err != nil {
+		t.Fatal(err)
+	}
+	sink.waitFor(t, "quiet's batch", hasSeq("quiet", 0))
+	sink.fail("quiet", true)
+	deadline := time.Now().Add(testTimeout)
+	for len(s.Streams()) != 0 || s.Servable("quiet", 0) {
+		if time.Now().After(deadline) {
+			t.Fatalf("never expired and held: streams %+v, servable %v", s.Streams(), s.Servable("quiet", 0))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if s.Held("quiet", 0) != "index_error" {
+		t.Fatalf("held %q", s.Held("quiet", 0))
+	}
+	sink.fail("quiet", false)
+	for !s.Servable("quiet", 0) {
+		if time.Now().After(deadline) {
+			t.Fatal("the forgotten pod was never recovered")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	bs := sink.snapshot()
+	if last := bs[len(bs)-1]; last.Pod != "quiet" || last.Model != "m" || last.Events[0].Kind != kvindex.AllBlocksCleared {
+		t.Fatalf("last batch %+v, want quiet's recovery clear", last)
 	}
 }
