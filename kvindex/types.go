@@ -287,8 +287,7 @@ type Batch struct {
 	Events    []Event
 }
 
-// BatchSink consumes decoded batches and reports, never decides, what they
-// did to the pod's entries (ApplyOutcome): the caller owns the pod's trust. kvevents calls Apply for a given pod
+// BatchSink consumes decoded batches. kvevents calls Apply for a given pod
 // from one goroutine at a time, in the order the engine published them. ctx
 // ends when the subscriber shuts down, so index writes (Redis) can be
 // cancelled instead of outliving the daemon.
@@ -301,9 +300,10 @@ type Batch struct {
 // compiler now checks instead of a type assertion that a wrapper could
 // silently defeat.
 //
-// Apply reports what the batch did to the pod's entries (ApplyOutcome); the
-// caller owns what follows from it (kvevents records it in the pod's stream
-// state, the one place that says whether the pod may be served).
+// Apply reports, never decides, what the batch did to the pod's entries
+// (ApplyOutcome); the caller owns what follows from it (kvevents records it
+// in the pod's stream state, the one place that says whether the pod may be
+// served).
 type BatchSink interface {
 	Apply(ctx context.Context, b *Batch) ApplyOutcome
 	ForgetPod(ctx context.Context, pod string, dpRank int)
