@@ -41,10 +41,10 @@
 // not decided here: the subscriber owns a pod's trust (kvevents: an index
 // write failed and the pod is not cleared yet, or a pod restored from a
 // snapshot whose stream has not resumed), the indexer asks it
-// (Subscriber.Servable, StreamStates, Held) and relays only what the
-// subscriber cannot see, a backend that lost entries. Without Config.Events
-// every pod is served: whoever calls Sink's Apply owns the outcome it
-// returns.
+// (Subscriber.StreamStates, and Servable for one pod) and relays only what
+// the subscriber cannot see, a backend that lost entries. Without
+// Config.Events every pod is served: whoever calls Sink's Apply owns the
+// outcome it returns.
 //
 // Inputs are token ids, block hashes, a /v1/completions prompt (through
 // Config.Tokenizer) or a chat request (through Config.Chat, which renders it

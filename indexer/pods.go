@@ -5,6 +5,7 @@ import (
 	"context"
 	"slices"
 
+	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -27,7 +28,7 @@ type PodStatus struct {
 	// Stale: loaded from a snapshot, not served until its stream resumes.
 	// Untrusted: a write of the pod's failed and it is not served until
 	// its clear went through. Both are the subscriber's answer
-	// (kvevents.Subscriber.Held), false without one.
+	// (kvevents.StreamState.Held), false without one.
 	Stale, Untrusted bool
 }
 
@@ -58,13 +59,14 @@ func (x *Indexer) Pods(ctx context.Context, also []PodRef) []PodStatus {
 	})
 	x.fillBlocks(ctx, out)
 	if x.sub != nil && !x.sub.AllServable() {
+		refs := make([]kvevents.StreamRef, len(out))
 		for i := range out {
-			switch x.sub.Held(out[i].Stats.Pod, out[i].Stats.DPRank) {
-			case "restored":
-				out[i].Stale = true
-			case "index_error":
-				out[i].Untrusted = true
-			}
+			refs[i] = kvevents.StreamRef{Pod: out[i].Stats.Pod, DPRank: out[i].Stats.DPRank}
+		}
+		states := make([]kvevents.StreamState, len(out))
+		x.sub.StreamStates(refs, states)
+		for i := range out {
+			out[i].Stale, out[i].Untrusted = states[i].Held == "restored", states[i].Held == "index_error"
 		}
 	}
 	return out

@@ -81,7 +81,7 @@
 // # A pod's trust
 //
 // This package alone answers, for every (pod, dp rank), whether the index's
-// entries for it may be served (Servable, StreamStats.Held) and whether they
+// entries for it may be served (StreamState.Held, Servable) and whether they
 // are complete, and why not (StreamStats.Complete, IncompleteReason); the
 // read path (scores, picks, pod listings) asks here and nowhere else. The
 // sequence decision sets completeness; the sink reports what each batch did

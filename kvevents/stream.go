@@ -156,19 +156,22 @@ type StreamRef struct {
 	DPRank int
 }
 
-// StreamState is what a score answer tells a router about one stream, from
-// its StreamStats: whether the pod's entries may be served (Servable), how
-// late the index is for it and whether it holds every batch. Known is false
-// for a stream this subscriber does not track (never seen, forgotten, or
-// published to another daemon sharing the index); such a pod is servable
-// unless it is still held (a forgotten pod whose clear failed).
+// StreamState is the one answer about a pod's trust, from its StreamStats:
+// whether its entries may be served (Held, "" when they may: Servable), how
+// late the index is for it and whether it holds every batch, and why not.
+// Known is false for a stream this subscriber does not track (never seen,
+// forgotten, or published to another daemon sharing the index); such a pod
+// is servable unless it is still held (a forgotten pod whose clear failed).
 type StreamState struct {
 	Known            bool
-	Servable         bool
+	Held             string
 	ApplyLag         time.Duration
 	Complete         bool
 	IncompleteReason string
 }
+
+// Servable reports whether the pod's entries may be served.
+func (s StreamState) Servable() bool { return s.Held == "" }
 
 // StreamStates sets out[i] to the state of the stream refs[i] names (out
 // must be as long as refs). It takes the subscriber's lock once and
@@ -179,15 +182,15 @@ func (s *Subscriber) StreamStates(refs []StreamRef, out []StreamState) {
 	defer s.mu.Unlock()
 	for i, r := range refs {
 		k := streamKey{pod: r.Pod, rank: r.DPRank}
-		servable := s.trust.get(k) == served
+		held := s.trust.get(k).String()
 		st := s.streams[k]
 		if st == nil {
-			out[i] = StreamState{Servable: servable}
+			out[i] = StreamState{Held: held}
 			continue
 		}
 		lag := st.queue.lag(now)
 		st.mu.Lock()
-		out[i] = StreamState{Known: true, Servable: servable, ApplyLag: lag, Complete: st.stats.Complete, IncompleteReason: st.stats.IncompleteReason}
+		out[i] = StreamState{Known: true, Held: held, ApplyLag: lag, Complete: st.stats.Complete, IncompleteReason: st.stats.IncompleteReason}
 		st.mu.Unlock()
 	}
 }

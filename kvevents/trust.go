@@ -24,8 +24,8 @@ import (
 //     until the sink reports a clear that went through (index_error).
 //
 // The sink reports (kvindex.ApplyOutcome) and never decides; the read path
-// (scores, picks, pod listings) asks Servable / StreamStates here and nowhere
-// else. A hold outlives its stream: a pod forgotten (expired, endpoint
+// (scores, picks, pod listings) asks StreamStates here and nowhere else
+// (Servable is its one-pod shortcut for the score path's filter). A hold outlives its stream: a pod forgotten (expired, endpoint
 // removed) whose clear failed stays held, and recovered, until a clear of it
 // goes through.
 
@@ -172,12 +172,6 @@ func (s *Subscriber) Servable(pod string, dpRank int) bool {
 // AllServable reports whether no pod is held, with one atomic load: the
 // score path asks it before naming the pods it would ask Servable about.
 func (s *Subscriber) AllServable() bool { return s.trust.n.Load() == 0 }
-
-// Held says why (pod, dpRank) is not served: "restored", "index_error", or
-// "" when it is servable (StreamStats.Held).
-func (s *Subscriber) Held(pod string, dpRank int) string {
-	return s.trust.get(streamKey{pod, dpRank}).String()
-}
 
 // RestoredWaiting is how many pods loaded from a saved index still wait for
 // a batch of their stream (ResumeFrom).

@@ -43,7 +43,7 @@ func TestApplyOutcomeHoldsThePodUntilCleared(t *testing.T) {
 	}
 	states := make([]StreamState, 2)
 	s.StreamStates([]StreamRef{{"bad", 0}, {"good", 0}}, states)
-	if states[0].Servable || !states[1].Servable || states[0].IncompleteReason != "index_error" {
+	if states[0].Servable() || !states[1].Servable() || states[0].Held != "index_error" || states[0].IncompleteReason != "index_error" {
 		t.Fatalf("StreamStates: %+v", states)
 	}
 
@@ -115,8 +115,10 @@ func TestForgottenPodStaysHeldUntilCleared(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if s.Held("quiet", 0) != "index_error" {
-		t.Fatalf("held %q", s.Held("quiet", 0))
+	states := make([]StreamState, 1)
+	s.StreamStates([]StreamRef{{"quiet", 0}}, states)
+	if states[0].Known || states[0].Held != "index_error" {
+		t.Fatalf("the forgotten pod: %+v", states[0])
 	}
 	sink.fail("quiet", false)
 	for !s.Servable("quiet", 0) {
