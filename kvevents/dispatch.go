@@ -220,7 +220,7 @@ func (d *dispatcher) apply(it queued) {
 		d.lost.Add(1)
 		return
 	}
-	if it.recovery && d.rec != nil && !d.rec.stillHeld(b) {
+	if it.recovery && d.rec != nil && !d.rec.recoveryDue(b) {
 		return
 	}
 	o := d.sink.Apply(d.applyCtx, b)

@@ -82,11 +82,15 @@ var holdNames = [...]string{"", "restored", "index_error"}
 
 func (h hold) String() string { return holdNames[h] }
 
-// trustEntry is a held pod; model and engine name its clear (recover).
+// trustEntry is a held pod; model and engine name its clear (recover),
+// and recovering says one is queued: at most one per pod, so a backend
+// that hangs each clear for its call deadline cannot fill the worker's
+// queue with them.
 type trustEntry struct {
-	hold   hold
-	model  string
-	engine kvindex.Engine
+	hold       hold
+	model      string
+	engine     kvindex.Engine
+	recovering bool
 }
 
 // trustTable holds the pods not served. n lets the read path skip the lookup
@@ -110,7 +114,8 @@ func (t *trustTable) get(k streamKey) hold {
 	return e.hold
 }
 
-// set records k's hold; model and engine are kept when e leaves them empty.
+// set records k's hold; model and engine are kept when e leaves them empty,
+// a queued recovery while the hold stays.
 func (t *trustTable) set(k streamKey, e trustEntry) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -120,12 +125,29 @@ func (t *trustTable) set(k streamKey, e trustEntry) {
 		if t.by == nil {
 			t.by = map[streamKey]trustEntry{}
 		}
-		if old, ok := t.by[k]; ok && e.model == "" {
-			e.model, e.engine = old.model, old.engine
+		if old, ok := t.by[k]; ok {
+			if e.model == "" {
+				e.model, e.engine = old.model, old.engine
+			}
+			e.recovering = old.recovering && old.hold == e.hold
 		}
 		t.by[k] = e
 	}
 	t.n.Store(int32(len(t.by)))
+}
+
+// setRecovering marks k's recovery clear queued (on) or done; false if k is
+// not held for an index error, or (on) already has one queued.
+func (t *trustTable) setRecovering(k streamKey, on bool) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.by[k]
+	if !ok || e.hold != holdIndexError || on && e.recovering {
+		return false
+	}
+	e.recovering = on
+	t.by[k] = e
+	return true
 }
 
 // count is how many pods are held for h.
@@ -200,12 +222,13 @@ func (s *Subscriber) applied(b *kvindex.Batch, o kvindex.ApplyOutcome) {
 	}
 }
 
-// stillHeld reports whether a recovery clear for b is still wanted: a batch
-// applied since it was queued may have cleared the pod already, and the
-// clear would then drop what that batch stored. The worker asks, so the
-// answer cannot change before the clear applies.
-func (s *Subscriber) stillHeld(b *kvindex.Batch) bool {
-	return s.trust.get(streamKey{b.Pod, b.DPRank}) == holdIndexError
+// recoveryDue reports whether a recovery clear for b is still wanted, and
+// lets recover queue the pod's next one: a batch applied since it was queued
+// may have cleared the pod already, and the clear would then drop what that
+// batch stored. The worker asks, so the answer cannot change before the
+// clear applies.
+func (s *Subscriber) recoveryDue(b *kvindex.Batch) bool {
+	return s.trust.setRecovering(streamKey{b.Pod, b.DPRank}, false)
 }
 
 // recoveryInterval is how often recover runs.
@@ -233,6 +256,9 @@ func (s *Subscriber) recoverLoop(ctx context.Context, interval time.Duration) {
 // fails, the clear's outcome keeps the hold.
 func (s *Subscriber) recover(ctx context.Context) {
 	for k, e := range s.trust.held(holdIndexError) {
+		if !s.trust.setRecovering(k, true) {
+			continue // one is queued still, or the pod was cleared meanwhile
+		}
 		s.mu.Lock()
 		st := s.streams[k]
 		s.mu.Unlock()
@@ -243,6 +269,7 @@ func (s *Subscriber) recover(ctx context.Context) {
 			b.Seq = st.currentStats().LastSeq
 		}
 		if err := s.work.queueRecovery(ctx, w, b); err != nil {
+			s.trust.setRecovering(k, false)
 			return
 		}
 		s.m.SyntheticClears.WithLabelValues(whyIndexError).Inc()

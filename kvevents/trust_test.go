@@ -132,3 +132,32 @@ func TestForgottenPodStaysHeldUntilCleared(t *testing.T) {
 		t.Fatalf("last batch %+v, want quiet's recovery clear", last)
 	}
 }
+
+// At most one recovery clear per held pod is queued at a time: a backend
+// that hangs each clear for its call deadline must not fill the worker's
+// queue with them.
+func TestOneRecoveryClearQueuedPerPod(t *testing.T) {
+	s, err := NewSubscriber(Config{}, newCollectSink(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	k := streamKey{"p", 0}
+	s.trust.set(k, trustEntry{hold: holdIndexError, model: "m"})
+	ctx := context.Background()
+	clears := func() float64 { return metricValue(s.m.SyntheticClears.WithLabelValues("index_error")) }
+	s.recover(ctx)
+	s.recover(ctx)
+	if got := clears(); got != 1 {
+		t.Fatalf("%v recovery clears queued for one pod, want 1", got)
+	}
+	// The worker takes it (the index still fails: the pod stays held).
+	if !s.recoveryDue(&kvindex.Batch{Pod: "p"}) {
+		t.Fatal("the queued clear of a held pod is not due")
+	}
+	s.applied(&kvindex.Batch{Pod: "p", Model: "m"}, kvindex.ApplyOutcome{IndexFailed: true})
+	s.recover(ctx)
+	if got := clears(); got != 2 {
+		t.Fatalf("%v recovery clears after the first was applied, want 2", got)
+	}
+}
