@@ -37,13 +37,13 @@ type Config struct {
 	AliasCacheSize int
 	// CopyTableSize bounds each vLLM pod's copy-count table and
 	// GroupMaskTableSize each multi-group pod's group-mask table (entries;
-	// 0 = default; see tables.go).
+	// 0 = default; see applier_tables.go).
 	CopyTableSize      int
 	GroupMaskTableSize int
 	// HoldTableBytes bounds those tables' memory together (0 = default
-	// DefaultHoldTableBytes; see tables.go).
+	// DefaultHoldTableBytes; see applier_tables.go).
 	HoldTableBytes int64
-	// Limits bound how many of those tables exist (limits.go).
+	// Limits bound how many of those tables exist (applier_limits.go).
 	Limits Limits
 	// Share is the index's per-pod entry accounting, which Limits.PodShare
 	// enforces; required when PodShare > 0. It is handed over explicitly
@@ -72,7 +72,7 @@ type Config struct {
 // pods, so blocks known only by hash (a snapshot) score by token ids too.
 //
 // What is indexed as the pod's own cache follows the engines' semantics
-// (see tables.go for the bounded tables behind the last two):
+// (see applier_tables.go for the bounded tables behind the last two):
 //
 //   - locality REMOTE blocks are held for the pod elsewhere: not indexed,
 //     counted (PodStats.RemoteBlocks);
@@ -89,7 +89,9 @@ type Config struct {
 // Error contract: an Index error is counted, the pod is marked untrusted and
 // the rest of the batch is dropped. Before the next batch of an untrusted pod
 // the applier clears the pod in the index; only when that succeeds is the pod
-// trusted again and its state rebuilt from new events.
+// trusted again and its state rebuilt from new events. Apply reports it
+// (ApplyOutcome); the applier keeps no answer to "may this pod be served":
+// the caller that records the outcome does (kvevents' stream state).
 //
 // Memory is bounded: per model one digest cache (DigestCacheSize entries), per
 // aliased pod one alias table (AliasCacheSize entries), per vLLM pod one copy
@@ -122,13 +124,6 @@ type Applier struct {
 
 	// engines: bit e set once a batch of Engine e was applied.
 	engines atomic.Uint32
-
-	// untrustedIDs mirrors the pods whose index state is not trusted, so the
-	// read path can leave them out of scores (Trusted) without touching the
-	// per-pod state; nUntrusted lets it skip the lookup when there are none.
-	untrustedMu  sync.RWMutex
-	untrustedIDs map[kvindex.PodID]struct{}
-	nUntrusted   atomic.Int32
 }
 
 type podKey struct {
@@ -177,9 +172,9 @@ type podState struct {
 	copiesAuthority bool
 	masks           *countTable
 
-	// applyMu serialises Apply and Recover on one pod: it guards the fields
-	// above mu. kvevents already applies a pod's batches one at a time, so
-	// the lock is uncontended except while Recover runs.
+	// applyMu serialises Apply and ForgetPod on one pod: it guards the
+	// fields above mu. kvevents already applies a pod's batches one at a
+	// time, so the lock is uncontended.
 	applyMu sync.Mutex
 
 	mu sync.Mutex
@@ -214,7 +209,6 @@ func New(cfg Config) (*Applier, error) {
 		idx: cfg.Index, in: cfg.Interner, hashers: cfg.Hashers, m: cfg.Metrics, log: cfg.Logger,
 		dcSize: cfg.DigestCacheSize, aliasCap: cfg.AliasCacheSize, copyCap: cfg.CopyTableSize, maskCap: cfg.GroupMaskTableSize,
 		pods: map[podKey]*podState{}, digests: map[kvindex.ModelID]*digestCache{}, alt: map[blockkeys.KeyConfig]*blockkeys.Hasher{},
-		untrustedIDs: map[kvindex.PodID]struct{}{},
 	}
 	a.tables.limit, a.tables.gauge = cfg.HoldTableBytes, cfg.Metrics.holdTableBytes
 	if err := a.initLimits(cfg.Limits, cfg.Share); err != nil {
@@ -283,8 +277,10 @@ func (ps *podState) resetHolding() {
 	ps.copies, ps.masks = nil, nil
 }
 
-// Apply implements BatchSink.
-func (a *Applier) Apply(ctx context.Context, b *event.Batch) {
+// Apply implements BatchSink. Its outcome says whether the pod is left
+// untrusted (ApplyOutcome.IndexFailed); whether the pod may be served is
+// decided by the one who records it (kvevents), not here.
+func (a *Applier) Apply(ctx context.Context, b *event.Batch) event.ApplyOutcome {
 	start := time.Now()
 	ps := a.pod(b)
 	ps.applyMu.Lock()
@@ -297,7 +293,7 @@ func (a *Applier) Apply(ctx context.Context, b *event.Batch) {
 			d.indexErrors++
 			a.log.Debug("index still failing; dropping batch of untrusted pod", "pod", ps.name, "dp_rank", ps.rank, "err", err)
 			a.finish(ps, b, &d, start, wasUntrusted)
-			return
+			return event.ApplyOutcome{IndexFailed: true}
 		}
 		ps.untrusted = false
 		ps.resetHolding()
@@ -335,4 +331,5 @@ func (a *Applier) Apply(ctx context.Context, b *event.Batch) {
 		d.events[ev.Kind]++
 	}
 	a.finish(ps, b, &d, start, wasUntrusted)
+	return event.ApplyOutcome{IndexFailed: ps.untrusted}
 }

@@ -205,8 +205,8 @@ func (a *Applier) trimToShare(ps *podState, keys []blockkeys.Key) []blockkeys.Ke
 
 // ForgetPod clears pod from the index and drops everything the applier holds
 // for it: its stats, alias table and digest-cache hold. A pod that publishes
-// again starts afresh. If the clear fails the pod stays, untrusted, and
-// Recover clears it later.
+// again starts afresh. If the clear fails the pod stays, untrusted, and is
+// cleared before its next batch.
 func (a *Applier) ForgetPod(ctx context.Context, pod string, dpRank int) {
 	k := podKey{pod, dpRank}
 	a.mu.RLock()

@@ -36,9 +36,15 @@
 //     request plus the router's candidates and their load).
 //
 // Score is transport-neutral: failures are *Error values with a Code that
-// api maps to gRPC codes and HTTP statuses. Pods whose index entries the
-// applier no longer trusts (an index write failed and the pod has not been
-// cleared since) are an explicit candidate filter of every score.
+// api maps to gRPC codes and HTTP statuses. Whether a pod's entries may be
+// served is an explicit candidate filter of every score and pick, and it is
+// not decided here: the subscriber owns a pod's trust (kvevents: an index
+// write failed and the pod is not cleared yet, or a pod restored from a
+// snapshot whose stream has not resumed), the indexer asks it
+// (Subscriber.StreamStates, and Servable for one pod) and relays only what
+// the subscriber cannot see, a backend that lost entries. Without
+// Config.Events every pod is served: whoever calls Sink's Apply owns the
+// outcome it returns.
 //
 // Inputs are token ids, block hashes, a /v1/completions prompt (through
 // Config.Tokenizer) or a chat request (through Config.Chat, which renders it

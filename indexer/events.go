@@ -5,15 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/kvindex/kvindex/indexer/persist"
 	"github.com/kvindex/kvindex/kvevents"
 )
-
-// recoveryInterval is how often Run clears pods marked untrusted by an
-// index error once the index is back.
-const recoveryInterval = time.Second
 
 // startEvents builds the subscriber and its features (persistence, leases)
 // when Config.Events is set. A feature whose backend or configuration
@@ -64,8 +59,8 @@ func (x *Indexer) startEvents(cfg Config) error {
 func (x *Indexer) Subscriber() *kvevents.Subscriber { return x.sub }
 
 // Run runs the background work until ctx is done: the event subscriber,
-// the lease loop, periodic snapshots and the recovery of pods an index
-// error left untrusted. On shutdown it orders them: leases are released
+// the lease loop and periodic snapshots (the subscriber also recovers pods
+// an index error left unservable: kvevents/trust.go). On shutdown it orders them: leases are released
 // first (their endpoints removed and their pods' clears queued on the
 // still-running subscriber), then the subscriber drains and stops, then the
 // final snapshot is written from the stopped event path. Close afterwards.
@@ -77,7 +72,6 @@ func (x *Indexer) Run(ctx context.Context) error {
 			errc <- fmt.Errorf("%s: %w", what, err)
 		}
 	}
-	wg.Go(func() { x.applier.RunRecovery(ctx, recoveryInterval) })
 	// The subscriber and the lease loop get their own contexts so that
 	// shutdown can order them.
 	subCtx, subCancel := context.WithCancel(context.WithoutCancel(ctx))

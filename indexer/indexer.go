@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -108,16 +107,17 @@ type Indexer struct {
 	chat    ChatTokenizer
 	// pred is nil when prediction sampling is off.
 	pred *predictor
-	// trusted is the applier's candidate filter, held as a typed func so
-	// scoring cannot lose it: a pod is untrusted from an index write failure
-	// until it has been cleared, and its entries are not served meanwhile.
+	// trusted is the candidate filter, held as a typed func so scoring
+	// cannot lose it: it asks the subscriber, the one owner of whether a
+	// pod may be served (kvevents.Subscriber.Servable: restored and not
+	// resumed, or an index write failed and the pod is not cleared yet).
+	// Without a subscriber every pod is served: whoever calls Sink's
+	// Apply owns the outcomes it returns.
 	trusted func(kvindex.PodID) bool
 	pick    *picker
 	storage storageSources
 	m       *metrics
-	// gate holds back pods loaded from a snapshot (restore.go).
-	gate restoreGate
-	log  *slog.Logger
+	log     *slog.Logger
 	// sub is the event subscriber (nil without Config.Events); persist and
 	// leases are its features (nil when off).
 	sub *kvevents.Subscriber
@@ -180,7 +180,7 @@ func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	x.trusted = func(p kvindex.PodID) bool { return x.applier.Trusted(p) && !x.gate.stale(p) }
+	x.trusted = x.servable
 	if x.pick, err = newPicker(cfg.Pick, x.sharedSpeculative); err != nil {
 		return nil, err
 	}
@@ -197,8 +197,9 @@ func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
 }
 
 // Sink is where kvevents delivers decoded engine batches: the applier,
-// behind the gate of pods restored from a snapshot, followed by dropping the
-// speculative entries the events answer.
+// followed by dropping the speculative entries the events answer. Apply's
+// outcome is for the caller to record (kvevents does; an embedder feeding
+// Sink directly owns it).
 func (x *Indexer) Sink() event.Sink { return eventSink{x} }
 
 // KeyConfig is the block-key config used for model.
@@ -217,13 +218,6 @@ func (x *Indexer) Healthy(ctx context.Context) error {
 		return nil
 	}
 	return x.backend.Health.Healthy(ctx)
-}
-
-// RunRecovery clears pods marked untrusted by an index error once the index
-// is back, every interval until ctx is done, even if they publish nothing
-// more (the applier clears a pod that does publish before its next batch).
-func (x *Indexer) RunRecovery(ctx context.Context, interval time.Duration) {
-	x.applier.RunRecovery(ctx, interval)
 }
 
 // Close releases the subscriber's sockets and the backend. Call it after

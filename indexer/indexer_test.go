@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/internal/testkit/race"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
@@ -222,42 +223,70 @@ func TestScoreAggregatesRanksAndSorts(t *testing.T) {
 	}
 }
 
-// A pod the applier stopped trusting (a removal failed, so the index may
-// still hold blocks the pod evicted) is left out of scores until it has
-// been cleared, then scores again from what it published since.
+// A pod whose index write failed is left out of scores and listed untrusted
+// and incomplete ("index_error"), as the subscriber records the sink's
+// outcome; once the index is back the subscriber's recovery clears the
+// quiet pod and serves it again with nothing of what it held, and its next
+// batch is scored.
 func TestUntrustedPodIsLeftOutOfScores(t *testing.T) {
+	keys := blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: 4}
 	f := &flakyIndex{MemoryIndex: kvindex.NewMemoryIndex(kvindex.MemoryConfig{})}
-	x := newTestIndexer(t, Config{Backend: flakyBackend(f, false)})
-	prompt := seqTokens(1, 4*testBlock)
-	apply(x, "pod-a", 0, storeEvent(prompt, 2, event.TierGPU))
-	apply(x, "pod-b", 0, storeEvent(prompt, 4, event.TierGPU))
-	q := &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}
-	var r Result
-	if got, want := mustScore(t, x, q, &r), "total=4 pod-b:4/16/4.00[0:4,] pod-a:2/8/2.00[0:2,]"; got != want {
-		t.Fatalf("before: %s, want %s", got, want)
-	}
+	x, pub := runEventIndexer(t, keys, f, 1)
+	tokens := seqTokens(100, 4*4)
+	publishBatch(t, pub, keys, "pod-a", 0, 0, tokens[:2*4])
+	publishBatch(t, pub, keys, "pod-b", 0, 0, tokens)
+	q := &Query{Model: "org/model", Kind: InputTokens, TokenIDs: tokens}
+	scoreUntil(t, x, q, "both pods scored", func(r *Result) bool {
+		return podOf(r, "pod-a") != nil && podOf(r, "pod-b") != nil && podOf(r, "pod-b").MatchedBlocks == 4
+	})
 
 	f.failRemove.Store(true)
-	hs := blockHashes(prompt, blockkeys.RequestExtras{})
-	apply(x, "pod-b", 0, event.Event{Kind: event.BlockRemoved, BlockHashes: hs[2:]})
+	h, _ := blockkeys.NewHasher(keys)
+	var hs []uint64
+	for _, k := range h.Keys(nil, tokens, blockkeys.RequestExtras{}) {
+		hs = append(hs, uint64(k))
+	}
+	p, err := enginepub.EncodeVLLMBatch(&event.Batch{Events: []event.Event{{Kind: event.BlockRemoved, BlockHashes: hs[2:]}}},
+		enginepub.VLLMEncodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish("kv@pod-b@org/model", 1, p); err != nil {
+		t.Fatal(err)
+	}
+	scoreUntil(t, x, q, "pod-b left out", func(r *Result) bool { return podOf(r, "pod-b") == nil && podOf(r, "pod-a") != nil })
 	// The index still holds pod-b's 4 blocks: only the trust filter hides them.
 	if id, _ := x.in.LookupPod("pod-b", 0); mustBlocks(t, f, id) != 4 {
 		t.Fatal("the failed removal changed the index; the test no longer shows the filter")
 	}
-	if got, want := mustScore(t, x, q, &r), "total=4 pod-a:2/8/2.00[0:2,]"; got != want {
-		t.Fatalf("untrusted pod-b scored: %s, want %s", got, want)
-	}
 	pods := x.Pods(context.Background(), nil)
-	if len(pods) != 2 || !pods[1].Stats.Untrusted {
+	if len(pods) != 2 || !pods[1].Untrusted || pods[0].Untrusted {
 		t.Fatalf("listing does not show pod-b untrusted: %+v", pods)
 	}
 
-	// Index back: the next batch clears pod-b first and it is trusted again
-	// with only what that batch stored.
+	// Index back: the recovery clears the quiet pod-b; it is served again,
+	// with nothing, and stays incomplete until rebuilt.
 	f.failRemove.Store(false)
-	apply(x, "pod-b", 0, storeEvent(prompt, 1, event.TierGPU))
-	if got, want := mustScore(t, x, q, &r), "total=4 pod-a:2/8/2.00[0:2,] pod-b:1/4/1.00[0:1,]"; got != want {
-		t.Fatalf("after recovery: %s, want %s", got, want)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p := x.Pods(context.Background(), nil)
+		if len(p) == 2 && !p[1].Untrusted && p[1].Blocks == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod-b never recovered: %+v", p)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, st := range x.Subscriber().Streams() {
+		if st.Pod == "pod-b" && (st.Complete || st.IncompleteReason != "index_error") {
+			t.Fatalf("pod-b's stream after the recovery: %+v", st)
+		}
+	}
+	publishBatch(t, pub, keys, "pod-b", 0, 2, tokens[:4])
+	r := scoreUntil(t, x, q, "pod-b's next batch scored", func(r *Result) bool { return podOf(r, "pod-b") != nil })
+	if b := podOf(r, "pod-b"); b.MatchedBlocks != 1 || b.Complete || b.IncompleteReason != "index_error" {
+		t.Fatalf("pod-b after recovery: %+v", *b)
 	}
 }
 
@@ -268,33 +297,6 @@ func mustBlocks(t *testing.T, idx kvindex.Index, id kvindex.PodID) int64 {
 		t.Fatal(err)
 	}
 	return n
-}
-
-// RunRecovery clears an untrusted pod that publishes nothing more once the
-// index works again.
-func TestRunRecoveryClearsQuietUntrustedPod(t *testing.T) {
-	f := &flakyIndex{MemoryIndex: kvindex.NewMemoryIndex(kvindex.MemoryConfig{})}
-	x := newTestIndexer(t, Config{Backend: flakyBackend(f, false)})
-	prompt := seqTokens(1, 2*testBlock)
-	apply(x, "pod-a", 0, storeEvent(prompt, 2, event.TierGPU))
-	f.failRemove.Store(true)
-	apply(x, "pod-a", 0, event.Event{Kind: event.BlockRemoved, BlockHashes: blockHashes(prompt, blockkeys.RequestExtras{})})
-	f.failRemove.Store(false)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); x.RunRecovery(ctx, time.Millisecond) }()
-	defer func() { cancel(); <-done }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		p := x.Pods(context.Background(), nil)
-		if len(p) == 1 && !p[0].Stats.Untrusted && p[0].Blocks == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pod never recovered: %+v", p)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 type fakeTokenizer struct{ err error }

@@ -22,9 +22,6 @@ type metrics struct {
 	// sharedModels counts models interned on the read path because the
 	// shared index (Redis) holds them though this process saw no event.
 	sharedModels prometheus.Counter
-	// restoreClears counts snapshot pods cleared because their stream
-	// restarted since the snapshot.
-	restoreClears prometheus.Counter
 	// indexLost counts the backend's reports that it lost entries, by
 	// reason (redisindex: restart, eviction, flush).
 	indexLost *prometheus.CounterVec
@@ -45,10 +42,6 @@ func newMetrics(reg *prometheus.Registry, x *Indexer) (*metrics, error) {
 		sharedModels: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvindexd_shared_models_interned_total",
 			Help: "Models this daemon learned from the shared index on the read path (no event for them received here).",
-		}),
-		restoreClears: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kvindexd_snapshot_restart_clears_total",
-			Help: "Pods loaded from a snapshot and cleared because their engine restarted since (first seq at or below the snapshot's).",
 		}),
 	}
 	picks := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -78,7 +71,17 @@ func newMetrics(reg *prometheus.Registry, x *Indexer) (*metrics, error) {
 		Name: "kvindexd_snapshot_stale_pods",
 		Help: "Pods loaded from a snapshot that are not served until their stream resumes.",
 	}, func() float64 { return float64(x.StalePods()) })
-	for _, c := range []prometheus.Collector{m.lookup, m.tokens, picks, m.specBlocks, m.specErrors, m.sharedModels, m.restoreClears, m.indexLost, stale, &statsCollector{x: x}, keyCacheCollector{x.keys}} {
+	// Restored pods are decided by kvevents (ResumeFrom), which counts them.
+	restoreClears := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "kvindexd_snapshot_restart_clears_total",
+		Help: "Pods loaded from a snapshot and cleared because their engine restarted since (first seq at or below the snapshot's).",
+	}, func() float64 {
+		if x.sub == nil {
+			return 0
+		}
+		return float64(x.sub.RestoreClears())
+	})
+	for _, c := range []prometheus.Collector{m.lookup, m.tokens, picks, m.specBlocks, m.specErrors, m.sharedModels, restoreClears, m.indexLost, stale, &statsCollector{x: x}, keyCacheCollector{x.keys}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -105,16 +105,11 @@ func (p *persistence) load() *persist.Loaded {
 	return l
 }
 
-// resumeRestored tells the gate and the subscriber where each restored
-// pod's stream was, so its first batch either resumes it, replays the gap,
-// or clears it as restarted.
+// resumeRestored tells the subscriber where each restored pod's stream was,
+// so its first batch either resumes it, replays the gap, or clears it as
+// restarted; until then the pod is not served (restore.go).
 func (x *Indexer) resumeRestored(l *persist.Loaded) {
-	pods := make([]RestoredPod, 0, len(l.Pods))
 	for _, p := range l.Pods {
-		pods = append(pods, RestoredPod{Name: p.Name, DPRank: p.DPRank, Seq: p.Seq, HasSeq: p.HasSeq})
-		if p.HasSeq {
-			x.sub.ResumeFrom(p.Name, p.DPRank, p.Seq)
-		}
+		x.sub.ResumeFrom(p.Name, p.DPRank, p.Seq, p.HasSeq)
 	}
-	x.MarkRestored(pods)
 }

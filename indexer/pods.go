@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/kvindex/kvindex/applier"
+	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -26,7 +27,10 @@ type PodStatus struct {
 	// (a listing still answers while the backend is down).
 	Blocks int64
 	// Stale: loaded from a snapshot, not served until its stream resumes.
-	Stale bool
+	// Untrusted: a write of the pod's failed and it is not served until
+	// its clear went through. Both are the subscriber's answer
+	// (kvevents.StreamState.Held), false without one.
+	Stale, Untrusted bool
 }
 
 // Pods lists every (pod, rank) the applier has seen plus the also refs
@@ -35,7 +39,6 @@ type PodStatus struct {
 // (kvindex.PodBlocksBatcher), else one read per pod.
 func (x *Indexer) Pods(ctx context.Context, also []PodRef) []PodStatus {
 	stats := x.applier.PodStats()
-	also = append(also[:len(also):len(also)], x.gate.refs()...)
 	out := make([]PodStatus, 0, len(stats)+len(also))
 	seen := make(map[PodRef]struct{}, len(stats)+len(also))
 	for _, st := range stats {
@@ -56,11 +59,15 @@ func (x *Indexer) Pods(ctx context.Context, also []PodRef) []PodStatus {
 		return cmp.Compare(a.Stats.DPRank, b.Stats.DPRank)
 	})
 	x.fillBlocks(ctx, out)
-	if x.gate.pending.Load() != 0 {
+	if x.sub != nil && !x.sub.AllServable() {
+		refs := make([]kvevents.StreamRef, len(out))
 		for i := range out {
-			if id, ok := x.in.LookupPod(out[i].Stats.Pod, out[i].Stats.DPRank); ok {
-				out[i].Stale = x.gate.stale(id)
-			}
+			refs[i] = kvevents.StreamRef{Pod: out[i].Stats.Pod, DPRank: out[i].Stats.DPRank}
+		}
+		states := make([]kvevents.StreamState, len(out))
+		x.sub.StreamStates(refs, states)
+		for i := range out {
+			out[i].Stale, out[i].Untrusted = states[i].Held == "restored", states[i].Held == "index_error"
 		}
 	}
 	return out

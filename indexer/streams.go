@@ -14,6 +14,17 @@ type StreamStates interface {
 	StreamStates(refs []kvevents.StreamRef, out []kvevents.StreamState)
 }
 
+// servable asks the subscriber, the one owner of a pod's trust, whether the
+// index's entries for id may be served (kvevents.Subscriber.Servable). One
+// atomic load while no pod is held.
+func (x *Indexer) servable(id kvindex.PodID) bool {
+	if x.sub == nil || x.sub.AllServable() {
+		return true
+	}
+	name, rank := x.in.PodName(id)
+	return x.sub.Servable(name, rank)
+}
+
 // streamBufs are a Result's buffers for fillStreams, reused across calls.
 type streamBufs struct {
 	ids    []kvindex.PodID

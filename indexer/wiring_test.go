@@ -74,7 +74,7 @@ func TestPodExpiryForgetsThroughTheSubscriber(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	x := newTestIndexer(t, Config{Registry: reg, Events: &kvevents.Config{Bind: "tcp://127.0.0.1:0", PodExpiry: 50 * time.Millisecond}})
 	apply(x, "quiet", 0, storeEvent(seqTokens(1, 4*testBlock), 4, event.TierGPU))
-	x.Subscriber().ResumeFrom("quiet", 0, 1) // the stream the batch came through
+	x.Subscriber().ResumeFrom("quiet", 0, 1, true) // the stream the batch came through
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- x.Run(ctx) }()

@@ -246,5 +246,7 @@ func BenchmarkHandleMessage(b *testing.B) {
 
 type discardSink struct{}
 
-func (discardSink) Apply(context.Context, *event.Batch)    {}
+func (discardSink) Apply(context.Context, *event.Batch) event.ApplyOutcome {
+	return event.ApplyOutcome{}
+}
 func (discardSink) ForgetPod(context.Context, string, int) {}

@@ -28,7 +28,10 @@ var errStopped = errors.New("kvevents: subscriber stopped")
 // before shutdown) still reaches the index, while a write hung on a dead
 // backend is cancelled instead of holding the daemon.
 type dispatcher struct {
-	sink   event.Sink
+	sink event.Sink
+	// rec records each Apply's outcome in the pod's trust (trust.go): the
+	// Subscriber, nil in tests of the dispatcher alone.
+	rec    *Subscriber
 	queues []*workQueue
 	// busy[w] is when worker w began the item it is applying (UnixNano; 0
 	// = idle): how long the apply path has been stuck (dispatcher_stall.go).
@@ -71,6 +74,9 @@ type queued struct {
 	batch *event.Batch
 	// forget, when set, names the pod to forget; batch is nil then.
 	forget *streamKey
+	// recovery: batch is a clear queued for a pod held after a failed
+	// write (trust.go), skipped if the pod was cleared since.
+	recovery bool
 	// owner is the stream's share the batch holds (nil for the
 	// subscriber's own clears, queued outside the shares).
 	owner *streamBacklog
@@ -144,7 +150,13 @@ func (d *dispatcher) apply(it queued) {
 		d.lost.Add(1)
 		return
 	}
-	d.sink.Apply(d.applyCtx, b)
+	if it.recovery && d.rec != nil && !d.rec.recoveryDue(b) {
+		return
+	}
+	o := d.sink.Apply(d.applyCtx, b)
+	if d.rec != nil {
+		d.rec.applied(b, o)
+	}
 }
 
 // stop refuses new batches, lets the workers apply what is queued for at

@@ -46,8 +46,19 @@ func (d *dispatcher) queue(ctx context.Context, w int, b *event.Batch) error {
 	return nil
 }
 
+// queueRecovery queues the recovery clear b (trust.go) like queue.
+func (d *dispatcher) queueRecovery(ctx context.Context, w int, b *event.Batch) error {
+	size := batchBytes(b)
+	d.budget.used.Add(size)
+	if err := d.send(ctx, w, queued{batch: b, size: size, recovery: true}); err != nil {
+		d.budget.give(size)
+		return err
+	}
+	return nil
+}
+
 // queueForget queues, behind what worker w holds, the order to forget pod's
-// state in the sink (BatchSink.ForgetPod).
+// state in the sink (event.Sink.ForgetPod).
 func (d *dispatcher) queueForget(ctx context.Context, w int, pod string, rank int) error {
 	return d.send(ctx, w, queued{forget: &streamKey{pod: pod, rank: rank}})
 }

@@ -24,7 +24,7 @@ type holdSink struct {
 // ForgetPod: the dispatcher tests queue no forget orders.
 func (h *holdSink) ForgetPod(context.Context, string, int) {}
 
-func (h *holdSink) Apply(ctx context.Context, b *event.Batch) {
+func (h *holdSink) Apply(ctx context.Context, b *event.Batch) event.ApplyOutcome {
 	h.mu.Lock()
 	first := len(h.seqs) == 0
 	h.mu.Unlock()
@@ -40,6 +40,7 @@ func (h *holdSink) Apply(ctx context.Context, b *event.Batch) {
 	h.seqs = append(h.seqs, b.Seq)
 	h.cancelled = append(h.cancelled, ctx.Err() != nil)
 	h.mu.Unlock()
+	return event.ApplyOutcome{}
 }
 
 // runQueued starts a one-worker subscriber, queues n batches of one stream

@@ -45,8 +45,9 @@ func (o *orderSink) record(s string) {
 	}
 }
 
-func (o *orderSink) Apply(_ context.Context, b *event.Batch) {
+func (o *orderSink) Apply(_ context.Context, b *event.Batch) event.ApplyOutcome {
 	o.record(fmt.Sprintf("%s/%d", b.Pod, b.Seq))
+	return event.ApplyOutcome{}
 }
 
 func (o *orderSink) ForgetPod(_ context.Context, pod string, _ int) { o.record("forget " + pod) }

@@ -1,7 +1,7 @@
-// Package kvevents subscribes to the KV-cache events of vLLM, SGLang and
-// TensorRT-LLM engines over ZeroMQ, decodes them into engine-neutral
-// event.Batch values and hands them to an event.Sink, in order per
-// (pod, data-parallel rank).
+// Package kvevents subscribes to the KV-cache events of vLLM and SGLang
+// engines over ZeroMQ, decodes them into engine-neutral event.Batch values
+// and hands them to a event.Sink, in order per (pod, data-parallel
+// rank). It is the one owner of a pod's trust (below).
 //
 // # Topologies
 //
@@ -78,6 +78,23 @@
 // An equal sequence number (a duplicate) or a backward jump that stays high
 // (a batch from the past) is dropped and counted, never a clear.
 //
+// # A pod's trust
+//
+// This package alone answers, for every (pod, dp rank), whether the index's
+// entries for it may be served (StreamState.Held, Servable) and whether they
+// are complete, and why not (StreamStats.Complete, IncompleteReason); the
+// read path (scores, picks, pod listings) asks here and nowhere else. The
+// sequence decision sets completeness; the sink reports what each batch did
+// to the index (event.ApplyOutcome), recorded on the pod's worker right
+// after Apply: a failed write holds the pod and makes its stream incomplete
+// ("index_error"), a batch that went through serves it again, and a pod that
+// stays quiet gets the clear that recovers it from the subscriber itself. A
+// pod restored from a saved index (ResumeFrom) is held until a batch of its
+// stream has been applied, and the sequence decision of that batch alone
+// says whether it is cleared first. The sink decides nothing and never calls
+// back; the composition root reports what only it sees, a backend that lost
+// entries (MarkIndexLost). See trust.go.
+//
 // # Limits
 //
 // What a publisher can make the subscriber hold is bounded (limits.go):
@@ -102,9 +119,13 @@
 //	replay.go      the replay exchange with an engine's ROUTER: after a gap,
 //	               and catching up at connect
 //	snapshot.go    SGLang's snapshot-v1 exchange and the resync it drives
+//	trust.go       a pod's trust: the sink's outcome recorded, the hold on
+//	               serving (Servable), the recovery of a quiet pod after a
+//	               failed write
 //	resume.go      streams resumed from a saved index (ResumeFrom)
 //	lost.go        streams whose connection ended in the middle of a message
-//	indexlost.go   streams whose index entries the backend lost (MarkIndexLost)
+//	indexlost.go   streams whose index entries were lost: by the backend
+//	               (MarkIndexLost) or by a failed write (the sink's outcome)
 //	rebuild.go     rebuilding such a stream from its engine's replay buffer
 //	limits.go      the caps on streams, models, ranks and names, pod expiry,
 //	               rate-limited warnings

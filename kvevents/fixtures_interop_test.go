@@ -74,8 +74,8 @@ func (s *applySink) ForgetPod(ctx context.Context, pod string, dpRank int) {
 	s.a.ForgetPod(ctx, pod, dpRank)
 }
 
-func (s *applySink) Apply(ctx context.Context, b *event.Batch) {
-	s.a.Apply(ctx, b)
+func (s *applySink) Apply(ctx context.Context, b *event.Batch) event.ApplyOutcome {
+	o := s.a.Apply(ctx, b)
 	s.mu.Lock()
 	s.n++
 	s.mu.Unlock()
@@ -83,6 +83,7 @@ func (s *applySink) Apply(ctx context.Context, b *event.Batch) {
 	case s.ch <- struct{}{}:
 	default:
 	}
+	return o
 }
 
 func (s *applySink) wait(t *testing.T, n int) {
@@ -410,7 +411,7 @@ func TestInteropSGLangLateJoinSnapshot(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.resumed {
-				s.ResumeFrom("pod-s", 0, 2)
+				s.ResumeFrom("pod-s", 0, 2, true)
 				if st := s.Streams()[0]; st.Complete || st.IncompleteReason != "restored" {
 					t.Fatalf("resumed stream %+v", st)
 				}

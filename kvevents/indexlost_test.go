@@ -37,14 +37,16 @@ func TestMarkIndexLostHoldsUntilRebuilt(t *testing.T) {
 	if !stats("a").Complete || !stats("b").Complete {
 		t.Fatalf("not complete from seq 0: %+v %+v", stats("a"), stats("b"))
 	}
-	s.MarkPodIndexLost("b", 0, "index_error")
-	s.MarkPodIndexLost("nobody", 0, "index_error") // unknown: ignored
-	s.MarkIndexLost("index_lost")                  // b keeps its first reason
+	sink.fail("b", true)
+	send("b", 1, storedBatch(5))
+	waitStream(t, s, "b", "b's failed write recorded", func(st StreamStats) bool { return st.IncompleteReason == "index_error" })
+	s.markPodIndexLost(streamKey{"nobody", 0}, "index_error") // unknown: ignored
+	s.MarkIndexLost("index_lost")                             // b keeps its first reason
 	if st := stats("a"); st.Complete || st.IncompleteReason != "index_lost" {
 		t.Fatalf("a after MarkIndexLost: %+v", st)
 	}
 	if st := stats("b"); st.Complete || st.IncompleteReason != "index_error" {
-		t.Fatalf("b after MarkPodIndexLost: %+v", st)
+		t.Fatalf("b after its failed write: %+v", st)
 	}
 	send("a", 1, storedBatch(3))
 	if st := stats("a"); st.Complete || st.IncompleteReason != "index_lost" {

@@ -32,7 +32,7 @@ type Metrics struct {
 	ReplayedBatches    prometheus.Counter
 	Rebuilds           *prometheus.CounterVec // by result: complete | replay_window | failed | superseded
 	RebuiltBatches     prometheus.Counter
-	SyntheticClears    *prometheus.CounterVec // by reason: restart | overflow | endpoint_removed | expired | rebuild
+	SyntheticClears    *prometheus.CounterVec // by reason: restart | overflow | endpoint_removed | expired | rebuild | restored | index_error
 	ConnectedEndpoints prometheus.Gauge
 	ShutdownDropped    prometheus.Counter
 	// ZMQ counts what the transport did with its peers, shared by every

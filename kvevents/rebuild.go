@@ -49,9 +49,22 @@ const (
 	defaultRebuildSpacing = 5 * time.Second
 )
 
+// rebuildPhase is where a stream's rebuild by replay stands.
+type rebuildPhase uint8
+
+const (
+	rebuildIdle rebuildPhase = iota
+	// rebuildPending: in the rebuild queue, or waiting for rebuildSpacing.
+	rebuildPending
+	rebuildRunning
+	// rebuildRunningAgain: marked again while running: what it rebuilt may be
+	// lost too, so it runs again.
+	rebuildRunningAgain
+)
+
 // rebuilds is the Subscriber's rebuild queue, guarded by Subscriber.mu: the
-// streams waiting for a worker (each at most once: stream.rebuildPending)
-// and the workers running.
+// streams waiting for a worker (each at most once: rebuildPending) and the
+// workers running.
 type rebuilds struct {
 	queue      []*stream
 	workers    int
@@ -67,18 +80,18 @@ func (s *Subscriber) scheduleRebuild(st *stream) {
 	defer s.mu.Unlock()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	switch {
-	case st.rebuildRunning:
-		st.rebuildAgain = true
+	switch st.rebuildPhase {
+	case rebuildRunning, rebuildRunningAgain:
+		st.rebuildPhase = rebuildRunningAgain
 		return
-	case st.rebuildPending:
+	case rebuildPending:
 		return
 	}
 	src := s.endpoints[st.stats.Endpoint]
 	if !s.running || s.runCtx.Err() != nil || src == nil || src.replay == "" || src.snapshot != "" || s.streams[st.key] != st {
 		return
 	}
-	st.rebuildPending, st.stats.Rebuilding = true, true
+	st.rebuildPhase, st.stats.Rebuilding = rebuildPending, true
 	if wait := s.rebuilds.spacing - time.Since(st.lastRebuild); !st.lastRebuild.IsZero() && wait > 0 {
 		time.AfterFunc(wait, func() {
 			s.mu.Lock()
@@ -135,7 +148,7 @@ func (s *Subscriber) rebuildWorker() {
 // again (marked while it ran).
 func (s *Subscriber) rebuildStream(st *stream) (again bool) {
 	st.mu.Lock()
-	st.rebuildPending, st.rebuildRunning, st.lastRebuild = false, true, time.Now()
+	st.rebuildPhase, st.lastRebuild = rebuildRunning, time.Now()
 	st.mu.Unlock()
 	st.order.Lock()
 	defer st.order.Unlock()
@@ -211,7 +224,7 @@ func (s *Subscriber) rebuild(ctx context.Context, st *stream, src *source) rebui
 			return
 		}
 		if clear {
-			st.needClear, st.clearWhy = true, "rebuild"
+			st.needClear, st.clearWhy = true, "rebuild" // a synthetic clear's reason, not a completeness one
 		}
 		s.enqueue(st, pending)
 		if st.needClear {
@@ -276,8 +289,8 @@ func (s *Subscriber) rebuild(ctx context.Context, st *stream, src *source) rebui
 func (s *Subscriber) finishRebuild(st *stream, r rebuildRun, ran bool) (again bool) {
 	set, since, why := rebuildOutcome(r.rebuilt, r.aborted)
 	st.mu.Lock()
-	again = st.rebuildAgain && ran // one that could not run could not again
-	st.rebuildRunning, st.rebuildAgain, st.stats.Rebuilding = false, false, again
+	again = st.rebuildPhase == rebuildRunningAgain && ran // one that could not run could not again
+	st.rebuildPhase, st.stats.Rebuilding = rebuildIdle, again
 	result := "failed"
 	switch {
 	case !ran:
@@ -286,8 +299,8 @@ func (s *Subscriber) finishRebuild(st *stream, r rebuildRun, ran bool) (again bo
 		// proves nothing; the mark's reason stands.
 		result = "superseded"
 	case set:
-		st.stats.Complete, st.stats.IncompleteReason, st.stats.CompleteSinceSeq = why == "", why, since
-		st.lost, st.indexLost = false, false
+		st.setCompletionLocked(completion{since: since, why: why})
+		st.indexLost = false
 		result = "complete"
 		if why != "" {
 			result = why
@@ -297,7 +310,7 @@ func (s *Subscriber) finishRebuild(st *stream, r rebuildRun, ran bool) (again bo
 	if !ran {
 		return false
 	}
-	if result == "complete" || result == "replay_window" {
+	if result == "complete" || result == whyReplayWindow {
 		st.incomplete = why != ""
 		st.snapFailed = false
 	}

@@ -332,14 +332,14 @@ func TestRebuildMarkedAgainWhileRunning(t *testing.T) {
 	e.request(t)
 	for range 3 {
 		s.MarkIndexLost("index_lost")
-		s.MarkPodIndexLost("pod-again", 0, "index_error")
+		s.markPodIndexLost(streamKey{"pod-again", 0}, "index_error")
 	}
 	s.mu.Lock()
 	st := s.streams[streamKey{"pod-again", 0}]
 	queued, workers := len(s.rebuilds.queue), s.rebuilds.workers
 	s.mu.Unlock()
 	st.mu.Lock()
-	again, pending, running := st.rebuildAgain, st.rebuildPending, st.rebuildRunning
+	again, pending, running := st.rebuildPhase == rebuildRunningAgain, st.rebuildPhase == rebuildPending, st.rebuildPhase >= rebuildRunning
 	st.mu.Unlock()
 	if queued != 0 || workers != 1 || !again || pending || !running || metricValue(m.limits.rebuildsQueued) != 0 {
 		t.Fatalf("during a marked rebuild: queued %d workers %d again %v pending %v running %v", queued, workers, again, pending, running)
@@ -450,10 +450,10 @@ type pausableSink struct {
 	paused sync.RWMutex
 }
 
-func (p *pausableSink) Apply(ctx context.Context, b *event.Batch) {
+func (p *pausableSink) Apply(ctx context.Context, b *event.Batch) event.ApplyOutcome {
 	p.paused.RLock()
 	defer p.paused.RUnlock()
-	p.collectSink.Apply(ctx, b)
+	return p.collectSink.Apply(ctx, b)
 }
 
 // A rebuild queues a whole buffer for one pod, far past the pod's share of

@@ -180,13 +180,13 @@ func decideSeq(cur seqState, in seqInput) seqDecision {
 	switch {
 	case d.missed == 0:
 	case d.kind == seqRestart:
-		d.why = "restart"
+		d.why = whyRestart
 	case in.how == fromCatchUp:
-		d.why = "replay_window" // what catch-up asked for is no longer buffered
+		d.why = whyReplayWindow // what catch-up asked for is no longer buffered
 	case d.kind == seqGap:
-		d.why = "gap"
+		d.why = whyGap
 	default:
-		d.why = "joined_late"
+		d.why = whyJoinedLate
 	}
 
 	if d.newEpoch {
@@ -236,7 +236,7 @@ func (d *seqDecision) completeness(r replayResult) completeness {
 	case !d.replay, !r.filled:
 		c = completeness{set: true, since: d.seq, why: d.why}
 	case r.run > d.from:
-		c = completeness{set: true, since: r.run, why: "replay_window"}
+		c = completeness{set: true, since: r.run, why: whyReplayWindow}
 	case d.kind == seqGap:
 		// repaired: unchanged
 	default:
@@ -320,6 +320,6 @@ func rebuildOutcome(rb rebuildState, aborted bool) (set bool, since uint64, why 
 	case rb.clean:
 		return true, rb.since, ""
 	default:
-		return true, rb.since, "replay_window"
+		return true, rb.since, whyReplayWindow
 	}
 }

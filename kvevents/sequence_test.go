@@ -357,7 +357,7 @@ func TestRebuildOutcome(t *testing.T) {
 // front of the batch and the stream counts a restart, not a gap.
 func TestSeqWrapIsRestart(t *testing.T) {
 	s, src, _ := handleOnly(t, Config{}, nil)
-	s.ResumeFrom("p", 0, math.MaxUint64)
+	s.ResumeFrom("p", 0, math.MaxUint64, true)
 	s.handle(context.Background(), src, frames(t, "kv@p@m", 3, storedBatch(10)))
 	got := drain(s)
 	if len(got) != 1 || got[0].Events[0].Kind != event.AllBlocksCleared {

@@ -109,7 +109,12 @@ type Config struct {
 //   - the engine restarted (sequence number went backwards);
 //   - a batch was dropped because the stream's worker queue was full: the
 //     clear is prepended to the stream's next batch that gets queued;
-//   - the endpoint was removed (RemoveEndpoint).
+//   - the endpoint was removed (RemoveEndpoint);
+//   - a pod restored from a saved index whose engine restarted since, or
+//     whose saved state names no sequence number (ResumeFrom);
+//   - a pod whose index write failed and that stays quiet: the sink clears
+//     it before its next batch, and this clear, queued every second while
+//     the pod is held, recovers it without one (trust.go).
 //
 // A forward gap (lost messages) is counted and logged; when the endpoint
 // has a ReplayAddress the missing batches are fetched and applied, in order,
@@ -118,6 +123,11 @@ type Config struct {
 // the reader of the socket concerned: Streams and Endpoints never wait on the
 // network. StreamStats.Complete says whether the sink has every batch since
 // the engine's cache was last empty.
+//
+// Trust: the Subscriber is the one owner of whether a pod's entries may be
+// served (Servable) and whether they are complete (StreamStats); the sink
+// reports each batch's outcome (event.ApplyOutcome) and the worker records
+// it right after Apply. See the package documentation and trust.go.
 //
 // Shutdown: the sockets close first, then the workers apply what is still
 // queued for at most DrainTimeout; the rest is dropped and counted.
@@ -149,6 +159,9 @@ type Subscriber struct {
 	streams   map[streamKey]*stream
 	limits    limits
 	rebuilds  rebuilds
+	// trust is the one owner of whether a pod's entries may be served
+	// (trust.go); completeness lives in each stream's StreamStats.
+	trust trustTable
 }
 
 // NewSubscriber validates cfg and binds the bind socket (so a port in use is
@@ -237,6 +250,7 @@ func NewSubscriber(cfg Config, sink event.Sink, m *Metrics, logger *slog.Logger)
 		limits:      newLimits(),
 		rebuilds:    rebuilds{spacing: defaultRebuildSpacing, mergeBytes: rebuildMergeBytes},
 	}
+	s.dispatcher.rec = s
 	m.watch(s)
 	s.dispatcher.backpressure = backpressure{wait: cfg.QueueWait, waits: m.QueueWaits, waitSecs: m.QueueWaitSeconds}
 	for _, ep := range cfg.Endpoints {
@@ -316,6 +330,11 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	for _, addr := range s.order {
 		s.startEndpoint(s.endpoints[addr])
 	}
+	s.readers.Add(1)
+	go func() {
+		defer s.readers.Done()
+		s.recoverLoop(runCtx, recoveryInterval)
+	}()
 	if s.cfg.PodExpiry > 0 {
 		s.readers.Add(1)
 		go func() {

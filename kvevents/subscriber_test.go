@@ -27,6 +27,7 @@ type collectSink struct {
 	mu      sync.Mutex
 	batches []*event.Batch
 	notify  chan struct{}
+	failing map[string]bool // pods whose batches report IndexFailed (fail)
 }
 
 func newCollectSink() *collectSink { return &collectSink{notify: make(chan struct{}, 1)} }
@@ -34,14 +35,27 @@ func newCollectSink() *collectSink { return &collectSink{notify: make(chan struc
 // ForgetPod: what a collecting sink holds is the tests' record; it is kept.
 func (c *collectSink) ForgetPod(context.Context, string, int) {}
 
-func (c *collectSink) Apply(_ context.Context, b *event.Batch) {
+func (c *collectSink) Apply(_ context.Context, b *event.Batch) event.ApplyOutcome {
 	c.mu.Lock()
 	c.batches = append(c.batches, b)
+	o := event.ApplyOutcome{IndexFailed: c.failing[b.Pod]}
 	c.mu.Unlock()
 	select {
 	case c.notify <- struct{}{}:
 	default:
 	}
+	return o
+}
+
+// fail makes the sink report every later batch of pod as a failed index
+// write (true) or a good one (false).
+func (c *collectSink) fail(pod string, on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failing == nil {
+		c.failing = map[string]bool{}
+	}
+	c.failing[pod] = on
 }
 
 func (c *collectSink) snapshot() []*event.Batch {
