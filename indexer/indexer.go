@@ -129,6 +129,10 @@ type Indexer struct {
 // feature whose backend lacks what it needs is an error here, never a
 // silent off.
 func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
+	if err := ValidateConfig(cfg); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}

@@ -29,13 +29,10 @@ func (s *keyCacheSlot) cache() *kvindex.KeyCache {
 }
 
 // newKeyCaches sizes each cache to entries blocks; entries < 0 disables the
-// caches (every request hashes all its blocks), 0 is the default size.
+// caches (every request hashes all its blocks); New resolved 0 to the default.
 func newKeyCaches(hashers *kvindex.HasherSet, models map[string]kvindex.KeyConfig, entries int) keyCaches {
 	if entries < 0 {
 		return nil
-	}
-	if entries == 0 {
-		entries = kvindex.DefaultKeyCacheSize
 	}
 	kc := keyCaches{}
 	add := func(model string) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -163,33 +162,10 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = runtime.GOMAXPROCS(0)
+	if err := ValidateConfig(cfg); err != nil {
+		return nil, fmt.Errorf("kvevents: %w", err)
 	}
-	if cfg.QueueSize <= 0 {
-		cfg.QueueSize = DefaultQueueSize
-	}
-	if cfg.QueueWait == 0 {
-		cfg.QueueWait = DefaultQueueWait
-	}
-	if cfg.ReconnectMin <= 0 {
-		cfg.ReconnectMin = DefaultReconnectMin
-	}
-	if cfg.ReconnectMax < cfg.ReconnectMin {
-		cfg.ReconnectMax = max(DefaultReconnectMax, cfg.ReconnectMin)
-	}
-	if cfg.ReplayTimeout <= 0 {
-		cfg.ReplayTimeout = DefaultReplayTimeout
-	}
-	if cfg.RebuildTimeout <= 0 {
-		cfg.RebuildTimeout = DefaultRebuildTimeout
-	}
-	if cfg.MaxSnapshotRecords <= 0 {
-		cfg.MaxSnapshotRecords = DefaultMaxSnapshotRecords
-	}
-	if cfg.DrainTimeout == 0 {
-		cfg.DrainTimeout = DefaultDrainTimeout
-	}
+	cfg = cfg.withDefaults()
 	cfg.Transport.Counters = m.ZMQ
 	var s *Subscriber // for the transport's disconnect hook, set below
 	userHook := cfg.Transport.OnDisconnect
@@ -198,21 +174,6 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 		if userHook != nil {
 			userHook(peer, err)
 		}
-	}
-	if cfg.MaxStreams <= 0 {
-		cfg.MaxStreams = DefaultMaxStreams
-	}
-	if cfg.MaxModels <= 0 {
-		cfg.MaxModels = DefaultMaxModels
-	}
-	if cfg.MaxDPRanks <= 0 {
-		cfg.MaxDPRanks = DefaultMaxDPRanks
-	}
-	if cfg.PodExpiry == 0 {
-		cfg.PodExpiry = DefaultPodExpiry
-	}
-	if cfg.QueueBytes <= 0 {
-		cfg.QueueBytes = DefaultQueueBytes
 	}
 	filter := cfg.TopicFilter
 	if filter == "" {

@@ -138,8 +138,8 @@ func configReference() (string, error) {
 			def = "`" + mdCell(f.DefValue) + "`"
 		}
 		usage := f.Usage
-		if r, ok := numericRanges[f.Name]; ok {
-			usage += fmt.Sprintf(" (range %s)", r)
+		if o, ok := f.Value.(optionFlag); ok && o.rangeText() != "" {
+			usage += fmt.Sprintf(" (range %s)", o.rangeText())
 		}
 		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s | %s |\n", f.Name, envName(f.Name), key, def, mdCell(usage))
 	})
@@ -241,10 +241,13 @@ func shapeOf(t reflect.Type) string {
 	return ""
 }
 
-// flagTarget is the address of the variable a flag sets: the flag
-// package's values are pointers to it; ours (listFlag, mapFlag,
-// endpointsFlag) are structs holding that one pointer.
+// flagTarget is the address of the variable a flag sets: an option flag
+// says; the flag package's values are pointers to it; ours (listFlag,
+// mapFlag, endpointsFlag) are structs holding that one pointer.
 func flagTarget(v flag.Value) uintptr {
+	if o, ok := v.(optionFlag); ok {
+		return o.target()
+	}
 	rv := reflect.ValueOf(v)
 	switch {
 	case rv.Kind() == reflect.Pointer:
