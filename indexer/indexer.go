@@ -36,7 +36,9 @@ type ChatTokenizer interface {
 // Config is everything the Indexer needs. Keys is required (at least its
 // Algo and BlockSize); with the rest zero it is an in-memory index with
 // default bounds and weights, no event subscriber (batches go to Sink) and
-// no persistence.
+// no persistence. A zero tunable means its row's default in Options
+// (options.go), except where the field says 0 is itself a setting;
+// DefaultConfig fills them all and ValidateConfig checks their ranges.
 type Config struct {
 	// Keys is the default block-key config; ModelKeys overrides it per model
 	// name (a model's engine may use another hash, seed or block size).
@@ -50,12 +52,15 @@ type Config struct {
 	// TierWeights weighs matched blocks by storage tier; nil =
 	// kvindex.DefaultTierWeights.
 	TierWeights *kvindex.TierWeights
-	// DigestCacheSize bounds the applier's per-model digest cache (0 = default).
+	// DigestCacheSize bounds the applier's per-model digest cache
+	// (Options.DigestCacheSize).
 	DigestCacheSize int
-	// ApplierLimits bound the applier's per-model and per-pod state.
+	// ApplierLimits bound the applier's per-model and per-pod state (their
+	// rows in Options; New resolves the zero ones before the applier sees
+	// them).
 	ApplierLimits kvindex.ApplierLimits
 	// KeyCacheSize bounds each key config's request-path key cache in blocks
-	// (0 = kvindex.DefaultKeyCacheSize, < 0 = no cache: hash every block).
+	// (Options.KeyCacheSize; < 0 = no cache: hash every block).
 	KeyCacheSize int
 	// Tokenizer scores prompts; nil makes a prompt query FailedPrecondition.
 	Tokenizer PromptTokenizer

@@ -97,17 +97,9 @@ func newLimitMetrics(ns string) (limitMetrics, []prometheus.Collector) {
 }
 
 func (a *Applier) initLimits(l ApplierLimits, share ShareAccounting) error {
-	if l.MaxDigestCaches <= 0 {
-		l.MaxDigestCaches = DefaultMaxDigestCaches
-	}
-	if l.MaxAliasTables <= 0 {
-		l.MaxAliasTables = DefaultMaxAliasTables
-	}
+	// l comes resolved (ApplierConfig.withDefaults).
 	a.lim.maxDigest, a.lim.maxAlias, a.lim.dcRefs, a.lim.m = l.MaxDigestCaches, l.MaxAliasTables, map[ModelID]int{}, a.m.limits
-	switch {
-	case l.SessionsPerPod == 0:
-		a.sessions.limit = DefaultSessionsPerPod
-	case l.SessionsPerPod > 0:
+	if l.SessionsPerPod > 0 {
 		a.sessions.limit = l.SessionsPerPod
 	}
 	a.sessions.pods, a.sessions.m = map[PodID]*podSessions{}, a.m.sessions

@@ -16,7 +16,7 @@ import (
 
 // LimitsConfig bounds what publishers on the ZMQ port can make the daemon
 // hold (docs/security.md, "State limits"); defaults, ranges and help are the
-// rows of kvevents.Options and indexer.Options. It is inlined into Config, so its keys sit at the top level of the
+// rows of kvevents.Options and kvindex.ApplierOptions. It is inlined into Config, so its keys sit at the top level of the
 // config file.
 type LimitsConfig struct {
 	ZMQMaxMessageSize   int64    `json:"zmq_max_message_size" yaml:"zmq_max_message_size"`
@@ -33,7 +33,7 @@ type LimitsConfig struct {
 	MaxDigestCaches     int      `json:"max_digest_caches" yaml:"max_digest_caches"`
 	MaxAliasTables      int      `json:"max_alias_tables" yaml:"max_alias_tables"`
 	MaxSessionsPerPod   int      `json:"max_sessions_per_pod" yaml:"max_sessions_per_pod"`
-	// PodShare is nil for the backend's default: indexer.Options.PodShare's
+	// PodShare is nil for the backend's default: kvindex.ApplierOptions.PodShare's
 	// with the in-memory index, none with Redis (which has no per-pod
 	// accounting; a share set explicitly there is a start-up error).
 	PodShare *int `json:"pod_share" yaml:"pod_share"`
@@ -62,7 +62,7 @@ func defaultLimits(ev kvevents.Config, ix indexer.Config) LimitsConfig {
 }
 
 func limitFlags(fs *flag.FlagSet, l *LimitsConfig) {
-	ev, ix := &kvevents.Options, &indexer.Options
+	ev, ap := &kvevents.Options, &kvindex.ApplierOptions
 	int64Opt(fs, &l.ZMQMaxMessageSize, ev.MaxMessageSize)
 	durationOpt(fs, &l.ZMQHandshakeTimeout, ev.HandshakeTimeout)
 	intOpt(fs, &l.ZMQMaxConns, ev.MaxConns)
@@ -74,10 +74,10 @@ func limitFlags(fs *flag.FlagSet, l *LimitsConfig) {
 	intOpt(fs, &l.MaxModels, ev.MaxModels)
 	intOpt(fs, &l.MaxDPRanks, ev.MaxDPRanks)
 	durationOpt(fs, &l.PodExpiry, ev.PodExpiry)
-	intOpt(fs, &l.MaxDigestCaches, ix.MaxDigestCaches)
-	intOpt(fs, &l.MaxAliasTables, ix.MaxAliasTables)
-	intOpt(fs, &l.MaxSessionsPerPod, ix.SessionsPerPod)
-	fs.Var(&podShareFlag{&l.PodShare, ix.PodShare}, ix.PodShare.Name, ix.PodShare.Help)
+	intOpt(fs, &l.MaxDigestCaches, ap.MaxDigestCaches)
+	intOpt(fs, &l.MaxAliasTables, ap.MaxAliasTables)
+	intOpt(fs, &l.MaxSessionsPerPod, ap.SessionsPerPod)
+	fs.Var(&podShareFlag{&l.PodShare, ap.PodShare}, ap.PodShare.Name, ap.PodShare.Help)
 }
 
 // subscriber applies the limits to a kvevents config.
@@ -103,7 +103,7 @@ func (l *LimitsConfig) applier(memory bool) kvindex.ApplierLimits {
 	case l.PodShare != nil:
 		share = *l.PodShare
 	case memory:
-		share = int(indexer.Options.PodShare.Default)
+		share = int(kvindex.ApplierOptions.PodShare.Default)
 	}
 	sessions := l.MaxSessionsPerPod
 	if sessions == 0 {
