@@ -2,14 +2,24 @@ package main
 
 import (
 	"flag"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/api"
+	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/internal/option"
+	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/kvevents/discovery"
+	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/prefixstore"
 )
 
 // serveFlags is serve's flag set over DefaultConfig.
@@ -154,5 +164,119 @@ func TestNumericFlagsOutOfRange(t *testing.T) {
 	}
 	if _, err := loadConfig([]string{"--workers", "1024", "--queue-size", "1048576", "--http-max-header-bytes", "16777216"}, env, io.Discard); err != nil {
 		t.Errorf("the upper bounds: %v", err)
+	}
+}
+
+// No code of the daemon orders an option's value against a bound of its own
+// (`c.Workers < 0`): its range is its table row's, checked by validateRanges.
+// The fields are found through the flags bound to rows, so a new option is
+// covered the day it gets its flag.
+func TestNoRangeCheckOutsideTheTables(t *testing.T) {
+	cfg := DefaultConfig()
+	var path string
+	targets := map[uintptr]bool{}
+	flagSet(&cfg, &path, io.Discard).VisitAll(func(f *flag.Flag) {
+		if o, ok := f.Value.(optionFlag); ok {
+			targets[o.target()] = true
+		}
+	})
+	names := map[string]bool{}
+	var walk func(v reflect.Value)
+	walk = func(v reflect.Value) {
+		for i := range v.NumField() {
+			// A struct shares its address with its first field: only
+			// leaves are options.
+			if f := v.Field(i); f.Kind() == reflect.Struct {
+				walk(f)
+			} else if targets[f.Addr().Pointer()] {
+				names[v.Type().Field(i).Name] = true
+			}
+		}
+	}
+	walk(reflect.ValueOf(&cfg).Elem())
+	if len(names) < len(targets) {
+		t.Fatalf("found %d of the %d option fields", len(names), len(targets))
+	}
+
+	entries, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, e.Name(), nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			b, ok := n.(*ast.BinaryExpr)
+			if !ok || (b.Op != token.LSS && b.Op != token.LEQ && b.Op != token.GTR && b.Op != token.GEQ) {
+				return true
+			}
+			for _, x := range []ast.Expr{b.X, b.Y} {
+				if name := optionField(x); names[name] {
+					t.Errorf("%s: %s is compared by hand; its range belongs in its table row", fset.Position(b.Pos()), name)
+				}
+			}
+			return true
+		})
+	}
+}
+
+// optionField is the field x reads, through conversions, parentheses and
+// dereferences ("" when x is not a field).
+func optionField(x ast.Expr) string {
+	for {
+		switch e := x.(type) {
+		case *ast.ParenExpr:
+			x = e.X
+		case *ast.StarExpr:
+			x = e.X
+		case *ast.CallExpr:
+			if len(e.Args) != 1 {
+				return ""
+			}
+			x = e.Args[0]
+		case *ast.SelectorExpr:
+			return e.Sel.Name
+		default:
+			return ""
+		}
+	}
+}
+
+// Each part's DefaultConfig passes its own validation, and what the daemon
+// hands each library from its DefaultConfig passes the library's: the
+// libraries check the same rows the flags do.
+func TestLibraryDefaultsValidate(t *testing.T) {
+	dc := discovery.DefaultConfig()
+	dc.Selector = "app=vllm"
+	for name, err := range map[string]error{
+		"kvevents.DefaultConfig":       kvevents.ValidateConfig(kvevents.DefaultConfig()),
+		"indexer.DefaultConfig":        indexer.ValidateConfig(indexer.DefaultConfig()),
+		"prefixstore.DefaultConfig":    prefixstore.ValidateConfig(prefixstore.DefaultConfig()),
+		"api.DefaultHTTPLimits":        api.ValidateHTTPLimits(api.DefaultHTTPLimits()),
+		"kvindex.DefaultApplierLimits": kvindex.ValidateApplierConfig(kvindex.ApplierConfig{Limits: kvindex.DefaultApplierLimits()}),
+		"discovery.DefaultConfig":      discovery.Validate(dc),
+	} {
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	cfg := DefaultConfig()
+	if err := kvevents.ValidateConfig(cfg.eventsConfig()); err != nil {
+		t.Errorf("the daemon's subscriber config: %v", err)
+	}
+	if err := api.ValidateHTTPLimits(cfg.httpLimits()); err != nil {
+		t.Errorf("the daemon's HTTP limits: %v", err)
+	}
+	// A library refuses what the flag refuses, with the same words.
+	bad := kvevents.DefaultConfig()
+	bad.QueueSize = int(kvevents.Options.QueueSize.Max + 1)
+	if err := kvevents.ValidateConfig(bad); err == nil || !strings.Contains(err.Error(), kvevents.Options.QueueSize.Check(int64(bad.QueueSize)).Error()) {
+		t.Errorf("kvevents.ValidateConfig with QueueSize %d: %v", bad.QueueSize, err)
 	}
 }
