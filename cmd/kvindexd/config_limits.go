@@ -16,8 +16,8 @@ import (
 
 // LimitsConfig bounds what publishers on the ZMQ port can make the daemon
 // hold (docs/security.md, "State limits"); defaults, ranges and help are the
-// rows of kvevents.Options and kvindex.ApplierOptions. It is inlined into Config, so its keys sit at the top level of the
-// config file.
+// rows of kvevents.Options and kvindex.ApplierOptions. It is inlined into
+// Config, so its keys sit at the top level of the config file.
 type LimitsConfig struct {
 	ZMQMaxMessageSize   int64    `json:"zmq_max_message_size" yaml:"zmq_max_message_size"`
 	ZMQHandshakeTimeout Duration `json:"zmq_handshake_timeout" yaml:"zmq_handshake_timeout"`
@@ -77,7 +77,7 @@ func limitFlags(fs *flag.FlagSet, l *LimitsConfig) {
 	intOpt(fs, &l.MaxDigestCaches, ap.MaxDigestCaches)
 	intOpt(fs, &l.MaxAliasTables, ap.MaxAliasTables)
 	intOpt(fs, &l.MaxSessionsPerPod, ap.SessionsPerPod)
-	fs.Var(&podShareFlag{&l.PodShare, ap.PodShare}, ap.PodShare.Name, ap.PodShare.Help)
+	declare(fs, &podShareFlag{&l.PodShare, ap.PodShare}, ap.PodShare.Name, ap.PodShare.Help)
 }
 
 // subscriber applies the limits to a kvevents config.

@@ -137,11 +137,7 @@ func configReference() (string, error) {
 		if f.DefValue != "" {
 			def = "`" + mdCell(f.DefValue) + "`"
 		}
-		usage := f.Usage
-		if o, ok := f.Value.(optionFlag); ok && o.rangeText() != "" {
-			usage += fmt.Sprintf(" (range %s)", o.rangeText())
-		}
-		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s | %s |\n", f.Name, envName(f.Name), key, def, mdCell(usage))
+		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s | %s |\n", f.Name, envName(f.Name), key, def, mdCell(f.Usage))
 	})
 	if err != nil {
 		return "", err

@@ -121,22 +121,35 @@ func (f *floatFlag) rangeText() string   { return f.row.Range() }
 func (f *floatFlag) defaultText() string { return f.row.FormatDefault() }
 func (f *floatFlag) target() uintptr     { return reflect.ValueOf(f.p).Pointer() }
 
-// The declarations: name and help from the row, the field's current value
-// (DefaultConfig's, or the config file's) as the flag's default.
+// The declarations: name, help and range from the row, the field's current
+// value (DefaultConfig's, or the config file's) as the flag's default.
 func intOpt(fs *flag.FlagSet, p *int, row option.Int) {
-	fs.Var(&intFlag[int]{p, row}, row.Name, row.Help)
+	declare(fs, &intFlag[int]{p, row}, row.Name, row.Help)
 }
 
 func int64Opt(fs *flag.FlagSet, p *int64, row option.Int) {
-	fs.Var(&intFlag[int64]{p, row}, row.Name, row.Help)
+	declare(fs, &intFlag[int64]{p, row}, row.Name, row.Help)
 }
 
 func durationOpt(fs *flag.FlagSet, p *Duration, row option.Duration) {
-	fs.Var(&durationFlag{p, row}, row.Name, row.Help)
+	declare(fs, &durationFlag{p, row}, row.Name, row.Help)
 }
 
 func floatOpt(fs *flag.FlagSet, p *float64, row option.Float) {
-	fs.Var(&floatFlag{p, row}, row.Name, row.Help)
+	declare(fs, &floatFlag{p, row}, row.Name, row.Help)
+}
+
+func declare(fs *flag.FlagSet, v optionFlag, name, help string) {
+	fs.Var(v, name, optionUsage(v, help))
+}
+
+// optionUsage is a row's help with its range, as -h and configuration.md
+// show it.
+func optionUsage(v optionFlag, help string) string {
+	if r := v.rangeText(); r != "" {
+		return help + " (range " + r + ")"
+	}
+	return help
 }
 
 // validateRanges checks every option flag's value against its row, reading

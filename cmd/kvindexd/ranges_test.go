@@ -65,7 +65,7 @@ func TestOptionFlagsAreTheTables(t *testing.T) {
 			return
 		}
 		o := f.Value.(optionFlag)
-		if name != f.Name || help != f.Usage {
+		if name != f.Name || optionUsage(o, help) != f.Usage {
 			t.Errorf("--%s: flag name/help %q, row %q/%q", f.Name, f.Usage, name, help)
 		}
 		if f.DefValue != o.defaultText() {
