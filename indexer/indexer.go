@@ -53,11 +53,10 @@ type Config struct {
 	// kvindex.DefaultTierWeights.
 	TierWeights *kvindex.TierWeights
 	// DigestCacheSize bounds the applier's per-model digest cache
-	// (Options.DigestCacheSize).
+	// (kvindex.ApplierOptions.DigestCacheSize).
 	DigestCacheSize int
 	// ApplierLimits bound the applier's per-model and per-pod state (their
-	// rows in Options; New resolves the zero ones before the applier sees
-	// them).
+	// rows in kvindex.ApplierOptions; the applier resolves the zero ones).
 	ApplierLimits kvindex.ApplierLimits
 	// KeyCacheSize bounds each key config's request-path key cache in blocks
 	// (Options.KeyCacheSize; < 0 = no cache: hash every block).

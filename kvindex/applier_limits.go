@@ -3,6 +3,7 @@ package kvindex
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -103,8 +104,8 @@ func (a *Applier) initLimits(l ApplierLimits, share ShareAccounting) error {
 		a.sessions.limit = l.SessionsPerPod
 	}
 	a.sessions.pods, a.sessions.m = map[PodID]*podSessions{}, a.m.sessions
-	if l.PodShare < 0 {
-		return errors.New("kvindex: pod share must not be negative")
+	if err := ApplierOptions.PodShare.Check(int64(l.PodShare)); err != nil {
+		return fmt.Errorf("kvindex: %w", err)
 	}
 	if l.PodShare > 0 {
 		if share == nil {
