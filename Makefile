@@ -9,7 +9,7 @@ TESTFLAGS ?= -race -count=1 -timeout 45m
 # The promises suite is one of them: it builds kvindexd the way the test is
 # built, so only the second pass checks the binary as shipped, with its
 # memory and timing bounds untrimmed.
-FULL_PKGS ?= ./kvindex/ ./tokenization/ ./prefixstore/ ./internal/promises/
+FULL_PKGS ?= ./kvindex/ ./blockkeys/ ./applier/ ./tokenization/ ./prefixstore/ ./internal/promises/
 BENCHTIME ?= 1s
 RUN_ARGS ?= --index memory --log-level info
 # `make run` serves a demo model, Qwen/Qwen3-8B, with the committed Qwen3
@@ -123,7 +123,7 @@ lint:
 # per package. Slow: minutes per package on a small machine
 # (docs/testing.md). make mutation MUTATION_PKGS=prefixstore for one. Then
 # the wiring mutants (mutation-wiring).
-MUTATION_PKGS   ?= kvindex kvevents indexer api prefixstore tokenization cmd/kvindexd
+MUTATION_PKGS   ?= blockkeys kvindex applier kvevents indexer api prefixstore tokenization cmd/kvindexd
 MUTATION_BUDGET ?= 60m
 mutation:
 	MUTATION_BUDGET=$(MUTATION_BUDGET) hack/mutation/run.sh $(MUTATION_PKGS)

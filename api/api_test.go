@@ -22,8 +22,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	indexerv1 "github.com/kvindex/kvindex/proto/indexer/v1"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
@@ -40,7 +42,7 @@ type stack struct {
 	t testing.TB
 	// hashers computes the keys the test's events carry, with the same
 	// config as the indexer's.
-	hashers *kvindex.HasherSet
+	hashers *blockkeys.HasherSet
 	idx     *indexer.Indexer
 	srv     *Server
 	http    *httptest.Server
@@ -49,7 +51,7 @@ type stack struct {
 	health  healthpb.HealthClient
 }
 
-var testKeys = kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: testBlock}
+var testKeys = blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: testBlock}
 
 func newStack(t testing.TB) *stack {
 	t.Helper()
@@ -62,7 +64,7 @@ func newStackWith(t testing.TB, cfg indexer.Config, opts ...func(*Config)) *stac
 	t.Helper()
 	st := &stack{t: t}
 	var err error
-	st.hashers, err = kvindex.NewHasherSet(testKeys, nil)
+	st.hashers, err = blockkeys.NewHasherSet(testKeys, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,14 +110,14 @@ func seqTokens(start, n int) []uint32 {
 }
 
 // store applies a BlockStored of the first nBlocks blocks of tokens.
-func (st *stack) store(pod string, rank int, medium kvindex.Tier, tokens []uint32, nBlocks int, extras kvindex.RequestExtras) {
+func (st *stack) store(pod string, rank int, medium event.Tier, tokens []uint32, nBlocks int, extras blockkeys.RequestExtras) {
 	keys := st.hashers.For(testModel).Keys(nil, tokens, extras)
-	ev := kvindex.Event{Kind: kvindex.BlockStored, BlockSize: testBlock, TokenIDs: tokens[:nBlocks*testBlock],
+	ev := event.Event{Kind: event.BlockStored, BlockSize: testBlock, TokenIDs: tokens[:nBlocks*testBlock],
 		Medium: medium, LoraName: extras.LoraName}
 	for _, k := range keys[:nBlocks] {
 		ev.BlockHashes = append(ev.BlockHashes, uint64(k))
 	}
-	st.idx.Sink().Apply(context.Background(), &kvindex.Batch{Pod: pod, Model: testModel, DPRank: rank, Events: []kvindex.Event{ev}})
+	st.idx.Sink().Apply(context.Background(), &event.Batch{Pod: pod, Model: testModel, DPRank: rank, Events: []event.Event{ev}})
 }
 
 type httpScore struct {
@@ -190,11 +192,11 @@ func summaryGRPC(s *kvindexv1.ScoreResponse) string {
 func TestScoreBothTransports(t *testing.T) {
 	st := newStack(t)
 	prompt := seqTokens(1000, 10*testBlock+2) // 10 full blocks + a partial one
-	st.store("pod-a", 0, kvindex.TierGPU, prompt, 6, kvindex.RequestExtras{})
-	st.store("pod-b", 0, kvindex.TierCPU, prompt, 8, kvindex.RequestExtras{})
-	st.store("pod-c", 0, kvindex.TierGPU, prompt, 2, kvindex.RequestExtras{})
-	st.store("pod-c", 1, kvindex.TierGPU, prompt, 7, kvindex.RequestExtras{})
-	st.store("pod-d", 0, kvindex.TierGPU, seqTokens(5000, 8*testBlock), 8, kvindex.RequestExtras{}) // other prefix
+	st.store("pod-a", 0, event.TierGPU, prompt, 6, blockkeys.RequestExtras{})
+	st.store("pod-b", 0, event.TierCPU, prompt, 8, blockkeys.RequestExtras{})
+	st.store("pod-c", 0, event.TierGPU, prompt, 2, blockkeys.RequestExtras{})
+	st.store("pod-c", 1, event.TierGPU, prompt, 7, blockkeys.RequestExtras{})
+	st.store("pod-d", 0, event.TierGPU, seqTokens(5000, 8*testBlock), 8, blockkeys.RequestExtras{}) // other prefix
 
 	ids, _ := json.Marshal(prompt)
 	h := st.scoreHTTP(`{"model":"` + testModel + `","token_ids":` + string(ids) + `}`)
@@ -219,7 +221,7 @@ func TestScoreBothTransports(t *testing.T) {
 	}
 
 	// Block hashes are the same keys: same answer.
-	keys := st.hashers.For(testModel).Keys(nil, prompt, kvindex.RequestExtras{})
+	keys := st.hashers.For(testModel).Keys(nil, prompt, blockkeys.RequestExtras{})
 	hb, _ := json.Marshal(keys)
 	if got := summaryHTTP(st.scoreHTTP(`{"model":"` + testModel + `","block_hashes":` + string(hb) + `}`)); got != want {
 		t.Fatalf("block_hashes score:\n got %s\nwant %s", got, want)
@@ -242,7 +244,7 @@ func TestScoreBothTransports(t *testing.T) {
 func TestScoreExtrasChangeKeys(t *testing.T) {
 	st := newStack(t)
 	prompt := seqTokens(1, 4*testBlock)
-	st.store("pod-lora", 0, kvindex.TierGPU, prompt, 4, kvindex.RequestExtras{LoraName: "sql-adapter"})
+	st.store("pod-lora", 0, event.TierGPU, prompt, 4, blockkeys.RequestExtras{LoraName: "sql-adapter"})
 	ids, _ := json.Marshal(prompt)
 	if got := summaryHTTP(st.scoreHTTP(`{"model":"` + testModel + `","token_ids":` + string(ids) + `,"lora_name":"sql-adapter"}`)); got != "total=4 pod-lora:4/16/4.00[0:4,]" {
 		t.Fatalf("with lora: %s", got)
@@ -254,7 +256,7 @@ func TestScoreExtrasChangeKeys(t *testing.T) {
 
 func TestScoreInvalid(t *testing.T) {
 	st := newStack(t)
-	st.store("pod-a", 0, kvindex.TierGPU, seqTokens(1, 8), 2, kvindex.RequestExtras{})
+	st.store("pod-a", 0, event.TierGPU, seqTokens(1, 8), 2, blockkeys.RequestExtras{})
 	m := `"model":"` + testModel + `"`
 	cases := []struct{ body, reason string }{
 		{`{` + m + `}`, "one of token_ids"},
@@ -326,8 +328,8 @@ func TestPromptWithoutTokenizerIsAnError(t *testing.T) {
 
 func TestPodsMetricsHealth(t *testing.T) {
 	st := newStack(t)
-	st.store("pod-a", 0, kvindex.TierGPU, seqTokens(1, 12), 3, kvindex.RequestExtras{})
-	st.store("pod-a", 1, kvindex.TierGPU, seqTokens(1, 12), 1, kvindex.RequestExtras{})
+	st.store("pod-a", 0, event.TierGPU, seqTokens(1, 12), 3, blockkeys.RequestExtras{})
+	st.store("pod-a", 1, event.TierGPU, seqTokens(1, 12), 1, blockkeys.RequestExtras{})
 	st.scoreHTTP(`{"model":"` + testModel + `","token_ids":[1,2,3,4,5,6,7,8]}`)
 
 	resp, err := http.Get(st.http.URL + "/v1/pods")
@@ -486,7 +488,7 @@ func TestEndpointsHTTP(t *testing.T) {
 	if resp.StatusCode != http.StatusCreated || resp.Header.Get("Content-Type") != "application/json" || !strings.Contains(body, `"pod": "p7"`) {
 		t.Fatalf("POST: %d %q %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 	}
-	if len(sub.eps) != 1 || sub.eps[0].Engine != kvindex.EngineSGLang {
+	if len(sub.eps) != 1 || sub.eps[0].Engine != blockkeys.EngineSGLang {
 		t.Fatalf("subscriber got %+v", sub.eps)
 	}
 	// The answer is the endpoint as the daemon holds it: the engine is

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/internal/indextest"
+	"github.com/kvindex/kvindex/kvevents/event"
 
 	"github.com/prometheus/client_golang/prometheus"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -63,7 +64,7 @@ func TestStalledApplyPathIsNotReadyAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	hung.Hold()
-	p, err := enginepub.EncodeVLLMBatch(&kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockStored,
+	p, err := enginepub.EncodeVLLMBatch(&event.Batch{Events: []event.Event{{Kind: event.BlockStored,
 		BlockHashes: []uint64{1, 2}, BlockSize: testBlock}}}, enginepub.VLLMEncodeOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +139,7 @@ func TestScoreStalenessBothTransports(t *testing.T) {
 	}
 	prompt := seqTokens(1000, 4*testBlock)
 	publishStored := func(pod string, seq uint64, tokens []uint32) {
-		p, err := enginepub.EncodeVLLMBatch(&kvindex.Batch{Events: []kvindex.Event{st.storedEv(tokens, 4)}}, enginepub.VLLMEncodeOptions{})
+		p, err := enginepub.EncodeVLLMBatch(&event.Batch{Events: []event.Event{st.storedEv(tokens, 4)}}, enginepub.VLLMEncodeOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

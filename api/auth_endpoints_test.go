@@ -21,9 +21,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/internal/logtest"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 	indexerv1 "github.com/kvindex/kvindex/proto/indexer/v1"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
@@ -353,12 +354,12 @@ func TestLLMDDataParallelRank(t *testing.T) {
 	st := newStackWith(t, indexer.Config{Keys: testKeys, Tokenizer: echoPrompt{}})
 	const prompt = "abcdefgh" // two blocks of testBlock echo tokens
 	toks := echoPrompt{}.ids(prompt)
-	st.store("pod-a", 0, kvindex.TierGPU, toks, 2, kvindex.RequestExtras{}) // one rank
-	st.store("pod-b", 2, kvindex.TierGPU, toks, 2, kvindex.RequestExtras{}) // one rank, not 0
-	st.store("pod-c", 0, kvindex.TierGPU, toks, 2, kvindex.RequestExtras{}) // two matching ranks
-	st.store("pod-c", 1, kvindex.TierGPU, toks, 1, kvindex.RequestExtras{})
-	st.store("pod-d", 0, kvindex.TierGPU, toks, 2, kvindex.RequestExtras{}) // two ranks, one matching
-	st.store("pod-d", 1, kvindex.TierGPU, seqTokens(1000, 8), 2, kvindex.RequestExtras{})
+	st.store("pod-a", 0, event.TierGPU, toks, 2, blockkeys.RequestExtras{}) // one rank
+	st.store("pod-b", 2, event.TierGPU, toks, 2, blockkeys.RequestExtras{}) // one rank, not 0
+	st.store("pod-c", 0, event.TierGPU, toks, 2, blockkeys.RequestExtras{}) // two matching ranks
+	st.store("pod-c", 1, event.TierGPU, toks, 1, blockkeys.RequestExtras{})
+	st.store("pod-d", 0, event.TierGPU, toks, 2, blockkeys.RequestExtras{}) // two ranks, one matching
+	st.store("pod-d", 1, event.TierGPU, seqTokens(1000, 8), 2, blockkeys.RequestExtras{})
 	resp, err := st.llmd.GetPodScores(context.Background(), &indexerv1.GetPodScoresRequest{Prompt: prompt, ModelName: testModel})
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
@@ -20,7 +21,7 @@ func benchStack(b *testing.B, pods int) (*stack, []uint32) {
 	st := newStack(b)
 	prompt := seqTokens(7, 512*testBlock)
 	for p := 0; p < pods; p++ {
-		st.store(fmt.Sprintf("pod-%02d", p), 0, kvindex.TierGPU, prompt, 512-p*(512/pods)/2, kvindex.RequestExtras{})
+		st.store(fmt.Sprintf("pod-%02d", p), 0, event.TierGPU, prompt, 512-p*(512/pods)/2, blockkeys.RequestExtras{})
 	}
 	return st, prompt
 }
@@ -60,7 +61,7 @@ func BenchmarkGRPCScoreMethod(b *testing.B) {
 // is the API overhead over the index lookup.
 func BenchmarkGRPCScoreHashes(b *testing.B) {
 	st, prompt := benchStack(b, 8)
-	keys := st.hashers.For(testModel).Keys(nil, prompt, kvindex.RequestExtras{})
+	keys := st.hashers.For(testModel).Keys(nil, prompt, blockkeys.RequestExtras{})
 	hs := make([]uint64, len(keys))
 	for i, k := range keys {
 		hs[i] = uint64(k)

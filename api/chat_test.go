@@ -12,8 +12,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 	"github.com/kvindex/kvindex/tokenization/chattemplate"
 )
@@ -64,8 +65,8 @@ func TestScoreMessagesBothTransports(t *testing.T) {
 	msgs := `[{"role":"user","content":"what does a KV cache hold, and for how long?"}]`
 	ids := echoIDs([]byte(msgs))
 	full := len(ids) / testBlock
-	st.store("pod-a", 0, kvindex.TierGPU, ids, full, kvindex.RequestExtras{})
-	st.store("pod-b", 0, kvindex.TierGPU, ids, 3, kvindex.RequestExtras{})
+	st.store("pod-a", 0, event.TierGPU, ids, full, blockkeys.RequestExtras{})
+	st.store("pod-b", 0, event.TierGPU, ids, 3, blockkeys.RequestExtras{})
 	idsJSON, _ := json.Marshal(ids)
 	want := summaryHTTP(st.scoreHTTP(`{"model":"` + testModel + `","token_ids":` + string(idsJSON) + `}`))
 	if !strings.Contains(want, "pod-a:"+itoa(full)+"/") {
@@ -103,7 +104,7 @@ func TestScoreMessagesBothTransports(t *testing.T) {
 	}
 	// A completions body: a prompt string and token ids.
 	prompt := string(bytes.Repeat([]byte("abcd"), 10))
-	st.store("pod-c", 0, kvindex.TierGPU, echoPrompt{}.ids(prompt), 10, kvindex.RequestExtras{})
+	st.store("pod-c", 0, event.TierGPU, echoPrompt{}.ids(prompt), 10, blockkeys.RequestExtras{})
 	for _, body := range []string{
 		`{"model":"` + testModel + `","request":{"model":"` + testModel + `","prompt":"` + prompt + `","max_tokens":5}}`,
 		`{"model":"` + testModel + `","request":{"prompt":["` + prompt + `"]}}`,
@@ -129,7 +130,7 @@ func TestScoreMessagesWithMediaBothTransports(t *testing.T) {
 	msgs := text + `{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}]`
 	prefix := rawIDs([]byte(text))
 	full := len(prefix) / testBlock
-	st.store("pod-a", 0, kvindex.TierGPU, prefix, full, kvindex.RequestExtras{})
+	st.store("pod-a", 0, event.TierGPU, prefix, full, blockkeys.RequestExtras{})
 	want := "total=" + itoa(full) + " pod-a:" + itoa(full) + "/"
 	code, b := st.post("/v1/score", `{"model":"`+testModel+`","messages":`+msgs+`}`)
 	if code != http.StatusOK || !strings.Contains(string(b), `"unscored_reason":"media"`) {
@@ -234,10 +235,10 @@ func TestScoreMessagesErrors(t *testing.T) {
 func TestModelsListsPredictions(t *testing.T) {
 	st := newStackWith(t, indexer.Config{Keys: testKeys, Prediction: indexer.PredictionConfig{SampleRate: 1}})
 	tokens := seqTokens(10, 6*testBlock)
-	st.store("pod-a", 0, kvindex.TierGPU, tokens, 2, kvindex.RequestExtras{})
+	st.store("pod-a", 0, event.TierGPU, tokens, 2, blockkeys.RequestExtras{})
 	ids, _ := json.Marshal(tokens)
 	st.scoreHTTP(`{"model":"` + testModel + `","token_ids":` + string(ids) + `}`)
-	st.store("pod-a", 0, kvindex.TierGPU, tokens, 5, kvindex.RequestExtras{})
+	st.store("pod-a", 0, event.TierGPU, tokens, 5, blockkeys.RequestExtras{})
 	resp, err := http.Get(st.http.URL + "/v1/models")
 	if err != nil {
 		t.Fatal(err)
@@ -264,7 +265,7 @@ func TestPickMessagesBothTransports(t *testing.T) {
 	st := newStackWith(t, indexer.Config{Keys: testKeys, Chat: chat, Tokenizer: echoPrompt{}})
 	msgs := `[{"role":"user","content":"which pod holds this conversation's prefix?"}]`
 	ids := echoIDs([]byte(msgs))
-	st.store("pod-b", 0, kvindex.TierGPU, ids, len(ids)/testBlock, kvindex.RequestExtras{})
+	st.store("pod-b", 0, event.TierGPU, ids, len(ids)/testBlock, blockkeys.RequestExtras{})
 	cands := `"candidates":[{"pod":"pod-a","running":1},{"pod":"pod-b","running":1}]`
 	for name, body := range map[string]string{
 		"messages": `{"model":"` + testModel + `","messages":` + msgs + `,` + cands + `}`,

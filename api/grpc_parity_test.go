@@ -12,9 +12,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/kvevents"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
@@ -102,17 +103,17 @@ func getJSON(t *testing.T, url, key string) []map[string]json.RawMessage {
 
 // storedEv is a BlockStored of the first n blocks of tokens with the keys
 // the indexer computes (so parity holds).
-func (st *stack) storedEv(tokens []uint32, n int) kvindex.Event {
-	keys := st.hashers.For(testModel).Keys(nil, tokens, kvindex.RequestExtras{})
-	ev := kvindex.Event{Kind: kvindex.BlockStored, BlockSize: testBlock, TokenIDs: tokens[:n*testBlock], Medium: kvindex.TierGPU}
+func (st *stack) storedEv(tokens []uint32, n int) event.Event {
+	keys := st.hashers.For(testModel).Keys(nil, tokens, blockkeys.RequestExtras{})
+	ev := event.Event{Kind: event.BlockStored, BlockSize: testBlock, TokenIDs: tokens[:n*testBlock], Medium: event.TierGPU}
 	for _, k := range keys[:n] {
 		ev.BlockHashes = append(ev.BlockHashes, uint64(k))
 	}
 	return ev
 }
 
-func (st *stack) apply(pod string, rank int, evs ...kvindex.Event) {
-	st.idx.Sink().Apply(context.Background(), &kvindex.Batch{Pod: pod, Model: testModel, DPRank: rank, Events: evs})
+func (st *stack) apply(pod string, rank int, evs ...event.Event) {
+	st.idx.Sink().Apply(context.Background(), &event.Batch{Pod: pod, Model: testModel, DPRank: rank, Events: evs})
 }
 
 // ListPods answers every field GET /v1/pods has, with the same value, for
@@ -124,10 +125,10 @@ func TestListPodsMatchesHTTP(t *testing.T) {
 	sameFieldSet(t, PodInfo{}, &kvindexv1.PodInfo{})
 
 	sub := &fakeSubscriber{streams: []kvevents.StreamStats{
-		{Pod: "pod-a", DPRank: 0, Model: testModel, Endpoint: "tcp://10.0.0.7:5557", Engine: kvindex.EngineSGLang,
+		{Pod: "pod-a", DPRank: 0, Model: testModel, Endpoint: "tcp://10.0.0.7:5557", Engine: blockkeys.EngineSGLang,
 			LastSeq: 21, Batches: 9, SeqGaps: 2, MissedBatches: 5, ReplayedBatches: 3, Restarts: 1, DecodeErrors: 4,
 			Overflows: 6, CompleteSinceSeq: 17, IncompleteReason: "gap", Epoch: "ep-7"},
-		{Pod: "pod-c", DPRank: 1, Model: testModel, Endpoint: "tcp://10.0.0.9:5557", Engine: kvindex.EngineVLLM,
+		{Pod: "pod-c", DPRank: 1, Model: testModel, Endpoint: "tcp://10.0.0.9:5557", Engine: blockkeys.EngineVLLM,
 			LastSeq: 4, Batches: 5, Complete: true},
 	}}
 	st := newStackWith(t, indexer.Config{Keys: testKeys}, func(c *Config) { c.Subscriber = sub })
@@ -135,9 +136,9 @@ func TestListPodsMatchesHTTP(t *testing.T) {
 
 	// pod-a: a hybrid model, full attention plus a sliding window.
 	full := st.storedEv(toks, 3)
-	full.GroupKind = kvindex.GroupFullAttention
+	full.GroupKind = event.GroupFullAttention
 	swa := st.storedEv(toks, 3)
-	swa.GroupIdx, swa.GroupKind, swa.SlidingWindow = 1, kvindex.GroupSlidingWindow, 4
+	swa.GroupIdx, swa.GroupKind, swa.SlidingWindow = 1, event.GroupSlidingWindow, 4
 	st.apply("pod-a", 0, full, swa)
 
 	// pod-b: a block stored twice and removed once (a copy is kept),
@@ -145,7 +146,7 @@ func TestListPodsMatchesHTTP(t *testing.T) {
 	// marked restored from a snapshot, so stale until its stream resumes.
 	two := st.storedEv(toks, 2)
 	st.apply("pod-b", 0, two, st.storedEv(toks, 1))
-	st.apply("pod-b", 0, kvindex.Event{Kind: kvindex.BlockRemoved, BlockHashes: two.BlockHashes[:1]})
+	st.apply("pod-b", 0, event.Event{Kind: event.BlockRemoved, BlockHashes: two.BlockHashes[:1]})
 	remote := st.storedEv(seqTokens(100, 8), 2)
 	remote.Remote = true
 	unverified := st.storedEv(seqTokens(200, 4), 1)
@@ -291,7 +292,7 @@ func TestAddSpecialTokensBothTransports(t *testing.T) {
 	st := newStackWith(t, indexer.Config{Keys: testKeys, Tokenizer: bosPrompt{}, Chat: chat})
 	const prompt = "the quick brown fox jumps"
 	plain := bosPrompt{}.ids(prompt)
-	st.store("pod-a", 0, kvindex.TierGPU, plain, len(plain)/testBlock, kvindex.RequestExtras{})
+	st.store("pod-a", 0, event.TierGPU, plain, len(plain)/testBlock, blockkeys.RequestExtras{})
 	ctx := context.Background()
 	off, on := false, true
 

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/kvindex/kvindex/indexer"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/tokenization/chattemplate"
 )
 
@@ -273,7 +273,7 @@ func appendScoreJSON(b []byte, a *indexer.Result) []byte {
 
 func appendTiers(b []byte, t *indexer.TierCounts) []byte {
 	b = append(b, '{')
-	for i := kvindex.Tier(0); i < kvindex.NumTiers; i++ {
+	for i := event.Tier(0); i < event.NumTiers; i++ {
 		if i > 0 {
 			b = append(b, ',')
 		}

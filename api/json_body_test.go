@@ -8,7 +8,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // Edges of the JSON request bodies and pod filters: each test names what
@@ -20,7 +21,7 @@ import (
 func TestUnknownPodFilterAfterPoolIsEmptied(t *testing.T) {
 	st := newStack(t)
 	tokens := seqTokens(1, 4*testBlock)
-	st.store("pod-a", 0, kvindex.TierGPU, tokens, 4, kvindex.RequestExtras{})
+	st.store("pod-a", 0, event.TierGPU, tokens, 4, blockkeys.RequestExtras{})
 	body := `{"model":"` + testModel + `","token_ids":` + jsonInts(tokens) + `,"pods":["nope"]}`
 	for i := 0; i < 3; i++ {
 		runtime.GC()
@@ -86,7 +87,7 @@ func TestScanStringControlCharacters(t *testing.T) {
 	}
 	// names with such bytes are escaped on the way out too
 	st := newStack(t)
-	st.store("pod\x01\xff", 0, kvindex.TierGPU, seqTokens(1, 8), 2, kvindex.RequestExtras{})
+	st.store("pod\x01\xff", 0, event.TierGPU, seqTokens(1, 8), 2, blockkeys.RequestExtras{})
 	code, b := st.post("/v1/score", `{"model":"`+testModel+`","token_ids":`+jsonInts(seqTokens(1, 8))+`}`)
 	if code != http.StatusOK || !json.Valid(b) || !utf8.Valid(b) || !strings.Contains(string(b), `"pod":"pod\u0001\ufffd"`) {
 		t.Fatalf("%d %s", code, b)

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/kvindex/kvindex/indexer"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // The Mooncake KV indexer query API (Mooncake's "KV-Store Indexer API"
@@ -39,9 +39,9 @@ const mooncakeDefaultTenant = "default"
 
 // mooncakeMedia are the answer's medium keys by stored tier. Mooncake's
 // answer has no key for blocks a pod loads from a storage source
-// (kvindex.TierShared): they are storage outside the pod, so they are added
+// (event.TierShared): they are storage outside the pod, so they are added
 // to EXTERNAL.
-var mooncakeMedia = [kvindex.NumStoredTiers]string{"GPU", "CPU", "DISK", "EXTERNAL"}
+var mooncakeMedia = [event.NumStoredTiers]string{"GPU", "CPU", "DISK", "EXTERNAL"}
 
 type mooncakeRequest struct {
 	Model      string        `json:"model"`
@@ -106,8 +106,8 @@ func (s *Server) mooncake(w http.ResponseWriter, r *http.Request, byHash bool) {
 			b = append(b, name...)
 			b = append(b, `":`...)
 			n := int64(p.Tiers[t])
-			if kvindex.Tier(t) == kvindex.TierExternal {
-				n += int64(p.Tiers[kvindex.TierShared])
+			if event.Tier(t) == event.TierExternal {
+				n += int64(p.Tiers[event.TierShared])
 			}
 			b = strconv.AppendInt(b, n*bs, 10)
 		}

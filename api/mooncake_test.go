@@ -6,7 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // TestMooncakeQuery checks both Mooncake query endpoints against the same
@@ -14,15 +15,15 @@ import (
 func TestMooncakeQuery(t *testing.T) {
 	st := newStack(t)
 	prompt := seqTokens(1000, 10*testBlock+2)
-	st.store("pod-a", 0, kvindex.TierGPU, prompt, 6, kvindex.RequestExtras{})
-	st.store("pod-b", 0, kvindex.TierCPU, prompt, 8, kvindex.RequestExtras{})
-	st.store("pod-c", 0, kvindex.TierGPU, prompt, 2, kvindex.RequestExtras{})
-	st.store("pod-c", 1, kvindex.TierGPU, prompt, 7, kvindex.RequestExtras{})
-	lora := kvindex.RequestExtras{LoraName: "sql-adapter"}
-	st.store("pod-l", 0, kvindex.TierDisk, prompt, 3, lora)
+	st.store("pod-a", 0, event.TierGPU, prompt, 6, blockkeys.RequestExtras{})
+	st.store("pod-b", 0, event.TierCPU, prompt, 8, blockkeys.RequestExtras{})
+	st.store("pod-c", 0, event.TierGPU, prompt, 2, blockkeys.RequestExtras{})
+	st.store("pod-c", 1, event.TierGPU, prompt, 7, blockkeys.RequestExtras{})
+	lora := blockkeys.RequestExtras{LoraName: "sql-adapter"}
+	st.store("pod-l", 0, event.TierDisk, prompt, 3, lora)
 
 	ids, _ := json.Marshal(prompt)
-	keys := st.hashers.For(testModel).Keys(nil, prompt, kvindex.RequestExtras{})
+	keys := st.hashers.For(testModel).Keys(nil, prompt, blockkeys.RequestExtras{})
 	hashes, _ := json.Marshal(keys)
 	loraKeys, _ := json.Marshal(st.hashers.For(testModel).Keys(nil, prompt, lora))
 

@@ -15,8 +15,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
@@ -165,9 +166,9 @@ func TestPickE2EEqualLoadLongestPrefixWins(t *testing.T) {
 		t.Run(tr.name, func(t *testing.T) {
 			st, _ := newPickStack(t)
 			prompt := seqTokens(1, 16*testBlock)
-			st.store("a", 0, kvindex.TierGPU, prompt, 4, kvindex.RequestExtras{})
-			st.store("b", 0, kvindex.TierGPU, prompt, 12, kvindex.RequestExtras{})
-			st.store("c", 0, kvindex.TierGPU, prompt, 8, kvindex.RequestExtras{})
+			st.store("a", 0, event.TierGPU, prompt, 4, blockkeys.RequestExtras{})
+			st.store("b", 0, event.TierGPU, prompt, 12, blockkeys.RequestExtras{})
+			st.store("c", 0, event.TierGPU, prompt, 8, blockkeys.RequestExtras{})
 			for _, pol := range []string{"", "cost", "weighted", "aibrix", "sglang", "guarded-prefix"} {
 				a := mustPickOK(t, tr, st, prompt, pol, pickCand{Pod: "a", Running: 2}, pickCand{Pod: "b", Running: 2},
 					pickCand{Pod: "c", Running: 2}, pickCand{Pod: "fresh", Running: 2, Events: yes})
@@ -193,7 +194,7 @@ func TestPickE2ELoadedHolderLosesToIdlePod(t *testing.T) {
 		t.Run(tr.name, func(t *testing.T) {
 			st, _ := newPickStack(t)
 			prompt := seqTokens(1, 16*testBlock)
-			st.store("hot", 0, kvindex.TierGPU, prompt, 16, kvindex.RequestExtras{})
+			st.store("hot", 0, event.TierGPU, prompt, 16, blockkeys.RequestExtras{})
 			a := mustPickOK(t, tr, st, prompt, "cost", pickCand{Pod: "hot", Running: 1}, pickCand{Pod: "idle", Events: yes})
 			if a.Pod != "hot" {
 				t.Fatalf("lightly loaded holder lost: %+v", a)
@@ -247,7 +248,7 @@ func TestPickE2ECandidateWithoutEventsWins(t *testing.T) {
 		t.Run(tr.name, func(t *testing.T) {
 			st, clk := newPickStack(t)
 			prompt := seqTokens(7, 12*testBlock)
-			st.store("evented", 0, kvindex.TierGPU, seqTokens(900, 12*testBlock), 12, kvindex.RequestExtras{})
+			st.store("evented", 0, event.TierGPU, seqTokens(900, 12*testBlock), 12, blockkeys.RequestExtras{})
 			a := mustPickOK(t, tr, st, prompt, "", pickCand{Pod: "evented", Running: 1}, pickCand{Pod: "silent", Events: no})
 			if a.Pod != "silent" {
 				t.Fatalf("first: %+v", a)
@@ -311,7 +312,7 @@ func TestPickE2EInvalid(t *testing.T) {
 func TestPickE2EMetricsAndDPRank(t *testing.T) {
 	st, _ := newPickStack(t)
 	prompt := seqTokens(1, 8*testBlock)
-	st.store("dp", 3, kvindex.TierGPU, prompt, 8, kvindex.RequestExtras{})
+	st.store("dp", 3, event.TierGPU, prompt, 8, blockkeys.RequestExtras{})
 	body := `{"model":"` + testModel + `","token_ids":` + fmt.Sprint(jsonInts(prompt)) + `,"candidates":[{"pod":"dp","kv_usage":0.5,"events":null,"dp_rank":null},{"pod":"x","dp_rank":0,"waiting":2}]}`
 	resp, err := http.Post(st.http.URL+"/v1/pick", "application/json", strings.NewReader(body))
 	if err != nil {

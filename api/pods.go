@@ -8,9 +8,9 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/kvevents"
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // PodInfo is one (pod, DP rank) in the pod listing: the applier's view
@@ -52,7 +52,7 @@ type PodInfo struct {
 	Epoch            string `json:"epoch,omitempty"` // SGLang publisher lifetime
 	UnverifiedReason string `json:"unverified_reason,omitempty"`
 	// Blocks deliberately not indexed as the pod's own cache, and removals
-	// that kept a block because another copy remains (kvindex.PodStats).
+	// that kept a block because another copy remains (applier.PodStats).
 	RemoteBlocks        uint64 `json:"remote_blocks"`
 	GroupSkippedBlocks  uint64 `json:"group_skipped_blocks"`
 	CopiesKept          uint64 `json:"copies_kept"`
@@ -176,7 +176,7 @@ func (s *Server) addEndpoint(ep *EndpointInfo) *Error {
 	if ep.Address == "" {
 		return errorf(codes.InvalidArgument, "address is required (e.g. tcp://10.0.0.7:5557)")
 	}
-	eng, ok := kvindex.ParseEngine(ep.Engine)
+	eng, ok := blockkeys.ParseEngine(ep.Engine)
 	if !ok {
 		return errorf(codes.InvalidArgument, "engine %q: want vllm, sglang or trtllm", ep.Engine)
 	}

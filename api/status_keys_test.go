@@ -5,15 +5,15 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // /v1/status names the daemon's default block-key config, so a publisher
 // can hash as the daemon does.
 func TestStatusKeys(t *testing.T) {
-	keys := kvindex.KeyConfig{Algo: kvindex.AlgoXXHashCBOR, Seed: "42", BlockSize: 32}
-	st := newStackWith(t, indexer.Config{Keys: keys, ModelKeys: map[string]kvindex.KeyConfig{"big": testKeys}})
+	keys := blockkeys.KeyConfig{Algo: blockkeys.AlgoXXHashCBOR, Seed: "42", BlockSize: 32}
+	st := newStackWith(t, indexer.Config{Keys: keys, ModelKeys: map[string]blockkeys.KeyConfig{"big": testKeys}})
 	resp, err := http.Get(st.http.URL + "/v1/status")
 	if err != nil {
 		t.Fatal(err)

@@ -8,8 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 func TestStatusPageIsSelfContained(t *testing.T) {
@@ -62,8 +63,8 @@ func TestStatusCounters(t *testing.T) {
 		t.Fatalf("fresh status: %+v", s0)
 	}
 	prompt := seqTokens(1, 4*testBlock)
-	st.store("pod-a", 0, kvindex.TierGPU, prompt, 4, kvindex.RequestExtras{})
-	st.store("pod-b", 0, kvindex.TierGPU, prompt, 2, kvindex.RequestExtras{})
+	st.store("pod-a", 0, event.TierGPU, prompt, 4, blockkeys.RequestExtras{})
+	st.store("pod-b", 0, event.TierGPU, prompt, 2, blockkeys.RequestExtras{})
 	ids, _ := json.Marshal(prompt)
 	for range 3 {
 		st.scoreHTTP(`{"model":"` + testModel + `","token_ids":` + string(ids) + `}`)

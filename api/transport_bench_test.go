@@ -14,9 +14,10 @@ import (
 	"google.golang.org/grpc/experimental"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/internal/grpcbuf"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
@@ -28,7 +29,7 @@ import (
 // profile of it splits the cost between the client, the transport and the
 // daemon (docs/performance.md).
 func BenchmarkGRPCRoundTrip(b *testing.B) {
-	keys := kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 16}
+	keys := blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: 16}
 	idx, err := indexer.New(context.Background(), indexer.Config{Keys: keys})
 	if err != nil {
 		b.Fatal(err)
@@ -37,7 +38,7 @@ func BenchmarkGRPCRoundTrip(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h, err := kvindex.NewHasher(keys)
+	h, err := blockkeys.NewHasher(keys)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -49,14 +50,14 @@ func BenchmarkGRPCRoundTrip(b *testing.B) {
 			p[i] = uint32(rng.IntN(150000))
 		}
 		prompts[n] = p
-		ks := h.Keys(nil, p, kvindex.RequestExtras{})
+		ks := h.Keys(nil, p, blockkeys.RequestExtras{})
 		for pod := range 8 {
 			nb := len(ks) - pod*len(ks)/16
-			ev := kvindex.Event{Kind: kvindex.BlockStored, BlockSize: 16, TokenIDs: p[:nb*16]}
+			ev := event.Event{Kind: event.BlockStored, BlockSize: 16, TokenIDs: p[:nb*16]}
 			for _, k := range ks[:nb] {
 				ev.BlockHashes = append(ev.BlockHashes, uint64(k))
 			}
-			idx.Sink().Apply(context.Background(), &kvindex.Batch{Pod: fmt.Sprintf("pod-%d", pod), Model: "m", Events: []kvindex.Event{ev}})
+			idx.Sink().Apply(context.Background(), &event.Batch{Pod: fmt.Sprintf("pod-%d", pod), Model: "m", Events: []event.Event{ev}})
 		}
 	}
 	dir, err := os.MkdirTemp("", "kvb")

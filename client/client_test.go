@@ -17,8 +17,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvindex/kvindex/api"
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
@@ -54,7 +55,7 @@ func startDaemonOn(t *testing.T, addr string, unary grpc.UnaryServerInterceptor)
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	idx, err := indexer.New(context.Background(), indexer.Config{
-		Keys: kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4}, Registry: reg})
+		Keys: blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: 4}, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,8 +80,8 @@ func startDaemonOn(t *testing.T, addr string, unary grpc.UnaryServerInterceptor)
 }
 
 func (d *daemon) store(pod string, hashes []uint64) {
-	d.idx.Sink().Apply(context.Background(), &kvindex.Batch{Pod: pod, Model: "m",
-		Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: hashes, BlockSize: 4}}})
+	d.idx.Sink().Apply(context.Background(), &event.Batch{Pod: pod, Model: "m",
+		Events: []event.Event{{Kind: event.BlockStored, BlockHashes: hashes, BlockSize: 4}}})
 }
 
 func newClient(t *testing.T, addr string, timeout time.Duration) *Client {
@@ -238,13 +239,13 @@ func TestNewValidates(t *testing.T) {
 // own hashing of them.
 func TestPickTokenIDs(t *testing.T) {
 	d := startDaemon(t, nil)
-	h, err := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4})
+	h, err := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tokens := []uint32{151_000, 2, 3, 4, 5, 6, 7, 1 << 20, 9}
 	var hashes []uint64
-	for _, k := range h.Keys(nil, tokens, kvindex.RequestExtras{}) {
+	for _, k := range h.Keys(nil, tokens, blockkeys.RequestExtras{}) {
 		hashes = append(hashes, uint64(k))
 	}
 	d.store("warm", hashes)

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""Generate kvindex/testdata/blockhash_edge_vectors.json.gz: vLLM block hashes
+"""Generate blockkeys/testdata/blockhash_edge_vectors.json.gz: vLLM block hashes
 at every encoder edge (pickle framing and memo, CBOR and msgpack heads).
 
-Run:  /usr/bin/python3 hack/gen_blockhash_edge_vectors.py | gzip -9n > kvindex/testdata/blockhash_edge_vectors.json.gz
+Run:  /usr/bin/python3 hack/gen_blockhash_edge_vectors.py | gzip -9n > blockkeys/testdata/blockhash_edge_vectors.json.gz
 
 The hash functions, NONE_HASH and the per-request extra keys are the ones of
 hack/gen_blockhash_vectors.py (CPython's C pickle, cbor2, msgpack, hashlib,

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Generate kvindex/testdata/blockhash_vectors.json: golden vLLM block hashes.
+"""Generate blockkeys/testdata/blockhash_vectors.json: golden vLLM block hashes.
 
-Run:  /usr/bin/python3 hack/gen_blockhash_vectors.py > kvindex/testdata/blockhash_vectors.json
+Run:  /usr/bin/python3 hack/gen_blockhash_vectors.py > blockkeys/testdata/blockhash_vectors.json
 
 The reference implementations are CPython's own pickle (C _pickle module),
 cbor2, msgpack, hashlib and python-xxhash (Debian: python3, python3-cbor2,

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""Generate kvindex/testdata/engine_hash_vectors.json: block hashes of the
+"""Generate blockkeys/testdata/engine_hash_vectors.json: block hashes of the
 engines other than vLLM, computed with hashlib from each engine's published
 hashing rules (vLLM's own vectors come from hack/gen_blockhash_vectors.py).
 
-Run:  /usr/bin/python3 hack/gen_engine_hash_vectors.py > kvindex/testdata/engine_hash_vectors.json
+Run:  /usr/bin/python3 hack/gen_engine_hash_vectors.py > blockkeys/testdata/engine_hash_vectors.json
 
 SGLang (sgl-project/sglang, python/sglang/srt/mem_cache/utils.py: get_hash_str
 and hash_str_to_int64; the native python/sglang/srt/mem_cache/cpp_utils/

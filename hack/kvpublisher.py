@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""kvpublisher.py: a vLLM/SGLang KV-event publisher on real libzmq (pyzmq).
+"""kvpublisher.py: a vLLM/SGLang/TensorRT-LLM KV-event publisher on real libzmq (pyzmq).
 
 Used by kvindex's interop and end-to-end tests, and handy to poke a running
 kvindexd by hand. Needs Debian's python3-zmq and python3-msgpack; run it with

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/kvindex/kvindex/applier"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
 )
@@ -31,7 +32,7 @@ type Backend struct {
 	Prefix kvindex.PrefixScorer
 	// Share accounts entries per pod, for ApplierLimits.PodShare; nil: a
 	// pod share is refused at start.
-	Share kvindex.ShareAccounting
+	Share applier.ShareAccounting
 	// Lost registers the function the backend calls, with a reason, when it
 	// finds it lost entries behind the daemon's back (Redis restarted,
 	// evicted or was flushed); nil: it cannot. The indexer marks every

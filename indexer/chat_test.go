@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/tokenization/chattemplate"
 )
 
@@ -50,7 +50,7 @@ func TestScoreMessages(t *testing.T) {
 	x := newTestIndexer(t, Config{Chat: fc, Tokenizer: fakeTokenizer{}})
 	msgs := `[{"role":"user","content":"hello there, a long enough message"}]`
 	ids := chatIDs(msgs)
-	apply(x, "pod-a", 0, storeEvent(ids, len(ids)/testBlock, kvindex.TierGPU))
+	apply(x, "pod-a", 0, storeEvent(ids, len(ids)/testBlock, event.TierGPU))
 	var r Result
 	q := Query{Model: testModel, Kind: InputMessages, Chat: &chattemplate.Request{Messages: json.RawMessage(msgs)}}
 	full := len(ids) / testBlock

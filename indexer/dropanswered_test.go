@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // dropRecorder is a SpeculativeStore that records Drop calls.
@@ -31,18 +31,18 @@ func TestDropAnsweredOneDropPerBatch(t *testing.T) {
 	x := newTestIndexer(t, Config{})
 	rec := &dropRecorder{}
 	x.pick.spec, x.pick.specMem = rec, nil
-	b := &kvindex.Batch{Pod: "p", DPRank: 1, Model: "m", Events: []kvindex.Event{
-		{Kind: kvindex.BlockStored, BlockHashes: []uint64{1, 2}},
-		{Kind: kvindex.AllBlocksCleared},
-		{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{3}},
-		{Kind: kvindex.BlockStored, BlockHashes: []uint64{4, 5}},
+	b := &event.Batch{Pod: "p", DPRank: 1, Model: "m", Events: []event.Event{
+		{Kind: event.BlockStored, BlockHashes: []uint64{1, 2}},
+		{Kind: event.AllBlocksCleared},
+		{Kind: event.BlockRemoved, BlockHashes: []uint64{3}},
+		{Kind: event.BlockStored, BlockHashes: []uint64{4, 5}},
 	}}
 	x.dropAnswered(context.Background(), b)
 	if rec.calls != 1 || !slices.Equal(rec.hashes, []uint64{1, 2, 3, 4, 5}) ||
 		rec.holders != [2]uint64{holderID("p", 1), holderID("p", -1)} {
 		t.Fatalf("%d Drop calls, last with %v for %v", rec.calls, rec.hashes, rec.holders)
 	}
-	one := &kvindex.Batch{Pod: "p", Model: "m", Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: []uint64{6}}}}
+	one := &event.Batch{Pod: "p", Model: "m", Events: []event.Event{{Kind: event.BlockStored, BlockHashes: []uint64{6}}}}
 	if n := testing.AllocsPerRun(100, func() { x.dropAnswered(context.Background(), one) }); n != 0 {
 		t.Errorf("a one-event batch allocates %v times", n)
 	}

@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/indexer/routing"
 	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvevents"
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // BenchmarkEmbeddedScore is a score through the embedded API as a router
@@ -20,7 +20,7 @@ import (
 // reused result. Its ns/op is what the daemon's gRPC and HTTP paths add
 // to (docs/performance.md).
 func BenchmarkEmbeddedScore(b *testing.B) {
-	keys := kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 16}
+	keys := blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: 16}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	idx, err := indexer.New(ctx, indexer.Config{Keys: keys,

@@ -3,11 +3,12 @@ package indexer
 import (
 	"slices"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
 // Every engine publishes its own block hashes, and the index keeps each
-// pod's blocks under its engine's hashes (kvindex.HasherSet.ForEngine). A
+// pod's blocks under its engine's hashes (blockkeys.HasherSet.ForEngine). A
 // request is therefore hashed once per engine: its primary keys (vLLM's,
 // which everything keyed by request identity uses: speculation, routing
 // history, prediction) and, for every other engine whose batches were
@@ -17,9 +18,9 @@ import (
 
 // engineKeys holds a request's keys under the engines other than vLLM.
 type engineKeys struct {
-	keys [kvindex.NumEngines][]kvindex.Key // [EngineVLLM] unused: the primary keys
-	res  kvindex.ScoreResult               // scratch for one engine's scores
-	st   storageScratch                    // storage sources (storage.go)
+	keys [blockkeys.NumEngines][]blockkeys.Key // [EngineVLLM] unused: the primary keys
+	res  kvindex.ScoreResult                   // scratch for one engine's scores
+	st   storageScratch                        // storage sources (storage.go)
 }
 
 func (ek *engineKeys) clear() {
@@ -34,7 +35,7 @@ func (ek *engineKeys) clear() {
 // otherEngines is the set of engines other than vLLM whose batches were
 // applied (bit e for Engine e).
 func (x *Indexer) otherEngines() uint32 {
-	return x.applier.Engines() &^ (1 << kvindex.EngineVLLM)
+	return x.applier.Engines() &^ (1 << blockkeys.EngineVLLM)
 }
 
 // engineTokenKeys hashes tokens with every applied engine other than vLLM.
@@ -43,18 +44,18 @@ func (x *Indexer) engineTokenKeys(ek *engineKeys, model string, tokens []uint32,
 		return
 	}
 	set := x.otherEngines()
-	for e := kvindex.Engine(0); e < kvindex.NumEngines; e++ {
+	for e := blockkeys.Engine(0); e < blockkeys.NumEngines; e++ {
 		if set&(1<<e) == 0 {
 			continue
 		}
 		h := x.hashers.ForEngine(model, e)
-		ek.keys[e] = x.keys.keys(h, ek.keys[e][:0], tokens, kvindex.RequestExtras{LoraName: q.LoraName, CacheSalt: q.CacheSalt})
+		ek.keys[e] = x.keys.keys(h, ek.keys[e][:0], tokens, blockkeys.RequestExtras{LoraName: q.LoraName, CacheSalt: q.CacheSalt})
 	}
 }
 
 // scoreEngines adds the scores of the other engines' key sequences to res
 // and restores its order. res holds the primary keys' scores.
-func (x *Indexer) scoreEngines(ek *engineKeys, lookup func(keys []kvindex.Key, res *kvindex.ScoreResult) *Error,
+func (x *Indexer) scoreEngines(ek *engineKeys, lookup func(keys []blockkeys.Key, res *kvindex.ScoreResult) *Error,
 	res *kvindex.ScoreResult) *Error {
 	if ek == nil {
 		return nil

@@ -4,15 +4,16 @@ import (
 	"context"
 	"testing"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // engineHashes are engine's hashes of tokens' full blocks at the test block
 // size (its hashing is proven against the engine's rules by kvindex's
 // TestEngineHashVectors).
-func engineHashes(e kvindex.Engine, tokens []uint32) []uint64 {
+func engineHashes(e blockkeys.Engine, tokens []uint32) []uint64 {
 	var out []uint64
-	for _, k := range testHashers.ForEngine(testModel, e).Keys(nil, tokens, kvindex.RequestExtras{}) {
+	for _, k := range testHashers.ForEngine(testModel, e).Keys(nil, tokens, blockkeys.RequestExtras{}) {
 		out = append(out, uint64(k))
 	}
 	return out
@@ -26,15 +27,15 @@ func engineHashes(e kvindex.Engine, tokens []uint32) []uint64 {
 func TestScoreEachEngineByItsHashes(t *testing.T) {
 	x := newTestIndexer(t, Config{})
 	prompt := seqTokens(7000, 6*testBlock)
-	apply(x, "pod-v", 0, storeEvent(prompt, 3, kvindex.TierGPU))
-	sg := engineHashes(kvindex.EngineSGLang, prompt)
-	x.Sink().Apply(context.Background(), &kvindex.Batch{Pod: "pod-s", Model: testModel, Engine: kvindex.EngineSGLang,
-		Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: sg[:4], TokenIDs: prompt[:4*testBlock], BlockSize: testBlock}}})
-	x.Sink().Apply(context.Background(), &kvindex.Batch{Pod: "pod-snap", Model: testModel, Engine: kvindex.EngineSGLang,
-		Events: []kvindex.Event{{Kind: kvindex.BlockSnapshot, BlockHashes: sg[:5]}}})
-	trt := engineHashes(kvindex.EngineTRTLLM, prompt)
-	x.Sink().Apply(context.Background(), &kvindex.Batch{Pod: "pod-t", Model: testModel, Engine: kvindex.EngineTRTLLM,
-		Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: trt[:2], TokenIDs: prompt[:2*testBlock], BlockSize: testBlock}}})
+	apply(x, "pod-v", 0, storeEvent(prompt, 3, event.TierGPU))
+	sg := engineHashes(blockkeys.EngineSGLang, prompt)
+	x.Sink().Apply(context.Background(), &event.Batch{Pod: "pod-s", Model: testModel, Engine: blockkeys.EngineSGLang,
+		Events: []event.Event{{Kind: event.BlockStored, BlockHashes: sg[:4], TokenIDs: prompt[:4*testBlock], BlockSize: testBlock}}})
+	x.Sink().Apply(context.Background(), &event.Batch{Pod: "pod-snap", Model: testModel, Engine: blockkeys.EngineSGLang,
+		Events: []event.Event{{Kind: event.BlockSnapshot, BlockHashes: sg[:5]}}})
+	trt := engineHashes(blockkeys.EngineTRTLLM, prompt)
+	x.Sink().Apply(context.Background(), &event.Batch{Pod: "pod-t", Model: testModel, Engine: blockkeys.EngineTRTLLM,
+		Events: []event.Event{{Kind: event.BlockStored, BlockHashes: trt[:2], TokenIDs: prompt[:2*testBlock], BlockSize: testBlock}}})
 
 	var r Result
 	want := "total=6 pod-snap:5/20/5.00[0:5,] pod-s:4/16/4.00[0:4,] pod-v:3/12/3.00[0:3,] pod-t:2/8/2.00[0:2,]"

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/indexer/routing"
 	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvevents"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // A router embeds the index: it subscribes to its engines' KV events
@@ -25,7 +26,7 @@ func Example() {
 
 	// The keys must be the engines': their hash algorithm, block size and
 	// PYTHONHASHSEED.
-	keys := kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 16}
+	keys := blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: 16}
 	ctx, cancel := context.WithCancel(context.Background())
 	idx, err := indexer.New(ctx, indexer.Config{
 		Keys: keys,
@@ -85,16 +86,16 @@ func Example() {
 
 // publishStored sends the vLLM BlockStored batch an engine sends after
 // computing tokens, once a subscriber is attached.
-func publishStored(ctx context.Context, engine *enginepub.Publisher, keys kvindex.KeyConfig, pod string, tokens []uint32) {
-	h, err := kvindex.NewHasher(keys)
+func publishStored(ctx context.Context, engine *enginepub.Publisher, keys blockkeys.KeyConfig, pod string, tokens []uint32) {
+	h, err := blockkeys.NewHasher(keys)
 	if err != nil {
 		panic(err)
 	}
 	var hashes []uint64
-	for _, k := range h.Keys(nil, tokens, kvindex.RequestExtras{}) {
+	for _, k := range h.Keys(nil, tokens, blockkeys.RequestExtras{}) {
 		hashes = append(hashes, uint64(k))
 	}
-	payload, err := enginepub.EncodeVLLMBatch(&kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockStored,
+	payload, err := enginepub.EncodeVLLMBatch(&event.Batch{Events: []event.Event{{Kind: event.BlockStored,
 		BlockHashes: hashes, TokenIDs: tokens, BlockSize: keys.BlockSize}}}, enginepub.VLLMEncodeOptions{})
 	if err != nil {
 		panic(err)

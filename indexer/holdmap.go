@@ -4,9 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/zeebo/xxh3"
-
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // holdWays is how many pods one block can be assumed held by at once; a
@@ -18,7 +17,7 @@ const holdWays = 4
 // hashing keeps these maps from growing the shared interner.
 type holdKey struct {
 	model uint64
-	key   kvindex.Key
+	key   blockkeys.Key
 }
 
 type holdSlot struct {
@@ -71,7 +70,7 @@ func holderID(pod string, rank int) uint64 {
 func modelHash(model string) uint64 { return xxh3.HashString(model) }
 
 // hold records pod for keys until now+ttl.
-func (h *holdMap) hold(model uint64, keys []kvindex.Key, pod uint64, now int64) {
+func (h *holdMap) hold(model uint64, keys []blockkeys.Key, pod uint64, now int64) {
 	exp := now + h.ttl
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -155,7 +154,7 @@ func (h *holdMap) drop(model uint64, keys []uint64, pod uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, k := range keys {
-		hk := holdKey{model, kvindex.Key(k)}
+		hk := holdKey{model, blockkeys.Key(k)}
 		slots, ok := h.m[hk]
 		if !ok {
 			continue
@@ -187,7 +186,7 @@ func (h *holdMap) holdsLocked(hk holdKey, pod uint64, now int64) bool {
 
 // extend sets ext[i] to how many blocks from start[i] holder[i] holds in a
 // row (speculative entries continue a pod's indexed run).
-func (h *holdMap) extend(model uint64, keys []kvindex.Key, holders []uint64, start, ext []int32, now int64) {
+func (h *holdMap) extend(model uint64, keys []blockkeys.Key, holders []uint64, start, ext []int32, now int64) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	missAt := int32(-1) // a position known to have no live entry at all
@@ -213,7 +212,7 @@ func (h *holdMap) extend(model uint64, keys []kvindex.Key, holders []uint64, sta
 // walk sets run[i] for every candidate slot i that table maps a live holder
 // to: how many leading blocks of keys it holds, walking the keys once and
 // stopping at the first block no candidate extends.
-func (h *holdMap) walk(model uint64, keys []kvindex.Key, t *holderTable, run []int32, now int64) {
+func (h *holdMap) walk(model uint64, keys []blockkeys.Key, t *holderTable, run []int32, now int64) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	for k := range keys {

@@ -7,19 +7,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer/routing"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
-func holdKeys(from, n int) []kvindex.Key {
-	k := make([]kvindex.Key, n)
+func holdKeys(from, n int) []blockkeys.Key {
+	k := make([]blockkeys.Key, n)
 	for i := range k {
-		k[i] = kvindex.Key(from + i)
+		k[i] = blockkeys.Key(from + i)
 	}
 	return k
 }
 
-func extendOne(h *holdMap, keys []kvindex.Key, pod uint64, start int32, now int64) int32 {
+func extendOne(h *holdMap, keys []blockkeys.Key, pod uint64, start int32, now int64) int32 {
 	ext := []int32{0}
 	h.extend(1, keys, []uint64{pod}, []int32{start}, ext, now)
 	return ext[0]
@@ -124,7 +125,7 @@ func TestPickConcurrent(t *testing.T) {
 	}
 	wg.Go(func() {
 		for i := 0; i < 200; i++ {
-			apply(x, fmt.Sprintf("%c", 'a'+i%2), 0, storeEvent(seqTokens(i%7, 8*testBlock), 4, kvindex.TierGPU))
+			apply(x, fmt.Sprintf("%c", 'a'+i%2), 0, storeEvent(seqTokens(i%7, 8*testBlock), 4, event.TierGPU))
 		}
 	})
 	wg.Go(func() {

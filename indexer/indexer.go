@@ -8,7 +8,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvindex/kvindex/applier"
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/tokenization/chattemplate"
 )
@@ -42,8 +45,8 @@ type ChatTokenizer interface {
 type Config struct {
 	// Keys is the default block-key config; ModelKeys overrides it per model
 	// name (a model's engine may use another hash, seed or block size).
-	Keys      kvindex.KeyConfig
-	ModelKeys map[string]kvindex.KeyConfig
+	Keys      blockkeys.KeyConfig
+	ModelKeys map[string]blockkeys.KeyConfig
 	// Index selects the built-in backend: in memory (default) or Redis.
 	Index IndexConfig
 	// Backend, when set, builds a custom backend instead (tests, embedding);
@@ -53,11 +56,11 @@ type Config struct {
 	// kvindex.DefaultTierWeights.
 	TierWeights *kvindex.TierWeights
 	// DigestCacheSize bounds the applier's per-model digest cache
-	// (kvindex.ApplierOptions.DigestCacheSize).
+	// (applier.Options.DigestCacheSize).
 	DigestCacheSize int
 	// ApplierLimits bound the applier's per-model and per-pod state (their
-	// rows in kvindex.ApplierOptions; the applier resolves the zero ones).
-	ApplierLimits kvindex.ApplierLimits
+	// rows in applier.Options; the applier resolves the zero ones).
+	ApplierLimits applier.Limits
 	// KeyCacheSize bounds each key config's request-path key cache in blocks
 	// (Options.KeyCacheSize; < 0 = no cache: hash every block).
 	KeyCacheSize int
@@ -91,7 +94,7 @@ type Config struct {
 	// pod slot is a storage medium, e.g. llm-d's SHARED_STORAGE) and the
 	// pod names that can load their blocks; a nil list = every pod that
 	// publishes for the same model, an empty one = none. Their blocks are
-	// credited to the readers as kvindex.TierShared and the sources are
+	// credited to the readers as event.TierShared and the sources are
 	// never scored or picked (storage.go). nil = DefaultStorageReaders.
 	StorageReaders map[string][]string
 }
@@ -99,11 +102,11 @@ type Config struct {
 // Indexer owns the wired parts. Every method is safe for concurrent use.
 type Indexer struct {
 	in      *kvindex.Interner
-	hashers *kvindex.HasherSet
+	hashers *blockkeys.HasherSet
 	keys    keyCaches
 	idx     kvindex.Index
 	backend Backend
-	applier *kvindex.Applier
+	applier *applier.Applier
 	scorer  *kvindex.Scorer
 	tok     PromptTokenizer
 	chat    ChatTokenizer
@@ -147,7 +150,7 @@ func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
 	if cfg.TierWeights != nil {
 		weights = *cfg.TierWeights
 	}
-	hashers, err := kvindex.NewHasherSet(cfg.Keys, cfg.ModelKeys)
+	hashers, err := blockkeys.NewHasherSet(cfg.Keys, cfg.ModelKeys)
 	if err != nil {
 		return nil, err
 	}
@@ -178,9 +181,9 @@ func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
 		return nil, errors.New("indexer: a pod share needs an index that accounts entries per pod (the in-memory " +
 			"index); set it to 0 with this backend")
 	}
-	if x.applier, err = kvindex.NewApplier(kvindex.ApplierConfig{
+	if x.applier, err = applier.New(applier.Config{
 		Index: applied, Interner: x.in, Hashers: hashers, DigestCacheSize: cfg.DigestCacheSize,
-		Metrics: kvindex.NewMetrics(cfg.Registry), Logger: cfg.Logger.With("component", "applier"),
+		Metrics: applier.NewMetrics(cfg.Registry), Logger: cfg.Logger.With("component", "applier"),
 		Limits: cfg.ApplierLimits, Share: x.backend.Share,
 	}); err != nil {
 		return nil, err
@@ -204,10 +207,10 @@ func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
 // Sink is where kvevents delivers decoded engine batches: the applier,
 // behind the gate of pods restored from a snapshot, followed by dropping the
 // speculative entries the events answer.
-func (x *Indexer) Sink() kvindex.BatchSink { return eventSink{x} }
+func (x *Indexer) Sink() event.Sink { return eventSink{x} }
 
 // KeyConfig is the block-key config used for model.
-func (x *Indexer) KeyConfig(model string) kvindex.KeyConfig { return x.hashers.For(model).Config() }
+func (x *Indexer) KeyConfig(model string) blockkeys.KeyConfig { return x.hashers.For(model).Config() }
 
 // PodRanks is how many data-parallel ranks of the pod name have been seen.
 func (x *Indexer) PodRanks(name string) int { return len(x.in.PodsNamed(name)) }

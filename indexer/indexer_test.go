@@ -11,6 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/internal/testkit/race"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -19,7 +22,7 @@ const (
 	testBlock = 4
 )
 
-var testKeys = kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: testBlock}
+var testKeys = blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: testBlock}
 
 // flakyIndex is a memory index whose writes and reads fail on demand, as a
 // Redis backend does while Redis is unreachable; it counts PodBlocks reads
@@ -34,14 +37,14 @@ type flakyIndex struct {
 
 var errDown = errors.New("backend down")
 
-func (f *flakyIndex) Remove(ctx context.Context, m kvindex.ModelID, p kvindex.PodID, t kvindex.Tier, keys []kvindex.Key) error {
+func (f *flakyIndex) Remove(ctx context.Context, m kvindex.ModelID, p kvindex.PodID, t event.Tier, keys []blockkeys.Key) error {
 	if f.failRemove.Load() || f.down.Load() {
 		return errDown
 	}
 	return f.MemoryIndex.Remove(ctx, m, p, t, keys)
 }
 
-func (f *flakyIndex) Lookup(ctx context.Context, m kvindex.ModelID, keys []kvindex.Key, v kvindex.Visitor) error {
+func (f *flakyIndex) Lookup(ctx context.Context, m kvindex.ModelID, keys []blockkeys.Key, v kvindex.Visitor) error {
 	if f.down.Load() {
 		return errDown
 	}
@@ -50,7 +53,7 @@ func (f *flakyIndex) Lookup(ctx context.Context, m kvindex.ModelID, keys []kvind
 
 // ScorePrefix shadows the embedded index's fused scorer: a backend that is
 // down must fail on that path too, not only on Lookup.
-func (f *flakyIndex) ScorePrefix(ctx context.Context, m kvindex.ModelID, keys []kvindex.Key, cands []kvindex.PodID, w kvindex.TierWeights, res *kvindex.ScoreResult) error {
+func (f *flakyIndex) ScorePrefix(ctx context.Context, m kvindex.ModelID, keys []blockkeys.Key, cands []kvindex.PodID, w kvindex.TierWeights, res *kvindex.ScoreResult) error {
 	if f.down.Load() {
 		return errDown
 	}
@@ -127,8 +130,8 @@ func seqTokens(start, n int) []uint32 {
 	return t
 }
 
-var testHashers = func() *kvindex.HasherSet {
-	hs, err := kvindex.NewHasherSet(testKeys, nil)
+var testHashers = func() *blockkeys.HasherSet {
+	hs, err := blockkeys.NewHasherSet(testKeys, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -137,7 +140,7 @@ var testHashers = func() *kvindex.HasherSet {
 
 // blockHashes are the engine hashes of tokens' full blocks, computed with a
 // hasher of the indexer's config (so parity matches).
-func blockHashes(tokens []uint32, extras kvindex.RequestExtras) []uint64 {
+func blockHashes(tokens []uint32, extras blockkeys.RequestExtras) []uint64 {
 	var out []uint64
 	for _, k := range testHashers.For(testModel).Keys(nil, tokens, extras) {
 		out = append(out, uint64(k))
@@ -145,13 +148,13 @@ func blockHashes(tokens []uint32, extras kvindex.RequestExtras) []uint64 {
 	return out
 }
 
-func storeEvent(tokens []uint32, n int, tier kvindex.Tier) kvindex.Event {
-	return kvindex.Event{Kind: kvindex.BlockStored, BlockSize: testBlock, TokenIDs: tokens[:n*testBlock],
-		Medium: tier, BlockHashes: blockHashes(tokens, kvindex.RequestExtras{})[:n]}
+func storeEvent(tokens []uint32, n int, tier event.Tier) event.Event {
+	return event.Event{Kind: event.BlockStored, BlockSize: testBlock, TokenIDs: tokens[:n*testBlock],
+		Medium: tier, BlockHashes: blockHashes(tokens, blockkeys.RequestExtras{})[:n]}
 }
 
-func apply(x *Indexer, pod string, rank int, evs ...kvindex.Event) {
-	x.Sink().Apply(context.Background(), &kvindex.Batch{Pod: pod, Model: testModel, DPRank: rank, Events: evs})
+func apply(x *Indexer, pod string, rank int, evs ...event.Event) {
+	x.Sink().Apply(context.Background(), &event.Batch{Pod: pod, Model: testModel, DPRank: rank, Events: evs})
 }
 
 // summary renders a result as "pod:blocks/tokens/score[rank:blocks,...]".
@@ -181,11 +184,11 @@ func mustScore(t *testing.T, x *Indexer, q *Query, r *Result) string {
 func TestScoreAggregatesRanksAndSorts(t *testing.T) {
 	x := newTestIndexer(t, Config{})
 	prompt := seqTokens(1000, 10*testBlock+2) // 10 full blocks + a partial one
-	apply(x, "pod-a", 0, storeEvent(prompt, 6, kvindex.TierGPU))
-	apply(x, "pod-b", 0, storeEvent(prompt, 8, kvindex.TierCPU))
-	apply(x, "pod-c", 0, storeEvent(prompt, 2, kvindex.TierGPU))
-	apply(x, "pod-c", 1, storeEvent(prompt, 7, kvindex.TierGPU))
-	apply(x, "pod-d", 0, storeEvent(seqTokens(5000, 8*testBlock), 8, kvindex.TierGPU))
+	apply(x, "pod-a", 0, storeEvent(prompt, 6, event.TierGPU))
+	apply(x, "pod-b", 0, storeEvent(prompt, 8, event.TierCPU))
+	apply(x, "pod-c", 0, storeEvent(prompt, 2, event.TierGPU))
+	apply(x, "pod-c", 1, storeEvent(prompt, 7, event.TierGPU))
+	apply(x, "pod-d", 0, storeEvent(seqTokens(5000, 8*testBlock), 8, event.TierGPU))
 
 	var r Result
 	// pod-c rank 1: 7 GPU blocks = 7.0; pod-b: 8 CPU blocks = 6.4; pod-a: 6.0.
@@ -193,11 +196,11 @@ func TestScoreAggregatesRanksAndSorts(t *testing.T) {
 	if got := mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}, &r); got != want {
 		t.Fatalf("tokens:\n got %s\nwant %s", got, want)
 	}
-	if r.BlockSize != testBlock || r.Pods[1].Tiers[kvindex.TierCPU] != 8 || r.Pods[1].Tiers[kvindex.TierGPU] != 0 {
+	if r.BlockSize != testBlock || r.Pods[1].Tiers[event.TierCPU] != 8 || r.Pods[1].Tiers[event.TierGPU] != 0 {
 		t.Errorf("block size %d, pod-b tiers %v", r.BlockSize, r.Pods[1].Tiers)
 	}
 	// The same Result reused: block hashes are the same keys, same answer.
-	q := Query{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, kvindex.RequestExtras{})}
+	q := Query{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, blockkeys.RequestExtras{})}
 	if got := mustScore(t, x, &q, &r); got != want {
 		t.Fatalf("hashes:\n got %s\nwant %s", got, want)
 	}
@@ -226,8 +229,8 @@ func TestUntrustedPodIsLeftOutOfScores(t *testing.T) {
 	f := &flakyIndex{MemoryIndex: kvindex.NewMemoryIndex(kvindex.MemoryConfig{})}
 	x := newTestIndexer(t, Config{Backend: flakyBackend(f, false)})
 	prompt := seqTokens(1, 4*testBlock)
-	apply(x, "pod-a", 0, storeEvent(prompt, 2, kvindex.TierGPU))
-	apply(x, "pod-b", 0, storeEvent(prompt, 4, kvindex.TierGPU))
+	apply(x, "pod-a", 0, storeEvent(prompt, 2, event.TierGPU))
+	apply(x, "pod-b", 0, storeEvent(prompt, 4, event.TierGPU))
 	q := &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}
 	var r Result
 	if got, want := mustScore(t, x, q, &r), "total=4 pod-b:4/16/4.00[0:4,] pod-a:2/8/2.00[0:2,]"; got != want {
@@ -235,8 +238,8 @@ func TestUntrustedPodIsLeftOutOfScores(t *testing.T) {
 	}
 
 	f.failRemove.Store(true)
-	hs := blockHashes(prompt, kvindex.RequestExtras{})
-	apply(x, "pod-b", 0, kvindex.Event{Kind: kvindex.BlockRemoved, BlockHashes: hs[2:]})
+	hs := blockHashes(prompt, blockkeys.RequestExtras{})
+	apply(x, "pod-b", 0, event.Event{Kind: event.BlockRemoved, BlockHashes: hs[2:]})
 	// The index still holds pod-b's 4 blocks: only the trust filter hides them.
 	if id, _ := x.in.LookupPod("pod-b", 0); mustBlocks(t, f, id) != 4 {
 		t.Fatal("the failed removal changed the index; the test no longer shows the filter")
@@ -252,7 +255,7 @@ func TestUntrustedPodIsLeftOutOfScores(t *testing.T) {
 	// Index back: the next batch clears pod-b first and it is trusted again
 	// with only what that batch stored.
 	f.failRemove.Store(false)
-	apply(x, "pod-b", 0, storeEvent(prompt, 1, kvindex.TierGPU))
+	apply(x, "pod-b", 0, storeEvent(prompt, 1, event.TierGPU))
 	if got, want := mustScore(t, x, q, &r), "total=4 pod-a:2/8/2.00[0:2,] pod-b:1/4/1.00[0:1,]"; got != want {
 		t.Fatalf("after recovery: %s, want %s", got, want)
 	}
@@ -273,9 +276,9 @@ func TestRunRecoveryClearsQuietUntrustedPod(t *testing.T) {
 	f := &flakyIndex{MemoryIndex: kvindex.NewMemoryIndex(kvindex.MemoryConfig{})}
 	x := newTestIndexer(t, Config{Backend: flakyBackend(f, false)})
 	prompt := seqTokens(1, 2*testBlock)
-	apply(x, "pod-a", 0, storeEvent(prompt, 2, kvindex.TierGPU))
+	apply(x, "pod-a", 0, storeEvent(prompt, 2, event.TierGPU))
 	f.failRemove.Store(true)
-	apply(x, "pod-a", 0, kvindex.Event{Kind: kvindex.BlockRemoved, BlockHashes: blockHashes(prompt, kvindex.RequestExtras{})})
+	apply(x, "pod-a", 0, event.Event{Kind: event.BlockRemoved, BlockHashes: blockHashes(prompt, blockkeys.RequestExtras{})})
 	f.failRemove.Store(false)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -318,7 +321,7 @@ func (f fakeTokenizer) TokenizePrompt(ctx context.Context, _, prompt string) ([]
 func TestScoreErrors(t *testing.T) {
 	f := &flakyIndex{MemoryIndex: kvindex.NewMemoryIndex(kvindex.MemoryConfig{})}
 	x := newTestIndexer(t, Config{Backend: flakyBackend(f, false)})
-	apply(x, "pod-a", 0, storeEvent(seqTokens(1, 8), 2, kvindex.TierGPU))
+	apply(x, "pod-a", 0, storeEvent(seqTokens(1, 8), 2, event.TierGPU))
 	m := testModel
 	long := make([]uint32, MaxInputLen+1)
 	cases := []struct {
@@ -362,7 +365,7 @@ func TestScoreErrors(t *testing.T) {
 func TestScorePrompt(t *testing.T) {
 	x := newTestIndexer(t, Config{Tokenizer: fakeTokenizer{}})
 	prompt := "abcdefgh" // two blocks of the fake tokenizer's bytes
-	apply(x, "pod-a", 0, storeEvent(seqTokens('a', 8), 2, kvindex.TierGPU))
+	apply(x, "pod-a", 0, storeEvent(seqTokens('a', 8), 2, event.TierGPU))
 	var r Result
 	if got := mustScore(t, x, &Query{Model: testModel, Kind: InputPrompt, Prompt: prompt}, &r); got != "total=2 pod-a:2/8/2.00[0:2,]" {
 		t.Fatalf("prompt: %s", got)
@@ -387,9 +390,9 @@ func TestPodsListing(t *testing.T) {
 		t.Run(fmt.Sprint("batched=", batched), func(t *testing.T) {
 			f := &flakyIndex{MemoryIndex: kvindex.NewMemoryIndex(kvindex.MemoryConfig{})}
 			x := newTestIndexer(t, Config{Backend: flakyBackend(f, batched)})
-			apply(x, "pod-b", 0, storeEvent(seqTokens(1, 12), 3, kvindex.TierGPU))
-			apply(x, "pod-a", 1, storeEvent(seqTokens(1, 12), 1, kvindex.TierGPU))
-			apply(x, "pod-a", 0, storeEvent(seqTokens(1, 12), 2, kvindex.TierGPU))
+			apply(x, "pod-b", 0, storeEvent(seqTokens(1, 12), 3, event.TierGPU))
+			apply(x, "pod-a", 1, storeEvent(seqTokens(1, 12), 1, event.TierGPU))
+			apply(x, "pod-a", 0, storeEvent(seqTokens(1, 12), 2, event.TierGPU))
 			also := []PodRef{{"pod-b", 0}, {"pod-z", 0}, {"pod-z", 0}}
 			render := func(ps []PodStatus) string {
 				var b strings.Builder
@@ -437,7 +440,7 @@ func TestBackendGetsTheOneInterner(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	x := newTestIndexer(t, Config{Registry: reg})
-	apply(x, "pod-a", 1, storeEvent(seqTokens(1, 8), 2, kvindex.TierGPU))
+	apply(x, "pod-a", 1, storeEvent(seqTokens(1, 8), 2, event.TierGPU))
 	var r Result
 	mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: seqTokens(1, 8)}, &r)
 	mfs, err := reg.Gather()
@@ -471,15 +474,15 @@ func TestMetrics(t *testing.T) {
 // Scoring into a reused Result allocates nothing on the block-hash path
 // (no hashing), so a busy router's steady state makes no garbage.
 func TestScoreReusedResultDoesNotAllocate(t *testing.T) {
-	if raceEnabled {
+	if race.Enabled {
 		t.Skip("sync.Pool drops items at random under the race detector")
 	}
 	x := newTestIndexer(t, Config{})
 	prompt := seqTokens(7, 64*testBlock)
 	for p := 0; p < 4; p++ {
-		apply(x, fmt.Sprintf("pod-%d", p), p%2, storeEvent(prompt, 64-p*8, kvindex.TierGPU))
+		apply(x, fmt.Sprintf("pod-%d", p), p%2, storeEvent(prompt, 64-p*8, event.TierGPU))
 	}
-	q := &Query{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, kvindex.RequestExtras{})}
+	q := &Query{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, blockkeys.RequestExtras{})}
 	var r Result
 	mustScore(t, x, q, &r)
 	allocs := testing.AllocsPerRun(50, func() {
@@ -498,7 +501,7 @@ func benchIndexer(b *testing.B) (*Indexer, []uint32) {
 	x := newTestIndexer(b, Config{})
 	prompt := seqTokens(7, 512*testBlock)
 	for p := 0; p < 8; p++ {
-		apply(x, fmt.Sprintf("pod-%02d", p), 0, storeEvent(prompt, 512-p*32, kvindex.TierGPU))
+		apply(x, fmt.Sprintf("pod-%02d", p), 0, storeEvent(prompt, 512-p*32, event.TierGPU))
 	}
 	return x, prompt
 }
@@ -514,7 +517,7 @@ func BenchmarkScoreTokens(b *testing.B) {
 // aggregation only.
 func BenchmarkScoreHashes(b *testing.B) {
 	x, prompt := benchIndexer(b)
-	benchScore(b, x, &Query{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, kvindex.RequestExtras{})})
+	benchScore(b, x, &Query{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, blockkeys.RequestExtras{})})
 }
 
 func benchScore(b *testing.B, x *Indexer, q *Query) {
@@ -531,11 +534,11 @@ func benchScore(b *testing.B, x *Indexer, q *Query) {
 // Configured tier weights replace the defaults, zeros included.
 func TestTierWeights(t *testing.T) {
 	w := kvindex.DefaultTierWeights()
-	w[kvindex.TierCPU], w[kvindex.TierGPU] = 2, 0
+	w[event.TierCPU], w[event.TierGPU] = 2, 0
 	x := newTestIndexer(t, Config{TierWeights: &w})
 	prompt := seqTokens(1, 4*testBlock)
-	apply(x, "pod-gpu", 0, storeEvent(prompt, 4, kvindex.TierGPU))
-	apply(x, "pod-cpu", 0, storeEvent(prompt, 3, kvindex.TierCPU))
+	apply(x, "pod-gpu", 0, storeEvent(prompt, 4, event.TierGPU))
+	apply(x, "pod-cpu", 0, storeEvent(prompt, 3, event.TierCPU))
 	var r Result
 	if got, want := mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}, &r),
 		"total=4 pod-cpu:3/12/6.00[0:3,] pod-gpu:4/16/0.00[0:4,]"; got != want {

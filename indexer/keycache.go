@@ -4,9 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // keyCaches holds one request-path key cache per distinct key config (the
@@ -14,29 +13,29 @@ import (
 // many requests share is hashed once. The map is built in New and read-only
 // afterwards; a cache is allocated at its first use, so engines a fleet does
 // not run cost nothing.
-type keyCaches map[*kvindex.Hasher]*keyCacheSlot
+type keyCaches map[*blockkeys.Hasher]*keyCacheSlot
 
 type keyCacheSlot struct {
-	h       *kvindex.Hasher
+	h       *blockkeys.Hasher
 	entries int
 	once    sync.Once
-	c       atomic.Pointer[kvindex.KeyCache]
+	c       atomic.Pointer[blockkeys.KeyCache]
 }
 
-func (s *keyCacheSlot) cache() *kvindex.KeyCache {
-	s.once.Do(func() { s.c.Store(kvindex.NewKeyCache(s.h, s.entries)) })
+func (s *keyCacheSlot) cache() *blockkeys.KeyCache {
+	s.once.Do(func() { s.c.Store(blockkeys.NewKeyCache(s.h, s.entries)) })
 	return s.c.Load()
 }
 
 // newKeyCaches sizes each cache to entries blocks; entries < 0 disables the
 // caches (every request hashes all its blocks); New resolved 0 to the default.
-func newKeyCaches(hashers *kvindex.HasherSet, models map[string]kvindex.KeyConfig, entries int) keyCaches {
+func newKeyCaches(hashers *blockkeys.HasherSet, models map[string]blockkeys.KeyConfig, entries int) keyCaches {
 	if entries < 0 {
 		return nil
 	}
 	kc := keyCaches{}
 	add := func(model string) {
-		for e := kvindex.Engine(0); e < kvindex.NumEngines; e++ {
+		for e := blockkeys.Engine(0); e < blockkeys.NumEngines; e++ {
 			if h := hashers.ForEngine(model, e); kc[h] == nil {
 				kc[h] = &keyCacheSlot{h: h, entries: entries}
 			}
@@ -50,14 +49,14 @@ func newKeyCaches(hashers *kvindex.HasherSet, models map[string]kvindex.KeyConfi
 }
 
 // keys appends the keys of tokens under h, through h's cache when it has one.
-func (kc keyCaches) keys(h *kvindex.Hasher, dst []kvindex.Key, tokens []uint32, x kvindex.RequestExtras) []kvindex.Key {
+func (kc keyCaches) keys(h *blockkeys.Hasher, dst []blockkeys.Key, tokens []uint32, x blockkeys.RequestExtras) []blockkeys.Key {
 	if s := kc[h]; s != nil {
 		return s.cache().Keys(dst, tokens, x)
 	}
 	return h.Keys(dst, tokens, x)
 }
 
-func (kc keyCaches) stats() (s kvindex.KeyCacheStats) {
+func (kc keyCaches) stats() (s blockkeys.KeyCacheStats) {
 	for _, slot := range kc {
 		c := slot.c.Load()
 		if c == nil {

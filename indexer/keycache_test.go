@@ -4,9 +4,9 @@ import (
 	"context"
 	"testing"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // The token and prompt paths share the key cache, a repeated prefix is not
@@ -20,7 +20,7 @@ func TestKeyCacheOnScorePaths(t *testing.T) {
 	}
 	prompt := "abcdefghijklmnop" // four blocks of the fake tokenizer's bytes
 	for _, ix := range []*Indexer{x, plain} {
-		apply(ix, "pod-a", 0, storeEvent(seqTokens('a', 16), 3, kvindex.TierGPU))
+		apply(ix, "pod-a", 0, storeEvent(seqTokens('a', 16), 3, event.TierGPU))
 	}
 	queries := []*Query{
 		{Model: testModel, Kind: InputPrompt, Prompt: prompt},
@@ -39,7 +39,7 @@ func TestKeyCacheOnScorePaths(t *testing.T) {
 	for name, want := range map[string]float64{
 		"kvindexd_key_cache_hits_total":      7,
 		"kvindexd_key_cache_misses_total":    4,
-		"kvindexd_key_cache_capacity_blocks": kvindex.DefaultKeyCacheSize,
+		"kvindexd_key_cache_capacity_blocks": blockkeys.DefaultKeyCacheSize,
 		"kvindexd_key_cache_evictions_total": 0,
 	} {
 		if got := gatherValue(t, reg, name); got != want {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvindex/kvindex/applier"
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/option"
 	"github.com/kvindex/kvindex/kvindex"
 )
@@ -14,7 +16,7 @@ import (
 // prediction, leases, snapshots): each row's default, range and help.
 // DefaultConfig, ValidateConfig, New's reading of a zero field and
 // kvindexd's flags (and so docs/configuration.md) all read it. The parts it
-// builds keep their own tables (kvindex.ApplierOptions,
+// builds keep their own tables (applier.Options,
 // kvindex.MemoryOptions, kvevents.Options) and resolve their own zero
 // fields.
 //
@@ -33,7 +35,7 @@ var Options = struct {
 }{
 	BlockSize: option.Int{Name: "block-size", Default: 16, Min: 1, Max: 1 << 16,
 		Help: "vLLM --block-size"},
-	KeyCacheSize: option.Int{Name: "key-cache-size", Default: kvindex.DefaultKeyCacheSize, Min: -1, Max: 1 << 24,
+	KeyCacheSize: option.Int{Name: "key-cache-size", Default: blockkeys.DefaultKeyCacheSize, Min: -1, Max: 1 << 24,
 		Help: "request-path block keys cached per key config, so shared prompt prefixes are not re-hashed (-1 = off)"},
 	// 2 s is the value llm-d and Dynamo use.
 	SpeculativeTTL: option.Duration{Name: "speculative-ttl", Default: 2 * time.Second, Range: option.Any,
@@ -71,11 +73,11 @@ var Options = struct {
 func DefaultConfig() Config {
 	o := &Options
 	return Config{
-		Keys:            kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, BlockSize: int(o.BlockSize.Default)},
+		Keys:            blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, BlockSize: int(o.BlockSize.Default)},
 		Index:           IndexConfig{Capacity: kvindex.MemoryOptions.Capacity.Default},
-		DigestCacheSize: int(kvindex.ApplierOptions.DigestCacheSize.Default),
+		DigestCacheSize: int(applier.Options.DigestCacheSize.Default),
 		KeyCacheSize:    int(o.KeyCacheSize.Default),
-		ApplierLimits:   kvindex.DefaultApplierLimits(),
+		ApplierLimits:   applier.DefaultLimits(),
 		Pick: PickConfig{SpeculativeTTL: o.SpeculativeTTL.Default, HistoryTTL: o.HistoryTTL.Default,
 			SpeculativeCapacity: int(o.SpeculativeCapacity.Default), HistoryCapacity: int(o.HistoryCapacity.Default)},
 		Prediction: PredictionConfig{SampleRate: o.PredictionSampleRate.Default, Window: o.PredictionWindow.Default,
@@ -94,7 +96,7 @@ func ValidateConfig(cfg Config) error {
 	errs := []error{
 		o.KeyCacheSize.Check(int64(max(cfg.KeyCacheSize, -1))),   // any negative: off
 		kvindex.MemoryOptions.Capacity.Check(cfg.Index.Capacity), // 0: the default
-		kvindex.ValidateApplierConfig(kvindex.ApplierConfig{DigestCacheSize: cfg.DigestCacheSize, Limits: cfg.ApplierLimits}),
+		applier.ValidateConfig(applier.Config{DigestCacheSize: cfg.DigestCacheSize, Limits: cfg.ApplierLimits}),
 		o.SpeculativeCapacity.Check(int64(cfg.Pick.SpeculativeCapacity)),
 		o.HistoryCapacity.Check(int64(cfg.Pick.HistoryCapacity)),
 		o.PredictionSampleRate.Check(cfg.Prediction.SampleRate),

@@ -3,7 +3,9 @@ package indexer
 import (
 	"context"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer/routing"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -92,7 +94,7 @@ type PickResult struct {
 	BlockSize   int
 	Candidates  []CandidateResult
 
-	keys    []kvindex.Key
+	keys    []blockkeys.Key
 	ek      engineKeys
 	ids     []kvindex.PodID
 	sess    []kvindex.PodID // the query session's pods
@@ -207,7 +209,7 @@ func (x *Indexer) pickInto(ctx context.Context, q *PickQuery, r *PickResult) *Er
 	x.matchSpeculative(ctx, q.Model, r)
 	x.matchHistory(q.Model, r, now)
 
-	gpu := x.scorer.Weights()[kvindex.TierGPU]
+	gpu := x.scorer.Weights()[event.TierGPU]
 	for i := range r.Candidates {
 		c := &r.Candidates[i]
 		c.Cached += float64(c.MatchedBlocks-int(c.Tiers.sum())) * gpu

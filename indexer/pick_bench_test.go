@@ -6,8 +6,9 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer/routing"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // pickBench is 64 pods holding prefixes of one 512-block prompt (pod i holds
@@ -16,10 +17,10 @@ import (
 func pickBench(b *testing.B) (*Indexer, *PickQuery, *Query) {
 	x := newTestIndexer(b, Config{})
 	prompt := seqTokens(7, 512*testBlock)
-	q := &PickQuery{Query: Query{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, kvindex.RequestExtras{})}}
+	q := &PickQuery{Query: Query{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, blockkeys.RequestExtras{})}}
 	for p := 0; p < 64; p++ {
 		name := fmt.Sprintf("pod-%02d", p)
-		apply(x, name, 0, storeEvent(prompt, 512-p*8, kvindex.TierGPU))
+		apply(x, name, 0, storeEvent(prompt, 512-p*8, event.TierGPU))
 		q.Candidates = append(q.Candidates, Candidate{Pod: name, Load: routing.Load{Running: p % 5, Waiting: p % 3, KVUsage: float64(p) / 64}})
 	}
 	sq := q.Query

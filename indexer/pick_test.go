@@ -11,7 +11,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer/routing"
+	"github.com/kvindex/kvindex/internal/testkit/race"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -48,7 +51,7 @@ func newPickIndexer(t testing.TB, clk *fakeClock, pc PickConfig) *Indexer {
 }
 
 func hashQuery(prompt []uint32, cands ...Candidate) *PickQuery {
-	return &PickQuery{Query: Query{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, kvindex.RequestExtras{})},
+	return &PickQuery{Query: Query{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, blockkeys.RequestExtras{})},
 		Candidates: cands}
 }
 
@@ -73,9 +76,9 @@ func cand(r *PickResult, pod string) *CandidateResult {
 func TestPickEqualLoadLongestPrefixWins(t *testing.T) {
 	x := newPickIndexer(t, newFakeClock(), PickConfig{})
 	prompt := seqTokens(1, 16*testBlock)
-	apply(x, "a", 0, storeEvent(prompt, 4, kvindex.TierGPU))
-	apply(x, "b", 0, storeEvent(prompt, 12, kvindex.TierGPU))
-	apply(x, "c", 1, storeEvent(prompt, 8, kvindex.TierGPU))
+	apply(x, "a", 0, storeEvent(prompt, 4, event.TierGPU))
+	apply(x, "b", 0, storeEvent(prompt, 12, event.TierGPU))
+	apply(x, "c", 1, storeEvent(prompt, 8, event.TierGPU))
 	for _, pol := range routing.Names() {
 		if pol == routing.NameLeastLoaded {
 			continue
@@ -88,7 +91,7 @@ func TestPickEqualLoadLongestPrefixWins(t *testing.T) {
 		if r.Pod != "b" || r.Policy != pol || r.Chosen != 1 || r.TotalBlocks != 16 {
 			t.Errorf("%s: picked %q (%v), want b", pol, r.Pod, r.Reason)
 		}
-		if c := cand(&r, "c"); c.MatchedBlocks != 8 || !c.HasDPRank || c.DPRank != 1 || c.Tiers[kvindex.TierGPU] != 8 {
+		if c := cand(&r, "c"); c.MatchedBlocks != 8 || !c.HasDPRank || c.DPRank != 1 || c.Tiers[event.TierGPU] != 8 {
 			t.Errorf("%s: candidate c = %+v", pol, c)
 		}
 	}
@@ -99,7 +102,7 @@ func TestPickEqualLoadLongestPrefixWins(t *testing.T) {
 func TestPickLoadedHolderLosesToIdlePod(t *testing.T) {
 	x := newPickIndexer(t, newFakeClock(), PickConfig{})
 	prompt := seqTokens(1, 16*testBlock)
-	apply(x, "hot", 0, storeEvent(prompt, 16, kvindex.TierGPU))
+	apply(x, "hot", 0, storeEvent(prompt, 16, event.TierGPU))
 	var r PickResult
 	q := hashQuery(prompt, Candidate{Pod: "hot", Load: routing.Load{Running: 3}}, Candidate{Pod: "idle", Events: EventsOn})
 	q.Policy = routing.NameCost
@@ -162,17 +165,17 @@ func TestPickRealEventsReplaceSpeculative(t *testing.T) {
 		t.Fatalf("entries = %d", x.pick.specMem.len())
 	}
 	// p0 stores 6 of the 10 blocks: those entries are replaced by real ones.
-	apply(x, "p0", 0, storeEvent(prompt, 6, kvindex.TierGPU))
+	apply(x, "p0", 0, storeEvent(prompt, 6, event.TierGPU))
 	if n := x.pick.specMem.len(); n != 4 {
 		t.Fatalf("entries after BlockStored = %d, want 4", n)
 	}
 	mustPick(t, x, hashQuery(prompt, Candidate{Pod: "p0"}), &r)
-	if c := r.Candidates[0]; c.MatchedBlocks != 10 || c.SpeculativeBlocks != 4 || c.Tiers[kvindex.TierGPU] != 6 {
+	if c := r.Candidates[0]; c.MatchedBlocks != 10 || c.SpeculativeBlocks != 4 || c.Tiers[event.TierGPU] != 6 {
 		t.Fatalf("after 6 real blocks: %+v", c)
 	}
 	// p0 evicts block 8 (contradiction): its entry goes; the run stops at 8.
-	hs := blockHashes(prompt, kvindex.RequestExtras{})
-	apply(x, "p0", 0, kvindex.Event{Kind: kvindex.BlockRemoved, BlockHashes: hs[8:9]})
+	hs := blockHashes(prompt, blockkeys.RequestExtras{})
+	apply(x, "p0", 0, event.Event{Kind: event.BlockRemoved, BlockHashes: hs[8:9]})
 	mustPick(t, x, hashQuery(prompt, Candidate{Pod: "p0"}), &r)
 	if c := r.Candidates[0]; c.MatchedBlocks != 8 || c.SpeculativeBlocks != 2 {
 		t.Fatalf("after the removal: %+v", c)
@@ -184,7 +187,7 @@ func TestPickCandidateWithoutEventsCanWin(t *testing.T) {
 	x := newPickIndexer(t, clk, PickConfig{})
 	prompt := seqTokens(5, 12*testBlock)
 	other := seqTokens(900, 12*testBlock)
-	apply(x, "evented", 0, storeEvent(other, 12, kvindex.TierGPU)) // knows a different prompt
+	apply(x, "evented", 0, storeEvent(other, 12, event.TierGPU)) // knows a different prompt
 	var r PickResult
 	// "silent" publishes nothing and is unknown to the index: routing history.
 	mustPick(t, x, hashQuery(prompt, Candidate{Pod: "evented", Load: routing.Load{Running: 1}}, Candidate{Pod: "silent"}), &r)
@@ -230,7 +233,7 @@ func TestPickValidation(t *testing.T) {
 	}
 	cases["limit 4096"] = many
 	// (pod) and (pod, rank) name the same engine once the index knows it.
-	apply(x, "r", 1, storeEvent(prompt, 1, kvindex.TierGPU))
+	apply(x, "r", 1, storeEvent(prompt, 1, event.TierGPU))
 	cases[`repeats pod "r" dp_rank 1`] = hashQuery(prompt, Candidate{Pod: "r"}, Candidate{Pod: "r", HasDPRank: true, DPRank: 1})
 	for want, q := range cases {
 		var r PickResult
@@ -266,7 +269,7 @@ func TestPickIndexDown(t *testing.T) {
 	f := &flakyIndex{MemoryIndex: kvindex.NewMemoryIndex(kvindex.MemoryConfig{})}
 	x := newTestIndexer(t, Config{Backend: visitOnly{f}.backend()})
 	prompt := seqTokens(1, 8)
-	apply(x, "a", 0, storeEvent(prompt, 2, kvindex.TierGPU))
+	apply(x, "a", 0, storeEvent(prompt, 2, event.TierGPU))
 	f.down.Store(true)
 	var r PickResult
 	for _, q := range []*PickQuery{
@@ -326,7 +329,7 @@ func TestPickConfigErrors(t *testing.T) {
 // A warm Pick into a reused result allocates nothing, speculative entries
 // and routing history included.
 func TestPickReusedResultDoesNotAllocate(t *testing.T) {
-	if raceEnabled {
+	if race.Enabled {
 		t.Skip("allocation counts are meaningless under the race detector")
 	}
 	clk := newFakeClock()
@@ -334,7 +337,7 @@ func TestPickReusedResultDoesNotAllocate(t *testing.T) {
 	prompt := seqTokens(7, 64*testBlock)
 	var cands []Candidate
 	for p := 0; p < 8; p++ {
-		apply(x, fmt.Sprintf("pod-%d", p), p%2, storeEvent(prompt, 60-p*8, kvindex.TierGPU))
+		apply(x, fmt.Sprintf("pod-%d", p), p%2, storeEvent(prompt, 60-p*8, event.TierGPU))
 		cands = append(cands, Candidate{Pod: fmt.Sprintf("pod-%d", p), Load: routing.Load{Running: p}})
 	}
 	cands = append(cands, Candidate{Pod: "silent", Events: EventsOff, Load: routing.Load{Running: 3}})

@@ -6,8 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer/routing"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // PickConfig configures Pick: its policies, speculative entries and the
@@ -46,9 +47,9 @@ const maxHoldCapacity = 1 << 26
 type SpeculativeStore interface {
 	// Extend sets ext[i] to how many consecutive blocks from keys[start[i]]
 	// are held speculatively by holders[i].
-	Extend(ctx context.Context, model string, keys []kvindex.Key, holders []uint64, start, ext []int32) error
+	Extend(ctx context.Context, model string, keys []blockkeys.Key, holders []uint64, start, ext []int32) error
 	// Hold records holder for keys for the store's TTL.
-	Hold(ctx context.Context, model string, keys []kvindex.Key, holder uint64) error
+	Hold(ctx context.Context, model string, keys []blockkeys.Key, holder uint64) error
 	// Drop removes the entries of either holder (a pod named with and
 	// without its rank) for the blocks whose engine hashes are given: its
 	// real events for them arrived.
@@ -122,12 +123,12 @@ type memSpec struct {
 	now func() time.Time
 }
 
-func (m *memSpec) Extend(_ context.Context, model string, keys []kvindex.Key, holders []uint64, start, ext []int32) error {
+func (m *memSpec) Extend(_ context.Context, model string, keys []blockkeys.Key, holders []uint64, start, ext []int32) error {
 	m.h.extend(modelHash(model), keys, holders, start, ext, m.now().UnixNano())
 	return nil
 }
 
-func (m *memSpec) Hold(_ context.Context, model string, keys []kvindex.Key, holder uint64) error {
+func (m *memSpec) Hold(_ context.Context, model string, keys []blockkeys.Key, holder uint64) error {
 	m.h.hold(modelHash(model), keys, holder, m.now().UnixNano())
 	return nil
 }
@@ -142,7 +143,7 @@ func (m *memSpec) Drop(_ context.Context, model string, hashes []uint64, holders
 // dropAnswered drops the speculative entries the events of b answer: a
 // BlockStored replaces the pod's speculative entry with a real one, a
 // BlockRemoved contradicts it.
-func (x *Indexer) dropAnswered(ctx context.Context, b *kvindex.Batch) {
+func (x *Indexer) dropAnswered(ctx context.Context, b *event.Batch) {
 	p := x.pick
 	if p.spec == nil || (p.specMem != nil && p.specMem.len() == 0) {
 		return
@@ -155,7 +156,7 @@ func (x *Indexer) dropAnswered(ctx context.Context, b *kvindex.Batch) {
 	var buf *[]uint64
 	for i := range b.Events {
 		ev := &b.Events[i]
-		if ev.Kind != kvindex.BlockStored && ev.Kind != kvindex.BlockRemoved || len(ev.BlockHashes) == 0 {
+		if ev.Kind != event.BlockStored && ev.Kind != event.BlockRemoved || len(ev.BlockHashes) == 0 {
 			continue
 		}
 		switch {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"slices"
 
+	"github.com/kvindex/kvindex/applier"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -19,7 +20,7 @@ type PodRef struct {
 type PodStatus struct {
 	// Stats is the applier's view; for a pod only named by the caller
 	// (Applied false) just Pod and DPRank are set.
-	Stats   kvindex.PodStats
+	Stats   applier.PodStats
 	Applied bool
 	// Blocks the index holds for the pod; -1 when the index cannot say now
 	// (a listing still answers while the backend is down).
@@ -46,7 +47,7 @@ func (x *Indexer) Pods(ctx context.Context, also []PodRef) []PodStatus {
 			continue
 		}
 		seen[ref] = struct{}{}
-		out = append(out, PodStatus{Stats: kvindex.PodStats{Pod: ref.Name, DPRank: ref.DPRank}})
+		out = append(out, PodStatus{Stats: applier.PodStats{Pod: ref.Name, DPRank: ref.DPRank}})
 	}
 	slices.SortFunc(out, func(a, b PodStatus) int {
 		if c := cmp.Compare(a.Stats.Pod, b.Stats.Pod); c != 0 {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -45,7 +47,7 @@ const minHintBlocks = 32
 
 type predKey struct {
 	model kvindex.ModelID
-	key   kvindex.Key
+	key   blockkeys.Key
 }
 
 type predEntry struct {
@@ -76,7 +78,7 @@ type predictor struct {
 	// pending holds each awaited key's deadline, per model: a plain
 	// uint64-keyed map is the fastest lookup Go has, which the apply path
 	// pays per stored block while keys are awaited.
-	pending  map[kvindex.ModelID]map[kvindex.Key]int64
+	pending  map[kvindex.ModelID]map[blockkeys.Key]int64
 	nPending int
 	fifo     []predEntry // by deadline; fifo[head:] is live
 	head     int
@@ -87,7 +89,7 @@ type predictor struct {
 func newPredictor(cfg PredictionConfig, in *kvindex.Interner, reg *prometheus.Registry) (*predictor, error) {
 	// cfg comes resolved and checked (options.go).
 	p := &predictor{rate: cfg.SampleRate, window: cfg.Window, capacity: cfg.Capacity, in: in,
-		now: time.Now, rand: rand.Float64, pending: map[kvindex.ModelID]map[kvindex.Key]int64{}, models: map[kvindex.ModelID]*predCounts{}}
+		now: time.Now, rand: rand.Float64, pending: map[kvindex.ModelID]map[blockkeys.Key]int64{}, models: map[kvindex.ModelID]*predCounts{}}
 	if reg != nil {
 		if err := reg.Register(predCollector{p}); err != nil {
 			return nil, err
@@ -118,7 +120,7 @@ func (p *predictor) sample(model kvindex.ModelID, r *Result) {
 	c := p.counts(model)
 	pm := p.pending[model]
 	if pm == nil {
-		pm = map[kvindex.Key]int64{}
+		pm = map[blockkeys.Key]int64{}
 		p.pending[model] = pm
 	}
 	for _, k := range r.keys[held:] {
@@ -141,7 +143,7 @@ func (p *predictor) sample(model kvindex.ModelID, r *Result) {
 // observe settles awaited keys that an engine just stored. It runs on the
 // apply path: without awaited keys it is one atomic load, and it never
 // allocates.
-func (p *predictor) observe(model kvindex.ModelID, keys []kvindex.Key) {
+func (p *predictor) observe(model kvindex.ModelID, keys []blockkeys.Key) {
 	if p.awaiting.Load() == 0 {
 		return
 	}
@@ -256,7 +258,7 @@ type observedIndex struct {
 	p *predictor
 }
 
-func (o observedIndex) Add(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, keys []kvindex.Key) error {
+func (o observedIndex) Add(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier event.Tier, keys []blockkeys.Key) error {
 	if err := o.Index.Add(ctx, model, pod, tier, keys); err != nil {
 		return err
 	}

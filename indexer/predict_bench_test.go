@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // BenchmarkApplyWithPrediction compares the apply path (memory index,
@@ -15,16 +16,16 @@ import (
 func BenchmarkApplyWithPrediction(b *testing.B) {
 	const blocksPerEvent, nBatches = 16, 512
 	tokens := seqTokens(1, nBatches*blocksPerEvent*testBlock)
-	hashes := blockHashes(tokens, kvindex.RequestExtras{})
-	batches := make([]kvindex.Batch, nBatches)
+	hashes := blockHashes(tokens, blockkeys.RequestExtras{})
+	batches := make([]event.Batch, nBatches)
 	for i := range batches {
 		lo, hi := i*blocksPerEvent, (i+1)*blocksPerEvent
-		ev := kvindex.Event{Kind: kvindex.BlockStored, BlockSize: testBlock, TokenIDs: tokens[lo*testBlock : hi*testBlock],
+		ev := event.Event{Kind: event.BlockStored, BlockSize: testBlock, TokenIDs: tokens[lo*testBlock : hi*testBlock],
 			BlockHashes: hashes[lo:hi]}
 		if i > 0 {
 			ev.HasParent, ev.ParentHash = true, hashes[lo-1]
 		}
-		batches[i] = kvindex.Batch{Pod: "pod-a", Model: testModel, Events: []kvindex.Event{ev}}
+		batches[i] = event.Batch{Pod: "pod-a", Model: testModel, Events: []event.Event{ev}}
 	}
 	for _, c := range []struct {
 		name     string
@@ -62,7 +63,7 @@ func BenchmarkApplyWithPrediction(b *testing.B) {
 // stored block when the table is full.
 func BenchmarkPredictionObserve(b *testing.B) {
 	x := newTestIndexer(b, Config{Prediction: PredictionConfig{SampleRate: 1, Window: time.Hour}})
-	apply(x, "pod-a", 0, storeEvent(seqTokens(1, testBlock), 1, kvindex.TierGPU))
+	apply(x, "pod-a", 0, storeEvent(seqTokens(1, testBlock), 1, event.TierGPU))
 	var r Result
 	for i := range 1000 {
 		q := Query{Model: testModel, Kind: InputTokens, TokenIDs: seqTokens(1<<24+i*64*testBlock, 64*testBlock)}
@@ -70,9 +71,9 @@ func BenchmarkPredictionObserve(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	keys := make([]kvindex.Key, 16)
+	keys := make([]blockkeys.Key, 16)
 	for i := range keys {
-		keys[i] = kvindex.Key(i*7919 + 3)
+		keys[i] = blockkeys.Key(i*7919 + 3)
 	}
 	model, _ := x.in.LookupModel(testModel)
 	b.ReportAllocs()

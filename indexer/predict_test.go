@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // clock is a settable time source for the prediction window.
@@ -68,7 +68,7 @@ func predictionOf(t *testing.T, x *Indexer, model string) ModelPrediction {
 func TestPredictionSeenAndMissed(t *testing.T) {
 	x, c, reg := newPredIndexer(t, PredictionConfig{SampleRate: 1, Window: 10 * time.Second})
 	shared := seqTokens(100, 3*testBlock)
-	apply(x, "pod-a", 0, storeEvent(shared, 3, kvindex.TierGPU)) // makes the model known
+	apply(x, "pod-a", 0, storeEvent(shared, 3, event.TierGPU)) // makes the model known
 	var r Result
 	req := append(append([]uint32(nil), shared...), seqTokens(900, 5*testBlock)...) // 3 cached + 5 new blocks
 	mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: req}, &r)
@@ -76,7 +76,7 @@ func TestPredictionSeenAndMissed(t *testing.T) {
 		t.Fatalf("after scoring: %+v, want 5 predicted (the cached 3 predict nothing)", p)
 	}
 	// The engine serves it and stores 4 of the 5 new blocks in time.
-	apply(x, "pod-a", 0, storeEvent(req, 7, kvindex.TierGPU))
+	apply(x, "pod-a", 0, storeEvent(req, 7, event.TierGPU))
 	if p := predictionOf(t, x, testModel); p.Seen != 4 || p.Pending != 1 || p.Missed != 0 {
 		t.Fatalf("after storing: %+v", p)
 	}
@@ -89,7 +89,7 @@ func TestPredictionSeenAndMissed(t *testing.T) {
 	other := seqTokens(5000, 2*testBlock)
 	mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: other}, &r)
 	c.t = c.t.Add(11 * time.Second)
-	apply(x, "pod-a", 0, storeEvent(other, 2, kvindex.TierGPU))
+	apply(x, "pod-a", 0, storeEvent(other, 2, event.TierGPU))
 	if p := predictionOf(t, x, testModel); p.Missed != 3 || p.Seen != 4 {
 		t.Fatalf("late arrival: %+v", p)
 	}
@@ -111,7 +111,7 @@ func TestPredictionSeenAndMissed(t *testing.T) {
 // and counted, and the pending gauge never exceeds it.
 func TestPredictionCapacity(t *testing.T) {
 	x, c, reg := newPredIndexer(t, PredictionConfig{SampleRate: 1, Window: time.Second, Capacity: 6})
-	apply(x, "pod-a", 0, storeEvent(seqTokens(1, testBlock), 1, kvindex.TierGPU))
+	apply(x, "pod-a", 0, storeEvent(seqTokens(1, testBlock), 1, event.TierGPU))
 	var r Result
 	for i := range 4 {
 		mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: seqTokens(1000*(i+1), 4*testBlock)}, &r)
@@ -124,7 +124,7 @@ func TestPredictionCapacity(t *testing.T) {
 	}
 	// Seen keys leave the FIFO only at their deadline, and the FIFO is what
 	// the cap bounds: storing them does not let more in before then.
-	apply(x, "pod-b", 0, storeEvent(seqTokens(1000, 4*testBlock), 4, kvindex.TierGPU))
+	apply(x, "pod-b", 0, storeEvent(seqTokens(1000, 4*testBlock), 4, event.TierGPU))
 	mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: seqTokens(9000, 2*testBlock)}, &r)
 	if got := gauge(t, reg, "kvindexd_prediction_dropped_total"); got != 12 {
 		t.Fatalf("dropped %v after seen keys, want 12", got)
@@ -169,14 +169,14 @@ func TestPredictionOffByDefault(t *testing.T) {
 // The apply-path hook allocates nothing, with and without awaited keys.
 func TestPredictionObserveDoesNotAllocate(t *testing.T) {
 	x, _, _ := newPredIndexer(t, PredictionConfig{SampleRate: 1})
-	keys := make([]kvindex.Key, 64)
+	keys := make([]blockkeys.Key, 64)
 	for i := range keys {
-		keys[i] = kvindex.Key(i + 1)
+		keys[i] = blockkeys.Key(i + 1)
 	}
 	if n := testing.AllocsPerRun(100, func() { x.pred.observe(1, keys) }); n != 0 {
 		t.Fatalf("observe with nothing awaited: %v allocs", n)
 	}
-	apply(x, "pod-a", 0, storeEvent(seqTokens(1, testBlock), 1, kvindex.TierGPU))
+	apply(x, "pod-a", 0, storeEvent(seqTokens(1, testBlock), 1, event.TierGPU))
 	var r Result
 	mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: seqTokens(7000, 8*testBlock)}, &r)
 	if x.pred.awaiting.Load() == 0 {
@@ -190,7 +190,7 @@ func TestPredictionObserveDoesNotAllocate(t *testing.T) {
 // A sample rate below 1 checks about that fraction of requests.
 func TestPredictionSampleRate(t *testing.T) {
 	x, _, _ := newPredIndexer(t, PredictionConfig{SampleRate: 0.25, Capacity: 1 << 20})
-	apply(x, "pod-a", 0, storeEvent(seqTokens(1, testBlock), 1, kvindex.TierGPU))
+	apply(x, "pod-a", 0, storeEvent(seqTokens(1, testBlock), 1, event.TierGPU))
 	var r Result
 	const n = 2000
 	for i := range n {

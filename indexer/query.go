@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/tokenization/chattemplate"
 )
@@ -102,8 +104,8 @@ func (q *Query) validate() *Error {
 	default:
 		return errorf(InvalidArgument, "one of token_ids, block_hashes, prompt or messages is required (non-empty)")
 	}
-	if len(q.SessionID) > kvindex.MaxSessionIDLen {
-		return errorf(InvalidArgument, "session_id is longer than %d bytes", kvindex.MaxSessionIDLen)
+	if len(q.SessionID) > event.MaxSessionIDLen {
+		return errorf(InvalidArgument, "session_id is longer than %d bytes", event.MaxSessionIDLen)
 	}
 	if q.AddSpecialTokens != nil && q.Kind != InputPrompt && q.Kind != InputMessages {
 		return errorf(InvalidArgument, "add_special_tokens applies to prompt or messages only")
@@ -122,7 +124,7 @@ func isNullJSON(raw []byte) bool {
 }
 
 // TierCounts are the blocks of a matched run per storage tier.
-type TierCounts [kvindex.NumTiers]int32
+type TierCounts [event.NumTiers]int32
 
 // RankScore is one data-parallel rank's match.
 type RankScore struct {
@@ -177,7 +179,7 @@ type Result struct {
 	UnscoredReason string
 	Pods           []PodResult
 
-	keys    []kvindex.Key
+	keys    []blockkeys.Key
 	ek      engineKeys
 	cands   []kvindex.PodID
 	res     kvindex.ScoreResult

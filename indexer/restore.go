@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -62,7 +63,7 @@ func (g *restoreGate) stale(pod kvindex.PodID) bool {
 }
 
 // resume settles a restored pod at its first batch.
-func (x *Indexer) resume(ctx context.Context, b *kvindex.Batch) {
+func (x *Indexer) resume(ctx context.Context, b *event.Batch) {
 	id, ok := x.in.LookupPod(b.Pod, b.DPRank)
 	if !ok {
 		return
@@ -84,7 +85,7 @@ func (x *Indexer) resume(ctx context.Context, b *kvindex.Batch) {
 		// clear goes in front of the batch as an AllBlocksCleared so the
 		// applier forgets its own per-pod state with the index entries
 		// (copy counts, parity, aliases), as for any engine-side clear.
-		b.Events = append([]kvindex.Event{{Kind: kvindex.AllBlocksCleared}}, b.Events...)
+		b.Events = append([]event.Event{{Kind: event.AllBlocksCleared}}, b.Events...)
 		x.m.restoreClears.Inc()
 	}
 }

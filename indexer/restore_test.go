@@ -4,7 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // Pods restored from a snapshot are listed but not scored until their
@@ -16,7 +17,7 @@ func TestRestoredPodsWaitForTheirStream(t *testing.T) {
 	x := newTestIndexer(t, Config{})
 	prompt := seqTokens(500, 8*testBlock)
 	for _, pod := range []string{"pod-a", "pod-b", "pod-c"} {
-		apply(x, pod, 0, storeEvent(prompt, 6, kvindex.TierGPU))
+		apply(x, pod, 0, storeEvent(prompt, 6, event.TierGPU))
 	}
 	q := &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}
 	var r Result
@@ -36,14 +37,14 @@ func TestRestoredPodsWaitForTheirStream(t *testing.T) {
 	if stale != 3 {
 		t.Errorf("%d pods listed stale, want 3", stale)
 	}
-	more := storeEvent(prompt, 8, kvindex.TierGPU)
+	more := storeEvent(prompt, 8, event.TierGPU)
 	more.BlockHashes, more.TokenIDs = more.BlockHashes[6:], more.TokenIDs[6*testBlock:]
-	more.ParentHash, more.HasParent = blockHashes(prompt, kvindex.RequestExtras{})[5], true
-	batch := func(pod string, seq uint64, ev kvindex.Event) {
-		x.Sink().Apply(context.Background(), &kvindex.Batch{Pod: pod, Model: testModel, Seq: seq, Events: []kvindex.Event{ev}})
+	more.ParentHash, more.HasParent = blockHashes(prompt, blockkeys.RequestExtras{})[5], true
+	batch := func(pod string, seq uint64, ev event.Event) {
+		x.Sink().Apply(context.Background(), &event.Batch{Pod: pod, Model: testModel, Seq: seq, Events: []event.Event{ev}})
 	}
 	batch("pod-a", 6, more)                                         // resumes: 6 restored + 2 new
-	batch("pod-b", 0, storeEvent(prompt, 2, kvindex.TierGPU))       // restarted: only what it stored since
+	batch("pod-b", 0, storeEvent(prompt, 2, event.TierGPU))         // restarted: only what it stored since
 	batch("pod-c", 9, storeEvent(seqTokens(9000, testBlock), 1, 0)) // unknown seq: cleared, nothing of the prompt
 	if got := mustScore(t, x, q, &r); got != "total=8 pod-a:8/32/8.00[0:8,] pod-b:2/8/2.00[0:2,]" {
 		t.Errorf("after the streams resumed: %s", got)

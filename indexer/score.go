@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/prefixstore"
 	"github.com/kvindex/kvindex/tokenization/chattemplate"
@@ -86,7 +87,7 @@ func (x *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 }
 
 // lookup runs the scorer over the index and times it.
-func (x *Indexer) lookup(ctx context.Context, model kvindex.ModelID, keys []kvindex.Key, cands []kvindex.PodID, res *kvindex.ScoreResult) *Error {
+func (x *Indexer) lookup(ctx context.Context, model kvindex.ModelID, keys []blockkeys.Key, cands []kvindex.PodID, res *kvindex.ScoreResult) *Error {
 	t0 := time.Now()
 	err := x.scorer.Score(ctx, model, keys, cands, res)
 	x.m.lookup.Observe(time.Since(t0).Seconds())
@@ -101,14 +102,14 @@ func (x *Indexer) lookup(ctx context.Context, model kvindex.ModelID, keys []kvin
 
 // lookupAll scores the primary keys and every other engine's (engines.go)
 // into res, storage sources credited to their readers (storage.go).
-func (x *Indexer) lookupAll(ctx context.Context, model kvindex.ModelID, keys []kvindex.Key, ek *engineKeys,
+func (x *Indexer) lookupAll(ctx context.Context, model kvindex.ModelID, keys []blockkeys.Key, ek *engineKeys,
 	cands []kvindex.PodID, res *kvindex.ScoreResult) *Error {
 	x.storageIDs(&ek.st)
 	all := withStorage(cands, &ek.st)
 	if err := x.lookup(ctx, model, keys, all, res); err != nil {
 		return err
 	}
-	if err := x.scoreEngines(ek, func(keys []kvindex.Key, r *kvindex.ScoreResult) *Error {
+	if err := x.scoreEngines(ek, func(keys []blockkeys.Key, r *kvindex.ScoreResult) *Error {
 		return x.lookup(ctx, model, keys, all, r)
 	}, res); err != nil {
 		return err
@@ -131,7 +132,7 @@ type requestInfo struct {
 // requestKeys turns a validated query's input into its block keys (into
 // *keys, reused) and, for token inputs, into every other applied engine's
 // keys (into ek): the one path Score and Pick share.
-func (x *Indexer) requestKeys(ctx context.Context, q *Query, keys *[]kvindex.Key, ek *engineKeys) (requestInfo, *Error) {
+func (x *Indexer) requestKeys(ctx context.Context, q *Query, keys *[]blockkeys.Key, ek *engineKeys) (requestInfo, *Error) {
 	var in requestInfo
 	// A model nobody has published for is known to the interner only once an
 	// event arrived; scoring it is legal (nobody holds anything) but the name
@@ -151,7 +152,7 @@ func (x *Indexer) requestKeys(ctx context.Context, q *Query, keys *[]kvindex.Key
 		x.engineTokenKeys(ek, q.Model, q.TokenIDs, q)
 	case InputHashes:
 		for _, h := range q.BlockHashes {
-			*keys = append(*keys, kvindex.Key(h))
+			*keys = append(*keys, blockkeys.Key(h))
 		}
 	case InputPrompt:
 		tokens, err := x.promptTokens(ctx, q)
@@ -244,9 +245,9 @@ func (x *Indexer) chatTokens(ctx context.Context, q *Query) (chattemplate.Tokens
 
 // tokenKeys hashes the full blocks of tokens into *keys, reusing the keys
 // of blocks an earlier request already hashed.
-func (x *Indexer) tokenKeys(keys *[]kvindex.Key, h *kvindex.Hasher, tokens []uint32, q *Query) {
+func (x *Indexer) tokenKeys(keys *[]blockkeys.Key, h *blockkeys.Hasher, tokens []uint32, q *Query) {
 	x.m.tokens.Observe(float64(len(tokens)))
-	*keys = x.keys.keys(h, (*keys)[:0], tokens, kvindex.RequestExtras{LoraName: q.LoraName, CacheSalt: q.CacheSalt})
+	*keys = x.keys.keys(h, (*keys)[:0], tokens, blockkeys.RequestExtras{LoraName: q.LoraName, CacheSalt: q.CacheSalt})
 }
 
 // aggregate folds the scorer's per-(pod, rank) results into one entry per
@@ -334,7 +335,7 @@ func ctxError(err error) *Error {
 // every daemon sharing the index answers the same query the same way. Only
 // names the index really holds are interned: a client cannot grow the
 // interner with made-up model names.
-func (x *Indexer) sharedModel(ctx context.Context, model string, first kvindex.Key) (kvindex.ModelID, bool, *Error) {
+func (x *Indexer) sharedModel(ctx context.Context, model string, first blockkeys.Key) (kvindex.ModelID, bool, *Error) {
 	ok, err := x.backend.Names.HasModelKey(ctx, model, first)
 	if err != nil {
 		if ctx.Err() != nil {

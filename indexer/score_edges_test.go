@@ -4,7 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // Edges of scoring and pod listings: each test names what it holds.
@@ -15,11 +16,11 @@ import (
 func TestUnknownPodFilterWithFreshResult(t *testing.T) {
 	x := newTestIndexer(t, Config{})
 	prompt := seqTokens(1, 4*testBlock)
-	apply(x, "pod-a", 0, storeEvent(prompt, 4, kvindex.TierGPU))
+	apply(x, "pod-a", 0, storeEvent(prompt, 4, event.TierGPU))
 	for _, pods := range [][]string{{"nope"}, {"nope", "other"}} {
 		for _, q := range []Query{
 			{Model: testModel, Kind: InputTokens, TokenIDs: prompt, Pods: pods},
-			{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, kvindex.RequestExtras{}), Pods: pods},
+			{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, blockkeys.RequestExtras{}), Pods: pods},
 		} {
 			var r Result
 			if got := mustScore(t, x, &q, &r); got != "total=4" {
@@ -63,21 +64,21 @@ func TestRankAndPodOrderingTies(t *testing.T) {
 	prompt := seqTokens(1, 8*testBlock)
 	// pod-a: rank 2 = 4 GPU blocks (4.0), rank 1 = 8 disk blocks (4.0),
 	// rank 0 = 4 GPU blocks (4.0), rank 3 = 2 GPU blocks
-	apply(x, "pod-a", 2, storeEvent(prompt, 4, kvindex.TierGPU))
-	apply(x, "pod-a", 1, storeEvent(prompt, 8, kvindex.TierDisk))
-	apply(x, "pod-a", 0, storeEvent(prompt, 4, kvindex.TierGPU))
-	apply(x, "pod-a", 3, storeEvent(prompt, 2, kvindex.TierGPU))
+	apply(x, "pod-a", 2, storeEvent(prompt, 4, event.TierGPU))
+	apply(x, "pod-a", 1, storeEvent(prompt, 8, event.TierDisk))
+	apply(x, "pod-a", 0, storeEvent(prompt, 4, event.TierGPU))
+	apply(x, "pod-a", 3, storeEvent(prompt, 2, event.TierGPU))
 	// pod-c: 4 GPU (4.0, 4 blocks); pod-b: the same; pod-d: 8 disk (4.0, 8 blocks)
-	apply(x, "pod-c", 0, storeEvent(prompt, 4, kvindex.TierGPU))
-	apply(x, "pod-b", 0, storeEvent(prompt, 4, kvindex.TierGPU))
-	apply(x, "pod-d", 0, storeEvent(prompt, 8, kvindex.TierDisk))
+	apply(x, "pod-c", 0, storeEvent(prompt, 4, event.TierGPU))
+	apply(x, "pod-b", 0, storeEvent(prompt, 4, event.TierGPU))
+	apply(x, "pod-d", 0, storeEvent(prompt, 8, event.TierDisk))
 	var r Result
 	got := mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}, &r)
 	want := "total=8 pod-a:8/32/4.00[1:8,0:4,2:4,3:2,] pod-d:8/32/4.00[0:8,] pod-b:4/16/4.00[0:4,] pod-c:4/16/4.00[0:4,]"
 	if got != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
-	if tiers := r.Pods[0].Tiers; tiers[kvindex.TierDisk] != 8 || tiers[kvindex.TierGPU] != 0 {
+	if tiers := r.Pods[0].Tiers; tiers[event.TierDisk] != 8 || tiers[event.TierGPU] != 0 {
 		t.Fatalf("pod-a tiers %v: want its best rank's (8 disk)", tiers)
 	}
 }
@@ -87,8 +88,8 @@ func TestRankAndPodOrderingTies(t *testing.T) {
 func TestReusedResultUnfilteredAfterFiltered(t *testing.T) {
 	x := newTestIndexer(t, Config{})
 	prompt := seqTokens(1, 2*testBlock)
-	apply(x, "pod-a", 0, storeEvent(prompt, 2, kvindex.TierGPU))
-	apply(x, "pod-b", 0, storeEvent(prompt, 1, kvindex.TierGPU))
+	apply(x, "pod-a", 0, storeEvent(prompt, 2, event.TierGPU))
+	apply(x, "pod-b", 0, storeEvent(prompt, 1, event.TierGPU))
 	var r Result
 	q := Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt, Pods: []string{"pod-b"}}
 	if got := mustScore(t, x, &q, &r); got != "total=2 pod-b:1/4/1.00[0:1,]" {
@@ -104,7 +105,7 @@ func TestReusedResultUnfilteredAfterFiltered(t *testing.T) {
 // than pods with events.
 func TestPodsListsMoreExtraPodsThanSeen(t *testing.T) {
 	x := newTestIndexer(t, Config{})
-	apply(x, "pod-a", 0, storeEvent(seqTokens(1, testBlock), 1, kvindex.TierGPU))
+	apply(x, "pod-a", 0, storeEvent(seqTokens(1, testBlock), 1, event.TierGPU))
 	got := x.Pods(context.Background(), []PodRef{{"pod-x", 0}, {"pod-y", 0}, {"pod-z", 1}})
 	if len(got) != 4 {
 		t.Fatalf("Pods listed %d entries, want 4: %+v", len(got), got)

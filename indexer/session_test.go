@@ -3,7 +3,7 @@ package indexer
 import (
 	"testing"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // A query naming a session puts the session's pod first among pods whose
@@ -13,10 +13,10 @@ func TestSessionPreferredOnTies(t *testing.T) {
 	// no speculation: every pick below sees the index alone
 	x := newTestIndexer(t, Config{Pick: PickConfig{SpeculativeTTL: -1, HistoryTTL: -1}})
 	prompt := seqTokens(5000, 4*testBlock)
-	withSession := func(ev kvindex.Event, s string) kvindex.Event { ev.SessionID = s; return ev }
-	apply(x, "pod-a", 0, storeEvent(prompt, 2, kvindex.TierGPU))
-	apply(x, "pod-b", 0, withSession(storeEvent(prompt, 2, kvindex.TierGPU), "chat-7"))
-	apply(x, "pod-c", 0, withSession(storeEvent(prompt, 1, kvindex.TierGPU), "chat-9"))
+	withSession := func(ev event.Event, s string) event.Event { ev.SessionID = s; return ev }
+	apply(x, "pod-a", 0, storeEvent(prompt, 2, event.TierGPU))
+	apply(x, "pod-b", 0, withSession(storeEvent(prompt, 2, event.TierGPU), "chat-7"))
+	apply(x, "pod-c", 0, withSession(storeEvent(prompt, 1, event.TierGPU), "chat-9"))
 	q := &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}
 	var r Result
 	const plain = "total=4 pod-a:2/8/2.00[0:2,] pod-b:2/8/2.00[0:2,] pod-c:1/4/1.00[0:1,]"
@@ -65,7 +65,7 @@ func TestSessionPreferredOnTies(t *testing.T) {
 // An overlong session id is a bad request, not a silent miss.
 func TestSessionIDTooLong(t *testing.T) {
 	x := newTestIndexer(t, Config{})
-	long := make([]byte, kvindex.MaxSessionIDLen+1)
+	long := make([]byte, event.MaxSessionIDLen+1)
 	for i := range long {
 		long[i] = 's'
 	}
@@ -76,6 +76,6 @@ func TestSessionIDTooLong(t *testing.T) {
 	}
 	// the bound is inclusive: an id of exactly the longest length is taken
 	if err := x.Score(t.Context(), &Query{Model: testModel, Kind: InputTokens, TokenIDs: seqTokens(1, testBlock), SessionID: string(long[1:])}, &r); err != nil {
-		t.Fatalf("a session id of %d bytes: %v", kvindex.MaxSessionIDLen, err)
+		t.Fatalf("a session id of %d bytes: %v", event.MaxSessionIDLen, err)
 	}
 }

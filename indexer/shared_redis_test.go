@@ -5,8 +5,9 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer/routing"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 )
@@ -32,17 +33,17 @@ func TestSharedRedisSameAnswerOnEveryDaemon(t *testing.T) {
 
 	// The reader interns another model and pod first, so its ids differ
 	// from the writer's: names, not ids, must travel through Redis.
-	reader.Sink().Apply(context.Background(), &kvindex.Batch{Pod: "pod-z", Model: "reader/only", DPRank: 3, Events: []kvindex.Event{
-		storeEvent(seqTokens(9000, 2*testBlock), 2, kvindex.TierGPU)}})
+	reader.Sink().Apply(context.Background(), &event.Batch{Pod: "pod-z", Model: "reader/only", DPRank: 3, Events: []event.Event{
+		storeEvent(seqTokens(9000, 2*testBlock), 2, event.TierGPU)}})
 	prompt := seqTokens(100, 6*testBlock)
-	writer.Sink().Apply(context.Background(), &kvindex.Batch{Pod: "pod-w", Model: "other/model", Events: []kvindex.Event{
-		storeEvent(seqTokens(7000, testBlock), 1, kvindex.TierGPU)}})
-	apply(writer, "pod-a", 0, storeEvent(prompt, 5, kvindex.TierGPU))
-	apply(writer, "pod-b", 1, storeEvent(prompt, 3, kvindex.TierCPU))
+	writer.Sink().Apply(context.Background(), &event.Batch{Pod: "pod-w", Model: "other/model", Events: []event.Event{
+		storeEvent(seqTokens(7000, testBlock), 1, event.TierGPU)}})
+	apply(writer, "pod-a", 0, storeEvent(prompt, 5, event.TierGPU))
+	apply(writer, "pod-b", 1, storeEvent(prompt, 3, event.TierCPU))
 
 	queries := []Query{
 		{Model: testModel, Kind: InputTokens, TokenIDs: prompt},
-		{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, kvindex.RequestExtras{})},
+		{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, blockkeys.RequestExtras{})},
 		{Model: testModel, Kind: InputTokens, TokenIDs: prompt, Pods: []string{"pod-b"}},
 		{Model: testModel, Kind: InputTokens, TokenIDs: prompt, Pods: []string{"pod-b", "pod-nobody"}},
 	}
@@ -104,12 +105,12 @@ func TestSharedAcrossIndexers(t *testing.T) {
 	// The pod's real events replace the shared speculative entries of
 	// blocks 11 and 12 with real ones in the shared index; 13 and 14 stay
 	// speculative.
-	b.Sink().Apply(context.Background(), &kvindex.Batch{Pod: q.Candidates[first].Pod, Model: "m",
-		Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: []uint64{11, 12}, BlockSize: 4}}})
+	b.Sink().Apply(context.Background(), &event.Batch{Pod: q.Candidates[first].Pod, Model: "m",
+		Events: []event.Event{{Kind: event.BlockStored, BlockHashes: []uint64{11, 12}, BlockSize: 4}}})
 	if err := b.Pick(context.Background(), q, &r); err != nil {
 		t.Fatal(err)
 	}
-	if got := r.Candidates[first]; got.MatchedBlocks != 4 || got.SpeculativeBlocks != 2 || got.Tiers[kvindex.TierGPU] != 2 {
+	if got := r.Candidates[first]; got.MatchedBlocks != 4 || got.SpeculativeBlocks != 2 || got.Tiers[event.TierGPU] != 2 {
 		t.Fatalf("after the pod's events: %+v", got)
 	}
 }
@@ -121,8 +122,8 @@ func TestSharedAcrossIndexers(t *testing.T) {
 // the idle pod instead.
 func TestSharedPickFindsPodsOtherDaemonsApplied(t *testing.T) {
 	a, b := twoSharingIndexers(t)
-	a.Sink().Apply(context.Background(), &kvindex.Batch{Pod: "warm", Model: "m",
-		Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: []uint64{21, 22, 23, 24}, BlockSize: 4}}})
+	a.Sink().Apply(context.Background(), &event.Batch{Pod: "warm", Model: "m",
+		Events: []event.Event{{Kind: event.BlockStored, BlockHashes: []uint64{21, 22, 23, 24}, BlockSize: 4}}})
 	for _, mode := range []EventsMode{EventsAuto, EventsOn} {
 		q := &PickQuery{Query: Query{Model: "m", Kind: InputHashes, BlockHashes: []uint64{21, 22, 23, 24}},
 			Policy:     routing.NameCost,
@@ -147,7 +148,7 @@ func twoSharingIndexers(t *testing.T) (*Indexer, *Indexer) {
 	srv := redistest.Start(t)
 	newIndexer := func() *Indexer {
 		x, err := New(context.Background(), Config{
-			Keys:  kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4},
+			Keys:  blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: 4},
 			Index: IndexConfig{Redis: &redisindex.Config{URL: srv.URL(), Namespace: "shared"}},
 		})
 		if err != nil {

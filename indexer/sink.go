@@ -3,19 +3,19 @@ package indexer
 import (
 	"context"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // eventSink is where kvevents delivers engine batches: the gate of pods
 // restored from a snapshot, the applier, then the speculative entries the
 // events answer. It is the one sink type, and it implements the whole
-// kvindex.BatchSink contract itself (checked below), so no capability of
+// event.Sink contract itself (checked below), so no capability of
 // the applier can be lost between kvevents and the applier.
 type eventSink struct{ x *Indexer }
 
-var _ kvindex.BatchSink = eventSink{}
+var _ event.Sink = eventSink{}
 
-func (s eventSink) Apply(ctx context.Context, b *kvindex.Batch) {
+func (s eventSink) Apply(ctx context.Context, b *event.Batch) {
 	x := s.x
 	if x.gate.pending.Load() != 0 {
 		x.resume(ctx, b)
@@ -30,7 +30,7 @@ func (s eventSink) Apply(ctx context.Context, b *kvindex.Batch) {
 // from later events only, so what it held before is gone from the index
 // while the stream would still say complete. The mark lasts until an
 // engine snapshot, clear or restart rebuilds the pod (kvevents).
-func (x *Indexer) markUntrusted(b *kvindex.Batch) {
+func (x *Indexer) markUntrusted(b *event.Batch) {
 	if x.sub == nil {
 		return
 	}

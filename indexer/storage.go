@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/kvindex/kvindex/applier"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -111,9 +113,9 @@ func (x *Indexer) creditStorage(model kvindex.ModelID, cands []kvindex.PodID, sc
 	if len(sc.found) == 0 {
 		return
 	}
-	w := x.scorer.Weights()[kvindex.TierShared]
+	w := x.scorer.Weights()[event.TierShared]
 	var modelName string
-	var all []kvindex.PodStats // every applied pod, read once when some source has implicit readers
+	var all []applier.PodStats // every applied pod, read once when some source has implicit readers
 	for _, s := range sc.found {
 		src := sc.src[slices.Index(sc.ids, s.Pod)]
 		m := s.MatchedBlocks
@@ -147,7 +149,7 @@ func (x *Indexer) creditStorage(model kvindex.ModelID, cands []kvindex.PodID, sc
 			}
 			p := &res.Pods[i]
 			if extra := m - p.MatchedBlocks; extra > 0 {
-				p.TierBlocks[kvindex.TierShared] += int32(extra)
+				p.TierBlocks[event.TierShared] += int32(extra)
 				p.Score += float64(extra) * w
 				p.MatchedBlocks = m
 			}

@@ -4,14 +4,15 @@ import (
 	"context"
 	"testing"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // storageStore is a storage publisher's BlockStored as llm-d's connector
 // sends it: hashes only, no tokens, no block size.
-func storageStore(tokens []uint32, n int) kvindex.Event {
-	return kvindex.Event{Kind: kvindex.BlockStored, Medium: kvindex.TierExternal,
-		BlockHashes: blockHashes(tokens, kvindex.RequestExtras{})[:n]}
+func storageStore(tokens []uint32, n int) event.Event {
+	return event.Event{Kind: event.BlockStored, Medium: event.TierExternal,
+		BlockHashes: blockHashes(tokens, blockkeys.RequestExtras{})[:n]}
 }
 
 // Storage blocks extend every reader's run on the shared tier; the source
@@ -24,11 +25,11 @@ func TestStorageIsASharedTier(t *testing.T) {
 		"OBJECT_STORE":   {},                       // no reader
 	}})
 	prompt := seqTokens(3000, 8*testBlock)
-	apply(x, "pod-a", 0, storeEvent(prompt, 2, kvindex.TierGPU))
-	apply(x, "pod-b", 0, storeEvent(prompt, 1, kvindex.TierCPU))
-	apply(x, "pod-long", 0, storeEvent(prompt, 7, kvindex.TierGPU))
-	x.Sink().Apply(context.Background(), &kvindex.Batch{Pod: "pod-other", Model: "other-model",
-		Events: []kvindex.Event{storeEvent(prompt, 1, kvindex.TierGPU)}})
+	apply(x, "pod-a", 0, storeEvent(prompt, 2, event.TierGPU))
+	apply(x, "pod-b", 0, storeEvent(prompt, 1, event.TierCPU))
+	apply(x, "pod-long", 0, storeEvent(prompt, 7, event.TierGPU))
+	x.Sink().Apply(context.Background(), &event.Batch{Pod: "pod-other", Model: "other-model",
+		Events: []event.Event{storeEvent(prompt, 1, event.TierGPU)}})
 	apply(x, "SHARED_STORAGE", 0, storageStore(prompt, 4))
 	q := &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}
 	var r Result
@@ -37,8 +38,8 @@ func TestStorageIsASharedTier(t *testing.T) {
 	if got := mustScore(t, x, q, &r); got != want {
 		t.Fatalf("SHARED_STORAGE:\n got %s\nwant %s", got, want)
 	}
-	if r.Pods[1].Tiers != (TierCounts{kvindex.TierGPU: 2, kvindex.TierShared: 2}) ||
-		r.Pods[2].Tiers != (TierCounts{kvindex.TierCPU: 1, kvindex.TierShared: 3}) {
+	if r.Pods[1].Tiers != (TierCounts{event.TierGPU: 2, event.TierShared: 2}) ||
+		r.Pods[2].Tiers != (TierCounts{event.TierCPU: 1, event.TierShared: 3}) {
 		t.Fatalf("tiers: %+v %+v", r.Pods[1].Tiers, r.Pods[2].Tiers)
 	}
 	// a pods filter still sees the storage; the source itself is never a pod
@@ -47,13 +48,13 @@ func TestStorageIsASharedTier(t *testing.T) {
 	}
 
 	// a reader with no block of its own appears through the storage alone
-	apply(x, "pod-c", 0, storeEvent(seqTokens(90000, testBlock), 1, kvindex.TierGPU))
+	apply(x, "pod-c", 0, storeEvent(seqTokens(90000, testBlock), 1, event.TierGPU))
 	if got := mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt, Pods: []string{"pod-c"}}, &r); got != "total=8 pod-c:4/16/1.60[0:4,]" {
 		t.Fatalf("storage only: %s", got)
 	}
 
 	// named readers: NAS credits pod-b only (pod-unknown never published)
-	apply(x, "SHARED_STORAGE", 0, kvindex.Event{Kind: kvindex.AllBlocksCleared})
+	apply(x, "SHARED_STORAGE", 0, event.Event{Kind: event.AllBlocksCleared})
 	apply(x, "NAS", 0, storageStore(prompt, 5))
 	apply(x, "OBJECT_STORE", 0, storageStore(prompt, 8))
 	want = "total=8 pod-long:7/28/7.00[0:7,] pod-b:5/20/2.40[0:5,] pod-a:2/8/2.00[0:2,]"
@@ -65,7 +66,7 @@ func TestStorageIsASharedTier(t *testing.T) {
 	// candidate matches nothing
 	var pr PickResult
 	mustPick(t, x, &PickQuery{Query: *q, Candidates: []Candidate{idle("pod-a"), idle("pod-b"), idle("NAS")}}, &pr)
-	if pr.Pod != "pod-b" || cand(&pr, "pod-b").MatchedBlocks != 5 || cand(&pr, "pod-b").Tiers[kvindex.TierShared] != 4 ||
+	if pr.Pod != "pod-b" || cand(&pr, "pod-b").MatchedBlocks != 5 || cand(&pr, "pod-b").Tiers[event.TierShared] != 4 ||
 		cand(&pr, "NAS").MatchedBlocks != 0 {
 		t.Fatalf("pick: %s %+v", pr.Pod, pr.Candidates)
 	}

@@ -5,7 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/indextest"
+	"github.com/kvindex/kvindex/internal/testkit/race"
+	"github.com/kvindex/kvindex/kvevents/event"
 
 	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvevents"
@@ -14,7 +17,7 @@ import (
 
 // runEventIndexer is an indexer whose events come through a running
 // subscriber on a loopback bind socket from the returned publisher.
-func runEventIndexer(t *testing.T, keys kvindex.KeyConfig, idx kvindex.Index, workers int) (*Indexer, *enginepub.Publisher) {
+func runEventIndexer(t *testing.T, keys blockkeys.KeyConfig, idx kvindex.Index, workers int) (*Indexer, *enginepub.Publisher) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	x, err := New(ctx, Config{Keys: keys,
@@ -45,17 +48,17 @@ func runEventIndexer(t *testing.T, keys kvindex.KeyConfig, idx kvindex.Index, wo
 	return x, pub
 }
 
-func publishBatch(t *testing.T, pub *enginepub.Publisher, keys kvindex.KeyConfig, pod string, rank int, seq uint64, tokens []uint32) {
+func publishBatch(t *testing.T, pub *enginepub.Publisher, keys blockkeys.KeyConfig, pod string, rank int, seq uint64, tokens []uint32) {
 	t.Helper()
-	h, err := kvindex.NewHasher(keys)
+	h, err := blockkeys.NewHasher(keys)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var hs []uint64
-	for _, k := range h.Keys(nil, tokens, kvindex.RequestExtras{}) {
+	for _, k := range h.Keys(nil, tokens, blockkeys.RequestExtras{}) {
 		hs = append(hs, uint64(k))
 	}
-	p, err := enginepub.EncodeVLLMBatch(&kvindex.Batch{DPRank: rank, Events: []kvindex.Event{{Kind: kvindex.BlockStored,
+	p, err := enginepub.EncodeVLLMBatch(&event.Batch{DPRank: rank, Events: []event.Event{{Kind: event.BlockStored,
 		BlockHashes: hs, TokenIDs: tokens, BlockSize: keys.BlockSize}}}, enginepub.VLLMEncodeOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +100,7 @@ func podOf(r *Result, name string) *PodResult {
 // lag (every rank counts, scored or not); the others are complete with no
 // lag.
 func TestScoreReportsStalenessPerPod(t *testing.T) {
-	keys := kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4}
+	keys := blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: 4}
 	held := indextest.NewHeldIndex()
 	x, pub := runEventIndexer(t, keys, held, 1)
 	tokens := make([]uint32, 4*4)
@@ -142,19 +145,19 @@ func TestScoreReportsStalenessPerPod(t *testing.T) {
 // buffers have grown: the score path stays allocation-free with a
 // subscriber running.
 func TestScoreWithStreamStatesDoesNotAllocate(t *testing.T) {
-	if raceEnabled {
+	if race.Enabled {
 		t.Skip("sync.Pool drops items at random under the race detector")
 	}
-	keys := kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4}
+	keys := blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: 4}
 	x, pub := runEventIndexer(t, keys, kvindex.NewMemoryIndex(kvindex.MemoryConfig{}), 1)
 	tokens := seqTokens(100, 8*4)
 	for rank := range 2 {
 		publishBatch(t, pub, keys, "pod-a", rank, 0, tokens)
 		publishBatch(t, pub, keys, "pod-b", rank, 3, tokens) // incomplete: joined late
 	}
-	h, _ := kvindex.NewHasher(keys)
+	h, _ := blockkeys.NewHasher(keys)
 	var hs []uint64
-	for _, k := range h.Keys(nil, tokens, kvindex.RequestExtras{}) {
+	for _, k := range h.Keys(nil, tokens, blockkeys.RequestExtras{}) {
 		hs = append(hs, uint64(k))
 	}
 	q := &Query{Model: "org/model", Kind: InputHashes, BlockHashes: hs}

@@ -9,7 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvindex/kvindex/applier"
 	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
@@ -29,17 +31,17 @@ func TestPodShareHoldsBehindThePredictionWrapper(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		x := newTestIndexer(t, Config{Index: IndexConfig{Capacity: 4096}, Registry: reg,
 			Prediction:    PredictionConfig{SampleRate: rate},
-			ApplierLimits: kvindex.ApplierLimits{PodShare: 4}})
+			ApplierLimits: applier.Limits{PodShare: 4}})
 		prompt := seqTokens(1, 8*testBlock)
 		for _, pod := range []string{"pod-a", "pod-b", "pod-c"} {
-			apply(x, pod, 0, storeEvent(prompt, 8, kvindex.TierGPU))
+			apply(x, pod, 0, storeEvent(prompt, 8, event.TierGPU))
 		}
 		// hash-only blocks, 4x the whole index
 		flood := make([]uint64, 4*4096)
 		for i := range flood {
 			flood[i] = uint64(1<<40 + i)
 		}
-		apply(x, "flooder", 0, kvindex.Event{Kind: kvindex.BlockStored, BlockHashes: flood, BlockSize: testBlock})
+		apply(x, "flooder", 0, event.Event{Kind: event.BlockStored, BlockHashes: flood, BlockSize: testBlock})
 		var r Result
 		if got := mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}, &r); !strings.Contains(got, "pod-a:8/") ||
 			!strings.Contains(got, "pod-b:8/") || !strings.Contains(got, "pod-c:8/") {
@@ -57,7 +59,7 @@ func TestPodShareHoldsBehindThePredictionWrapper(t *testing.T) {
 func TestSinkForgetsPodsThroughTheApplier(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	x := newTestIndexer(t, Config{Registry: reg, Prediction: PredictionConfig{SampleRate: 0.01}})
-	apply(x, "gone", 0, storeEvent(seqTokens(1, 4*testBlock), 4, kvindex.TierGPU))
+	apply(x, "gone", 0, storeEvent(seqTokens(1, 4*testBlock), 4, event.TierGPU))
 	x.Sink().ForgetPod(context.Background(), "gone", 0)
 	if got := gatherValue(t, reg, "kvindexd_pods_forgotten_total"); got != 1 {
 		t.Fatalf("pods forgotten %v, want 1", got)
@@ -71,7 +73,7 @@ func TestSinkForgetsPodsThroughTheApplier(t *testing.T) {
 func TestPodExpiryForgetsThroughTheSubscriber(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	x := newTestIndexer(t, Config{Registry: reg, Events: &kvevents.Config{Bind: "tcp://127.0.0.1:0", PodExpiry: 50 * time.Millisecond}})
-	apply(x, "quiet", 0, storeEvent(seqTokens(1, 4*testBlock), 4, kvindex.TierGPU))
+	apply(x, "quiet", 0, storeEvent(seqTokens(1, 4*testBlock), 4, event.TierGPU))
 	x.Subscriber().ResumeFrom("quiet", 0, 1) // the stream the batch came through
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -102,9 +104,9 @@ func TestMissingCapabilityIsAStartError(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{"pod share on redis", Config{Index: redisIdx, ApplierLimits: kvindex.ApplierLimits{PodShare: 4}}, "pod share"},
+		{"pod share on redis", Config{Index: redisIdx, ApplierLimits: applier.Limits{PodShare: 4}}, "pod share"},
 		{"pod share on a custom backend without accounting",
-			Config{Backend: withBackend(kvindex.NewMemoryIndex(kvindex.MemoryConfig{})), ApplierLimits: kvindex.ApplierLimits{PodShare: 4}}, "pod share"},
+			Config{Backend: withBackend(kvindex.NewMemoryIndex(kvindex.MemoryConfig{})), ApplierLimits: applier.Limits{PodShare: 4}}, "pod share"},
 		{"persistence on redis", Config{Index: redisIdx, Events: events, Persist: PersistConfig{Path: t.TempDir() + "/s", Interval: time.Minute}}, "in-memory"},
 		{"persistence without events", Config{Persist: PersistConfig{Path: t.TempDir() + "/s", Interval: time.Minute}}, "subscriber"},
 		{"leases in memory", Config{Events: &kvevents.Config{Endpoints: []kvevents.EndpointConfig{{Address: "tcp://127.0.0.1:1"}}},
@@ -121,8 +123,8 @@ func TestMissingCapabilityIsAStartError(t *testing.T) {
 			t.Errorf("%s: %v, want it to name %q", tc.name, err, tc.want)
 		}
 	}
-	if _, err := kvindex.NewApplier(kvindex.ApplierConfig{Index: kvindex.NewMemoryIndex(kvindex.MemoryConfig{}),
-		Interner: kvindex.NewInterner(), Hashers: testHashers, Limits: kvindex.ApplierLimits{PodShare: 2}}); !errors.Is(err, kvindex.ErrNoShareAccounting) {
+	if _, err := applier.New(applier.Config{Index: kvindex.NewMemoryIndex(kvindex.MemoryConfig{}),
+		Interner: kvindex.NewInterner(), Hashers: testHashers, Limits: applier.Limits{PodShare: 2}}); !errors.Is(err, applier.ErrNoShareAccounting) {
 		t.Errorf("applier with a share and no accounting: %v", err)
 	}
 }
@@ -152,7 +154,7 @@ func TestBuiltInBackendsDeclareEveryCapability(t *testing.T) {
 		if _, ok := idx.(kvindex.PrefixScorer); ok != (b.Prefix != nil) {
 			t.Errorf("%T: prefix scoring declared %v", idx, b.Prefix != nil)
 		}
-		if _, ok := idx.(kvindex.ShareAccounting); ok != (b.Share != nil) {
+		if _, ok := idx.(applier.ShareAccounting); ok != (b.Share != nil) {
 			t.Errorf("%T: share accounting declared %v", idx, b.Share != nil)
 		}
 		if _, ok := idx.(interface{ Close() error }); ok != (b.Close != nil) {

@@ -3,9 +3,8 @@ package kvevents
 import (
 	"time"
 
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // DefaultQueueWait is how long a socket reader waits for room in a full
@@ -35,7 +34,7 @@ type backpressure struct {
 // without waiting. Its reader may be the only one of the bind socket (one
 // receive loop serves every connection there), so waiting on a flooder's
 // share would hold every other pod of that socket behind it.
-func (d *dispatcher) queueBounded(w int, owner *podQueue, b *kvindex.Batch) bool {
+func (d *dispatcher) queueBounded(w int, owner *podQueue, b *event.Batch) bool {
 	size := batchBytes(b)
 	var t *time.Timer
 	var start time.Time
@@ -65,7 +64,7 @@ func (d *dispatcher) queueBounded(w int, owner *podQueue, b *kvindex.Batch) bool
 }
 
 // waitQueue waits, until timer fires, for room in worker w's full queue.
-func (d *dispatcher) waitQueue(w int, b *kvindex.Batch, owner *podQueue, size int64, timer func() <-chan time.Time) bool {
+func (d *dispatcher) waitQueue(w int, b *event.Batch, owner *podQueue, size int64, timer func() <-chan time.Time) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.stopped {

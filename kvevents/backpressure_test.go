@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // A reader that meets a full queue waits for the worker instead of dropping
@@ -64,7 +64,7 @@ func next(t *testing.T, q *workQueue) queued {
 
 // standIn does what the worker does with a queued item besides applying it:
 // the stream's share gets its room back.
-func standIn(it queued) *kvindex.Batch {
+func standIn(it queued) *event.Batch {
 	if it.owner != nil {
 		it.owner.applied(batchBytes(it.batch))
 	}

@@ -7,17 +7,20 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/kvindex/kvindex/applier"
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
 // realisticBatch is one busy engine step: a request's 32 new full blocks of
 // 16 tokens (512 tokens, hashes spread over the whole uint64 range so most
 // take 9 bytes, as vLLM's do) and 16 evictions.
-func realisticBatch() (*kvindex.Batch, int) {
+func realisticBatch() (*event.Batch, int) {
 	const blocks, bs = 32, 16
-	b := &kvindex.Batch{DPRank: 0, Timestamp: 1.7e9}
-	st := kvindex.Event{Kind: kvindex.BlockStored, BlockSize: bs, HasParent: true, ParentHash: 0x9e3779b97f4a7c15, Medium: kvindex.TierGPU}
+	b := &event.Batch{DPRank: 0, Timestamp: 1.7e9}
+	st := event.Event{Kind: event.BlockStored, BlockSize: bs, HasParent: true, ParentHash: 0x9e3779b97f4a7c15, Medium: event.TierGPU}
 	x := uint64(0x243f6a8885a308d3)
 	for i := 0; i < blocks; i++ {
 		x = x*6364136223846793005 + 1442695040888963407
@@ -26,12 +29,12 @@ func realisticBatch() (*kvindex.Batch, int) {
 			st.TokenIDs = append(st.TokenIDs, uint32((x>>uint(j))%151000))
 		}
 	}
-	rm := kvindex.Event{Kind: kvindex.BlockRemoved, Medium: kvindex.TierGPU}
+	rm := event.Event{Kind: event.BlockRemoved, Medium: event.TierGPU}
 	for i := 0; i < 16; i++ {
 		x = x*6364136223846793005 + 1442695040888963407
 		rm.BlockHashes = append(rm.BlockHashes, x)
 	}
-	b.Events = []kvindex.Event{st, rm}
+	b.Events = []event.Event{st, rm}
 	return b, blocks + 16
 }
 
@@ -52,12 +55,12 @@ func BenchmarkDecodeVLLM(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			var out kvindex.Batch
+			var out event.Batch
 			b.SetBytes(int64(len(p)))
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if _, err := Decode(p, kvindex.EngineVLLM, &out); err != nil {
+				if _, err := Decode(p, blockkeys.EngineVLLM, &out); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -69,7 +72,7 @@ func BenchmarkDecodeVLLM(b *testing.B) {
 // BenchmarkDecodeVLLMGeneric is the baseline the hand-written decoder is
 // measured against: vmihailenco/msgpack's generic decoding of the same
 // payload into interface values (what a reflection-based decoder costs
-// before even converting to kvindex.Event).
+// before even converting to event.Event).
 func BenchmarkDecodeVLLMGeneric(b *testing.B) {
 	batch, hashes := realisticBatch()
 	p, err := enginepub.EncodeVLLMBatch(batch, enginepub.VLLMEncodeOptions{MapForm: true})
@@ -93,13 +96,13 @@ func BenchmarkDecodeVLLMGeneric(b *testing.B) {
 // them, hashes computed by the same hasher so the parity check matches) and
 // evicts the last 16 blocks of chunk i-8, so the index stays bounded while
 // the benchmark cycles through the payloads.
-func decodeApplyStream(b *testing.B, h *kvindex.Hasher, withTokens bool) (payloads [][]byte, blocksPerBatch int) {
+func decodeApplyStream(b *testing.B, h *blockkeys.Hasher, withTokens bool) (payloads [][]byte, blocksPerBatch int) {
 	return decodeApplyStreamSeed(b, h, withTokens, 0x243f6a8885a308d3)
 }
 
 // decodeApplyStreamSeed is decodeApplyStream with its tokens drawn from
 // seed, so engines given different seeds store different blocks.
-func decodeApplyStreamSeed(b *testing.B, h *kvindex.Hasher, withTokens bool, seed uint64) (payloads [][]byte, blocksPerBatch int) {
+func decodeApplyStreamSeed(b *testing.B, h *blockkeys.Hasher, withTokens bool, seed uint64) (payloads [][]byte, blocksPerBatch int) {
 	const chunks, perChunk, evict, lag, bs = 64, 32, 16, 8, 16
 	tokens := make([]uint32, chunks*perChunk*bs)
 	x := seed
@@ -107,9 +110,9 @@ func decodeApplyStreamSeed(b *testing.B, h *kvindex.Hasher, withTokens bool, see
 		x = x*6364136223846793005 + 1442695040888963407
 		tokens[i] = uint32((x >> 33) % 151000)
 	}
-	keys := h.Keys(nil, tokens, kvindex.RequestExtras{})
+	keys := h.Keys(nil, tokens, blockkeys.RequestExtras{})
 	for c := 0; c < chunks; c++ {
-		st := kvindex.Event{Kind: kvindex.BlockStored, BlockSize: bs, Medium: kvindex.TierGPU}
+		st := event.Event{Kind: event.BlockStored, BlockSize: bs, Medium: event.TierGPU}
 		for _, k := range keys[c*perChunk : (c+1)*perChunk] {
 			st.BlockHashes = append(st.BlockHashes, uint64(k))
 		}
@@ -120,11 +123,11 @@ func decodeApplyStreamSeed(b *testing.B, h *kvindex.Hasher, withTokens bool, see
 			st.TokenIDs = tokens[c*perChunk*bs : (c+1)*perChunk*bs]
 		}
 		old := (c - lag + chunks) % chunks
-		rm := kvindex.Event{Kind: kvindex.BlockRemoved, Medium: kvindex.TierGPU}
+		rm := event.Event{Kind: event.BlockRemoved, Medium: event.TierGPU}
 		for _, k := range keys[(old+1)*perChunk-evict : (old+1)*perChunk] {
 			rm.BlockHashes = append(rm.BlockHashes, uint64(k))
 		}
-		p, err := enginepub.EncodeVLLMBatch(&kvindex.Batch{Timestamp: 1.7e9, Events: []kvindex.Event{st, rm}}, enginepub.VLLMEncodeOptions{MapForm: true})
+		p, err := enginepub.EncodeVLLMBatch(&event.Batch{Timestamp: 1.7e9, Events: []event.Event{st, rm}}, enginepub.VLLMEncodeOptions{MapForm: true})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -134,20 +137,20 @@ func decodeApplyStreamSeed(b *testing.B, h *kvindex.Hasher, withTokens bool, see
 }
 
 // BenchmarkDecodeApply is the write path after the socket: Decode then the
-// kvindex.Applier into the in-memory index, in block keys (stored + removed)
+// applier.Applier into the in-memory index, in block keys (stored + removed)
 // per second. with_tokens carries token ids, so the applier re-hashes every
 // stored block (live parity check, sha256); without them the engine's hashes
 // are used as they are.
 func BenchmarkDecodeApply(b *testing.B) {
-	decodeApplyModes(b, func(b *testing.B, withTokens bool, h *kvindex.Hasher, hs *kvindex.HasherSet) {
+	decodeApplyModes(b, func(b *testing.B, withTokens bool, h *blockkeys.Hasher, hs *blockkeys.HasherSet) {
 		payloads, blocks := decodeApplyStream(b, h, withTokens)
-		m := kvindex.NewMetrics(nil)
-		ap, err := kvindex.NewApplier(kvindex.ApplierConfig{Index: kvindex.NewMemoryIndex(kvindex.MemoryConfig{}),
+		m := applier.NewMetrics(nil)
+		ap, err := applier.New(applier.Config{Index: kvindex.NewMemoryIndex(kvindex.MemoryConfig{}),
 			Interner: kvindex.NewInterner(), Hashers: hs, Metrics: m})
 		if err != nil {
 			b.Fatal(err)
 		}
-		var batch kvindex.Batch
+		var batch event.Batch
 		step := func(i int) {
 			if err := decodeApplyOne(context.Background(), ap, payloads[i%len(payloads)], "pod-0", uint64(i), &batch); err != nil {
 				b.Fatal(err)
@@ -173,19 +176,19 @@ func BenchmarkDecodeApply(b *testing.B) {
 // decodeApplyModes runs f as the sub-benchmarks with_tokens and
 // without_tokens of the DecodeApply benchmarks, with the key config's
 // hasher (to build the engine's stream) and hasher set (for the applier).
-func decodeApplyModes(b *testing.B, f func(b *testing.B, withTokens bool, h *kvindex.Hasher, hs *kvindex.HasherSet)) {
+func decodeApplyModes(b *testing.B, f func(b *testing.B, withTokens bool, h *blockkeys.Hasher, hs *blockkeys.HasherSet)) {
 	for _, withTokens := range []bool{true, false} {
 		name := "without_tokens"
 		if withTokens {
 			name = "with_tokens"
 		}
 		b.Run(name, func(b *testing.B) {
-			cfg := kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 16}
-			h, err := kvindex.NewHasher(cfg)
+			cfg := blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: 16}
+			h, err := blockkeys.NewHasher(cfg)
 			if err != nil {
 				b.Fatal(err)
 			}
-			hs, err := kvindex.NewHasherSet(cfg, nil)
+			hs, err := blockkeys.NewHasherSet(cfg, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -196,11 +199,11 @@ func decodeApplyModes(b *testing.B, f func(b *testing.B, withTokens bool, h *kvi
 
 // decodeApplyOne is one engine step after the socket: decode p into batch,
 // name it as the subscriber does, apply it.
-func decodeApplyOne(ctx context.Context, ap *kvindex.Applier, p []byte, pod string, seq uint64, batch *kvindex.Batch) error {
-	if _, err := Decode(p, kvindex.EngineVLLM, batch); err != nil {
+func decodeApplyOne(ctx context.Context, ap *applier.Applier, p []byte, pod string, seq uint64, batch *event.Batch) error {
+	if _, err := Decode(p, blockkeys.EngineVLLM, batch); err != nil {
 		return err
 	}
-	batch.Pod, batch.Model, batch.Engine, batch.Seq = pod, "bench/model", kvindex.EngineVLLM, seq
+	batch.Pod, batch.Model, batch.Engine, batch.Seq = pod, "bench/model", blockkeys.EngineVLLM, seq
 	ap.Apply(ctx, batch)
 	return nil
 }
@@ -243,5 +246,5 @@ func BenchmarkHandleMessage(b *testing.B) {
 
 type discardSink struct{}
 
-func (discardSink) Apply(context.Context, *kvindex.Batch)  {}
+func (discardSink) Apply(context.Context, *event.Batch)    {}
 func (discardSink) ForgetPod(context.Context, string, int) {}

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // DecodeStats reports what Decode found besides the batch itself.
@@ -23,7 +24,7 @@ type DecodeStats struct {
 	// names the first.
 	IgnoredFields int
 	FirstIgnored  string
-	// UnknownMedia counts events whose medium is not in kvindex.MediumTiers
+	// UnknownMedia counts events whose medium is not in event.MediumTiers
 	// (indexed as external storage).
 	UnknownMedia int
 	// PackedEvents counts events that arrived as msgpack bytes holding an
@@ -52,11 +53,11 @@ func (e *EventError) Unwrap() error { return e.Err }
 
 var errUnknownEvent = errors.New("unknown event type")
 
-// Decode parses one msgpack payload (a vLLM or SGLang KVEventBatch) into b:
-// Timestamp, DPRank and Events are set; Pod, Model, Engine and Seq are left
-// for the caller (they come from the topic and frames). Both engines put the
-// same batch on the wire; engine only changes how byte-string hashes are
-// reduced to 64 bits (see normaliseHashBytes).
+// Decode parses one msgpack payload (a vLLM, SGLang or TensorRT-LLM
+// KVEventBatch) into b: Timestamp, DPRank and Events are set; Pod, Model,
+// Engine and Seq are left for the caller (they come from the topic and
+// frames). The engines put the same batch on the wire; engine only changes
+// how byte-string hashes are reduced to 64 bits (see normaliseHashBytes).
 //
 // Accepted batch shapes: [ts, events], [ts, events, dp_rank|nil, ...] and a
 // map {"ts", "events", "data_parallel_rank"|"attn_dp_rank"|"dp_rank"}.
@@ -66,7 +67,7 @@ var errUnknownEvent = errors.New("unknown event type")
 // returns a *BatchError and b must not be used.
 //
 // Decode never retains payload: every string and slice in b is a copy.
-func Decode(payload []byte, engine kvindex.Engine, b *kvindex.Batch) (DecodeStats, error) {
+func Decode(payload []byte, engine blockkeys.Engine, b *event.Batch) (DecodeStats, error) {
 	var st DecodeStats
 	r := reader{b: payload}
 	b.Events = b.Events[:0]
@@ -146,7 +147,7 @@ func decodeTS(r *reader) (float64, error) {
 	return r.float()
 }
 
-func decodeDPRank(r *reader, b *kvindex.Batch, st *DecodeStats) error {
+func decodeDPRank(r *reader, b *event.Batch, st *DecodeStats) error {
 	if r.nextNil() {
 		return nil
 	}
@@ -162,7 +163,7 @@ func decodeDPRank(r *reader, b *kvindex.Batch, st *DecodeStats) error {
 	return nil
 }
 
-func decodeEvents(r *reader, engine kvindex.Engine, b *kvindex.Batch, st *DecodeStats) error {
+func decodeEvents(r *reader, engine blockkeys.Engine, b *event.Batch, st *DecodeStats) error {
 	n, err := r.arrayLen()
 	if err != nil {
 		return fmt.Errorf("events: %w", err)
@@ -171,13 +172,13 @@ func decodeEvents(r *reader, engine kvindex.Engine, b *kvindex.Batch, st *Decode
 	// ~150 bytes: reserve only what the payload can really hold, so a hostile
 	// count cannot make one message allocate 150x its size.
 	if want := min(n, r.remaining()/minEventBytes+1); cap(b.Events)-len(b.Events) < want {
-		ev := make([]kvindex.Event, len(b.Events), len(b.Events)+want)
+		ev := make([]event.Event, len(b.Events), len(b.Events)+want)
 		copy(ev, b.Events)
 		b.Events = ev
 	}
 	for i := 0; i < n; i++ {
 		start := r.p
-		b.Events = append(b.Events, kvindex.Event{})
+		b.Events = append(b.Events, event.Event{})
 		ev := &b.Events[len(b.Events)-1]
 		var es evState
 		tag, err := decodeEventOrPacked(r, engine, ev, &es, st)
@@ -212,7 +213,7 @@ func decodeEvents(r *reader, engine kvindex.Engine, b *kvindex.Batch, st *Decode
 // storage-tier publisher puts each event in the list as msgpack bytes
 // holding an already encoded event: such a bin is decoded as the event it
 // holds (one level: bytes inside those bytes are an error).
-func decodeEventOrPacked(r *reader, engine kvindex.Engine, ev *kvindex.Event, es *evState, st *DecodeStats) (string, error) {
+func decodeEventOrPacked(r *reader, engine blockkeys.Engine, ev *event.Event, es *evState, st *DecodeStats) (string, error) {
 	c, err := r.peek()
 	if err != nil || !isBinCode(c) {
 		return decodeEvent(r, engine, ev, es)
@@ -319,14 +320,14 @@ func mapField(name []byte) field {
 }
 
 // kindOf maps an event tag to its kind; 0 means unknown.
-func kindOf(tag []byte) kvindex.EventKind {
+func kindOf(tag []byte) event.Kind {
 	switch string(tag) {
 	case "BlockStored":
-		return kvindex.BlockStored
+		return event.BlockStored
 	case "BlockRemoved":
-		return kvindex.BlockRemoved
+		return event.BlockRemoved
 	case "AllBlocksCleared":
-		return kvindex.AllBlocksCleared
+		return event.AllBlocksCleared
 	}
 	return 0
 }

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // Edges of the payload decoder. Payloads are built by hand
@@ -48,7 +48,7 @@ func TestDecodeMapEventOfUnknownType(t *testing.T) {
 		return e.Encode([]uint64{1})
 	})
 	p := batchOf(encodeValue(t, []any{"BlockRemoved", []uint64{10}}), bad, encodeValue(t, []any{"BlockRemoved", []uint64{11}}))
-	got, st := mustDecode(t, p, kvindex.EngineVLLM)
+	got, st := mustDecode(t, p, blockkeys.EngineVLLM)
 	var ee *EventError
 	if st.EventErrors != 1 || !errors.As(st.FirstEventError, &ee) || ee.Index != 1 || ee.Type != "BlockTeleported" || !errors.Is(ee, errUnknownEvent) {
 		t.Fatalf("stats %+v", st)
@@ -106,17 +106,17 @@ func TestDecodeFieldEdges(t *testing.T) {
 		// 5: cache_salt set (map form)
 		return e.Encode(map[string]any{"type": "BlockStored", "block_hashes": []uint64{6}, "cache_salt": "s"})
 	})
-	got, st := mustDecode(t, p, kvindex.EngineSGLang)
+	got, st := mustDecode(t, p, blockkeys.EngineSGLang)
 	if st.EventErrors != 0 {
 		t.Fatalf("stats %+v, want no event dropped", st)
 	}
-	want := []kvindex.Event{
-		{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{1}, Medium: kvindex.TierGPU, GroupIdx: 255},
-		{Kind: kvindex.BlockStored, BlockHashes: []uint64{2}, Medium: kvindex.TierGPU},
-		{Kind: kvindex.BlockStored, BlockHashes: []uint64{3}, TokenIDs: []uint32{1}, BlockSize: 1},
-		{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{4}, GroupIdx: 256},
-		{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{5}},
-		{Kind: kvindex.BlockStored, BlockHashes: []uint64{6}, CacheSalt: "s"},
+	want := []event.Event{
+		{Kind: event.BlockRemoved, BlockHashes: []uint64{1}, Medium: event.TierGPU, GroupIdx: 255},
+		{Kind: event.BlockStored, BlockHashes: []uint64{2}, Medium: event.TierGPU},
+		{Kind: event.BlockStored, BlockHashes: []uint64{3}, TokenIDs: []uint32{1}, BlockSize: 1},
+		{Kind: event.BlockRemoved, BlockHashes: []uint64{4}, GroupIdx: 256},
+		{Kind: event.BlockRemoved, BlockHashes: []uint64{5}},
+		{Kind: event.BlockStored, BlockHashes: []uint64{6}, CacheSalt: "s"},
 	}
 	if !reflect.DeepEqual(got.Events, want) {
 		t.Fatalf("got\n%+v\nwant\n%+v", got.Events, want)
@@ -127,13 +127,13 @@ func TestDecodeFieldEdges(t *testing.T) {
 func TestDecodeBatchRankKeys(t *testing.T) {
 	for _, key := range []string{"attn_dp_rank", "data_parallel_rank", "dp_rank"} {
 		p := encodeValue(t, map[string]any{"ts": 1.0, "events": []any{}, key: 3})
-		got, st := mustDecode(t, p, kvindex.EngineSGLang)
+		got, st := mustDecode(t, p, blockkeys.EngineSGLang)
 		if got.DPRank != 3 || !st.HasDPRank {
 			t.Errorf("%s: rank %d, stats %+v", key, got.DPRank, st)
 		}
 	}
 	p := encodeValue(t, map[string]any{"ts": 1.0, "events": []any{}, "rank": 3})
-	if got, st := mustDecode(t, p, kvindex.EngineSGLang); got.DPRank != 0 || st.HasDPRank {
+	if got, st := mustDecode(t, p, blockkeys.EngineSGLang); got.DPRank != 0 || st.HasDPRank {
 		t.Errorf("unknown key read as the rank: %d %+v", got.DPRank, st)
 	}
 }
@@ -174,7 +174,7 @@ func TestDecodeSkipsEveryUnknownValueType(t *testing.T) {
 			a = append(a, "BlockRemoved"...)
 			a = append(a, 0x91, 0x08, 0xc0, 0xc0)
 			a = append(a, v...)
-			got, st := mustDecode(t, batchOf(m, a), kvindex.EngineVLLM)
+			got, st := mustDecode(t, batchOf(m, a), blockkeys.EngineVLLM)
 			if st.EventErrors != 0 || len(got.Events) != 2 || got.Events[0].BlockHashes[0] != 7 || got.Events[1].BlockHashes[0] != 8 {
 				t.Fatalf("events %+v, stats %+v", got.Events, st)
 			}
@@ -201,7 +201,7 @@ func TestDecodeHeadersAgainstRemainingBytes(t *testing.T) {
 		"map": batchOf(append(append([]byte{0x98, 0xab}, "BlockStored"...), 0x91, 0x05, 0xc0, 0x91, 1, 1, 0xc0, 0xc0, 0x81, 0xa0, 1)),
 	}
 	for name, p := range exact {
-		got, st := mustDecode(t, p, kvindex.EngineVLLM)
+		got, st := mustDecode(t, p, blockkeys.EngineVLLM)
 		if st.EventErrors != 0 || len(got.Events) != 1 {
 			t.Errorf("%s ending at the payload's end: events %+v, stats %+v", name, got.Events, st)
 		}
@@ -218,8 +218,8 @@ func TestDecodeHeadersAgainstRemainingBytes(t *testing.T) {
 		"ext_skipped": batchOf(append(append([]byte{0x95, 0xac}, "BlockRemoved"...), 0x91, 0x05, 0xc0, 0xc0, 0xc7, 4, 1, 'a', 'b', 'c')),
 	}
 	for name, p := range short {
-		var b kvindex.Batch
-		_, err := Decode(p, kvindex.EngineVLLM, &b)
+		var b event.Batch
+		_, err := Decode(p, blockkeys.EngineVLLM, &b)
 		var be *BatchError
 		if !errors.As(err, &be) || !errors.Is(err, errTruncated) {
 			t.Errorf("%s claiming more than is left: err %v, want a truncated BatchError", name, err)
@@ -251,14 +251,14 @@ func TestDecodeNestingLimits(t *testing.T) {
 	// At the limit: tuple = [nested(maxDepth-1)], the tuple at depth 0, its
 	// lists at depths 1..maxDepth-1 and the str at depth maxDepth. Decoded,
 	// nothing ignored.
-	got, st := mustDecode(t, batchOf(stored(append([]byte{0x91}, nested(maxDepth-1)...)), removedLast), kvindex.EngineVLLM)
+	got, st := mustDecode(t, batchOf(stored(append([]byte{0x91}, nested(maxDepth-1)...)), removedLast), blockkeys.EngineVLLM)
 	if st.EventErrors != 0 || st.IgnoredFields != 0 || len(got.Events) != 2 {
 		t.Fatalf("extra keys nested to the limit: %+v %+v", got.Events, st)
 	}
 	// One level past it: tuple = [nested(maxDepth)], the str at depth
 	// maxDepth+1. The optional field is skipped and counted, never the
 	// event: the block is indexed under the engine's hash, unverified.
-	got, st = mustDecode(t, batchOf(stored(append([]byte{0x91}, nested(maxDepth)...)), removedLast), kvindex.EngineVLLM)
+	got, st = mustDecode(t, batchOf(stored(append([]byte{0x91}, nested(maxDepth)...)), removedLast), blockkeys.EngineVLLM)
 	if st.EventErrors != 0 || st.IgnoredFields != 1 || st.FirstIgnored != "extra_keys" || len(got.Events) != 2 {
 		t.Fatalf("extra keys nested past the limit: %+v %+v", got.Events, st)
 	}
@@ -271,12 +271,12 @@ func TestDecodeNestingLimits(t *testing.T) {
 	// skip starts at depth 0 on the field's value: at the limit its
 	// innermost array holds the str at depth maxSkipDepth, one past it at
 	// maxSkipDepth+1
-	got, st = mustDecode(t, batchOf(unknown(nested(maxSkipDepth)), removedLast), kvindex.EngineVLLM)
+	got, st = mustDecode(t, batchOf(unknown(nested(maxSkipDepth)), removedLast), blockkeys.EngineVLLM)
 	if st.EventErrors != 0 || len(got.Events) != 2 {
 		t.Fatalf("unknown field nested to the skip limit: %+v %+v", got.Events, st)
 	}
-	var b kvindex.Batch
-	if _, err := Decode(batchOf(unknown(nested(maxSkipDepth+1)), removedLast), kvindex.EngineVLLM, &b); !errors.Is(err, errTooDeep) {
+	var b event.Batch
+	if _, err := Decode(batchOf(unknown(nested(maxSkipDepth+1)), removedLast), blockkeys.EngineVLLM, &b); !errors.Is(err, errTooDeep) {
 		t.Fatalf("unknown field nested past the skip limit: %v", err)
 	}
 }
@@ -326,11 +326,11 @@ func TestReplaySkipsOtherRanksAndDuplicates(t *testing.T) {
 // is a malformed batch.
 func TestDecodeDPRankRange(t *testing.T) {
 	p := encodeValue(t, []any{1.0, []any{}, int64(math.MaxInt32)})
-	if got, st := mustDecode(t, p, kvindex.EngineVLLM); got.DPRank != math.MaxInt32 || !st.HasDPRank {
+	if got, st := mustDecode(t, p, blockkeys.EngineVLLM); got.DPRank != math.MaxInt32 || !st.HasDPRank {
 		t.Fatalf("rank %d, stats %+v", got.DPRank, st)
 	}
-	var b kvindex.Batch
-	if _, err := Decode(encodeValue(t, []any{1.0, []any{}, int64(math.MaxInt32) + 1}), kvindex.EngineVLLM, &b); err == nil {
+	var b event.Batch
+	if _, err := Decode(encodeValue(t, []any{1.0, []any{}, int64(math.MaxInt32) + 1}), blockkeys.EngineVLLM, &b); err == nil {
 		t.Fatal("rank 2^31 accepted")
 	}
 }
@@ -345,18 +345,18 @@ func TestDecodeHostileEventCountAllocation(t *testing.T) {
 	for i := 7; i < len(p); i++ {
 		p[i] = 0xc0 // nil: not an event, dropped
 	}
-	var b kvindex.Batch
+	var b event.Batch
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	st, err := Decode(p, kvindex.EngineVLLM, &b)
+	st, err := Decode(p, blockkeys.EngineVLLM, &b)
 	runtime.ReadMemStats(&after)
 	if err != nil || st.EventErrors != n || len(b.Events) != 0 {
 		t.Fatalf("err %v, stats %+v, %d events", err, st.EventErrors, len(b.Events))
 	}
 	got := after.TotalAlloc - before.TotalAlloc
 	// the reserve, twice over, plus each dropped event's error value
-	limit := 2*(uint64(len(p))/minEventBytes+2)*uint64(unsafe.Sizeof(kvindex.Event{})) + 64*n
+	limit := 2*(uint64(len(p))/minEventBytes+2)*uint64(unsafe.Sizeof(event.Event{})) + 64*n
 	t.Logf("%d-byte payload: %d bytes allocated (limit %d)", len(p), got, limit)
 	if got > limit {
 		t.Fatalf("decoding a %d-byte payload allocated %d bytes (%dx)", len(p), got, got/uint64(len(p)))
@@ -381,7 +381,7 @@ func TestDecodeTokenWidthsAndBlockSizeRange(t *testing.T) {
 		enc  []byte
 		want int
 	}{{[]byte{0x00}, 0}, {[]byte{0xd2, 0x7f, 0xff, 0xff, 0xff}, math.MaxInt32}} {
-		got, st := mustDecode(t, batchOf(ev(bs.enc)), kvindex.EngineVLLM)
+		got, st := mustDecode(t, batchOf(ev(bs.enc)), blockkeys.EngineVLLM)
 		if st.EventErrors != 0 || len(got.Events) != 1 {
 			t.Fatalf("block_size %d: %+v %+v", bs.want, got.Events, st)
 		}
@@ -392,7 +392,7 @@ func TestDecodeTokenWidthsAndBlockSizeRange(t *testing.T) {
 	for _, bad := range [][]byte{{0xff}, {0xd3, 0, 0, 0, 0, 0x80, 0, 0, 0}} { // -1, 2^31
 		// Out of range: the optional field is skipped and counted, the
 		// event kept without a block size (never a wrapped value).
-		got, st := mustDecode(t, batchOf(ev(bad)), kvindex.EngineVLLM)
+		got, st := mustDecode(t, batchOf(ev(bad)), blockkeys.EngineVLLM)
 		if st.EventErrors != 0 || st.IgnoredFields != 1 || len(got.Events) != 1 || got.Events[0].BlockSize != 0 {
 			t.Fatalf("block_size %x: %+v %+v", bad, got.Events, st)
 		}
@@ -407,7 +407,7 @@ func TestDecodeSaltMapAnyOrder(t *testing.T) {
 	p := append([]byte{0x98, 0xab}, "BlockStored"...)
 	p = append(p, 0x91, 0x05, 0xc0, 0x91, 1, 1, 0xc0, 0xc0)
 	p = append(p, m...)
-	got, st := mustDecode(t, batchOf(p, encodeValue(t, []any{"BlockRemoved", []uint64{6}})), kvindex.EngineSGLang)
+	got, st := mustDecode(t, batchOf(p, encodeValue(t, []any{"BlockRemoved", []uint64{6}})), blockkeys.EngineSGLang)
 	if st.EventErrors != 0 || len(got.Events) != 2 || got.Events[0].CacheSalt != "s" {
 		t.Fatalf("%+v %+v", got.Events, st)
 	}

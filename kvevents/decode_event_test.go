@@ -6,7 +6,8 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // Edges of event decoding: each test pins one value the decoder must keep exactly, and that an
@@ -40,7 +41,7 @@ func decodeTuple(t *testing.T, elems ...[]byte) []any {
 	for _, e := range elems {
 		tuple = append(tuple, e...)
 	}
-	got, st := mustDecode(t, batchOf(storedWithTuple(tuple), encodeValue(t, []any{"BlockRemoved", []uint64{6}})), kvindex.EngineVLLM)
+	got, st := mustDecode(t, batchOf(storedWithTuple(tuple), encodeValue(t, []any{"BlockRemoved", []uint64{6}})), blockkeys.EngineVLLM)
 	if st.EventErrors != 0 || st.IgnoredFields != 0 || len(got.Events) != 2 || len(got.Events[0].ExtraKeys) != 1 {
 		t.Fatalf("tuple %x: events %+v stats %+v", tuple, got.Events, st)
 	}
@@ -63,7 +64,7 @@ func TestDecodeEventLongerThanKnownFields(t *testing.T) {
 	for len(removed) < len(removedFields)+2 {
 		removed = append(removed, nil)
 	}
-	got, st := mustDecode(t, batchOf(encodeValue(t, stored), encodeValue(t, removed)), kvindex.EngineVLLM)
+	got, st := mustDecode(t, batchOf(encodeValue(t, stored), encodeValue(t, removed)), blockkeys.EngineVLLM)
 	if st.EventErrors != 0 || len(got.Events) != 2 || got.Events[0].BlockHashes[0] != 5 || got.Events[1].BlockHashes[0] != 6 {
 		t.Fatalf("events %+v stats %+v", got.Events, st)
 	}
@@ -73,14 +74,14 @@ func TestDecodeEventLongerThanKnownFields(t *testing.T) {
 // values, not skipped ones.
 func TestDecodeRangeEndsAreValid(t *testing.T) {
 	// ["BlockStored", [5], nil, [1], 0]
-	got, st := mustDecode(t, batchOf([]byte{0x95, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd', 0x91, 5, 0xc0, 0x91, 1, 0x00}), kvindex.EngineVLLM)
+	got, st := mustDecode(t, batchOf([]byte{0x95, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd', 0x91, 5, 0xc0, 0x91, 1, 0x00}), blockkeys.EngineVLLM)
 	if st.IgnoredFields != 0 || len(got.Events) != 1 || got.Events[0].BlockSize != 0 {
 		t.Fatalf("block_size 0: %+v %+v", got.Events, st)
 	}
 	// ["BlockRemoved", [6], nil, 0, [2^32-1, 0]]
 	p := append([]byte{0x95, 0xac}, "BlockRemoved"...)
 	p = append(p, 0x91, 6, 0xc0, 0x00, 0x92, 0xce, 0xff, 0xff, 0xff, 0xff, 0x00)
-	got, st = mustDecode(t, batchOf(p), kvindex.EngineVLLM)
+	got, st = mustDecode(t, batchOf(p), blockkeys.EngineVLLM)
 	if st.IgnoredFields != 0 || len(got.Events) != 1 {
 		t.Fatalf("copies: %+v %+v", got.Events, st)
 	}
@@ -91,7 +92,7 @@ func TestDecodeRangeEndsAreValid(t *testing.T) {
 	p = append([]byte{0x95, 0xac}, "BlockRemoved"...)
 	p = append(p, 0x91, 6, 0xc0, 0x00, 0x91)
 	p = append(p, u64(0xcf, math.MaxUint32+1)...)
-	got, st = mustDecode(t, batchOf(p), kvindex.EngineVLLM)
+	got, st = mustDecode(t, batchOf(p), blockkeys.EngineVLLM)
 	if st.IgnoredFields != 1 || len(got.Events) != 1 || got.Events[0].HasRemainingCopies {
 		t.Fatalf("copy count 2^32: %+v %+v", got.Events, st)
 	}
@@ -100,7 +101,7 @@ func TestDecodeRangeEndsAreValid(t *testing.T) {
 // SGLang EAGLE bigram token ids: each position a pair, the first kept.
 func TestDecodeBigramTokens(t *testing.T) {
 	ev := encodeValue(t, []any{"BlockStored", []uint64{5}, nil, [][]uint32{{1, 2}, {3, 70000}, {70000, 4}}, 3})
-	got, st := mustDecode(t, batchOf(ev), kvindex.EngineSGLang)
+	got, st := mustDecode(t, batchOf(ev), blockkeys.EngineSGLang)
 	if st.IgnoredFields != 0 || len(got.Events) != 1 {
 		t.Fatalf("%+v %+v", got.Events, st)
 	}
@@ -109,7 +110,7 @@ func TestDecodeBigramTokens(t *testing.T) {
 	}
 	// A pair of three is not a bigram: token_ids skipped, the block kept.
 	ev = encodeValue(t, []any{"BlockStored", []uint64{5}, nil, [][]uint32{{1, 2, 3}}, 3})
-	got, st = mustDecode(t, batchOf(ev), kvindex.EngineSGLang)
+	got, st = mustDecode(t, batchOf(ev), blockkeys.EngineSGLang)
 	if st.IgnoredFields != 1 || st.FirstIgnored != "token_ids" || len(got.Events) != 1 || got.Events[0].BlockSize != 3 {
 		t.Fatalf("triple: %+v %+v", got.Events, st)
 	}
@@ -142,7 +143,7 @@ func TestDecodeExtraKeyIntegers(t *testing.T) {
 		u64(0xd3, math.MaxUint64), // int64 -1
 		[]byte{0xff},              // fixint -1
 	)
-	want := []any{kvindex.OpaqueExtraKey{What: "uint64"}, int64(math.MaxInt64), int64(5), int64(-1), int64(-1)}
+	want := []any{event.OpaqueExtraKey{What: "uint64"}, int64(math.MaxInt64), int64(5), int64(-1), int64(-1)}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %#v, want %#v", got, want)
 	}
@@ -156,8 +157,8 @@ func TestDecodeExtraKeyOpaqueKinds(t *testing.T) {
 		[]byte{0xd4, 0x01, 0x02},
 		mpStr("after"),
 	)
-	want := []any{kvindex.OpaqueExtraKey{What: "float"}, kvindex.OpaqueExtraKey{What: "float"},
-		kvindex.OpaqueExtraKey{What: "msgpack type 0xd4"}, "after"}
+	want := []any{event.OpaqueExtraKey{What: "float"}, event.OpaqueExtraKey{What: "float"},
+		event.OpaqueExtraKey{What: "msgpack type 0xd4"}, "after"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %#v, want %#v", got, want)
 	}
@@ -177,8 +178,8 @@ func TestDecodeExtraKeyTaggedMaps(t *testing.T) {
 		mpStr("after"),
 	)
 	want := []any{"sql", "s1", []any{"img", int64(3)}, int64(7),
-		kvindex.OpaqueExtraKey{What: "extra key teleport"}, kvindex.OpaqueExtraKey{What: "extra key map"},
-		kvindex.OpaqueExtraKey{What: "extra key map"}, "after"}
+		event.OpaqueExtraKey{What: "extra key teleport"}, event.OpaqueExtraKey{What: "extra key map"},
+		event.OpaqueExtraKey{What: "extra key map"}, "after"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %#v, want %#v", got, want)
 	}
@@ -192,7 +193,7 @@ func TestDecodeExtraKeyMapNestingLimit(t *testing.T) {
 		inner = mpMap(mpStr("value"), inner, mpStr("type"), mpStr("legacy"))
 	}
 	tuple := append([]byte{0x91}, inner...)
-	got, st := mustDecode(t, batchOf(storedWithTuple(tuple), encodeValue(t, []any{"BlockRemoved", []uint64{6}})), kvindex.EngineVLLM)
+	got, st := mustDecode(t, batchOf(storedWithTuple(tuple), encodeValue(t, []any{"BlockRemoved", []uint64{6}})), blockkeys.EngineVLLM)
 	if st.EventErrors != 0 || st.IgnoredFields != 1 || st.FirstIgnored != "extra_keys" || len(got.Events) != 2 {
 		t.Fatalf("maps nested past the limit: %+v %+v", got.Events, st)
 	}

@@ -5,7 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // llm-d's storage-tier publisher packs each event as msgpack bytes holding
@@ -24,10 +25,10 @@ func TestDecodePackedEvents(t *testing.T) {
 		bin([]byte{}),                  // empty
 		bin(removed(12)),               // packed: kept
 	)
-	got, st := mustDecode(t, p, kvindex.EngineVLLM)
+	got, st := mustDecode(t, p, blockkeys.EngineVLLM)
 	var hashes []uint64
 	for _, ev := range got.Events {
-		if ev.Kind != kvindex.BlockRemoved || len(ev.BlockHashes) != 1 {
+		if ev.Kind != event.BlockRemoved || len(ev.BlockHashes) != 1 {
 			t.Fatalf("event %+v", ev)
 		}
 		hashes = append(hashes, ev.BlockHashes[0])
@@ -51,7 +52,7 @@ func TestDecodeCountsUnknownMedia(t *testing.T) {
 		return encodeValue(t, map[string]any{"type": "BlockStored", "block_hashes": []uint64{6}, "token_ids": []int{1},
 			"block_size": 1, "medium": medium})
 	}
-	got, st := mustDecode(t, batchOf(stored("tape"), stored("GPU"), stored("punch_cards")), kvindex.EngineVLLM)
+	got, st := mustDecode(t, batchOf(stored("tape"), stored("GPU"), stored("punch_cards")), blockkeys.EngineVLLM)
 	if len(got.Events) != 3 || st.UnknownMedia != 2 {
 		t.Fatalf("%d events, unknown media %d; want 3 and 2 (stats %+v)", len(got.Events), st.UnknownMedia, st)
 	}

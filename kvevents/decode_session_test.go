@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // vLLM's GPU BlockStored with session_id (PR #51381), in the map form vLLM
@@ -16,7 +16,7 @@ import (
 // decoded, unknown keys skipped without a count; an overlong or non-string
 // session_id is skipped and counted, never fatal.
 func TestDecodeBlockStoredSessionID(t *testing.T) {
-	long := strings.Repeat("s", kvindex.MaxSessionIDLen+1)
+	long := strings.Repeat("s", event.MaxSessionIDLen+1)
 	p := encodeWith(t, func(e *msgpack.Encoder) error {
 		e.EncodeArrayLen(2)
 		e.EncodeFloat64(1)
@@ -32,15 +32,15 @@ func TestDecodeBlockStoredSessionID(t *testing.T) {
 				"token_ids": []int{11, 12}, "block_size": 2, "session_id": nil},
 		})
 	})
-	got, st := mustDecode(t, p, kvindex.EngineVLLM)
+	got, st := mustDecode(t, p, blockkeys.EngineVLLM)
 	if st.EventErrors != 0 || st.IgnoredFields != 2 || st.FirstIgnored != "session_id" {
 		t.Fatalf("stats %+v", st)
 	}
-	want := []kvindex.Event{
-		{Kind: kvindex.BlockStored, BlockHashes: []uint64{1}, TokenIDs: []uint32{5, 6}, BlockSize: 2, SessionID: "sess-1", Ownership: "tier-2"},
-		{Kind: kvindex.BlockStored, BlockHashes: []uint64{2}, TokenIDs: []uint32{7, 8}, BlockSize: 2},
-		{Kind: kvindex.BlockStored, BlockHashes: []uint64{3}, TokenIDs: []uint32{9, 10}, BlockSize: 2},
-		{Kind: kvindex.BlockStored, BlockHashes: []uint64{4}, TokenIDs: []uint32{11, 12}, BlockSize: 2},
+	want := []event.Event{
+		{Kind: event.BlockStored, BlockHashes: []uint64{1}, TokenIDs: []uint32{5, 6}, BlockSize: 2, SessionID: "sess-1", Ownership: "tier-2"},
+		{Kind: event.BlockStored, BlockHashes: []uint64{2}, TokenIDs: []uint32{7, 8}, BlockSize: 2},
+		{Kind: event.BlockStored, BlockHashes: []uint64{3}, TokenIDs: []uint32{9, 10}, BlockSize: 2},
+		{Kind: event.BlockStored, BlockHashes: []uint64{4}, TokenIDs: []uint32{11, 12}, BlockSize: 2},
 	}
 	if !reflect.DeepEqual(got.Events, want) {
 		t.Fatalf("got\n%+v\nwant\n%+v", got.Events, want)

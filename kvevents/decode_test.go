@@ -9,35 +9,36 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/enginepub"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // sampleBatch exercises every field the encoders write.
-func sampleBatch() *kvindex.Batch {
-	return &kvindex.Batch{
+func sampleBatch() *event.Batch {
+	return &event.Batch{
 		DPRank:    1,
 		Timestamp: 1234.5,
-		Events: []kvindex.Event{
-			{Kind: kvindex.BlockStored, BlockHashes: []uint64{3236607068019569386, 0xfedcba9876543210, 1},
+		Events: []event.Event{
+			{Kind: event.BlockStored, BlockHashes: []uint64{3236607068019569386, 0xfedcba9876543210, 1},
 				ParentHash: 0x8000000000000000, HasParent: true, TokenIDs: []uint32{1, 2, 3, 70000, 1 << 31, 0xffffffff},
-				BlockSize: 2, LoraID: 7, HasLoraID: true, LoraName: "sql-lora", Medium: kvindex.TierCPU,
+				BlockSize: 2, LoraID: 7, HasLoraID: true, LoraName: "sql-lora", Medium: event.TierCPU,
 				ExtraKeys: [][]any{{"sql-lora", int64(5), []byte{0xde, 0xad}, []any{"img-1", int64(3)}, true, nil}, nil, {"salt"}},
-				GroupIdx:  2, GroupKind: kvindex.GroupSlidingWindow, SlidingWindow: 128, Ownership: "pod-b"},
-			{Kind: kvindex.BlockStored, BlockHashes: []uint64{43}, TokenIDs: []uint32{9, 9}, BlockSize: 2, Medium: kvindex.TierExternal,
-				GroupKind: kvindex.GroupFullAttention, Remote: true},
-			{Kind: kvindex.BlockStored, BlockHashes: []uint64{42}, TokenIDs: []uint32{9, 9}, BlockSize: 2, Medium: kvindex.TierGPU},
-			{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{0xfedcba9876543210, 5}, Medium: kvindex.TierDisk, GroupIdx: 1,
+				GroupIdx:  2, GroupKind: event.GroupSlidingWindow, SlidingWindow: 128, Ownership: "pod-b"},
+			{Kind: event.BlockStored, BlockHashes: []uint64{43}, TokenIDs: []uint32{9, 9}, BlockSize: 2, Medium: event.TierExternal,
+				GroupKind: event.GroupFullAttention, Remote: true},
+			{Kind: event.BlockStored, BlockHashes: []uint64{42}, TokenIDs: []uint32{9, 9}, BlockSize: 2, Medium: event.TierGPU},
+			{Kind: event.BlockRemoved, BlockHashes: []uint64{0xfedcba9876543210, 5}, Medium: event.TierDisk, GroupIdx: 1,
 				RemainingCopies: []uint32{1, 0}, HasRemainingCopies: true},
-			{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{6}, Medium: kvindex.TierGPU},
-			{Kind: kvindex.AllBlocksCleared},
+			{Kind: event.BlockRemoved, BlockHashes: []uint64{6}, Medium: event.TierGPU},
+			{Kind: event.AllBlocksCleared},
 		},
 	}
 }
 
-func mustDecode(t *testing.T, payload []byte, engine kvindex.Engine) (*kvindex.Batch, DecodeStats) {
+func mustDecode(t *testing.T, payload []byte, engine blockkeys.Engine) (*event.Batch, DecodeStats) {
 	t.Helper()
-	var b kvindex.Batch
+	var b event.Batch
 	st, err := Decode(payload, engine, &b)
 	if err != nil {
 		t.Fatalf("Decode: %v (payload %x)", err, payload)
@@ -63,7 +64,7 @@ func TestDecodeVLLMRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, st := mustDecode(t, p, kvindex.EngineVLLM)
+			got, st := mustDecode(t, p, blockkeys.EngineVLLM)
 			if st.EventErrors != 0 || !st.HasDPRank {
 				t.Fatalf("stats %+v", st)
 			}
@@ -75,7 +76,7 @@ func TestDecodeVLLMRoundTrip(t *testing.T) {
 	t.Run("two_element_batch", func(t *testing.T) {
 		want := sampleBatch()
 		p, _ := enginepub.EncodeVLLMBatch(want, enginepub.VLLMEncodeOptions{OmitDPRank: true})
-		got, st := mustDecode(t, p, kvindex.EngineVLLM)
+		got, st := mustDecode(t, p, blockkeys.EngineVLLM)
 		want.DPRank = 0
 		if st.HasDPRank || !reflect.DeepEqual(got, want) {
 			t.Fatalf("got %+v (stats %+v)", got, st)
@@ -84,13 +85,13 @@ func TestDecodeVLLMRoundTrip(t *testing.T) {
 }
 
 func TestDecodeSGLangRoundTrip(t *testing.T) {
-	want := &kvindex.Batch{DPRank: 3, Timestamp: 1, Events: []kvindex.Event{
-		{Kind: kvindex.BlockStored, BlockHashes: []uint64{0xffffffffffffffff, 0x8000000000000001, 12},
+	want := &event.Batch{DPRank: 3, Timestamp: 1, Events: []event.Event{
+		{Kind: event.BlockStored, BlockHashes: []uint64{0xffffffffffffffff, 0x8000000000000001, 12},
 			ParentHash: 0xabcdef0123456789, HasParent: true, TokenIDs: []uint32{1, 2, 3, 4, 5, 6}, BlockSize: 2,
-			Medium: kvindex.TierGPU, CacheSalt: "tenant-7"},
-		{Kind: kvindex.BlockStored, BlockHashes: []uint64{13}, TokenIDs: []uint32{7, 8}, BlockSize: 2, LoraID: 3, HasLoraID: true, Medium: kvindex.TierCPU},
-		{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{0x8000000000000001}, Medium: kvindex.TierGPU},
-		{Kind: kvindex.AllBlocksCleared},
+			Medium: event.TierGPU, CacheSalt: "tenant-7"},
+		{Kind: event.BlockStored, BlockHashes: []uint64{13}, TokenIDs: []uint32{7, 8}, BlockSize: 2, LoraID: 3, HasLoraID: true, Medium: event.TierCPU},
+		{Kind: event.BlockRemoved, BlockHashes: []uint64{0x8000000000000001}, Medium: event.TierGPU},
+		{Kind: event.AllBlocksCleared},
 	}}
 	p, err := enginepub.EncodeSGLangBatch(want)
 	if err != nil {
@@ -100,7 +101,7 @@ func TestDecodeSGLangRoundTrip(t *testing.T) {
 	if !bytes.Contains(p, []byte{0xd3, 0x80, 0, 0, 0, 0, 0, 0, 1}) {
 		t.Fatalf("expected a signed int64 hash on the wire: %x", p)
 	}
-	got, _ := mustDecode(t, p, kvindex.EngineSGLang)
+	got, _ := mustDecode(t, p, blockkeys.EngineSGLang)
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("decoded\n%+v\nwant\n%+v", got, want)
 	}
@@ -144,10 +145,10 @@ func TestDecodeHashIntWidths(t *testing.T) {
 		}, 3236607068019569386},
 		{"bytes_short", func(e *msgpack.Encoder) error { return e.EncodeBytes([]byte{1, 2}) }, 0x0102},
 	}
-	for _, engine := range []kvindex.Engine{kvindex.EngineVLLM, kvindex.EngineSGLang} {
+	for _, engine := range []blockkeys.Engine{blockkeys.EngineVLLM, blockkeys.EngineSGLang} {
 		for _, tc := range cases {
 			t.Run(engine.String()+"/"+tc.name, func(t *testing.T) {
-				if engine == kvindex.EngineSGLang && tc.name == "bytes_spec_digest" {
+				if engine == blockkeys.EngineSGLang && tc.name == "bytes_spec_digest" {
 					t.Skip("SGLang reduces bytes to their first 8 bytes; covered below")
 				}
 				p := encodeWith(t, func(e *msgpack.Encoder) error {
@@ -171,7 +172,7 @@ func TestDecodeHashIntWidths(t *testing.T) {
 		}
 	}
 	d, _ := hex.DecodeString("202da172482d928bbc42ab25b0151e2b895f13f41002e27b2ceabcfae6d332ea")
-	if v, _ := normaliseHashBytes(d, kvindex.EngineSGLang); v != 0x202da172482d928b {
+	if v, _ := normaliseHashBytes(d, blockkeys.EngineSGLang); v != 0x202da172482d928b {
 		t.Fatalf("sglang bytes: %#x", v)
 	}
 }
@@ -208,18 +209,18 @@ func TestDecodeFieldVariants(t *testing.T) {
 		e.EncodeNil() // dp rank nil
 		return e.EncodeString("future-field")
 	})
-	got, st := mustDecode(t, p, kvindex.EngineVLLM)
+	got, st := mustDecode(t, p, blockkeys.EngineVLLM)
 	// position 12 (locality) holds a map: skipped and counted
 	if st.EventErrors != 0 || st.HasDPRank || got.Timestamp != 2.5 || st.IgnoredFields != 1 || st.FirstIgnored != "locality" {
 		t.Fatalf("stats %+v ts %v", st, got.Timestamp)
 	}
-	want := []kvindex.Event{
-		{Kind: kvindex.BlockStored, BlockHashes: []uint64{1}, TokenIDs: []uint32{5, 6}, BlockSize: 2},
-		{Kind: kvindex.BlockStored, BlockHashes: []uint64{2}, ParentHash: 1, HasParent: true, TokenIDs: []uint32{7, 8}, BlockSize: 2,
-			Medium: kvindex.TierCPU, GroupKind: kvindex.GroupSlidingWindow, SlidingWindow: 4096, Ownership: "session"},
-		{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{3, 4}, Medium: kvindex.TierExternal, GroupIdx: 3, GroupKind: kvindex.GroupFullAttention},
-		{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{9}, Medium: kvindex.TierDisk, GroupIdx: 1, Ownership: "ownership"},
-		{Kind: kvindex.AllBlocksCleared},
+	want := []event.Event{
+		{Kind: event.BlockStored, BlockHashes: []uint64{1}, TokenIDs: []uint32{5, 6}, BlockSize: 2},
+		{Kind: event.BlockStored, BlockHashes: []uint64{2}, ParentHash: 1, HasParent: true, TokenIDs: []uint32{7, 8}, BlockSize: 2,
+			Medium: event.TierCPU, GroupKind: event.GroupSlidingWindow, SlidingWindow: 4096, Ownership: "session"},
+		{Kind: event.BlockRemoved, BlockHashes: []uint64{3, 4}, Medium: event.TierExternal, GroupIdx: 3, GroupKind: event.GroupFullAttention},
+		{Kind: event.BlockRemoved, BlockHashes: []uint64{9}, Medium: event.TierDisk, GroupIdx: 1, Ownership: "ownership"},
+		{Kind: event.AllBlocksCleared},
 	}
 	if !reflect.DeepEqual(got.Events, want) {
 		t.Fatalf("got\n%+v\nwant\n%+v", got.Events, want)
@@ -248,7 +249,7 @@ func TestDecodeMalformedEventDropsOnlyThatEvent(t *testing.T) {
 				e.Encode([]any{"BlockRemoved", []uint64{11}})
 				return e.EncodeInt(2)
 			})
-			got, st := mustDecode(t, p, kvindex.EngineVLLM)
+			got, st := mustDecode(t, p, blockkeys.EngineVLLM)
 			if st.EventErrors != 1 || st.FirstEventError == nil {
 				t.Fatalf("stats %+v", st)
 			}
@@ -267,41 +268,41 @@ func TestDecodeMalformedEventDropsOnlyThatEvent(t *testing.T) {
 // event is kept, the field skipped and counted, and what hashing needed is
 // marked so the applier indexes the block under the engine's hash.
 func TestDecodeOptionalFieldsNeverDropBlocks(t *testing.T) {
-	opaque := func(what string) [][]any { return [][]any{{kvindex.OpaqueExtraKey{What: what}}} }
+	opaque := func(what string) [][]any { return [][]any{{event.OpaqueExtraKey{What: what}}} }
 	for _, tc := range []struct {
 		name    string
 		ev      any
 		ignored string
-		check   func(ev kvindex.Event) bool
+		check   func(ev event.Event) bool
 	}{
 		{"negative_token", []any{"BlockStored", []uint64{1}, nil, []int{1, -2}, 2}, "token_ids",
-			func(ev kvindex.Event) bool { return ev.TokenIDs == nil && ev.BlockSize == 2 }},
+			func(ev event.Event) bool { return ev.TokenIDs == nil && ev.BlockSize == 2 }},
 		{"token_too_big", []any{"BlockStored", []uint64{1}, nil, []uint64{1 << 32}, 1}, "token_ids",
-			func(ev kvindex.Event) bool { return ev.TokenIDs == nil }},
+			func(ev event.Event) bool { return ev.TokenIDs == nil }},
 		{"medium_int", []any{"BlockRemoved", []uint64{1}, 5}, "medium",
-			func(ev kvindex.Event) bool { return ev.Medium == kvindex.TierExternal }},
+			func(ev event.Event) bool { return ev.Medium == event.TierExternal }},
 		{"group_negative", []any{"BlockRemoved", []uint64{1}, nil, -1}, "group_idx",
-			func(ev kvindex.Event) bool { return ev.GroupIdx == 0 }},
+			func(ev event.Event) bool { return ev.GroupIdx == 0 }},
 		{"lora_id_str", []any{"BlockStored", []uint64{1}, nil, []int{1}, 1, "x"}, "lora_id",
-			func(ev kvindex.Event) bool { return !ev.HasLoraID }},
+			func(ev event.Event) bool { return !ev.HasLoraID }},
 		{"block_size_neg", []any{"BlockStored", []uint64{1}, nil, []int{1}, -16}, "block_size",
-			func(ev kvindex.Event) bool { return ev.BlockSize == 0 }},
+			func(ev event.Event) bool { return ev.BlockSize == 0 }},
 		{"lora_name_int", []any{"BlockStored", []uint64{1}, nil, []int{1}, 1, nil, nil, 7}, "lora_name",
-			func(ev kvindex.Event) bool { return reflect.DeepEqual(ev.ExtraKeys, opaque("extra_keys")) }},
+			func(ev event.Event) bool { return reflect.DeepEqual(ev.ExtraKeys, opaque("extra_keys")) }},
 		{"extra_keys_str", []any{"BlockStored", []uint64{1}, nil, []int{1}, 1, nil, nil, nil, "x"}, "extra_keys",
-			func(ev kvindex.Event) bool { return reflect.DeepEqual(ev.ExtraKeys, opaque("extra_keys")) }},
+			func(ev event.Event) bool { return reflect.DeepEqual(ev.ExtraKeys, opaque("extra_keys")) }},
 		{"deep_extra_keys", []any{"BlockStored", []uint64{1}, nil, []int{1}, 1, nil, nil, nil, []any{deepList(40)}}, "extra_keys",
-			func(ev kvindex.Event) bool { return reflect.DeepEqual(ev.ExtraKeys, opaque("extra_keys")) }},
+			func(ev event.Event) bool { return reflect.DeepEqual(ev.ExtraKeys, opaque("extra_keys")) }},
 		{"extra_keys_float", []any{"BlockStored", []uint64{1}, nil, []int{1}, 1, nil, nil, nil, []any{[]any{1.5}}}, "",
-			func(ev kvindex.Event) bool { return reflect.DeepEqual(ev.ExtraKeys, opaque("float")) }},
+			func(ev event.Event) bool { return reflect.DeepEqual(ev.ExtraKeys, opaque("float")) }},
 		{"extra_keys_flat", []any{"BlockStored", []uint64{1}, nil, []int{1}, 1, nil, nil, nil, []any{"x"}}, "",
-			func(ev kvindex.Event) bool { return reflect.DeepEqual(ev.ExtraKeys, opaque("extra_keys entry")) }},
+			func(ev event.Event) bool { return reflect.DeepEqual(ev.ExtraKeys, opaque("extra_keys entry")) }},
 		{"sglang_extra_keys", []any{"BlockStored", []int64{1}, nil, []int{1}, 1, nil, "GPU", []any{[]any{"salt-1"}}}, "",
-			func(ev kvindex.Event) bool { return reflect.DeepEqual(ev.ExtraKeys, [][]any{{"salt-1"}}) }},
+			func(ev event.Event) bool { return reflect.DeepEqual(ev.ExtraKeys, [][]any{{"salt-1"}}) }},
 		{"copies_str", map[string]any{"type": "BlockRemoved", "block_hashes": []uint64{1}, "remaining_copy_counts": "x"}, "remaining_copy_counts",
-			func(ev kvindex.Event) bool { return !ev.HasRemainingCopies }},
+			func(ev event.Event) bool { return !ev.HasRemainingCopies }},
 		{"spec_kind_int", map[string]any{"type": "BlockStored", "block_hashes": []uint64{1}, "kv_cache_spec_kind": 3}, "kv_cache_spec_kind",
-			func(ev kvindex.Event) bool { return ev.GroupKind == kvindex.GroupKindUnknown }},
+			func(ev event.Event) bool { return ev.GroupKind == event.GroupKindUnknown }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := encodeWith(t, func(e *msgpack.Encoder) error {
@@ -311,7 +312,7 @@ func TestDecodeOptionalFieldsNeverDropBlocks(t *testing.T) {
 				e.Encode(tc.ev)
 				return e.EncodeInt(0)
 			})
-			got, st := mustDecode(t, p, kvindex.EngineVLLM)
+			got, st := mustDecode(t, p, blockkeys.EngineVLLM)
 			if st.EventErrors != 0 || len(got.Events) != 1 || got.Events[0].BlockHashes[0] != 1 {
 				t.Fatalf("stats %+v events %+v", st, got.Events)
 			}
@@ -350,8 +351,8 @@ func TestDecodeMalformedBatch(t *testing.T) {
 	}
 	for name, p := range cases {
 		t.Run(name, func(t *testing.T) {
-			var b kvindex.Batch
-			_, err := Decode(p, kvindex.EngineVLLM, &b)
+			var b event.Batch
+			_, err := Decode(p, blockkeys.EngineVLLM, &b)
 			var be *BatchError
 			if !errors.As(err, &be) {
 				t.Fatalf("want BatchError, got %v", err)
@@ -365,8 +366,8 @@ func TestDecodeEveryTruncation(t *testing.T) {
 	for _, form := range []enginepub.VLLMEncodeOptions{{}, {MapForm: true, BytesHashes: true}} {
 		p, _ := enginepub.EncodeVLLMBatch(sampleBatch(), form)
 		for i := 0; i < len(p); i++ {
-			var b kvindex.Batch
-			if _, err := Decode(p[:i], kvindex.EngineVLLM, &b); err == nil {
+			var b event.Batch
+			if _, err := Decode(p[:i], blockkeys.EngineVLLM, &b); err == nil {
 				t.Fatalf("prefix %d of %d decoded without error", i, len(p))
 			}
 		}
@@ -381,9 +382,9 @@ func FuzzDecode(f *testing.F) {
 	p, _ := enginepub.EncodeSGLangBatch(sampleBatch())
 	f.Add(p)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var b kvindex.Batch
-		_, _ = Decode(data, kvindex.EngineVLLM, &b)
-		_, _ = Decode(data, kvindex.EngineSGLang, &b)
+		var b event.Batch
+		_, _ = Decode(data, blockkeys.EngineVLLM, &b)
+		_, _ = Decode(data, blockkeys.EngineSGLang, &b)
 		// the snapshot replies are msgpack from the engine too
 		_, _ = decodeSnapshotHeader(data)
 		_, _ = decodeSnapshotChunk(data, nil, 1<<10)

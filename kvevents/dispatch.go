@@ -10,9 +10,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // errStopped is returned by dispatcher.queue once shutdown has begun.
@@ -30,7 +29,7 @@ var errStopped = errors.New("kvevents: subscriber stopped")
 // before shutdown) still reaches the index, while a write hung on a dead
 // backend is cancelled instead of holding the daemon.
 type dispatcher struct {
-	sink   kvindex.BatchSink
+	sink   event.Sink
 	queues []*workQueue
 	// busy[w] is when worker w began the item it is applying (UnixNano; 0
 	// = idle): how long the apply path has been stuck (stall.go).
@@ -55,7 +54,7 @@ type dispatcher struct {
 	lost        atomic.Int64 // batches dropped at shutdown, for the log
 }
 
-func newDispatcher(sink kvindex.BatchSink, workers, queueSize int, queueBytes int64, m *Metrics, log *slog.Logger) *dispatcher {
+func newDispatcher(sink event.Sink, workers, queueSize int, queueBytes int64, m *Metrics, log *slog.Logger) *dispatcher {
 	d := &dispatcher{sink: sink, queues: make([]*workQueue, workers), busy: make([]atomic.Int64, workers),
 		dropped: m.ShutdownDropped, log: log, draining: make(chan struct{}), budget: byteBudget{limit: queueBytes},
 		share: newPodShare(queueSize, queueBytes)}
@@ -69,7 +68,7 @@ func newDispatcher(sink kvindex.BatchSink, workers, queueSize int, queueBytes in
 // forget a pod (its state in the sink), which must run in order behind the
 // pod's batches and so travels the same queue.
 type queued struct {
-	batch *kvindex.Batch
+	batch *event.Batch
 	// forget, when set, names the pod to forget; batch is nil then.
 	forget *streamKey
 	// owner is the stream's share the batch holds (nil for the
@@ -89,7 +88,7 @@ func (d *dispatcher) workerFor(k streamKey) int {
 
 // tryQueue queues b for worker w without blocking; false means the queue is
 // full (or shutdown has begun) and b was not queued.
-func (d *dispatcher) tryQueue(w int, b *kvindex.Batch, owner *podQueue) bool {
+func (d *dispatcher) tryQueue(w int, b *event.Batch, owner *podQueue) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.stopped {
@@ -113,7 +112,7 @@ func (d *dispatcher) tryQueue(w int, b *kvindex.Batch, owner *podQueue) bool {
 // queue queues b for worker w, waiting for room until ctx ends. It is for
 // the subscriber's own small batches (clears): they are counted in the
 // budget but never refused by it.
-func (d *dispatcher) queue(ctx context.Context, w int, b *kvindex.Batch) error {
+func (d *dispatcher) queue(ctx context.Context, w int, b *event.Batch) error {
 	size := batchBytes(b)
 	d.budget.used.Add(size)
 	if err := d.send(ctx, w, queued{batch: b, size: size}); err != nil {
@@ -230,7 +229,7 @@ func (b *byteBudget) take(n int64) bool {
 func (b *byteBudget) give(n int64) { b.used.Add(-n) }
 
 // batchBytes estimates the memory a decoded batch holds.
-func batchBytes(b *kvindex.Batch) int64 {
+func batchBytes(b *event.Batch) int64 {
 	n := int64(unsafe.Sizeof(*b)) + int64(len(b.Pod)+len(b.Model))
 	for i := range b.Events {
 		ev := &b.Events[i]

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // holdSink blocks its first Apply until release is closed or, when release
@@ -24,7 +24,7 @@ type holdSink struct {
 // ForgetPod: the dispatcher tests queue no forget orders.
 func (h *holdSink) ForgetPod(context.Context, string, int) {}
 
-func (h *holdSink) Apply(ctx context.Context, b *kvindex.Batch) {
+func (h *holdSink) Apply(ctx context.Context, b *event.Batch) {
 	h.mu.Lock()
 	first := len(h.seqs) == 0
 	h.mu.Unlock()

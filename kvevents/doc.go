@@ -1,7 +1,7 @@
-// Package kvevents subscribes to the KV-cache events of vLLM and SGLang
-// engines over ZeroMQ, decodes them into engine-neutral kvindex.Batch values
-// and hands them to a kvindex.BatchSink, in order per (pod, data-parallel
-// rank).
+// Package kvevents subscribes to the KV-cache events of vLLM, SGLang and
+// TensorRT-LLM engines over ZeroMQ, decodes them into engine-neutral
+// event.Batch values and hands them to an event.Sink, in order per
+// (pod, data-parallel rank).
 //
 // # Topologies
 //
@@ -42,7 +42,7 @@
 // parent_block_hash are required.
 //
 // An SGLang snapshot is the cache's state at its barrier: kvindex replaces
-// what the index holds for the pod with it (kvindex.BlockSnapshot), which
+// what the index holds for the pod with it (event.BlockSnapshot), which
 // repairs lost removals. Its records carry SGLang hashes without token ids,
 // so only blocks whose BlockStored was seen (the hash -> key alias) are
 // indexed; the others are counted unkeyed. The records name no medium: they
@@ -93,6 +93,8 @@
 // One role per file, so a change to one concern stays in one place:
 //
 //	subscriber.go  Subscriber, Config, NewSubscriber, Run/Close and the shutdown order
+//	options.go     Config's tunables: their defaults, ranges and help (Options),
+//	               DefaultConfig, ValidateConfig, the one reading of a zero field
 //	endpoint.go    the sockets: bind socket, connect endpoints (Add/RemoveEndpoint),
 //	               reconnect with backoff, the receive loop
 //	message.go     one message -> one batch: frame checks, topic, decode counters

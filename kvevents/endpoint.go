@@ -12,8 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvevents/zmtp"
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // EndpointConfig is one engine endpoint the subscriber connects to
@@ -22,7 +23,7 @@ type EndpointConfig struct {
 	Address string // e.g. tcp://10.0.0.7:5557
 	// Pod and Model, when set, override what the topic says.
 	Pod, Model string
-	Engine     kvindex.Engine
+	Engine     blockkeys.Engine
 	// ReplayAddress is the engine's replay_endpoint (ROUTER, tcp:// or
 	// ipc://); when set, a sequence gap is repaired by asking it for the
 	// missed batches.
@@ -37,7 +38,7 @@ type EndpointConfig struct {
 type EndpointStatus struct {
 	Address         string
 	Pod, Model      string
-	Engine          kvindex.Engine
+	Engine          blockkeys.Engine
 	ReplayAddress   string
 	SnapshotAddress string
 	Connected       bool // connect topology: a publisher is attached; bind: listening
@@ -49,7 +50,7 @@ type source struct {
 	addr      string
 	pod       string
 	model     string
-	engine    kvindex.Engine
+	engine    blockkeys.Engine
 	replay    string
 	snapshot  string
 	bound     bool
@@ -164,8 +165,8 @@ func (s *Subscriber) RemoveEndpoint(address string) error {
 	}
 	for _, st := range gone {
 		ss := st.currentStats()
-		b := &kvindex.Batch{Pod: st.key.pod, DPRank: st.key.rank, Model: ss.Model, Engine: ss.Engine,
-			Seq: ss.LastSeq, Events: []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}}
+		b := &event.Batch{Pod: st.key.pod, DPRank: st.key.rank, Model: ss.Model, Engine: ss.Engine,
+			Seq: ss.LastSeq, Events: []event.Event{{Kind: event.AllBlocksCleared}}}
 		if err := s.work.queue(runCtx, st.worker, b); err != nil {
 			return err
 		}

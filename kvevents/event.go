@@ -6,7 +6,8 @@ import (
 	"math"
 	"strings"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // evState is what decoding one event learns besides the event itself.
@@ -18,7 +19,7 @@ type evState struct {
 	// be interpreted; ignoredName names the first.
 	ignored     int
 	ignoredName string
-	// unknownMedium: medium was a string missing from kvindex.MediumTiers.
+	// unknownMedium: medium was a string missing from event.MediumTiers.
 	unknownMedium bool
 }
 
@@ -36,7 +37,7 @@ func (s *evState) ignore(name string) {
 // Only what makes the event meaningless is an error: its structure, its tag,
 // block_hashes and parent_block_hash. An optional field whose value cannot
 // be interpreted is skipped and counted (evState), and the blocks are kept.
-func decodeEvent(r *reader, engine kvindex.Engine, ev *kvindex.Event, es *evState) (string, error) {
+func decodeEvent(r *reader, engine blockkeys.Engine, ev *event.Event, es *evState) (string, error) {
 	c, err := r.peek()
 	if err != nil {
 		return "", err
@@ -57,11 +58,11 @@ func decodeEvent(r *reader, engine kvindex.Engine, ev *kvindex.Event, es *evStat
 		ev.Kind = kindOf(tag)
 		var fields []field
 		switch ev.Kind {
-		case kvindex.BlockStored:
+		case event.BlockStored:
 			fields = storedFields[:]
-		case kvindex.BlockRemoved:
+		case event.BlockRemoved:
 			fields = removedFields[:]
-		case kvindex.AllBlocksCleared:
+		case event.AllBlocksCleared:
 		default:
 			return string(tag), errUnknownEvent
 		}
@@ -107,16 +108,16 @@ func decodeEvent(r *reader, engine kvindex.Engine, ev *kvindex.Event, es *evStat
 	default:
 		return "", &typeError{"event array or map", c}
 	}
-	if es.extrasUnknown && ev.Kind == kvindex.BlockStored {
+	if es.extrasUnknown && ev.Kind == event.BlockStored {
 		ev.ExtraKeys = make([][]any, len(ev.BlockHashes))
 		for i := range ev.ExtraKeys {
-			ev.ExtraKeys[i] = []any{kvindex.OpaqueExtraKey{What: "extra_keys"}}
+			ev.ExtraKeys[i] = []any{event.OpaqueExtraKey{What: "extra_keys"}}
 		}
 	}
 	return "", nil
 }
 
-// errSessionIDTooLong: a session id beyond kvindex.MaxSessionIDLen is
+// errSessionIDTooLong: a session id beyond event.MaxSessionIDLen is
 // skipped (and counted), so a publisher cannot make the applier hold
 // arbitrarily long strings.
 var errSessionIDTooLong = errors.New("session_id too long")
@@ -135,7 +136,7 @@ func optional(r *reader, es *evState, name string, fn func() error) error {
 	return nil
 }
 
-func decodeField(r *reader, engine kvindex.Engine, ev *kvindex.Event, f field, es *evState) error {
+func decodeField(r *reader, engine blockkeys.Engine, ev *event.Event, f field, es *evState) error {
 	var err error
 	switch f {
 	case fHashes:
@@ -179,7 +180,7 @@ func decodeField(r *reader, engine kvindex.Engine, ev *kvindex.Event, f field, e
 		before := es.ignored
 		err := optional(r, es, "medium", func() error {
 			if r.nextNil() {
-				ev.Medium = kvindex.TierGPU
+				ev.Medium = event.TierGPU
 				return nil
 			}
 			s, err := r.strOrBin()
@@ -193,7 +194,7 @@ func decodeField(r *reader, engine kvindex.Engine, ev *kvindex.Event, f field, e
 		})
 		if es.ignored > before {
 			// Unreadable: not the pod's GPU cache for sure, so not GPU.
-			ev.Medium = kvindex.TierExternal
+			ev.Medium = event.TierExternal
 		}
 		return err
 	case fLoraNameOrSalt:
@@ -227,7 +228,7 @@ func decodeField(r *reader, engine kvindex.Engine, ev *kvindex.Event, f field, e
 				return nil
 			}
 			s, err := r.strOrBin()
-			ev.GroupKind = kvindex.ParseGroupKind(string(s))
+			ev.GroupKind = event.ParseGroupKind(string(s))
 			return err
 		})
 	case fSlidingWindow:
@@ -263,7 +264,7 @@ func decodeField(r *reader, engine kvindex.Engine, ev *kvindex.Event, f field, e
 			if err != nil {
 				return err
 			}
-			if len(s) > kvindex.MaxSessionIDLen {
+			if len(s) > event.MaxSessionIDLen {
 				return errSessionIDTooLong
 			}
 			ev.SessionID = string(s)
@@ -327,7 +328,7 @@ func isRemote(s []byte) bool {
 }
 
 // decodeCopies reads remaining_copy_counts: nil or a list of counts.
-func decodeCopies(r *reader, ev *kvindex.Event) error {
+func decodeCopies(r *reader, ev *event.Event) error {
 	if r.nextNil() {
 		return nil
 	}
@@ -351,14 +352,14 @@ func decodeCopies(r *reader, ev *kvindex.Event) error {
 }
 
 // parseTier avoids the allocation of string(s) for the common media.
-func parseTier(s []byte) (kvindex.Tier, bool) {
+func parseTier(s []byte) (event.Tier, bool) {
 	switch string(s) {
 	case "GPU", "gpu":
-		return kvindex.TierGPU, true
+		return event.TierGPU, true
 	case "CPU", "cpu", "CPU_PINNED":
-		return kvindex.TierCPU, true
+		return event.TierCPU, true
 	}
-	return kvindex.LookupTier(string(s))
+	return event.LookupTier(string(s))
 }
 
 // decodeLoraNameOrSalt handles array position 7 of BlockStored: vLLM puts
@@ -366,7 +367,7 @@ func parseTier(s []byte) (kvindex.Tier, bool) {
 // (its BlockStoredWithMetadata) or, in a proposed extension, extra_keys (a
 // list: its only field after medium). A value that is none of these leaves
 // the blocks unhashable: lora_name is part of vLLM's hash input.
-func decodeLoraNameOrSalt(r *reader, ev *kvindex.Event, es *evState) error {
+func decodeLoraNameOrSalt(r *reader, ev *event.Event, es *evState) error {
 	if r.nextNil() {
 		return nil
 	}
@@ -375,7 +376,7 @@ func decodeLoraNameOrSalt(r *reader, ev *kvindex.Event, es *evState) error {
 		return err
 	}
 	if isArrayCode(c) {
-		return decodeField(r, kvindex.EngineSGLang, ev, fExtraKeys, es)
+		return decodeField(r, blockkeys.EngineSGLang, ev, fExtraKeys, es)
 	}
 	if isMapCode(c) {
 		before := es.ignored

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // decodeExtraKeys reads extra_keys: nil or one entry per block, each nil or
@@ -34,7 +34,7 @@ func decodeExtraKeys(r *reader) ([][]any, error) {
 			if err := r.skip(); err != nil {
 				return nil, err
 			}
-			out[i] = []any{kvindex.OpaqueExtraKey{What: "extra_keys entry"}}
+			out[i] = []any{event.OpaqueExtraKey{What: "extra_keys entry"}}
 			continue
 		}
 		v, err := decodeExtraValue(r, 0)
@@ -85,7 +85,7 @@ func decodeExtraValue(r *reader, depth int) (any, error) {
 		if err == nil && c == 0xcf && !neg && v > math.MaxInt64 {
 			// Python ints are unbounded; one above int64 is hashable by
 			// vLLM but not reproduced here.
-			return kvindex.OpaqueExtraKey{What: "uint64"}, nil
+			return event.OpaqueExtraKey{What: "uint64"}, nil
 		}
 		return int64(v), err
 	case isArrayCode(c):
@@ -107,7 +107,7 @@ func decodeExtraValue(r *reader, depth int) (any, error) {
 	if c != 0xca && c != 0xcb {
 		what = fmt.Sprintf("msgpack type 0x%02x", c)
 	}
-	return kvindex.OpaqueExtraKey{What: what}, r.skip()
+	return event.OpaqueExtraKey{What: what}, r.skip()
 }
 
 // decodeTaggedKey reads a typed extra key {"type": tag, field: value, ...}
@@ -172,5 +172,5 @@ func decodeTaggedKey(r *reader, depth int) (any, error) {
 	if tag == "" {
 		tag = "map"
 	}
-	return kvindex.OpaqueExtraKey{What: "extra key " + tag}, nil
+	return event.OpaqueExtraKey{What: "extra key " + tag}, nil
 }

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/blockkeys"
 )
 
 // Block hashes and token ids as the engines send them.
 
-func decodeHashes(r *reader, engine kvindex.Engine) ([]uint64, error) {
+func decodeHashes(r *reader, engine blockkeys.Engine) ([]uint64, error) {
 	if r.nextNil() {
 		return nil, nil
 	}
@@ -42,7 +42,7 @@ func decodeHashes(r *reader, engine kvindex.Engine) ([]uint64, error) {
 //     values alike.
 //   - bytes (vLLM with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0: 16, 32 or 64
 //     byte digests): see normaliseHashBytes.
-func decodeHash(r *reader, engine kvindex.Engine) (uint64, error) {
+func decodeHash(r *reader, engine blockkeys.Engine) (uint64, error) {
 	c, err := r.peek()
 	if err != nil {
 		return 0, err
@@ -63,9 +63,9 @@ func decodeHash(r *reader, engine kvindex.Engine) (uint64, error) {
 
 // normaliseHashBytes reduces a digest to the 64 bits that engine would have
 // sent as an integer: vLLM's int form is the LAST 8 bytes big-endian, SGLang's
-// the FIRST 8 bytes (kvindex.EngineInfo.HeadKey). Shorter values are read as
+// the FIRST 8 bytes (blockkeys.EngineInfo.HeadKey). Shorter values are read as
 // one big-endian integer.
-func normaliseHashBytes(b []byte, engine kvindex.Engine) (uint64, error) {
+func normaliseHashBytes(b []byte, engine blockkeys.Engine) (uint64, error) {
 	if len(b) == 0 {
 		return 0, errors.New("empty hash bytes")
 	}

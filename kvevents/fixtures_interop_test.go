@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/applier"
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/e2e"
 	"github.com/kvindex/kvindex/internal/logtest"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -61,7 +64,7 @@ func loadFixtures(t *testing.T) fixtureManifest {
 
 // applySink applies batches and lets the test wait for a number of them.
 type applySink struct {
-	a  *kvindex.Applier
+	a  *applier.Applier
 	mu sync.Mutex
 	n  int
 	ch chan struct{}
@@ -71,7 +74,7 @@ func (s *applySink) ForgetPod(ctx context.Context, pod string, dpRank int) {
 	s.a.ForgetPod(ctx, pod, dpRank)
 }
 
-func (s *applySink) Apply(ctx context.Context, b *kvindex.Batch) {
+func (s *applySink) Apply(ctx context.Context, b *event.Batch) {
 	s.a.Apply(ctx, b)
 	s.mu.Lock()
 	s.n++
@@ -109,12 +112,12 @@ type fixtureEnv struct {
 
 func newFixtureEnv(t *testing.T) *fixtureEnv {
 	t.Helper()
-	hs, err := kvindex.NewHasherSet(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256CBOR, Seed: "0", BlockSize: 4}, nil)
+	hs, err := blockkeys.NewHasherSet(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256CBOR, Seed: "0", BlockSize: 4}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &fixtureEnv{idx: kvindex.NewMemoryIndex(kvindex.MemoryConfig{}), in: kvindex.NewInterner()}
-	a, err := kvindex.NewApplier(kvindex.ApplierConfig{Index: e.idx, Interner: e.in, Hashers: hs})
+	a, err := applier.New(applier.Config{Index: e.idx, Interner: e.in, Hashers: hs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,20 +127,20 @@ func newFixtureEnv(t *testing.T) *fixtureEnv {
 
 type holderVisitor struct{ got []kvindex.Holder }
 
-func (v *holderVisitor) Visit(_ int, _ kvindex.Key, hs []kvindex.Holder) bool {
+func (v *holderVisitor) Visit(_ int, _ blockkeys.Key, hs []kvindex.Holder) bool {
 	v.got = append(v.got[:0], hs...)
 	return false
 }
 
 // holds reports whether pod holds key on tier.
-func (e *fixtureEnv) holds(t *testing.T, model string, pod kvindex.PodID, tier kvindex.Tier, key uint64) bool {
+func (e *fixtureEnv) holds(t *testing.T, model string, pod kvindex.PodID, tier event.Tier, key uint64) bool {
 	t.Helper()
 	m, ok := e.in.LookupModel(model)
 	if !ok {
 		t.Fatalf("model %q never seen", model)
 	}
 	var v holderVisitor
-	if err := e.idx.Lookup(context.Background(), m, []kvindex.Key{kvindex.Key(key)}, &v); err != nil {
+	if err := e.idx.Lookup(context.Background(), m, []blockkeys.Key{blockkeys.Key(key)}, &v); err != nil {
 		t.Fatal(err)
 	}
 	for _, h := range v.got {
@@ -152,11 +155,11 @@ func TestInteropFixturesIndexExactly(t *testing.T) {
 	requireInterop(t)
 	man := loadFixtures(t)
 	env := newFixtureEnv(t)
-	s := startSub(t, Config{Bind: "tcp://127.0.0.1:0", BindEngine: kvindex.EngineVLLM}, env.sink, nil)
+	s := startSub(t, Config{Bind: "tcp://127.0.0.1:0", BindEngine: blockkeys.EngineVLLM}, env.sink, nil)
 	// SGLang fixtures arrive on their own endpoint: the engine kind is per
 	// socket (it decides how byte hashes reduce), as in a real deployment.
 	sgAddr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
-	if err := s.AddEndpoint(EndpointConfig{Address: sgAddr, Engine: kvindex.EngineSGLang}); err != nil {
+	if err := s.AddEndpoint(EndpointConfig{Address: sgAddr, Engine: blockkeys.EngineSGLang}); err != nil {
 		t.Fatal(err)
 	}
 	vpy := startPy(t, "--endpoint", s.BindAddr(), "--mode", "connect")
@@ -179,7 +182,7 @@ func TestInteropFixturesIndexExactly(t *testing.T) {
 	spy.Close()
 	env.sink.wait(t, len(man.Fixtures))
 
-	pods := map[string]kvindex.PodStats{}
+	pods := map[string]applier.PodStats{}
 	for _, p := range env.sink.a.PodStats() {
 		pods[p.Pod] = p
 	}
@@ -207,7 +210,7 @@ func TestInteropFixturesIndexExactly(t *testing.T) {
 				if w.Pod != "" && w.Pod != string(pod) {
 					t.Fatalf("expectation for pod %q in fixture of %q", w.Pod, pod)
 				}
-				tier, ok := kvindex.TierByName(w.Tier)
+				tier, ok := event.TierByName(w.Tier)
 				if !ok {
 					t.Fatalf("tier %q", w.Tier)
 				}
@@ -289,7 +292,7 @@ func TestInteropSGLangSnapshotResync(t *testing.T) {
 	m := NewMetrics(nil)
 	addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
 	snap := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
-	s := startSub(t, Config{Endpoints: []EndpointConfig{{Address: addr, SnapshotAddress: snap, Engine: kvindex.EngineSGLang}}}, env.sink, m)
+	s := startSub(t, Config{Endpoints: []EndpointConfig{{Address: addr, SnapshotAddress: snap, Engine: blockkeys.EngineSGLang}}}, env.sink, m)
 	py := startPy(t, "--endpoint", addr, "--mode", "bind", "--snapshot-endpoint", snap, "--epoch", "e1")
 	const topic = "kv@pod-snap@m\x00sgl-kv-epoch=e1"
 	toks := func(from int) []int { return []int{from, from + 1, from + 2, from + 3} }
@@ -318,7 +321,7 @@ func TestInteropSGLangSnapshotResync(t *testing.T) {
 		key  uint64
 		want bool
 	}{{"A", a, true}, {"B", b, false}, {"C", c, true}, {"D", d, true}, {"E", e, true}} {
-		if got := env.holds(t, "m", id, kvindex.TierGPU, k.key); got != k.want {
+		if got := env.holds(t, "m", id, event.TierGPU, k.key); got != k.want {
 			t.Errorf("block %s held = %v, want %v", k.name, got, k.want)
 		}
 	}
@@ -336,13 +339,13 @@ func TestInteropSGLangSnapshotResync(t *testing.T) {
 
 // sglangKeys are SGLang's page hashes (block size 4) of tokens, as the
 // request path computes them for SGLang pods.
-func sglangKeys(t *testing.T, tokens []uint32) []kvindex.Key {
+func sglangKeys(t *testing.T, tokens []uint32) []blockkeys.Key {
 	t.Helper()
-	hs, err := kvindex.NewHasherSet(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256CBOR, Seed: "0", BlockSize: 4}, nil)
+	hs, err := blockkeys.NewHasherSet(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256CBOR, Seed: "0", BlockSize: 4}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return hs.ForEngine("m", kvindex.EngineSGLang).Keys(nil, tokens, kvindex.RequestExtras{})
+	return hs.ForEngine("m", blockkeys.EngineSGLang).Keys(nil, tokens, blockkeys.RequestExtras{})
 }
 
 // Issue 25: a daemon that joins an SGLang engine after its replay window.
@@ -399,7 +402,7 @@ func TestInteropSGLangLateJoinSnapshot(t *testing.T) {
 			py.WaitReady(testTimeout)
 
 			cfg := Config{Endpoints: []EndpointConfig{{Address: addr, Pod: "pod-s", Model: tc.model,
-				ReplayAddress: replay, SnapshotAddress: snap, Engine: kvindex.EngineSGLang}},
+				ReplayAddress: replay, SnapshotAddress: snap, Engine: blockkeys.EngineSGLang}},
 				ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond}
 			lb := &logtest.Buffer{}
 			s, err := NewSubscriber(cfg, env.sink, m, lb.Logger())
@@ -487,7 +490,7 @@ func TestInteropTRTLLM(t *testing.T) {
 	py.SendJSON(obj{"echo": "ready"})
 	py.WaitReady(testTimeout)
 	s := startSub(t, Config{AllTopics: true, Endpoints: []EndpointConfig{{Address: addr, Pod: "pod-t", Model: "m",
-		ReplayAddress: replay, Engine: kvindex.EngineTRTLLM}}}, env.sink, m)
+		ReplayAddress: replay, Engine: blockkeys.EngineTRTLLM}}}, env.sink, m)
 	py.SendJSON(obj{"wait_subscriber": true})
 	for deadline := time.Now().Add(testTimeout); metricValue(m.CatchUps.WithLabelValues("ok")) < 1; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -505,18 +508,18 @@ func TestInteropTRTLLM(t *testing.T) {
 	py.Close()
 
 	st := s.Streams()[0]
-	if !st.Complete || st.SeqGaps != 1 || st.ReplayedBatches != 1 || st.LastSeq != 4 || st.Engine != kvindex.EngineTRTLLM {
+	if !st.Complete || st.SeqGaps != 1 || st.ReplayedBatches != 1 || st.LastSeq != 4 || st.Engine != blockkeys.EngineTRTLLM {
 		t.Fatalf("stream %+v", st)
 	}
 	p := env.sink.a.PodStats()[0]
-	if p.ParityMatches != 6 || p.ParityMismatches != 2 || p.Engine != kvindex.EngineTRTLLM {
+	if p.ParityMatches != 6 || p.ParityMismatches != 2 || p.Engine != blockkeys.EngineTRTLLM {
 		t.Fatalf("pod %+v", p)
 	}
-	hs, err := kvindex.NewHasherSet(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256CBOR, Seed: "0", BlockSize: 4}, nil)
+	hs, err := blockkeys.NewHasherSet(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256CBOR, Seed: "0", BlockSize: 4}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	trt := hs.ForEngine("m", kvindex.EngineTRTLLM)
+	trt := hs.ForEngine("m", blockkeys.EngineTRTLLM)
 	model, _ := env.in.LookupModel("m")
 	sc := kvindex.NewScorer(env.idx, nil, kvindex.DefaultTierWeights())
 	for _, q := range []struct {
@@ -534,7 +537,7 @@ func TestInteropTRTLLM(t *testing.T) {
 			toks[i] = uint32(v)
 		}
 		var res kvindex.ScoreResult
-		keys := trt.Keys(nil, toks, kvindex.RequestExtras{CacheSalt: q.salt})
+		keys := trt.Keys(nil, toks, blockkeys.RequestExtras{CacheSalt: q.salt})
 		if err := sc.Score(context.Background(), model, keys, nil, &res); err != nil {
 			t.Fatal(err)
 		}

@@ -3,7 +3,7 @@ package kvevents
 import (
 	"testing"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // A stream marked by the index's loss stays incomplete through in-order
@@ -16,7 +16,7 @@ func TestMarkIndexLostHoldsUntilRebuilt(t *testing.T) {
 	if err := pub.WaitSubscribed(testCtx(t), "kv@"); err != nil {
 		t.Fatal(err)
 	}
-	send := func(pod string, seq uint64, b *kvindex.Batch) {
+	send := func(pod string, seq uint64, b *event.Batch) {
 		t.Helper()
 		if err := pub.Publish("kv@"+pod+"@m", seq, payload(t, b)); err != nil {
 			t.Fatal(err)
@@ -50,7 +50,7 @@ func TestMarkIndexLostHoldsUntilRebuilt(t *testing.T) {
 	if st := stats("a"); st.Complete || st.IncompleteReason != "index_lost" {
 		t.Fatalf("a complete again after an in-order batch: %+v", st)
 	}
-	send("a", 2, &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}})
+	send("a", 2, &event.Batch{Events: []event.Event{{Kind: event.AllBlocksCleared}}})
 	if st := stats("a"); !st.Complete || st.IncompleteReason != "" {
 		t.Fatalf("a after the engine's clear: %+v", st)
 	}

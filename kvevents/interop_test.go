@@ -7,13 +7,14 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/e2e"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // Interop tests drive hack/kvpublisher.py: real libzmq (Debian python3-zmq)
 // and the reference msgpack implementation (python3-msgpack), publishing the
-// way vLLM and SGLang do. They skip only when /usr/bin/python3 lacks those
+// way vLLM, SGLang and TensorRT-LLM do. They skip only when /usr/bin/python3 lacks those
 // modules; set KVINDEX_REQUIRE_INTEROP=1 (CI does) to fail instead.
 
 func requireInterop(t *testing.T) {
@@ -67,10 +68,10 @@ func TestInteropCentralTopology(t *testing.T) {
 	py.SendJSON(obj{"topic": topic, "seq": 0, "form": "array", "dp_rank": 2, "events": []obj{{"type": "AllBlocksCleared"}}})
 	py.Close()
 
-	bs := sink.waitFor(t, "4 batches", func(bs []*kvindex.Batch) bool { return len(bs) == 4 })
-	var rank0 []*kvindex.Batch
+	bs := sink.waitFor(t, "4 batches", func(bs []*event.Batch) bool { return len(bs) == 4 })
+	var rank0 []*event.Batch
 	for _, b := range bs {
-		if b.Pod != "pod-py" || b.Model != "Qwen/Qwen3-0.6B" || b.Engine != kvindex.EngineVLLM {
+		if b.Pod != "pod-py" || b.Model != "Qwen/Qwen3-0.6B" || b.Engine != blockkeys.EngineVLLM {
 			t.Fatalf("batch identity %+v", b)
 		}
 		if b.DPRank == 0 {
@@ -80,23 +81,23 @@ func TestInteropCentralTopology(t *testing.T) {
 	if len(rank0) != 3 {
 		t.Fatalf("rank 0 batches: %s", describe(bs))
 	}
-	want0 := kvindex.Event{Kind: kvindex.BlockStored,
+	want0 := event.Event{Kind: event.BlockStored,
 		BlockHashes: []uint64{3236607068019569386, 18446744073709551615, 0xfffffffffffffffb, 7},
-		TokenIDs:    []uint32{1, 2, 3, 4, 5, 6, 70000, 2147483648}, BlockSize: 2, Medium: kvindex.TierGPU,
+		TokenIDs:    []uint32{1, 2, 3, 4, 5, 6, 70000, 2147483648}, BlockSize: 2, Medium: event.TierGPU,
 		LoraName: "sql-lora", LoraID: 3, HasLoraID: true, GroupIdx: 1,
 		ExtraKeys: [][]any{{"sql-lora", int64(5), []any{"img", int64(1)}}, nil, nil, nil}}
-	if rank0[0].Timestamp != 10.5 || !reflect.DeepEqual(rank0[0].Events, []kvindex.Event{want0}) {
+	if rank0[0].Timestamp != 10.5 || !reflect.DeepEqual(rank0[0].Events, []event.Event{want0}) {
 		t.Fatalf("seq 0:\n%+v\nwant\n%+v", rank0[0].Events, want0)
 	}
-	want1 := []kvindex.Event{
-		{Kind: kvindex.BlockStored, BlockHashes: []uint64{1, 1 << 63}, ParentHash: 99, HasParent: true,
-			TokenIDs: []uint32{7, 8, 9, 10}, BlockSize: 2, Medium: kvindex.TierCPU},
-		{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{7}},
+	want1 := []event.Event{
+		{Kind: event.BlockStored, BlockHashes: []uint64{1, 1 << 63}, ParentHash: 99, HasParent: true,
+			TokenIDs: []uint32{7, 8, 9, 10}, BlockSize: 2, Medium: event.TierCPU},
+		{Kind: event.BlockRemoved, BlockHashes: []uint64{7}},
 	}
 	if !reflect.DeepEqual(rank0[1].Events, want1) {
 		t.Fatalf("seq 1:\n%+v\nwant\n%+v", rank0[1].Events, want1)
 	}
-	want2 := []kvindex.Event{{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{0x8899aabbccddeeff}, Medium: kvindex.TierDisk}}
+	want2 := []event.Event{{Kind: event.BlockRemoved, BlockHashes: []uint64{0x8899aabbccddeeff}, Medium: event.TierDisk}}
 	if !reflect.DeepEqual(rank0[2].Events, want2) {
 		t.Fatalf("seq 2:\n%+v\nwant\n%+v", rank0[2].Events, want2)
 	}
@@ -117,10 +118,10 @@ func TestInteropPerPodTopologyReplay(t *testing.T) {
 		name   string
 		legacy bool
 		form   string
-		engine kvindex.Engine
+		engine blockkeys.Engine
 	}{
-		{"vllm_0.26_replay", false, "map", kvindex.EngineVLLM},
-		{"vllm_0.25_replay_sglang", true, "sglang", kvindex.EngineSGLang},
+		{"vllm_0.26_replay", false, "map", blockkeys.EngineVLLM},
+		{"vllm_0.25_replay_sglang", true, "sglang", blockkeys.EngineSGLang},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sink := newCollectSink()
@@ -153,7 +154,7 @@ func TestInteropPerPodTopologyReplay(t *testing.T) {
 				if b.Seq != uint64(i) || b.Events[0].BlockHashes[0] != wantH[i] || b.Engine != tc.engine {
 					t.Fatalf("batch %d: %+v", i, b)
 				}
-				if tc.engine == kvindex.EngineSGLang && b.Events[0].CacheSalt != "salt-1" {
+				if tc.engine == blockkeys.EngineSGLang && b.Events[0].CacheSalt != "salt-1" {
 					t.Fatalf("cache_salt lost: %+v", b.Events[0])
 				}
 			}
@@ -173,8 +174,8 @@ func TestInteropPerPodTopologyReplay(t *testing.T) {
 			py2 := startPy(t, "--endpoint", addr, "--mode", "bind")
 			py2.SendJSON(stored(0, 200, false))
 			py2.Close()
-			bs = sink.waitFor(t, "post-restart batch", func(bs []*kvindex.Batch) bool { return len(bs) == 5 })
-			if b := bs[4]; b.Seq != 0 || len(b.Events) != 2 || b.Events[0].Kind != kvindex.AllBlocksCleared || b.Events[1].BlockHashes[0] != 200 {
+			bs = sink.waitFor(t, "post-restart batch", func(bs []*event.Batch) bool { return len(bs) == 5 })
+			if b := bs[4]; b.Seq != 0 || len(b.Events) != 2 || b.Events[0].Kind != event.AllBlocksCleared || b.Events[1].BlockHashes[0] != 200 {
 				t.Fatalf("after restart: %s", describe(bs))
 			}
 			if st := s.Streams()[0]; st.Restarts != 1 {

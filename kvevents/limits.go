@@ -8,9 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // Limits on what publishers can make the subscriber hold. Config fields
@@ -75,8 +74,8 @@ func printable(name []byte) string {
 }
 
 // seqVerdict says what a sequence number that does not follow last means.
-// vLLM and SGLang number a publisher's batches 0, 1, 2, ... from process
-// start, so a restarted engine starts again near 0: a backward jump to a low
+// vLLM, SGLang and TensorRT-LLM number a publisher's batches 0, 1, 2, ...
+// from process start, so a restarted engine starts again near 0: a backward jump to a low
 // value (below restartLowSeq or half of last) is a restart and clears the
 // pod. An equal number is the same batch again (a duplicate), and a backward
 // jump that stays high is a batch from the past (two publishers on one
@@ -151,7 +150,7 @@ func (s *Subscriber) admit(k streamKey, model string) (*stream, string) {
 // admitBatch is admit for a decoded batch: its data-parallel rank must be
 // under the limit and its stream admitted; otherwise the batch is dropped,
 // counted and logged (rate-limited), and nil returned.
-func (s *Subscriber) admitBatch(src *source, b *kvindex.Batch) *stream {
+func (s *Subscriber) admitBatch(src *source, b *event.Batch) *stream {
 	if b.DPRank >= s.cfg.MaxDPRanks {
 		s.drop("dp_rank_limit")
 		s.warn(src.addr+"|"+b.Pod, "dropping KV events: data-parallel rank beyond the limit", "pod", b.Pod,
@@ -219,8 +218,8 @@ func (s *Subscriber) expire(ctx context.Context, now time.Time) {
 	s.mu.Unlock()
 	for _, st := range gone {
 		ss := st.currentStats()
-		b := &kvindex.Batch{Pod: st.key.pod, DPRank: st.key.rank, Model: ss.Model, Engine: ss.Engine,
-			Seq: ss.LastSeq, Events: []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}}
+		b := &event.Batch{Pod: st.key.pod, DPRank: st.key.rank, Model: ss.Model, Engine: ss.Engine,
+			Seq: ss.LastSeq, Events: []event.Event{{Kind: event.AllBlocksCleared}}}
 		if err := s.work.queue(ctx, st.worker, b); err == nil {
 			s.m.SyntheticClears.WithLabelValues("expired").Inc()
 			_ = s.work.queueForget(ctx, st.worker, st.key.pod, st.key.rank)

@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // handleOnly is a subscriber whose workers never run: handle() queues and
@@ -30,14 +31,14 @@ func handleOnly(t *testing.T, cfg Config, logger *slog.Logger) (*Subscriber, *so
 	return s, &source{addr: "test", msgs: m.MessagesReceived.WithLabelValues("connect")}, m
 }
 
-func frames(t *testing.T, topic string, seq uint64, b *kvindex.Batch) [][]byte {
+func frames(t *testing.T, topic string, seq uint64, b *event.Batch) [][]byte {
 	var s8 [8]byte
 	binary.BigEndian.PutUint64(s8[:], seq)
 	return [][]byte{[]byte(topic), s8[:], payload(t, b)}
 }
 
-func drain(s *Subscriber) []*kvindex.Batch {
-	var out []*kvindex.Batch
+func drain(s *Subscriber) []*event.Batch {
+	var out []*event.Batch
 	for {
 		it, ok := s.work.queues[0].pop()
 		if !ok {
@@ -118,7 +119,7 @@ func TestNamesRejected(t *testing.T) {
 func TestStreamModelRankLimits(t *testing.T) {
 	s, src, m := handleOnly(t, Config{MaxStreams: 2, MaxModels: 1, MaxDPRanks: 2}, nil)
 	ctx := context.Background()
-	ranked := func(r int) *kvindex.Batch { b := storedBatch(1); b.DPRank = r; return b }
+	ranked := func(r int) *event.Batch { b := storedBatch(1); b.DPRank = r; return b }
 	s.handle(ctx, src, frames(t, "kv@a@m", 0, ranked(0)))
 	s.handle(ctx, src, frames(t, "kv@a@m", 0, ranked(1)))
 	s.handle(ctx, src, frames(t, "kv@a@m", 0, ranked(2))) // rank limit
@@ -147,7 +148,7 @@ type forgetSink struct {
 	log []string
 }
 
-func (f *forgetSink) Apply(_ context.Context, b *kvindex.Batch) {
+func (f *forgetSink) Apply(_ context.Context, b *event.Batch) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.log = append(f.log, b.Pod+":"+b.Events[len(b.Events)-1].Kind.String())
@@ -285,8 +286,8 @@ func TestDecodeElementCap(t *testing.T) {
 	p = append(p, 0xdd, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 	p = append(p, bytes.Repeat([]byte{0x01}, n)...)
 	p = append(p, 0xc0)
-	var b kvindex.Batch
-	_, err := Decode(p, kvindex.EngineVLLM, &b)
+	var b event.Batch
+	_, err := Decode(p, blockkeys.EngineVLLM, &b)
 	if !errors.Is(err, ErrTooManyElements) {
 		t.Fatalf("err %v", err)
 	}
@@ -297,7 +298,7 @@ func TestDecodeElementCap(t *testing.T) {
 	p2 = append(p2, bytes.Repeat([]byte{0x01}, m)...)
 	p2 = append(p2, 0xc0)
 	// ... except that the events array and the event itself count too
-	if _, err := Decode(p2, kvindex.EngineVLLM, &b); !errors.Is(err, ErrTooManyElements) {
+	if _, err := Decode(p2, blockkeys.EngineVLLM, &b); !errors.Is(err, ErrTooManyElements) {
 		t.Fatalf("cap counts every array: err %v", err)
 	}
 }

@@ -6,25 +6,25 @@ import (
 	"encoding/binary"
 	"errors"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // decodeCounters are the per-engine decode series, resolved once so the
 // per-message path does no label lookups.
 type decodeCounters struct {
-	events  [kvindex.NumEngines][4]prometheus.Counter // [engine][kind]
-	batches [kvindex.NumEngines]prometheus.Counter
-	evErrs  [kvindex.NumEngines]prometheus.Counter
-	bErrs   [kvindex.NumEngines]prometheus.Counter
+	events  [blockkeys.NumEngines][4]prometheus.Counter // [engine][kind]
+	batches [blockkeys.NumEngines]prometheus.Counter
+	evErrs  [blockkeys.NumEngines]prometheus.Counter
+	bErrs   [blockkeys.NumEngines]prometheus.Counter
 }
 
 func newDecodeCounters(m *Metrics) decodeCounters {
 	var c decodeCounters
-	for e := 0; e < int(kvindex.NumEngines); e++ {
-		eng := kvindex.Engine(e).String()
-		for k := kvindex.BlockStored; k <= kvindex.AllBlocksCleared; k++ {
+	for e := 0; e < int(blockkeys.NumEngines); e++ {
+		eng := blockkeys.Engine(e).String()
+		for k := event.BlockStored; k <= event.AllBlocksCleared; k++ {
 			c.events[e][k] = m.EventsDecoded.WithLabelValues(eng, k.String())
 		}
 		c.batches[e] = m.BatchesDecoded.WithLabelValues(eng)
@@ -121,7 +121,7 @@ func (s *Subscriber) handle(ctx context.Context, src *source, frames [][]byte) {
 			"reason", why, "model", printable(modelB))
 		return
 	}
-	b := &kvindex.Batch{Pod: pod, Model: model, Engine: src.engine, Seq: binary.BigEndian.Uint64(frames[1])}
+	b := &event.Batch{Pod: pod, Model: model, Engine: src.engine, Seq: binary.BigEndian.Uint64(frames[1])}
 	ok, evErrs := s.decode(frames[2], b, src)
 	if !ok {
 		return
@@ -135,7 +135,7 @@ func (s *Subscriber) handle(ctx context.Context, src *source, frames [][]byte) {
 
 // decode decodes payload into b and counts the outcome; it reports whether
 // b is usable and how many of its events were dropped.
-func (s *Subscriber) decode(payload []byte, b *kvindex.Batch, src *source) (bool, int) {
+func (s *Subscriber) decode(payload []byte, b *event.Batch, src *source) (bool, int) {
 	// Endpoints are validated (Engine.Valid), so e indexes the tables.
 	e := b.Engine
 	ds, err := Decode(payload, b.Engine, b)
@@ -149,7 +149,7 @@ func (s *Subscriber) decode(payload []byte, b *kvindex.Batch, src *source) (bool
 	}
 	s.counts.batches[e].Inc()
 	for i := range b.Events {
-		if k := b.Events[i].Kind; k <= kvindex.AllBlocksCleared {
+		if k := b.Events[i].Kind; k <= event.AllBlocksCleared {
 			s.counts.events[e][k].Inc()
 		}
 	}

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/applier"
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -23,9 +26,9 @@ import (
 // CPU time (GC included), which other processes on the machine do not
 // distort; flat keys/cpu-s as -cpu grows means apply scales with cores.
 func BenchmarkDecodeApplyParallel(b *testing.B) {
-	decodeApplyModes(b, func(b *testing.B, withTokens bool, h *kvindex.Hasher, hs *kvindex.HasherSet) {
-		ap, err := kvindex.NewApplier(kvindex.ApplierConfig{Index: kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: 16 << 20}),
-			Interner: kvindex.NewInterner(), Hashers: hs, Metrics: kvindex.NewMetrics(nil)})
+	decodeApplyModes(b, func(b *testing.B, withTokens bool, h *blockkeys.Hasher, hs *blockkeys.HasherSet) {
+		ap, err := applier.New(applier.Config{Index: kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: 16 << 20}),
+			Interner: kvindex.NewInterner(), Hashers: hs, Metrics: applier.NewMetrics(nil)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -35,7 +38,7 @@ func BenchmarkDecodeApplyParallel(b *testing.B) {
 		streams := make([][][]byte, runtime.GOMAXPROCS(0)) // RunParallel's goroutine count
 		for e := range streams {
 			streams[e], blocks = decodeApplyStreamSeed(b, h, withTokens, uint64(e)*0x9e3779b97f4a7c15+1)
-			var batch kvindex.Batch
+			var batch event.Batch
 			for i, p := range streams[e] { // warm up: index, digest cache and buffers at steady state
 				if err := decodeApplyOne(ctx, ap, p, "pod-"+strconv.Itoa(e), uint64(i), &batch); err != nil {
 					b.Fatal(err)
@@ -54,7 +57,7 @@ func BenchmarkDecodeApplyParallel(b *testing.B) {
 			}
 			pod := "pod-" + strconv.Itoa(e)
 			payloads := streams[e]
-			var batch kvindex.Batch
+			var batch event.Batch
 			seq := uint64(len(payloads))
 			for pb.Next() {
 				if err := decodeApplyOne(ctx, ap, payloads[seq%uint64(len(payloads))], pod, seq, &batch); err != nil {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // Issue 26 item 4: a pod flooding large batches on the worker of an honest
@@ -54,7 +54,7 @@ func TestFloodingPodHoldsOnlyItsShare(t *testing.T) {
 	if len(q) > 6 {
 		t.Fatalf("%d batches queued, want at most the flood's share and the honest batch", len(q))
 	}
-	if i := slices.IndexFunc(q, func(b *kvindex.Batch) bool { return b.Pod == "honest" }); i < 0 || i > 1 {
+	if i := slices.IndexFunc(q, func(b *event.Batch) bool { return b.Pod == "honest" }); i < 0 || i > 1 {
 		t.Fatalf("the honest batch came at %d, want at most one flood batch ahead of it", i)
 	}
 	for _, st := range s.Streams() {

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // Rebuilding a stream the index lost, from the engine's replay buffer.
@@ -195,10 +195,10 @@ func (s *Subscriber) rebuild(ctx context.Context, st *stream, src *source) rebui
 	defer cancel()
 	var (
 		r       rebuildRun
-		cur     = st.seqState  // with what is decided but not yet queued
-		pending *kvindex.Batch // the merged batches not yet queued
-		merged  uint64         // how many
-		size    int64          // their batchBytes
+		cur     = st.seqState // with what is decided but not yet queued
+		pending *event.Batch  // the merged batches not yet queued
+		merged  uint64        // how many
+		size    int64         // their batchBytes
 		evErrs  int
 		clear   bool // the pod's clear goes in front of pending
 	)
@@ -240,7 +240,7 @@ func (s *Subscriber) rebuild(ctx context.Context, st *stream, src *source) rebui
 				return
 			}
 		}
-		b := &kvindex.Batch{Pod: st.key.pod, Model: model, Engine: src.engine, Seq: seq}
+		b := &event.Batch{Pod: st.key.pod, Model: model, Engine: src.engine, Seq: seq}
 		ok, errs := s.decode(payload, b, src)
 		if !ok || b.DPRank != st.key.rank {
 			return

@@ -9,7 +9,7 @@ import (
 
 	"github.com/kvindex/kvindex/internal/e2e"
 	"github.com/kvindex/kvindex/internal/enginepub"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // replayEngine is a vLLM-style engine (enginepub.ReplayPublisher) whose
@@ -70,7 +70,7 @@ func (e *replayEngine) request(t *testing.T) uint64 {
 	}
 }
 
-func (e *replayEngine) publish(t *testing.T, b *kvindex.Batch) uint64 {
+func (e *replayEngine) publish(t *testing.T, b *event.Batch) uint64 {
 	t.Helper()
 	seq, err := e.PublishNext(payload(t, b))
 	if err != nil {
@@ -99,7 +99,7 @@ func rebuildSubConfig(t *testing.T, e *replayEngine, pod string, n int, cfg Conf
 	for i := range n {
 		b := storedBatch(uint64(100 + i))
 		if i == 2 {
-			b = &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{100}}}}
+			b = &event.Batch{Events: []event.Event{{Kind: event.BlockRemoved, BlockHashes: []uint64{100}}}}
 		}
 		e.publish(t, b)
 	}
@@ -136,21 +136,21 @@ func waitStream(t *testing.T, s *Subscriber, pod, what string, cond func(StreamS
 }
 
 // after is the batches applied after the first n.
-func after(bs []*kvindex.Batch, n int) []*kvindex.Batch { return bs[n:] }
+func after(bs []*event.Batch, n int) []*event.Batch { return bs[n:] }
 
 // eventsOf lists the batches' events in order, each as its kind's initial
 // and first hash ("c" for a clear): a rebuild merges the batches it
 // replays, so what it must keep is their events' order.
-func eventsOf(bs []*kvindex.Batch) string {
+func eventsOf(bs []*event.Batch) string {
 	out := ""
 	for _, b := range bs {
 		for _, ev := range b.Events {
 			switch ev.Kind {
-			case kvindex.AllBlocksCleared:
+			case event.AllBlocksCleared:
 				out += "c "
-			case kvindex.BlockStored:
+			case event.BlockStored:
 				out += fmt.Sprintf("s%d ", ev.BlockHashes[0])
-			case kvindex.BlockRemoved:
+			case event.BlockRemoved:
 				out += fmt.Sprintf("r%d ", ev.BlockHashes[0])
 			}
 		}
@@ -159,7 +159,7 @@ func eventsOf(bs []*kvindex.Batch) string {
 }
 
 // nEvents counts the batches' events.
-func nEvents(bs []*kvindex.Batch) int {
+func nEvents(bs []*event.Batch) int {
 	n := 0
 	for _, b := range bs {
 		n += len(b.Events)
@@ -168,7 +168,7 @@ func nEvents(bs []*kvindex.Batch) int {
 }
 
 // ascending: every batch's seq is above the one before.
-func ascending(bs []*kvindex.Batch) bool {
+func ascending(bs []*event.Batch) bool {
 	for i := 1; i < len(bs); i++ {
 		if bs[i].Seq <= bs[i-1].Seq {
 			return false
@@ -197,7 +197,7 @@ func TestRebuildAfterIndexLost(t *testing.T) {
 	if !st.Complete || st.IncompleteReason != "" || st.CompleteSinceSeq != 0 || st.RebuiltBatches != 5 || st.LastSeq != 4 {
 		t.Fatalf("after the rebuild: %+v", st)
 	}
-	got := after(sink.waitFor(t, "the rebuilt batches", func(bs []*kvindex.Batch) bool { return nEvents(bs[before:]) >= 6 }), before)
+	got := after(sink.waitFor(t, "the rebuilt batches", func(bs []*event.Batch) bool { return nEvents(bs[before:]) >= 6 }), before)
 	// merged into one batch (rebuildMergeBytes), their events in order
 	if e := eventsOf(got); e != "c s100 s101 r100 s103 s104 " || len(got) != 1 || got[0].Seq != 4 {
 		t.Fatalf("rebuilt %q: %s", e, describe(got))
@@ -251,7 +251,7 @@ func TestRebuildCompleteWithApplyLagUntilApplied(t *testing.T) {
 	}
 	sink.paused.Unlock()
 	paused = false
-	got := after(sink.waitFor(t, "the rebuilt batch", func(bs []*kvindex.Batch) bool { return len(bs) > before }), before)
+	got := after(sink.waitFor(t, "the rebuilt batch", func(bs []*event.Batch) bool { return len(bs) > before }), before)
 	st = waitStream(t, s, "pod-lag", "no apply lag", func(st StreamStats) bool { return st.ApplyLag == 0 })
 	if ev := eventsOf(got); ev != "c s100 s101 s102 " || !st.Complete {
 		t.Fatalf("applied %q: %+v", ev, st)
@@ -270,7 +270,7 @@ func TestRebuildWrappedBufferStaysIncomplete(t *testing.T) {
 	if st.Complete || st.IncompleteReason != "replay_window" || st.CompleteSinceSeq != 3 {
 		t.Fatalf("after a wrapped rebuild: %+v", st)
 	}
-	got := after(sink.waitFor(t, "the rebuilt batches", func(bs []*kvindex.Batch) bool { return nEvents(bs[before:]) >= 4 }), before)
+	got := after(sink.waitFor(t, "the rebuilt batches", func(bs []*event.Batch) bool { return nEvents(bs[before:]) >= 4 }), before)
 	if e := eventsOf(got); e != "c s103 s104 s105 " || !ascending(got) || got[len(got)-1].Seq != 5 {
 		t.Fatalf("rebuilt %q: %s", e, describe(got))
 	}
@@ -283,7 +283,7 @@ func TestRebuildWrappedBufferStaysIncomplete(t *testing.T) {
 	if st := streamOf(t, s, "pod-wrap"); st.Complete {
 		t.Fatalf("complete from later events: %+v", st)
 	}
-	e.publish(t, &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}})
+	e.publish(t, &event.Batch{Events: []event.Event{{Kind: event.AllBlocksCleared}}})
 	sink.waitFor(t, "seq 7", hasSeq("pod-wrap", 7))
 	if st := streamOf(t, s, "pod-wrap"); !st.Complete {
 		t.Fatalf("after the engine's clear: %+v", st)
@@ -434,9 +434,9 @@ func TestRemoveEndpointAbandonsRebuild(t *testing.T) {
 		t.Fatal("RemoveEndpoint waited for the rebuild")
 	}
 	e.answer(t) // the engine answers a request nobody waits for any more
-	bs := sink.waitFor(t, "the endpoint's clear", func(bs []*kvindex.Batch) bool {
+	bs := sink.waitFor(t, "the endpoint's clear", func(bs []*event.Batch) bool {
 		b := bs[len(bs)-1]
-		return len(bs) == 2 && len(b.Events) == 1 && b.Events[0].Kind == kvindex.AllBlocksCleared
+		return len(bs) == 2 && len(b.Events) == 1 && b.Events[0].Kind == event.AllBlocksCleared
 	})
 	if len(bs) != 2 {
 		t.Fatalf("batches %s", describe(bs))
@@ -450,7 +450,7 @@ type pausableSink struct {
 	paused sync.RWMutex
 }
 
-func (p *pausableSink) Apply(ctx context.Context, b *kvindex.Batch) {
+func (p *pausableSink) Apply(ctx context.Context, b *event.Batch) {
 	p.paused.RLock()
 	defer p.paused.RUnlock()
 	p.collectSink.Apply(ctx, b)
@@ -504,7 +504,7 @@ func TestRebuildWaitsForRoomInItsShare(t *testing.T) {
 	if !got.Complete || got.Overflows != 0 || got.RebuiltBatches != n {
 		t.Fatalf("after the rebuild: %+v", got)
 	}
-	bs := sink.waitFor(t, "the rebuilt batches", func(bs []*kvindex.Batch) bool { return len(bs) == 2*n })
+	bs := sink.waitFor(t, "the rebuilt batches", func(bs []*event.Batch) bool { return len(bs) == 2*n })
 	if seqs := seqsOf(bs[n:]); seqs[0] != 0 || seqs[n-1] != n-1 || metricValue(m.QueueOverflows) != 0 {
 		t.Fatalf("rebuilt %v", seqs)
 	}

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvevents/zmtp"
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // endSeq is the sequence number of the replay socket's end marker.
@@ -33,7 +33,7 @@ func (s *Subscriber) replay(ctx context.Context, st *stream, src *source, model 
 		if seq < next || seq >= to {
 			return // outside the gap, or a duplicate
 		}
-		b := &kvindex.Batch{Pod: st.key.pod, Model: model, Engine: src.engine, Seq: seq}
+		b := &event.Batch{Pod: st.key.pod, Model: model, Engine: src.engine, Seq: seq}
 		ok, evErrs := s.decode(payload, b, src)
 		if !ok || b.DPRank != st.key.rank {
 			return
@@ -111,7 +111,7 @@ func (s *Subscriber) catchUp(ctx context.Context, src *source) {
 			skipped++
 			return
 		}
-		b := &kvindex.Batch{Pod: pod, Model: model, Engine: src.engine, Seq: seq}
+		b := &event.Batch{Pod: pod, Model: model, Engine: src.engine, Seq: seq}
 		ok, evErrs := s.decode(payload, b, src)
 		if !ok || checkName([]byte(pod), MaxPodNameBytes) != "" || checkName([]byte(model), MaxModelNameBytes) != "" {
 			s.drop("catch_up_rejected")

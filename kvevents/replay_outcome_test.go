@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/internal/logtest"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvevents/zmtp"
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // startSubLog is startSub with the subscriber's log written to the result.
-func startSubLog(t *testing.T, cfg Config, sink kvindex.BatchSink, m *Metrics) (*Subscriber, *logtest.Buffer) {
+func startSubLog(t *testing.T, cfg Config, sink event.Sink, m *Metrics) (*Subscriber, *logtest.Buffer) {
 	t.Helper()
 	lb := &logtest.Buffer{}
 	return startSubLogger(t, cfg, sink, m, lb.Logger()), lb

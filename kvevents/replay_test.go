@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvevents/zmtp"
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // serveReplay answers vLLM replay requests (>= 0.26 format) from buf on a
@@ -97,8 +97,8 @@ func TestReplayPartialAndUnreachable(t *testing.T) {
 			var got []uint64
 			for _, b := range bs {
 				got = append(got, b.Seq)
-				if b.Events[0].Kind != kvindex.BlockStored || b.Events[0].BlockHashes[0] != b.Seq+50 {
-					t.Fatalf("batch %s", describe([]*kvindex.Batch{b}))
+				if b.Events[0].Kind != event.BlockStored || b.Events[0].BlockHashes[0] != b.Seq+50 {
+					t.Fatalf("batch %s", describe([]*event.Batch{b}))
 				}
 			}
 			if fmt.Sprint(got) != fmt.Sprint(tc.wantSeqs) {
@@ -272,9 +272,9 @@ func TestRemoveEndpointAbandonsReplay(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("RemoveEndpoint waited for the replay exchange")
 	}
-	bs := sink.waitFor(t, "clear for pod-rm", func(bs []*kvindex.Batch) bool {
+	bs := sink.waitFor(t, "clear for pod-rm", func(bs []*event.Batch) bool {
 		b := bs[len(bs)-1]
-		return b.Pod == "pod-rm" && len(b.Events) == 1 && b.Events[0].Kind == kvindex.AllBlocksCleared
+		return b.Pod == "pod-rm" && len(b.Events) == 1 && b.Events[0].Kind == event.AllBlocksCleared
 	})
 	if hasSeq("pod-rm", 3)(bs) {
 		t.Fatalf("the live batch behind an abandoned replay was applied: %s", describe(bs))

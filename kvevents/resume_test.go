@@ -3,7 +3,7 @@ package kvevents
 import (
 	"testing"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // A stream resumed from a snapshot's sequence number treats its first batch
@@ -24,9 +24,9 @@ func TestResumeFrom(t *testing.T) {
 	pub.Publish("kv@pod-gap@m", 14, payload(t, storedBatch(1)))
 	pub.Publish("kv@pod-restart@m", 0, payload(t, storedBatch(2)))
 	pub.Publish("kv@pod-next@m", 11, payload(t, storedBatch(3)))
-	bs := sink.waitFor(t, "three batches", func(bs []*kvindex.Batch) bool { return len(bs) == 3 })
+	bs := sink.waitFor(t, "three batches", func(bs []*event.Batch) bool { return len(bs) == 3 })
 	for _, b := range bs {
-		cleared := b.Events[0].Kind == kvindex.AllBlocksCleared
+		cleared := b.Events[0].Kind == event.AllBlocksCleared
 		if cleared != (b.Pod == "pod-restart") {
 			t.Errorf("%s: cleared=%v", b.Pod, cleared)
 		}

@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // Every branch of decideSeq and of seqDecision.completeness: each row is a
@@ -360,7 +360,7 @@ func TestSeqWrapIsRestart(t *testing.T) {
 	s.ResumeFrom("p", 0, math.MaxUint64)
 	s.handle(context.Background(), src, frames(t, "kv@p@m", 3, storedBatch(10)))
 	got := drain(s)
-	if len(got) != 1 || got[0].Events[0].Kind != kvindex.AllBlocksCleared {
+	if len(got) != 1 || got[0].Events[0].Kind != event.AllBlocksCleared {
 		t.Fatalf("queued %+v, want the batch after a clear", got)
 	}
 	if st := s.Streams()[0]; st.Restarts != 1 || st.SeqGaps != 0 || st.LastSeq != 3 || st.IncompleteReason != "restart" {

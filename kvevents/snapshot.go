@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvevents/zmtp"
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // SGLang's snapshot protocol (snapshot-v1). A publisher started with a
@@ -21,7 +22,7 @@ import (
 //
 // The records are the cache's state after every batch before resume_seq
 // (= barrier_seq + 1): for the index, a snapshot replaces the pod's state
-// at that point (kvindex.BlockSnapshot) and live batches apply from
+// at that point (event.BlockSnapshot) and live batches apply from
 // resume_seq on.
 
 // DefaultMaxSnapshotRecords bounds one snapshot's records (8 bytes each in
@@ -148,7 +149,7 @@ func decodeSnapshotChunk(b []byte, out []uint64, maxRecords int) ([]uint64, erro
 		if err := r.skip(); err != nil { // the parent: the records are a set
 			return out, err
 		}
-		hs, err := decodeHashes(&r, kvindex.EngineSGLang)
+		hs, err := decodeHashes(&r, blockkeys.EngineSGLang)
 		if err != nil {
 			return out, fmt.Errorf("chunk record %d: %w", i, err)
 		}
@@ -192,8 +193,8 @@ func (s *Subscriber) resync(ctx context.Context, st *stream, src *source, model 
 			"endpoint", src.snapshot, "err", err)
 		return false
 	}
-	b := &kvindex.Batch{Pod: st.key.pod, DPRank: st.key.rank, Model: model, Engine: src.engine, Seq: h.barrierSeq,
-		Events: []kvindex.Event{{Kind: kvindex.BlockSnapshot, BlockHashes: hashes}}}
+	b := &event.Batch{Pod: st.key.pod, DPRank: st.key.rank, Model: model, Engine: src.engine, Seq: h.barrierSeq,
+		Events: []event.Event{{Kind: event.BlockSnapshot, BlockHashes: hashes}}}
 	if !st.dedup {
 		st.dedup, st.dedupFrom = true, st.lastSeq+1
 	}

@@ -6,7 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // StreamStats describes one (pod, data-parallel rank) stream.
@@ -15,7 +16,7 @@ type StreamStats struct {
 	DPRank          int
 	Model           string
 	Endpoint        string // the endpoint (or bind address) it arrives on
-	Engine          kvindex.Engine
+	Engine          blockkeys.Engine
 	LastSeq         uint64
 	Batches         uint64 // live batches accepted
 	SeqGaps         uint64 // forward jumps
@@ -212,7 +213,7 @@ const (
 // replayed ones. The new state is written before the exchange, so nothing
 // about the decision depends on what the network does; only completeness
 // waits for the replay's outcome. st.mu is never held across I/O.
-func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *kvindex.Batch, evErrs int,
+func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *event.Batch, evErrs int,
 	epoch []byte, how seqSource) bool {
 	st.order.Lock()
 	defer st.order.Unlock()
@@ -317,9 +318,9 @@ func (st *stream) setComplete(since uint64, why string) {
 }
 
 // hasClear reports whether the engine itself cleared its cache in b.
-func hasClear(b *kvindex.Batch) bool {
+func hasClear(b *event.Batch) bool {
 	for i := range b.Events {
-		if b.Events[i].Kind == kvindex.AllBlocksCleared {
+		if b.Events[i].Kind == event.AllBlocksCleared {
 			return true
 		}
 	}
@@ -332,10 +333,10 @@ func hasClear(b *kvindex.Batch) bool {
 // queued batch, because the sink has now missed events and its state for
 // the pod is no longer complete.
 // st.order is held.
-func (s *Subscriber) enqueue(st *stream, b *kvindex.Batch) {
+func (s *Subscriber) enqueue(st *stream, b *event.Batch) {
 	if st.needClear {
-		ev := make([]kvindex.Event, 0, len(b.Events)+1)
-		ev = append(ev, kvindex.Event{Kind: kvindex.AllBlocksCleared})
+		ev := make([]event.Event, 0, len(b.Events)+1)
+		ev = append(ev, event.Event{Kind: event.AllBlocksCleared})
 		b.Events = append(ev, b.Events...)
 	}
 	if s.work.queueBounded(st.worker, &st.queue, b) {

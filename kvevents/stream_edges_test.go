@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/internal/e2e"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // Edges of stream ordering, overflow and catch-up.
@@ -59,9 +59,9 @@ func TestOverflowRunAndClearBeforeEmptyBatch(t *testing.T) {
 	if n := len(drain(s)); n != 1 {
 		t.Fatalf("%d batches queued", n)
 	}
-	s.handle(ctx, src, frames(t, "kv@p@m", 3, &kvindex.Batch{}))
+	s.handle(ctx, src, frames(t, "kv@p@m", 3, &event.Batch{}))
 	got := drain(s)
-	if len(got) != 1 || got[0].Seq != 3 || len(got[0].Events) != 1 || got[0].Events[0].Kind != kvindex.AllBlocksCleared {
+	if len(got) != 1 || got[0].Seq != 3 || len(got[0].Events) != 1 || got[0].Events[0].Kind != event.AllBlocksCleared {
 		t.Fatalf("after the overflow: %+v", got)
 	}
 }

@@ -3,7 +3,7 @@ package kvevents
 import (
 	"testing"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // Completeness through the socket path: a gap without replay, a stream
@@ -15,11 +15,11 @@ func TestCompletenessAndSGLangTopics(t *testing.T) {
 	if err := pub.WaitSubscribed(testCtx(t), "kv@"); err != nil {
 		t.Fatal(err)
 	}
-	cleared := &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}}
+	cleared := &event.Batch{Events: []event.Event{{Kind: event.AllBlocksCleared}}}
 	for _, m := range []struct {
 		topic string
 		seq   uint64
-		b     *kvindex.Batch
+		b     *event.Batch
 	}{
 		{"kv@pod-g@m", 0, storedBatch(1)},
 		{"kv@pod-g@m", 1, storedBatch(2)},
@@ -30,7 +30,7 @@ func TestCompletenessAndSGLangTopics(t *testing.T) {
 		{"kv@pod-e@m\x00sgl-kv-epoch=a", 0, storedBatch(6)},
 		{"kv@pod-e@m\x00sgl-kv-epoch=a", 1, storedBatch(7)},
 		{"kv@pod-e@m\x00sgl-kv-epoch=b", 2, storedBatch(8)}, // new lifetime: a restart even though seq went forward
-		{"kv@pod-e@m\x00sgl-kv-epoch=b\x00sgl-kv-snapshot=cut-1", 3, &kvindex.Batch{}},
+		{"kv@pod-e@m\x00sgl-kv-epoch=b\x00sgl-kv-snapshot=cut-1", 3, &event.Batch{}},
 	} {
 		if err := pub.Publish(m.topic, m.seq, payload(t, m.b)); err != nil {
 			t.Fatal(err)
@@ -42,13 +42,13 @@ func TestCompletenessAndSGLangTopics(t *testing.T) {
 			t.Fatalf("model %q: topic metadata in the name", b.Model)
 		}
 	}
-	var restart *kvindex.Batch
+	var restart *event.Batch
 	for _, b := range bs {
 		if b.Pod == "pod-e" && b.Seq == 2 {
 			restart = b
 		}
 	}
-	if restart == nil || len(restart.Events) != 2 || restart.Events[0].Kind != kvindex.AllBlocksCleared {
+	if restart == nil || len(restart.Events) != 2 || restart.Events[0].Kind != event.AllBlocksCleared {
 		t.Fatalf("epoch change did not clear: %s", describe(bs))
 	}
 	got := map[string]StreamStats{}

@@ -9,8 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvevents/zmtp"
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // Defaults. Config's zero values mean these (the tunables' rows in Options
@@ -37,7 +38,7 @@ type Config struct {
 	// (central topology). "" = no bind socket; the daemon's default is
 	// DefaultBind ("tcp://*:5557").
 	Bind       string
-	BindEngine kvindex.Engine
+	BindEngine blockkeys.Engine
 	// TopicFilter is the subscription prefix; "" means DefaultTopicFilter
 	// ("kv@"). Set AllTopics to subscribe to every topic (vLLM's default
 	// topic is ""; such streams need an endpoint with an explicit Pod).
@@ -155,7 +156,7 @@ type Subscriber struct {
 // NewSubscriber validates cfg and binds the bind socket (so a port in use is
 // reported here). Nothing is received until Run; a caller that never runs it
 // must Close it to release the socket.
-func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.Logger) (*Subscriber, error) {
+func NewSubscriber(cfg Config, sink event.Sink, m *Metrics, logger *slog.Logger) (*Subscriber, error) {
 	if sink == nil {
 		return nil, errors.New("kvevents: nil sink")
 	}
@@ -211,7 +212,7 @@ func NewSubscriber(cfg Config, sink kvindex.BatchSink, m *Metrics, logger *slog.
 	if cfg.Bind != "" {
 		if !cfg.BindEngine.Valid() {
 			s.cancel()
-			return nil, fmt.Errorf("kvevents: bind engine %d: want one of %s", cfg.BindEngine, kvindex.EngineNames())
+			return nil, fmt.Errorf("kvevents: bind engine %d: want one of %s", cfg.BindEngine, blockkeys.EngineNames())
 		}
 		sock, err := zmtp.ListenSub(cfg.Bind, cfg.Transport, filter)
 		if err != nil {

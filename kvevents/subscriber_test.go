@@ -13,9 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/e2e"
 	"github.com/kvindex/kvindex/internal/enginepub"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // testTimeout guards every wait: tests never depend on timing, they only
@@ -24,7 +25,7 @@ const testTimeout = 30 * time.Second
 
 type collectSink struct {
 	mu      sync.Mutex
-	batches []*kvindex.Batch
+	batches []*event.Batch
 	notify  chan struct{}
 }
 
@@ -33,7 +34,7 @@ func newCollectSink() *collectSink { return &collectSink{notify: make(chan struc
 // ForgetPod: what a collecting sink holds is the tests' record; it is kept.
 func (c *collectSink) ForgetPod(context.Context, string, int) {}
 
-func (c *collectSink) Apply(_ context.Context, b *kvindex.Batch) {
+func (c *collectSink) Apply(_ context.Context, b *event.Batch) {
 	c.mu.Lock()
 	c.batches = append(c.batches, b)
 	c.mu.Unlock()
@@ -43,14 +44,14 @@ func (c *collectSink) Apply(_ context.Context, b *kvindex.Batch) {
 	}
 }
 
-func (c *collectSink) snapshot() []*kvindex.Batch {
+func (c *collectSink) snapshot() []*event.Batch {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]*kvindex.Batch(nil), c.batches...)
+	return append([]*event.Batch(nil), c.batches...)
 }
 
 // waitFor blocks until cond holds over the batches received so far.
-func (c *collectSink) waitFor(t *testing.T, what string, cond func([]*kvindex.Batch) bool) []*kvindex.Batch {
+func (c *collectSink) waitFor(t *testing.T, what string, cond func([]*event.Batch) bool) []*event.Batch {
 	t.Helper()
 	deadline := time.After(testTimeout)
 	for {
@@ -66,7 +67,7 @@ func (c *collectSink) waitFor(t *testing.T, what string, cond func([]*kvindex.Ba
 	}
 }
 
-func describe(bs []*kvindex.Batch) string {
+func describe(bs []*event.Batch) string {
 	s := ""
 	for _, b := range bs {
 		s += fmt.Sprintf("[%s/%d seq=%d", b.Pod, b.DPRank, b.Seq)
@@ -78,8 +79,8 @@ func describe(bs []*kvindex.Batch) string {
 	return s
 }
 
-func hasSeq(pod string, seq uint64) func([]*kvindex.Batch) bool {
-	return func(bs []*kvindex.Batch) bool {
+func hasSeq(pod string, seq uint64) func([]*event.Batch) bool {
+	return func(bs []*event.Batch) bool {
 		for _, b := range bs {
 			if b.Pod == pod && b.Seq == seq {
 				return true
@@ -89,12 +90,12 @@ func hasSeq(pod string, seq uint64) func([]*kvindex.Batch) bool {
 	}
 }
 
-func storedBatch(hashes ...uint64) *kvindex.Batch {
+func storedBatch(hashes ...uint64) *event.Batch {
 	toks := make([]uint32, len(hashes))
-	return &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: hashes, TokenIDs: toks, BlockSize: 1}}}
+	return &event.Batch{Events: []event.Event{{Kind: event.BlockStored, BlockHashes: hashes, TokenIDs: toks, BlockSize: 1}}}
 }
 
-func payload(t *testing.T, b *kvindex.Batch) []byte {
+func payload(t *testing.T, b *event.Batch) []byte {
 	t.Helper()
 	p, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{})
 	if err != nil {
@@ -115,7 +116,7 @@ func storedPayloads(t *testing.T, n int, base uint64) map[uint64][]byte {
 }
 
 // seqsOf lists the batches' sequence numbers in order.
-func seqsOf(bs []*kvindex.Batch) []uint64 {
+func seqsOf(bs []*event.Batch) []uint64 {
 	var out []uint64
 	for _, b := range bs {
 		out = append(out, b.Seq)
@@ -136,14 +137,14 @@ func startPub(t *testing.T, addr string, bind bool) *enginepub.Publisher {
 }
 
 // startSub runs a subscriber until the test ends.
-func startSub(t *testing.T, cfg Config, sink kvindex.BatchSink, m *Metrics) *Subscriber {
+func startSub(t *testing.T, cfg Config, sink event.Sink, m *Metrics) *Subscriber {
 	t.Helper()
 	return startSubLogger(t, cfg, sink, m, nil)
 }
 
 // startSubLogger is startSub with the subscriber logging to log (nil:
 // NewSubscriber's default).
-func startSubLogger(t *testing.T, cfg Config, sink kvindex.BatchSink, m *Metrics, log *slog.Logger) *Subscriber {
+func startSubLogger(t *testing.T, cfg Config, sink event.Sink, m *Metrics, log *slog.Logger) *Subscriber {
 	t.Helper()
 	if cfg.ReconnectMin == 0 {
 		cfg.ReconnectMin, cfg.ReconnectMax = 20*time.Millisecond, 200*time.Millisecond
@@ -226,16 +227,16 @@ func TestSeqGapAndRestart(t *testing.T) {
 	}
 	// a second DP rank of the same pod is its own stream
 	pub.Publish("kv@pod-s@m", 9, payload(t, storedBatch(7)))
-	bs := sink.waitFor(t, "all", func(bs []*kvindex.Batch) bool { return len(bs) == 5 })
-	var rank1 []*kvindex.Batch
+	bs := sink.waitFor(t, "all", func(bs []*event.Batch) bool { return len(bs) == 5 })
+	var rank1 []*event.Batch
 	for _, b := range bs {
 		if b.DPRank == 1 {
 			rank1 = append(rank1, b)
 		}
 	}
 	last := rank1[3]
-	if last.Seq != 2 || len(last.Events) != 2 || last.Events[0].Kind != kvindex.AllBlocksCleared || last.Events[1].BlockHashes[0] != 102 {
-		t.Fatalf("restart batch %s", describe([]*kvindex.Batch{last}))
+	if last.Seq != 2 || len(last.Events) != 2 || last.Events[0].Kind != event.AllBlocksCleared || last.Events[1].BlockHashes[0] != 102 {
+		t.Fatalf("restart batch %s", describe([]*event.Batch{last}))
 	}
 	st := s.Streams()
 	if len(st) != 2 {
@@ -276,16 +277,16 @@ func TestQueueOverflowClearsBeforeNextBatch(t *testing.T) {
 	}
 	q := s.work.queues[0]
 	if b := next(t, q).batch; b.Seq != 0 || len(b.Events) != 1 {
-		t.Fatalf("first %s", describe([]*kvindex.Batch{b}))
+		t.Fatalf("first %s", describe([]*event.Batch{b}))
 	}
 	s.handle(ctx, src, msg(3, 13))
 	b := next(t, q).batch
-	if b.Seq != 3 || len(b.Events) != 2 || b.Events[0].Kind != kvindex.AllBlocksCleared || b.Events[1].BlockHashes[0] != 13 {
-		t.Fatalf("after overflow %s", describe([]*kvindex.Batch{b}))
+	if b.Seq != 3 || len(b.Events) != 2 || b.Events[0].Kind != event.AllBlocksCleared || b.Events[1].BlockHashes[0] != 13 {
+		t.Fatalf("after overflow %s", describe([]*event.Batch{b}))
 	}
 	s.handle(ctx, src, msg(4, 14))
 	if b := next(t, q).batch; len(b.Events) != 1 {
-		t.Fatalf("clear delivered twice: %s", describe([]*kvindex.Batch{b}))
+		t.Fatalf("clear delivered twice: %s", describe([]*event.Batch{b}))
 	}
 	st := s.Streams()[0]
 	if st.Overflows != 2 || st.SeqGaps != 0 {
@@ -308,7 +309,7 @@ func TestConnectTopologyAddRemoveEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	// B declares pod and model: they override the topic; SGLang engine.
-	if err := s.AddEndpoint(EndpointConfig{Address: pubB.Addr(), Pod: "pod-b", Model: "mb", Engine: kvindex.EngineSGLang}); err != nil {
+	if err := s.AddEndpoint(EndpointConfig{Address: pubB.Addr(), Pod: "pod-b", Model: "mb", Engine: blockkeys.EngineSGLang}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.AddEndpoint(EndpointConfig{Address: pubB.Addr()}); err == nil {
@@ -320,9 +321,9 @@ func TestConnectTopologyAddRemoveEndpoint(t *testing.T) {
 	pubA.Publish("kv@pod-a@ma", 0, payload(t, storedBatch(1)))
 	sg, _ := enginepub.EncodeSGLangBatch(storedBatch(0xffffffffffffffff))
 	pubB.Publish("kv@ignored@ignored", 0, sg)
-	bs := sink.waitFor(t, "both pods", func(bs []*kvindex.Batch) bool { return hasSeq("pod-a", 0)(bs) && hasSeq("pod-b", 0)(bs) })
+	bs := sink.waitFor(t, "both pods", func(bs []*event.Batch) bool { return hasSeq("pod-a", 0)(bs) && hasSeq("pod-b", 0)(bs) })
 	for _, b := range bs {
-		if b.Pod == "pod-b" && (b.Model != "mb" || b.Engine != kvindex.EngineSGLang || b.Events[0].BlockHashes[0] != 0xffffffffffffffff) {
+		if b.Pod == "pod-b" && (b.Model != "mb" || b.Engine != blockkeys.EngineSGLang || b.Events[0].BlockHashes[0] != 0xffffffffffffffff) {
 			t.Fatalf("pod-b batch %+v", b)
 		}
 	}
@@ -336,9 +337,9 @@ func TestConnectTopologyAddRemoveEndpoint(t *testing.T) {
 	if err := s.RemoveEndpoint(pubB.Addr()); err != nil {
 		t.Fatal(err)
 	}
-	sink.waitFor(t, "clear for pod-b", func(bs []*kvindex.Batch) bool {
+	sink.waitFor(t, "clear for pod-b", func(bs []*event.Batch) bool {
 		b := bs[len(bs)-1]
-		return b.Pod == "pod-b" && len(b.Events) == 1 && b.Events[0].Kind == kvindex.AllBlocksCleared
+		return b.Pod == "pod-b" && len(b.Events) == 1 && b.Events[0].Kind == event.AllBlocksCleared
 	})
 	for _, st := range s.Streams() {
 		if st.Pod == "pod-b" {
@@ -390,9 +391,9 @@ func TestReconnectAfterPublisherRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub2.Publish("kv@pod-r@m", 0, payload(t, storedBatch(3)))
-	bs := sink.waitFor(t, "post-restart batch", func(bs []*kvindex.Batch) bool { return len(bs) == 3 })
+	bs := sink.waitFor(t, "post-restart batch", func(bs []*event.Batch) bool { return len(bs) == 3 })
 	b := bs[2]
-	if b.Seq != 0 || b.Events[0].Kind != kvindex.AllBlocksCleared || b.Events[1].BlockHashes[0] != 3 {
+	if b.Seq != 0 || b.Events[0].Kind != event.AllBlocksCleared || b.Events[1].BlockHashes[0] != 3 {
 		t.Fatalf("after restart %s", describe(bs))
 	}
 	if st := s.Streams(); len(st) != 1 || st[0].Restarts != 1 {

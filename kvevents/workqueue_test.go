@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // orderSink records what its worker applies, in order ("pod/seq", or
@@ -45,7 +45,7 @@ func (o *orderSink) record(s string) {
 	}
 }
 
-func (o *orderSink) Apply(_ context.Context, b *kvindex.Batch) {
+func (o *orderSink) Apply(_ context.Context, b *event.Batch) {
 	o.record(fmt.Sprintf("%s/%d", b.Pod, b.Seq))
 }
 
@@ -72,7 +72,7 @@ func (o *orderSink) waitFor(t *testing.T, what string, cond func([]string) bool)
 
 // runSub starts a subscriber on sink and returns it with a message source;
 // Run ends with the test.
-func runSub(t *testing.T, cfg Config, sink kvindex.BatchSink) (*Subscriber, *source, *Metrics) {
+func runSub(t *testing.T, cfg Config, sink event.Sink) (*Subscriber, *source, *Metrics) {
 	t.Helper()
 	m := NewMetrics(nil)
 	s, err := NewSubscriber(cfg, sink, m, nil)
@@ -165,7 +165,7 @@ func TestWorkerKeepsEachStreamsOrder(t *testing.T) {
 	sink := newOrderSink()
 	s, _, _ := runSub(t, Config{Workers: 1, QueueSize: 4096}, sink)
 	ctx := context.Background()
-	if err := s.work.queue(ctx, 0, &kvindex.Batch{Pod: "gate"}); err != nil { // holds the worker
+	if err := s.work.queue(ctx, 0, &event.Batch{Pod: "gate"}); err != nil { // holds the worker
 		t.Fatal(err)
 	}
 	<-sink.entered
@@ -184,7 +184,7 @@ func TestWorkerKeepsEachStreamsOrder(t *testing.T) {
 			continue
 		}
 		seq[pod]++
-		b := &kvindex.Batch{Pod: pod, Seq: seq[pod], Events: []kvindex.Event{{Kind: kvindex.BlockStored,
+		b := &event.Batch{Pod: pod, Seq: seq[pod], Events: []event.Event{{Kind: event.BlockStored,
 			BlockHashes: make([]uint64, rng.IntN(3)*(drrQuantum/8))}}} // 0, 1 or 2 quanta
 		if err := s.work.queue(ctx, 0, b); err != nil {
 			t.Fatal(err)
@@ -264,9 +264,9 @@ func TestApplyStallFollowsAHungApply(t *testing.T) {
 // to what is queued at once: the per-batch path stays allocation-free.
 func TestWorkQueueDoesNotAllocate(t *testing.T) {
 	q := newWorkQueue(64)
-	batches := make([]*kvindex.Batch, 8)
+	batches := make([]*event.Batch, 8)
 	for i := range batches {
-		batches[i] = &kvindex.Batch{Pod: fmt.Sprintf("pod-%d", i)}
+		batches[i] = &event.Batch{Pod: fmt.Sprintf("pod-%d", i)}
 	}
 	round := func() {
 		for _, b := range batches {
@@ -293,9 +293,9 @@ func TestWorkQueueDoesNotAllocate(t *testing.T) {
 // applying a realistic engine batch takes 4-8 us (BenchmarkDecodeApply).
 func BenchmarkWorkQueue(b *testing.B) {
 	q := newWorkQueue(1024)
-	batches := make([]*kvindex.Batch, 16)
+	batches := make([]*event.Batch, 16)
 	for i := range batches {
-		batches[i] = &kvindex.Batch{Pod: fmt.Sprintf("pod-%d", i)}
+		batches[i] = &event.Batch{Pod: fmt.Sprintf("pod-%d", i)}
 	}
 	for i := range 64 {
 		q.slots <- struct{}{}

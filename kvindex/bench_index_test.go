@@ -6,14 +6,17 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // benchKey derives well-spread synthetic keys (engine keys are digests).
-func benchKey(i uint64) Key {
+func benchKey(i uint64) blockkeys.Key {
 	x := i + 0x9e3779b97f4a7c15
 	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
 	x = (x ^ x>>27) * 0x94d049bb133111eb
-	return Key(x ^ x>>31)
+	return blockkeys.Key(x ^ x>>31)
 }
 
 // BenchmarkMemoryAdd measures the apply path in an engine's steady state:
@@ -26,8 +29,8 @@ func BenchmarkMemoryAdd(b *testing.B) {
 	const batch, window = 16, 8192
 	idx := NewMemoryIndex(MemoryConfig{})
 	ctx := context.Background()
-	keys := make([]Key, batch)
-	batchKeys := func(n int) []Key {
+	keys := make([]blockkeys.Key, batch)
+	batchKeys := func(n int) []blockkeys.Key {
 		base := uint64(n/2) * batch // ops 2k and 2k+1 (two pods) share keys
 		for j := range keys {
 			keys[j] = benchKey(base + uint64(j))
@@ -35,14 +38,14 @@ func BenchmarkMemoryAdd(b *testing.B) {
 		return keys
 	}
 	for n := 0; n < window; n++ { // fill to steady state
-		_ = idx.Add(ctx, 0, PodID(n%8), TierGPU, batchKeys(n))
+		_ = idx.Add(ctx, 0, PodID(n%8), event.TierGPU, batchKeys(n))
 	}
 	b.ResetTimer()
 	for n := window; n < window+b.N; n++ {
-		if err := idx.Add(ctx, 0, PodID(n%8), TierGPU, batchKeys(n)); err != nil {
+		if err := idx.Add(ctx, 0, PodID(n%8), event.TierGPU, batchKeys(n)); err != nil {
 			b.Fatal(err)
 		}
-		if err := idx.Remove(ctx, 0, PodID(n%8), TierGPU, batchKeys(n-window)); err != nil {
+		if err := idx.Remove(ctx, 0, PodID(n%8), event.TierGPU, batchKeys(n-window)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -56,13 +59,13 @@ func BenchmarkMemoryAddEvicting(b *testing.B) {
 	const batch = 16
 	idx := NewMemoryIndex(MemoryConfig{Capacity: 1 << 20})
 	ctx := context.Background()
-	keys := make([]Key, batch)
+	keys := make([]blockkeys.Key, batch)
 	add := func(n int) {
 		base := uint64(n/2) * batch
 		for j := range keys {
 			keys[j] = benchKey(base + uint64(j))
 		}
-		if err := idx.Add(ctx, 0, PodID(n%8), TierGPU, keys); err != nil {
+		if err := idx.Add(ctx, 0, PodID(n%8), event.TierGPU, keys); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -82,30 +85,30 @@ func BenchmarkMemoryAddEvicting(b *testing.B) {
 // holds the first 512*(p/bunch+1)/(npods/bunch) blocks, so the last pods
 // hold all of them and the lookup walks all 512 keys), some blocks also on
 // CPU, plus 200k unrelated entries so the tables have a realistic size.
-func scoreFixture(b *testing.B, npods, bunch int) (*MemoryIndex, []Key) {
+func scoreFixture(b *testing.B, npods, bunch int) (*MemoryIndex, []blockkeys.Key) {
 	idx := NewMemoryIndex(MemoryConfig{})
 	ctx := context.Background()
-	keys := make([]Key, 512)
+	keys := make([]blockkeys.Key, 512)
 	for i := range keys {
 		keys[i] = benchKey(uint64(i))
 	}
 	for p := 0; p < npods; p++ {
 		n := 512 * (p/bunch + 1) / (npods / bunch)
-		if err := idx.Add(ctx, 0, PodID(p), TierGPU, keys[:n]); err != nil {
+		if err := idx.Add(ctx, 0, PodID(p), event.TierGPU, keys[:n]); err != nil {
 			b.Fatal(err)
 		}
 		if p%4 == 0 { // an offloaded copy of part of the prefix
-			if err := idx.Add(ctx, 0, PodID(p), TierCPU, keys[:n/2]); err != nil {
+			if err := idx.Add(ctx, 0, PodID(p), event.TierCPU, keys[:n/2]); err != nil {
 				b.Fatal(err)
 			}
 		}
 	}
-	other := make([]Key, 1000)
+	other := make([]blockkeys.Key, 1000)
 	for r := 0; r < 200; r++ {
 		for i := range other {
 			other[i] = benchKey(1<<40 + uint64(r*1000+i))
 		}
-		if err := idx.Add(ctx, 0, PodID(r%npods), TierGPU, other); err != nil {
+		if err := idx.Add(ctx, 0, PodID(r%npods), event.TierGPU, other); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -147,18 +150,18 @@ func BenchmarkScore512x64Bunched(b *testing.B) { benchmarkScore(b, 64, 4) }
 // which 8 pods hold (pod p the first 64*(p+1) blocks): 512k keys, far more
 // than the caches hold. Built once, it is shared by the runs of
 // BenchmarkScore512x8Cold.
-var coldFixture = sync.OnceValues(func() (*MemoryIndex, [][]Key) {
+var coldFixture = sync.OnceValues(func() (*MemoryIndex, [][]blockkeys.Key) {
 	const prompts, npods = 1024, 8
 	idx := NewMemoryIndex(MemoryConfig{Capacity: 16 << 20})
 	ctx := context.Background()
-	keys := make([][]Key, prompts)
+	keys := make([][]blockkeys.Key, prompts)
 	for q := range keys {
-		keys[q] = make([]Key, 512)
+		keys[q] = make([]blockkeys.Key, 512)
 		for i := range keys[q] {
 			keys[q][i] = benchKey(uint64(q)<<20 | uint64(i))
 		}
 		for p := 0; p < npods; p++ {
-			_ = idx.Add(ctx, 0, PodID(p), TierGPU, keys[q][:512*(p+1)/npods])
+			_ = idx.Add(ctx, 0, PodID(p), event.TierGPU, keys[q][:512*(p+1)/npods])
 		}
 	}
 	return idx, keys
@@ -211,8 +214,8 @@ func benchmarkBytesPerEntry(b *testing.B, shared bool) {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		idx := NewMemoryIndex(MemoryConfig{Capacity: 2 * target})
-		sys := make([]Key, 32)
-		conv := make([]Key, 64)
+		sys := make([]blockkeys.Key, 32)
+		conv := make([]blockkeys.Key, 64)
 		next := uint64(1 << 32)
 		for idx.Stats().Entries < target {
 			for i := range conv {
@@ -221,19 +224,19 @@ func benchmarkBytesPerEntry(b *testing.B, shared bool) {
 			}
 			pod := PodID(rng.IntN(8))
 			if !shared {
-				_ = idx.Add(ctx, 0, pod, TierGPU, conv)
+				_ = idx.Add(ctx, 0, pod, event.TierGPU, conv)
 				continue
 			}
 			sp := rng.IntN(16)
 			for i := range sys {
 				sys[i] = benchKey(uint64(sp*32 + i))
 			}
-			_ = idx.Add(ctx, 0, pod, TierGPU, sys)
-			_ = idx.Add(ctx, 0, pod, TierGPU, conv)
+			_ = idx.Add(ctx, 0, pod, event.TierGPU, sys)
+			_ = idx.Add(ctx, 0, pod, event.TierGPU, conv)
 			if rng.IntN(4) == 0 {
 				pod2 := PodID((int(pod) + 1 + rng.IntN(7)) % 8)
-				_ = idx.Add(ctx, 0, pod2, TierGPU, sys)
-				_ = idx.Add(ctx, 0, pod2, TierGPU, conv)
+				_ = idx.Add(ctx, 0, pod2, event.TierGPU, sys)
+				_ = idx.Add(ctx, 0, pod2, event.TierGPU, conv)
 			}
 		}
 		runtime.GC()

@@ -1,6 +1,10 @@
 package kvindex
 
-import "context"
+import (
+	"context"
+
+	"github.com/kvindex/kvindex/blockkeys"
+)
 
 // SharedNames is implemented by index backends that other processes write
 // to under pod and model names (Redis). A process only interns the names it
@@ -13,7 +17,7 @@ import "context"
 type SharedNames interface {
 	// HasModelKey reports whether the shared index holds an entry (live or
 	// not yet cleaned up) for key under the model called model.
-	HasModelKey(ctx context.Context, model string, key Key) (bool, error)
+	HasModelKey(ctx context.Context, model string, key blockkeys.Key) (bool, error)
 }
 
 // NumModels is how many models have been interned; every ModelID is below

@@ -9,6 +9,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // The benchmarks here measure how the index scales with cores: run them
@@ -97,17 +100,17 @@ func BenchmarkMemoryAddParallel(b *testing.B) {
 	idx := NewMemoryIndex(MemoryConfig{Capacity: 16 << 20})
 	ctx := context.Background()
 	var nextPod atomic.Int64
-	fill := func(pod PodID, n int, keys []Key) []Key {
+	fill := func(pod PodID, n int, keys []blockkeys.Key) []blockkeys.Key {
 		for j := range keys {
 			keys[j] = benchKey(uint64(pod)<<40 | uint64(n*batch+j))
 		}
 		return keys
 	}
 	// steady state for the GOMAXPROCS pods RunParallel will use
-	keys := make([]Key, batch)
+	keys := make([]blockkeys.Key, batch)
 	for p := range runtime.GOMAXPROCS(0) {
 		for n := range window {
-			_ = idx.Add(ctx, 0, PodID(p), TierGPU, fill(PodID(p), n, keys))
+			_ = idx.Add(ctx, 0, PodID(p), event.TierGPU, fill(PodID(p), n, keys))
 		}
 	}
 	m := startCPU(b)
@@ -117,13 +120,13 @@ func BenchmarkMemoryAddParallel(b *testing.B) {
 			b.Error("more than 64 goroutines")
 			return
 		}
-		keys := make([]Key, batch)
+		keys := make([]blockkeys.Key, batch)
 		for n := window; pb.Next(); n++ {
-			if err := idx.Add(ctx, 0, pod, TierGPU, fill(pod, n, keys)); err != nil {
+			if err := idx.Add(ctx, 0, pod, event.TierGPU, fill(pod, n, keys)); err != nil {
 				b.Error(err)
 				return
 			}
-			if err := idx.Remove(ctx, 0, pod, TierGPU, fill(pod, n-window, keys)); err != nil {
+			if err := idx.Remove(ctx, 0, pod, event.TierGPU, fill(pod, n-window, keys)); err != nil {
 				b.Error(err)
 				return
 			}

@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer/persist"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -142,12 +144,12 @@ const (
 )
 
 // scaleKey derives well-spread keys; set keeps the fixture's parts apart.
-func scaleKey(set, i uint64) kvindex.Key {
+func scaleKey(set, i uint64) blockkeys.Key {
 	x := set<<40 | i
 	x += 0x9e3779b97f4a7c15
 	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
 	x = (x ^ x>>27) * 0x94d049bb133111eb
-	return kvindex.Key(x ^ x>>31)
+	return blockkeys.Key(x ^ x>>31)
 }
 
 // scaleCapacity leaves room for shards filling unevenly: a shard at its
@@ -159,9 +161,9 @@ type scaleFleet struct {
 	idx    *kvindex.MemoryIndex
 	model  kvindex.ModelID
 	pods   []kvindex.PodID
-	stairs [][]kvindex.Key // x8 staircase probes
-	wide   [][]kvindex.Key // x64 staircase probes
-	chains [][]kvindex.Key // background chains used as probes
+	stairs [][]blockkeys.Key // x8 staircase probes
+	wide   [][]blockkeys.Key // x64 staircase probes
+	chains [][]blockkeys.Key // background chains used as probes
 }
 
 // buildScaleFleet fills a fresh index to at least entries entries and logs
@@ -173,13 +175,13 @@ func buildScaleFleet(t *testing.T, entries int64) *scaleFleet {
 	for p := range widePods {
 		f.pods = append(f.pods, f.in.Pod("pod-"+strconv.Itoa(p), 0))
 	}
-	add := func(p int, keys []kvindex.Key) {
-		if err := f.idx.Add(ctx, f.model, f.pods[p], kvindex.TierGPU, keys); err != nil {
+	add := func(p int, keys []blockkeys.Key) {
+		if err := f.idx.Add(ctx, f.model, f.pods[p], event.TierGPU, keys); err != nil {
 			t.Fatal(err)
 		}
 	}
-	prompt := func(set, q uint64) []kvindex.Key {
-		keys := make([]kvindex.Key, chainLen)
+	prompt := func(set, q uint64) []blockkeys.Key {
+		keys := make([]blockkeys.Key, chainLen)
 		for i := range keys {
 			keys[i] = scaleKey(set, q*chainLen+uint64(i))
 		}
@@ -202,7 +204,7 @@ func buildScaleFleet(t *testing.T, entries int64) *scaleFleet {
 	probeEntries := f.idx.Stats().Entries
 
 	c0, t0 := cpuTime(), time.Now()
-	keys := make([]kvindex.Key, chainLen)
+	keys := make([]blockkeys.Key, chainLen)
 	var added int64
 	chains := 0
 	for n := probeEntries; n < entries; chains++ {
@@ -227,7 +229,7 @@ func buildScaleFleet(t *testing.T, entries int64) *scaleFleet {
 	// 1024 chains spread over the whole fill (all of them when fewer)
 	step := max(1, chains/1024)
 	for c := 0; c < chains && len(f.chains) < 1024; c += step {
-		k := make([]kvindex.Key, chainLen)
+		k := make([]blockkeys.Key, chainLen)
 		for i := range k {
 			k[i] = scaleKey(3, uint64(c)*chainLen+uint64(i))
 		}
@@ -253,7 +255,7 @@ func (f *scaleFleet) scoreAll(t *testing.T) []scoreFig {
 // measure scores prompts in rotation for about two seconds on one locked
 // thread and returns wall and thread CPU time per call. wantPods is the
 // pod count every result must have (0: one or two).
-func (f *scaleFleet) measure(t *testing.T, name string, prompts [][]kvindex.Key, wantPods int) scoreFig {
+func (f *scaleFleet) measure(t *testing.T, name string, prompts [][]blockkeys.Key, wantPods int) scoreFig {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	s := kvindex.NewScorer(f.idx, f.idx, kvindex.DefaultTierWeights())

@@ -7,10 +7,13 @@ import (
 	"math"
 	"slices"
 	"sync"
+
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // TierWeights is what one matched block is worth on each tier.
-type TierWeights [NumTiers]float64
+type TierWeights [event.NumTiers]float64
 
 // DefaultTierWeights: a block in GPU memory is worth a full block of prefill;
 // one that must first be copied back from CPU, disk or external storage is
@@ -18,7 +21,7 @@ type TierWeights [NumTiers]float64
 // block a pod can load (TierShared) weighs 0.4, llm-d's proposed default
 // for its shared_storage tier (llm-d-router issue #2808).
 func DefaultTierWeights() TierWeights {
-	return TierWeights{TierGPU: 1.0, TierCPU: 0.8, TierDisk: 0.5, TierExternal: 0.3, TierShared: 0.4}
+	return TierWeights{event.TierGPU: 1.0, event.TierCPU: 0.8, event.TierDisk: 0.5, event.TierExternal: 0.3, event.TierShared: 0.4}
 }
 
 // PodScore is one pod's match for a key sequence.
@@ -28,7 +31,7 @@ type PodScore struct {
 	Score         float64 // sum over that run of the best tier weight of each block
 	// TierBlocks counts the run's blocks by the tier that was counted for them
 	// (the best-weighted one when a pod holds a block on several tiers).
-	TierBlocks [NumTiers]int32
+	TierBlocks [event.NumTiers]int32
 }
 
 // ScoreResult is the answer to one Score call. Pods holds only pods with
@@ -48,7 +51,7 @@ type ScoreResult struct {
 // PodScore for each pod (among candidates) whose run of consecutive blocks
 // from block 0 is not empty, in any order: Scorer sorts them.
 type PrefixScorer interface {
-	ScorePrefix(ctx context.Context, model ModelID, keys []Key, candidates []PodID, w TierWeights, res *ScoreResult) error
+	ScorePrefix(ctx context.Context, model ModelID, keys []blockkeys.Key, candidates []PodID, w TierWeights, res *ScoreResult) error
 }
 
 // Scorer computes per-pod longest-prefix scores over an Index. It is safe for
@@ -81,13 +84,13 @@ func (s *Scorer) Weights() TierWeights { return s.w }
 // run ends, never per block.
 type podRun struct {
 	runStart int32 // block where the current run on tier cur began
-	cur      Tier
-	tiers    [NumTiers]int32
+	cur      event.Tier
+	tiers    [event.NumTiers]int32
 }
 
 // switchTier credits the blocks before i to the current tier and continues
 // the run on tier t from block i.
-func (r *podRun) switchTier(i int32, t Tier) {
+func (r *podRun) switchTier(i int32, t event.Tier) {
 	r.tiers[r.cur] += i - r.runStart
 	r.runStart, r.cur = i, t
 }
@@ -134,7 +137,7 @@ type scoreState struct {
 // Score fills res with each pod's longest prefix match of keys. candidates
 // nil means every pod; otherwise only the listed pods are scored and the
 // lookup stops as soon as none of them can extend its run. res is reused.
-func (s *Scorer) Score(ctx context.Context, model ModelID, keys []Key, candidates []PodID, res *ScoreResult) error {
+func (s *Scorer) Score(ctx context.Context, model ModelID, keys []blockkeys.Key, candidates []PodID, res *ScoreResult) error {
 	res.TotalBlocks = len(keys)
 	res.Pods = res.Pods[:0]
 	if len(keys) == 0 || (candidates != nil && len(candidates) == 0) {
@@ -161,7 +164,7 @@ func (s *Scorer) Score(ctx context.Context, model ModelID, keys []Key, candidate
 }
 
 // scoreVisiting scores through Lookup and the Visitor interface.
-func (s *Scorer) scoreVisiting(ctx context.Context, model ModelID, keys []Key, candidates []PodID, res *ScoreResult) error {
+func (s *Scorer) scoreVisiting(ctx context.Context, model ModelID, keys []blockkeys.Key, candidates []PodID, res *ScoreResult) error {
 	st := s.states.Get().(*scoreState)
 	defer s.states.Put(st)
 	st.begin(&s.w, candidates)
@@ -234,7 +237,7 @@ func growAcc[A any](acc *[]A, p PodID) *A {
 }
 
 // hold records that pod p holds block i, the start of step c, on tier t.
-func (st *scoreState) hold(c, i int32, p PodID, t Tier) {
+func (st *scoreState) hold(c, i int32, p PodID, t event.Tier) {
 	var a *podAcc
 	if int(p) < len(st.acc) && st.acc[p].gen == st.gen {
 		a = &st.acc[p]
@@ -261,12 +264,12 @@ func (st *scoreState) hold(c, i int32, p PodID, t Tier) {
 }
 
 // Visit implements Visitor for the generic path. Every block is a step.
-func (st *scoreState) Visit(i int, _ Key, holders []Holder) bool {
+func (st *scoreState) Visit(i int, _ blockkeys.Key, holders []Holder) bool {
 	st.alive = 0
 	st.steps = append(st.steps, int32(i))
 	c := int32(len(st.steps) - 1)
 	for _, h := range holders {
-		if h.Tier < NumTiers {
+		if h.Tier < event.NumTiers {
 			st.hold(c, int32(i), h.Pod, h.Tier)
 		}
 	}

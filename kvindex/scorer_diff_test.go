@@ -7,24 +7,28 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/internal/testkit/race"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // refScore is the trivial reference scorer: for each pod, walk keys from
 // block 0 while the pod holds the block on some tier, crediting the block to
 // its best-weighted tier. pods lists the pods to score (candidates already
 // applied).
-func refScore(ref *refIndex, m ModelID, keys []Key, pods []PodID, w TierWeights) []PodScore {
+func refScore(ref *refIndex, m ModelID, keys []blockkeys.Key, pods []PodID, w TierWeights) []PodScore {
 	var out []PodScore
 	for _, p := range pods {
 		ps := PodScore{Pod: p}
 		for _, k := range keys {
-			best := Tier(NumTiers)
+			best := event.Tier(event.NumTiers)
 			for h := range ref.holders[refKey{m, k}] {
-				if h.Pod == p && (best == NumTiers || w[h.Tier] > w[best]) {
+				if h.Pod == p && (best == event.NumTiers || w[h.Tier] > w[best]) {
 					best = h.Tier
 				}
 			}
-			if best == NumTiers {
+			if best == event.NumTiers {
 				break
 			}
 			ps.MatchedBlocks++
@@ -48,7 +52,7 @@ type fleetBuilder struct {
 	ref *refIndex
 }
 
-func (f *fleetBuilder) add(m ModelID, p PodID, tier Tier, ks []Key) {
+func (f *fleetBuilder) add(m ModelID, p PodID, tier event.Tier, ks []blockkeys.Key) {
 	f.t.Helper()
 	if err := f.idx.Add(context.Background(), m, p, tier, ks); err != nil {
 		f.t.Fatal(err)
@@ -56,7 +60,7 @@ func (f *fleetBuilder) add(m ModelID, p PodID, tier Tier, ks []Key) {
 	f.ref.add(m, p, tier, ks)
 }
 
-func (f *fleetBuilder) remove(m ModelID, p PodID, tier Tier, ks []Key) {
+func (f *fleetBuilder) remove(m ModelID, p PodID, tier event.Tier, ks []blockkeys.Key) {
 	f.t.Helper()
 	if err := f.idx.Remove(context.Background(), m, p, tier, ks); err != nil {
 		f.t.Fatal(err)
@@ -78,36 +82,36 @@ func (f *fleetBuilder) clear(p PodID) {
 // copies on other tiers and groups over sub-ranges, holes, pods cleared and
 // re-added (stale and live words of one pod in one chunk), and unrelated
 // keys sharing the tables.
-func randomPrefixFleet(f *fleetBuilder, rng *rand.Rand, keys []Key, npods int) {
+func randomPrefixFleet(f *fleetBuilder, rng *rand.Rand, keys []blockkeys.Key, npods int) {
 	n := len(keys)
 	for p := PodID(0); p < PodID(npods); p++ {
 		end := rng.IntN(n + 1)
 		if rng.IntN(4) == 0 { // bunches: several pods share an end
 			end = n / 2
 		}
-		f.add(0, p, TierGPU, keys[:end])
+		f.add(0, p, event.TierGPU, keys[:end])
 		for r := rng.IntN(3); r > 0; r-- { // other tiers or groups over a sub-range
 			lo := rng.IntN(n)
 			hi := lo + rng.IntN(n-lo+1)
-			f.add(0, p, Tier(rng.IntN(int(NumStoredTiers))), keys[lo:hi])
+			f.add(0, p, event.Tier(rng.IntN(int(event.NumStoredTiers))), keys[lo:hi])
 		}
 		if rng.IntN(4) == 0 && end > 0 { // a hole
-			f.remove(0, p, TierGPU, keys[rng.IntN(end):][:1])
+			f.remove(0, p, event.TierGPU, keys[rng.IntN(end):][:1])
 		}
 		switch rng.IntN(8) {
 		case 0:
 			f.clear(p)
 		case 1: // cleared, then re-added over part of its old range
 			f.clear(p)
-			f.add(0, p, Tier(rng.IntN(2)), keys[:rng.IntN(end+1)])
+			f.add(0, p, event.Tier(rng.IntN(2)), keys[:rng.IntN(end+1)])
 		}
 	}
-	other := make([]Key, 16)
+	other := make([]blockkeys.Key, 16)
 	for i := range other {
-		other[i] = Key(rng.Uint64())
+		other[i] = blockkeys.Key(rng.Uint64())
 	}
-	f.add(1, PodID(rng.IntN(npods)), TierGPU, keys[:rng.IntN(n+1)]) // same keys, other model
-	f.add(0, PodID(rng.IntN(npods)), TierGPU, other)
+	f.add(1, PodID(rng.IntN(npods)), event.TierGPU, keys[:rng.IntN(n+1)]) // same keys, other model
+	f.add(0, PodID(rng.IntN(npods)), event.TierGPU, other)
 }
 
 // TestScorerDifferential compares the fused path (MemoryIndex as a
@@ -118,7 +122,7 @@ func randomPrefixFleet(f *fleetBuilder, rng *rand.Rand, keys []Key, npods int) {
 func TestScorerDifferential(t *testing.T) {
 	ctx := context.Background()
 	seeds := 200
-	if testing.Short() || raceEnabled { // the concurrent test below is the one for -race
+	if testing.Short() || race.Enabled { // the concurrent test below is the one for -race
 		seeds = 20
 	}
 	// distinct weights: with a tie, which tier a block counts for is not
@@ -129,9 +133,9 @@ func TestScorerDifferential(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 14))
 		f := &fleetBuilder{t: t, idx: NewMemoryIndex(MemoryConfig{}), ref: &refIndex{holders: map[refKey]map[Holder]bool{}}}
 		npods := 1 + rng.IntN(96)
-		keys := make([]Key, 1+rng.IntN(160))
+		keys := make([]blockkeys.Key, 1+rng.IntN(160))
 		for i := range keys {
-			keys[i] = Key(rng.Uint64())
+			keys[i] = blockkeys.Key(rng.Uint64())
 		}
 		randomPrefixFleet(f, rng, keys, npods)
 		w := weights[rng.IntN(len(weights))]
@@ -182,9 +186,9 @@ func TestScorerDifferential(t *testing.T) {
 			k := keys[lo:min(len(keys), lo+1+rng.IntN(2))]
 			switch rng.IntN(5) {
 			case 0, 1:
-				f.remove(0, p, TierGPU, k)
+				f.remove(0, p, event.TierGPU, k)
 			case 2, 3:
-				f.add(0, p, Tier(rng.IntN(int(NumStoredTiers))), k)
+				f.add(0, p, event.Tier(rng.IntN(int(event.NumStoredTiers))), k)
 			default:
 				f.clear(p)
 			}
@@ -207,9 +211,9 @@ func TestScorerDifferentialConcurrent(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 14))
 	f := &fleetBuilder{t: t, idx: NewMemoryIndex(MemoryConfig{}), ref: &refIndex{holders: map[refKey]map[Holder]bool{}}}
 	const stable, churn, nkeys = 40, 24, 256
-	keys := make([]Key, nkeys)
+	keys := make([]blockkeys.Key, nkeys)
 	for i := range keys {
-		keys[i] = Key(rng.Uint64())
+		keys[i] = blockkeys.Key(rng.Uint64())
 	}
 	randomPrefixFleet(f, rng, keys, stable)
 	w := DefaultTierWeights()
@@ -222,7 +226,7 @@ func TestScorerDifferentialConcurrent(t *testing.T) {
 		t.Fatalf("weak fixture: %d stable pods score", len(want))
 	}
 	rounds := 3000
-	if testing.Short() || raceEnabled {
+	if testing.Short() || race.Enabled {
 		rounds = 800
 	}
 	var wg sync.WaitGroup
@@ -237,7 +241,7 @@ func TestScorerDifferentialConcurrent(t *testing.T) {
 				p := PodID(stable + wr*churn/2 + rng.IntN(churn/2))
 				lo := rng.IntN(nkeys)
 				ks := keys[lo : lo+rng.IntN(nkeys-lo+1)]
-				tier := Tier(rng.IntN(2))
+				tier := event.Tier(rng.IntN(2))
 				var err error
 				switch rng.IntN(10) {
 				case 0:
@@ -290,7 +294,7 @@ func TestScorerDifferentialConcurrent(t *testing.T) {
 					for _, n := range ps.TierBlocks {
 						sum += n
 					}
-					if cands != nil || ps.Pod >= stable+churn || ps.MatchedBlocks > nkeys || int(sum) != ps.MatchedBlocks || ps.TierBlocks[TierDisk]+ps.TierBlocks[TierExternal] != 0 {
+					if cands != nil || ps.Pod >= stable+churn || ps.MatchedBlocks > nkeys || int(sum) != ps.MatchedBlocks || ps.TierBlocks[event.TierDisk]+ps.TierBlocks[event.TierExternal] != 0 {
 						errs <- fmt.Errorf("impossible score %+v (candidates %v)", ps, cands)
 						return
 					}

@@ -4,31 +4,51 @@ import (
 	"context"
 	"runtime"
 	"testing"
+
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
+
+// scriptedIndex hands fixed holder lists to the generic scoring path, as a
+// backend whose lists come in any order (or hold a tier this build does not
+// know) would.
+type scriptedIndex struct {
+	Index
+	blocks [][]Holder
+}
+
+func (s scriptedIndex) Lookup(_ context.Context, _ ModelID, keys []blockkeys.Key, v Visitor) error {
+	for i := range keys {
+		if i >= len(s.blocks) || !v.Visit(i, keys[i], s.blocks[i]) {
+			return nil
+		}
+	}
+	return nil
+}
 
 // With equal tier weights the generic path keeps crediting the tier it
 // first saw for a block (as the fused path, whose holders are sorted by
 // tier, does); a holder with an out-of-range tier is ignored, not scored.
 func TestScorerGenericTiesAndBadTiers(t *testing.T) {
 	ctx := context.Background()
-	w := TierWeights{TierGPU: 1, TierCPU: 0.5, TierDisk: 0.5, TierExternal: 0.5}
+	w := TierWeights{event.TierGPU: 1, event.TierCPU: 0.5, event.TierDisk: 0.5, event.TierExternal: 0.5}
 	idx := scriptedIndex{blocks: [][]Holder{
-		{{Pod: 1, Tier: TierCPU}, {Pod: 1, Tier: TierDisk}, {Pod: 2, Tier: 7}, {Pod: 3, Tier: NumTiers}},
-		{{Pod: 1, Tier: TierCPU}, {Pod: 1, Tier: TierExternal}, {Pod: 2, Tier: TierGPU}},
-		{{Pod: 1, Tier: TierDisk}, {Pod: 1, Tier: TierCPU}},
+		{{Pod: 1, Tier: event.TierCPU}, {Pod: 1, Tier: event.TierDisk}, {Pod: 2, Tier: 7}, {Pod: 3, Tier: event.NumTiers}},
+		{{Pod: 1, Tier: event.TierCPU}, {Pod: 1, Tier: event.TierExternal}, {Pod: 2, Tier: event.TierGPU}},
+		{{Pod: 1, Tier: event.TierDisk}, {Pod: 1, Tier: event.TierCPU}},
 	}}
 	s := NewScorer(idx, nil, w)
 	var res ScoreResult
-	if err := s.Score(ctx, 0, []Key{1, 2, 3}, nil, &res); err != nil {
+	if err := s.Score(ctx, 0, []blockkeys.Key{1, 2, 3}, nil, &res); err != nil {
 		t.Fatal(err)
 	}
-	want := []PodScore{{Pod: 1, MatchedBlocks: 3, Score: 1.5, TierBlocks: [NumTiers]int32{TierCPU: 2, TierDisk: 1}}}
+	want := []PodScore{{Pod: 1, MatchedBlocks: 3, Score: 1.5, TierBlocks: [event.NumTiers]int32{event.TierCPU: 2, event.TierDisk: 1}}}
 	if !samePodScores(res.Pods, want) {
 		t.Fatalf("got %+v\nwant %+v", res.Pods, want)
 	}
 	// the same with pods 2 and 3 as candidates: their bad-tier holders at
 	// block 0 do not start a run
-	if err := s.Score(ctx, 0, []Key{1, 2, 3}, []PodID{2, 3}, &res); err != nil {
+	if err := s.Score(ctx, 0, []blockkeys.Key{1, 2, 3}, []PodID{2, 3}, &res); err != nil {
 		t.Fatal(err)
 	}
 	if len(res.Pods) != 0 {
@@ -39,26 +59,26 @@ func TestScorerGenericTiesAndBadTiers(t *testing.T) {
 	// included.
 	mem := NewMemoryIndex(MemoryConfig{})
 	for p := PodID(0); p < 4; p++ {
-		for tier := Tier(0); tier < NumTiers; tier++ {
-			if (int(p)+int(tier))%2 == 0 || tier == TierExternal {
-				_ = mem.Add(ctx, 0, p, tier, []Key{1, 2, 3, 4, 5}[:2+int(p)])
+		for tier := event.Tier(0); tier < event.NumTiers; tier++ {
+			if (int(p)+int(tier))%2 == 0 || tier == event.TierExternal {
+				_ = mem.Add(ctx, 0, p, tier, []blockkeys.Key{1, 2, 3, 4, 5}[:2+int(p)])
 			}
 		}
 	}
 	flat := TierWeights{1, 1, 1, 1}
 	var fused, generic ScoreResult
-	if err := NewScorer(mem, mem, flat).Score(ctx, 0, []Key{1, 2, 3, 4, 5}, nil, &fused); err != nil {
+	if err := NewScorer(mem, mem, flat).Score(ctx, 0, []blockkeys.Key{1, 2, 3, 4, 5}, nil, &fused); err != nil {
 		t.Fatal(err)
 	}
-	if err := NewScorer(visitorOnly{mem}, nil, flat).Score(ctx, 0, []Key{1, 2, 3, 4, 5}, nil, &generic); err != nil {
+	if err := NewScorer(visitorOnly{mem}, nil, flat).Score(ctx, 0, []blockkeys.Key{1, 2, 3, 4, 5}, nil, &generic); err != nil {
 		t.Fatal(err)
 	}
 	if !samePodScores(fused.Pods, generic.Pods) || len(fused.Pods) != 4 {
 		t.Fatalf("equal weights:\n fused   %+v\n generic %+v", fused.Pods, generic.Pods)
 	}
 	for _, ps := range fused.Pods {
-		for tier := Tier(0); tier < NumTiers; tier++ {
-			if (int(ps.Pod)+int(tier))%2 == 0 || tier == TierExternal {
+		for tier := event.Tier(0); tier < event.NumTiers; tier++ {
+			if (int(ps.Pod)+int(tier))%2 == 0 || tier == event.TierExternal {
 				// the lowest tier the pod holds gets every block
 				if ps.TierBlocks[tier] != int32(ps.MatchedBlocks) {
 					t.Errorf("pod %d: tiers %v, want all %d blocks on %s", ps.Pod, ps.TierBlocks, ps.MatchedBlocks, tier)
@@ -74,8 +94,8 @@ func TestScorerGenericTiesAndBadTiers(t *testing.T) {
 func TestScorePrefixCandidateBeyondMaxPods(t *testing.T) {
 	ctx := context.Background()
 	idx := NewMemoryIndex(MemoryConfig{})
-	keys := []Key{11, 12}
-	if err := idx.Add(ctx, 0, 1, TierGPU, keys); err != nil {
+	keys := []blockkeys.Key{11, 12}
+	if err := idx.Add(ctx, 0, 1, event.TierGPU, keys); err != nil {
 		t.Fatal(err)
 	}
 	for _, cands := range [][]PodID{{MaxPods, 1}, {1, MaxPods}, {MaxPods}} {
@@ -105,14 +125,14 @@ func TestScorePrefixCandidateBeyondMaxPods(t *testing.T) {
 func TestScorePrefixEqualWeightTierChangeMidRun(t *testing.T) {
 	ctx := context.Background()
 	mem := NewMemoryIndex(MemoryConfig{})
-	keys := []Key{1, 2, 3, 4}
-	if err := mem.Add(ctx, 0, 0, TierCPU, keys); err != nil {
+	keys := []blockkeys.Key{1, 2, 3, 4}
+	if err := mem.Add(ctx, 0, 0, event.TierCPU, keys); err != nil {
 		t.Fatal(err)
 	}
-	if err := mem.Add(ctx, 0, 0, TierGPU, keys[2:]); err != nil {
+	if err := mem.Add(ctx, 0, 0, event.TierGPU, keys[2:]); err != nil {
 		t.Fatal(err)
 	}
-	if err := mem.Add(ctx, 0, 1, TierGPU, keys); err != nil { // keeps blocks in chunks
+	if err := mem.Add(ctx, 0, 1, event.TierGPU, keys); err != nil { // keeps blocks in chunks
 		t.Fatal(err)
 	}
 	flat := TierWeights{1, 1, 1, 1}
@@ -127,7 +147,7 @@ func TestScorePrefixEqualWeightTierChangeMidRun(t *testing.T) {
 		t.Fatalf("fused %+v\ngeneric %+v", fused.Pods, generic.Pods)
 	}
 	for _, ps := range fused.Pods {
-		if ps.Pod == 0 && (ps.TierBlocks[TierCPU] != 2 || ps.TierBlocks[TierGPU] != 2) {
+		if ps.Pod == 0 && (ps.TierBlocks[event.TierCPU] != 2 || ps.TierBlocks[event.TierGPU] != 2) {
 			t.Fatalf("pod 0: tiers %v, want 2 blocks on CPU then 2 on GPU", ps.TierBlocks)
 		}
 	}
@@ -139,15 +159,15 @@ func TestScorePrefixEqualWeightTierChangeMidRun(t *testing.T) {
 func TestScorePrefixNonCandidateJustPastTable(t *testing.T) {
 	ctx := context.Background()
 	mem := NewMemoryIndex(MemoryConfig{})
-	keys := []Key{1, 2, 3}
+	keys := []blockkeys.Key{1, 2, 3}
 	const beyond = 64 // the per-pod table of a fresh index grows to 64 entries at first
-	if err := mem.Add(ctx, 0, 0, TierGPU, keys); err != nil {
+	if err := mem.Add(ctx, 0, 0, event.TierGPU, keys); err != nil {
 		t.Fatal(err)
 	}
-	if err := mem.Add(ctx, 0, 5, TierGPU, keys); err != nil {
+	if err := mem.Add(ctx, 0, 5, event.TierGPU, keys); err != nil {
 		t.Fatal(err)
 	}
-	if err := mem.Add(ctx, 0, beyond, TierGPU, keys[:1]); err != nil {
+	if err := mem.Add(ctx, 0, beyond, event.TierGPU, keys[:1]); err != nil {
 		t.Fatal(err)
 	}
 	var res ScoreResult
@@ -165,19 +185,19 @@ func TestScorePrefixNonCandidateJustPastTable(t *testing.T) {
 func TestScorerGenericCallVisitingNothingAfterFullMatch(t *testing.T) {
 	ctx := context.Background()
 	mem := NewMemoryIndex(MemoryConfig{})
-	if err := mem.Add(ctx, 0, 3, TierGPU, []Key{1, 2}); err != nil {
+	if err := mem.Add(ctx, 0, 3, event.TierGPU, []blockkeys.Key{1, 2}); err != nil {
 		t.Fatal(err)
 	}
 	s := NewScorer(visitorOnly{mem}, nil, DefaultTierWeights())
 	var res ScoreResult
 	for range 20 { // the pool may hand out a fresh state now and then
-		if err := s.Score(ctx, 0, []Key{1, 2}, nil, &res); err != nil {
+		if err := s.Score(ctx, 0, []blockkeys.Key{1, 2}, nil, &res); err != nil {
 			t.Fatal(err)
 		}
 		if len(res.Pods) != 1 || res.Pods[0].MatchedBlocks != 2 {
 			t.Fatalf("full match: %+v", res.Pods)
 		}
-		if err := s.Score(ctx, 0, []Key{9, 1}, nil, &res); err != nil {
+		if err := s.Score(ctx, 0, []blockkeys.Key{9, 1}, nil, &res); err != nil {
 			t.Fatal(err)
 		}
 		if len(res.Pods) != 0 {
@@ -192,14 +212,14 @@ func TestScorerGenericCallVisitingNothingAfterFullMatch(t *testing.T) {
 func TestScorerGenericCandidateAtMaxPodsAllocatesNoTable(t *testing.T) {
 	ctx := context.Background()
 	mem := NewMemoryIndex(MemoryConfig{})
-	if err := mem.Add(ctx, 0, 1, TierGPU, []Key{1}); err != nil {
+	if err := mem.Add(ctx, 0, 1, event.TierGPU, []blockkeys.Key{1}); err != nil {
 		t.Fatal(err)
 	}
 	s := NewScorer(visitorOnly{mem}, nil, DefaultTierWeights())
 	var res ScoreResult
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	if err := s.Score(ctx, 0, []Key{1}, []PodID{MaxPods, 1}, &res); err != nil {
+	if err := s.Score(ctx, 0, []blockkeys.Key{1}, []PodID{MaxPods, 1}, &res); err != nil {
 		t.Fatal(err)
 	}
 	runtime.ReadMemStats(&after)
@@ -217,12 +237,12 @@ func TestScoreHighPodIDOnFreshState(t *testing.T) {
 	ctx := context.Background()
 	for _, p := range []PodID{64, 100, 1000} {
 		mem := NewMemoryIndex(MemoryConfig{})
-		if err := mem.Add(ctx, 0, p, TierGPU, []Key{1, 2}); err != nil {
+		if err := mem.Add(ctx, 0, p, event.TierGPU, []blockkeys.Key{1, 2}); err != nil {
 			t.Fatal(err)
 		}
 		for _, sc := range []*Scorer{NewScorer(mem, mem, DefaultTierWeights()), NewScorer(visitorOnly{mem}, nil, DefaultTierWeights())} {
 			var res ScoreResult
-			if err := sc.Score(ctx, 0, []Key{1, 2}, nil, &res); err != nil {
+			if err := sc.Score(ctx, 0, []blockkeys.Key{1, 2}, nil, &res); err != nil {
 				t.Fatal(err)
 			}
 			if len(res.Pods) != 1 || res.Pods[0].Pod != p || res.Pods[0].MatchedBlocks != 2 {

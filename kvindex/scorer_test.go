@@ -6,6 +6,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/internal/testkit/race"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // visitorOnly hides MemoryIndex's concrete type so the scorer takes the
@@ -35,75 +39,75 @@ func TestScorerSemantics(t *testing.T) {
 	ctx := context.Background()
 	type hold struct {
 		pod  PodID
-		tier Tier
-		keys []Key
+		tier event.Tier
+		keys []blockkeys.Key
 	}
-	ks := func(k ...Key) []Key { return k }
-	gpu := func(n int32) [NumTiers]int32 { return [NumTiers]int32{n, 0, 0, 0} }
+	ks := func(k ...blockkeys.Key) []blockkeys.Key { return k }
+	gpu := func(n int32) [event.NumTiers]int32 { return [event.NumTiers]int32{n, 0, 0, 0} }
 	cases := []struct {
 		name       string
 		holds      []hold
 		clear      []PodID
-		query      []Key
+		query      []blockkeys.Key
 		candidates []PodID
 		want       []PodScore
 	}{
 		{name: "longest prefix per pod",
-			holds: []hold{{1, TierGPU, ks(1, 2, 3)}, {2, TierGPU, ks(1, 2)}, {3, TierGPU, ks(1)}},
+			holds: []hold{{1, event.TierGPU, ks(1, 2, 3)}, {2, event.TierGPU, ks(1, 2)}, {3, event.TierGPU, ks(1)}},
 			query: ks(1, 2, 3, 4),
 			want:  []PodScore{{1, 3, 3, gpu(3)}, {2, 2, 2, gpu(2)}, {3, 1, 1, gpu(1)}}},
 		{name: "a gap ends the run",
-			holds: []hold{{1, TierGPU, ks(1, 3, 4)}, {2, TierGPU, ks(1, 2)}},
+			holds: []hold{{1, event.TierGPU, ks(1, 3, 4)}, {2, event.TierGPU, ks(1, 2)}},
 			query: ks(1, 2, 3, 4),
 			want:  []PodScore{{2, 2, 2, gpu(2)}, {1, 1, 1, gpu(1)}}},
 		{name: "pod 0 leaving a shared holder set ends its run",
 			// holder word 0 (pod 0, epoch 0, GPU) once added nothing
 			// to a chunk's signature, so {0,1,3} and {1,3} looked the same
-			holds: []hold{{0, TierGPU, ks(1)}, {1, TierGPU, ks(1, 2)}, {3, TierGPU, ks(1, 2)}},
+			holds: []hold{{0, event.TierGPU, ks(1)}, {1, event.TierGPU, ks(1, 2)}, {3, event.TierGPU, ks(1, 2)}},
 			query: ks(1, 2),
 			want:  []PodScore{{1, 2, 2, gpu(2)}, {3, 2, 2, gpu(2)}, {0, 1, 1, gpu(1)}}},
 		{name: "no block 0 means no match",
-			holds: []hold{{1, TierGPU, ks(2, 3)}},
+			holds: []hold{{1, event.TierGPU, ks(2, 3)}},
 			query: ks(1, 2, 3),
 			want:  nil},
 		{name: "tier weights",
-			holds: []hold{{1, TierCPU, ks(1, 2)}, {2, TierDisk, ks(1, 2)}, {3, TierExternal, ks(1, 2)}, {4, TierGPU, ks(1)}},
+			holds: []hold{{1, event.TierCPU, ks(1, 2)}, {2, event.TierDisk, ks(1, 2)}, {3, event.TierExternal, ks(1, 2)}, {4, event.TierGPU, ks(1)}},
 			query: ks(1, 2),
-			want: []PodScore{{1, 2, 1.6, [NumTiers]int32{0, 2, 0, 0}}, {2, 2, 1.0, [NumTiers]int32{0, 0, 2, 0}},
-				{4, 1, 1.0, gpu(1)}, {3, 2, 0.6, [NumTiers]int32{0, 0, 0, 2}}}},
+			want: []PodScore{{1, 2, 1.6, [event.NumTiers]int32{0, 2, 0, 0}}, {2, 2, 1.0, [event.NumTiers]int32{0, 0, 2, 0}},
+				{4, 1, 1.0, gpu(1)}, {3, 2, 0.6, [event.NumTiers]int32{0, 0, 0, 2}}}},
 		{name: "a block on several tiers counts once with the best",
-			holds: []hold{{1, TierCPU, ks(1, 2, 3)}, {1, TierGPU, ks(2)}, {1, TierDisk, ks(3)}},
+			holds: []hold{{1, event.TierCPU, ks(1, 2, 3)}, {1, event.TierGPU, ks(2)}, {1, event.TierDisk, ks(3)}},
 			query: ks(1, 2, 3),
-			want:  []PodScore{{1, 3, 0.8 + 1.0 + 0.8, [NumTiers]int32{1, 2, 0, 0}}}},
+			want:  []PodScore{{1, 3, 0.8 + 1.0 + 0.8, [event.NumTiers]int32{1, 2, 0, 0}}}},
 		{name: "mixed tiers continue the run",
-			holds: []hold{{1, TierGPU, ks(1)}, {1, TierCPU, ks(2)}, {1, TierDisk, ks(3)}},
+			holds: []hold{{1, event.TierGPU, ks(1)}, {1, event.TierCPU, ks(2)}, {1, event.TierDisk, ks(3)}},
 			query: ks(1, 2, 3),
-			want:  []PodScore{{1, 3, 2.3, [NumTiers]int32{1, 1, 1, 0}}}},
+			want:  []PodScore{{1, 3, 2.3, [event.NumTiers]int32{1, 1, 1, 0}}}},
 		{name: "candidate filter",
-			holds:      []hold{{1, TierGPU, ks(1, 2, 3)}, {2, TierGPU, ks(1, 2)}, {3, TierGPU, ks(1)}},
+			holds:      []hold{{1, event.TierGPU, ks(1, 2, 3)}, {2, event.TierGPU, ks(1, 2)}, {3, event.TierGPU, ks(1)}},
 			query:      ks(1, 2, 3),
 			candidates: []PodID{3, 2, 2, 9},
 			want:       []PodScore{{2, 2, 2, gpu(2)}, {3, 1, 1, gpu(1)}}},
 		{name: "empty candidate list matches nothing",
-			holds:      []hold{{1, TierGPU, ks(1)}},
+			holds:      []hold{{1, event.TierGPU, ks(1)}},
 			query:      ks(1),
 			candidates: []PodID{},
 			want:       nil},
 		{name: "dp ranks are separate pods",
-			holds: []hold{{10, TierGPU, ks(1, 2, 3)}, {11, TierGPU, ks(1)}},
+			holds: []hold{{10, event.TierGPU, ks(1, 2, 3)}, {11, event.TierGPU, ks(1)}},
 			query: ks(1, 2, 3),
 			want:  []PodScore{{10, 3, 3, gpu(3)}, {11, 1, 1, gpu(1)}}},
 		{name: "cleared pods do not score",
-			holds: []hold{{1, TierGPU, ks(1, 2)}, {2, TierGPU, ks(1)}},
+			holds: []hold{{1, event.TierGPU, ks(1, 2)}, {2, event.TierGPU, ks(1)}},
 			clear: []PodID{1},
 			query: ks(1, 2),
 			want:  []PodScore{{2, 1, 1, gpu(1)}}},
 		{name: "ties: more blocks first, then pod id",
-			holds: []hold{{5, TierGPU, ks(1)}, {4, TierGPU, ks(1)}, {3, TierDisk, ks(1, 2)}},
+			holds: []hold{{5, event.TierGPU, ks(1)}, {4, event.TierGPU, ks(1)}, {3, event.TierDisk, ks(1, 2)}},
 			query: ks(1, 2, 3),
-			want:  []PodScore{{3, 2, 1, [NumTiers]int32{0, 0, 2, 0}}, {4, 1, 1, gpu(1)}, {5, 1, 1, gpu(1)}}},
+			want:  []PodScore{{3, 2, 1, [event.NumTiers]int32{0, 0, 2, 0}}, {4, 1, 1, gpu(1)}, {5, 1, 1, gpu(1)}}},
 		{name: "empty query",
-			holds: []hold{{1, TierGPU, ks(1)}},
+			holds: []hold{{1, event.TierGPU, ks(1)}},
 			query: nil,
 			want:  nil},
 	}
@@ -165,12 +169,12 @@ type countingVisitor struct {
 	c *countingIndex
 }
 
-func (cv countingVisitor) Visit(i int, k Key, hs []Holder) bool {
+func (cv countingVisitor) Visit(i int, k blockkeys.Key, hs []Holder) bool {
 	cv.c.visited++
 	return cv.v.Visit(i, k, hs)
 }
 
-func (c *countingIndex) Lookup(ctx context.Context, m ModelID, keys []Key, v Visitor) error {
+func (c *countingIndex) Lookup(ctx context.Context, m ModelID, keys []blockkeys.Key, v Visitor) error {
 	return c.Index.Lookup(ctx, m, keys, countingVisitor{v, c})
 }
 
@@ -179,12 +183,12 @@ func (c *countingIndex) Lookup(ctx context.Context, m ModelID, keys []Key, v Vis
 func TestScorerStopsEarly(t *testing.T) {
 	ctx := context.Background()
 	idx := NewMemoryIndex(MemoryConfig{})
-	keys := make([]Key, 100)
+	keys := make([]blockkeys.Key, 100)
 	for i := range keys {
-		keys[i] = Key(i + 1)
+		keys[i] = blockkeys.Key(i + 1)
 	}
-	_ = idx.Add(ctx, 0, 1, TierGPU, keys[:5])
-	_ = idx.Add(ctx, 0, 2, TierGPU, keys)
+	_ = idx.Add(ctx, 0, 1, event.TierGPU, keys[:5])
+	_ = idx.Add(ctx, 0, 2, event.TierGPU, keys)
 	ci := &countingIndex{Index: idx}
 	s := NewScorer(ci, nil, DefaultTierWeights())
 	var res ScoreResult
@@ -206,12 +210,12 @@ func TestScorerStopsEarly(t *testing.T) {
 func TestScorerReusesResult(t *testing.T) {
 	ctx := context.Background()
 	idx := NewMemoryIndex(MemoryConfig{})
-	keys := make([]Key, 64)
+	keys := make([]blockkeys.Key, 64)
 	for i := range keys {
-		keys[i] = Key(i)
+		keys[i] = blockkeys.Key(i)
 	}
 	for p := PodID(0); p < 16; p++ {
-		_ = idx.Add(ctx, 0, p, TierGPU, keys[:4*(p+1)])
+		_ = idx.Add(ctx, 0, p, event.TierGPU, keys[:4*(p+1)])
 	}
 	for _, s := range []*Scorer{NewScorer(idx, idx, DefaultTierWeights()), NewScorer(visitorOnly{idx}, nil, DefaultTierWeights())} {
 		var res ScoreResult
@@ -221,7 +225,7 @@ func TestScorerReusesResult(t *testing.T) {
 			_ = s.Score(ctx, 0, keys, nil, &res)
 			_ = s.Score(ctx, 0, keys, cands, &res)
 		})
-		if allocs != 0 && !raceEnabled {
+		if allocs != 0 && !race.Enabled {
 			t.Errorf("warm Score allocates %.1f times per call", allocs)
 		}
 	}
@@ -239,14 +243,14 @@ func TestScorerMatchesReference(t *testing.T) {
 		idx := NewMemoryIndex(MemoryConfig{})
 		ref := &refIndex{holders: map[refKey]map[Holder]bool{}}
 		const nkeys = 48
-		keys := make([]Key, nkeys)
+		keys := make([]blockkeys.Key, nkeys)
 		for i := range keys {
-			keys[i] = Key(1000 + i)
+			keys[i] = blockkeys.Key(1000 + i)
 		}
 		npods := 1 + rng.IntN(10)
 		for p := PodID(0); p < PodID(npods); p++ {
 			for r := rng.IntN(4); r >= 0; r-- {
-				tier := Tier(rng.IntN(int(NumStoredTiers)))
+				tier := event.Tier(rng.IntN(int(event.NumStoredTiers)))
 				lo := 0
 				if rng.IntN(3) == 0 {
 					lo = rng.IntN(nkeys)
@@ -257,8 +261,8 @@ func TestScorerMatchesReference(t *testing.T) {
 			}
 			if rng.IntN(5) == 0 {
 				k := keys[rng.IntN(nkeys)]
-				_ = idx.Remove(ctx, 0, p, TierGPU, []Key{k})
-				ref.remove(0, p, TierGPU, []Key{k})
+				_ = idx.Remove(ctx, 0, p, event.TierGPU, []blockkeys.Key{k})
+				ref.remove(0, p, event.TierGPU, []blockkeys.Key{k})
 			}
 			if rng.IntN(8) == 0 {
 				_ = idx.ClearPod(ctx, p)
@@ -284,13 +288,13 @@ func TestScorerMatchesReference(t *testing.T) {
 			}
 			ps := PodScore{Pod: p}
 			for _, k := range keys {
-				best := Tier(NumTiers)
+				best := event.Tier(event.NumTiers)
 				for h := range ref.holders[refKey{0, k}] {
-					if h.Pod == p && (best == NumTiers || w[h.Tier] > w[best]) {
+					if h.Pod == p && (best == event.NumTiers || w[h.Tier] > w[best]) {
 						best = h.Tier
 					}
 				}
-				if best == NumTiers {
+				if best == event.NumTiers {
 					break
 				}
 				ps.MatchedBlocks++
@@ -394,8 +398,8 @@ func TestInternerConcurrent(t *testing.T) {
 func TestScorerEdges(t *testing.T) {
 	ctx := context.Background()
 	idx := NewMemoryIndex(MemoryConfig{})
-	_ = idx.Add(ctx, 0, 1, TierGPU, []Key{1, 2})
-	_ = idx.Add(ctx, 0, 1, TierCPU, []Key{1})
+	_ = idx.Add(ctx, 0, 1, event.TierGPU, []blockkeys.Key{1, 2})
+	_ = idx.Add(ctx, 0, 1, event.TierCPU, []blockkeys.Key{1})
 	if n := idx.PodEntries(1); n != 3 {
 		t.Errorf("PodEntries = %d, want 3 (a block on two tiers is two entries)", n)
 	}
@@ -410,15 +414,15 @@ func TestScorerEdges(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
 		var res ScoreResult
-		if err := s.Score(cctx, 0, []Key{1, 2}, nil, &res); err == nil {
+		if err := s.Score(cctx, 0, []blockkeys.Key{1, 2}, nil, &res); err == nil {
 			t.Error("Score with a cancelled context succeeded")
 		}
 		// a stray id (never interned) is ignored, not used to size state
-		if err := s.Score(ctx, 0, []Key{1, 2}, []PodID{MaxPods + 5, 1}, &res); err != nil || len(res.Pods) != 1 {
+		if err := s.Score(ctx, 0, []blockkeys.Key{1, 2}, []PodID{MaxPods + 5, 1}, &res); err != nil || len(res.Pods) != 1 {
 			t.Errorf("Score with a stray candidate: %v %v", err, res.Pods)
 		}
 		// custom weights: the CPU copy of block 0 is worth more here
-		if !samePodScores(res.Pods, []PodScore{{1, 2, 0.2 + 0.1, [NumTiers]int32{1, 1, 0, 0}}}) {
+		if !samePodScores(res.Pods, []PodScore{{1, 2, 0.2 + 0.1, [event.NumTiers]int32{1, 1, 0, 0}}}) {
 			t.Errorf("custom weights: %v", res.Pods)
 		}
 	}

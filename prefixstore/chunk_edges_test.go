@@ -10,6 +10,7 @@ import (
 	"testing"
 	"unicode"
 
+	"github.com/kvindex/kvindex/internal/testkit/race"
 	"github.com/kvindex/kvindex/tokenization"
 )
 
@@ -97,7 +98,7 @@ func TestMarginCoversStraddlingAddedToken(t *testing.T) {
 	const chunk = 16
 	m := NewMetrics(nil)
 	step := 3
-	if raceEnabled || testing.Short() {
+	if race.Enabled || testing.Short() {
 		step = 11
 	}
 	base := strings.Repeat("Some words first, then a few more words to fill chunks. ", 4)
@@ -194,7 +195,7 @@ func TestControlWhitespaceAtChunkEdges(t *testing.T) {
 	conts := []string{"x tail", "\n\nnext", " \t y", "\v\fz", "12 34"}
 	s := New(Config{ChunkBytes: chunk, Capacity: 4096}, registry(), m)
 	stretch := 64
-	if raceEnabled || testing.Short() {
+	if race.Enabled || testing.Short() {
 		stretch = 20
 	}
 	for cut := len(shared) - stretch; cut <= len(shared); cut++ {

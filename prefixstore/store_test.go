@@ -15,6 +15,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/kvindex/kvindex/internal/testkit/race"
 	"github.com/kvindex/kvindex/tokenization"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -238,7 +239,7 @@ func checkExact(t *testing.T, s *Store, tok *tokenization.Tokenizer, model, p st
 // small-chunk stores must give exactly the ids of full tokenization, for every model.
 func TestPropertyExact(t *testing.T) {
 	iters := 250
-	if testing.Short() || raceEnabled {
+	if testing.Short() || race.Enabled {
 		iters = 40
 	}
 	for _, model := range testModels {

@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/indexer/routing"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // pickRouter routes with the daemon's own Pick: an indexer.Indexer over
@@ -30,7 +31,7 @@ type pickRouter struct {
 	seq    []uint64
 	q      indexer.PickQuery
 	res    indexer.PickResult
-	batch  kvindex.Batch
+	batch  event.Batch
 	bs     int
 	batchN int
 	next   int
@@ -49,7 +50,7 @@ func newPickRouter(pods, blockSize, maxBatch int, policy string, specTTL float64
 	}
 	var err error
 	r.idx, err = indexer.New(context.Background(), indexer.Config{
-		Keys: kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: blockSize},
+		Keys: blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: blockSize},
 		Pick: indexer.PickConfig{DefaultPolicy: policy, SpeculativeTTL: ttl, Now: r.clock},
 	})
 	if err != nil {
@@ -95,13 +96,13 @@ func (r *pickRouter) onKVEvents(pod int, ops []kvOp, now float64) {
 	r.now = now
 	r.seq[pod]++
 	b := &r.batch
-	*b = kvindex.Batch{Pod: r.names[pod], Model: "sim", Engine: kvindex.EngineVLLM, Seq: r.seq[pod], Timestamp: now, Events: b.Events[:0]}
+	*b = event.Batch{Pod: r.names[pod], Model: "sim", Engine: blockkeys.EngineVLLM, Seq: r.seq[pod], Timestamp: now, Events: b.Events[:0]}
 	for _, op := range ops {
-		kind := kvindex.BlockStored
+		kind := event.BlockStored
 		if op.Removed {
-			kind = kvindex.BlockRemoved
+			kind = event.BlockRemoved
 		}
-		b.Events = append(b.Events, kvindex.Event{Kind: kind, BlockHashes: op.Blocks, BlockSize: r.bs})
+		b.Events = append(b.Events, event.Event{Kind: kind, BlockHashes: op.Blocks, BlockSize: r.bs})
 	}
 	r.idx.Sink().Apply(context.Background(), b)
 }

@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // preciseRouter routes on the product itself: the daemon's indexer.Indexer
@@ -39,7 +40,7 @@ type preciseRouter struct {
 	res     indexer.Result
 	matched []int
 	next    int
-	batch   kvindex.Batch
+	batch   event.Batch
 	bs      int
 
 	spec     map[specKey]float64 // (pod, block) -> expiry
@@ -62,7 +63,7 @@ const simModel = "sim"
 // newPreciseRouter builds an in-memory indexer for a fleet of pods.
 func newPreciseRouter(pods, blockSize int, guard loadGuard, minMatch float64, speculative bool, ttl float64) (*preciseRouter, error) {
 	idx, err := indexer.New(context.Background(), indexer.Config{
-		Keys: kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: blockSize}})
+		Keys: blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: blockSize}})
 	if err != nil {
 		return nil, fmt.Errorf("precise: %w", err)
 	}
@@ -163,14 +164,14 @@ func (r *preciseRouter) specEntries() int { return len(r.spec) }
 func (r *preciseRouter) onKVEvents(pod int, ops []kvOp, now float64) {
 	r.seq[pod]++
 	b := &r.batch
-	*b = kvindex.Batch{Pod: r.names[pod], Model: simModel, Engine: kvindex.EngineVLLM, Seq: r.seq[pod], Timestamp: now,
+	*b = event.Batch{Pod: r.names[pod], Model: simModel, Engine: blockkeys.EngineVLLM, Seq: r.seq[pod], Timestamp: now,
 		Events: b.Events[:0]}
 	for _, op := range ops {
-		kind := kvindex.BlockStored
+		kind := event.BlockStored
 		if op.Removed {
-			kind = kvindex.BlockRemoved
+			kind = event.BlockRemoved
 		}
-		b.Events = append(b.Events, kvindex.Event{Kind: kind, BlockHashes: op.Blocks, BlockSize: r.bs})
+		b.Events = append(b.Events, event.Event{Kind: kind, BlockHashes: op.Blocks, BlockSize: r.bs})
 		if r.Speculative {
 			for _, h := range op.Blocks {
 				delete(r.spec, specKey{pod, h})

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvindex/kvindex/internal/testkit/race"
 )
 
 // fastAlphabet covers every class the fast matchers distinguish: ASCII and
@@ -64,13 +66,13 @@ func TestFastMatchersEqualRegexp2(t *testing.T) {
 			t.Fatal(err)
 		}
 		n := 20000
-		if raceEnabled {
+		if race.Enabled {
 			n = 2000
 		}
 		for i := 0; i < n; i++ {
 			checkFastEqual(t, fast, ref, randomPatternText(rng))
 		}
-		if raceEnabled {
+		if race.Enabled {
 			continue // the corpus (100k-character texts through regexp2) runs without -race
 		}
 		for _, s := range corpus {
@@ -131,7 +133,7 @@ func TestIsLocalPattern(t *testing.T) {
 // pattern wrapped in a no-op group must behave exactly like qwen3: the same ids
 // and the same boundaries, and the EncodeSuffix property holds.
 func TestRegexp2FallbackBoundaries(t *testing.T) {
-	if raceEnabled {
+	if race.Enabled {
 		t.Skip("race build: loading qwen3 again is slow; covered by the non-race run")
 	}
 	tj, cj, err := ReadTokenizerFiles(encFixtureDir("qwen3"))

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvindex/kvindex/internal/testkit/race"
 )
 
 // boundaryTexts are golden texts (from the reference fixtures) plus
@@ -221,7 +223,7 @@ func TestContinuationWindow(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	parts := append([]string{" ", "  ", "\n", "\u00a0", "x", "<", ">", "<s>", "</s>", "[LR]", "[L]", "[R]", "[SEP]", "HeLLo", "hello", "word", "ab", "é"}, mixedParts...)
 	n := 300
-	if raceEnabled {
+	if race.Enabled {
 		n = 30
 	}
 	for name, tk := range toks {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/kvindex/kvindex/internal/testkit/race"
 )
 
 // Fixture models. qwen3's files are committed (testdata/qwen3); the others
@@ -41,7 +43,7 @@ func encLoad(t testing.TB, model string) *Tokenizer {
 	if tk, ok := encTokCache[model]; ok {
 		return tk
 	}
-	if raceEnabled && model != "qwen3" {
+	if race.Enabled && model != "qwen3" {
 		t.Skip("race build: " + model + " is covered by the non-race run (loading every model under -race is slow)")
 	}
 	dir := encFixtureDir(model)

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvindex/kvindex/internal/testkit/race"
 )
 
 // TestVariantParity checks components the fixture models do not use against
@@ -142,7 +144,7 @@ func TestConfigPostProcessor(t *testing.T) {
 // tokenizer.json with the special tokens' contents made unmatchable (the node
 // binding has no encode_special_tokens setter; ids are unaffected).
 func TestSplitSpecialTokensConfig(t *testing.T) {
-	if raceEnabled {
+	if race.Enabled {
 		t.Skip("race build: loading qwen3 again is slow; covered by the non-race run")
 	}
 	tj, cj, err := ReadTokenizerFiles(encFixtureDir("qwen3"))

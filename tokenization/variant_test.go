@@ -7,6 +7,8 @@ import (
 	"testing"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/kvindex/kvindex/internal/testkit/race"
 )
 
 // variantParts are text pieces for the synthetic tokenizers: their added
@@ -29,7 +31,7 @@ var variantParts = []string{" ", "  ", "\t", "\n", "\n\n", "\r\n", "\u00a0", "\u
 // own boundaries are the full encoding's after b.
 func TestVariantSuffixProperty(t *testing.T) {
 	n := 150
-	if raceEnabled || testing.Short() {
+	if race.Enabled || testing.Short() {
 		n = 40
 	}
 	for _, v := range variantFixtures {

@@ -29,8 +29,10 @@ import (
 	llmdevents "github.com/llm-d/llm-d-kv-cache/pkg/kvevents"
 	"github.com/llm-d/llm-d-kv-cache/pkg/kvevents/engineadapter"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -81,8 +83,8 @@ func prompt(seed uint64) []uint32 {
 	return t
 }
 
-func ourHasher(b *testing.B) *kvindex.Hasher {
-	h, err := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256CBOR, Seed: "0", BlockSize: blockSize})
+func ourHasher(b *testing.B) *blockkeys.Hasher {
+	h, err := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256CBOR, Seed: "0", BlockSize: blockSize})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -119,16 +121,16 @@ func oursInsert(b *testing.B) {
 		pods[i] = in.Pod(fmt.Sprintf("pod-%d", i), 0)
 	}
 	ks := promptKeys(64)
-	keys := make([][]kvindex.Key, len(ks))
+	keys := make([][]blockkeys.Key, len(ks))
 	for i := range ks {
 		for _, k := range ks[i] {
-			keys[i] = append(keys[i], kvindex.Key(k))
+			keys[i] = append(keys[i], blockkeys.Key(k))
 		}
 	}
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := idx.Add(ctx, m, pods[i%8], kvindex.TierGPU, keys[i%len(keys)]); err != nil {
+		if err := idx.Add(ctx, m, pods[i%8], event.TierGPU, keys[i%len(keys)]); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -164,13 +166,13 @@ func oursScore(n int) func(b *testing.B) {
 		idx := kvindex.NewMemoryIndex(kvindex.MemoryConfig{})
 		in := kvindex.NewInterner()
 		m := in.Model(model)
-		var keys []kvindex.Key
+		var keys []blockkeys.Key
 		for _, k := range promptKeys(1)[0] {
-			keys = append(keys, kvindex.Key(k))
+			keys = append(keys, blockkeys.Key(k))
 		}
 		ctx := context.Background()
 		for p := 0; p < n; p++ {
-			if err := idx.Add(ctx, m, in.Pod(fmt.Sprintf("pod-%d", p), 0), kvindex.TierGPU, keys[:held(p, n)]); err != nil {
+			if err := idx.Add(ctx, m, in.Pod(fmt.Sprintf("pod-%d", p), 0), event.TierGPU, keys[:held(p, n)]); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -231,10 +233,10 @@ func theirsScore(n int) func(b *testing.B) {
 
 func oursHash(b *testing.B) {
 	h, p := ourHasher(b), prompt(3)
-	dst := make([]kvindex.Key, 0, blocks)
+	dst := make([]blockkeys.Key, 0, blocks)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		dst = h.Keys(dst[:0], p, kvindex.RequestExtras{})
+		dst = h.Keys(dst[:0], p, blockkeys.RequestExtras{})
 	}
 }
 
@@ -252,17 +254,17 @@ func theirsHash(b *testing.B) {
 // sends it): 32 stored blocks with token ids and a parent, 16 removed.
 func vllmPayload(b *testing.B) []byte {
 	h, toks := ourHasher(b), prompt(4)[:48*blockSize]
-	keys := h.Keys(nil, toks, kvindex.RequestExtras{})
-	st := kvindex.Event{Kind: kvindex.BlockStored, BlockSize: blockSize, Medium: kvindex.TierGPU,
+	keys := h.Keys(nil, toks, blockkeys.RequestExtras{})
+	st := event.Event{Kind: event.BlockStored, BlockSize: blockSize, Medium: event.TierGPU,
 		TokenIDs: toks[blockSize : 33*blockSize], ParentHash: uint64(keys[0]), HasParent: true}
 	for _, k := range keys[1:33] {
 		st.BlockHashes = append(st.BlockHashes, uint64(k))
 	}
-	rm := kvindex.Event{Kind: kvindex.BlockRemoved, Medium: kvindex.TierGPU}
+	rm := event.Event{Kind: event.BlockRemoved, Medium: event.TierGPU}
 	for _, k := range keys[32:48] {
 		rm.BlockHashes = append(rm.BlockHashes, uint64(k))
 	}
-	p, err := enginepub.EncodeVLLMBatch(&kvindex.Batch{Timestamp: 1.7e9, Events: []kvindex.Event{st, rm}}, enginepub.VLLMEncodeOptions{})
+	p, err := enginepub.EncodeVLLMBatch(&event.Batch{Timestamp: 1.7e9, Events: []event.Event{st, rm}}, enginepub.VLLMEncodeOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -271,10 +273,10 @@ func vllmPayload(b *testing.B) []byte {
 
 func oursDecode(b *testing.B) {
 	p := vllmPayload(b)
-	var batch kvindex.Batch
+	var batch event.Batch
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := kvevents.Decode(p, kvindex.EngineVLLM, &batch); err != nil || len(batch.Events) != 2 {
+		if _, err := kvevents.Decode(p, blockkeys.EngineVLLM, &batch); err != nil || len(batch.Events) != 2 {
 			b.Fatalf("decode: %v", err)
 		}
 	}

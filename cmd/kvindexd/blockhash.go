@@ -7,8 +7,8 @@ import (
 	"io"
 	"strconv"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 func init() {
@@ -30,7 +30,7 @@ type blockhashInput struct {
 func runBlockhash(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kvindexd blockhash", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	algo := fs.String("algo", string(kvindex.AlgoSHA256), "hash algorithm, as vLLM's --prefix-caching-hash-algo: "+kvindex.HashAlgoNames())
+	algo := fs.String("algo", string(blockkeys.AlgoSHA256), "hash algorithm, as vLLM's --prefix-caching-hash-algo: "+blockkeys.HashAlgoNames())
 	seed := fs.String("seed", "", "the engine's PYTHONHASHSEED string (required; vLLM hashes it as a str)")
 	blockSize := fs.Int("block-size", int(indexer.Options.BlockSize.Default), "the engine's --block-size (tokens per block)")
 	fs.Usage = func() {
@@ -51,12 +51,12 @@ func runBlockhash(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 	if !seedSet {
 		return errors.New("--seed is required: pass the engine's PYTHONHASHSEED (an engine without it hashes with a random seed no one can reproduce)")
 	}
-	h, err := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.HashAlgo(*algo), Seed: *seed, BlockSize: *blockSize})
+	h, err := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.HashAlgo(*algo), Seed: *seed, BlockSize: *blockSize})
 	if err != nil {
 		return err
 	}
 
-	var keys []kvindex.Key
+	var keys []blockkeys.Key
 	return runJSONLines("blockhash", stdin, stdout, stderr, func(raw, out []byte) ([]byte, error) {
 		var in blockhashInput
 		if err := decodeLine(raw, &in); err != nil {
@@ -65,7 +65,7 @@ func runBlockhash(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 		if in.TokenIDs == nil {
 			return out, errors.New(`missing "token_ids"`)
 		}
-		keys = h.Keys(keys[:0], *in.TokenIDs, kvindex.RequestExtras{LoraName: in.LoraName, CacheSalt: in.CacheSalt})
+		keys = h.Keys(keys[:0], *in.TokenIDs, blockkeys.RequestExtras{LoraName: in.LoraName, CacheSalt: in.CacheSalt})
 		out = append(out, `{"block_hashes":[`...)
 		for i, k := range keys {
 			if i > 0 {

@@ -12,13 +12,13 @@ import (
 )
 
 // TestBlockhashEdgeVectors runs the encoder-edge vectors of
-// kvindex/testdata/blockhash_edge_vectors.json.gz (CPython pickle, cbor2 and
+// blockkeys/testdata/blockhash_edge_vectors.json.gz (CPython pickle, cbor2 and
 // msgpack references, see hack/gen_blockhash_edge_vectors.py) through the
 // command, one run per (algorithm, seed, block size) with one line per case:
 // among them every LoRA name and cache_salt length across pickle's 64 KiB
 // frame edge, where sha256 and xxhash keys were once wrong.
 func TestBlockhashEdgeVectors(t *testing.T) {
-	f, err := os.Open("../../kvindex/testdata/blockhash_edge_vectors.json.gz")
+	f, err := os.Open("../../blockkeys/testdata/blockhash_edge_vectors.json.gz")
 	if err != nil {
 		t.Fatal(err)
 	}

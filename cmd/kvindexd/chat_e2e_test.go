@@ -15,7 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
@@ -100,19 +101,19 @@ func withFields(body map[string]json.RawMessage, extra map[string]any) string {
 func (e *e2eDaemon) publish(pod, model string, ids []uint32) {
 	e.t.Helper()
 	kc := e.d.idx.KeyConfig(model)
-	h, err := kvindex.NewHasher(kc)
+	h, err := blockkeys.NewHasher(kc)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	keys := h.Keys(nil, ids, kvindex.RequestExtras{})
+	keys := h.Keys(nil, ids, blockkeys.RequestExtras{})
 	if len(keys) == 0 {
 		return
 	}
-	ev := kvindex.Event{Kind: kvindex.BlockStored, BlockSize: kc.BlockSize, TokenIDs: ids[:len(keys)*kc.BlockSize]}
+	ev := event.Event{Kind: event.BlockStored, BlockSize: kc.BlockSize, TokenIDs: ids[:len(keys)*kc.BlockSize]}
 	for _, k := range keys {
 		ev.BlockHashes = append(ev.BlockHashes, uint64(k))
 	}
-	e.d.idx.Sink().Apply(context.Background(), &kvindex.Batch{Pod: pod, Model: model, Events: []kvindex.Event{ev}})
+	e.d.idx.Sink().Apply(context.Background(), &event.Batch{Pod: pod, Model: model, Events: []event.Event{ev}})
 }
 
 // postScore returns the status and, on 200, "total=N pod:blocks ..." or the

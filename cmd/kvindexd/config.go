@@ -17,9 +17,12 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/kvindex/kvindex/api"
+	"github.com/kvindex/kvindex/applier"
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/indexer/routing"
 	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/prefixstore"
 	"github.com/kvindex/kvindex/tokenization"
@@ -193,7 +196,7 @@ func parseEndpointSpec(s string) (EndpointSpec, error) {
 			return ep, fmt.Errorf("endpoint %q: unknown option %q (pod, model, engine, replay, snapshot)", s, k)
 		}
 	}
-	if _, ok := kvindex.ParseEngine(ep.Engine); !ok {
+	if _, ok := blockkeys.ParseEngine(ep.Engine); !ok {
 		return ep, fmt.Errorf("endpoint %q: engine %q: want vllm, sglang or trtllm", s, ep.Engine)
 	}
 	return ep, nil
@@ -303,13 +306,13 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&cfg.Leases, "leases", cfg.Leases, "share the --endpoint list with other daemons through leases in Redis (connect topology)")
 	durationOpt(fs, &cfg.LeaseTTL, indexer.Options.LeaseTTL)
 	fs.StringVar(&cfg.DaemonID, "daemon-id", cfg.DaemonID, "with --leases: this daemon's unique id (default hostname-pid)")
-	fs.StringVar(&cfg.HashAlgo, "hash-algo", cfg.HashAlgo, "vLLM --prefix-caching-hash-algo: "+kvindex.HashAlgoNames())
+	fs.StringVar(&cfg.HashAlgo, "hash-algo", cfg.HashAlgo, "vLLM --prefix-caching-hash-algo: "+blockkeys.HashAlgoNames())
 	fs.StringVar(&cfg.HashSeed, "hash-seed", cfg.HashSeed, "the engines' PYTHONHASHSEED (string, as set in their environment)")
 	intOpt(fs, &cfg.BlockSize, indexer.Options.BlockSize)
 	fs.StringVar(&cfg.TierWeights, "tier-weights", cfg.TierWeights, "score weight per tier: gpu=1,cpu=0.8,disk=0.5,external=0.3,shared=0.4 (shared: blocks a pod can load from a storage source, see --storage-readers)")
 	fs.StringVar(&cfg.StorageReaders, "storage-readers", cfg.StorageReaders, "storage sources (the pod slot of a storage publisher's topic, e.g. llm-d's kv@SHARED_STORAGE@<model>) and the pods that load their blocks, credited to them as the shared tier: SOURCE=podA,podB;SOURCE=* (every pod publishing for the model);SOURCE= (none). Sources are never scored or picked; entries are added to the defaults")
 	intOpt(fs, &cfg.KeyCacheSize, indexer.Options.KeyCacheSize)
-	intOpt(fs, &cfg.DigestCacheSize, kvindex.ApplierOptions.DigestCacheSize)
+	intOpt(fs, &cfg.DigestCacheSize, applier.Options.DigestCacheSize)
 	fs.Var(listFlag{&cfg.TokenizersDir}, "tokenizers-dir", "directory whose subdirectories hold tokenizer.json per model (repeatable)")
 	fs.StringVar(&cfg.HFCacheDir, "hf-cache-dir", cfg.HFCacheDir, "HuggingFace hub cache (models--org--name/snapshots/...)")
 	fs.Var(mapFlag{&cfg.Tokenizers}, "tokenizer", "model=path of a tokenizer directory (repeatable or comma-separated)")
@@ -430,11 +433,11 @@ func (c *Config) validate() error {
 	if _, err := parseStorageReaders(c.StorageReaders); err != nil {
 		return err
 	}
-	if _, ok := kvindex.ParseEngine(c.BindEngine); !ok {
+	if _, ok := blockkeys.ParseEngine(c.BindEngine); !ok {
 		return fmt.Errorf("--bind-engine %q: want vllm, sglang or trtllm", c.BindEngine)
 	}
 	for _, ep := range c.Endpoints {
-		if _, ok := kvindex.ParseEngine(ep.Engine); !ok {
+		if _, ok := blockkeys.ParseEngine(ep.Engine); !ok {
 			return fmt.Errorf("endpoint %s: engine %q: want vllm, sglang or trtllm", ep.Address, ep.Engine)
 		}
 	}
@@ -530,17 +533,17 @@ func (c *Config) validateTokenizers() error {
 
 // keyConfigs returns the default key config and the per-model overrides
 // (unset override fields inherit the default).
-func (c *Config) keyConfigs() (kvindex.KeyConfig, map[string]kvindex.KeyConfig, error) {
-	def := kvindex.KeyConfig{Algo: kvindex.HashAlgo(c.HashAlgo), Seed: c.HashSeed, BlockSize: c.BlockSize}
+func (c *Config) keyConfigs() (blockkeys.KeyConfig, map[string]blockkeys.KeyConfig, error) {
+	def := blockkeys.KeyConfig{Algo: blockkeys.HashAlgo(c.HashAlgo), Seed: c.HashSeed, BlockSize: c.BlockSize}
 	// NewHasher is the one place that knows what a valid key config is.
-	if _, err := kvindex.NewHasher(def); err != nil {
+	if _, err := blockkeys.NewHasher(def); err != nil {
 		return def, nil, err
 	}
-	per := map[string]kvindex.KeyConfig{}
+	per := map[string]blockkeys.KeyConfig{}
 	for name, m := range c.Models {
 		kc := def
 		if m.HashAlgo != "" {
-			kc.Algo = kvindex.HashAlgo(m.HashAlgo)
+			kc.Algo = blockkeys.HashAlgo(m.HashAlgo)
 		}
 		if m.HashSeed != "" {
 			kc.Seed = m.HashSeed
@@ -548,7 +551,7 @@ func (c *Config) keyConfigs() (kvindex.KeyConfig, map[string]kvindex.KeyConfig, 
 		if m.BlockSize != 0 {
 			kc.BlockSize = m.BlockSize
 		}
-		if _, err := kvindex.NewHasher(kc); err != nil {
+		if _, err := blockkeys.NewHasher(kc); err != nil {
 			return def, nil, fmt.Errorf("models[%s]: %w", name, err)
 		}
 		per[name] = kc
@@ -604,7 +607,7 @@ func parseTierWeights(s string) (kvindex.TierWeights, error) {
 		if !ok {
 			return w, fmt.Errorf("--tier-weights: %q is not tier=weight", p)
 		}
-		t, ok := kvindex.TierByName(strings.TrimSpace(k))
+		t, ok := event.TierByName(strings.TrimSpace(k))
 		if !ok {
 			return w, fmt.Errorf("--tier-weights: unknown tier %q (gpu, cpu, disk, external, shared)", k)
 		}

@@ -8,15 +8,15 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kvindex/kvindex/applier"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/internal/option"
 	"github.com/kvindex/kvindex/kvevents"
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // LimitsConfig bounds what publishers on the ZMQ port can make the daemon
 // hold (docs/security.md, "State limits"); defaults, ranges and help are the
-// rows of kvevents.Options and kvindex.ApplierOptions. It is inlined into
+// rows of kvevents.Options and applier.Options. It is inlined into
 // Config, so its keys sit at the top level of the config file.
 type LimitsConfig struct {
 	ZMQMaxMessageSize   int64    `json:"zmq_max_message_size" yaml:"zmq_max_message_size"`
@@ -33,7 +33,7 @@ type LimitsConfig struct {
 	MaxDigestCaches     int      `json:"max_digest_caches" yaml:"max_digest_caches"`
 	MaxAliasTables      int      `json:"max_alias_tables" yaml:"max_alias_tables"`
 	MaxSessionsPerPod   int      `json:"max_sessions_per_pod" yaml:"max_sessions_per_pod"`
-	// PodShare is nil for the backend's default: kvindex.ApplierOptions.PodShare's
+	// PodShare is nil for the backend's default: applier.Options.PodShare's
 	// with the in-memory index, none with Redis (which has no per-pod
 	// accounting; a share set explicitly there is a start-up error).
 	PodShare *int `json:"pod_share" yaml:"pod_share"`
@@ -62,7 +62,7 @@ func defaultLimits(ev kvevents.Config, ix indexer.Config) LimitsConfig {
 }
 
 func limitFlags(fs *flag.FlagSet, l *LimitsConfig) {
-	ev, ap := &kvevents.Options, &kvindex.ApplierOptions
+	ev, ap := &kvevents.Options, &applier.Options
 	int64Opt(fs, &l.ZMQMaxMessageSize, ev.MaxMessageSize)
 	durationOpt(fs, &l.ZMQHandshakeTimeout, ev.HandshakeTimeout)
 	intOpt(fs, &l.ZMQMaxConns, ev.MaxConns)
@@ -97,19 +97,19 @@ func (l *LimitsConfig) subscriber(c *kvevents.Config) {
 
 // applier applies the limits to the applier; memory tells the backend,
 // which decides the pod share's default.
-func (l *LimitsConfig) applier(memory bool) kvindex.ApplierLimits {
+func (l *LimitsConfig) applier(memory bool) applier.Limits {
 	share := 0
 	switch {
 	case l.PodShare != nil:
 		share = *l.PodShare
 	case memory:
-		share = int(kvindex.ApplierOptions.PodShare.Default)
+		share = int(applier.Options.PodShare.Default)
 	}
 	sessions := l.MaxSessionsPerPod
 	if sessions == 0 {
 		sessions = -1 // off (0 is the applier's default)
 	}
-	return kvindex.ApplierLimits{MaxDigestCaches: l.MaxDigestCaches, MaxAliasTables: l.MaxAliasTables, PodShare: share,
+	return applier.Limits{MaxDigestCaches: l.MaxDigestCaches, MaxAliasTables: l.MaxAliasTables, PodShare: share,
 		SessionsPerPod: sessions}
 }
 

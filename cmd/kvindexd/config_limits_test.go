@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/applier"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvevents/zmtp"
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 func TestLimitsConfig(t *testing.T) {
@@ -26,8 +26,8 @@ func TestLimitsConfig(t *testing.T) {
 		sc.MaxStreams != 50 || sc.MaxModels != kvevents.DefaultMaxModels || sc.PodExpiry >= 0 {
 		t.Fatalf("subscriber config %+v", sc)
 	}
-	if a := cfg.LimitsConfig.applier(true); a != (kvindex.ApplierLimits{MaxDigestCaches: kvindex.DefaultMaxDigestCaches,
-		MaxAliasTables: kvindex.DefaultMaxAliasTables, SessionsPerPod: kvindex.DefaultSessionsPerPod}) {
+	if a := cfg.LimitsConfig.applier(true); a != (applier.Limits{MaxDigestCaches: applier.DefaultMaxDigestCaches,
+		MaxAliasTables: applier.DefaultMaxAliasTables, SessionsPerPod: applier.DefaultSessionsPerPod}) {
 		t.Fatalf("applier limits %+v", a)
 	}
 	def, err := loadConfig(nil, func(string) string { return "" }, io.Discard)
@@ -36,8 +36,8 @@ func TestLimitsConfig(t *testing.T) {
 	}
 	def.LimitsConfig.subscriber(&sc)
 	if sc.Transport.MaxMessageSize != zmtp.DefaultMaxMessageSize || sc.PodExpiry != time.Hour ||
-		def.LimitsConfig.applier(true).PodShare != kvindex.DefaultPodShare || def.LimitsConfig.applier(false).PodShare != 0 ||
-		def.LimitsConfig.applier(true).SessionsPerPod != kvindex.DefaultSessionsPerPod {
+		def.LimitsConfig.applier(true).PodShare != applier.DefaultPodShare || def.LimitsConfig.applier(false).PodShare != 0 ||
+		def.LimitsConfig.applier(true).SessionsPerPod != applier.DefaultSessionsPerPod {
 		t.Fatalf("defaults %+v %+v", sc, def.LimitsConfig)
 	}
 	for _, ext := range []string{".yaml", ".json"} {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -61,10 +63,10 @@ tokenizers: {small/model: `+filepath.Join(dir, "small")+`}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if def != (kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "42", BlockSize: 64}) {
+	if def != (blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "42", BlockSize: 64}) {
 		t.Errorf("default key config %+v", def)
 	}
-	if per["big/model"] != (kvindex.KeyConfig{Algo: kvindex.AlgoSHA256CBOR, Seed: "42", BlockSize: 64}) {
+	if per["big/model"] != (blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256CBOR, Seed: "42", BlockSize: 64}) {
 		t.Errorf("per-model key config %+v", per["big/model"])
 	}
 }
@@ -80,7 +82,7 @@ func TestConfigJSONFileAndErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	w, _ := parseTierWeights(cfg.TierWeights)
-	if w[kvindex.TierCPU] != 0.5 || w[kvindex.TierDisk] != kvindex.DefaultTierWeights()[kvindex.TierDisk] {
+	if w[event.TierCPU] != 0.5 || w[event.TierDisk] != kvindex.DefaultTierWeights()[event.TierDisk] {
 		t.Errorf("tier weights %v", w)
 	}
 	bad := filepath.Join(dir, "bad.json")

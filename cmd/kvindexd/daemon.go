@@ -19,11 +19,11 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/kvindex/kvindex/api"
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/internal/redact"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvevents/discovery"
-	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
 	"github.com/kvindex/kvindex/prefixstore"
 	"github.com/kvindex/kvindex/tokenization"
@@ -200,7 +200,7 @@ func (d *daemon) tokenizers() (*prefixstore.Store, *chatprompt.Renderer, error) 
 }
 
 func (e EndpointSpec) kvevents() kvevents.EndpointConfig {
-	eng, _ := kvindex.ParseEngine(e.Engine)
+	eng, _ := blockkeys.ParseEngine(e.Engine)
 	return kvevents.EndpointConfig{Address: e.Address, Pod: e.Pod, Model: e.Model, Engine: eng, ReplayAddress: e.Replay,
 		SnapshotAddress: e.Snapshot}
 }
@@ -208,7 +208,7 @@ func (e EndpointSpec) kvevents() kvevents.EndpointConfig {
 // eventsConfig is the subscriber's configuration: the bind socket, the
 // endpoints, the queues and the limits.
 func (cfg Config) eventsConfig() kvevents.Config {
-	bindEngine, _ := kvindex.ParseEngine(cfg.BindEngine)
+	bindEngine, _ := blockkeys.ParseEngine(cfg.BindEngine)
 	c := kvevents.Config{Bind: cfg.ZMQBind, BindEngine: bindEngine, TopicFilter: cfg.TopicFilter,
 		AllTopics: cfg.AllTopics, Workers: cfg.Workers, QueueSize: cfg.QueueSize}
 	cfg.LimitsConfig.subscriber(&c)

@@ -9,8 +9,8 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/kvevents/discovery"
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // DiscoveryConfig is the `discovery:` block of the config file and the
@@ -70,7 +70,7 @@ func (c *Config) validateDiscovery() error {
 		return errors.New("--discover-pods and --leases do not combine: with discovery, run one daemon per shared index, " +
 			"or give each replica its own in-memory index")
 	}
-	if _, ok := kvindex.ParseEngine(d.Engine); !ok {
+	if _, ok := blockkeys.ParseEngine(d.Engine); !ok {
 		return fmt.Errorf("--discover-engine %q: want vllm, sglang or trtllm", d.Engine)
 	}
 	_, err := c.discoveryConfig()
@@ -79,7 +79,7 @@ func (c *Config) validateDiscovery() error {
 
 func (c *Config) discoveryConfig() (discovery.Config, error) {
 	d := c.Discovery
-	eng, _ := kvindex.ParseEngine(d.Engine)
+	eng, _ := blockkeys.ParseEngine(d.Engine)
 	resync := time.Duration(d.Resync) // validated
 	dc := discovery.Config{Namespaces: d.Namespaces, Selector: d.Selector, ZMQPort: d.ZMQPort, ReplayPort: d.ReplayPort,
 		DPSize: d.DPSize, ServePort: d.ServePort, PodName: d.PodName, ModelKey: d.ModelKey, Engine: eng,

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/e2e"
-	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	indexerv1 "github.com/kvindex/kvindex/proto/indexer/v1"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
@@ -269,7 +269,7 @@ func (e *e2eDaemon) do(method, path, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func hashesOf(keys []kvindex.Key) []uint64 {
+func hashesOf(keys []blockkeys.Key) []uint64 {
 	out := make([]uint64, len(keys))
 	for i, k := range keys {
 		out[i] = uint64(k)
@@ -277,7 +277,7 @@ func hashesOf(keys []kvindex.Key) []uint64 {
 	return out
 }
 
-func stored(keys []kvindex.Key, tokens []uint32, from, to int, medium string) e2e.Event {
+func stored(keys []blockkeys.Key, tokens []uint32, from, to int, medium string) e2e.Event {
 	ev := e2e.Event{Type: "BlockStored", BlockHashes: hashesOf(keys[from:to]),
 		TokenIDs: tokens[from*e2eBlock : to*e2eBlock], BlockSize: e2eBlock, Medium: medium}
 	if from > 0 {
@@ -302,7 +302,7 @@ func TestEndToEnd(t *testing.T) {
 }
 
 func runEndToEnd(t *testing.T, e *e2eDaemon) {
-	h, err := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
+	h, err := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func runEndToEnd(t *testing.T, e *e2eDaemon) {
 		tokens[i] = uint32(1000 + i*7)
 	}
 	tokens[3], tokens[40], tokens[100] = 70000, 3_000_000_000, 151643
-	keys := h.Keys(nil, tokens, kvindex.RequestExtras{})
+	keys := h.Keys(nil, tokens, blockkeys.RequestExtras{})
 	if len(keys) != 8 {
 		t.Fatalf("%d keys", len(keys))
 	}
@@ -458,8 +458,8 @@ func TestPromptScoring(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _ := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
-	keys := h.Keys(nil, ids, kvindex.RequestExtras{})
+	h, _ := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
+	keys := h.Keys(nil, ids, blockkeys.RequestExtras{})
 	if len(keys) < 4 {
 		t.Fatalf("prompt has only %d blocks", len(keys))
 	}
@@ -535,7 +535,7 @@ func TestPerModelKeyConfig(t *testing.T) {
 	// The override is the model's alone: the default model keeps sha256.
 	// (Scoring e2eModel could not show it: the index is keyed by model, so
 	// pod-cbor's blocks never match another model whatever its keys.)
-	if got := e.d.idx.KeyConfig(e2eModel); got.Algo != kvindex.AlgoSHA256 {
+	if got := e.d.idx.KeyConfig(e2eModel); got.Algo != blockkeys.AlgoSHA256 {
 		t.Errorf("default model keyed with %+v, want sha256", got)
 	}
 	lp, err := e.grpc.ListPods(context.Background(), &kvindexv1.ListPodsRequest{})

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/e2e"
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // Raw ZMTP 3.1 bytes, written from RFC 37 (the layout is independent of our
@@ -81,12 +81,12 @@ func (e *e2eDaemon) metric(name string) float64 {
 // publisher and waits until the daemon serves them.
 func realBatch(t *testing.T, e *e2eDaemon, pub *e2e.Publisher, pod string) {
 	t.Helper()
-	h, _ := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
+	h, _ := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
 	tokens := make([]uint32, 2*e2eBlock)
 	for i := range tokens {
 		tokens[i] = uint32(500 + i)
 	}
-	keys := h.Keys(nil, tokens, kvindex.RequestExtras{})
+	keys := h.Keys(nil, tokens, blockkeys.RequestExtras{})
 	pub.Send(e2e.Batch{Topic: "kv@" + pod + "@" + e2eModel, Seq: 0, Form: "map", DPRank: e2e.Rank(0),
 		Events: []e2e.Event{stored(keys, tokens, 0, 2, "")}})
 	e.expect("real publisher after hostile peers", query{model: e2eModel, tokens: tokens, pods: []string{pod}}, pod+"=2")

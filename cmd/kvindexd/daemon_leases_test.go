@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/e2e"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
@@ -82,7 +83,7 @@ type holderNames struct {
 	names []string
 }
 
-func (h *holderNames) Visit(_ int, _ kvindex.Key, hs []kvindex.Holder) bool {
+func (h *holderNames) Visit(_ int, _ blockkeys.Key, hs []kvindex.Holder) bool {
 	for _, x := range hs {
 		name, rank := h.in.PodName(x.Pod)
 		h.names = append(h.names, fmt.Sprintf("%s/%d", name, rank))
@@ -111,12 +112,12 @@ func TestLeasesTakeoverTopicNamedPod(t *testing.T) {
 	a := startDaemon(t, mutate("daemon-a", proxy.Addr()))
 	pub.WaitReady(waitLimit)
 
-	h, _ := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
+	h, _ := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
 	tokens := make([]uint32, 3*e2eBlock)
 	for i := range tokens {
 		tokens[i] = uint32(i + 7)
 	}
-	keys := h.Keys(nil, tokens, kvindex.RequestExtras{})
+	keys := h.Keys(nil, tokens, blockkeys.RequestExtras{})
 	q := query{model: e2eModel, tokens: tokens}
 	topic := "kv@eng-t@" + e2eModel
 	seq := []uint64{0, 0}

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/e2e"
-	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
@@ -60,8 +60,8 @@ func TestRedisDownAndBack(t *testing.T) {
 		return code == http.StatusOK, body
 	})
 	// Publish and score through Redis.
-	h, _ := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
-	keys := h.Keys(nil, q.tokens, kvindex.RequestExtras{})
+	h, _ := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
+	keys := h.Keys(nil, q.tokens, blockkeys.RequestExtras{})
 	pub := e2e.StartPublisher(t, e.bind, false)
 	pub.WaitReady(waitLimit)
 	pub.Send(e2e.Batch{Topic: "kv@pod-r@" + e2eModel, Seq: 0, Form: "map", DPRank: e2e.Rank(0),
@@ -145,12 +145,12 @@ func TestLeasesTakeover(t *testing.T) {
 	for _, p := range pubs {
 		p.WaitReady(waitLimit)
 	}
-	h, _ := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
+	h, _ := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
 	tokens := make([]uint32, 4*e2eBlock)
 	for i := range tokens {
 		tokens[i] = uint32(i + 1)
 	}
-	keys := h.Keys(nil, tokens, kvindex.RequestExtras{})
+	keys := h.Keys(nil, tokens, blockkeys.RequestExtras{})
 	seq := []uint64{0, 0}
 	send := func(i, blocks int) {
 		pubs[i].Send(e2e.Batch{Topic: "kv@x@x", Seq: seq[i], Form: "map", DPRank: e2e.Rank(0),

@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/enginepub"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // fleetModel is the model the published fleet serves: the name `make run`
@@ -29,7 +30,7 @@ type fleetPod struct {
 	name   string
 	rank   int
 	blocks int
-	tier   kvindex.Tier
+	tier   event.Tier
 }
 
 // publishFleet publishes a small fleet of vLLM engines through the daemon's
@@ -40,17 +41,17 @@ type fleetPod struct {
 func publishFleet(t *testing.T, e *e2eDaemon, tokens []uint32) []fleetPod {
 	t.Helper()
 	pods := []fleetPod{
-		{"10.0.0.1:8000", 0, len(tokens) / e2eBlock, kvindex.TierGPU},
-		{"10.0.0.2:8000", 0, len(tokens) / e2eBlock / 2, kvindex.TierCPU},
-		{"10.0.0.3:8000", 0, 2, kvindex.TierGPU},
-		{"10.0.0.3:8000", 1, 3, kvindex.TierGPU},
-		{"10.0.0.4:8000", 0, 1, kvindex.TierDisk},
+		{"10.0.0.1:8000", 0, len(tokens) / e2eBlock, event.TierGPU},
+		{"10.0.0.2:8000", 0, len(tokens) / e2eBlock / 2, event.TierCPU},
+		{"10.0.0.3:8000", 0, 2, event.TierGPU},
+		{"10.0.0.3:8000", 1, 3, event.TierGPU},
+		{"10.0.0.4:8000", 0, 1, event.TierDisk},
 	}
-	h, err := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
+	h, err := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := h.Keys(nil, tokens, kvindex.RequestExtras{})
+	keys := h.Keys(nil, tokens, blockkeys.RequestExtras{})
 	pub, err := enginepub.NewPublisher(e.bind, false)
 	if err != nil {
 		t.Fatal(err)
@@ -63,16 +64,16 @@ func publishFleet(t *testing.T, e *e2eDaemon, tokens []uint32) []fleetPod {
 	}
 	seq := map[string]uint64{}
 	for _, p := range pods {
-		ev := kvindex.Event{Kind: kvindex.BlockStored, BlockSize: e2eBlock, Medium: p.tier,
+		ev := event.Event{Kind: event.BlockStored, BlockSize: e2eBlock, Medium: p.tier,
 			TokenIDs: tokens[:p.blocks*e2eBlock]}
 		for _, k := range keys[:p.blocks] {
 			ev.BlockHashes = append(ev.BlockHashes, uint64(k))
 		}
-		evs := []kvindex.Event{ev}
+		evs := []event.Event{ev}
 		if p.name == "10.0.0.4:8000" {
-			evs = append(evs, kvindex.Event{Kind: kvindex.BlockRemoved, BlockHashes: []uint64{12345}, Medium: p.tier})
+			evs = append(evs, event.Event{Kind: event.BlockRemoved, BlockHashes: []uint64{12345}, Medium: p.tier})
 		}
-		payload, err := enginepub.EncodeVLLMBatch(&kvindex.Batch{DPRank: p.rank, Timestamp: float64(time.Now().Unix()), Events: evs},
+		payload, err := enginepub.EncodeVLLMBatch(&event.Batch{DPRank: p.rank, Timestamp: float64(time.Now().Unix()), Events: evs},
 			enginepub.VLLMEncodeOptions{})
 		if err != nil {
 			t.Fatal(err)

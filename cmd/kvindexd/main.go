@@ -1,6 +1,6 @@
 // Command kvindexd is the KV-cache indexer daemon: it subscribes to the
-// KV-cache events of vLLM and SGLang engines, keeps an index of which pod
-// holds which prefix block, and answers routers over gRPC and HTTP.
+// KV-cache events of vLLM, SGLang and TensorRT-LLM engines, keeps an index of
+// which pod holds which prefix block, and answers routers over gRPC and HTTP.
 //
 //	kvindexd [serve] [flags]     run the daemon (default)
 //	kvindexd help                list subcommands

@@ -12,7 +12,7 @@ import (
 )
 
 // Every numeric flag of serve is bound to a row of its part's option table
-// (kvevents.Options, kvindex.ApplierOptions, kvindex.MemoryOptions,
+// (kvevents.Options, applier.Options, kvindex.MemoryOptions,
 // indexer.Options, api.Options, prefixstore.Options, discovery.Options): the flag's name and help are the row's, DefaultConfig
 // fills the field from the row's default (so the flag shows it), and
 // validateRanges checks the value against the row's range. Nothing in this

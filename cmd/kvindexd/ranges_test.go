@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/api"
+	"github.com/kvindex/kvindex/applier"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/internal/option"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvevents/discovery"
-	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/prefixstore"
 )
 
@@ -255,12 +255,12 @@ func TestLibraryDefaultsValidate(t *testing.T) {
 	dc := discovery.DefaultConfig()
 	dc.Selector = "app=vllm"
 	for name, err := range map[string]error{
-		"kvevents.DefaultConfig":       kvevents.ValidateConfig(kvevents.DefaultConfig()),
-		"indexer.DefaultConfig":        indexer.ValidateConfig(indexer.DefaultConfig()),
-		"prefixstore.DefaultConfig":    prefixstore.ValidateConfig(prefixstore.DefaultConfig()),
-		"api.DefaultHTTPLimits":        api.ValidateHTTPLimits(api.DefaultHTTPLimits()),
-		"kvindex.DefaultApplierLimits": kvindex.ValidateApplierConfig(kvindex.ApplierConfig{Limits: kvindex.DefaultApplierLimits()}),
-		"discovery.DefaultConfig":      discovery.Validate(dc),
+		"kvevents.DefaultConfig":    kvevents.ValidateConfig(kvevents.DefaultConfig()),
+		"indexer.DefaultConfig":     indexer.ValidateConfig(indexer.DefaultConfig()),
+		"prefixstore.DefaultConfig": prefixstore.ValidateConfig(prefixstore.DefaultConfig()),
+		"api.DefaultHTTPLimits":     api.ValidateHTTPLimits(api.DefaultHTTPLimits()),
+		"applier.DefaultLimits":     applier.ValidateConfig(applier.Config{Limits: applier.DefaultLimits()}),
+		"discovery.DefaultConfig":   discovery.Validate(dc),
 	} {
 		if err != nil {
 			t.Errorf("%s: %v", name, err)

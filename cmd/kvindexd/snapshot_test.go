@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer/persist"
 	"github.com/kvindex/kvindex/internal/e2e"
 	"github.com/kvindex/kvindex/kvindex"
@@ -24,7 +25,7 @@ func TestRestartFromSnapshot(t *testing.T) {
 	withSnapshot := func(c *Config) {
 		c.SnapshotPath, c.SnapshotInterval = path, Duration(50*time.Millisecond)
 	}
-	h, err := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
+	h, err := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +33,7 @@ func TestRestartFromSnapshot(t *testing.T) {
 	for i := range tokens {
 		tokens[i] = uint32(500 + i)
 	}
-	keys := h.Keys(nil, tokens, kvindex.RequestExtras{})
+	keys := h.Keys(nil, tokens, blockkeys.RequestExtras{})
 	q := query{model: e2eModel, tokens: tokens}
 
 	first := startDaemon(t, withSnapshot)

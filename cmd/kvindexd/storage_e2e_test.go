@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/e2e"
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // TestSharedStorageIsATier drives the daemon with llm-d's filesystem offload
@@ -18,7 +18,7 @@ import (
 // SHARED_STORAGE is never a pod of a score, a pick or the pod listing.
 func TestSharedStorageIsATier(t *testing.T) {
 	e := startDaemon(t, func(c *Config) { c.AdminAPI = true })
-	h, err := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
+	h, err := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func TestSharedStorageIsATier(t *testing.T) {
 	for i := range tokens {
 		tokens[i] = uint32(500 + 3*i)
 	}
-	keys := h.Keys(nil, tokens, kvindex.RequestExtras{})
+	keys := h.Keys(nil, tokens, blockkeys.RequestExtras{})
 	pubA := e2e.StartPublisher(t, e.bind, false)
 	pubB := e2e.StartPublisher(t, e.bind, false)
 	pubS := e2e.StartPublisher(t, e.bind, false)

@@ -7,11 +7,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/indexer/routing"
 	"github.com/kvindex/kvindex/kvevents"
-	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/prefixstore"
 	"github.com/kvindex/kvindex/tokenization"
 )
@@ -112,7 +112,7 @@ func startEmbedded(ctx context.Context, cfg embeddedConfig) (x *indexer.Indexer,
 		}
 		ev.Endpoints = append(ev.Endpoints, ep)
 	}
-	c := indexer.Config{Keys: kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: cfg.hashSeed, BlockSize: cfg.blockSize}, Events: ev}
+	c := indexer.Config{Keys: blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: cfg.hashSeed, BlockSize: cfg.blockSize}, Events: ev}
 	if cfg.tokenizer != "" {
 		reg := tokenization.NewRegistry(tokenization.RegistryConfig{Models: map[string]string{cfg.model: cfg.tokenizer}})
 		c.Tokenizer = prefixstore.New(prefixstore.Config{}, reg, nil)

@@ -13,11 +13,12 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/api"
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/examples/gie-scorer/gie"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/internal/enginepub"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/prefixstore"
 	"github.com/kvindex/kvindex/tokenization"
 )
@@ -42,7 +43,7 @@ func (fakeTokenizer) TokenizePrompt(_ context.Context, _, prompt string) ([]uint
 // The scorer votes for the pod whose cache holds the prompt, through a real
 // daemon on a unix socket, and for the least loaded pod when it is gone.
 func TestScorerThroughDaemon(t *testing.T) {
-	keys := kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4}
+	keys := blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: 4}
 	idx, err := indexer.New(context.Background(), indexer.Config{Keys: keys, Tokenizer: fakeTokenizer{}})
 	if err != nil {
 		t.Fatal(err)
@@ -68,16 +69,16 @@ func TestScorerThroughDaemon(t *testing.T) {
 
 	prompt := "the same long system prompt!"
 	tokens, _ := fakeTokenizer{}.TokenizePrompt(context.Background(), "m", prompt)
-	hs, err := kvindex.NewHasherSet(keys, nil)
+	hs, err := blockkeys.NewHasherSet(keys, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var hashes []uint64
-	for _, k := range hs.For("m").Keys(nil, tokens, kvindex.RequestExtras{}) {
+	for _, k := range hs.For("m").Keys(nil, tokens, blockkeys.RequestExtras{}) {
 		hashes = append(hashes, uint64(k))
 	}
-	idx.Sink().Apply(context.Background(), &kvindex.Batch{Pod: "warm", Model: "m",
-		Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: hashes, TokenIDs: tokens[:len(hashes)*4], BlockSize: 4}}})
+	idx.Sink().Apply(context.Background(), &event.Batch{Pod: "warm", Model: "m",
+		Events: []event.Event{{Kind: event.BlockStored, BlockHashes: hashes, TokenIDs: tokens[:len(hashes)*4], BlockSize: 4}}})
 
 	c, err := client.New(client.Config{Addr: addr, Timeout: time.Second})
 	if err != nil {
@@ -127,7 +128,7 @@ func TestRunAgainstMakeRunDaemon(t *testing.T) {
 	}
 	dir := filepath.Join("../..", string(runArgs[2]))
 
-	keys := kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 16}
+	keys := blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: 16}
 	reg := tokenization.NewRegistry(tokenization.RegistryConfig{Models: map[string]string{defaultModel: dir}})
 	store := prefixstore.New(prefixstore.Config{}, reg, nil)
 	idx, err := indexer.New(context.Background(), indexer.Config{Keys: keys, Tokenizer: store})
@@ -151,19 +152,19 @@ func TestRunAgainstMakeRunDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := kvindex.NewHasher(keys)
+	h, err := blockkeys.NewHasher(keys)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var hashes []uint64
-	for _, k := range h.Keys(nil, tokens, kvindex.RequestExtras{}) {
+	for _, k := range h.Keys(nil, tokens, blockkeys.RequestExtras{}) {
 		hashes = append(hashes, uint64(k))
 	}
 	if len(hashes) == 0 {
 		t.Fatalf("the prompt is %d tokens, less than a block", len(tokens))
 	}
-	idx.Sink().Apply(context.Background(), &kvindex.Batch{Pod: "warm", Model: defaultModel,
-		Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: hashes, TokenIDs: tokens[:len(hashes)*16], BlockSize: 16}}})
+	idx.Sink().Apply(context.Background(), &event.Batch{Pod: "warm", Model: defaultModel,
+		Events: []event.Event{{Kind: event.BlockStored, BlockHashes: hashes, TokenIDs: tokens[:len(hashes)*16], BlockSize: 16}}})
 
 	var stdout, stderr bytes.Buffer
 	// The warm pod is the busier one: only its cache makes it the pick.
@@ -206,15 +207,15 @@ func TestScorerInProcess(t *testing.T) {
 	}
 
 	tokens := []uint32{11, 12, 13, 14, 15, 16, 17, 18, 19}
-	h, err := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 4})
+	h, err := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var hashes []uint64
-	for _, k := range h.Keys(nil, tokens, kvindex.RequestExtras{}) {
+	for _, k := range h.Keys(nil, tokens, blockkeys.RequestExtras{}) {
 		hashes = append(hashes, uint64(k))
 	}
-	payload, err := enginepub.EncodeVLLMBatch(&kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockStored,
+	payload, err := enginepub.EncodeVLLMBatch(&event.Batch{Events: []event.Event{{Kind: event.BlockStored,
 		BlockHashes: hashes, TokenIDs: tokens[:8], BlockSize: 4}}}, enginepub.VLLMEncodeOptions{})
 	if err != nil {
 		t.Fatal(err)

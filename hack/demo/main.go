@@ -33,8 +33,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/enginepub"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/tokenization"
 )
 
@@ -189,7 +190,7 @@ func run(ctx context.Context, o options) error {
 	// The demo's duration counts from here, not from the build.
 	ctx, cancel := context.WithTimeout(ctx, o.duration)
 	defer cancel()
-	hasher, err := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: hashSeed, BlockSize: blockSize})
+	hasher, err := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: hashSeed, BlockSize: blockSize})
 	if err != nil {
 		return err
 	}
@@ -262,7 +263,7 @@ type engine struct {
 
 type fleet struct {
 	engines []*engine
-	hasher  *kvindex.Hasher
+	hasher  *blockkeys.Hasher
 	rng     *rand.Rand
 	systems [][]uint32 // shared system prompts
 	convs   [][]uint32 // conversations seen so far (grow turn by turn)
@@ -270,7 +271,7 @@ type fleet struct {
 	names   []string
 }
 
-func newFleet(addr string, h *kvindex.Hasher, systems [][]uint32) (*fleet, error) {
+func newFleet(addr string, h *blockkeys.Hasher, systems [][]uint32) (*fleet, error) {
 	f := &fleet{hasher: h, rng: rand.New(rand.NewPCG(1, 2))}
 	specs := []struct {
 		pod   string
@@ -348,7 +349,7 @@ func (f *fleet) step() error {
 	}
 	// Cache-aware-ish routing: prefer the engine holding the longest prefix,
 	// with some randomness so several pods warm up.
-	keys := f.hasher.Keys(nil, prompt, kvindex.RequestExtras{})
+	keys := f.hasher.Keys(nil, prompt, blockkeys.RequestExtras{})
 	e := f.engines[f.rng.IntN(len(f.engines))]
 	if f.rng.IntN(2) > 0 {
 		best := -1
@@ -366,8 +367,8 @@ func (f *fleet) step() error {
 	return e.serve(prompt, keys)
 }
 
-func (e *engine) serve(prompt []uint32, keys []kvindex.Key) error {
-	b := &kvindex.Batch{Pod: e.pod, Model: model, DPRank: e.rank, Timestamp: float64(time.Now().UnixNano()) / 1e9}
+func (e *engine) serve(prompt []uint32, keys []blockkeys.Key) error {
+	b := &event.Batch{Pod: e.pod, Model: model, DPRank: e.rank, Timestamp: float64(time.Now().UnixNano()) / 1e9}
 	first := -1
 	for i, k := range keys {
 		if e.held[uint64(k)] {
@@ -379,7 +380,7 @@ func (e *engine) serve(prompt []uint32, keys []kvindex.Key) error {
 		}
 	}
 	if first >= 0 {
-		ev := kvindex.Event{Kind: kvindex.BlockStored, BlockSize: blockSize,
+		ev := event.Event{Kind: event.BlockStored, BlockSize: blockSize,
 			TokenIDs: append([]uint32(nil), prompt[first*blockSize:len(keys)*blockSize]...)}
 		if first > 0 {
 			ev.ParentHash, ev.HasParent = uint64(keys[first-1]), true
@@ -392,7 +393,7 @@ func (e *engine) serve(prompt []uint32, keys []kvindex.Key) error {
 		b.Events = append(b.Events, ev)
 	}
 	if over := len(e.lru) - e.capacity; over > 0 {
-		ev := kvindex.Event{Kind: kvindex.BlockRemoved}
+		ev := event.Event{Kind: event.BlockRemoved}
 		for _, k := range e.lru[:over] {
 			delete(e.held, k)
 			ev.BlockHashes = append(ev.BlockHashes, k)
@@ -406,7 +407,7 @@ func (e *engine) serve(prompt []uint32, keys []kvindex.Key) error {
 	return e.publish(b)
 }
 
-func (e *engine) publish(b *kvindex.Batch) error {
+func (e *engine) publish(b *event.Batch) error {
 	payload, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{MapForm: true})
 	if err != nil {
 		return err

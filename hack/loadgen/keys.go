@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/api"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/blockkeys"
 )
 
 // Block-key flags: loadgen publishes block hashes as an engine does, and
@@ -68,18 +68,18 @@ func daemonKeys(httpAddr string) (*api.StatusKeys, error) {
 // with its own keys in the daemon: that is said on warn, and the parity
 // check after publishing decides. Without the daemon's answer the flags
 // are used only when all three were given.
-func resolveKeys(o options, daemon *api.StatusKeys, daemonErr error, warn io.Writer) (kvindex.KeyConfig, error) {
+func resolveKeys(o options, daemon *api.StatusKeys, daemonErr error, warn io.Writer) (blockkeys.KeyConfig, error) {
 	set := o.set
-	given := kvindex.KeyConfig{Algo: kvindex.HashAlgo(o.algo), Seed: o.seed, BlockSize: o.blockSize}
+	given := blockkeys.KeyConfig{Algo: blockkeys.HashAlgo(o.algo), Seed: o.seed, BlockSize: o.blockSize}
 	if daemonErr != nil {
 		if set[flagAlgo] && set[flagSeed] && set[flagBlockSize] {
 			fmt.Fprintf(warn, "loadgen: cannot read the daemon's key config (%v); using the flags as given: %s\n", daemonErr, given)
 			return given, nil
 		}
-		return kvindex.KeyConfig{}, fmt.Errorf("cannot read the daemon's block-key config from --http-addr %s: %v "+
+		return blockkeys.KeyConfig{}, fmt.Errorf("cannot read the daemon's block-key config from --http-addr %s: %v "+
 			"(give --%s, --%s and --%s as the daemon has them to run without it)", o.httpAddr, daemonErr, flagAlgo, flagSeed, flagBlockSize)
 	}
-	keys := kvindex.KeyConfig{Algo: kvindex.HashAlgo(daemon.HashAlgo), Seed: daemon.HashSeed, BlockSize: daemon.BlockSize}
+	keys := blockkeys.KeyConfig{Algo: blockkeys.HashAlgo(daemon.HashAlgo), Seed: daemon.HashSeed, BlockSize: daemon.BlockSize}
 	for _, c := range []struct {
 		flag, given, daemon string
 		use                 func()
@@ -100,7 +100,7 @@ func resolveKeys(o options, daemon *api.StatusKeys, daemonErr error, warn io.Wri
 
 // checkParity fails when the daemon's parity check found loadgen's blocks
 // hashed otherwise than it hashes them (pods: the pod names published).
-func checkParity(o options, keys kvindex.KeyConfig, pods map[string]bool) error {
+func checkParity(o options, keys blockkeys.KeyConfig, pods map[string]bool) error {
 	var out struct {
 		Pods []api.PodInfo `json:"pods"`
 	}

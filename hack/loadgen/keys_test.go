@@ -11,21 +11,22 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/api"
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // makeRunKeys are the keys `make run` gives the daemon (--hash-seed 0).
-var makeRunKeys = kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 16}
+var makeRunKeys = blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: 16}
 
 // ownKeys are the keys of model "own", configured apart in the daemon.
-var ownKeys = kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "7", BlockSize: 16}
+var ownKeys = blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "7", BlockSize: 16}
 
 // daemonHTTP serves the daemon's HTTP API with make run's keys and a
 // per-model override, optionally behind a token file.
 func daemonHTTP(t *testing.T, tokenFile string) (string, *indexer.Indexer) {
 	t.Helper()
-	idx, err := indexer.New(context.Background(), indexer.Config{Keys: makeRunKeys, ModelKeys: map[string]kvindex.KeyConfig{"own": ownKeys}})
+	idx, err := indexer.New(context.Background(), indexer.Config{Keys: makeRunKeys, ModelKeys: map[string]blockkeys.KeyConfig{"own": ownKeys}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func TestLoadgenKeysFromDaemon(t *testing.T) {
 	cases := []struct {
 		name string
 		o    options
-		want kvindex.KeyConfig
+		want blockkeys.KeyConfig
 		warn string
 	}{
 		// The old defaults (seed "") made every block a parity mismatch
@@ -101,7 +102,7 @@ func TestLoadgenKeysWithoutDaemon(t *testing.T) {
 	}
 	o.set = map[string]bool{flagAlgo: true, flagSeed: true, flagBlockSize: true}
 	o.algo, o.blockSize = "sha256", 32
-	if got, err := resolveKeys(o, nil, derr, &warn); err != nil || got != (kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: "0", BlockSize: 32}) {
+	if got, err := resolveKeys(o, nil, derr, &warn); err != nil || got != (blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: 32}) {
 		t.Fatalf("all flags without the daemon: %v, %v", got, err)
 	}
 }
@@ -115,16 +116,16 @@ func TestLoadgenParityCheck(t *testing.T) {
 	for i := range tokens {
 		tokens[i] = uint32(1000 + i)
 	}
-	publishAs := func(pod, model string, keys kvindex.KeyConfig) {
-		h, err := kvindex.NewHasher(keys)
+	publishAs := func(pod, model string, keys blockkeys.KeyConfig) {
+		h, err := blockkeys.NewHasher(keys)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ev := kvindex.Event{Kind: kvindex.BlockStored, BlockSize: 16, TokenIDs: tokens}
-		for _, k := range h.Keys(nil, tokens, kvindex.RequestExtras{}) {
+		ev := event.Event{Kind: event.BlockStored, BlockSize: 16, TokenIDs: tokens}
+		for _, k := range h.Keys(nil, tokens, blockkeys.RequestExtras{}) {
 			ev.BlockHashes = append(ev.BlockHashes, uint64(k))
 		}
-		idx.Sink().Apply(context.Background(), &kvindex.Batch{Pod: pod, Model: model, Events: []kvindex.Event{ev}})
+		idx.Sink().Apply(context.Background(), &event.Batch{Pod: pod, Model: model, Events: []event.Event{ev}})
 	}
 	publishAs(podName(0), "loadgen/model", makeRunKeys)
 	publishAs("someone-else", "loadgen/model", ownKeys) // not loadgen's pod: ignored

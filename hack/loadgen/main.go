@@ -37,9 +37,10 @@ import (
 	"google.golang.org/grpc/experimental"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/internal/grpcbuf"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
@@ -121,7 +122,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	h, err := kvindex.NewHasher(keys)
+	h, err := blockkeys.NewHasher(keys)
 	if err != nil {
 		return err
 	}
@@ -152,7 +153,7 @@ func run(o options) error {
 	case "hashes":
 		for _, p := range prompts {
 			var hs []uint64
-			for _, k := range h.Keys(nil, p, kvindex.RequestExtras{}) {
+			for _, k := range h.Keys(nil, p, blockkeys.RequestExtras{}) {
 				hs = append(hs, uint64(k))
 			}
 			hashes = append(hashes, hs)
@@ -200,7 +201,7 @@ func run(o options) error {
 // prompt) stores the whole prompt, and a pod's batches apply in order, so
 // once that full match is visible the last pod is complete (the others were
 // published earlier, on workers of their own).
-func publish(o options, h *kvindex.Hasher, prompts [][]uint32, rng *rand.Rand) error {
+func publish(o options, h *blockkeys.Hasher, prompts [][]uint32, rng *rand.Rand) error {
 	pub, err := enginepub.NewPublisher(o.zmq, false)
 	if err != nil {
 		return err
@@ -215,17 +216,17 @@ func publish(o options, h *kvindex.Hasher, prompts [][]uint32, rng *rand.Rand) e
 	want, lastPrompt := 0, prompts[len(prompts)-1]
 	for p := 0; p < o.pods; p++ {
 		for i, pr := range prompts {
-			keys := h.Keys(nil, pr, kvindex.RequestExtras{})
+			keys := h.Keys(nil, pr, blockkeys.RequestExtras{})
 			n := 1 + rng.IntN(len(keys))
 			if i == len(prompts)-1 && p == o.pods-1 {
 				n = len(keys) // the marker: see above
 				want = n
 			}
-			ev := kvindex.Event{Kind: kvindex.BlockStored, BlockSize: o.blockSize, TokenIDs: pr[:n*o.blockSize]}
+			ev := event.Event{Kind: event.BlockStored, BlockSize: o.blockSize, TokenIDs: pr[:n*o.blockSize]}
 			for _, k := range keys[:n] {
 				ev.BlockHashes = append(ev.BlockHashes, uint64(k))
 			}
-			b := &kvindex.Batch{Pod: podName(p), Model: o.model, Events: []kvindex.Event{ev}}
+			b := &event.Batch{Pod: podName(p), Model: o.model, Events: []event.Event{ev}}
 			payload, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{})
 			if err != nil {
 				return err

@@ -12,8 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/enginepub"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // The mixed scenario (--publishers N > 0): N engines publish BlockStored
@@ -27,7 +28,7 @@ import (
 
 // engineStream is one engine's pre-encoded steady state, replayed in a cycle
 // with increasing sequence numbers.
-func engineStream(o options, h *kvindex.Hasher, seed uint64) ([][]byte, error) {
+func engineStream(o options, h *blockkeys.Hasher, seed uint64) ([][]byte, error) {
 	const chunks, lag = 64, 8
 	per := o.stepBlocks
 	rng := rand.New(rand.NewPCG(seed, 99))
@@ -35,11 +36,11 @@ func engineStream(o options, h *kvindex.Hasher, seed uint64) ([][]byte, error) {
 	for i := range tokens {
 		tokens[i] = uint32(rng.IntN(150000))
 	}
-	keys := h.Keys(nil, tokens, kvindex.RequestExtras{})
+	keys := h.Keys(nil, tokens, blockkeys.RequestExtras{})
 	evict := max(per/2, 1)
 	var out [][]byte
 	for c := 0; c < chunks; c++ {
-		st := kvindex.Event{Kind: kvindex.BlockStored, BlockSize: o.blockSize, Medium: kvindex.TierGPU,
+		st := event.Event{Kind: event.BlockStored, BlockSize: o.blockSize, Medium: event.TierGPU,
 			TokenIDs: tokens[c*per*o.blockSize : (c+1)*per*o.blockSize]}
 		for _, k := range keys[c*per : (c+1)*per] {
 			st.BlockHashes = append(st.BlockHashes, uint64(k))
@@ -48,11 +49,11 @@ func engineStream(o options, h *kvindex.Hasher, seed uint64) ([][]byte, error) {
 			st.ParentHash, st.HasParent = uint64(keys[c*per-1]), true
 		}
 		old := (c - lag + chunks) % chunks
-		rm := kvindex.Event{Kind: kvindex.BlockRemoved, Medium: kvindex.TierGPU}
+		rm := event.Event{Kind: event.BlockRemoved, Medium: event.TierGPU}
 		for _, k := range keys[(old+1)*per-evict : (old+1)*per] {
 			rm.BlockHashes = append(rm.BlockHashes, uint64(k))
 		}
-		p, err := enginepub.EncodeVLLMBatch(&kvindex.Batch{Timestamp: 1.7e9, Events: []kvindex.Event{st, rm}}, enginepub.VLLMEncodeOptions{})
+		p, err := enginepub.EncodeVLLMBatch(&event.Batch{Timestamp: 1.7e9, Events: []event.Event{st, rm}}, enginepub.VLLMEncodeOptions{})
 		if err != nil {
 			return nil, err
 		}
@@ -62,7 +63,7 @@ func engineStream(o options, h *kvindex.Hasher, seed uint64) ([][]byte, error) {
 }
 
 // runEngines publishes until ctx ends; it returns the blocks sent.
-func runEngines(ctx context.Context, o options, h *kvindex.Hasher) (*atomic.Int64, func() error, error) {
+func runEngines(ctx context.Context, o options, h *blockkeys.Hasher) (*atomic.Int64, func() error, error) {
 	var sent atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, o.publishers)
@@ -142,7 +143,7 @@ func daemonCounters(o options) (map[string]float64, error) {
 	return out, sc.Err()
 }
 
-func runMixed(o options, h *kvindex.Hasher, prompts [][]uint32) error {
+func runMixed(o options, h *blockkeys.Hasher, prompts [][]uint32) error {
 	before, err := daemonCounters(o)
 	if err != nil {
 		return fmt.Errorf("read daemon metrics: %w", err)

@@ -27,7 +27,7 @@ if [ ! -x "$bin" ]; then
 	rmdir "$tmp"
 fi
 pkgs=("$@")
-[ ${#pkgs[@]} -gt 0 ] || pkgs=(kvindex kvevents indexer api prefixstore tokenization)
+[ ${#pkgs[@]} -gt 0 ] || pkgs=(blockkeys kvindex applier kvevents indexer api prefixstore tokenization)
 budget=${MUTATION_BUDGET:-40m}
 out=${MUTATION_OUT:-$root/results-mutation}
 mkdir -p "$out"

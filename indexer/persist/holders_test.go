@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -58,19 +60,19 @@ func TestHolderFieldIsTheTier(t *testing.T) {
 	dir := t.TempDir()
 
 	f := newFleet(1 << 10)
-	f.add(t, "m", "p", 0, kvindex.TierCPU, []kvindex.Key{5})
+	f.add(t, "m", "p", 0, event.TierCPU, []blockkeys.Key{5})
 	path := filepath.Join(dir, "written.snap")
 	write(t, f, path, nil)
 	written, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := craft(uint64(kvindex.TierCPU), created); !bytes.Equal(written, want) {
+	if want := craft(uint64(event.TierCPU), created); !bytes.Equal(written, want) {
 		t.Fatalf("Write produced\n%x\nwant the version-1 layout\n%x", written, want)
 	}
 
 	g := newFleet(1 << 10)
-	if _, err := Load(writeTmp(t, dir, craft(uint64(kvindex.TierCPU), created)), g.idx, g.in); err != nil {
+	if _, err := Load(writeTmp(t, dir, craft(uint64(event.TierCPU), created)), g.idx, g.in); err != nil {
 		t.Fatal(err)
 	}
 	if got := g.holders(t, "m", 5); !slices.Equal(got, []string{"p/0/cpu"}) {
@@ -78,7 +80,7 @@ func TestHolderFieldIsTheTier(t *testing.T) {
 	}
 
 	h := newFleet(1 << 10)
-	_, err = Load(writeTmp(t, dir, craft(uint64(kvindex.TierCPU)|1<<2, created)), h.idx, h.in)
+	_, err = Load(writeTmp(t, dir, craft(uint64(event.TierCPU)|1<<2, created)), h.idx, h.in)
 	if !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("a holder with a group bit: err %v, want ErrCorrupt", err)
 	}

@@ -40,7 +40,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -48,7 +50,7 @@ const (
 	magic   = "KVIXSNAP"
 	version = 1
 	// probeKey is any fixed key: its slot key per model pins the mixing.
-	probeKey   = kvindex.Key(0x6b76696e64657821)
+	probeKey   = blockkeys.Key(0x6b76696e64657821)
 	maxNameLen = 1 << 16
 )
 
@@ -356,7 +358,7 @@ func load(d *decoder, idx *kvindex.MemoryIndex, in *kvindex.Interner, lim Limits
 		return nil, fmt.Errorf("snapshot version %d: this kvindexd reads version %d", v, version)
 	}
 	l := &Loaded{Created: time.Unix(0, int64(d.u64()))}
-	probe := kvindex.Key(d.u64())
+	probe := blockkeys.Key(d.u64())
 	nm := d.count()
 	if nm > lim.MaxModels {
 		return nil, fmt.Errorf("%w: %d models, limit %d (--max-models)", ErrInvalid, nm, lim.MaxModels)
@@ -426,10 +428,10 @@ func load(d *decoder, idx *kvindex.MemoryIndex, in *kvindex.Interner, lim Limits
 			if d.err != nil {
 				return l, d.err
 			}
-			if p >= uint64(len(ids)) || tier >= uint64(kvindex.NumTiers) {
+			if p >= uint64(len(ids)) || tier >= uint64(event.NumTiers) {
 				return l, fmt.Errorf("%w: holder out of range", ErrCorrupt)
 			}
-			hs = append(hs, kvindex.Holder{Pod: ids[p], Tier: kvindex.Tier(tier)})
+			hs = append(hs, kvindex.Holder{Pod: ids[p], Tier: event.Tier(tier)})
 		}
 		if d.err != nil {
 			return l, d.err

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -27,7 +29,7 @@ func newFleet(capacity int64) *fleet {
 	return &fleet{in: kvindex.NewInterner(), idx: kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: capacity})}
 }
 
-func (f *fleet) add(t testing.TB, model, pod string, rank int, tier kvindex.Tier, keys []kvindex.Key) {
+func (f *fleet) add(t testing.TB, model, pod string, rank int, tier event.Tier, keys []blockkeys.Key) {
 	t.Helper()
 	if err := f.idx.Add(context.Background(), f.in.Model(model), f.in.Pod(pod, rank), tier, keys); err != nil {
 		t.Fatal(err)
@@ -35,14 +37,14 @@ func (f *fleet) add(t testing.TB, model, pod string, rank int, tier kvindex.Tier
 }
 
 // holders is what a lookup of (model, key) returns, by pod name and rank.
-func (f *fleet) holders(t testing.TB, model string, k kvindex.Key) []string {
+func (f *fleet) holders(t testing.TB, model string, k blockkeys.Key) []string {
 	t.Helper()
 	m, ok := f.in.LookupModel(model)
 	if !ok {
 		return nil
 	}
 	var v visitor
-	if err := f.idx.Lookup(context.Background(), m, []kvindex.Key{k}, &v); err != nil {
+	if err := f.idx.Lookup(context.Background(), m, []blockkeys.Key{k}, &v); err != nil {
 		t.Fatal(err)
 	}
 	var out []string
@@ -56,29 +58,29 @@ func (f *fleet) holders(t testing.TB, model string, k kvindex.Key) []string {
 
 type visitor struct{ hs []kvindex.Holder }
 
-func (v *visitor) Visit(_ int, _ kvindex.Key, hs []kvindex.Holder) bool {
+func (v *visitor) Visit(_ int, _ blockkeys.Key, hs []kvindex.Holder) bool {
 	v.hs = append(v.hs[:0], hs...)
 	return true
 }
 
-func keys(rng *rand.Rand, n int) []kvindex.Key {
-	out := make([]kvindex.Key, n)
+func keys(rng *rand.Rand, n int) []blockkeys.Key {
+	out := make([]blockkeys.Key, n)
 	for i := range out {
-		out[i] = kvindex.Key(rng.Uint64())
+		out[i] = blockkeys.Key(rng.Uint64())
 	}
 	return out
 }
 
-func sample(t *testing.T) (*fleet, map[string][]kvindex.Key) {
+func sample(t *testing.T) (*fleet, map[string][]blockkeys.Key) {
 	f := newFleet(1 << 20)
 	rng := rand.New(rand.NewPCG(7, 7))
 	shared := keys(rng, 300)
-	byModel := map[string][]kvindex.Key{"org/model-a": shared, "org/model-b": keys(rng, 200)}
-	f.add(t, "org/model-a", "pod-1", 0, kvindex.TierGPU, shared)
-	f.add(t, "org/model-a", "pod-2", 0, kvindex.TierCPU, shared[:150])
-	f.add(t, "org/model-a", "pod-3", 1, kvindex.TierGPU, shared[100:])
-	f.add(t, "org/model-b", "pod-2", 0, kvindex.TierDisk, byModel["org/model-b"])
-	f.add(t, "org/model-b", "gone", 0, kvindex.TierGPU, byModel["org/model-b"])
+	byModel := map[string][]blockkeys.Key{"org/model-a": shared, "org/model-b": keys(rng, 200)}
+	f.add(t, "org/model-a", "pod-1", 0, event.TierGPU, shared)
+	f.add(t, "org/model-a", "pod-2", 0, event.TierCPU, shared[:150])
+	f.add(t, "org/model-a", "pod-3", 1, event.TierGPU, shared[100:])
+	f.add(t, "org/model-b", "pod-2", 0, event.TierDisk, byModel["org/model-b"])
+	f.add(t, "org/model-b", "gone", 0, event.TierGPU, byModel["org/model-b"])
 	if err := f.idx.ClearPod(context.Background(), f.in.Pod("gone", 0)); err != nil {
 		t.Fatal(err)
 	}
@@ -264,8 +266,8 @@ func TestFailedWriteKeepsPrevious(t *testing.T) {
 
 func FuzzLoad(f *testing.F) {
 	fl := newFleet(1 << 16)
-	fl.add(f, "m", "p", 0, kvindex.TierGPU, []kvindex.Key{1, 2, 3})
-	fl.add(f, "m", "q", 2, kvindex.TierCPU, []kvindex.Key{2, 3})
+	fl.add(f, "m", "p", 0, event.TierGPU, []blockkeys.Key{1, 2, 3})
+	fl.add(f, "m", "q", 2, event.TierCPU, []blockkeys.Key{2, 3})
 	dir := f.TempDir()
 	path := filepath.Join(dir, "seed.snap")
 	write(f, fl, path, []StreamSeq{{Pod: "p", Seq: 9}})
@@ -362,8 +364,8 @@ func TestLoadHoldsFileToEventLimits(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFleet(1 << 10)
-			f.add(t, tc.model, tc.pod, tc.rank, kvindex.TierGPU, ks)
-			f.add(t, "org/other", "pod-b", 0, kvindex.TierGPU, ks)
+			f.add(t, tc.model, tc.pod, tc.rank, event.TierGPU, ks)
+			f.add(t, "org/other", "pod-b", 0, event.TierGPU, ks)
 			path := filepath.Join(dir, tc.name+".snap")
 			write(t, f, path, nil)
 			g := newFleet(1 << 10)

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // bigFleet fills an index with entries (block, pod) entries: 16 pods, each
@@ -16,15 +17,15 @@ import (
 func bigFleet(tb testing.TB, entries int) *fleet {
 	f := newFleet(int64(entries) + int64(entries)/4)
 	blocks := entries / 2
-	chain := make([]kvindex.Key, 512)
+	chain := make([]blockkeys.Key, 512)
 	for b := 0; b < blocks; b += len(chain) {
 		n := min(len(chain), blocks-b)
 		for i := range n {
-			chain[i] = kvindex.Key(uint64(b+i)*0x9e3779b97f4a7c15 + 1)
+			chain[i] = blockkeys.Key(uint64(b+i)*0x9e3779b97f4a7c15 + 1)
 		}
 		p := (b / len(chain)) % 16
-		f.add(tb, "org/model", "pod-"+strconv.Itoa(p), 0, kvindex.TierGPU, chain[:n])
-		f.add(tb, "org/model", "pod-"+strconv.Itoa((p+1)%16), 0, kvindex.TierCPU, chain[:n])
+		f.add(tb, "org/model", "pod-"+strconv.Itoa(p), 0, event.TierGPU, chain[:n])
+		f.add(tb, "org/model", "pod-"+strconv.Itoa((p+1)%16), 0, event.TierCPU, chain[:n])
 	}
 	return f
 }

@@ -20,7 +20,7 @@ import (
 
 	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/internal/logtest"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // TestMemoryBoundHostilePublishers runs the real binary with its default
@@ -67,7 +67,7 @@ func TestMemoryBoundHostilePublishers(t *testing.T) {
 	pub := dialPub(t, ctx, zmqAddr)
 	rng := rand.New(rand.NewPCG(9, 9))
 	sent := 0
-	send := func(p *enginepub.Publisher, topic string, seq uint64, b *kvindex.Batch) {
+	send := func(p *enginepub.Publisher, topic string, seq uint64, b *event.Batch) {
 		payload, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -90,10 +90,10 @@ func TestMemoryBoundHostilePublishers(t *testing.T) {
 			for j := range hashes {
 				hashes[j] = rng.Uint64()
 			}
-			g0 := kvindex.Event{Kind: kvindex.BlockStored, BlockHashes: hashes, BlockSize: 16, GroupKind: kvindex.GroupFullAttention}
+			g0 := event.Event{Kind: event.BlockStored, BlockHashes: hashes, BlockSize: 16, GroupKind: event.GroupFullAttention}
 			g1 := g0
 			g1.GroupIdx = 1
-			send(pub, topic, seq, &kvindex.Batch{Events: []kvindex.Event{g0, g1}})
+			send(pub, topic, seq, &event.Batch{Events: []event.Event{g0, g1}})
 		}
 	}
 	waitReceived(t, base, sent)
@@ -112,12 +112,12 @@ func TestMemoryBoundHostilePublishers(t *testing.T) {
 		for j := range toks {
 			toks[j] = rng.Uint32N(150000)
 		}
-		b := &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: hashes, TokenIDs: toks, BlockSize: 16}}}
+		b := &event.Batch{Events: []event.Event{{Kind: event.BlockStored, BlockHashes: hashes, TokenIDs: toks, BlockSize: 16}}}
 		send(pub, fmt.Sprintf("kv@%s@org/model-%04d", pod, i%1000), 0, b)
 	}
 	// 1 MB pod names
 	for i := 0; i < 20; i++ {
-		send(pub, "kv@"+strings.Repeat("p", 1<<20)+strconv.Itoa(i)+"@m", 0, &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}})
+		send(pub, "kv@"+strings.Repeat("p", 1<<20)+strconv.Itoa(i)+"@m", 0, &event.Batch{Events: []event.Event{{Kind: event.AllBlocksCleared}}})
 	}
 	// 60 MB payloads of one-byte hashes: under the message cap, over the
 	// elements cap

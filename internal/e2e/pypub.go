@@ -1,6 +1,6 @@
 // Package e2e holds what the end-to-end tests share: a driver for
-// hack/kvpublisher.py, the real-libzmq (pyzmq) publisher of vLLM and SGLang
-// KV events, so the daemon is tested against a ZeroMQ implementation we did
+// hack/kvpublisher.py, the real-libzmq (pyzmq) publisher of vLLM, SGLang and
+// TensorRT-LLM KV events, so the daemon is tested against a ZeroMQ implementation we did
 // not write.
 package e2e
 

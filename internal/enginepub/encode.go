@@ -5,9 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // VLLMEncodeOptions chooses which of vLLM's wire variants EncodeVLLMBatch
@@ -30,13 +29,13 @@ type VLLMEncodeOptions struct {
 	MapBatch bool
 }
 
-func tierWireName(t kvindex.Tier) string {
+func tierWireName(t event.Tier) string {
 	switch t {
-	case kvindex.TierCPU:
+	case event.TierCPU:
 		return "CPU"
-	case kvindex.TierDisk:
+	case event.TierDisk:
 		return "DISK"
-	case kvindex.TierExternal:
+	case event.TierExternal:
 		return "EXTERNAL"
 	}
 	return "GPU"
@@ -106,13 +105,13 @@ func (e *encoder) header(ts float64, n int, dpRank int, opt VLLMEncodeOptions) {
 // EncodeVLLMBatch encodes b as vLLM's KVEventBatch msgpack payload
 // [ts, events, data_parallel_rank]. It is used by tests and the demo
 // publisher; the field order follows vllm/distributed/kv_events.py.
-func EncodeVLLMBatch(b *kvindex.Batch, opt VLLMEncodeOptions) ([]byte, error) {
+func EncodeVLLMBatch(b *event.Batch, opt VLLMEncodeOptions) ([]byte, error) {
 	e := newEncoder()
 	e.header(b.Timestamp, len(b.Events), b.DPRank, opt)
 	for i := range b.Events {
 		ev := &b.Events[i]
 		switch ev.Kind {
-		case kvindex.BlockStored:
+		case event.BlockStored:
 			// Fields after group_idx are written only when set, like
 			// msgspec's omit_defaults; in array form a later field set
 			// forces the earlier ones out as nil.
@@ -124,12 +123,12 @@ func EncodeVLLMBatch(b *kvindex.Batch, opt VLLMEncodeOptions) ([]byte, error) {
 				tail = 3
 			case ev.SlidingWindow != 0:
 				tail = 2
-			case ev.GroupKind != kvindex.GroupKindUnknown:
+			case ev.GroupKind != event.GroupKindUnknown:
 				tail = 1
 			}
 			n := 10 + tail
 			if opt.MapForm {
-				n = 10 + countSet(ev.GroupKind != kvindex.GroupKindUnknown, ev.SlidingWindow != 0, ev.Remote, ev.Ownership != "")
+				n = 10 + countSet(ev.GroupKind != event.GroupKindUnknown, ev.SlidingWindow != 0, ev.Remote, ev.Ownership != "")
 			}
 			e.head("BlockStored", n, opt)
 			e.key("block_hashes", opt)
@@ -170,7 +169,7 @@ func EncodeVLLMBatch(b *kvindex.Batch, opt VLLMEncodeOptions) ([]byte, error) {
 			}
 			e.optString("locality", locality, tail >= 3, opt)
 			e.optString("ownership", ev.Ownership, tail >= 4, opt)
-		case kvindex.BlockRemoved:
+		case event.BlockRemoved:
 			n := 5 // the tag and four fields
 			if opt.MapForm && !ev.HasRemainingCopies {
 				n = 4
@@ -193,7 +192,7 @@ func EncodeVLLMBatch(b *kvindex.Batch, opt VLLMEncodeOptions) ([]byte, error) {
 					e.do(e.enc.EncodeNil())
 				}
 			}
-		case kvindex.AllBlocksCleared:
+		case event.AllBlocksCleared:
 			e.head("AllBlocksCleared", 1, opt)
 		default:
 			return nil, fmt.Errorf("enginepub: cannot encode event kind %d", ev.Kind)
@@ -218,8 +217,8 @@ func countSet(bs ...bool) int {
 	return n
 }
 
-func groupKindWireName(k kvindex.GroupKind) string {
-	if k == kvindex.GroupKindUnknown {
+func groupKindWireName(k event.GroupKind) string {
+	if k == event.GroupKindUnknown {
 		return ""
 	}
 	return k.String()
@@ -311,13 +310,13 @@ func (e *encoder) extraKeys(keys [][]any) {
 // only, hashes as signed int64 (SGLang's hash is the first 8 digest bytes as
 // a signed integer, so values with the top bit set go out negative), and a
 // trailing {"cache_salt": ...} map on salted BlockStored events.
-func EncodeSGLangBatch(b *kvindex.Batch) ([]byte, error) {
+func EncodeSGLangBatch(b *event.Batch) ([]byte, error) {
 	e := newEncoder()
 	e.header(b.Timestamp, len(b.Events), b.DPRank, VLLMEncodeOptions{})
 	for i := range b.Events {
 		ev := &b.Events[i]
 		switch ev.Kind {
-		case kvindex.BlockStored:
+		case event.BlockStored:
 			n := 7
 			if ev.CacheSalt != "" {
 				n = 8
@@ -342,11 +341,11 @@ func EncodeSGLangBatch(b *kvindex.Batch) ([]byte, error) {
 				e.do(e.enc.EncodeString("cache_salt"))
 				e.do(e.enc.EncodeString(ev.CacheSalt))
 			}
-		case kvindex.BlockRemoved:
+		case event.BlockRemoved:
 			e.head("BlockRemoved", 3, VLLMEncodeOptions{})
 			e.signedHashes(ev.BlockHashes)
 			e.do(e.enc.EncodeString(tierWireName(ev.Medium)))
-		case kvindex.AllBlocksCleared:
+		case event.AllBlocksCleared:
 			e.head("AllBlocksCleared", 1, VLLMEncodeOptions{})
 		default:
 			return nil, fmt.Errorf("enginepub: cannot encode event kind %d", ev.Kind)

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -37,7 +39,7 @@ func (h *HeldIndex) Entered() <-chan struct{} { return h.entered }
 func (h *HeldIndex) Release() { h.releaseOnce.Do(func() { close(h.release) }) }
 
 // Add waits while the index is held, then adds.
-func (h *HeldIndex) Add(ctx context.Context, m kvindex.ModelID, p kvindex.PodID, t kvindex.Tier, keys []kvindex.Key) error {
+func (h *HeldIndex) Add(ctx context.Context, m kvindex.ModelID, p kvindex.PodID, t event.Tier, keys []blockkeys.Key) error {
 	if h.held.Load() {
 		h.enterOnce.Do(func() { close(h.entered) })
 		select { // released, or Apply's context ends (shutdown)

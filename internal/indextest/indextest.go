@@ -11,6 +11,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -22,7 +24,7 @@ type NewIndex func(t *testing.T, in *kvindex.Interner) kvindex.Index
 // Visit is one Visitor.Visit call, holders sorted for comparison.
 type Visit struct {
 	I       int
-	Key     kvindex.Key
+	Key     blockkeys.Key
 	Holders []kvindex.Holder
 }
 
@@ -31,7 +33,7 @@ type recorder struct {
 	stopAt int // Visit returns false at this index (-1: never)
 }
 
-func (r *recorder) Visit(i int, key kvindex.Key, holders []kvindex.Holder) bool {
+func (r *recorder) Visit(i int, key blockkeys.Key, holders []kvindex.Holder) bool {
 	h := slices.Clone(holders)
 	slices.SortFunc(h, func(a, b kvindex.Holder) int {
 		if holderLess(a, b) {
@@ -48,7 +50,7 @@ func (r *recorder) Visit(i int, key kvindex.Key, holders []kvindex.Holder) bool 
 
 // Lookup runs idx.Lookup and returns the visits, the visitor answering
 // false at index stopAt (-1: never).
-func Lookup(t *testing.T, idx kvindex.Index, m kvindex.ModelID, keys []kvindex.Key, stopAt int) []Visit {
+func Lookup(t *testing.T, idx kvindex.Index, m kvindex.ModelID, keys []blockkeys.Key, stopAt int) []Visit {
 	t.Helper()
 	r := &recorder{stopAt: stopAt}
 	if err := idx.Lookup(context.Background(), m, keys, r); err != nil {
@@ -58,10 +60,10 @@ func Lookup(t *testing.T, idx kvindex.Index, m kvindex.ModelID, keys []kvindex.K
 }
 
 // Keys converts integers to keys.
-func Keys(v ...uint64) []kvindex.Key {
-	out := make([]kvindex.Key, len(v))
+func Keys(v ...uint64) []blockkeys.Key {
+	out := make([]blockkeys.Key, len(v))
 	for i, x := range v {
-		out[i] = kvindex.Key(x)
+		out[i] = blockkeys.Key(x)
 	}
 	return out
 }
@@ -95,7 +97,7 @@ func Run(t *testing.T, newIndex NewIndex) {
 			t.Fatalf("visits:\n got  %v\n want %v", got, want)
 		}
 	}
-	H := func(p kvindex.PodID, tier kvindex.Tier) kvindex.Holder {
+	H := func(p kvindex.PodID, tier event.Tier) kvindex.Holder {
 		return kvindex.Holder{Pod: p, Tier: tier}
 	}
 
@@ -112,7 +114,7 @@ func Run(t *testing.T, newIndex NewIndex) {
 	t.Run("prefix stops at first miss", func(t *testing.T) {
 		idx, in := newIdx(t)
 		m, a := in.Model("m"), in.Pod("a", 0)
-		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, Keys(1, 2, 3, 5)))
+		must(t, idx.Add(ctx, m, a, event.TierGPU, Keys(1, 2, 3, 5)))
 		expect(t, Lookup(t, idx, m, Keys(1, 2, 3, 4, 5), -1),
 			Visit{0, 1, []kvindex.Holder{H(a, 0)}},
 			Visit{1, 2, []kvindex.Holder{H(a, 0)}},
@@ -126,7 +128,7 @@ func Run(t *testing.T, newIndex NewIndex) {
 	t.Run("visitor stops", func(t *testing.T) {
 		idx, in := newIdx(t)
 		m, a := in.Model("m"), in.Pod("a", 0)
-		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, Keys(1, 2, 3)))
+		must(t, idx.Add(ctx, m, a, event.TierGPU, Keys(1, 2, 3)))
 		expect(t, Lookup(t, idx, m, Keys(1, 2, 3), 1),
 			Visit{0, 1, []kvindex.Holder{H(a, 0)}},
 			Visit{1, 2, []kvindex.Holder{H(a, 0)}})
@@ -136,10 +138,10 @@ func Run(t *testing.T, newIndex NewIndex) {
 		idx, in := newIdx(t)
 		m := in.Model("m")
 		a, b, a1 := in.Pod("a", 0), in.Pod("10.0.0.2:8000", 0), in.Pod("a", 1)
-		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, Keys(1, 2)))
-		must(t, idx.Add(ctx, m, a, kvindex.TierCPU, Keys(1, 2, 3)))
-		must(t, idx.Add(ctx, m, b, kvindex.TierDisk, Keys(1)))
-		must(t, idx.Add(ctx, m, a1, kvindex.TierExternal, Keys(2)))
+		must(t, idx.Add(ctx, m, a, event.TierGPU, Keys(1, 2)))
+		must(t, idx.Add(ctx, m, a, event.TierCPU, Keys(1, 2, 3)))
+		must(t, idx.Add(ctx, m, b, event.TierDisk, Keys(1)))
+		must(t, idx.Add(ctx, m, a1, event.TierExternal, Keys(2)))
 		expect(t, Lookup(t, idx, m, Keys(1, 2, 3, 4), -1),
 			Visit{0, 1, []kvindex.Holder{H(a, 0), H(a, 1), H(b, 2)}},
 			Visit{1, 2, []kvindex.Holder{H(a, 0), H(a, 1), H(a1, 3)}},
@@ -151,7 +153,7 @@ func Run(t *testing.T, newIndex NewIndex) {
 			}
 		}
 		// Removing one tier keeps the other.
-		must(t, idx.Remove(ctx, m, a, kvindex.TierGPU, Keys(1, 2)))
+		must(t, idx.Remove(ctx, m, a, event.TierGPU, Keys(1, 2)))
 		expect(t, Lookup(t, idx, m, Keys(1, 2, 3), -1),
 			Visit{0, 1, []kvindex.Holder{H(a, 1), H(b, 2)}},
 			Visit{1, 2, []kvindex.Holder{H(a, 1), H(a1, 3)}},
@@ -159,7 +161,7 @@ func Run(t *testing.T, newIndex NewIndex) {
 		if n := podBlocks(t, idx, a); n != 3 {
 			t.Fatalf("PodBlocks(a) after tier remove = %d, want 3", n)
 		}
-		must(t, idx.Remove(ctx, m, a, kvindex.TierCPU, Keys(3)))
+		must(t, idx.Remove(ctx, m, a, event.TierCPU, Keys(3)))
 		if n := podBlocks(t, idx, a); n != 2 {
 			t.Fatalf("PodBlocks(a) = %d, want 2", n)
 		}
@@ -168,17 +170,17 @@ func Run(t *testing.T, newIndex NewIndex) {
 	t.Run("add idempotent, remove unknown ignored", func(t *testing.T) {
 		idx, in := newIdx(t)
 		m, a := in.Model("m"), in.Pod("a", 0)
-		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, Keys(1, 2)))
-		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, Keys(1, 2)))
-		must(t, idx.Remove(ctx, m, a, kvindex.TierGPU, Keys(7, 8)))
-		must(t, idx.Remove(ctx, m, in.Pod("nobody", 0), kvindex.TierGPU, Keys(1)))
+		must(t, idx.Add(ctx, m, a, event.TierGPU, Keys(1, 2)))
+		must(t, idx.Add(ctx, m, a, event.TierGPU, Keys(1, 2)))
+		must(t, idx.Remove(ctx, m, a, event.TierGPU, Keys(7, 8)))
+		must(t, idx.Remove(ctx, m, in.Pod("nobody", 0), event.TierGPU, Keys(1)))
 		if n := podBlocks(t, idx, a); n != 2 {
 			t.Fatalf("PodBlocks = %d, want 2", n)
 		}
 		if s := idx.Stats(); s.Entries != 2 {
 			t.Fatalf("Stats.Entries = %d, want 2", s.Entries)
 		}
-		must(t, idx.Remove(ctx, m, a, kvindex.TierGPU, Keys(1)))
+		must(t, idx.Remove(ctx, m, a, event.TierGPU, Keys(1)))
 		expect(t, Lookup(t, idx, m, Keys(1, 2), -1))
 		expect(t, Lookup(t, idx, m, Keys(2), -1), Visit{0, 2, []kvindex.Holder{H(a, 0)}})
 	})
@@ -186,8 +188,8 @@ func Run(t *testing.T, newIndex NewIndex) {
 	t.Run("models are separate", func(t *testing.T) {
 		idx, in := newIdx(t)
 		m1, m2, a := in.Model("llama"), in.Model("org/{weird}%model"), in.Pod("a", 0)
-		must(t, idx.Add(ctx, m1, a, kvindex.TierGPU, Keys(1)))
-		must(t, idx.Add(ctx, m2, a, kvindex.TierGPU, Keys(2)))
+		must(t, idx.Add(ctx, m1, a, event.TierGPU, Keys(1)))
+		must(t, idx.Add(ctx, m2, a, event.TierGPU, Keys(2)))
 		expect(t, Lookup(t, idx, m1, Keys(2), -1))
 		expect(t, Lookup(t, idx, m2, Keys(1), -1))
 		expect(t, Lookup(t, idx, m2, Keys(2), -1), Visit{0, 2, []kvindex.Holder{H(a, 0)}})
@@ -196,8 +198,8 @@ func Run(t *testing.T, newIndex NewIndex) {
 	t.Run("clear pod", func(t *testing.T) {
 		idx, in := newIdx(t)
 		m, a, b := in.Model("m"), in.Pod("a", 0), in.Pod("b", 0)
-		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, Keys(1, 2, 3)))
-		must(t, idx.Add(ctx, m, b, kvindex.TierGPU, Keys(1)))
+		must(t, idx.Add(ctx, m, a, event.TierGPU, Keys(1, 2, 3)))
+		must(t, idx.Add(ctx, m, b, event.TierGPU, Keys(1)))
 		must(t, idx.ClearPod(ctx, a))
 		expect(t, Lookup(t, idx, m, Keys(1, 2, 3), -1), Visit{0, 1, []kvindex.Holder{H(b, 0)}})
 		if n := podBlocks(t, idx, a); n != 0 {
@@ -207,8 +209,8 @@ func Run(t *testing.T, newIndex NewIndex) {
 			t.Fatalf("Stats.Entries after clear = %d, want 1", s.Entries)
 		}
 		// Re-adding after a clear works and counts from zero.
-		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, Keys(2)))
-		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, Keys(1)))
+		must(t, idx.Add(ctx, m, a, event.TierGPU, Keys(2)))
+		must(t, idx.Add(ctx, m, a, event.TierGPU, Keys(1)))
 		expect(t, Lookup(t, idx, m, Keys(1, 2, 3), -1),
 			Visit{0, 1, []kvindex.Holder{H(a, 0), H(b, 0)}},
 			Visit{1, 2, []kvindex.Holder{H(a, 0)}})
@@ -216,7 +218,7 @@ func Run(t *testing.T, newIndex NewIndex) {
 			t.Fatalf("PodBlocks after re-add = %d, want 2", n)
 		}
 		// Removing a stale (pre-clear) block is a no-op for the counters.
-		must(t, idx.Remove(ctx, m, a, kvindex.TierGPU, Keys(3)))
+		must(t, idx.Remove(ctx, m, a, event.TierGPU, Keys(3)))
 		if n := podBlocks(t, idx, a); n != 2 {
 			t.Fatalf("PodBlocks after stale remove = %d, want 2", n)
 		}
@@ -231,13 +233,13 @@ func Run(t *testing.T, newIndex NewIndex) {
 		if m != 0 || a != 0 {
 			t.Fatalf("first ids = %d, %d; want 0, 0", m, a)
 		}
-		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, Keys(0, 1)))
-		must(t, idx.Add(ctx, m, a, kvindex.TierExternal, Keys(0)))
-		must(t, idx.Add(ctx, m, b, kvindex.TierGPU, Keys(0)))
+		must(t, idx.Add(ctx, m, a, event.TierGPU, Keys(0, 1)))
+		must(t, idx.Add(ctx, m, a, event.TierExternal, Keys(0)))
+		must(t, idx.Add(ctx, m, b, event.TierGPU, Keys(0)))
 		expect(t, Lookup(t, idx, m, Keys(0, 1), -1),
 			Visit{0, 0, []kvindex.Holder{H(a, 0), H(a, 3), H(b, 0)}},
 			Visit{1, 1, []kvindex.Holder{H(a, 0)}})
-		must(t, idx.Remove(ctx, m, a, kvindex.TierExternal, Keys(0)))
+		must(t, idx.Remove(ctx, m, a, event.TierExternal, Keys(0)))
 		must(t, idx.ClearPod(ctx, b))
 		expect(t, Lookup(t, idx, m, Keys(0), -1), Visit{0, 0, []kvindex.Holder{H(a, 0)}})
 		if n := podBlocks(t, idx, a); n != 2 {
@@ -252,10 +254,10 @@ func Run(t *testing.T, newIndex NewIndex) {
 			t.Skip("this backend answers pod listings with PodBlocks one pod at a time")
 		}
 		m, a, a1, c := in.Model("m"), in.Pod("a", 0), in.Pod("a", 1), in.Pod("c", 0)
-		must(t, idx.Add(ctx, m, a, kvindex.TierGPU, Keys(1, 2, 3)))
-		must(t, idx.Add(ctx, m, a, kvindex.TierCPU, Keys(3, 4)))
-		must(t, idx.Add(ctx, m, a1, kvindex.TierGPU, Keys(1)))
-		must(t, idx.Add(ctx, m, c, kvindex.TierGPU, Keys(9)))
+		must(t, idx.Add(ctx, m, a, event.TierGPU, Keys(1, 2, 3)))
+		must(t, idx.Add(ctx, m, a, event.TierCPU, Keys(3, 4)))
+		must(t, idx.Add(ctx, m, a1, event.TierGPU, Keys(1)))
+		must(t, idx.Add(ctx, m, c, event.TierGPU, Keys(9)))
 		must(t, idx.ClearPod(ctx, c))
 		pods := []kvindex.PodID{a1, in.Pod("never-seen", 0), a, c, a}
 		got := make([]int64, len(pods))
@@ -268,7 +270,7 @@ func Run(t *testing.T, newIndex NewIndex) {
 
 	t.Run("invalid tier is an error", func(t *testing.T) {
 		idx, in := newIdx(t)
-		if err := idx.Add(ctx, in.Model("m"), in.Pod("a", 0), kvindex.NumTiers, Keys(1)); err == nil {
+		if err := idx.Add(ctx, in.Model("m"), in.Pod("a", 0), event.NumTiers, Keys(1)); err == nil {
 			t.Fatal("Add with tier NumTiers: no error")
 		}
 	})
@@ -279,16 +281,16 @@ func Run(t *testing.T, newIndex NewIndex) {
 		m := in.Model("m")
 		pods := []kvindex.PodID{in.Pod("p0", 0), in.Pod("p1", 0), in.Pod("p1", 1), in.Pod("p2", 0)}
 		type ent struct {
-			k kvindex.Key
+			k blockkeys.Key
 			h kvindex.Holder
 		}
 		ref := map[ent]bool{}
 		for step := 0; step < 300; step++ {
 			p := pods[rng.Intn(len(pods))]
-			tier := kvindex.Tier(rng.Intn(2))
-			var keys []kvindex.Key
+			tier := event.Tier(rng.Intn(2))
+			var keys []blockkeys.Key
 			for range 1 + rng.Intn(6) {
-				keys = append(keys, kvindex.Key(1+rng.Intn(12)))
+				keys = append(keys, blockkeys.Key(1+rng.Intn(12)))
 			}
 			switch r := rng.Intn(20); {
 			case r < 12:
@@ -309,9 +311,9 @@ func Run(t *testing.T, newIndex NewIndex) {
 					}
 				}
 			}
-			all := make([]kvindex.Key, 12)
+			all := make([]blockkeys.Key, 12)
 			for i := range all {
-				all[i] = kvindex.Key(i + 1)
+				all[i] = blockkeys.Key(i + 1)
 			}
 			var want []Visit
 			for i, k := range all {
@@ -335,7 +337,7 @@ func Run(t *testing.T, newIndex NewIndex) {
 			expect(t, Lookup(t, idx, m, all, -1), want...)
 			wantBlocks := make([]int64, len(pods))
 			for i, p := range pods {
-				blocks := map[kvindex.Key]bool{}
+				blocks := map[blockkeys.Key]bool{}
 				for e := range ref {
 					if e.h.Pod == p {
 						blocks[e.k] = true

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/internal/enginepub"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -76,8 +76,8 @@ func TestPromiseApplyFairness(t *testing.T) {
 		pub := d.publisher()
 		h := randomHashes(uint64(60+i), 50_000)
 		toks := own(i)
-		b := &kvindex.Batch{Events: []kvindex.Event{stored(engineHashes(t, toks), toks).Events[0],
-			{Kind: kvindex.BlockStored, BlockHashes: h, BlockSize: blockSize}, {Kind: kvindex.BlockRemoved, BlockHashes: h}}}
+		b := &event.Batch{Events: []event.Event{stored(engineHashes(t, toks), toks).Events[0],
+			{Kind: event.BlockStored, BlockHashes: h, BlockSize: blockSize}, {Kind: event.BlockRemoved, BlockHashes: h}}}
 		p, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -219,8 +219,8 @@ func TestPromiseApplyQueueShare(t *testing.T) {
 	payloads := make([][]byte, 3)
 	for i := range payloads {
 		h := randomHashes(uint64(40+i), 50_000)
-		b := &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: h, BlockSize: blockSize},
-			{Kind: kvindex.BlockRemoved, BlockHashes: h}}}
+		b := &event.Batch{Events: []event.Event{{Kind: event.BlockStored, BlockHashes: h, BlockSize: blockSize},
+			{Kind: event.BlockRemoved, BlockHashes: h}}}
 		p, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{})
 		if err != nil {
 			t.Fatal(err)

@@ -18,11 +18,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/kvevents/event"
 
 	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/internal/logtest"
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // The daemon's defaults the scenarios rely on: vLLM's block size and hash
@@ -340,7 +341,7 @@ func (d *daemon) publisher() *enginepub.Publisher {
 }
 
 // publish sends one vLLM batch on topic kv@pod@model.
-func publish(t testing.TB, p *enginepub.Publisher, pod, model string, seq uint64, b *kvindex.Batch) {
+func publish(t testing.TB, p *enginepub.Publisher, pod, model string, seq uint64, b *event.Batch) {
 	t.Helper()
 	payload, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{})
 	if err != nil {
@@ -364,11 +365,11 @@ func prompt(base, nBlocks int) []uint32 {
 // key settings sends for tokens.
 func engineHashes(t testing.TB, tokens []uint32) []uint64 {
 	t.Helper()
-	h, err := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, BlockSize: blockSize})
+	h, err := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, BlockSize: blockSize})
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := h.Keys(nil, tokens, kvindex.RequestExtras{})
+	keys := h.Keys(nil, tokens, blockkeys.RequestExtras{})
 	out := make([]uint64, len(keys))
 	for i, k := range keys {
 		out[i] = uint64(k)
@@ -377,8 +378,8 @@ func engineHashes(t testing.TB, tokens []uint32) []uint64 {
 }
 
 // stored is a batch of one BlockStored event of tokens with hashes.
-func stored(hashes []uint64, tokens []uint32) *kvindex.Batch {
-	return &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: hashes,
+func stored(hashes []uint64, tokens []uint32) *event.Batch {
+	return &event.Batch{Events: []event.Event{{Kind: event.BlockStored, BlockHashes: hashes,
 		TokenIDs: tokens, BlockSize: blockSize}}}
 }
 

@@ -6,11 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/indexer/routing"
 	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvevents"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
@@ -23,7 +24,7 @@ func TestEmbeddedMatchesDaemon(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	// The embedded index with the daemon's default keys (what
 	// engineHashes computes) and pick settings, bound as the daemon is.
-	idx, err := indexer.New(ctx, indexer.Config{Keys: kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, BlockSize: blockSize},
+	idx, err := indexer.New(ctx, indexer.Config{Keys: blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, BlockSize: blockSize},
 		Events: &kvevents.Config{Bind: "tcp://127.0.0.1:0"}})
 	if err != nil {
 		cancel()
@@ -55,16 +56,16 @@ func TestEmbeddedMatchesDaemon(t *testing.T) {
 	shared, other := prompt(1, 12), prompt(2, 6)
 	sh, oh := engineHashes(t, shared), engineHashes(t, other)
 	cpu := stored(sh[:6], shared[:6*blockSize])
-	cpu.Events[0].Medium = kvindex.TierCPU
+	cpu.Events[0].Medium = event.TierCPU
 	msgs := []struct {
 		pod string
-		b   *kvindex.Batch
+		b   *event.Batch
 	}{
 		{"pod-a", stored(sh, shared)},
 		{"pod-b", cpu},
 		{"pod-c", stored(oh, other)},
 		{"pod-c", stored(sh[:3], shared[:3*blockSize])},
-		{"pod-a", &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockRemoved, BlockHashes: sh[9:]}}}},
+		{"pod-a", &event.Batch{Events: []event.Event{{Kind: event.BlockRemoved, BlockHashes: sh[9:]}}}},
 	}
 	seq := map[string]uint64{}
 	for _, m := range msgs {

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/internal/enginepub"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 )
 
@@ -56,7 +56,7 @@ func (e *rebuildEngine) arm() {
 	e.mu.Unlock()
 }
 
-func (e *rebuildEngine) publish(t *testing.T, b *kvindex.Batch) {
+func (e *rebuildEngine) publish(t *testing.T, b *event.Batch) {
 	t.Helper()
 	payload, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{})
 	if err != nil {
@@ -77,7 +77,7 @@ func (e *rebuildEngine) fill(t *testing.T) {
 		e.publish(t, stored(engineHashes(t, toks), toks))
 	}
 	for i := range 10 {
-		e.publish(t, &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockRemoved,
+		e.publish(t, &event.Batch{Events: []event.Event{{Kind: event.BlockRemoved,
 			BlockHashes: engineHashes(t, prompt(1000+i, 30))}}})
 	}
 }

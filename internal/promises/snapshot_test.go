@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer/persist"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -22,7 +24,7 @@ func writeSnapshot(t *testing.T, path string, pods map[string]int) {
 	m := in.Model(model)
 	var seqs []persist.StreamSeq
 	for name, rank := range pods {
-		if err := idx.Add(context.Background(), m, in.Pod(name, rank), kvindex.TierGPU, []kvindex.Key{kvindex.Key(len(seqs) + 1)}); err != nil {
+		if err := idx.Add(context.Background(), m, in.Pod(name, rank), event.TierGPU, []blockkeys.Key{blockkeys.Key(len(seqs) + 1)}); err != nil {
 			t.Fatal(err)
 		}
 		seqs = append(seqs, persist.StreamSeq{Pod: name, DPRank: rank, Seq: 5})

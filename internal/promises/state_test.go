@@ -11,7 +11,7 @@ import (
 
 	"github.com/kvindex/kvindex/internal/enginepub"
 	"github.com/kvindex/kvindex/kvevents"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // One pod never evicts the others (--pod-share, default 4): with
@@ -50,7 +50,7 @@ func TestPromisePodShare(t *testing.T) {
 		if seq == 0 {
 			first = hashes
 		}
-		b := &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: hashes, BlockSize: blockSize}}}
+		b := &event.Batch{Events: []event.Event{{Kind: event.BlockStored, BlockHashes: hashes, BlockSize: blockSize}}}
 		publish(t, pub, "hog", model, uint64(seq), b)
 	}
 	eventually(t, 2*waitLimit, "the hog's batches applied", func() string {
@@ -73,8 +73,8 @@ func TestPromisePodShare(t *testing.T) {
 		t.Errorf("kvindexd_index_evictions_total = %v, want 0", v)
 	}
 	// The hog stores again once it has removed blocks.
-	publish(t, pub, "hog", model, hogBlocks/perBatch, &kvindex.Batch{Events: []kvindex.Event{
-		{Kind: kvindex.BlockRemoved, BlockHashes: first[:100]}}})
+	publish(t, pub, "hog", model, hogBlocks/perBatch, &event.Batch{Events: []event.Event{
+		{Kind: event.BlockRemoved, BlockHashes: first[:100]}}})
 	again := prompt(99, 50)
 	publish(t, pub, "hog", model, hogBlocks/perBatch+1, stored(engineHashes(t, again), again))
 	eventually(t, waitLimit, "the hog storing after removals", func() string {
@@ -365,7 +365,7 @@ func TestPromiseHoldTables(t *testing.T) {
 	toks := prompt(26, blocks)
 	hashes := engineHashes(t, toks)
 	b := stored(hashes, toks)
-	b.Events[0].GroupKind = kvindex.GroupFullAttention
+	b.Events[0].GroupKind = event.GroupFullAttention
 	g1 := b.Events[0]
 	g1.GroupIdx = 1
 	b.Events = append(b.Events, g1)
@@ -405,7 +405,7 @@ func TestPromisePodSeries(t *testing.T) {
 	pub := d.publisher()
 	const pods = 1001
 	for i := 0; i < pods; i++ {
-		publish(t, pub, fmt.Sprintf("pod-%04d", i), model, 0, &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}})
+		publish(t, pub, fmt.Sprintf("pod-%04d", i), model, 0, &event.Batch{Events: []event.Event{{Kind: event.AllBlocksCleared}}})
 	}
 	eventually(t, waitLimit, "every pod listed", func() string {
 		if n := len(d.pods()); n != pods {
@@ -431,7 +431,7 @@ func TestPromiseLogRateLimit(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t)
 	pub := d.publisher()
-	bad := &kvindex.Batch{DPRank: 64, Events: []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}}
+	bad := &event.Batch{DPRank: 64, Events: []event.Event{{Kind: event.AllBlocksCleared}}}
 	for seq := 0; seq < 8; seq++ {
 		publish(t, pub, "noisy", model, uint64(seq), bad)
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/internal/enginepub"
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // Raw ZMTP 3.1 bytes written from RFC 37 (independent of the daemon's own
@@ -62,7 +62,7 @@ func TestPromiseZMQMaxMessageSize(t *testing.T) {
 	d := startDaemon(t, "--zmq-max-message-size", "1048576")
 	pub := d.publisher()
 	// ~600 KB: 65,000 hashes of 9 bytes
-	big := &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: randomHashes(3, 65_000), BlockSize: blockSize}}}
+	big := &event.Batch{Events: []event.Event{{Kind: event.BlockStored, BlockHashes: randomHashes(3, 65_000), BlockSize: blockSize}}}
 	publish(t, pub, "pod-big", model, 0, big)
 	eventually(t, waitLimit, "the message under the cap", func() string {
 		if p, _ := d.pod("pod-big"); p.Blocks != 65_000 {

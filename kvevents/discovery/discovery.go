@@ -36,9 +36,9 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/option"
 	"github.com/kvindex/kvindex/kvevents"
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // Pod annotations that override the Config defaults for one pod.
@@ -92,7 +92,7 @@ type Config struct {
 	ModelKey string
 	// Engine is the engine kind when the pod has no kvindex.io/engine
 	// annotation (zero = vLLM).
-	Engine kvindex.Engine
+	Engine blockkeys.Engine
 	// Resync is how often every watched pod is reconciled again.
 	Resync time.Duration
 	// MaxPods caps the pods subscribed at once; more are skipped and
@@ -292,7 +292,7 @@ func (d *Discoverer) wanted(pod *corev1.Pod) (map[string]kvevents.EndpointConfig
 	}
 	engine := d.cfg.Engine
 	if v, ok := pod.Annotations[AnnotationEngine]; ok {
-		if engine, ok = kvindex.ParseEngine(v); !ok {
+		if engine, ok = blockkeys.ParseEngine(v); !ok {
 			return nil, fmt.Errorf("annotation %s=%q: want vllm, sglang or trtllm", AnnotationEngine, v)
 		}
 	}

@@ -22,8 +22,8 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/kvevents"
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // recorder is a Subscriber that keeps the subscribed endpoints and the
@@ -74,7 +74,7 @@ func (r *recorder) state() string {
 		if ep.ReplayAddress != "" {
 			s += " replay=" + ep.ReplayAddress
 		}
-		if ep.Engine != kvindex.EngineVLLM {
+		if ep.Engine != blockkeys.EngineVLLM {
 			s += " engine=" + ep.Engine.String()
 		}
 		out = append(out, s)

@@ -3,8 +3,7 @@
 // (engines' PUB sockets connect to it) or dialled (to one engine's PUB),
 // and DEALER (to vLLM's replay ROUTER); plus PUB and ROUTER for the test
 // publishers, the demo and the load generator. It interoperates with libzmq
-// 4.x, which vLLM and SGLang publish through (pyzmq), and is tested against
-// it.
+// 4.x, which the engines publish through (pyzmq), and is tested against it.
 //
 // # Why our own transport
 //

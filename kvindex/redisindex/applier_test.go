@@ -10,14 +10,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/applier"
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/indextest"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 )
 
-func testHashers(t *testing.T) *kvindex.HasherSet {
+func testHashers(t *testing.T) *blockkeys.HasherSet {
 	t.Helper()
-	hs, err := kvindex.NewHasherSet(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256CBOR, BlockSize: 4}, nil)
+	hs, err := blockkeys.NewHasherSet(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256CBOR, BlockSize: 4}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,12 +37,12 @@ func tokens(n int, seed uint32) []uint32 {
 
 // storedEvent is what vLLM publishes for toks: one BlockStored whose block
 // hashes are the keys (the default 64-bit wire form), with token ids.
-func storedEvent(keys []kvindex.Key, toks []uint32) kvindex.Event {
+func storedEvent(keys []blockkeys.Key, toks []uint32) event.Event {
 	hs := make([]uint64, len(keys))
 	for i, k := range keys {
 		hs[i] = uint64(k)
 	}
-	return kvindex.Event{Kind: kvindex.BlockStored, BlockHashes: hs, TokenIDs: toks, BlockSize: 4}
+	return event.Event{Kind: event.BlockStored, BlockHashes: hs, TokenIDs: toks, BlockSize: 4}
 }
 
 // The Applier error contract end to end on a real Redis: a write lost while
@@ -56,7 +59,7 @@ func TestApplierRecoversAfterRedisLoss(t *testing.T) {
 	}
 	defer idx.Close()
 	hs := testHashers(t)
-	ap, err := kvindex.NewApplier(kvindex.ApplierConfig{Index: idx, Interner: in, Hashers: hs})
+	ap, err := applier.New(applier.Config{Index: idx, Interner: in, Hashers: hs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,8 +69,8 @@ func TestApplierRecoversAfterRedisLoss(t *testing.T) {
 	h := hs.For("m")
 
 	t1 := tokens(32, 1)
-	k1 := h.Keys(nil, t1, kvindex.RequestExtras{})
-	ap.Apply(context.Background(), &kvindex.Batch{Pod: "p", Model: "m", Seq: 0, Events: []kvindex.Event{storedEvent(k1, t1)}})
+	k1 := h.Keys(nil, t1, blockkeys.RequestExtras{})
+	ap.Apply(context.Background(), &event.Batch{Pod: "p", Model: "m", Seq: 0, Events: []event.Event{storedEvent(k1, t1)}})
 	pod, _ := in.LookupPod("p", 0)
 	var res kvindex.ScoreResult
 	if err := sc.Score(ctx, m, k1, nil, &res); err != nil || len(res.Pods) != 1 || res.Pods[0].MatchedBlocks != 8 {
@@ -83,7 +86,7 @@ func TestApplierRecoversAfterRedisLoss(t *testing.T) {
 	for i := range hs8 {
 		hs8[i] = uint64(k1[4+i])
 	}
-	ap.Apply(context.Background(), &kvindex.Batch{Pod: "p", Model: "m", Seq: 1, Events: []kvindex.Event{{Kind: kvindex.BlockRemoved, BlockHashes: hs8}}})
+	ap.Apply(context.Background(), &event.Batch{Pod: "p", Model: "m", Seq: 1, Events: []event.Event{{Kind: event.BlockRemoved, BlockHashes: hs8}}})
 	if err := sc.Score(ctx, m, k1, nil, &res); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("score with redis down = %v, want ErrUnavailable", err)
 	}
@@ -97,8 +100,8 @@ func TestApplierRecoversAfterRedisLoss(t *testing.T) {
 	waitFor(t, "healthy", func() bool { return idx.Healthy(ctx) == nil })
 	// The pod's next batch: the applier clears it first, then applies.
 	t2 := tokens(8, 2)
-	k2 := h.Keys(nil, t2, kvindex.RequestExtras{})
-	ap.Apply(context.Background(), &kvindex.Batch{Pod: "p", Model: "m", Seq: 2, Events: []kvindex.Event{storedEvent(k2, t2)}})
+	k2 := h.Keys(nil, t2, blockkeys.RequestExtras{})
+	ap.Apply(context.Background(), &event.Batch{Pod: "p", Model: "m", Seq: 2, Events: []event.Event{storedEvent(k2, t2)}})
 	st = podStats(ap, "p")
 	if st.Untrusted {
 		t.Fatalf("pod still untrusted after Redis is back: %+v", st)
@@ -114,13 +117,13 @@ func TestApplierRecoversAfterRedisLoss(t *testing.T) {
 	}
 }
 
-func podStats(ap *kvindex.Applier, pod string) kvindex.PodStats {
+func podStats(ap *applier.Applier, pod string) applier.PodStats {
 	for _, s := range ap.PodStats() {
 		if s.Pod == pod {
 			return s
 		}
 	}
-	return kvindex.PodStats{}
+	return applier.PodStats{}
 }
 
 // The same randomized event stream applied through the Applier to the memory
@@ -138,11 +141,11 @@ func TestScorerRedisMatchesMemory(t *testing.T) {
 			inM, inR := kvindex.NewInterner(), kvindex.NewInterner()
 			mem := kvindex.NewMemoryIndex(kvindex.MemoryConfig{})
 			red, _ := newTestIndex(t, tc.url, func(c *Config) { c.Interner = inR; c.ServerWalk = tc.walk })
-			apM, err := kvindex.NewApplier(kvindex.ApplierConfig{Index: mem, Interner: inM, Hashers: hs})
+			apM, err := applier.New(applier.Config{Index: mem, Interner: inM, Hashers: hs})
 			if err != nil {
 				t.Fatal(err)
 			}
-			apR, err := kvindex.NewApplier(kvindex.ApplierConfig{Index: red, Interner: inR, Hashers: hs})
+			apR, err := applier.New(applier.Config{Index: red, Interner: inR, Hashers: hs})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -167,8 +170,8 @@ func TestScorerRedisMatchesMemory(t *testing.T) {
 			}
 			pods := []string{"p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"}
 			seq := map[string]uint64{}
-			apply := func(pod string, evs ...kvindex.Event) {
-				b := kvindex.Batch{Pod: pod, Model: "m", Seq: seq[pod], Events: evs}
+			apply := func(pod string, evs ...event.Event) {
+				b := event.Batch{Pod: pod, Model: "m", Seq: seq[pod], Events: evs}
 				seq[pod]++
 				apM.Apply(context.Background(), &b)
 				b2 := b
@@ -177,11 +180,11 @@ func TestScorerRedisMatchesMemory(t *testing.T) {
 			for step := range 250 {
 				pod := pods[rng.Intn(len(pods))]
 				p := prompts[rng.Intn(len(prompts))]
-				keys := h.Keys(nil, p, kvindex.RequestExtras{})
+				keys := h.Keys(nil, p, blockkeys.RequestExtras{})
 				switch r := rng.Intn(20); {
 				case r < 13:
 					ev := storedEvent(keys, p)
-					ev.Medium = kvindex.Tier(rng.Intn(3))
+					ev.Medium = event.Tier(rng.Intn(3))
 					apply(pod, ev)
 				case r < 19:
 					from := rng.Intn(len(keys))
@@ -189,15 +192,15 @@ func TestScorerRedisMatchesMemory(t *testing.T) {
 					for _, k := range keys[from:] {
 						hsh = append(hsh, uint64(k))
 					}
-					apply(pod, kvindex.Event{Kind: kvindex.BlockRemoved, BlockHashes: hsh, Medium: kvindex.Tier(rng.Intn(3))})
+					apply(pod, event.Event{Kind: event.BlockRemoved, BlockHashes: hsh, Medium: event.Tier(rng.Intn(3))})
 				default:
-					apply(pod, kvindex.Event{Kind: kvindex.AllBlocksCleared})
+					apply(pod, event.Event{Kind: event.AllBlocksCleared})
 				}
 				if step%10 != 9 {
 					continue
 				}
 				for _, p := range prompts {
-					keys := h.Keys(nil, p, kvindex.RequestExtras{})
+					keys := h.Keys(nil, p, blockkeys.RequestExtras{})
 					var cands []kvindex.PodID
 					var candsR []kvindex.PodID
 					if rng.Intn(2) == 0 {
@@ -283,7 +286,7 @@ func render(in *kvindex.Interner, r kvindex.ScoreResult) string {
 }
 
 // dump renders Lookup's visits by pod name.
-func dump(t *testing.T, idx kvindex.Index, in *kvindex.Interner, keys []kvindex.Key) string {
+func dump(t *testing.T, idx kvindex.Index, in *kvindex.Interner, keys []blockkeys.Key) string {
 	out := ""
 	for _, v := range indextest.Lookup(t, idx, in.Model("m"), keys, -1) {
 		names := make([]string, len(v.Holders))

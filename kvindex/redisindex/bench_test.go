@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 )
@@ -23,12 +25,12 @@ func benchIndex(b *testing.B, url string, walk ...bool) (*Index, *kvindex.Intern
 }
 
 // fillPrefixes: pod i holds the first step*(i+1) of 512 blocks.
-func fillPrefixes(b *testing.B, idx kvindex.Index, in *kvindex.Interner, step int) (kvindex.ModelID, []kvindex.Key) {
+func fillPrefixes(b *testing.B, idx kvindex.Index, in *kvindex.Interner, step int) (kvindex.ModelID, []blockkeys.Key) {
 	ctx := context.Background()
 	m := in.Model(benchModel)
 	keys := seqKeys(512, 0x9e3779b97f4a7c15)
 	for p := range 8 {
-		if err := idx.Add(ctx, m, in.Pod(benchPod(p), 0), kvindex.TierGPU, keys[:step*(p+1)]); err != nil {
+		if err := idx.Add(ctx, m, in.Pod(benchPod(p), 0), event.TierGPU, keys[:step*(p+1)]); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -105,13 +107,13 @@ func BenchmarkApply(b *testing.B) {
 		b.SetParallelism(4) // 8 writers on 2 cores: the daemon's per-pod workers
 		b.RunParallel(func(pb *testing.PB) {
 			p := in.Pod(benchPod(int(podSeq.Add(1))), 0)
-			keys := make([]kvindex.Key, 64)
+			keys := make([]blockkeys.Key, 64)
 			for pb.Next() {
 				base := next.Add(64)
 				for i := range keys {
-					keys[i] = kvindex.Key(base + uint64(i))
+					keys[i] = blockkeys.Key(base + uint64(i))
 				}
-				if err := idx.Add(ctx, m, p, kvindex.TierGPU, keys); err != nil {
+				if err := idx.Add(ctx, m, p, event.TierGPU, keys); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -158,14 +160,14 @@ func BenchmarkBytesPerEntry(b *testing.B) {
 				_ = idx.Add(ctx, m, in.Pod(benchPod(0), 0), 0, seqKeys(1, 1<<62)) // scripts + pods hash exist before "before"
 				before := usedMemory(b, s)
 				const batch = 1000
-				keys := make([]kvindex.Key, batch)
+				keys := make([]blockkeys.Key, batch)
 				for p := range shape.podsPerKey {
 					pod := in.Pod(benchPod(p), 0)
 					for off := 0; off < shape.blocks; off += batch {
 						for i := range keys {
-							keys[i] = kvindex.Key(uint64(off+i)*0x9e3779b97f4a7c15 + 1)
+							keys[i] = blockkeys.Key(uint64(off+i)*0x9e3779b97f4a7c15 + 1)
 						}
-						if err := idx.Add(ctx, m, pod, kvindex.TierGPU, keys); err != nil {
+						if err := idx.Add(ctx, m, pod, event.TierGPU, keys); err != nil {
 							b.Fatal(err)
 						}
 					}
@@ -202,7 +204,7 @@ func BenchmarkPodListing(b *testing.B) {
 	pods := make([]kvindex.PodID, 64)
 	for i := range pods {
 		pods[i] = in.Pod(benchPod(i), 0)
-		if err := idx.Add(ctx, m, pods[i], kvindex.TierGPU, seqKeys(4, uint64(i)<<8)); err != nil {
+		if err := idx.Add(ctx, m, pods[i], event.TierGPU, seqKeys(4, uint64(i)<<8)); err != nil {
 			b.Fatal(err)
 		}
 	}

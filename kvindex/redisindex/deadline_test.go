@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	"github.com/redis/go-redis/v9"
@@ -24,8 +26,8 @@ func TestCallTimeoutHoldsOnAHungNode(t *testing.T) {
 	})
 	ctx := context.Background()
 	m, p := in.Model("m"), in.Pod("p", 0)
-	keys := []kvindex.Key{1, 2}
-	if err := idx.Add(ctx, m, p, kvindex.TierGPU, keys); err != nil {
+	keys := []blockkeys.Key{1, 2}
+	if err := idx.Add(ctx, m, p, event.TierGPU, keys); err != nil {
 		t.Fatal(err)
 	}
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Protocol: 2, DisableIdentity: true})
@@ -37,8 +39,8 @@ func TestCallTimeoutHoldsOnAHungNode(t *testing.T) {
 		{"Lookup", func() error {
 			return idx.Lookup(ctx, m, keys, visitAll{})
 		}},
-		{"Add", func() error { return idx.Add(ctx, m, p, kvindex.TierGPU, []kvindex.Key{3}) }},
-		{"Remove", func() error { return idx.Remove(ctx, m, p, kvindex.TierGPU, []kvindex.Key{1}) }},
+		{"Add", func() error { return idx.Add(ctx, m, p, event.TierGPU, []blockkeys.Key{3}) }},
+		{"Remove", func() error { return idx.Remove(ctx, m, p, event.TierGPU, []blockkeys.Key{1}) }},
 		{"ClearPod", func() error { return idx.ClearPod(ctx, p) }},
 		{"PodBlocks", func() error { _, err := idx.PodBlocks(ctx, p); return err }},
 		{"PodBlocksBatch", func() error { return idx.PodBlocksBatch(ctx, []kvindex.PodID{p}, make([]int64, 1)) }},
@@ -76,7 +78,7 @@ func waitSleeping(t *testing.T, srv *redistest.Server) {
 
 type visitAll struct{}
 
-func (visitAll) Visit(int, kvindex.Key, []kvindex.Holder) bool { return true }
+func (visitAll) Visit(int, blockkeys.Key, []kvindex.Holder) bool { return true }
 
 // On Cluster a hung master fails, at the deadline, the lookups that read
 // one of its keys; a lookup whose keys (and the pods hash) live on the
@@ -102,9 +104,9 @@ func TestCallTimeoutClusterHungMaster(t *testing.T) {
 			break
 		}
 	}
-	var on, off []kvindex.Key
-	for k := kvindex.Key(1); len(on) < 2 || len(off) < 2; k++ {
-		node, err := cc.MasterForKey(ctx, blockKeys(nil, idx.modelPrefix(m), []kvindex.Key{k})[0])
+	var on, off []blockkeys.Key
+	for k := blockkeys.Key(1); len(on) < 2 || len(off) < 2; k++ {
+		node, err := cc.MasterForKey(ctx, blockKeys(nil, idx.modelPrefix(m), []blockkeys.Key{k})[0])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,7 +116,7 @@ func TestCallTimeoutClusterHungMaster(t *testing.T) {
 			off = append(off, k)
 		}
 	}
-	if err := idx.Add(ctx, m, p, kvindex.TierGPU, append(append([]kvindex.Key{}, on...), off...)); err != nil {
+	if err := idx.Add(ctx, m, p, event.TierGPU, append(append([]blockkeys.Key{}, on...), off...)); err != nil {
 		t.Fatal(err)
 	}
 	c := redis.NewClient(&redis.Options{Addr: hung.Addr(), Protocol: 2, DisableIdentity: true})

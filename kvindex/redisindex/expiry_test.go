@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/logtest"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	"github.com/redis/go-redis/v9"
@@ -120,13 +122,13 @@ func TestTTLExpirationsCounted(t *testing.T) {
 			for _, a := range []struct {
 				m    kvindex.ModelID
 				p    kvindex.PodID
-				keys []kvindex.Key
+				keys []blockkeys.Key
 			}{
 				{m1, p, seqKeys(3, 1)},
 				{m1, q, seqKeys(2, 1)}, // same block keys, second holder
 				{m2, p, seqKeys(2, 1<<40)},
 			} {
-				if err := idx.Add(ctx, a.m, a.p, kvindex.TierGPU, a.keys); err != nil {
+				if err := idx.Add(ctx, a.m, a.p, event.TierGPU, a.keys); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -157,7 +159,7 @@ func TestTTLExpirationsCounted(t *testing.T) {
 			// counting.
 			s.Restart()
 			waitPatterns(t, "1", s)
-			if err := idx.Add(ctx, m1, p, kvindex.TierGPU, seqKeys(2, 100)); err != nil {
+			if err := idx.Add(ctx, m1, p, event.TierGPU, seqKeys(2, 100)); err != nil {
 				t.Fatal(err)
 			}
 			waitExpired(t, idx, blockKeys+3, "1", s)
@@ -175,7 +177,7 @@ func TestTTLExpirationsCounted(t *testing.T) {
 				c.TTL, c.Logger = 200*time.Millisecond, logs.Logger()
 			})
 			waitFor(t, "warning logged", func() bool { return strings.Contains(logs.String(), "level=WARN") })
-			if err := idx.Add(ctx, in.Model("m"), in.Pod("p", 0), kvindex.TierGPU, seqKeys(3, 1)); err != nil {
+			if err := idx.Add(ctx, in.Model("m"), in.Pod("p", 0), event.TierGPU, seqKeys(3, 1)); err != nil {
 				t.Fatal(err)
 			}
 			waitExpired(t, idx, 0, "1", s)
@@ -201,7 +203,7 @@ func TestTTLExpirationsCounted(t *testing.T) {
 				c.TTL, c.Logger = 200*time.Millisecond, logs.Logger()
 			})
 			waitPatterns(t, "1", s)
-			if err := idx.Add(ctx, in.Model("m"), in.Pod("p", 0), kvindex.TierGPU, seqKeys(3, 1)); err != nil {
+			if err := idx.Add(ctx, in.Model("m"), in.Pod("p", 0), event.TierGPU, seqKeys(3, 1)); err != nil {
 				t.Fatal(err)
 			}
 			waitExpired(t, idx, 3, "1", s)
@@ -223,7 +225,7 @@ func TestTTLExpirationsCluster(t *testing.T) {
 	ctx := context.Background()
 	const perModel = 20
 	for _, m := range []string{"m1", "m2"} {
-		if err := idx.Add(ctx, in.Model(m), in.Pod("p", 0), kvindex.TierGPU, seqKeys(perModel, 1)); err != nil {
+		if err := idx.Add(ctx, in.Model(m), in.Pod("p", 0), event.TierGPU, seqKeys(perModel, 1)); err != nil {
 			t.Fatal(err)
 		}
 	}

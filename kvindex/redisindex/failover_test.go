@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/indextest"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	"github.com/redis/go-redis/v9"
@@ -77,11 +79,11 @@ func (h *hungCluster) master(t *testing.T, pods bool) *redistest.Server {
 }
 
 // keys returns n block keys whose slots live on s (on=true) or elsewhere.
-func (h *hungCluster) keys(t *testing.T, s *redistest.Server, on bool, n int, from kvindex.Key) []kvindex.Key {
+func (h *hungCluster) keys(t *testing.T, s *redistest.Server, on bool, n int, from blockkeys.Key) []blockkeys.Key {
 	t.Helper()
-	var out []kvindex.Key
+	var out []blockkeys.Key
 	for k := from; len(out) < n; k++ {
-		node, err := h.cc.MasterForKey(context.Background(), blockKeys(nil, h.idx.modelPrefix(h.m), []kvindex.Key{k})[0])
+		node, err := h.cc.MasterForKey(context.Background(), blockKeys(nil, h.idx.modelPrefix(h.m), []blockkeys.Key{k})[0])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,10 +132,10 @@ func TestClusterHungMasterFailover(t *testing.T) {
 	on := h.keys(t, stopped, true, 4, 1)
 	off := h.keys(t, stopped, false, 64, 1)
 	podOn, podOff := h.in.Pod("on", 0), h.in.Pod("off", 0)
-	if err := h.idx.Add(ctx, h.m, podOn, kvindex.TierGPU, on[:2]); err != nil {
+	if err := h.idx.Add(ctx, h.m, podOn, event.TierGPU, on[:2]); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.idx.Add(ctx, h.m, podOff, kvindex.TierGPU, off[:2]); err != nil {
+	if err := h.idx.Add(ctx, h.m, podOff, event.TierGPU, off[:2]); err != nil {
 		t.Fatal(err)
 	}
 	h.pause(t, stopped)
@@ -146,15 +148,15 @@ func TestClusterHungMasterFailover(t *testing.T) {
 		t.Errorf("a lookup after one timed out: %v, want a NodeHungError naming %s", err, stopped.Addr())
 	}
 	// (b) a write of keys on it fails.
-	if err := bounded(t, "a write of its keys", func() error { return h.idx.Add(ctx, h.m, podOn, kvindex.TierGPU, on[2:]) }); !errors.As(err, &hungErr) {
+	if err := bounded(t, "a write of its keys", func() error { return h.idx.Add(ctx, h.m, podOn, event.TierGPU, on[2:]) }); !errors.As(err, &hungErr) {
 		t.Errorf("a write to the stopped master: %v, want a NodeHungError", err)
 	}
 	// (c) keys on the other masters: written and read while it is
 	// stopped, each write alongside one to the stopped master.
 	for i := 2; i < len(off); i += 2 {
 		errOn := make(chan error, 1)
-		go func() { errOn <- h.idx.Add(ctx, h.m, podOn, kvindex.TierGPU, on[2:]) }()
-		if err := h.idx.Add(ctx, h.m, podOff, kvindex.TierGPU, off[i:i+2]); err != nil {
+		go func() { errOn <- h.idx.Add(ctx, h.m, podOn, event.TierGPU, on[2:]) }()
+		if err := h.idx.Add(ctx, h.m, podOff, event.TierGPU, off[i:i+2]); err != nil {
 			t.Fatalf("write %d of keys on the other masters while one is stopped: %v", i/2, err)
 		}
 		if err := <-errOn; !errors.Is(err, ErrUnavailable) {
@@ -171,7 +173,7 @@ func TestClusterHungMasterFailover(t *testing.T) {
 	// (d) failed over: writes and reads reach the new master.
 	h.waitFailover(t)
 	waitFor(t, "a write of the stopped master's keys after the failover", func() bool {
-		return h.idx.Add(ctx, h.m, podOn, kvindex.TierGPU, on[2:]) == nil
+		return h.idx.Add(ctx, h.m, podOn, event.TierGPU, on[2:]) == nil
 	})
 	// (on[:2] were written before the stop: replication is asynchronous,
 	// the replica may not have them.)
@@ -200,14 +202,14 @@ func TestClusterHungPodsHashMaster(t *testing.T) {
 	stopped := h.master(t, true)
 	off := h.keys(t, stopped, false, 2, 1)
 	pod := h.in.Pod("p", 0)
-	if err := h.idx.Add(ctx, h.m, pod, kvindex.TierGPU, off); err != nil {
+	if err := h.idx.Add(ctx, h.m, pod, event.TierGPU, off); err != nil {
 		t.Fatal(err)
 	}
 	h.pause(t, stopped)
-	bounded(t, "a write", func() error { return h.idx.Add(ctx, h.m, pod, kvindex.TierGPU, off) })
+	bounded(t, "a write", func() error { return h.idx.Add(ctx, h.m, pod, event.TierGPU, off) })
 	var hungErr *NodeHungError
 	for name, call := range map[string]func() error{
-		"write":   func() error { return h.idx.Add(ctx, h.m, pod, kvindex.TierGPU, off) },
+		"write":   func() error { return h.idx.Add(ctx, h.m, pod, event.TierGPU, off) },
 		"lookup":  func() error { return h.idx.Lookup(ctx, h.m, off, visitAll{}) },
 		"clear":   func() error { return h.idx.ClearPod(ctx, pod) },
 		"healthy": func() error { return h.idx.Healthy(ctx) },
@@ -221,7 +223,7 @@ func TestClusterHungPodsHashMaster(t *testing.T) {
 	}
 	h.waitFailover(t)
 	waitFor(t, "a clear after the failover", func() bool { return h.idx.ClearPod(ctx, pod) == nil })
-	if err := h.idx.Add(ctx, h.m, pod, kvindex.TierGPU, off); err != nil {
+	if err := h.idx.Add(ctx, h.m, pod, event.TierGPU, off); err != nil {
 		t.Fatalf("write after the failover: %v", err)
 	}
 	if err := h.idx.Healthy(ctx); err != nil {

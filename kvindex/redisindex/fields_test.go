@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/internal/indextest"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 )
@@ -23,7 +24,7 @@ func TestHolderFieldFormat(t *testing.T) {
 			idx, in := newTestIndex(t, s.URL(), func(c *Config) { c.ServerWalk = walk })
 			m, p := in.Model("m"), in.Pod("pod-a", 3)
 			keys := seqKeys(1, 7)
-			if err := idx.Add(ctx, m, p, kvindex.TierCPU, keys); err != nil {
+			if err := idx.Add(ctx, m, p, event.TierCPU, keys); err != nil {
 				t.Fatal(err)
 			}
 			bk := blockKeys(nil, idx.modelPrefix(m), keys)[0]
@@ -37,7 +38,7 @@ func TestHolderFieldFormat(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := indextest.Lookup(t, idx, m, keys, -1)
-			if len(got) != 1 || !slices.Equal(got[0].Holders, []kvindex.Holder{{Pod: p, Tier: kvindex.TierCPU}}) {
+			if len(got) != 1 || !slices.Equal(got[0].Holders, []kvindex.Holder{{Pod: p, Tier: event.TierCPU}}) {
 				t.Fatalf("lookup %v, want only pod-a on the CPU tier", got)
 			}
 			if n := idx.Malformed(); n != 1 {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -58,10 +60,10 @@ func (x *Index) parseField(f string) (kvindex.Holder, bool) {
 	}
 	tier, e1 := strconv.ParseUint(parts[0], 10, 8)
 	rank, e2 := strconv.ParseInt(parts[2], 10, 32)
-	if e1 != nil || parts[1] != "0" || e2 != nil || tier >= uint64(kvindex.NumTiers) || rank < 0 {
+	if e1 != nil || parts[1] != "0" || e2 != nil || tier >= uint64(event.NumTiers) || rank < 0 {
 		return h, false
 	}
-	h = kvindex.Holder{Pod: x.in.Pod(parts[3], int(rank)), Tier: kvindex.Tier(tier)}
+	h = kvindex.Holder{Pod: x.in.Pod(parts[3], int(rank)), Tier: event.Tier(tier)}
 	x.nmu.Lock()
 	if len(x.fields) < maxFieldCache {
 		x.fields[f] = h
@@ -105,7 +107,7 @@ const hexDigits = "0123456789abcdef"
 // blockKeysInto is blockKeys into a reused buffer: the strings it returns
 // are views of buf and change when buf is reused, so they must not outlive
 // the caller's use of buf (Lookup clones the few it keeps).
-func blockKeysInto(dst []string, buf []byte, prefix string, keys []kvindex.Key) ([]string, []byte) {
+func blockKeysInto(dst []string, buf []byte, prefix string, keys []blockkeys.Key) ([]string, []byte) {
 	n := len(prefix) + 16
 	buf = slices.Grow(buf[:0], n*len(keys))
 	for _, k := range keys {
@@ -123,7 +125,7 @@ func blockKeysInto(dst []string, buf []byte, prefix string, keys []kvindex.Key) 
 
 // blockKeys fills dst with prefix+16 hex digits per key, building all of them
 // in one string allocation.
-func blockKeys(dst []string, prefix string, keys []kvindex.Key) []string {
+func blockKeys(dst []string, prefix string, keys []blockkeys.Key) []string {
 	n := len(prefix) + 16
 	buf := make([]byte, 0, n*len(keys))
 	for _, k := range keys {

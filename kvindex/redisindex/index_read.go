@@ -10,6 +10,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/redis/go-redis/v9"
 )
@@ -103,7 +104,7 @@ var lookupPool = sync.Pool{New: func() any { return &lookupBuf{} }}
 // the first key without a live holder or when v says so. With
 // Config.ServerWalk on a single node, a script walks the keys server-side
 // instead and stops reading at the first miss (lookupScripted).
-func (x *Index) Lookup(ctx context.Context, model kvindex.ModelID, keys []kvindex.Key, v kvindex.Visitor) error {
+func (x *Index) Lookup(ctx context.Context, model kvindex.ModelID, keys []blockkeys.Key, v kvindex.Visitor) error {
 	ctx, cancel := x.callCtx(ctx)
 	defer cancel()
 	if len(keys) == 0 {
@@ -325,7 +326,7 @@ func holderLess(a, b kvindex.Holder) bool {
 
 // lookupScripted is Lookup on a single node: one EVALSHA that walks the keys
 // server-side and stops at the first miss (see lookupScript).
-func (x *Index) lookupScripted(ctx context.Context, b *lookupBuf, model kvindex.ModelID, keys []kvindex.Key, v kvindex.Visitor) error {
+func (x *Index) lookupScripted(ctx context.Context, b *lookupBuf, model kvindex.ModelID, keys []blockkeys.Key, v kvindex.Visitor) error {
 	b.skeys = append(b.skeys[:0], x.podsKey)
 	b.skeys = blockKeys(b.skeys, x.modelPrefix(model), keys)
 	r, err := lookupScript.EvalSha(ctx, x.c, b.skeys).Slice()

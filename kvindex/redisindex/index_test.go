@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/indextest"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	"github.com/redis/go-redis/v9"
@@ -132,12 +134,12 @@ func TestWriteRefusesTheSharedTier(t *testing.T) {
 	idx, in := newTestIndex(t, srv.URL(), nil)
 	ctx := context.Background()
 	model, pod := in.Model("m"), in.Pod("p", 0)
-	for _, tier := range []kvindex.Tier{kvindex.TierShared, kvindex.NumTiers} {
-		if err := idx.Add(ctx, model, pod, tier, []kvindex.Key{1}); err == nil {
+	for _, tier := range []event.Tier{event.TierShared, event.NumTiers} {
+		if err := idx.Add(ctx, model, pod, tier, []blockkeys.Key{1}); err == nil {
 			t.Errorf("Add on tier %v accepted", tier)
 		}
 	}
-	if err := idx.Add(ctx, model, pod, kvindex.TierExternal, []kvindex.Key{1}); err != nil {
+	if err := idx.Add(ctx, model, pod, event.TierExternal, []blockkeys.Key{1}); err != nil {
 		t.Errorf("Add on the last stored tier: %v", err)
 	}
 }

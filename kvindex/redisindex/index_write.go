@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/redis/go-redis/v9"
 )
@@ -15,12 +17,12 @@ import (
 // in Cluster mode) plus one for the pod's counter, shared with every write
 // coalesced into the same flush (writer.go); that for every maxWriteKeys
 // keys.
-func (x *Index) Add(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, keys []kvindex.Key) error {
+func (x *Index) Add(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier event.Tier, keys []blockkeys.Key) error {
 	return x.writeChunks(ctx, opAdd, model, pod, tier, keys)
 }
 
 // Remove forgets that pod holds keys on tier.
-func (x *Index) Remove(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, keys []kvindex.Key) error {
+func (x *Index) Remove(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier event.Tier, keys []blockkeys.Key) error {
 	return x.writeChunks(ctx, opRemove, model, pod, tier, keys)
 }
 
@@ -33,7 +35,7 @@ func (x *Index) Remove(ctx context.Context, model kvindex.ModelID, pod kvindex.P
 // at it, as before, and never holds its apply worker for longer.
 const maxWriteKeys = 4096
 
-func (x *Index) writeChunks(ctx context.Context, op writeOp, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, keys []kvindex.Key) error {
+func (x *Index) writeChunks(ctx context.Context, op writeOp, model kvindex.ModelID, pod kvindex.PodID, tier event.Tier, keys []blockkeys.Key) error {
 	ctx, cancel := x.callCtx(ctx)
 	defer cancel()
 	for first := true; first || len(keys) > 0; first = false {
@@ -73,7 +75,7 @@ func (op writeOp) args(field string, epoch uint64, es string, ttlMS int64, podF 
 // misconfigured name reaches it.
 const maxFieldLen = 0xffff
 
-func errInvalidTier(op writeOp, tier kvindex.Tier) error {
+func errInvalidTier(op writeOp, tier event.Tier) error {
 	return fmt.Errorf("redisindex: %s: invalid tier %d", op.name, tier)
 }
 

@@ -5,7 +5,8 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 )
 
@@ -27,7 +28,7 @@ func TestLossDetection(t *testing.T) {
 	}
 	check("") // baseline
 	m, p := in.Model("m"), in.Pod("p", 0)
-	if err := idx.Add(ctx, m, p, kvindex.TierGPU, []kvindex.Key{1, 2, 3}); err != nil {
+	if err := idx.Add(ctx, m, p, event.TierGPU, []blockkeys.Key{1, 2, 3}); err != nil {
 		t.Fatal(err)
 	}
 	check("")
@@ -54,12 +55,12 @@ func TestLossDetection(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	keys := make([]kvindex.Key, 512)
+	keys := make([]blockkeys.Key, 512)
 	for i := 0; i < 64; i++ {
 		for j := range keys {
-			keys[j] = kvindex.Key(i*len(keys) + j + 1)
+			keys[j] = blockkeys.Key(i*len(keys) + j + 1)
 		}
-		_ = idx.Add(ctx, m, p, kvindex.TierGPU, keys) // may fail with OOM once full
+		_ = idx.Add(ctx, m, p, event.TierGPU, keys) // may fail with OOM once full
 	}
 	if ev, _ := srv.InfoField("stats", "evicted_keys"); ev == "0" {
 		t.Fatal("the test did not make Redis evict")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -22,10 +23,10 @@ func (x *Index) modelPrefixOf(name string) string {
 // score-only replica) learns from the shared index that another daemon
 // wrote it. Asking for the request's first block is enough: when nobody
 // holds it, nobody holds a prefix and the answer is empty anyway.
-func (x *Index) HasModelKey(ctx context.Context, model string, key kvindex.Key) (bool, error) {
+func (x *Index) HasModelKey(ctx context.Context, model string, key blockkeys.Key) (bool, error) {
 	ctx, cancel := x.callCtx(ctx)
 	defer cancel()
-	bk := blockKeys(nil, x.modelPrefixOf(model), []kvindex.Key{key})
+	bk := blockKeys(nil, x.modelPrefixOf(model), []blockkeys.Key{key})
 	n, err := x.c.Exists(ctx, bk[0]).Result()
 	if err != nil {
 		return false, unavailable("model lookup", err)

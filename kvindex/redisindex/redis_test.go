@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/indextest"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	"github.com/redis/go-redis/v9"
@@ -113,12 +115,12 @@ func indexOf(s, sub string) int {
 
 type countVisits struct{ n int }
 
-func (c *countVisits) Visit(int, kvindex.Key, []kvindex.Holder) bool { c.n++; return true }
+func (c *countVisits) Visit(int, blockkeys.Key, []kvindex.Holder) bool { c.n++; return true }
 
-func seqKeys(n int, base uint64) []kvindex.Key {
-	out := make([]kvindex.Key, n)
+func seqKeys(n int, base uint64) []blockkeys.Key {
+	out := make([]blockkeys.Key, n)
 	for i := range out {
-		out[i] = kvindex.Key(base + uint64(i))
+		out[i] = blockkeys.Key(base + uint64(i))
 	}
 	return out
 }
@@ -142,13 +144,13 @@ func testTwoDaemons(t *testing.T, walk bool) {
 	in2.Pod("unrelated", 0) // make the two interners assign different ids
 	ctx := context.Background()
 	m1, p1 := in1.Model("llama"), in1.Pod("pod-a", 3)
-	if err := d1.Add(ctx, m1, p1, kvindex.TierCPU, seqKeys(4, 100)); err != nil {
+	if err := d1.Add(ctx, m1, p1, event.TierCPU, seqKeys(4, 100)); err != nil {
 		t.Fatal(err)
 	}
 	m2 := in2.Model("llama")
 	got := indextest.Lookup(t, d2, m2, seqKeys(5, 100), -1)
 	p2, ok := in2.LookupPod("pod-a", 3)
-	if !ok || len(got) != 4 || got[3].Holders[0] != (kvindex.Holder{Pod: p2, Tier: kvindex.TierCPU}) {
+	if !ok || len(got) != 4 || got[3].Holders[0] != (kvindex.Holder{Pod: p2, Tier: event.TierCPU}) {
 		t.Fatalf("daemon 2 sees %v (pod-a/3 = %d %v)", got, p2, ok)
 	}
 	// d2 clears the pod; d1's cached epoch is now behind.
@@ -159,7 +161,7 @@ func testTwoDaemons(t *testing.T, walk bool) {
 		t.Fatalf("daemon 1 still sees cleared pod: %v", got)
 	}
 	// d1 adds for the pod again with whatever epoch it has: visible to both.
-	if err := d1.Add(ctx, m1, p1, kvindex.TierGPU, seqKeys(2, 100)); err != nil {
+	if err := d1.Add(ctx, m1, p1, event.TierGPU, seqKeys(2, 100)); err != nil {
 		t.Fatal(err)
 	}
 	if got := indextest.Lookup(t, d2, m2, seqKeys(4, 100), -1); len(got) != 2 {
@@ -214,11 +216,11 @@ func TestConcurrentWriters(t *testing.T) {
 					defer wg.Done()
 					m, p := in.Model("m"), in.Pod("pod"+strconv.Itoa(w), 0)
 					for round := range 15 {
-						if err := d.Add(ctx, m, p, kvindex.TierGPU, keys); err != nil {
+						if err := d.Add(ctx, m, p, event.TierGPU, keys); err != nil {
 							errs <- err
 							return
 						}
-						if err := d.Remove(ctx, m, p, kvindex.TierGPU, keys[round%7:]); err != nil {
+						if err := d.Remove(ctx, m, p, event.TierGPU, keys[round%7:]); err != nil {
 							errs <- err
 							return
 						}
@@ -229,7 +231,7 @@ func TestConcurrentWriters(t *testing.T) {
 							}
 						}
 					}
-					errs <- d.Add(ctx, m, p, kvindex.TierGPU, keys)
+					errs <- d.Add(ctx, m, p, event.TierGPU, keys)
 				}()
 			}
 			// A reader sharing its Index (and epoch cache) with writer 0's
@@ -312,7 +314,7 @@ func TestRoundTripsPerLookup(t *testing.T) {
 			m := in.Model("m")
 			keys := seqKeys(512, 7<<32)
 			for p := range 8 {
-				if err := idx.Add(ctx, m, in.Pod("p"+strconv.Itoa(p), 0), kvindex.TierGPU, keys[:64*(p+1)]); err != nil {
+				if err := idx.Add(ctx, m, in.Pod("p"+strconv.Itoa(p), 0), event.TierGPU, keys[:64*(p+1)]); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -336,7 +338,7 @@ func TestRoundTripsPerLookup(t *testing.T) {
 			}
 			// A write of 64 keys: one pipeline per node + the counter update.
 			rt.Reset()
-			if err := idx.Add(ctx, m, in.Pod("p-new", 0), kvindex.TierGPU, keys[:64]); err != nil {
+			if err := idx.Add(ctx, m, in.Pod("p-new", 0), event.TierGPU, keys[:64]); err != nil {
 				t.Fatal(err)
 			}
 			if got, want := rt.Load(), int64(len(nodes)+1); got != want {
@@ -390,14 +392,14 @@ func TestTTLAndNamespace(t *testing.T) {
 	ns := uniqueNS(t)
 	idx, in := newTestIndex(t, s.URL(), func(c *Config) { c.Namespace = ns; c.TTL = time.Hour })
 	m, p := in.Model("m"), in.Pod("p", 0)
-	if err := idx.Add(ctx, m, p, kvindex.TierGPU, seqKeys(3, 1)); err != nil {
+	if err := idx.Add(ctx, m, p, event.TierGPU, seqKeys(3, 1)); err != nil {
 		t.Fatal(err)
 	}
 	k := ns + ":b:m:0000000000000001"
 	if err := c.PExpire(ctx, k, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := idx.Add(ctx, m, p, kvindex.TierGPU, seqKeys(1, 1)); err != nil {
+	if err := idx.Add(ctx, m, p, event.TierGPU, seqKeys(1, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if ttl, _ := c.PTTL(ctx, k).Result(); ttl <= time.Minute || ttl > time.Hour {
@@ -425,7 +427,7 @@ func TestTTLAndNamespace(t *testing.T) {
 	}
 	// No TTL when disabled.
 	idx2, in2 := newTestIndex(t, s.URL(), func(c *Config) { c.TTL = -1 })
-	if err := idx2.Add(ctx, in2.Model("m"), in2.Pod("p", 0), kvindex.TierGPU, seqKeys(1, 1)); err != nil {
+	if err := idx2.Add(ctx, in2.Model("m"), in2.Pod("p", 0), event.TierGPU, seqKeys(1, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if ttl, _ := c.PTTL(ctx, idx2.Namespace()+":b:m:0000000000000001").Result(); ttl != -1 {
@@ -448,7 +450,7 @@ func TestRedisDownAtStart(t *testing.T) {
 	if err := idx.Lookup(ctx, m, seqKeys(3, 1), &cv); !errors.Is(err, ErrUnavailable) || cv.n != 0 {
 		t.Fatalf("Lookup with redis down = %v (%d visits)", err, cv.n)
 	}
-	if err := idx.Add(ctx, m, p, kvindex.TierGPU, seqKeys(3, 1)); !errors.Is(err, ErrUnavailable) {
+	if err := idx.Add(ctx, m, p, event.TierGPU, seqKeys(3, 1)); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Add with redis down = %v", err)
 	}
 	if err := idx.ClearPod(ctx, p); !errors.Is(err, ErrUnavailable) {
@@ -459,7 +461,7 @@ func TestRedisDownAtStart(t *testing.T) {
 	}
 	s.Restart()
 	waitFor(t, "healthy after redis starts", func() bool { return idx.Healthy(ctx) == nil })
-	if err := idx.Add(ctx, m, p, kvindex.TierGPU, seqKeys(3, 1)); err != nil {
+	if err := idx.Add(ctx, m, p, event.TierGPU, seqKeys(3, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if got := indextest.Lookup(t, idx, m, seqKeys(3, 1), -1); len(got) != 3 {
@@ -477,13 +479,13 @@ func TestRedisLostWhileRunning(t *testing.T) {
 	})
 	ctx := context.Background()
 	m, p := in.Model("m"), in.Pod("p", 0)
-	if err := idx.Add(ctx, m, p, kvindex.TierGPU, seqKeys(3, 1)); err != nil {
+	if err := idx.Add(ctx, m, p, event.TierGPU, seqKeys(3, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if err := idx.ClearPod(ctx, p); err != nil { // epoch > 0 before the loss
 		t.Fatal(err)
 	}
-	if err := idx.Add(ctx, m, p, kvindex.TierGPU, seqKeys(3, 1)); err != nil {
+	if err := idx.Add(ctx, m, p, event.TierGPU, seqKeys(3, 1)); err != nil {
 		t.Fatal(err)
 	}
 	s.Kill()
@@ -491,7 +493,7 @@ func TestRedisLostWhileRunning(t *testing.T) {
 	if err := idx.Lookup(ctx, m, seqKeys(3, 1), &cv); !errors.Is(err, ErrUnavailable) || cv.n != 0 {
 		t.Fatalf("Lookup with redis lost = %v (%d visits)", err, cv.n)
 	}
-	if err := idx.Add(ctx, m, p, kvindex.TierGPU, seqKeys(1, 9)); !errors.Is(err, ErrUnavailable) {
+	if err := idx.Add(ctx, m, p, event.TierGPU, seqKeys(1, 9)); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Add with redis lost = %v", err)
 	}
 	if err := idx.Healthy(ctx); err == nil {
@@ -507,7 +509,7 @@ func TestRedisLostWhileRunning(t *testing.T) {
 	// time-based epoch while Redis now says the pod's epoch is 0. A clear
 	// (what the Applier does for untrusted pods) must still hide them: a
 	// counter-only epoch (old+1 = 1) would not.
-	if err := idx.Add(ctx, m, p, kvindex.TierGPU, seqKeys(3, 1)); err != nil {
+	if err := idx.Add(ctx, m, p, event.TierGPU, seqKeys(3, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if got := indextest.Lookup(t, idx, m, seqKeys(3, 1), -1); len(got) != 3 {
@@ -519,7 +521,7 @@ func TestRedisLostWhileRunning(t *testing.T) {
 	if got := indextest.Lookup(t, idx, m, seqKeys(3, 1), -1); len(got) != 0 {
 		t.Fatalf("after clear lookup = %v, want nothing", got)
 	}
-	if err := idx.Add(ctx, m, p, kvindex.TierGPU, seqKeys(2, 1)); err != nil {
+	if err := idx.Add(ctx, m, p, event.TierGPU, seqKeys(2, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if got := indextest.Lookup(t, idx, m, seqKeys(3, 1), -1); len(got) != 2 {
@@ -537,7 +539,7 @@ func TestClusterNodeDown(t *testing.T) {
 	ctx := context.Background()
 	m := in.Model("m")
 	keys := seqKeys(64, 5<<20)
-	if err := idx.Add(ctx, m, in.Pod("p", 0), kvindex.TierGPU, keys); err != nil {
+	if err := idx.Add(ctx, m, in.Pod("p", 0), event.TierGPU, keys); err != nil {
 		t.Fatal(err)
 	}
 	c.Nodes[1].Kill()
@@ -559,7 +561,7 @@ func TestClearPodsNamed(t *testing.T) {
 	d1, in1 := newTestIndex(t, s.URL(), func(c *Config) { c.Namespace = ns })
 	m := in1.Model("m")
 	for _, p := range []kvindex.PodID{in1.Pod("pod", 0), in1.Pod("pod", 1), in1.Pod("pod.x", 0), in1.Pod("other", 0)} {
-		if err := d1.Add(ctx, m, p, kvindex.TierGPU, seqKeys(2, 1)); err != nil {
+		if err := d1.Add(ctx, m, p, event.TierGPU, seqKeys(2, 1)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/redis/go-redis/v9"
 )
@@ -232,11 +234,11 @@ func (x *Index) flush(ctx context.Context, batch []*writeReq) {
 // the pod's current epoch when another daemon cleared the pod since this
 // process cached its epoch (what was written is invisible then). Bounded:
 // epochs only grow.
-func (x *Index) write(ctx context.Context, op writeOp, model kvindex.ModelID, pod kvindex.PodID, tier kvindex.Tier, keys []kvindex.Key) error {
+func (x *Index) write(ctx context.Context, op writeOp, model kvindex.ModelID, pod kvindex.PodID, tier event.Tier, keys []blockkeys.Key) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	if tier >= kvindex.NumStoredTiers { // the shared tier is credited at score time, never stored
+	if tier >= event.NumStoredTiers { // the shared tier is credited at score time, never stored
 		return errInvalidTier(op, tier)
 	}
 	field := x.holderField(kvindex.Holder{Pod: pod, Tier: tier})

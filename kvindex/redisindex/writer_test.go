@@ -9,7 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/indextest"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/redis/go-redis/v9"
 )
@@ -55,7 +57,7 @@ func TestWritesCoalesce(t *testing.T) {
 			m := in.Model("m")
 			keys := seqKeys(32, 9<<40)
 			// Warm: scripts loaded, epochs cached, cluster slots known.
-			if err := idx.Add(ctx, m, in.Pod("warm", 0), kvindex.TierGPU, keys[:1]); err != nil {
+			if err := idx.Add(ctx, m, in.Pod("warm", 0), event.TierGPU, keys[:1]); err != nil {
 				t.Fatal(err)
 			}
 			if err := idx.Healthy(ctx); err != nil {
@@ -70,7 +72,7 @@ func TestWritesCoalesce(t *testing.T) {
 			errs := make(chan error, K+1)
 			add := func(p int) {
 				defer wg.Done()
-				errs <- idx.Add(ctx, m, in.Pod("p"+strconv.Itoa(p), 0), kvindex.TierGPU, keys[:8*(p%4+1)])
+				errs <- idx.Add(ctx, m, in.Pod("p"+strconv.Itoa(p), 0), event.TierGPU, keys[:8*(p%4+1)])
 			}
 			wg.Add(1)
 			go add(0)
@@ -153,21 +155,21 @@ func TestCoalescedWritesKeepPodOrder(t *testing.T) {
 					for r := range rounds {
 						steps := []struct {
 							remove bool
-							ks     []kvindex.Key
+							ks     []blockkeys.Key
 						}{{false, keys}, {true, keys[10:]}, {false, keys[20:30]}, {true, keys[:5]}}
 						if r == rounds-1 && p%2 == 1 {
 							// odd pods end differently: order matters
 							steps = append(steps, struct {
 								remove bool
-								ks     []kvindex.Key
+								ks     []blockkeys.Key
 							}{true, keys[20:25]})
 						}
 						for _, s := range steps {
 							var err error
 							if s.remove {
-								err = idx.Remove(ctx, m, pod, kvindex.TierGPU, s.ks)
+								err = idx.Remove(ctx, m, pod, event.TierGPU, s.ks)
 							} else {
-								err = idx.Add(ctx, m, pod, kvindex.TierGPU, s.ks)
+								err = idx.Add(ctx, m, pod, event.TierGPU, s.ks)
 							}
 							if err != nil {
 								errs <- err
@@ -185,7 +187,7 @@ func TestCoalescedWritesKeepPodOrder(t *testing.T) {
 			held := make([]map[kvindex.PodID]bool, len(keys))
 			for i, k := range keys {
 				held[i] = map[kvindex.PodID]bool{}
-				for _, v := range indextest.Lookup(t, idx, m, []kvindex.Key{k}, -1) {
+				for _, v := range indextest.Lookup(t, idx, m, []blockkeys.Key{k}, -1) {
 					for _, h := range v.Holders {
 						held[i][h.Pod] = true
 					}
@@ -234,7 +236,7 @@ func TestOldLayoutKeyReplaced(t *testing.T) {
 			if got := indextest.Lookup(t, idx, m, keys, -1); len(got) != 0 {
 				t.Fatalf("old-layout key visited: %v", got)
 			}
-			if err := idx.Add(ctx, m, p, kvindex.TierGPU, keys); err != nil {
+			if err := idx.Add(ctx, m, p, event.TierGPU, keys); err != nil {
 				t.Fatal(err)
 			}
 			got := indextest.Lookup(t, idx, m, keys, -1)
@@ -262,16 +264,16 @@ func TestLargeWriteIsChunked(t *testing.T) {
 	m := in.Model("m")
 	big, other := in.Pod("big", 0), in.Pod("other", 0)
 	keys := seqKeys(3*maxWriteKeys+5, 7<<40)
-	if err := idx.Add(ctx, m, other, kvindex.TierGPU, keys[:1]); err != nil { // warm: scripts, epochs
+	if err := idx.Add(ctx, m, other, event.TierGPU, keys[:1]); err != nil { // warm: scripts, epochs
 		t.Fatal(err)
 	}
 	flushes.reset()
 	w0 := idx.WriteStats()
 	gate.armed.Store(true)
 	errs := make(chan error, 2)
-	go func() { errs <- idx.Add(ctx, m, big, kvindex.TierGPU, keys) }()
+	go func() { errs <- idx.Add(ctx, m, big, event.TierGPU, keys) }()
 	<-gate.entered // the first chunk's flush is on the wire, held
-	go func() { errs <- idx.Add(ctx, m, other, kvindex.TierGPU, keys[1:2]) }()
+	go func() { errs <- idx.Add(ctx, m, other, event.TierGPU, keys[1:2]) }()
 	waitFor(t, "the other pod's write queued", func() bool { return idx.pendingWrites() == 1 })
 	close(gate.release)
 	for range 2 {

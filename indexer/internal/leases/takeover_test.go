@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
@@ -32,7 +34,7 @@ type holders struct {
 	out []string
 }
 
-func (h *holders) Visit(_ int, _ kvindex.Key, hs []kvindex.Holder) bool {
+func (h *holders) Visit(_ int, _ blockkeys.Key, hs []kvindex.Holder) bool {
 	for _, x := range hs {
 		name, rank := h.in.PodName(x.Pod)
 		h.out = append(h.out, fmt.Sprintf("%s/%d", name, rank))
@@ -43,7 +45,7 @@ func (h *holders) Visit(_ int, _ kvindex.Key, hs []kvindex.Holder) bool {
 func livePods(t *testing.T, idx kvindex.Index, in *kvindex.Interner) string {
 	t.Helper()
 	h := &holders{in: in}
-	if err := idx.Lookup(context.Background(), in.Model("m"), []kvindex.Key{1}, h); err != nil {
+	if err := idx.Lookup(context.Background(), in.Model("m"), []blockkeys.Key{1}, h); err != nil {
 		t.Fatal(err)
 	}
 	slices.Sort(h.out)
@@ -91,7 +93,7 @@ func TestTakeoverClearsWhatTheOwnerIndexed(t *testing.T) {
 		return out
 	}
 	// A pod no lease covers (another daemon's bind socket): never cleared.
-	if err := idxA.Add(ctx, inA.Model("m"), inA.Pod("bystander", 0), kvindex.TierGPU, []kvindex.Key{1}); err != nil {
+	if err := idxA.Add(ctx, inA.Model("m"), inA.Pod("bystander", 0), event.TierGPU, []blockkeys.Key{1}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -108,7 +110,7 @@ func TestTakeoverClearsWhatTheOwnerIndexed(t *testing.T) {
 				return err
 			}
 			for _, p := range streams[ep] {
-				if err := idxA.Add(ctx, inA.Model("m"), p, kvindex.TierGPU, []kvindex.Key{1}); err != nil {
+				if err := idxA.Add(ctx, inA.Model("m"), p, event.TierGPU, []blockkeys.Key{1}); err != nil {
 					return err
 				}
 			}

@@ -17,10 +17,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/redis/go-redis/v9"
 	"github.com/zeebo/xxh3"
-
-	"github.com/kvindex/kvindex/kvindex"
 )
 
 // window is how many blocks one Extend round trip reads; a speculative run
@@ -52,7 +51,7 @@ func New(c redis.UniversalClient, ns string, ttl time.Duration) (*Store, error) 
 	return &Store{c: c, ns: ns, ttl: ttl}, nil
 }
 
-func (s *Store) key(model uint64, k kvindex.Key) string {
+func (s *Store) key(model uint64, k blockkeys.Key) string {
 	b := make([]byte, 0, len(s.ns)+6+16+1+16)
 	b = append(b, s.ns...)
 	b = append(b, ":spec:"...)
@@ -69,7 +68,7 @@ func holderValue(h uint64) string {
 }
 
 // Hold records holder for keys with the TTL.
-func (s *Store) Hold(ctx context.Context, model string, keys []kvindex.Key, holder uint64) error {
+func (s *Store) Hold(ctx context.Context, model string, keys []blockkeys.Key, holder uint64) error {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -101,7 +100,7 @@ func (s *Store) Drop(ctx context.Context, model string, hashes []uint64, holders
 		}
 		_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, h := range hashes {
-				dropScript.EvalSha(ctx, p, []string{s.key(m, kvindex.Key(h))}, v0, v1)
+				dropScript.EvalSha(ctx, p, []string{s.key(m, blockkeys.Key(h))}, v0, v1)
 			}
 			return nil
 		})
@@ -114,7 +113,7 @@ func (s *Store) Drop(ctx context.Context, model string, hashes []uint64, holders
 
 // Extend sets ext[i] to how many blocks from keys[start[i]] holders[i]
 // holds, reading the keys window by window from the earliest open run.
-func (s *Store) Extend(ctx context.Context, model string, keys []kvindex.Key, holders []uint64, start, ext []int32) error {
+func (s *Store) Extend(ctx context.Context, model string, keys []blockkeys.Key, holders []uint64, start, ext []int32) error {
 	m := xxh3.HashString(model)
 	open := make([]bool, len(holders))
 	want := make([]string, len(holders))

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/kvindex/kvindex/kvindex"
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 )
 
@@ -23,10 +23,10 @@ func newStore(t *testing.T, ttl time.Duration) (*Store, *redistest.Server) {
 	return s, srv
 }
 
-func keys(n int) []kvindex.Key {
-	k := make([]kvindex.Key, n)
+func keys(n int) []blockkeys.Key {
+	k := make([]blockkeys.Key, n)
 	for i := range k {
-		k[i] = kvindex.Key(1000 + i)
+		k[i] = blockkeys.Key(1000 + i)
 	}
 	return k
 }

@@ -1,0 +1,248 @@
+package applier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvindex"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults of Limits.
+const (
+	// DefaultMaxDigestCaches bounds the models with a parity digest cache
+	// (~11 MB each at DefaultDigestCacheSize): ~180 MB.
+	DefaultMaxDigestCaches = 16
+	// DefaultMaxAliasTables bounds the pods with an alias table (~4.7 MB each
+	// at DefaultAliasCacheSize): ~300 MB.
+	DefaultMaxAliasTables = 64
+	// DefaultPodShare is what the daemon configures: one pod holds at most a
+	// quarter of the in-memory index. The applier's own default is none.
+	DefaultPodShare = 4
+)
+
+// Limits bound the state publishers can make the applier hold. Beyond
+// a limit nothing fails: the block goes unverified, unaliased or unindexed,
+// and a counter says so.
+type Limits struct {
+	// MaxDigestCaches bounds the models with a digest cache (0 = default).
+	// A further model's blocks are still indexed; their parity goes
+	// unverified beyond each event's first block. A model's cache is freed
+	// when its last pod is forgotten (ForgetPod) or moves to another model.
+	MaxDigestCaches int
+	// MaxAliasTables bounds the pods with an alias table (0 = default). A
+	// further mismatching vLLM pod is indexed under the engine's hashes (the
+	// router will not match it, but removals stay exact); a further SGLang
+	// pod's blocks are not indexed. A table is freed when its pod is
+	// cleared, changes model or is forgotten.
+	MaxAliasTables int
+	// PodShare, with the ShareAccounting of the index (Config.Share;
+	// the in-memory index has it), caps every pod at Capacity/PodShare entries so
+	// that one pod, however much it publishes, never evicts the others:
+	// blocks of a BlockStored beyond the share are not indexed (the first
+	// ones of the event are kept: a prefix is what routing matches). 0 =
+	// no per-pod bound; > 0 without Config.Share is an error.
+	PodShare int
+	// SessionsPerPod bounds the sessions remembered per pod from
+	// BlockStored.session_id (sessions.go); 0 = DefaultSessionsPerPod,
+	// < 0 = sessions are not remembered.
+	SessionsPerPod int
+}
+
+// ShareAccounting is what Limits.PodShare needs from the index: its
+// capacity and each pod's entries. The in-memory index has it; Redis does
+// not (its memory is bounded by the server's maxmemory).
+type ShareAccounting interface {
+	Capacity() int64
+	PodEntries(pod kvindex.PodID) int64
+}
+
+// ErrNoShareAccounting is New's answer to a PodShare without the
+// ShareAccounting to enforce it: a bound that was asked for is never
+// switched off without a word.
+var ErrNoShareAccounting = errors.New("kvindex: a pod share needs an index that accounts entries per pod (the in-memory index)")
+
+// limitState is the applier's accounting for Limits.
+type limitState struct {
+	maxDigest, maxAlias int
+	share               int64 // entries per pod; 0 = unbounded
+	shareIdx            ShareAccounting
+	dcRefs              map[kvindex.ModelID]int // pods bound to each digest cache; under Applier.mu
+	aliasTables         atomic.Int64
+	m                   limitMetrics
+}
+
+type limitMetrics struct {
+	digestCaches, aliasTables                        prometheus.Gauge
+	digestRefused, aliasRefused, shareRefused, freed prometheus.Counter
+}
+
+func newLimitMetrics(ns string) (limitMetrics, []prometheus.Collector) {
+	g := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help})
+	}
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help})
+	}
+	m := limitMetrics{
+		digestCaches:  g("digest_caches", "Models with a parity digest cache (bounded by --max-digest-caches)."),
+		aliasTables:   g("alias_tables", "Pods with an alias table (bounded by --max-alias-tables)."),
+		digestRefused: c("digest_cache_refused_total", "Pods bound to a model that got no digest cache: --max-digest-caches reached (parity goes unverified)."),
+		aliasRefused:  c("alias_refused_blocks_total", "Blocks that needed an alias table but got none: --max-alias-tables reached (indexed under the engine hash, or not at all for SGLang)."),
+		shareRefused:  c("pod_share_refused_blocks_total", "Stored blocks not indexed because their pod holds its share of the index (--pod-share)."),
+		freed:         c("pods_forgotten_total", "Pods whose applier state was dropped after they went silent (--pod-expiry)."),
+	}
+	return m, []prometheus.Collector{m.digestCaches, m.aliasTables, m.digestRefused, m.aliasRefused, m.shareRefused, m.freed}
+}
+
+func (a *Applier) initLimits(l Limits, share ShareAccounting) error {
+	// l comes resolved (Config.withDefaults).
+	a.lim.maxDigest, a.lim.maxAlias, a.lim.dcRefs, a.lim.m = l.MaxDigestCaches, l.MaxAliasTables, map[kvindex.ModelID]int{}, a.m.limits
+	if l.SessionsPerPod > 0 {
+		a.sessions.limit = l.SessionsPerPod
+	}
+	a.sessions.pods, a.sessions.m = map[kvindex.PodID]*podSessions{}, a.m.sessions
+	if err := Options.PodShare.Check(int64(l.PodShare)); err != nil {
+		return fmt.Errorf("applier: %w", err)
+	}
+	if l.PodShare > 0 {
+		if share == nil {
+			return ErrNoShareAccounting
+		}
+		a.lim.shareIdx, a.lim.share = share, max(share.Capacity()/int64(l.PodShare), 1)
+	}
+	return nil
+}
+
+// digestCacheFor binds ps to model id's digest cache, creating it if the
+// limit allows (nil otherwise: parity unverified), and releases the cache of
+// the model ps was bound to.
+func (a *Applier) digestCacheFor(ps *podState, id kvindex.ModelID) *digestCache {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ps.dc != nil { // the pod holds its current model's cache
+		a.releaseDigestLocked(ps.modelID)
+	}
+	dc := a.digests[id]
+	if dc == nil {
+		if len(a.digests) >= a.lim.maxDigest {
+			a.lim.m.digestRefused.Inc()
+			return nil
+		}
+		dc = newDigestCache(a.dcSize)
+		a.digests[id] = dc
+		a.lim.m.digestCaches.Set(float64(len(a.digests)))
+	}
+	a.lim.dcRefs[id]++
+	return dc
+}
+
+// releaseDigestLocked drops one pod's hold on model id's cache; a.mu is held.
+func (a *Applier) releaseDigestLocked(id kvindex.ModelID) {
+	if a.lim.dcRefs[id]--; a.lim.dcRefs[id] <= 0 {
+		delete(a.lim.dcRefs, id)
+		delete(a.digests, id)
+		a.lim.m.digestCaches.Set(float64(len(a.digests)))
+	}
+}
+
+// aliasPut records engine hash eh -> our key k for ps. false: ps has no
+// table and the limit refuses one.
+func (a *Applier) aliasPut(ps *podState, eh uint64, k blockkeys.Key) bool {
+	if ps.alias == nil {
+		if a.lim.aliasTables.Add(1) > int64(a.lim.maxAlias) {
+			a.lim.aliasTables.Add(-1)
+			a.lim.m.aliasRefused.Inc()
+			return false
+		}
+		a.lim.m.aliasTables.Inc()
+		ps.alias, ps.aliasOwner = newAliasTable(a.aliasCap), &a.lim
+	}
+	ps.alias.put(eh, k)
+	return true
+}
+
+// dropAlias frees ps's alias table and its slot under MaxAliasTables.
+func (ps *podState) dropAlias() {
+	if ps.alias == nil {
+		return
+	}
+	ps.alias = nil
+	ps.aliasOwner.aliasTables.Add(-1)
+	ps.aliasOwner.m.aliasTables.Dec()
+}
+
+// trimToShare returns the prefix of keys that ps may still add under
+// PodShare, counting what it refuses.
+func (a *Applier) trimToShare(ps *podState, keys []blockkeys.Key) []blockkeys.Key {
+	if a.lim.share == 0 {
+		return keys
+	}
+	room := a.lim.share - a.lim.shareIdx.PodEntries(ps.id)
+	if int64(len(keys)) <= room {
+		return keys
+	}
+	room = max(room, 0)
+	a.lim.m.shareRefused.Add(float64(int64(len(keys)) - room))
+	if !ps.overShare {
+		ps.overShare = true
+		a.log.Warn("pod holds its share of the index; further blocks are not indexed until it removes some",
+			"pod", ps.name, "dp_rank", ps.rank, "share_entries", a.lim.share)
+	}
+	return keys[:room]
+}
+
+// ForgetPod clears pod from the index and drops everything the applier holds
+// for it: its stats, alias table and digest-cache hold. A pod that publishes
+// again starts afresh. If the clear fails the pod stays, untrusted, and
+// Recover clears it later.
+func (a *Applier) ForgetPod(ctx context.Context, pod string, dpRank int) {
+	k := podKey{pod, dpRank}
+	a.mu.RLock()
+	ps := a.pods[k]
+	a.mu.RUnlock()
+	if ps == nil {
+		return
+	}
+	ps.applyMu.Lock()
+	defer ps.applyMu.Unlock()
+	if err := a.idx.ClearPod(ctx, ps.id); err != nil {
+		if !ps.untrusted {
+			ps.untrusted = true
+			a.setUntrusted(ps, true)
+		}
+		a.log.Warn("index error while forgetting a silent pod: marked untrusted, cleared when the index is back",
+			"pod", pod, "dp_rank", dpRank, "err", err)
+		return
+	}
+	a.sessions.forget(ps.id)
+	a.mu.Lock()
+	if a.pods[k] == ps {
+		delete(a.pods, k)
+	}
+	if ps.dc != nil {
+		a.releaseDigestLocked(ps.modelID)
+		ps.dc = nil
+	}
+	a.mu.Unlock()
+	ps.dropAlias()
+	ps.resetHolding()
+	ps.keys, ps.buf = nil, nil
+	if ps.untrusted {
+		ps.untrusted = false
+		a.setUntrusted(ps, false)
+	}
+	a.lim.m.freed.Inc()
+	a.log.Info("silent pod forgotten: cleared from the index", "pod", pod, "dp_rank", dpRank,
+		"last_event", ps.snapshotLastEvent())
+}
+
+func (ps *podState) snapshotLastEvent() time.Time {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.st.LastEvent
+}

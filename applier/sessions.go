@@ -1,0 +1,155 @@
+package applier
+
+import (
+	"sync"
+
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvindex"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Session affinity. vLLM echoes the triggering request's session_id on GPU
+// BlockStored events (vllm-project/vllm PR #51381: prefix-cache stores and
+// reuse reports, kv_cache_report_mode="full"); BlockRemoved stays
+// hash-only. The applier remembers, per pod, the sessions that stored
+// blocks there and each one's last stored block, so that a score or pick
+// naming a session can prefer that session's pod among pods whose prefixes
+// tie. Memory is bounded: at most SessionsPerPod sessions per pod, the
+// least recently stored one evicted first (CLOCK-like second chance, O(1)
+// amortised), counted in kvindexd_session_evictions_total.
+
+// DefaultSessionsPerPod bounds the sessions remembered per pod.
+const DefaultSessionsPerPod = 4096
+
+// sessionTable is the applier's per-pod session memory.
+type sessionTable struct {
+	mu    sync.RWMutex
+	limit int // 0 = off
+	pods  map[kvindex.PodID]*podSessions
+	n     int
+	m     sessionMetrics
+}
+
+type podSessions struct {
+	last  map[string]sessionEntry
+	ring  []sessionSlot // one slot per entry, oldest first from head
+	head  int
+	clock uint64
+}
+
+type sessionEntry struct {
+	key   blockkeys.Key // the session's last block stored on the pod
+	stamp uint64        // when (pod-local clock)
+}
+
+type sessionSlot struct {
+	name  string
+	stamp uint64
+}
+
+type sessionMetrics struct {
+	entries   prometheus.Gauge
+	evictions prometheus.Counter
+}
+
+func newSessionMetrics(ns string) (sessionMetrics, []prometheus.Collector) {
+	m := sessionMetrics{
+		entries: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "session_entries",
+			Help: "(pod, session) pairs remembered from BlockStored.session_id (bounded per pod by --max-sessions-per-pod)."}),
+		evictions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "session_evictions_total",
+			Help: "Sessions forgotten because their pod reached --max-sessions-per-pod (least recently stored first)."}),
+	}
+	return m, []prometheus.Collector{m.entries, m.evictions}
+}
+
+// record notes that session stored key (its last block) on pod.
+func (t *sessionTable) record(pod kvindex.PodID, session string, key blockkeys.Key) {
+	if t.limit <= 0 || session == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ps := t.pods[pod]
+	if ps == nil {
+		ps = &podSessions{last: make(map[string]sessionEntry)}
+		t.pods[pod] = ps
+	}
+	ps.clock++
+	if _, ok := ps.last[session]; ok {
+		ps.last[session] = sessionEntry{key: key, stamp: ps.clock}
+		return
+	}
+	if len(ps.last) >= t.limit {
+		ps.evict()
+		t.n--
+		t.m.evictions.Inc()
+	}
+	ps.last[session] = sessionEntry{key: key, stamp: ps.clock}
+	ps.ring = append(ps.ring, sessionSlot{name: session, stamp: ps.clock})
+	t.n++
+	t.m.entries.Set(float64(t.n))
+}
+
+// evict drops the least recently stored session: a slot whose session was
+// stored again since it was queued goes back to the tail with its new stamp.
+func (ps *podSessions) evict() {
+	for {
+		s := ps.ring[ps.head]
+		ps.ring[ps.head] = sessionSlot{}
+		ps.head++
+		if e := ps.last[s.name]; e.stamp != s.stamp {
+			ps.ring = append(ps.ring, sessionSlot{name: s.name, stamp: e.stamp})
+		} else {
+			delete(ps.last, s.name)
+			break
+		}
+	}
+	if ps.head > len(ps.ring)/2 { // compact: the ring stays within 2x the entries
+		ps.ring = append(ps.ring[:0], ps.ring[ps.head:]...)
+		ps.head = 0
+	}
+}
+
+// forget drops everything remembered for pod (its cache was cleared or the
+// pod forgotten: its sessions' blocks are gone).
+func (t *sessionTable) forget(pod kvindex.PodID) {
+	if t.limit <= 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ps := t.pods[pod]; ps != nil {
+		t.n -= len(ps.last)
+		delete(t.pods, pod)
+		t.m.entries.Set(float64(t.n))
+	}
+}
+
+// SessionPods appends to dst the pods that session stored blocks on (any
+// order) and returns it.
+func (a *Applier) SessionPods(dst []kvindex.PodID, session string) []kvindex.PodID {
+	t := &a.sessions
+	if t.limit <= 0 || session == "" {
+		return dst
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	for p, ps := range t.pods {
+		if _, ok := ps.last[session]; ok {
+			dst = append(dst, p)
+		}
+	}
+	return dst
+}
+
+// SessionLastBlock is the last block session stored on pod, if remembered.
+func (a *Applier) SessionLastBlock(pod kvindex.PodID, session string) (blockkeys.Key, bool) {
+	t := &a.sessions
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if ps := t.pods[pod]; ps != nil {
+		e, ok := ps.last[session]
+		return e.key, ok
+	}
+	return 0, false
+}

@@ -1,0 +1,96 @@
+package applier
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
+)
+
+// The applier remembers which pods stored blocks for a session (vLLM's
+// BlockStored.session_id) with the session's last block, at most
+// SessionsPerPod per pod: the least recently stored session goes first
+// (counted), a session stored again is kept; a cleared pod forgets its
+// sessions.
+func TestSessionsBoundedPerPod(t *testing.T) {
+	e, _ := limitedEnv(t, cborSeed0, nil, Limits{SessionsPerPod: 3})
+	tokens := seq(100, 4*8)
+	h := engineKeys(t, cborSeed0, tokens, blockkeys.RequestExtras{})
+	keys := ourKeys(t, cborSeed0, tokens, blockkeys.RequestExtras{})
+	store := func(pod, session string, from, to int) {
+		ev := stored(h, tokens, 4, from, to)
+		ev.SessionID = session
+		e.apply(pod, 0, blockkeys.EngineVLLM, ev)
+	}
+	pods := func(session string) []string {
+		var out []string
+		for _, id := range e.a.SessionPods(nil, session) {
+			name, _ := e.in.PodName(id)
+			out = append(out, name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	store("a", "s1", 0, 2)
+	store("b", "s1", 0, 1)
+	store("a", "s2", 0, 1)
+	store("a", "s3", 0, 1)
+	if got := pods("s1"); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("s1 on %v", got)
+	}
+	if k, ok := e.a.SessionLastBlock(e.podID("a", 0), "s1"); !ok || k != keys[1] {
+		t.Fatalf("s1's last block on a: %v %v, want %v", k, ok, keys[1])
+	}
+	store("a", "s1", 2, 3) // s1 stored again: now the most recent on a
+	if k, _ := e.a.SessionLastBlock(e.podID("a", 0), "s1"); k != keys[2] {
+		t.Fatalf("s1's last block after a new store: %v, want %v", k, keys[2])
+	}
+	store("a", "s4", 3, 4) // a is full: s2, the least recently stored, goes
+	if got := pods("s2"); len(got) != 0 {
+		t.Fatalf("s2 kept on %v", got)
+	}
+	for _, s := range []string{"s1", "s3", "s4"} {
+		if got := pods(s); !slices.Contains(got, "a") {
+			t.Fatalf("%s lost from a: %v", s, got)
+		}
+	}
+	if n, ev := e.metric("kvindexd_session_entries"), e.metric("kvindexd_session_evictions_total"); n != 4 || ev != 1 {
+		t.Fatalf("entries %v evictions %v", n, ev)
+	}
+	// many sessions through one pod: still bounded
+	for i := 0; i < 100; i++ {
+		store("b", fmt.Sprint("x", i), 0, 1)
+	}
+	if n := len(e.a.sessions.pods[e.podID("b", 0)].last); n != 3 {
+		t.Fatalf("b remembers %d sessions", n)
+	}
+	if r := len(e.a.sessions.pods[e.podID("b", 0)].ring); r > 6 {
+		t.Fatalf("b's ring holds %d slots for 3 sessions", r)
+	}
+	// a cleared pod forgets its sessions; a removal does not
+	e.apply("a", 0, blockkeys.EngineVLLM, event.Event{Kind: event.BlockRemoved, BlockHashes: h[:1]})
+	if got := pods("s4"); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("s4 after a removal: %v", got)
+	}
+	e.apply("a", 0, blockkeys.EngineVLLM, event.Event{Kind: event.AllBlocksCleared})
+	if got := pods("s4"); len(got) != 0 {
+		t.Fatalf("s4 after a clear: %v", got)
+	}
+	if n := e.metric("kvindexd_session_entries"); n != 3 {
+		t.Fatalf("entries after clear %v", n)
+	}
+}
+
+// SessionsPerPod < 0 remembers nothing.
+func TestSessionsOff(t *testing.T) {
+	e, _ := limitedEnv(t, cborSeed0, nil, Limits{SessionsPerPod: -1})
+	tokens := seq(100, 8)
+	ev := stored(engineKeys(t, cborSeed0, tokens, blockkeys.RequestExtras{}), tokens, 4, 0, 2)
+	ev.SessionID = "s"
+	e.apply("a", 0, blockkeys.EngineVLLM, ev)
+	if got := e.a.SessionPods(nil, "s"); len(got) != 0 {
+		t.Fatalf("sessions kept while off: %v", got)
+	}
+}

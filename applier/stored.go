@@ -1,0 +1,293 @@
+package applier
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
+)
+
+// eventExtras sets extraKeys to block i's extra keys. ok=false means they cannot be
+// known: a LoRA request whose engine sent its id but neither lora_name nor
+// extra_keys (vLLM v0.12 to early 2026 hashed the name).
+func eventExtras(extraKeys *blockkeys.ExtraKeys, ev *event.Event, engine blockkeys.Engine, i int) bool {
+	if len(ev.ExtraKeys) > 0 {
+		var tuple []any // empty = None: vLLM never hashes an empty tuple
+		if i < len(ev.ExtraKeys) {
+			tuple = ev.ExtraKeys[i]
+		}
+		extraKeys.SetTuple(tuple)
+		return true
+	}
+	if ev.LoraName == "" && ev.HasLoraID && ev.LoraID != 0 {
+		return false
+	}
+	// vLLM publishes no cache_salt: a salted block's hash cannot be
+	// recomputed from its event and mismatches (see checkedKey).
+	x := blockkeys.RequestExtras{LoraName: ev.LoraName}
+	// cache_salt only enters a request's first block: the one without parent.
+	extraKeys.ForRequest(x, i == 0 && !ev.HasParent)
+	return true
+}
+
+// stored indexes one BlockStored event in two steps: storedKeys decides the
+// keys and updates what the applier keeps per pod; addStored writes them,
+// the only index call. The decisions are thus the same whatever the index
+// (memory, Redis, a failing one) and can be tested without one.
+func (a *Applier) stored(ctx context.Context, ps *podState, engine blockkeys.Engine, ev *event.Event, d *batchDelta) error {
+	keys := a.storedKeys(ps, engine, ev, d)
+	if err := a.addStored(ctx, ps, ev, keys, d); err != nil {
+		return err
+	}
+	// A reuse report (kv_cache_report_mode="full") re-stores blocks the pod
+	// holds, so it adds no key; the session still ran there.
+	if ev.SessionID != "" && len(ev.BlockHashes) > 0 {
+		last := blockkeys.Key(ev.BlockHashes[len(ev.BlockHashes)-1])
+		if len(keys) > 0 {
+			last = keys[len(keys)-1]
+		}
+		a.sessions.record(ps.id, ev.SessionID, last)
+	}
+	return nil
+}
+
+// storedKeys returns the keys ev adds to the index, in the pod's reused key
+// buffer. It writes nothing to the index: it updates what the applier keeps
+// per pod (groups, parity verdicts and hint, digest cache, aliases, copy
+// counts, group masks) and counts into d.
+func (a *Applier) storedKeys(ps *podState, engine blockkeys.Engine, ev *event.Event, d *batchDelta) []blockkeys.Key {
+	n := len(ev.BlockHashes)
+	if n == 0 {
+		return nil
+	}
+	bounds, bit := ps.storeGroup(ev)
+	switch {
+	case ev.Remote:
+		d.remote += uint64(n)
+		return nil
+	case !bounds:
+		d.groupSkipped += uint64(n)
+		return nil
+	}
+	keys := a.blockKeys(ps, engine, ev, d)
+	keys = a.holdStored(ps, engine, ev, bit, keys, d)
+	keys = a.trimToShare(ps, keys)
+	ps.keys = keys
+	return keys
+}
+
+// blockKeys maps each block of ev to the key it is indexed under, as the
+// parity check decides (see Applier): a block we can rehash gets its
+// verdict from checkedKey, one we cannot from uncheckedKey, and a pod being
+// sampled (parity_sampling.go) has its hashes taken unchecked.
+func (a *Applier) blockKeys(ps *podState, engine blockkeys.Engine, ev *event.Event, d *batchDelta) []blockkeys.Key {
+	h := ps.hasher
+	bs, dlen := h.Config().BlockSize, h.DigestLen()
+	keys := ps.keys[:0]
+	base, bsWrong := ps.verifiable(engine, ev, d)
+
+	var parent [32]byte
+	plen := dlen
+	parentOK := true
+	if !ev.HasParent {
+		parent, plen = h.Root()
+	} else {
+		parentOK = ps.dc.get(ev.ParentHash, &parent)
+	}
+	if !ps.parity.check(base == unverifiedNone && parentOK) {
+		// Sampled out: the engine's hashes (or their aliases) go in
+		// unchecked, through the same copy, group and share accounting.
+		return a.storedUnchecked(ps, ev, keys, d)
+	}
+	var extraKeys blockkeys.ExtraKeys
+	for i, eh := range ev.BlockHashes {
+		reason := base
+		if reason == unverifiedNone && !parentOK {
+			reason = unverifiedParent
+		}
+		if reason == unverifiedNone && !eventExtras(&extraKeys, ev, engine, i) {
+			reason = unverifiedLoraName
+		}
+		if reason == unverifiedNone {
+			var dg [32]byte
+			var err error
+			ps.buf, dg, err = h.BlockDigest(ps.buf, parent[:plen], ev.TokenIDs[i*bs:(i+1)*bs], &extraKeys)
+			if err == nil {
+				ps.dc.put(eh, &dg)
+				parent, plen = dg, dlen
+				keys = a.checkedKey(ps, engine, ev, i, eh, h.DigestKey(&dg), keys, d)
+				continue
+			}
+			// an extra key we cannot serialise (OpaqueExtraKey, ...)
+			reason = unverifiedExtraKeys
+		}
+		// Not computable here; the chain may resume if we know this block.
+		parentOK, plen = ps.dc.get(eh, &parent), dlen
+		if !bsWrong {
+			d.unverify(reason, 1) // a block-size mismatch is counted once, in verifiable
+		}
+		keys = uncheckedKey(ps, eh, keys)
+	}
+	return keys
+}
+
+// verifiable reports why none of ev's blocks can be rehashed here
+// (unverifiedNone: they may be), and whether the engine's block size differs
+// from ours: those blocks are counted as mismatches (vLLM) here, once, and
+// the pod gets the hint.
+func (ps *podState) verifiable(engine blockkeys.Engine, ev *event.Event, d *batchDelta) (base unverifiedReason, bsWrong bool) {
+	n, bs := len(ev.BlockHashes), ps.hasher.Config().BlockSize
+	haveTokens := len(ev.TokenIDs) > 0
+	bsWrong = haveTokens && ev.BlockSize > 0 && ev.BlockSize != bs
+	// A lone block shorter than the block size with exactly that many tokens
+	// is a trailing partial page (SGLang), not a different configuration:
+	// no hint from it.
+	partial := bsWrong && n == 1 && ev.BlockSize < bs && len(ev.TokenIDs) == ev.BlockSize
+	bsWrong = bsWrong && !partial
+	switch {
+	case !haveTokens:
+		base = unverifiedNoTokens
+	case ev.Bigram:
+		base = unverifiedBigram
+	case partial:
+		base = unverifiedPartialBlock
+	case bsWrong:
+		base = unverifiedBlockSize
+	case len(ev.TokenIDs) != n*bs:
+		base = unverifiedTokenCount
+	}
+	if bsWrong {
+		d.mismatches += uint64(n) // counted here, not again as unverified
+		if !ps.hintFinal {
+			ps.hintFinal = true
+			d.hint = fmt.Sprintf("block size: engine publishes block_size=%d but kvindex is configured with %d; "+
+				"set the engine's --block-size (SGLang: --page-size, default 1) or kvindex's block size (per model) to agree",
+				ev.BlockSize, bs)
+		}
+	}
+	return base, bsWrong
+}
+
+// checkedKey appends the key of block i of ev, whose hash eh we recomputed
+// as k, and records the parity verdict.
+func (a *Applier) checkedKey(ps *podState, engine blockkeys.Engine, ev *event.Event, i int, eh uint64, k blockkeys.Key, keys []blockkeys.Key, d *batchDelta) []blockkeys.Key {
+	switch {
+	case uint64(k) == eh:
+		d.matches++
+		ps.everMatched = true
+		ps.parity.matched()
+		return append(keys, k)
+	case ps.everMatched:
+		// Other blocks of this pod match, so its seed, algorithm and
+		// block size are right: the engine hashed extra keys it did not
+		// publish (multimodal items, cache_salt without extra_keys).
+		// Its hash is then the truth for this block; ours is not.
+		d.mismatches++
+		ps.parity.reset()
+		if !ps.hintFinal {
+			ps.hintFinal = true
+			d.hint = "extra keys: some blocks match and others differ; the engine hashes extra keys " +
+				"(multimodal, cache_salt, LoRA) it does not publish in extra_keys; those blocks are " +
+				"indexed under the engine's hashes"
+		}
+		return append(keys, blockkeys.Key(eh))
+	}
+	d.mismatches++
+	ps.parity.reset()
+	if !a.aliasPut(ps, eh, k) {
+		k = blockkeys.Key(eh) // removals must still find it
+	}
+	if !ps.hintFinal {
+		a.diagnose(ps, ev, engine, i, eh, d)
+	}
+	return append(keys, k)
+}
+
+// uncheckedKey appends the key of a block whose hash we could not
+// recompute: our key if its hash is aliased, else the engine's hash (every
+// engine's hash is its key: see EngineInfo).
+func uncheckedKey(ps *podState, eh uint64, keys []blockkeys.Key) []blockkeys.Key {
+	if ps.alias != nil {
+		if k, ok := ps.alias.get(eh); ok {
+			return append(keys, k)
+		}
+	}
+	return append(keys, blockkeys.Key(eh))
+}
+
+// addStored writes the keys storedKeys chose: the one index write of a
+// BlockStored (and of a BlockSnapshot's records).
+func (a *Applier) addStored(ctx context.Context, ps *podState, ev *event.Event, keys []blockkeys.Key, d *batchDelta) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	if err := a.idx.Add(ctx, ps.modelID, ps.id, ev.Medium, keys); err != nil {
+		return err
+	}
+	d.stored += uint64(len(keys))
+	return nil
+}
+
+// diagnose names the likely cause of a parity mismatch. On a request's first
+// block (parent = NONE_HASH) it can tell algorithm from seed: it rehashes the
+// block with the other algorithms and the same seed.
+func (a *Applier) diagnose(ps *podState, ev *event.Event, engine blockkeys.Engine, i int, eh uint64, d *batchDelta) {
+	h := ps.hasher
+	cfg := h.Config()
+	if engine.Info().Scheme != blockkeys.SchemeVLLM {
+		// No algorithm or seed to choose: a page size that differs is
+		// caught by verifiable; what is left is a fork that seeds or
+		// namespaces its hash, or extra inputs the engine does not publish.
+		d.hint = fmt.Sprintf("engine block hashes differ from %s's published hashing at block size %d: "+
+			"the engine hashes inputs it does not publish (a fork seeding its root, a salt or LoRA); "+
+			"its blocks are indexed under kvindex's keys", engine, cfg.BlockSize)
+		ps.hintFinal = true
+		return
+	}
+	if ev.HasParent || i != 0 {
+		d.hint = fmt.Sprintf("engine block hashes differ from kvindex's (%s): seed or algorithm; "+
+			"waiting for a request's first block to tell which", cfg)
+		return
+	}
+	var extraKeys blockkeys.ExtraKeys
+	eventExtras(&extraKeys, ev, engine, 0)
+	toks := ev.TokenIDs[:cfg.BlockSize]
+	for _, algo := range blockkeys.HashAlgos {
+		if algo == cfg.Algo {
+			continue
+		}
+		alt := a.altHasher(blockkeys.KeyConfig{Algo: algo, Seed: cfg.Seed, BlockSize: cfg.BlockSize})
+		if alt == nil {
+			continue
+		}
+		var dg [32]byte
+		var err error
+		root, rootLen := alt.Root()
+		ps.buf, dg, err = alt.BlockDigest(ps.buf, root[:rootLen], toks, &extraKeys)
+		if err == nil && uint64(alt.DigestKey(&dg)) == eh {
+			ps.hintFinal = true
+			d.hint = fmt.Sprintf("hash algorithm: the engine hashes with %s but kvindex is configured with %s; "+
+				"set --prefix-caching-hash-algo or kvindex's algorithm to agree", algo, cfg.Algo)
+			return
+		}
+	}
+	ps.hintFinal = true
+	d.hint = fmt.Sprintf("seed: a request's first block differs with every algorithm at seed %q; the engine's "+
+		"PYTHONHASHSEED differs or is unset (vLLM then uses a random NONE_HASH); set PYTHONHASHSEED=%s on the engine "+
+		"or kvindex's seed to the engine's (less likely: LoRA/cache_salt/multimodal extra keys not published)", cfg.Seed, cfg.Seed)
+}
+
+func (a *Applier) altHasher(cfg blockkeys.KeyConfig) *blockkeys.Hasher {
+	a.altMu.Lock()
+	defer a.altMu.Unlock()
+	if h := a.alt[cfg]; h != nil {
+		return h
+	}
+	h, err := blockkeys.NewHasher(cfg)
+	if err != nil { // cannot happen: cfg comes from a valid Hasher
+		return nil
+	}
+	a.alt[cfg] = h
+	return h
+}

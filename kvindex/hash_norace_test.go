@@ -1,5 +1,0 @@
-//go:build !race
-
-package kvindex
-
-const hashRaceEnabled = false

@@ -1,0 +1,187 @@
+package kvindex
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/kvevents/event"
+)
+
+// TestMemoryIndexConcurrent runs writers (each owning some pods, keeping its
+// own reference) and readers (lookups and scores) at once, then checks the
+// final state exactly and the index's internal invariants. Under -race it
+// also checks that the lock-free read path is free of data races.
+func TestMemoryIndexConcurrent(t *testing.T) {
+	ctx := context.Background()
+	idx := NewMemoryIndex(MemoryConfig{Capacity: 1 << 20})
+	sc := NewScorer(idx, idx, DefaultTierWeights())
+	const writers, podsPerWriter, nkeys = 4, 3, 64
+	steps := 3000
+	if testing.Short() {
+		steps = 500
+	}
+	refs := make([]*refIndex, writers)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	stop := make(chan struct{})
+	for w := 0; w < writers; w++ {
+		ref := &refIndex{holders: map[refKey]map[Holder]bool{}}
+		refs[w] = ref
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for s := 0; s < steps; s++ {
+				p := PodID(w*podsPerWriter + rng.IntN(podsPerWriter))
+				tier := event.Tier(rng.IntN(2))
+				start := rng.IntN(nkeys)
+				ks := make([]blockkeys.Key, 1+rng.IntN(8))
+				for i := range ks {
+					ks[i] = blockkeys.Key((start + i) % nkeys)
+				}
+				var err error
+				switch r := rng.IntN(20); {
+				case r < 12:
+					err = idx.Add(ctx, 0, p, tier, ks)
+					ref.add(0, p, tier, ks)
+				case r < 19:
+					err = idx.Remove(ctx, 0, p, tier, ks)
+					ref.remove(0, p, tier, ks)
+				default:
+					err = idx.ClearPod(ctx, p)
+					ref.clear(p)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(w)
+	}
+	var rwg sync.WaitGroup
+	for r := 0; r < 2; r++ {
+		rwg.Add(1)
+		go func() {
+			defer rwg.Done()
+			keys := make([]blockkeys.Key, nkeys)
+			for i := range keys {
+				keys[i] = blockkeys.Key(i)
+			}
+			var res ScoreResult
+			var c collect
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c.got = c.got[:0]
+				if err := idx.Lookup(ctx, 0, keys, &c); err != nil {
+					errs <- err
+					return
+				}
+				for _, hs := range c.got {
+					seen := map[Holder]bool{}
+					for _, h := range hs {
+						if seen[h] || h.Tier >= 2 || h.Pod >= writers*podsPerWriter {
+							errs <- fmt.Errorf("impossible holder set %v", hs)
+							return
+						}
+						seen[h] = true
+					}
+				}
+				if err := sc.Score(ctx, 0, keys, nil, &res); err != nil {
+					errs <- err
+					return
+				}
+				for _, ps := range res.Pods {
+					if ps.MatchedBlocks > nkeys || ps.MatchedBlocks <= 0 {
+						errs <- fmt.Errorf("impossible score %+v", ps)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	rwg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var total int64
+	for k := blockkeys.Key(0); k < nkeys; k++ {
+		var want []Holder
+		for _, ref := range refs {
+			for h := range ref.holders[refKey{0, k}] {
+				want = append(want, h)
+			}
+		}
+		slices.SortFunc(want, cmpHolder)
+		total += int64(len(want))
+		if got := holdersOf(t, idx, 0, k); !slices.Equal(got, want) {
+			t.Errorf("key %d: holders %v, want %v", k, got, want)
+		}
+	}
+	for w, ref := range refs {
+		for i := 0; i < podsPerWriter; i++ {
+			p := PodID(w*podsPerWriter + i)
+			if got, want := podBlocks(t, idx, p), ref.podBlocks(p); got != want {
+				t.Errorf("PodBlocks(%d) = %d, want %d", p, got, want)
+			}
+		}
+	}
+	if got := idx.Stats().Entries; got != total {
+		t.Errorf("Entries = %d, want %d", got, total)
+	}
+	checkInvariants(t, idx)
+}
+
+// TestMemoryIndexConcurrentEviction stresses the eviction sweep against
+// concurrent writers, clears and readers; it checks invariants, not timing.
+func TestMemoryIndexConcurrentEviction(t *testing.T) {
+	ctx := context.Background()
+	idx := NewMemoryIndex(MemoryConfig{Capacity: 200})
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 3))
+			ks := make([]blockkeys.Key, 16)
+			var c collect
+			for s := 0; s < 400; s++ {
+				for i := range ks {
+					ks[i] = blockkeys.Key(rng.IntN(500))
+				}
+				p := PodID(rng.IntN(6))
+				switch rng.IntN(10) {
+				case 0:
+					_ = idx.ClearPod(ctx, p)
+				case 1, 2:
+					_ = idx.Remove(ctx, 0, p, event.TierGPU, ks)
+				case 3:
+					c.got = c.got[:0]
+					_ = idx.Lookup(ctx, 0, ks, &c)
+				default:
+					if err := idx.Add(ctx, 0, p, event.Tier(rng.IntN(2)), ks); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	st := idx.Stats()
+	if st.Entries > 200 || st.Evictions == 0 {
+		t.Errorf("stats %+v: want at most 200 entries and some evictions", st)
+	}
+	checkInvariants(t, idx)
+}

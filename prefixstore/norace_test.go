@@ -1,5 +1,0 @@
-//go:build !race
-
-package prefixstore
-
-const raceEnabled = false

@@ -1,5 +1,0 @@
-//go:build !race
-
-package tokenization
-
-const raceEnabled = false
