@@ -25,8 +25,8 @@ import (
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/internal/logtest"
 	"github.com/kvindex/kvindex/kvevents/event"
-	indexerv1 "github.com/kvindex/kvindex/proto/indexer/v1"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+	indexerv1 "github.com/kvindex/kvindex/proto/llmd/indexer/v1"
 )
 
 // These tests pin the API's edges: first the access guard, the token file and the endpoint policy

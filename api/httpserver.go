@@ -174,21 +174,21 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	l.open.Inc()
-	return &limitConn{Conn: c, l: l}, nil
+	return &limitConn{Conn: c, listener: l}, nil
 }
 
 type limitConn struct {
 	net.Conn
-	l    *limitListener
-	once sync.Once
+	listener *limitListener
+	once     sync.Once
 }
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {
-		c.l.open.Dec()
-		if c.l.sem != nil {
-			<-c.l.sem
+		c.listener.open.Dec()
+		if c.listener.sem != nil {
+			<-c.listener.sem
 		}
 	})
 	return err

@@ -56,7 +56,7 @@
 // against its load. Two stores beside the index cover what events cannot
 // tell yet: speculative entries (the pod a Pick chose is assumed to hold the
 // request's blocks for a short TTL, until its BlockStored arrives; shared
-// through Redis when the index is) and a routing history for candidates
-// that publish no events. Both are bounded, counted and on an injectable
-// clock.
+// through Redis when the index is; speculation*.go) and a routing history
+// for candidates that publish no events. Both are bounded, counted and on
+// an injectable clock.
 package indexer

@@ -110,11 +110,17 @@
 //	rebuild.go     rebuilding such a stream from its engine's replay buffer
 //	limits.go      the caps on streams, models, ranks and names, pod expiry,
 //	               rate-limited warnings
-//	dispatch.go, backpressure.go, workqueue.go, podqueue.go, stall.go
-//	               the ordered per-stream workers, their queues and byte budget,
-//	               the wait on a full queue, drain at shutdown; each worker
-//	               serves its streams in turn, each stream within its share;
-//	               how long the apply path has been stuck (readiness)
+//	dispatcher*.go the ordered per-stream workers, one file per role:
+//	  dispatcher.go              the workers, their pinning of streams, drain
+//	                             at shutdown
+//	  dispatcher_enqueue.go      queueing a batch or a forget order
+//	  dispatcher_backpressure.go a reader's bounded wait on a full queue
+//	  dispatcher_budget.go       the byte budget of all queues together
+//	  dispatcher_workqueue.go    a worker's queue: its streams in turn
+//	                             (deficit round robin by bytes)
+//	  dispatcher_share.go        each stream's share of its worker
+//	  dispatcher_stall.go        how long the apply path has been stuck
+//	                             (readiness)
 //	decode.go, event.go, event_hashes.go, event_extrakeys.go, msgpack.go
 //	               the payload decoder (the engines' array/map forms)
 //	metrics.go     the Prometheus series

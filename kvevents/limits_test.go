@@ -40,7 +40,7 @@ func frames(t *testing.T, topic string, seq uint64, b *event.Batch) [][]byte {
 func drain(s *Subscriber) []*event.Batch {
 	var out []*event.Batch
 	for {
-		it, ok := s.work.queues[0].pop()
+		it, ok := s.dispatcher.queues[0].pop()
 		if !ok {
 			return out
 		}

@@ -326,7 +326,7 @@ func TestRebuildMarkedAgainWhileRunning(t *testing.T) {
 	e := startReplayEngine(t, "pod-again", 100, true)
 	s, _, m := rebuildSub(t, e, "pod-again", 3)
 	s.mu.Lock()
-	s.rb.spacing = 0 // the follow-up at once
+	s.rebuilds.spacing = 0 // the follow-up at once
 	s.mu.Unlock()
 	s.MarkIndexLost("index_lost")
 	e.request(t)
@@ -336,10 +336,10 @@ func TestRebuildMarkedAgainWhileRunning(t *testing.T) {
 	}
 	s.mu.Lock()
 	st := s.streams[streamKey{"pod-again", 0}]
-	queued, workers := len(s.rb.queue), s.rb.workers
+	queued, workers := len(s.rebuilds.queue), s.rebuilds.workers
 	s.mu.Unlock()
 	st.mu.Lock()
-	again, pending, running := st.rbAgain, st.rbPending, st.rbRunning
+	again, pending, running := st.rebuildAgain, st.rebuildPending, st.rebuildRunning
 	st.mu.Unlock()
 	if queued != 0 || workers != 1 || !again || pending || !running || metricValue(m.limits.rebuildsQueued) != 0 {
 		t.Fatalf("during a marked rebuild: queued %d workers %d again %v pending %v running %v", queued, workers, again, pending, running)
@@ -467,11 +467,11 @@ func TestRebuildWaitsForRoomInItsShare(t *testing.T) {
 	// a worker queue of 128 batches: a share of 64 per stream
 	s := startSub(t, Config{DisableCatchUp: true, Workers: 1, QueueSize: 128, RebuildTimeout: testTimeout,
 		Endpoints: []EndpointConfig{{Address: e.Addr(), ReplayAddress: e.ReplayAddr()}}}, sink, m)
-	if share := s.work.share.batches; share != 64 {
+	if share := s.dispatcher.share.batches; share != 64 {
 		t.Fatalf("share %d", share)
 	}
 	s.mu.Lock()
-	s.rb.mergeBytes = 1 // one replayed batch per queued batch
+	s.rebuilds.mergeBytes = 1 // one replayed batch per queued batch
 	s.mu.Unlock()
 	if err := e.WaitSubscribed(testCtx(t), e.topic); err != nil {
 		t.Fatal(err)
@@ -492,7 +492,7 @@ func TestRebuildWaitsForRoomInItsShare(t *testing.T) {
 	st := s.streams[streamKey{"pod-big", 0}]
 	s.mu.Unlock()
 	deadline := time.Now().Add(testTimeout)
-	for !st.queue.full(1, s.work.share) {
+	for !st.backlog.full(1, s.dispatcher.share) {
 		if time.Now().After(deadline) {
 			t.Fatal("the rebuild never filled the pod's share")
 		}
@@ -552,7 +552,7 @@ func TestRebuildWorkersBounded(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	s.mu.Lock()
-	queued, workers := len(s.rb.queue), s.rb.workers
+	queued, workers := len(s.rebuilds.queue), s.rebuilds.workers
 	s.mu.Unlock()
 	if queued != n-rebuildWorkers || workers != rebuildWorkers || metricValue(m.limits.rebuildsQueued) != n-rebuildWorkers {
 		t.Fatalf("queued %d, workers %d, want %d and %d", queued, workers, n-rebuildWorkers, rebuildWorkers)

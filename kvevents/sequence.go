@@ -27,8 +27,8 @@ type seqState struct {
 	// snapRetry (the engine busy, or down: no exchange per batch).
 	snapFailed bool
 	snapRetry  uint64
-	// rb is a rebuild by replay under way (rebuild.go).
-	rb rebuildState
+	// rebuild follows a rebuild by replay under way (rebuild.go).
+	rebuild rebuildState
 }
 
 // rebuildState follows a rebuild: the stream's state in the index, lost
@@ -272,7 +272,7 @@ func (d *seqDecision) completeness(r replayResult) completeness {
 // that says complete. Any other is left to the live socket (ahead).
 func decideRebuild(cur seqState, in seqInput) seqDecision {
 	d := seqDecision{seq: in.seq, clears: in.clears, next: cur, wasIncomplete: cur.incomplete}
-	rb := cur.rb
+	rb := cur.rebuild
 	switch {
 	case !rb.on || in.epoch != nil && string(in.epoch) != cur.epoch:
 		d.kind, d.drop = seqAlien, "rebuild_alien"
@@ -296,7 +296,7 @@ func decideRebuild(cur seqState, in seqInput) seqDecision {
 		rb.since, rb.clean = in.seq, true
 	}
 	rb.ran, rb.next = true, in.seq+1
-	d.next.rb = rb
+	d.next.rebuild = rb
 	if in.seq > rb.to {
 		d.next.lastSeq = in.seq
 		if !cur.dedup {

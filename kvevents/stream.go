@@ -94,8 +94,9 @@ type stream struct {
 	// I/O or a channel operation: Streams takes nothing else.
 	mu    sync.Mutex
 	stats StreamStats
-	// queue is the stream's share of its worker (podqueue.go).
-	queue podQueue
+	// backlog is what the stream holds in its worker's queue, within its
+	// share (dispatcher_share.go).
+	backlog streamBacklog
 	// lost: a message of the stream's connection was cut short
 	// (markLost), so StreamStats says "message_lost" until the next batch
 	// shows whether it was the stream's; before holds what it said until
@@ -106,16 +107,16 @@ type stream struct {
 	// incomplete in its sequence state too (so it asks the snapshot
 	// endpoint). Under mu: the marker never takes order.
 	indexLost bool
-	// The stream's rebuild by replay (rebuild.go), under mu: rbPending (in
-	// the rebuild queue, or waiting for rebuildSpacing), rbRunning, rbAgain
+	// The stream's rebuild by replay (rebuild.go), under mu: pending (in
+	// the rebuild queue, or waiting for rebuildSpacing), running, again
 	// (marked again while running: what it rebuilt may be lost too, so it
 	// runs again) and when the last one began.
-	rbPending, rbRunning, rbAgain bool
-	rbLast                        time.Time
+	rebuildPending, rebuildRunning, rebuildAgain bool
+	lastRebuild                                  time.Time
 }
 
 func (st *stream) currentStats() StreamStats {
-	lag := st.queue.lag(time.Now())
+	lag := st.backlog.lag(time.Now())
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	out := st.stats
@@ -175,7 +176,7 @@ func (s *Subscriber) StreamStates(refs []StreamRef, out []StreamState) {
 			out[i] = StreamState{}
 			continue
 		}
-		lag := st.queue.lag(now)
+		lag := st.backlog.lag(now)
 		st.mu.Lock()
 		out[i] = StreamState{Known: true, ApplyLag: lag, Complete: st.stats.Complete, IncompleteReason: st.stats.IncompleteReason}
 		st.mu.Unlock()
@@ -257,12 +258,12 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *e
 
 	switch d.kind {
 	case seqRestart:
-		s.m.Restarts.Inc()
+		s.metrics.Restarts.Inc()
 		s.warn(src.addr+"|"+b.Pod, "engine restart detected (sequence went back to a low value or a new epoch): clearing pod", "pod", b.Pod,
 			"dp_rank", b.DPRank, "last_seq", last, "seq", b.Seq, "epoch", st.epoch)
 	case seqGap:
-		s.m.SeqGaps.Inc()
-		s.m.MissedBatches.Add(float64(d.missed))
+		s.metrics.SeqGaps.Inc()
+		s.metrics.MissedBatches.Add(float64(d.missed))
 		s.warn(src.addr+"|"+b.Pod, "KV event sequence gap: batches lost", "pod", b.Pod, "dp_rank", b.DPRank,
 			"last_seq", last, "seq", b.Seq, "missed", d.missed, "replay", d.replay)
 	case seqJoin:
@@ -328,7 +329,7 @@ func hasClear(b *event.Batch) bool {
 }
 
 // enqueue hands b to its worker, waiting a bounded time on a full queue
-// (backpressure.go). If the queue stays full the batch is dropped and the
+// (dispatcher_backpressure.go). If the queue stays full the batch is dropped and the
 // stream marked: a synthetic AllBlocksCleared goes in front of its next
 // queued batch, because the sink has now missed events and its state for
 // the pod is no longer complete.
@@ -339,9 +340,9 @@ func (s *Subscriber) enqueue(st *stream, b *event.Batch) {
 		ev = append(ev, event.Event{Kind: event.AllBlocksCleared})
 		b.Events = append(ev, b.Events...)
 	}
-	if s.work.queueBounded(st.worker, &st.queue, b) {
+	if s.dispatcher.queueBounded(st.worker, &st.backlog, b) {
 		if st.needClear {
-			s.m.SyntheticClears.WithLabelValues(st.clearWhy).Inc()
+			s.metrics.SyntheticClears.WithLabelValues(st.clearWhy).Inc()
 			st.needClear = false
 		}
 		return
@@ -349,7 +350,7 @@ func (s *Subscriber) enqueue(st *stream, b *event.Batch) {
 	st.mu.Lock()
 	st.stats.Overflows++
 	st.mu.Unlock()
-	s.m.QueueOverflows.Inc()
+	s.metrics.QueueOverflows.Inc()
 	if !st.needClear || st.clearWhy != "overflow" {
 		s.log.Warn("worker queue full: dropping batch; pod will be cleared before its next batch",
 			"pod", b.Pod, "dp_rank", b.DPRank, "seq", b.Seq)

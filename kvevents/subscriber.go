@@ -52,7 +52,7 @@ type Config struct {
 	QueueSize int
 	// QueueWait is how long a socket reader waits for room in a full queue
 	// before dropping the batch and clearing its pod (default
-	// DefaultQueueWait; negative: drop at once). See backpressure.go.
+	// DefaultQueueWait; negative: drop at once). See dispatcher_backpressure.go.
 	QueueWait time.Duration
 	// ReconnectMin/Max bound the exponential backoff between attempts to
 	// (re)connect an endpoint (defaults 100ms and 5s).
@@ -124,14 +124,14 @@ type Config struct {
 // Shutdown: the sockets close first, then the workers apply what is still
 // queued for at most DrainTimeout; the rest is dropped and counted.
 type Subscriber struct {
-	cfg     Config
-	filter  string
-	filterB []byte
-	m       *Metrics
-	log     *slog.Logger
-	counts  decodeCounters
-	work    *dispatcher
-	logs    *logLimiter
+	cfg         Config
+	filter      string
+	filterBytes []byte
+	metrics     *Metrics
+	log         *slog.Logger
+	counts      decodeCounters
+	dispatcher  *dispatcher
+	logs        *logLimiter
 
 	ctx       context.Context // lifetime of the bind socket; ended by Close
 	cancel    context.CancelFunc
@@ -149,8 +149,8 @@ type Subscriber struct {
 	endpoints map[string]*source
 	order     []string
 	streams   map[streamKey]*stream
-	lim       limits
-	rb        rebuilds
+	limits    limits
+	rebuilds  rebuilds
 }
 
 // NewSubscriber validates cfg and binds the bind socket (so a port in use is
@@ -188,21 +188,21 @@ func NewSubscriber(cfg Config, sink event.Sink, m *Metrics, logger *slog.Logger)
 	}
 	log := logger.With("component", "kvevents")
 	s = &Subscriber{
-		cfg:       cfg,
-		filter:    filter,
-		filterB:   []byte(filter),
-		m:         m,
-		log:       log,
-		counts:    newDecodeCounters(m),
-		work:      newDispatcher(sink, cfg.Workers, cfg.QueueSize, cfg.QueueBytes, m, log),
-		logs:      newLogLimiter(m.limits.logSuppressed),
-		endpoints: map[string]*source{},
-		streams:   map[streamKey]*stream{},
-		lim:       newLimits(),
-		rb:        rebuilds{spacing: defaultRebuildSpacing, mergeBytes: rebuildMergeBytes},
+		cfg:         cfg,
+		filter:      filter,
+		filterBytes: []byte(filter),
+		metrics:     m,
+		log:         log,
+		counts:      newDecodeCounters(m),
+		dispatcher:  newDispatcher(sink, cfg.Workers, cfg.QueueSize, cfg.QueueBytes, m, log),
+		logs:        newLogLimiter(m.limits.logSuppressed),
+		endpoints:   map[string]*source{},
+		streams:     map[streamKey]*stream{},
+		limits:      newLimits(),
+		rebuilds:    rebuilds{spacing: defaultRebuildSpacing, mergeBytes: rebuildMergeBytes},
 	}
 	m.watch(s)
-	s.work.bp = backpressure{wait: cfg.QueueWait, waits: m.QueueWaits, waitSecs: m.QueueWaitSeconds}
+	s.dispatcher.backpressure = backpressure{wait: cfg.QueueWait, waits: m.QueueWaits, waitSecs: m.QueueWaitSeconds}
 	for _, ep := range cfg.Endpoints {
 		if err := s.AddEndpoint(ep); err != nil {
 			return nil, err
@@ -268,7 +268,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	defer context.AfterFunc(s.ctx, cancel)()
 	s.running = true
 	s.runCtx = runCtx
-	s.work.start(runCtx)
+	s.dispatcher.start(runCtx)
 	if s.bindSock != nil {
 		s.readers.Add(1)
 		go func() {
@@ -300,6 +300,6 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	s.readers.Wait()
-	s.work.stop(s.cfg.DrainTimeout)
+	s.dispatcher.stop(s.cfg.DrainTimeout)
 	return nil
 }

@@ -275,7 +275,7 @@ func TestQueueOverflowClearsBeforeNextBatch(t *testing.T) {
 	if got := metricValue(m.QueueOverflows); got != 2 {
 		t.Fatalf("overflows %v", got)
 	}
-	q := s.work.queues[0]
+	q := s.dispatcher.queues[0]
 	if b := next(t, q).batch; b.Seq != 0 || len(b.Events) != 1 {
 		t.Fatalf("first %s", describe([]*event.Batch{b}))
 	}

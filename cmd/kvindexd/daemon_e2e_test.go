@@ -19,8 +19,8 @@ import (
 	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/e2e"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
-	indexerv1 "github.com/kvindex/kvindex/proto/indexer/v1"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+	indexerv1 "github.com/kvindex/kvindex/proto/llmd/indexer/v1"
 	"github.com/kvindex/kvindex/tokenization"
 )
 

@@ -114,7 +114,7 @@ type Discoverer struct {
 	log      *slog.Logger
 	selector labels.Selector
 	name     *template.Template
-	m        *metrics
+	metrics  *metrics
 
 	mu sync.Mutex
 	// pods holds the endpoints each pod is subscribed through (by UID);
@@ -173,7 +173,7 @@ func New(cfg Config, client corev1client.PodsGetter, sub Subscriber, reg prometh
 	}
 	d := &Discoverer{cfg: cfg, client: client, sub: sub, log: log, selector: sel, name: tmpl,
 		pods: map[types.UID]map[string]kvevents.EndpointConfig{}, owner: map[string]types.UID{}}
-	if d.m, err = newMetrics(reg, d); err != nil {
+	if d.metrics, err = newMetrics(reg, d); err != nil {
 		return nil, err
 	}
 	namespaces := cfg.Namespaces
@@ -248,7 +248,7 @@ func (d *Discoverer) onPod(obj any) {
 	}
 	want, err := d.wanted(pod)
 	if err != nil {
-		d.m.skipped.WithLabelValues("invalid").Inc()
+		d.metrics.skipped.WithLabelValues("invalid").Inc()
 		d.log.Warn("discovery: pod not subscribed", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 	}
 	d.reconcile(pod.UID, pod.Namespace+"/"+pod.Name, want)
@@ -327,7 +327,7 @@ func (d *Discoverer) reconcile(uid types.UID, who string, want map[string]kveven
 	defer d.mu.Unlock()
 	have := d.pods[uid]
 	if have == nil && len(want) > 0 && len(d.pods) >= d.cfg.MaxPods {
-		d.m.skipped.WithLabelValues("max_pods").Inc()
+		d.metrics.skipped.WithLabelValues("max_pods").Inc()
 		d.log.Warn("discovery: pod not subscribed: the pod limit is reached", "pod", who, "max_pods", d.cfg.MaxPods)
 		return
 	}
@@ -353,7 +353,7 @@ func (d *Discoverer) reconcile(uid types.UID, who string, want map[string]kveven
 		}
 		if err := d.sub.AddEndpoint(ep); err != nil {
 			// Not recorded as subscribed: the next resync tries again.
-			d.m.errors.WithLabelValues("add").Inc()
+			d.metrics.errors.WithLabelValues("add").Inc()
 			d.log.Warn("discovery: subscribe failed", "pod", who, "address", addr, "err", err)
 			continue
 		}
@@ -363,7 +363,7 @@ func (d *Discoverer) reconcile(uid types.UID, who string, want map[string]kveven
 		}
 		have[addr] = ep
 		d.owner[addr] = uid
-		d.m.changes.WithLabelValues("add").Inc()
+		d.metrics.changes.WithLabelValues("add").Inc()
 		d.log.Info("discovery: subscribed", "pod", who, "address", addr, "name", ep.Pod, "model", ep.Model, "replay", ep.ReplayAddress)
 	}
 	if have != nil && len(have) == 0 {
@@ -376,9 +376,9 @@ func (d *Discoverer) remove(uid types.UID, who, addr string) {
 	if d.owner[addr] == uid {
 		delete(d.owner, addr)
 	}
-	d.m.changes.WithLabelValues("remove").Inc()
+	d.metrics.changes.WithLabelValues("remove").Inc()
 	if err := d.sub.RemoveEndpoint(addr); err != nil && !errors.Is(err, kvevents.ErrUnknownEndpoint) {
-		d.m.errors.WithLabelValues("remove").Inc()
+		d.metrics.errors.WithLabelValues("remove").Inc()
 		d.log.Warn("discovery: unsubscribe failed", "pod", who, "address", addr, "err", err)
 		return
 	}

@@ -262,7 +262,7 @@ func TestLifecycle(t *testing.T) {
 	if got := f.rec.calls(); !slices.Equal(got, want) {
 		t.Fatalf("subscriber calls\n%q\nwant\n%q", got, want)
 	}
-	if got := testutil.ToFloat64(f.d.m.changes.WithLabelValues("remove")); got != 4 {
+	if got := testutil.ToFloat64(f.d.metrics.changes.WithLabelValues("remove")); got != 4 {
 		t.Fatalf("remove changes = %v, want 4", got)
 	}
 }
@@ -277,7 +277,7 @@ func TestAnnotationsRanksAndNaming(t *testing.T) {
 		"tcp://10.0.0.9:6000 pod=llm/dp:9000 model=from-annotation replay=tcp://10.0.0.9:7000 engine=sglang\n"+
 			"tcp://10.0.0.9:6001 pod=llm/dp:9000 model=from-annotation replay=tcp://10.0.0.9:7001 engine=sglang\n"+
 			"tcp://[fd00::5]:5557 pod=llm/v6:8000 model=Qwen/Qwen3-8B replay=tcp://[fd00::5]:5558")
-	if got := testutil.ToFloat64(f.d.m.skipped.WithLabelValues("invalid")); got < 1 {
+	if got := testutil.ToFloat64(f.d.metrics.skipped.WithLabelValues("invalid")); got < 1 {
 		t.Fatalf("the pod with a bad annotation was not counted as skipped (%v)", got)
 	}
 	// Fixing the annotation subscribes the pod.
@@ -331,7 +331,7 @@ func TestMaxPodsAndFailedAddRetriedOnResync(t *testing.T) {
 			"tcp://10.0.0.2:5557 pod=10.0.0.2:8000 model=Qwen/Qwen3-8B")
 	f.create(newPod("llm", "p3", "10.0.0.3"))
 	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(f.d.m.skipped.WithLabelValues("max_pods")) == 0 {
+	for testutil.ToFloat64(f.d.metrics.skipped.WithLabelValues("max_pods")) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the pod over the limit was not counted")
 		}
@@ -341,7 +341,7 @@ func TestMaxPodsAndFailedAddRetriedOnResync(t *testing.T) {
 	// and must be retried by the next one.
 	p1, _ := f.client.CoreV1().Pods("llm").Get(context.Background(), "p1", metav1.GetOptions{})
 	f.delete(p1)
-	for testutil.ToFloat64(f.d.m.errors.WithLabelValues("add")) == 0 {
+	for testutil.ToFloat64(f.d.metrics.errors.WithLabelValues("add")) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the failing add was not attempted")
 		}
@@ -353,7 +353,7 @@ func TestMaxPodsAndFailedAddRetriedOnResync(t *testing.T) {
 	f.rec.waitState(t, "p3 subscribed on a later resync",
 		"tcp://10.0.0.2:5557 pod=10.0.0.2:8000 model=Qwen/Qwen3-8B\n"+
 			"tcp://10.0.0.3:5557 pod=10.0.0.3:8000 model=Qwen/Qwen3-8B")
-	if got := testutil.ToFloat64(f.d.m.errors.WithLabelValues("add")); got < 1 {
+	if got := testutil.ToFloat64(f.d.metrics.errors.WithLabelValues("add")); got < 1 {
 		t.Fatalf("add errors = %v", got)
 	}
 	if got := testutil.CollectAndCount(f.reg, "kvindexd_discovery_pods"); got != 1 {

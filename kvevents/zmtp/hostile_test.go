@@ -167,7 +167,7 @@ func TestBufferBudgetDropsConnection(t *testing.T) {
 	if err != nil || !bytes.Equal(m.Frames[2], big) {
 		t.Fatalf("the first message should be intact: %v", err)
 	}
-	if used := sub.s.bud.used.Load(); used != 0 {
+	if used := sub.sock.budget.used.Load(); used != 0 {
 		t.Fatalf("%d bytes still reserved after the message was handed over", used)
 	}
 	expectGoodPublisher(t, sub)
@@ -183,9 +183,9 @@ func TestDeclaredSizeIsNotAllocatedUpFront(t *testing.T) {
 	c := dialRaw(t, sub.Addr())
 	handshakeAsPub(t, c, 1)
 	write(t, c, cat(longHeader(0, 60<<20), []byte("0123456789")))
-	eventually(t, "the frame is being read", func() bool { return sub.s.bud.used.Load() > 0 })
+	eventually(t, "the frame is being read", func() bool { return sub.sock.budget.used.Load() > 0 })
 	time.Sleep(50 * time.Millisecond)
-	if used := sub.s.bud.used.Load(); used > firstChunk {
+	if used := sub.sock.budget.used.Load(); used > firstChunk {
 		t.Fatalf("%d bytes reserved for 10 received", used)
 	}
 }

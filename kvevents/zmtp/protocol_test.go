@@ -279,8 +279,8 @@ func TestGuardCountsPanics(t *testing.T) {
 	if !errors.Is(err, errPanic) {
 		t.Fatalf("guard: %v", err)
 	}
-	s.ctr.count(err)
-	if p := s.ctr.Read().Panics; p != 1 {
+	s.counters.count(err)
+	if p := s.counters.Read().Panics; p != 1 {
 		t.Fatalf("panics %d", p)
 	}
 }

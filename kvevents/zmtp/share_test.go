@@ -32,7 +32,7 @@ func TestLargePartialMessagesLeaveRoomForSmallOnes(t *testing.T) {
 		}
 		held = append(held, c)
 		if i < 3 {
-			eventually(t, "the frame's buffer grown", func() bool { return sub.s.bud.used.Load() >= int64(i+1)*(4<<20) })
+			eventually(t, "the frame's buffer grown", func() bool { return sub.sock.budget.used.Load() >= int64(i+1)*(4<<20) })
 		}
 	}
 	expectClosed(t, held[3])
@@ -64,7 +64,7 @@ func TestStalledMessageIsCutOff(t *testing.T) {
 	if len(gone) != 1 || !errors.Is(gone[0], ErrMessageLost) || !errors.Is(gone[0], ErrMessageTimeout) {
 		t.Fatalf("disconnect reasons %v, want one lost message by timeout", gone)
 	}
-	if used := sub.s.bud.used.Load(); used != 0 {
+	if used := sub.sock.budget.used.Load(); used != 0 {
 		t.Fatalf("%d bytes still reserved", used)
 	}
 	// A peer idle between messages is not cut off by it.

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,7 +19,7 @@ var errStopped = errors.New("kvevents: subscriber stopped")
 // dispatcher owns the worker queues. A stream is pinned to one worker
 // (workerFor), so its batches apply in the order they were queued while
 // different streams apply in parallel; a worker serves its streams in turn
-// (workqueue.go).
+// (dispatcher_workqueue.go).
 //
 // Shutdown (stop): no batch is accepted any more, the workers apply what is
 // still queued until the drain bound expires, and what is left then is
@@ -32,15 +31,16 @@ type dispatcher struct {
 	sink   event.Sink
 	queues []*workQueue
 	// busy[w] is when worker w began the item it is applying (UnixNano; 0
-	// = idle): how long the apply path has been stuck (stall.go).
+	// = idle): how long the apply path has been stuck (dispatcher_stall.go).
 	busy    []atomic.Int64
 	dropped prometheus.Counter
 	log     *slog.Logger
 	// budget bounds the estimated memory of all queued batches together:
-	// a count bound alone would let large batches hold gigabytes.
-	budget byteBudget
-	share  podShare     // each stream's share of its worker (podqueue.go)
-	bp     backpressure // what a reader does on a full queue (backpressure.go)
+	// a count bound alone would let large batches hold gigabytes
+	// (dispatcher_budget.go).
+	budget       byteBudget
+	share        queueShare   // each stream's share of its worker (dispatcher_share.go)
+	backpressure backpressure // what a reader does on a full queue (dispatcher_backpressure.go)
 
 	// mu is read-held while a batch is queued and write-held to stop, so
 	// nothing is queued after the workers' final drain.
@@ -57,7 +57,7 @@ type dispatcher struct {
 func newDispatcher(sink event.Sink, workers, queueSize int, queueBytes int64, m *Metrics, log *slog.Logger) *dispatcher {
 	d := &dispatcher{sink: sink, queues: make([]*workQueue, workers), busy: make([]atomic.Int64, workers),
 		dropped: m.ShutdownDropped, log: log, draining: make(chan struct{}), budget: byteBudget{limit: queueBytes},
-		share: newPodShare(queueSize, queueBytes)}
+		share: newQueueShare(queueSize, queueBytes)}
 	for i := range d.queues {
 		d.queues[i] = newWorkQueue(queueSize)
 	}
@@ -73,7 +73,7 @@ type queued struct {
 	forget *streamKey
 	// owner is the stream's share the batch holds (nil for the
 	// subscriber's own clears, queued outside the shares).
-	owner *podQueue
+	owner *streamBacklog
 	// size is what the batch was charged (batchBytes) in the byte budget
 	// and its owner's share; the worker's turns are counted in it too.
 	size int64
@@ -84,64 +84,6 @@ func (d *dispatcher) workerFor(k streamKey) int {
 	h := fnv.New32a()
 	h.Write([]byte(k.pod))
 	return int((h.Sum32() ^ uint32(k.rank)*0x9e3779b1) % uint32(len(d.queues)))
-}
-
-// tryQueue queues b for worker w without blocking; false means the queue is
-// full (or shutdown has begun) and b was not queued.
-func (d *dispatcher) tryQueue(w int, b *event.Batch, owner *podQueue) bool {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.stopped {
-		return false
-	}
-	size := batchBytes(b)
-	if !d.budget.take(size) {
-		return false
-	}
-	q := d.queues[w]
-	select {
-	case q.slots <- struct{}{}:
-		q.push(queued{batch: b, owner: owner, size: size})
-		return true
-	default:
-		d.budget.give(size)
-		return false
-	}
-}
-
-// queue queues b for worker w, waiting for room until ctx ends. It is for
-// the subscriber's own small batches (clears): they are counted in the
-// budget but never refused by it.
-func (d *dispatcher) queue(ctx context.Context, w int, b *event.Batch) error {
-	size := batchBytes(b)
-	d.budget.used.Add(size)
-	if err := d.send(ctx, w, queued{batch: b, size: size}); err != nil {
-		d.budget.give(size)
-		return err
-	}
-	return nil
-}
-
-// queueForget queues, behind what worker w holds, the order to forget pod's
-// state in the sink (BatchSink.ForgetPod).
-func (d *dispatcher) queueForget(ctx context.Context, w int, pod string, rank int) error {
-	return d.send(ctx, w, queued{forget: &streamKey{pod: pod, rank: rank}})
-}
-
-func (d *dispatcher) send(ctx context.Context, w int, q queued) error {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.stopped {
-		return errStopped
-	}
-	wq := d.queues[w]
-	select {
-	case wq.slots <- struct{}{}:
-		wq.push(q)
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // start launches the workers. Apply's context keeps ctx's values but not
@@ -203,40 +145,6 @@ func (d *dispatcher) apply(it queued) {
 		return
 	}
 	d.sink.Apply(d.applyCtx, b)
-}
-
-// byteBudget is an allowance of bytes shared by all queues.
-type byteBudget struct {
-	used  atomic.Int64
-	limit int64
-}
-
-// take reserves n bytes, or reports false without reserving. A batch
-// larger than the whole budget is still taken when nothing else is queued,
-// so no single batch is refused forever.
-func (b *byteBudget) take(n int64) bool {
-	for {
-		u := b.used.Load()
-		if u > 0 && u+n > b.limit {
-			return false
-		}
-		if b.used.CompareAndSwap(u, u+n) {
-			return true
-		}
-	}
-}
-
-func (b *byteBudget) give(n int64) { b.used.Add(-n) }
-
-// batchBytes estimates the memory a decoded batch holds.
-func batchBytes(b *event.Batch) int64 {
-	n := int64(unsafe.Sizeof(*b)) + int64(len(b.Pod)+len(b.Model))
-	for i := range b.Events {
-		ev := &b.Events[i]
-		n += int64(unsafe.Sizeof(*ev)) + 8*int64(len(ev.BlockHashes)) + 4*int64(len(ev.TokenIDs)) +
-			int64(len(ev.LoraName)+len(ev.CacheSalt)) + 32*int64(len(ev.ExtraKeys))
-	}
-	return n
 }
 
 // stop refuses new batches, lets the workers apply what is queued for at

@@ -211,7 +211,7 @@ const file_indexer_v1_indexer_proto_rawDesc = "" +
 	"\x12data_parallel_rank\x18\x03 \x01(\x05H\x00R\x10dataParallelRank\x88\x01\x01B\x15\n" +
 	"\x13_data_parallel_rank2e\n" +
 	"\x0eIndexerService\x12S\n" +
-	"\fGetPodScores\x12\x1f.indexer.v1.GetPodScoresRequest\x1a .indexer.v1.GetPodScoresResponse\"\x00B7Z5github.com/kvindex/kvindex/proto/indexer/v1;indexerv1b\x06proto3"
+	"\fGetPodScores\x12\x1f.indexer.v1.GetPodScoresRequest\x1a .indexer.v1.GetPodScoresResponse\"\x00B<Z:github.com/kvindex/kvindex/proto/llmd/indexer/v1;indexerv1b\x06proto3"
 
 var (
 	file_indexer_v1_indexer_proto_rawDescOnce sync.Once

@@ -41,8 +41,8 @@ func TestFloodingPodHoldsOnlyItsShare(t *testing.T) {
 	if honest.Overflows != 0 || !honest.Complete {
 		t.Fatalf("honest pod %+v", honest)
 	}
-	if got := s.work.budget.used.Load(); got > s.work.share.bytes+1<<20 {
-		t.Fatalf("%d bytes queued, want at most the flooding pod's share %d and the honest batch", got, s.work.share.bytes)
+	if got := s.dispatcher.budget.used.Load(); got > s.dispatcher.share.bytes+1<<20 {
+		t.Fatalf("%d bytes queued, want at most the flooding pod's share %d and the honest batch", got, s.dispatcher.share.bytes)
 	}
 	if flood.ApplyLag <= 0 || honest.ApplyLag <= 0 {
 		t.Fatalf("queued streams report no apply lag: flood %v honest %v", flood.ApplyLag, honest.ApplyLag)
@@ -50,7 +50,7 @@ func TestFloodingPodHoldsOnlyItsShare(t *testing.T) {
 	if v := metricValue(m.QueueOverflows); v != float64(flood.Overflows) {
 		t.Fatalf("overflows %v, flood stream %d", v, flood.Overflows)
 	}
-	q := drain(s) // the worker's turn: the streams in turn (workqueue.go)
+	q := drain(s) // the worker's turn: the streams in turn (dispatcher_workqueue.go)
 	if len(q) > 6 {
 		t.Fatalf("%d batches queued, want at most the flood's share and the honest batch", len(q))
 	}
@@ -67,8 +67,8 @@ func TestFloodingPodHoldsOnlyItsShare(t *testing.T) {
 // A batch waiting is a lag, whatever the wall clock did since it was
 // queued: 0 says every batch is applied.
 func TestApplyLagNeverZeroWhileQueued(t *testing.T) {
-	var q podQueue
-	share := newPodShare(1024, 256<<20)
+	var q streamBacklog
+	share := newQueueShare(1024, 256<<20)
 	queued := time.Now()
 	if !q.reserve(100, share, queued) {
 		t.Fatal("the first batch was refused")

@@ -165,7 +165,7 @@ func TestWorkerKeepsEachStreamsOrder(t *testing.T) {
 	sink := newOrderSink()
 	s, _, _ := runSub(t, Config{Workers: 1, QueueSize: 4096}, sink)
 	ctx := context.Background()
-	if err := s.work.queue(ctx, 0, &event.Batch{Pod: "gate"}); err != nil { // holds the worker
+	if err := s.dispatcher.queue(ctx, 0, &event.Batch{Pod: "gate"}); err != nil { // holds the worker
 		t.Fatal(err)
 	}
 	<-sink.entered
@@ -176,7 +176,7 @@ func TestWorkerKeepsEachStreamsOrder(t *testing.T) {
 	for range 2000 {
 		pod := fmt.Sprintf("p%d", rng.IntN(12))
 		if rng.IntN(40) == 0 {
-			if err := s.work.queueForget(ctx, 0, pod, 0); err != nil {
+			if err := s.dispatcher.queueForget(ctx, 0, pod, 0); err != nil {
 				t.Fatal(err)
 			}
 			want[pod] = append(want[pod], "forget "+pod)
@@ -186,7 +186,7 @@ func TestWorkerKeepsEachStreamsOrder(t *testing.T) {
 		seq[pod]++
 		b := &event.Batch{Pod: pod, Seq: seq[pod], Events: []event.Event{{Kind: event.BlockStored,
 			BlockHashes: make([]uint64, rng.IntN(3)*(drrQuantum/8))}}} // 0, 1 or 2 quanta
-		if err := s.work.queue(ctx, 0, b); err != nil {
+		if err := s.dispatcher.queue(ctx, 0, b); err != nil {
 			t.Fatal(err)
 		}
 		want[pod] = append(want[pod], fmt.Sprintf("%s/%d", pod, seq[pod]))
@@ -224,7 +224,7 @@ func TestWorkerStreamsAreBounded(t *testing.T) {
 				s.handle(ctx, src, frames(t, fmt.Sprintf("kv@pod-%d@m", p), seq, storedBatch(seq+1)))
 			}
 		}
-		q := s.work.queues[0]
+		q := s.dispatcher.queues[0]
 		if got := q.active(); got != c.want {
 			t.Errorf("%+v: %d streams with work, want %d", c, got, c.want)
 		}

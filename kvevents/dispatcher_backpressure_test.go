@@ -35,7 +35,7 @@ func TestFullQueueBackpressureInsteadOfOverflow(t *testing.T) {
 		t.Fatal("reader did not wait on a full queue")
 	case <-time.After(50 * time.Millisecond):
 	}
-	q := s.work.queues[0]
+	q := s.dispatcher.queues[0]
 	for want := uint64(0); want < 2; want++ { // stand in for the worker
 		if b := standIn(next(t, q)); b.Seq != want || len(b.Events) != 1 {
 			t.Fatalf("batch %d: got seq %d with %d events", want, b.Seq, len(b.Events))

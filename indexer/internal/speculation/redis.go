@@ -1,4 +1,4 @@
-// Package redisspec keeps Pick's speculative entries in Redis, so every
+// Package speculation keeps Pick's speculative entries in Redis, so every
 // daemon serving one Redis index sees the picks of the others: a burst of
 // identical requests spread over several daemons still lands on one pod
 // before that pod's events arrive.
@@ -7,7 +7,11 @@
 // "<namespace>:spec:<model hash>:<block key>" = 8-byte holder id. Keys carry
 // no hash tag, so they spread over a Cluster's slots; every operation is a
 // pipeline of single-key commands, which go-redis splits per node.
-package redisspec
+//
+// The concept, its interface (indexer.SpeculativeStore) and the in-process
+// store are in package indexer (speculation*.go); this package holds only
+// the Redis store, which keeps the Redis client out of package indexer.
+package speculation
 
 import (
 	"context"
@@ -32,26 +36,26 @@ const window = 512
 // may have picked either), so one event costs one script run.
 var dropScript = redis.NewScript(`local v = redis.call('GET', KEYS[1]) if v == ARGV[1] or v == ARGV[2] then return redis.call('DEL', KEYS[1]) end return 0`)
 
-// Store implements indexer.SpeculativeStore.
-type Store struct {
-	c   redis.UniversalClient
-	ns  string
-	ttl time.Duration
+// RedisStore implements indexer.SpeculativeStore in Redis.
+type RedisStore struct {
+	client redis.UniversalClient
+	ns     string
+	ttl    time.Duration
 	// dropLoaded: dropScript is known to the servers, so Drop is one
 	// pipeline (a round trip per node) of EVALSHA. It is cleared when a
 	// server answers NOSCRIPT (restarted, SCRIPT FLUSH, a new Cluster node).
 	dropLoaded atomic.Bool
 }
 
-// New returns a store on c under namespace ns whose entries live ttl.
-func New(c redis.UniversalClient, ns string, ttl time.Duration) (*Store, error) {
+// NewRedis returns a store on c under namespace ns whose entries live ttl.
+func NewRedis(c redis.UniversalClient, ns string, ttl time.Duration) (*RedisStore, error) {
 	if c == nil || ttl < time.Millisecond {
-		return nil, errors.New("redisspec: need a client and a TTL of at least 1ms")
+		return nil, errors.New("speculation: need a client and a TTL of at least 1ms")
 	}
-	return &Store{c: c, ns: ns, ttl: ttl}, nil
+	return &RedisStore{client: c, ns: ns, ttl: ttl}, nil
 }
 
-func (s *Store) key(model uint64, k blockkeys.Key) string {
+func (s *RedisStore) key(model uint64, k blockkeys.Key) string {
 	b := make([]byte, 0, len(s.ns)+6+16+1+16)
 	b = append(b, s.ns...)
 	b = append(b, ":spec:"...)
@@ -68,12 +72,12 @@ func holderValue(h uint64) string {
 }
 
 // Hold records holder for keys with the TTL.
-func (s *Store) Hold(ctx context.Context, model string, keys []blockkeys.Key, holder uint64) error {
+func (s *RedisStore) Hold(ctx context.Context, model string, keys []blockkeys.Key, holder uint64) error {
 	if len(keys) == 0 {
 		return nil
 	}
 	m, v := xxh3.HashString(model), holderValue(holder)
-	_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, k := range keys {
 			p.Set(ctx, s.key(m, k), v, s.ttl)
 		}
@@ -84,7 +88,7 @@ func (s *Store) Hold(ctx context.Context, model string, keys []blockkeys.Key, ho
 
 // Drop removes the entries of the blocks whose engine hashes are given that
 // name either holder: one round trip per node once the script is loaded.
-func (s *Store) Drop(ctx context.Context, model string, hashes []uint64, holders [2]uint64) error {
+func (s *RedisStore) Drop(ctx context.Context, model string, hashes []uint64, holders [2]uint64) error {
 	if len(hashes) == 0 {
 		return nil
 	}
@@ -93,12 +97,12 @@ func (s *Store) Drop(ctx context.Context, model string, hashes []uint64, holders
 	for attempt := 0; ; attempt++ {
 		if !s.dropLoaded.Load() {
 			// SCRIPT LOAD reaches every master of a Cluster
-			if err := dropScript.Load(ctx, s.c).Err(); err != nil {
+			if err := dropScript.Load(ctx, s.client).Err(); err != nil {
 				return err
 			}
 			s.dropLoaded.Store(true)
 		}
-		_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, h := range hashes {
 				dropScript.EvalSha(ctx, p, []string{s.key(m, blockkeys.Key(h))}, v0, v1)
 			}
@@ -113,7 +117,7 @@ func (s *Store) Drop(ctx context.Context, model string, hashes []uint64, holders
 
 // Extend sets ext[i] to how many blocks from keys[start[i]] holders[i]
 // holds, reading the keys window by window from the earliest open run.
-func (s *Store) Extend(ctx context.Context, model string, keys []blockkeys.Key, holders []uint64, start, ext []int32) error {
+func (s *RedisStore) Extend(ctx context.Context, model string, keys []blockkeys.Key, holders []uint64, start, ext []int32) error {
 	m := xxh3.HashString(model)
 	open := make([]bool, len(holders))
 	want := make([]string, len(holders))
@@ -135,7 +139,7 @@ func (s *Store) Extend(ctx context.Context, model string, keys []blockkeys.Key, 
 		}
 		hi := min(lo+window, len(keys))
 		cmds = cmds[:0]
-		_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for k := lo; k < hi; k++ {
 				cmds = append(cmds, p.Get(ctx, s.key(m, keys[k])))
 			}

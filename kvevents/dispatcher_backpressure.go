@@ -30,33 +30,33 @@ type backpressure struct {
 
 // queueBounded queues b for worker w, waiting up to d.bp.wait for room; false
 // means b was not queued (still full, or shutdown has begun). owner is the
-// stream's share (podqueue.go): a stream past its share is refused at once,
+// stream's share (dispatcher_share.go): a stream past its share is refused at once,
 // without waiting. Its reader may be the only one of the bind socket (one
 // receive loop serves every connection there), so waiting on a flooder's
 // share would hold every other pod of that socket behind it.
-func (d *dispatcher) queueBounded(w int, owner *podQueue, b *event.Batch) bool {
+func (d *dispatcher) queueBounded(w int, owner *streamBacklog, b *event.Batch) bool {
 	size := batchBytes(b)
 	var t *time.Timer
 	var start time.Time
 	timer := func() <-chan time.Time {
 		if t == nil {
-			start, t = time.Now(), time.NewTimer(d.bp.wait)
+			start, t = time.Now(), time.NewTimer(d.backpressure.wait)
 		}
 		return t.C
 	}
 	defer func() {
 		if t != nil {
 			t.Stop()
-			if d.bp.waits != nil {
-				d.bp.waits.Inc()
-				d.bp.waitSecs.Add(time.Since(start).Seconds())
+			if d.backpressure.waits != nil {
+				d.backpressure.waits.Inc()
+				d.backpressure.waitSecs.Add(time.Since(start).Seconds())
 			}
 		}
 	}()
 	if owner != nil && !owner.reserve(size, d.share, time.Now()) {
 		return false
 	}
-	ok := d.tryQueue(w, b, owner) || d.bp.wait > 0 && d.waitQueue(w, b, owner, size, timer)
+	ok := d.tryQueue(w, b, owner) || d.backpressure.wait > 0 && d.waitQueue(w, b, owner, size, timer)
 	if !ok && owner != nil {
 		owner.unreserve(size)
 	}
@@ -64,7 +64,7 @@ func (d *dispatcher) queueBounded(w int, owner *podQueue, b *event.Batch) bool {
 }
 
 // waitQueue waits, until timer fires, for room in worker w's full queue.
-func (d *dispatcher) waitQueue(w int, b *event.Batch, owner *podQueue, size int64, timer func() <-chan time.Time) bool {
+func (d *dispatcher) waitQueue(w int, b *event.Batch, owner *streamBacklog, size int64, timer func() <-chan time.Time) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.stopped {

@@ -70,7 +70,7 @@ func runQueued(t *testing.T, n int, drain time.Duration, sink *holdSink) (*Subsc
 	return s, m, func(during func()) {
 		cancel()
 		select {
-		case <-s.work.draining:
+		case <-s.dispatcher.draining:
 		case <-time.After(testTimeout):
 			t.Fatal("shutdown never reached the workers")
 		}

@@ -8,7 +8,7 @@ import "time"
 //
 // It measures progress, not backlog. A worker that has work starts the next
 // item as soon as it finishes one, so a worker that is not stuck in one item
-// keeps serving every stream on it in turn (workqueue.go). How much is
+// keeps serving every stream on it in turn (dispatcher_workqueue.go). How much is
 // queued, and how old the oldest queued batch is, is what publishers decide
 // (a pod with 64 DP ranks has 64 shares of the byte budget), so that is
 // reported per pod (StreamStats.ApplyLag) and not used to declare the whole
@@ -17,20 +17,10 @@ import "time"
 func (s *Subscriber) ApplyStall() time.Duration {
 	now := time.Now().UnixNano()
 	var worst int64
-	for i := range s.work.busy {
-		if t := s.work.busy[i].Load(); t != 0 {
+	for i := range s.dispatcher.busy {
+		if t := s.dispatcher.busy[i].Load(); t != 0 {
 			worst = max(worst, now-t)
 		}
 	}
 	return time.Duration(worst)
-}
-
-// activeStreams is how many streams have something queued, over all
-// workers (workqueue.go).
-func (s *Subscriber) activeStreams() int {
-	n := 0
-	for _, q := range s.work.queues {
-		n += q.active()
-	}
-	return n
 }

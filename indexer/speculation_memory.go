@@ -1,12 +1,37 @@
 package indexer
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/zeebo/xxh3"
 )
+
+// memSpec is the in-process SpeculativeStore.
+type memSpec struct {
+	h   *holdMap
+	now func() time.Time
+}
+
+func (m *memSpec) Extend(_ context.Context, model string, keys []blockkeys.Key, holders []uint64, start, ext []int32) error {
+	m.h.extend(modelHash(model), keys, holders, start, ext, m.now().UnixNano())
+	return nil
+}
+
+func (m *memSpec) Hold(_ context.Context, model string, keys []blockkeys.Key, holder uint64) error {
+	m.h.hold(modelHash(model), keys, holder, m.now().UnixNano())
+	return nil
+}
+
+func (m *memSpec) Drop(_ context.Context, model string, hashes []uint64, holders [2]uint64) error {
+	mh := modelHash(model)
+	m.h.drop(mh, hashes, holders[0])
+	m.h.drop(mh, hashes, holders[1])
+	return nil
+}
 
 // holdWays is how many pods one block can be assumed held by at once; a
 // fifth holder replaces the one whose entry expires first.

@@ -3,7 +3,7 @@ package kvevents
 import "sync"
 
 // A worker serves its streams in turn, not in arrival order. Its queue used
-// to be one FIFO channel: with each stream bounded by its share (podqueue.go)
+// to be one FIFO channel: with each stream bounded by its share (dispatcher_share.go)
 // an honest pod's batch still waited behind every flooding stream's whole
 // share on its worker (~4 MiB each, seconds of apply time). Now a worker
 // keeps one FIFO per stream that has something queued (a flow) and a ring
@@ -206,4 +206,14 @@ func (q *workQueue) newFlow(k streamKey) int32 {
 func (q *workQueue) releaseFlow(f int32) {
 	q.flows[f] = flow{next: q.freeFlow}
 	q.freeFlow = f
+}
+
+// activeStreams is how many streams have something queued, over all
+// workers (dispatcher_workqueue.go).
+func (s *Subscriber) activeStreams() int {
+	n := 0
+	for _, q := range s.dispatcher.queues {
+		n += q.active()
+	}
+	return n
 }

@@ -1,4 +1,4 @@
-package redisspec
+package speculation
 
 import (
 	"context"
@@ -11,12 +11,12 @@ import (
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 )
 
-func newStore(t *testing.T, ttl time.Duration) (*Store, *redistest.Server) {
+func newStore(t *testing.T, ttl time.Duration) (*RedisStore, *redistest.Server) {
 	t.Helper()
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { c.Close() })
-	s, err := New(c, "test", ttl)
+	s, err := NewRedis(c, "test", ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestDropBothHoldersOneRoundTrip(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	var rt redistest.RoundTrips
 	rt.Attach(c)
-	s, err := New(c, "test", time.Minute)
+	s, err := NewRedis(c, "test", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
