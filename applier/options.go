@@ -8,9 +8,9 @@ import (
 )
 
 // Options is the one declaration of the applier's tunables
-// (Config.DigestCacheSize and Limits): each row's default,
-// range and help. DefaultLimits, ValidateConfig, NewApplier's
-// reading of a zero field and kvindexd's flags all read it.
+// (Config.DigestCacheSize and Limits): each row's default, range and help.
+// DefaultLimits, ValidateConfig, New's reading of a zero field and
+// kvindexd's flags all read it.
 //
 // A zero field means the row's default, except PodShare, where 0 is "no
 // per-pod bound" (its default applies to the in-memory index, which the
@@ -33,16 +33,16 @@ var Options = struct {
 			"Redis has no per-pod accounting, so a number there fails at start)"},
 }
 
-// DefaultLimits is Limits with every row at its default, the
-// pod share included (for the in-memory index).
+// DefaultLimits is Limits with every row at its default, the pod share
+// included (for the in-memory index).
 func DefaultLimits() Limits {
 	o := &Options
 	return Limits{MaxDigestCaches: int(o.MaxDigestCaches.Default), MaxAliasTables: int(o.MaxAliasTables.Default),
 		PodShare: int(o.PodShare.Default), SessionsPerPod: int(o.SessionsPerPod.Default)}
 }
 
-// ValidateConfig checks cfg's tunables against Options (a zero
-// field is valid where it stands for the default).
+// ValidateConfig checks cfg's tunables against Options (a zero field is
+// valid where it stands for the default).
 func ValidateConfig(cfg Config) error {
 	cfg = cfg.withDefaults()
 	o, l := &Options, cfg.Limits
