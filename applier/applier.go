@@ -190,21 +190,11 @@ func New(cfg Config) (*Applier, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.DigestCacheSize <= 0 {
-		cfg.DigestCacheSize = DefaultDigestCacheSize
-	}
-	if cfg.AliasCacheSize <= 0 {
-		cfg.AliasCacheSize = DefaultAliasCacheSize
-	}
-	if cfg.CopyTableSize <= 0 {
-		cfg.CopyTableSize = DefaultCopyTableSize
-	}
-	if cfg.GroupMaskTableSize <= 0 {
-		cfg.GroupMaskTableSize = DefaultGroupMaskTableSize
-	}
-	if cfg.HoldTableBytes <= 0 {
-		cfg.HoldTableBytes = DefaultHoldTableBytes
-	}
+	// A negative size reads as unset, as it always has (ValidateConfig
+	// refuses it).
+	cfg.DigestCacheSize = max(cfg.DigestCacheSize, 0)
+	cfg.Limits.MaxDigestCaches, cfg.Limits.MaxAliasTables = max(cfg.Limits.MaxDigestCaches, 0), max(cfg.Limits.MaxAliasTables, 0)
+	cfg = cfg.withDefaults() // options.go
 	a := &Applier{
 		idx: cfg.Index, in: cfg.Interner, hashers: cfg.Hashers, m: cfg.Metrics, log: cfg.Logger,
 		dcSize: cfg.DigestCacheSize, aliasCap: cfg.AliasCacheSize, copyCap: cfg.CopyTableSize, maskCap: cfg.GroupMaskTableSize,

@@ -3,6 +3,7 @@ package applier
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -99,22 +100,14 @@ func newLimitMetrics(ns string) (limitMetrics, []prometheus.Collector) {
 }
 
 func (a *Applier) initLimits(l Limits, share ShareAccounting) error {
-	if l.MaxDigestCaches <= 0 {
-		l.MaxDigestCaches = DefaultMaxDigestCaches
-	}
-	if l.MaxAliasTables <= 0 {
-		l.MaxAliasTables = DefaultMaxAliasTables
-	}
+	// l comes resolved (Config.withDefaults).
 	a.lim.maxDigest, a.lim.maxAlias, a.lim.dcRefs, a.lim.m = l.MaxDigestCaches, l.MaxAliasTables, map[kvindex.ModelID]int{}, a.m.limits
-	switch {
-	case l.SessionsPerPod == 0:
-		a.sessions.limit = DefaultSessionsPerPod
-	case l.SessionsPerPod > 0:
+	if l.SessionsPerPod > 0 {
 		a.sessions.limit = l.SessionsPerPod
 	}
 	a.sessions.pods, a.sessions.m = map[kvindex.PodID]*podSessions{}, a.m.sessions
-	if l.PodShare < 0 {
-		return errors.New("kvindex: pod share must not be negative")
+	if err := Options.PodShare.Check(int64(l.PodShare)); err != nil {
+		return fmt.Errorf("applier: %w", err)
 	}
 	if l.PodShare > 0 {
 		if share == nil {

@@ -38,7 +38,9 @@ type ChatTokenizer interface {
 // Config is everything the Indexer needs. Keys is required (at least its
 // Algo and BlockSize); with the rest zero it is an in-memory index with
 // default bounds and weights, no event subscriber (batches go to Sink) and
-// no persistence.
+// no persistence. A zero tunable means its row's default in Options
+// (options.go), except where the field says 0 is itself a setting;
+// DefaultConfig fills them all and ValidateConfig checks their ranges.
 type Config struct {
 	// Keys is the default block-key config; ModelKeys overrides it per model
 	// name (a model's engine may use another hash, seed or block size).
@@ -52,12 +54,14 @@ type Config struct {
 	// TierWeights weighs matched blocks by storage tier; nil =
 	// kvindex.DefaultTierWeights.
 	TierWeights *kvindex.TierWeights
-	// DigestCacheSize bounds the applier's per-model digest cache (0 = default).
+	// DigestCacheSize bounds the applier's per-model digest cache
+	// (applier.Options.DigestCacheSize).
 	DigestCacheSize int
-	// ApplierLimits bound the applier's per-model and per-pod state.
+	// ApplierLimits bound the applier's per-model and per-pod state (their
+	// rows in applier.Options; the applier resolves the zero ones).
 	ApplierLimits applier.Limits
 	// KeyCacheSize bounds each key config's request-path key cache in blocks
-	// (0 = blockkeys.DefaultKeyCacheSize, < 0 = no cache: hash every block).
+	// (Options.KeyCacheSize; < 0 = no cache: hash every block).
 	KeyCacheSize int
 	// Tokenizer scores prompts; nil makes a prompt query FailedPrecondition.
 	Tokenizer PromptTokenizer
@@ -132,6 +136,10 @@ type Indexer struct {
 // feature whose backend lacks what it needs is an error here, never a
 // silent off.
 func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
+	if err := ValidateConfig(cfg); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}

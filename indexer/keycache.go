@@ -28,13 +28,10 @@ func (s *keyCacheSlot) cache() *blockkeys.KeyCache {
 }
 
 // newKeyCaches sizes each cache to entries blocks; entries < 0 disables the
-// caches (every request hashes all its blocks), 0 is the default size.
+// caches (every request hashes all its blocks); New resolved 0 to the default.
 func newKeyCaches(hashers *blockkeys.HasherSet, models map[string]blockkeys.KeyConfig, entries int) keyCaches {
 	if entries < 0 {
 		return nil
-	}
-	if entries == 0 {
-		entries = blockkeys.DefaultKeyCacheSize
 	}
 	kc := keyCaches{}
 	add := func(model string) {

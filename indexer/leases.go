@@ -22,7 +22,7 @@ import (
 type LeaseConfig struct {
 	Enabled bool
 	// TTL is how long a dead daemon keeps its endpoints before another
-	// takes them over; must be positive.
+	// takes them over (0 = Options.LeaseTTL's default).
 	TTL time.Duration
 	// DaemonID is this daemon's unique id ("" = hostname-pid).
 	DaemonID string
@@ -47,9 +47,6 @@ func (x *Indexer) newLeaseLoop(cfg LeaseConfig, eps []kvevents.EndpointConfig) (
 	}
 	if len(eps) == 0 {
 		return nil, errors.New("indexer: leases: no endpoint to share (leases divide the connect-topology endpoint list)")
-	}
-	if cfg.TTL <= 0 {
-		return nil, errors.New("indexer: leases: the lease TTL must be positive")
 	}
 	id := cfg.DaemonID
 	if id == "" {

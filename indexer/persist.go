@@ -15,7 +15,7 @@ import (
 type PersistConfig struct {
 	// Path of the snapshot file; "" turns persistence off.
 	Path string
-	// Interval between two snapshots; must be positive when Path is set.
+	// Interval between two snapshots (0 = Options.SnapshotInterval's default).
 	Interval time.Duration
 	// MaxAge: an older snapshot is not loaded (cold start), since engines
 	// restarted meanwhile may have sequence numbers past it. 0 = no bound.
@@ -36,9 +36,6 @@ func (x *Indexer) newPersistence(cfg PersistConfig, lim persist.Limits, reg *pro
 	mem := x.backend.memory
 	if mem == nil {
 		return nil, errors.New("indexer: persistence is for the in-memory index (Redis keeps the shared index itself)")
-	}
-	if cfg.Interval <= 0 {
-		return nil, errors.New("indexer: persistence needs a positive snapshot interval")
 	}
 	m, err := persist.NewMetrics(reg)
 	if err != nil {

@@ -16,31 +16,26 @@ type PickConfig struct {
 	// Params are the policies' knobs (nil = routing.Defaults()).
 	Params *routing.Params
 	// SpeculativeTTL is how long the pod a Pick chose is assumed to hold the
-	// request's blocks before its own events say so (0 = 2 s, the value
-	// llm-d and Dynamo use; negative turns speculation off).
+	// request's blocks before its own events say so (0 =
+	// Options.SpeculativeTTL's default; negative turns speculation off).
 	SpeculativeTTL time.Duration
 	// SpeculativeCapacity bounds the in-process speculative entries
-	// ((block, pod) pairs; 0 = 1<<18).
+	// ((block, pod) pairs; 0 = Options.SpeculativeCapacity's default).
 	SpeculativeCapacity int
 	// HistoryTTL is how long a pick is remembered for candidates without
-	// KV events (0 = 120 s, Dynamo's approximate-mode TTL; negative turns
-	// the routing history off).
+	// KV events (0 = Options.HistoryTTL's default; negative turns the
+	// routing history off).
 	HistoryTTL time.Duration
 	// HistoryCapacity bounds the routing history ((block, pod) pairs;
-	// 0 = 1<<20).
+	// 0 = Options.HistoryCapacity's default).
 	HistoryCapacity int
 	// Now is the clock of both TTLs (nil = time.Now); tests and the
 	// simulator inject theirs.
 	Now func() time.Time
 }
 
-const (
-	defaultSpecTTL      = 2 * time.Second
-	defaultSpecCapacity = 1 << 18
-	defaultHistTTL      = 120 * time.Second
-	defaultHistCapacity = 1 << 20
-	maxHoldCapacity     = 1 << 26
-)
+// maxHoldCapacity bounds either hold map (Options.HistoryCapacity).
+const maxHoldCapacity = 1 << 26
 
 // picker is Pick's state beside the index: the policies, the speculative
 // store and the routing history.
@@ -85,30 +80,20 @@ func newPicker(cfg PickConfig, shared func(ttl time.Duration) (SpeculativeStore,
 		_, err := routing.New(def, params)
 		return nil, fmt.Errorf("indexer: pick: default policy: %w", err)
 	}
-	if cfg.SpeculativeCapacity < 0 || cfg.SpeculativeCapacity > maxHoldCapacity ||
-		cfg.HistoryCapacity < 0 || cfg.HistoryCapacity > maxHoldCapacity {
-		return nil, fmt.Errorf("indexer: pick: capacities must be in [0, %d]", maxHoldCapacity)
-	}
-	if ttl := orDefault(cfg.SpeculativeTTL, defaultSpecTTL); ttl > 0 {
+	// The TTLs and capacities come resolved and checked (options.go).
+	if ttl := cfg.SpeculativeTTL; ttl > 0 {
 		s, err := shared(ttl)
 		if err != nil {
 			return nil, fmt.Errorf("indexer: pick: speculative store: %w", err)
 		}
 		p.spec = s
 		if p.spec == nil {
-			p.specMem = newHoldMap(int64(ttl), orDefault(cfg.SpeculativeCapacity, defaultSpecCapacity))
+			p.specMem = newHoldMap(int64(ttl), cfg.SpeculativeCapacity)
 			p.spec = &memSpec{h: p.specMem, now: p.now}
 		}
 	}
-	if ttl := orDefault(cfg.HistoryTTL, defaultHistTTL); ttl > 0 {
-		p.hist = newHoldMap(int64(ttl), orDefault(cfg.HistoryCapacity, defaultHistCapacity))
+	if ttl := cfg.HistoryTTL; ttl > 0 {
+		p.hist = newHoldMap(int64(ttl), cfg.HistoryCapacity)
 	}
 	return p, nil
-}
-
-func orDefault[T int | time.Duration](v, def T) T {
-	if v == 0 {
-		return def
-	}
-	return v
 }

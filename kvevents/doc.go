@@ -110,6 +110,8 @@
 // One role per file, so a change to one concern stays in one place:
 //
 //	subscriber.go  Subscriber, Config, NewSubscriber, Run/Close and the shutdown order
+//	options.go     Config's tunables: their defaults, ranges and help (Options),
+//	               DefaultConfig, ValidateConfig, the one reading of a zero field
 //	endpoint.go    the sockets: bind socket, connect endpoints (Add/RemoveEndpoint),
 //	               reconnect with backoff, the receive loop
 //	message.go     one message -> one batch: frame checks, topic, decode counters

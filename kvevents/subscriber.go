@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -15,8 +14,9 @@ import (
 	"github.com/kvindex/kvindex/kvevents/zmtp"
 )
 
-// Defaults. Config's zero values mean these, except Bind: "" disables the
-// bind socket, so the daemon passes DefaultBind explicitly.
+// Defaults. Config's zero values mean these (the tunables' rows in Options
+// read them; withDefaults applies them), except Bind: "" disables the bind
+// socket, so DefaultConfig sets DefaultBind explicitly.
 const (
 	DefaultBind          = "tcp://*:5557"
 	DefaultTopicFilter   = "kv@"
@@ -31,7 +31,8 @@ const (
 	DefaultDrainTimeout   = 2 * time.Second
 )
 
-// Config configures a Subscriber.
+// Config configures a Subscriber. A zero tunable means its default (see
+// Options, DefaultConfig and ValidateConfig in options.go).
 type Config struct {
 	// Bind is the endpoint of the SUB socket that engines connect to
 	// (central topology). "" = no bind socket; the daemon's default is
@@ -44,10 +45,10 @@ type Config struct {
 	TopicFilter string
 	AllTopics   bool
 	Endpoints   []EndpointConfig
-	// Workers is the number of apply goroutines (default GOMAXPROCS). A
-	// stream (pod, dp rank) always maps to the same worker.
+	// Workers is the number of apply goroutines (Options.Workers; 0 =
+	// GOMAXPROCS). A stream (pod, dp rank) always maps to the same worker.
 	Workers int
-	// QueueSize bounds each worker's queue, in batches (default 1024).
+	// QueueSize bounds each worker's queue, in batches (Options.QueueSize).
 	QueueSize int
 	// QueueWait is how long a socket reader waits for room in a full queue
 	// before dropping the batch and clearing its pod (default
@@ -57,11 +58,11 @@ type Config struct {
 	// (re)connect an endpoint (defaults 100ms and 5s).
 	ReconnectMin, ReconnectMax time.Duration
 	// ReplayTimeout bounds one replay exchange, connecting included
-	// (default 2s).
+	// (Options.ReplayTimeout).
 	ReplayTimeout time.Duration
 	// RebuildTimeout bounds one rebuild of a stream the index lost from
 	// the engine's whole replay buffer, its exchange and queuing included
-	// (default 30s). The stream's live batches wait for it.
+	// (Options.RebuildTimeout). The stream's live batches wait for it.
 	RebuildTimeout time.Duration
 	// DisableCatchUp stops the subscriber from asking an endpoint's replay
 	// address for its buffer each time it (re)connects; gaps are still
@@ -77,8 +78,8 @@ type Config struct {
 	// queued then is dropped and counted (shutdown_dropped_batches_total).
 	DrainTimeout time.Duration
 	// MaxStreams, MaxModels and MaxDPRanks bound the (pod, dp rank) streams,
-	// the model names and the ranks accepted (defaults 10000, 1000, 64); a
-	// batch beyond them is dropped and counted. PodExpiry (default 1h;
+	// the model names and the ranks accepted (their rows in Options); a
+	// batch beyond them is dropped and counted. PodExpiry (Options.PodExpiry;
 	// negative: never) forgets a stream silent that long, clearing it from
 	// the sink. QueueBytes (default 256 MiB) bounds the decoded batches
 	// queued for all workers; beyond it a batch overflows like on a full
@@ -88,7 +89,8 @@ type Config struct {
 	QueueBytes                        int64
 	// Transport bounds what a ZMQ peer can make every socket (bind,
 	// connect, replay) do: message size, handshake deadline, connections,
-	// buffered bytes. The zero value means zmtp's defaults. Its Counters
+	// buffered bytes. A zero field means its row in Options where it has one
+	// (the daemon's --zmq-* flags), else zmtp's default. Its Counters
 	// field is ignored: the sockets count into Metrics.ZMQ.
 	Transport zmtp.Options
 }
@@ -177,33 +179,10 @@ func NewSubscriber(cfg Config, sink event.Sink, m *Metrics, logger *slog.Logger)
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = runtime.GOMAXPROCS(0)
+	if err := ValidateConfig(cfg); err != nil {
+		return nil, fmt.Errorf("kvevents: %w", err)
 	}
-	if cfg.QueueSize <= 0 {
-		cfg.QueueSize = DefaultQueueSize
-	}
-	if cfg.QueueWait == 0 {
-		cfg.QueueWait = DefaultQueueWait
-	}
-	if cfg.ReconnectMin <= 0 {
-		cfg.ReconnectMin = DefaultReconnectMin
-	}
-	if cfg.ReconnectMax < cfg.ReconnectMin {
-		cfg.ReconnectMax = max(DefaultReconnectMax, cfg.ReconnectMin)
-	}
-	if cfg.ReplayTimeout <= 0 {
-		cfg.ReplayTimeout = DefaultReplayTimeout
-	}
-	if cfg.RebuildTimeout <= 0 {
-		cfg.RebuildTimeout = DefaultRebuildTimeout
-	}
-	if cfg.MaxSnapshotRecords <= 0 {
-		cfg.MaxSnapshotRecords = DefaultMaxSnapshotRecords
-	}
-	if cfg.DrainTimeout == 0 {
-		cfg.DrainTimeout = DefaultDrainTimeout
-	}
+	cfg = cfg.withDefaults()
 	cfg.Transport.Counters = m.ZMQ
 	var s *Subscriber // for the transport's disconnect hook, set below
 	userHook := cfg.Transport.OnDisconnect
@@ -212,21 +191,6 @@ func NewSubscriber(cfg Config, sink event.Sink, m *Metrics, logger *slog.Logger)
 		if userHook != nil {
 			userHook(peer, err)
 		}
-	}
-	if cfg.MaxStreams <= 0 {
-		cfg.MaxStreams = DefaultMaxStreams
-	}
-	if cfg.MaxModels <= 0 {
-		cfg.MaxModels = DefaultMaxModels
-	}
-	if cfg.MaxDPRanks <= 0 {
-		cfg.MaxDPRanks = DefaultMaxDPRanks
-	}
-	if cfg.PodExpiry == 0 {
-		cfg.PodExpiry = DefaultPodExpiry
-	}
-	if cfg.QueueBytes <= 0 {
-		cfg.QueueBytes = DefaultQueueBytes
 	}
 	filter := cfg.TopicFilter
 	if filter == "" {

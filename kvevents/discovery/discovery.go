@@ -37,6 +37,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/internal/option"
 	"github.com/kvindex/kvindex/kvevents"
 )
 
@@ -57,7 +58,6 @@ const (
 	DefaultModelKey  = "kvindex.io/model"
 	DefaultResync    = 5 * time.Minute
 	DefaultMaxPods   = 4096
-	maxDPSize        = 1024
 )
 
 // Subscriber is the part of *kvevents.Subscriber discovery drives.
@@ -126,32 +126,6 @@ type Discoverer struct {
 	synced    []cache.InformerSynced
 }
 
-// withDefaults fills the zero fields.
-func (cfg Config) withDefaults() Config {
-	if cfg.ZMQPort == 0 {
-		cfg.ZMQPort = DefaultZMQPort
-	}
-	if cfg.ServePort == 0 {
-		cfg.ServePort = DefaultServePort
-	}
-	if cfg.DPSize == 0 {
-		cfg.DPSize = 1
-	}
-	if cfg.PodName == "" {
-		cfg.PodName = DefaultPodName
-	}
-	if cfg.ModelKey == "" {
-		cfg.ModelKey = DefaultModelKey
-	}
-	if cfg.Resync == 0 {
-		cfg.Resync = DefaultResync
-	}
-	if cfg.MaxPods == 0 {
-		cfg.MaxPods = DefaultMaxPods
-	}
-	return cfg
-}
-
 // Validate checks cfg without a cluster (New does too).
 func Validate(cfg Config) error {
 	_, _, err := parse(cfg.withDefaults())
@@ -168,19 +142,8 @@ func parse(cfg Config) (labels.Selector, *template.Template, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("discovery: label selector %q: %w", cfg.Selector, err)
 	}
-	for _, p := range []struct {
-		what string
-		v    int
-	}{{"zmq port", cfg.ZMQPort}, {"replay port", cfg.ReplayPort}, {"serve port", cfg.ServePort}} {
-		if p.v < 0 || p.v > 65535 {
-			return nil, nil, fmt.Errorf("discovery: %s %d is not a port", p.what, p.v)
-		}
-	}
-	if cfg.DPSize < 1 || cfg.DPSize > maxDPSize {
-		return nil, nil, fmt.Errorf("discovery: dp size %d: want 1..%d", cfg.DPSize, maxDPSize)
-	}
-	if cfg.Resync < 0 || cfg.MaxPods < 0 {
-		return nil, nil, errors.New("discovery: resync and max pods must not be negative")
+	if err := checkRanges(cfg); err != nil {
+		return nil, nil, err
 	}
 	tmpl, err := template.New("pod-name").Option("missingkey=error").Parse(cfg.PodName)
 	if err != nil {
@@ -308,19 +271,19 @@ func (d *Discoverer) wanted(pod *corev1.Pod) (map[string]kvevents.EndpointConfig
 	if !d.selector.Matches(labels.Set(pod.Labels)) || pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || !podReady(pod) {
 		return nil, nil
 	}
-	zmqPort, err := annotationInt(pod, AnnotationZMQPort, d.cfg.ZMQPort, 1, 65535)
+	zmqPort, err := annotationInt(pod, AnnotationZMQPort, d.cfg.ZMQPort, Options.ZMQPort)
 	if err != nil {
 		return nil, err
 	}
-	replayPort, err := annotationInt(pod, AnnotationReplayPort, d.cfg.ReplayPort, 0, 65535)
+	replayPort, err := annotationInt(pod, AnnotationReplayPort, d.cfg.ReplayPort, Options.ReplayPort)
 	if err != nil {
 		return nil, err
 	}
-	dpSize, err := annotationInt(pod, AnnotationDPSize, d.cfg.DPSize, 1, maxDPSize)
+	dpSize, err := annotationInt(pod, AnnotationDPSize, d.cfg.DPSize, Options.DPSize)
 	if err != nil {
 		return nil, err
 	}
-	servePort, err := annotationInt(pod, AnnotationServePort, d.cfg.ServePort, 1, 65535)
+	servePort, err := annotationInt(pod, AnnotationServePort, d.cfg.ServePort, Options.ServePort)
 	if err != nil {
 		return nil, err
 	}
@@ -434,14 +397,14 @@ func podReady(pod *corev1.Pod) bool {
 	return false
 }
 
-func annotationInt(pod *corev1.Pod, key string, def, lo, hi int) (int, error) {
+func annotationInt(pod *corev1.Pod, key string, def int, row option.Int) (int, error) {
 	v, ok := pod.Annotations[key]
 	if !ok {
 		return def, nil
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil || n < lo || n > hi {
-		return 0, fmt.Errorf("annotation %s=%q: want an integer in %d..%d", key, v, lo, hi)
+	if err != nil || row.Check(int64(n)) != nil {
+		return 0, fmt.Errorf("annotation %s=%q: want an integer in %s", key, v, row.Range())
 	}
 	return n, nil
 }

@@ -418,8 +418,8 @@ func TestConfigErrors(t *testing.T) {
 		{Config{Selector: "app in ("}, "label selector"},
 		{Config{Selector: "a=b", PodName: "{{.Nope}}"}, "pod name template"},
 		{Config{Selector: "a=b", PodName: "{{"}, "pod name template"},
-		{Config{Selector: "a=b", ZMQPort: 70000}, "not a port"},
-		{Config{Selector: "a=b", DPSize: -1}, "dp size"},
+		{Config{Selector: "a=b", ZMQPort: 70000}, "--discover-zmq-port 70000: out of range 1..65535"},
+		{Config{Selector: "a=b", DPSize: -1}, "--discover-dp-size -1: out of range"},
 	} {
 		_, err := New(tc.cfg, fakePods{client}, rec, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
