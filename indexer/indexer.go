@@ -154,89 +154,89 @@ func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
 	if err != nil {
 		return nil, err
 	}
-	x := &Indexer{in: kvindex.NewInterner(), hashers: hashers, tok: cfg.Tokenizer, chat: cfg.Chat, storage: newStorageSources(cfg.StorageReaders),
+	ix := &Indexer{in: kvindex.NewInterner(), hashers: hashers, tok: cfg.Tokenizer, chat: cfg.Chat, storage: newStorageSources(cfg.StorageReaders),
 		keys: newKeyCaches(hashers, cfg.ModelKeys, cfg.KeyCacheSize), log: cfg.Logger}
-	if x.backend, err = buildBackend(ctx, cfg, x.in, cfg.Logger); err != nil {
+	if ix.backend, err = buildBackend(ctx, cfg, ix.in, cfg.Logger); err != nil {
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			_ = x.Close()
+			_ = ix.Close()
 		}
 	}()
-	x.idx = x.backend.Index
-	x.scorer = kvindex.NewScorer(x.idx, x.backend.Prefix, weights)
-	applied := x.idx
+	ix.idx = ix.backend.Index
+	ix.scorer = kvindex.NewScorer(ix.idx, ix.backend.Prefix, weights)
+	applied := ix.idx
 	if cfg.Prediction.SampleRate > 0 {
-		if x.pred, err = newPredictor(cfg.Prediction, x.in, cfg.Registry); err != nil {
+		if ix.pred, err = newPredictor(cfg.Prediction, ix.in, cfg.Registry); err != nil {
 			return nil, err
 		}
 		// The applier's writes pass the predictor, which sees every stored
 		// key under the key the index keeps (after aliasing). The wrapper
 		// is an Index and nothing more: the applier's capabilities come
 		// from the backend below, not from the index it writes to.
-		applied = observedIndex{Index: x.idx, p: x.pred}
+		applied = observedIndex{Index: ix.idx, p: ix.pred}
 	}
-	if cfg.ApplierLimits.PodShare > 0 && x.backend.Share == nil {
+	if cfg.ApplierLimits.PodShare > 0 && ix.backend.Share == nil {
 		return nil, errors.New("indexer: a pod share needs an index that accounts entries per pod (the in-memory " +
 			"index); set it to 0 with this backend")
 	}
-	if x.applier, err = applier.New(applier.Config{
-		Index: applied, Interner: x.in, Hashers: hashers, DigestCacheSize: cfg.DigestCacheSize,
+	if ix.applier, err = applier.New(applier.Config{
+		Index: applied, Interner: ix.in, Hashers: hashers, DigestCacheSize: cfg.DigestCacheSize,
 		Metrics: applier.NewMetrics(cfg.Registry), Logger: cfg.Logger.With("component", "applier"),
-		Limits: cfg.ApplierLimits, Share: x.backend.Share,
+		Limits: cfg.ApplierLimits, Share: ix.backend.Share,
 	}); err != nil {
 		return nil, err
 	}
-	x.trusted = x.servable
-	if x.pick, err = newPicker(cfg.Pick, x.sharedSpeculative); err != nil {
+	ix.trusted = ix.servable
+	if ix.pick, err = newPicker(cfg.Pick, ix.sharedSpeculative); err != nil {
 		return nil, err
 	}
-	if x.m, err = newMetrics(cfg.Registry, x); err != nil {
+	if ix.m, err = newMetrics(cfg.Registry, ix); err != nil {
 		return nil, err
 	}
-	if err := x.startEvents(cfg); err != nil {
+	if err := ix.startEvents(cfg); err != nil {
 		return nil, err
 	}
-	if x.backend.Lost != nil {
-		x.backend.Lost(x.indexLost)
+	if ix.backend.Lost != nil {
+		ix.backend.Lost(ix.indexLost)
 	}
-	return x, nil
+	return ix, nil
 }
 
 // Sink is where kvevents delivers decoded engine batches: the applier,
 // followed by dropping the speculative entries the events answer. Apply's
 // outcome is for the caller to record (kvevents does; an embedder feeding
 // Sink directly owns it).
-func (x *Indexer) Sink() event.Sink { return eventSink{x} }
+func (ix *Indexer) Sink() event.Sink { return eventSink{ix} }
 
 // KeyConfig is the block-key config used for model.
-func (x *Indexer) KeyConfig(model string) blockkeys.KeyConfig { return x.hashers.For(model).Config() }
+func (ix *Indexer) KeyConfig(model string) blockkeys.KeyConfig { return ix.hashers.For(model).Config() }
 
 // PodRanks is how many data-parallel ranks of the pod name have been seen.
-func (x *Indexer) PodRanks(name string) int { return len(x.in.PodsNamed(name)) }
+func (ix *Indexer) PodRanks(name string) int { return len(ix.in.PodsNamed(name)) }
 
 // CanBeUnavailable reports whether the backend has a health check (Redis);
 // the in-memory index cannot fail.
-func (x *Indexer) CanBeUnavailable() bool { return x.backend.Health != nil }
+func (ix *Indexer) CanBeUnavailable() bool { return ix.backend.Health != nil }
 
 // Healthy runs the backend's health check; nil for a backend that cannot fail.
-func (x *Indexer) Healthy(ctx context.Context) error {
-	if x.backend.Health == nil {
+func (ix *Indexer) Healthy(ctx context.Context) error {
+	if ix.backend.Health == nil {
 		return nil
 	}
-	return x.backend.Health.Healthy(ctx)
+	return ix.backend.Health.Healthy(ctx)
 }
 
 // Close releases the subscriber's sockets and the backend. Call it after
 // Run has returned (or instead of Run).
-func (x *Indexer) Close() error {
+func (ix *Indexer) Close() error {
 	var errs []error
-	if x.sub != nil {
-		errs = append(errs, x.sub.Close())
+	if ix.sub != nil {
+		errs = append(errs, ix.sub.Close())
 	}
-	if x.backend.Close != nil {
-		errs = append(errs, x.backend.Close())
+	if ix.backend.Close != nil {
+		errs = append(errs, ix.backend.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -31,17 +31,17 @@ type LeaseConfig struct {
 // leaseLoop is the lease feature: the endpoints it divides and the loop
 // that holds this daemon's share of them.
 type leaseLoop struct {
-	x      *Indexer
-	ttl    time.Duration
-	byAddr map[string]kvevents.EndpointConfig
-	addrs  []string
-	lm     *leases.Manager
-	to     *leases.Takeover
-	log    *slog.Logger
+	indexer *Indexer
+	ttl     time.Duration
+	byAddr  map[string]kvevents.EndpointConfig
+	addrs   []string
+	lm      *leases.Manager
+	to      *leases.Takeover
+	log     *slog.Logger
 }
 
-func (x *Indexer) newLeaseLoop(cfg LeaseConfig, eps []kvevents.EndpointConfig) (*leaseLoop, error) {
-	r := x.backend.redis
+func (ix *Indexer) newLeaseLoop(cfg LeaseConfig, eps []kvevents.EndpointConfig) (*leaseLoop, error) {
+	r := ix.backend.redis
 	if r == nil {
 		return nil, errors.New("indexer: leases need the shared Redis index")
 	}
@@ -53,8 +53,8 @@ func (x *Indexer) newLeaseLoop(cfg LeaseConfig, eps []kvevents.EndpointConfig) (
 		host, _ := os.Hostname()
 		id = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
-	l := &leaseLoop{x: x, ttl: cfg.TTL, byAddr: make(map[string]kvevents.EndpointConfig, len(eps)),
-		log: x.log.With("component", "leases", "daemon_id", id)}
+	l := &leaseLoop{indexer: ix, ttl: cfg.TTL, byAddr: make(map[string]kvevents.EndpointConfig, len(eps)),
+		log: ix.log.With("component", "leases", "daemon_id", id)}
 	for _, ep := range eps {
 		l.byAddr[ep.Address] = ep
 		l.addrs = append(l.addrs, ep.Address)
@@ -72,7 +72,7 @@ func (l *leaseLoop) run(ctx context.Context) error {
 	defer wg.Wait()
 	trackCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	sub := l.x.sub
+	sub := l.indexer.sub
 	// Record which pods this daemon indexes from the endpoints it holds:
 	// the daemon that takes one over clears them. At most every second: a
 	// pod first seen less than one interval before this daemon dies is not
@@ -84,7 +84,7 @@ func (l *leaseLoop) run(ctx context.Context) error {
 	})
 	return l.lm.Run(ctx, func() []string { return l.addrs },
 		func(ctx context.Context, ep string) error {
-			if err := l.to.Prepare(ctx, ep, l.byAddr[ep].Pod, l.x.backend.redis); err != nil {
+			if err := l.to.Prepare(ctx, ep, l.byAddr[ep].Pod, l.indexer.backend.redis); err != nil {
 				return err
 			}
 			if err := sub.AddEndpoint(l.byAddr[ep]); err != nil {
@@ -106,7 +106,7 @@ func (l *leaseLoop) run(ctx context.Context) error {
 // arrived through it.
 func (l *leaseLoop) podsByEndpoint() map[string][]string {
 	out := map[string][]string{}
-	for _, st := range l.x.sub.Streams() {
+	for _, st := range l.indexer.sub.Streams() {
 		out[st.Endpoint] = append(out[st.Endpoint], st.Pod)
 	}
 	return out

@@ -219,15 +219,15 @@ type ModelPrediction struct {
 
 // Predictions lists the prediction check per model, sorted by name; nil
 // when the check is off.
-func (x *Indexer) Predictions() []ModelPrediction {
-	if x.pred == nil {
+func (ix *Indexer) Predictions() []ModelPrediction {
+	if ix.pred == nil {
 		return nil
 	}
-	return x.pred.snapshot()
+	return ix.pred.snapshot()
 }
 
 // PredictionEnabled reports whether scored requests are sampled.
-func (x *Indexer) PredictionEnabled() bool { return x.pred != nil }
+func (ix *Indexer) PredictionEnabled() bool { return ix.pred != nil }
 
 func (p *predictor) snapshot() []ModelPrediction {
 	p.mu.Lock()

@@ -8,9 +8,9 @@ package indexer
 // it loaded (resumeRestored) and asks it afterwards.
 
 // StalePods is how many restored pods still wait for their stream.
-func (x *Indexer) StalePods() int {
-	if x.sub == nil {
+func (ix *Indexer) StalePods() int {
+	if ix.sub == nil {
 		return 0
 	}
-	return x.sub.RestoredWaiting()
+	return ix.sub.RestoredWaiting()
 }

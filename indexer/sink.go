@@ -13,13 +13,13 @@ import (
 // applier. It reports the applier's outcome and decides nothing about the
 // pod's trust: kvevents records the outcome in the pod's stream state, the
 // one owner of whether the pod may be served.
-type eventSink struct{ x *Indexer }
+type eventSink struct{ indexer *Indexer }
 
 var _ event.Sink = eventSink{}
 
 func (s eventSink) Apply(ctx context.Context, b *event.Batch) event.ApplyOutcome {
-	o := s.x.applier.Apply(ctx, b)
-	s.x.dropAnswered(ctx, b)
+	o := s.indexer.applier.Apply(ctx, b)
+	s.indexer.dropAnswered(ctx, b)
 	return o
 }
 
@@ -27,14 +27,14 @@ func (s eventSink) Apply(ctx context.Context, b *event.Batch) event.ApplyOutcome
 // stream marked incomplete, since the backend cannot say whose entries it
 // lost. It goes to the subscriber because the subscriber owns the streams'
 // trust; the backend is the indexer's, so the indexer relays it.
-func (x *Indexer) indexLost(reason string) {
-	x.m.indexLost.WithLabelValues(reason).Inc()
-	if x.sub != nil {
-		x.sub.MarkIndexLost("index_lost")
+func (ix *Indexer) indexLost(reason string) {
+	ix.m.indexLost.WithLabelValues(reason).Inc()
+	if ix.sub != nil {
+		ix.sub.MarkIndexLost("index_lost")
 	}
 }
 
 // ForgetPod drops what the applier holds for a pod kvevents expired.
 func (s eventSink) ForgetPod(ctx context.Context, pod string, dpRank int) {
-	s.x.applier.ForgetPod(ctx, pod, dpRank)
+	s.indexer.applier.ForgetPod(ctx, pod, dpRank)
 }

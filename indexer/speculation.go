@@ -37,8 +37,8 @@ type SpeculativeStore interface {
 // sharedSpeculative is the store speculative entries are shared through:
 // the Redis index's server, where every daemon on that index sees them;
 // nil (in process) for any other backend.
-func (x *Indexer) sharedSpeculative(ttl time.Duration) (SpeculativeStore, error) {
-	r := x.backend.redis
+func (ix *Indexer) sharedSpeculative(ttl time.Duration) (SpeculativeStore, error) {
+	r := ix.backend.redis
 	if r == nil {
 		return nil, nil
 	}
@@ -48,8 +48,8 @@ func (x *Indexer) sharedSpeculative(ttl time.Duration) (SpeculativeStore, error)
 // dropAnswered drops the speculative entries the events of b answer: a
 // BlockStored replaces the pod's speculative entry with a real one, a
 // BlockRemoved contradicts it.
-func (x *Indexer) dropAnswered(ctx context.Context, b *event.Batch) {
-	p := x.pick
+func (ix *Indexer) dropAnswered(ctx context.Context, b *event.Batch) {
+	p := ix.pick
 	if p.spec == nil || (p.specMem != nil && p.specMem.len() == 0) {
 		return
 	}
@@ -77,7 +77,7 @@ func (x *Indexer) dropAnswered(ctx context.Context, b *event.Batch) {
 		}
 	}
 	if err := p.spec.Drop(ctx, b.Model, hashes, holders); err != nil {
-		x.m.specErrors.Inc() // the entries expire by their TTL anyway
+		ix.m.specErrors.Inc() // the entries expire by their TTL anyway
 	}
 	if buf != nil && cap(*buf) <= maxDropBuf {
 		dropBufs.Put(buf)

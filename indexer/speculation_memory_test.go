@@ -106,7 +106,7 @@ func TestHoldMapWays(t *testing.T) {
 // Picks, events and metric scrapes at once (run with -race).
 func TestPickConcurrent(t *testing.T) {
 	clk := newFakeClock()
-	x := newPickIndexer(t, clk, PickConfig{SpeculativeCapacity: 64, HistoryCapacity: 64})
+	ix := newPickIndexer(t, clk, PickConfig{SpeculativeCapacity: 64, HistoryCapacity: 64})
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
 		wg.Go(func() {
@@ -115,7 +115,7 @@ func TestPickConcurrent(t *testing.T) {
 				prompt := seqTokens(i%7, 8*testBlock)
 				q := hashQuery(prompt, Candidate{Pod: "a", Events: EventsOn}, Candidate{Pod: "b", Load: routing.Load{Running: g}},
 					Candidate{Pod: "c", Events: EventsOff})
-				if err := x.Pick(context.Background(), q, &r); err != nil {
+				if err := ix.Pick(context.Background(), q, &r); err != nil {
 					t.Error(err)
 					return
 				}
@@ -125,16 +125,16 @@ func TestPickConcurrent(t *testing.T) {
 	}
 	wg.Go(func() {
 		for i := 0; i < 200; i++ {
-			apply(x, fmt.Sprintf("%c", 'a'+i%2), 0, storeEvent(seqTokens(i%7, 8*testBlock), 4, event.TierGPU))
+			apply(ix, fmt.Sprintf("%c", 'a'+i%2), 0, storeEvent(seqTokens(i%7, 8*testBlock), 4, event.TierGPU))
 		}
 	})
 	wg.Go(func() {
 		for i := 0; i < 20; i++ {
-			metricValue(t, x, "kvindexd_pick_assumed_entries", map[string]string{"store": "speculative"})
+			metricValue(t, ix, "kvindexd_pick_assumed_entries", map[string]string{"store": "speculative"})
 		}
 	})
 	wg.Wait()
-	if x.pick.specMem.len() > 64 || x.pick.hist.len() > 64 {
-		t.Fatalf("bounds exceeded: %d %d", x.pick.specMem.len(), x.pick.hist.len())
+	if ix.pick.specMem.len() > 64 || ix.pick.hist.len() > 64 {
+		t.Fatalf("bounds exceeded: %d %d", ix.pick.specMem.len(), ix.pick.hist.len())
 	}
 }
