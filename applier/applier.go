@@ -142,7 +142,7 @@ type podState struct {
 	modelName string
 	modelID   kvindex.ModelID
 	hasher    *blockkeys.Hasher
-	dc        *digestCache
+	digests   *digestCache
 
 	untrusted bool
 	alias     *aliasTable // nil until the pod first needs aliasing
@@ -177,8 +177,8 @@ type podState struct {
 	// time, so the lock is uncontended.
 	applyMu sync.Mutex
 
-	mu sync.Mutex
-	st PodStats
+	mu    sync.Mutex
+	stats PodStats
 }
 
 // New returns an Applier. Index, Interner and Hashers are required;
@@ -210,34 +210,34 @@ func New(cfg Config) (*Applier, error) {
 func (a *Applier) pod(b *event.Batch) *podState {
 	k := podKey{b.Pod, b.DPRank}
 	a.mu.RLock()
-	ps := a.pods[k]
+	state := a.pods[k]
 	a.mu.RUnlock()
-	if ps != nil {
-		return ps
+	if state != nil {
+		return state
 	}
 	id := a.in.Pod(b.Pod, b.DPRank)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if ps = a.pods[k]; ps == nil {
-		ps = &podState{id: id, name: b.Pod, rank: b.DPRank}
-		ps.st.Pod, ps.st.DPRank = b.Pod, b.DPRank
-		a.pods[k] = ps
+	if state = a.pods[k]; state == nil {
+		state = &podState{id: id, name: b.Pod, rank: b.DPRank}
+		state.stats.Pod, state.stats.DPRank = b.Pod, b.DPRank
+		a.pods[k] = state
 	}
-	return ps
+	return state
 }
 
 // bindModel caches the model's id, the engine's hasher and the digest cache
 // on the pod.
-func (a *Applier) bindModel(ps *podState, model string, engine blockkeys.Engine) {
-	if ps.hasher != nil && ps.modelName == model && ps.hasher.Engine() == engine {
+func (a *Applier) bindModel(pod *podState, model string, engine blockkeys.Engine) {
+	if pod.hasher != nil && pod.modelName == model && pod.hasher.Engine() == engine {
 		return
 	}
 	id := a.in.Model(model)
-	dc := a.digestCacheFor(ps, id)
-	if ps.hasher != nil { // the pod now serves another model or engine: start parity afresh
-		ps.resetParity()
+	dc := a.digestCacheFor(pod, id)
+	if pod.hasher != nil { // the pod now serves another model or engine: start parity afresh
+		pod.resetParity()
 	}
-	ps.modelName, ps.modelID, ps.hasher, ps.dc = model, id, a.hashers.ForEngine(model, engine), dc
+	pod.modelName, pod.modelID, pod.hasher, pod.digests = model, id, a.hashers.ForEngine(model, engine), dc
 	if engine.Valid() {
 		a.engines.Or(1 << engine)
 	}
@@ -250,21 +250,21 @@ func (a *Applier) Engines() uint32 { return a.engines.Load() }
 // resetParity forgets what the pod's parity check concluded. Called when the
 // pod's cache is wiped (AllBlocksCleared: often an engine restart, maybe with
 // a new seed) or it changes model, so a stale hint does not outlive its cause.
-func (ps *podState) resetParity() {
-	ps.hintFinal, ps.everMatched = false, false
-	ps.dropAlias()
-	ps.parity.reset()
-	ps.mu.Lock()
-	ps.st.ParityHint = ""
-	ps.mu.Unlock()
+func (pod *podState) resetParity() {
+	pod.hintFinal, pod.everMatched = false, false
+	pod.dropAlias()
+	pod.parity.reset()
+	pod.mu.Lock()
+	pod.stats.ParityHint = ""
+	pod.mu.Unlock()
 }
 
 // resetHolding forgets the copy counts and group masks: after a clear the
 // pod holds nothing. What it said of its groups stays (same engine config).
-func (ps *podState) resetHolding() {
-	ps.copies.release()
-	ps.masks.release()
-	ps.copies, ps.masks = nil, nil
+func (pod *podState) resetHolding() {
+	pod.copies.release()
+	pod.masks.release()
+	pod.copies, pod.masks = nil, nil
 }
 
 // Apply implements BatchSink. Its outcome says whether the pod is left
@@ -272,54 +272,54 @@ func (ps *podState) resetHolding() {
 // decided by the one who records it (kvevents), not here.
 func (a *Applier) Apply(ctx context.Context, b *event.Batch) event.ApplyOutcome {
 	start := time.Now()
-	ps := a.pod(b)
-	ps.applyMu.Lock()
-	defer ps.applyMu.Unlock()
-	a.bindModel(ps, b.Model, b.Engine)
+	pod := a.pod(b)
+	pod.applyMu.Lock()
+	defer pod.applyMu.Unlock()
+	a.bindModel(pod, b.Model, b.Engine)
 	var d batchDelta
-	wasUntrusted := ps.untrusted
-	if ps.untrusted {
-		if err := a.idx.ClearPod(ctx, ps.id); err != nil {
+	wasUntrusted := pod.untrusted
+	if pod.untrusted {
+		if err := a.idx.ClearPod(ctx, pod.id); err != nil {
 			d.indexErrors++
-			a.log.Debug("index still failing; dropping batch of untrusted pod", "pod", ps.name, "dp_rank", ps.rank, "err", err)
-			a.finish(ps, b, &d, start, wasUntrusted)
+			a.log.Debug("index still failing; dropping batch of untrusted pod", "pod", pod.name, "dp_rank", pod.rank, "err", err)
+			a.finish(pod, b, &d, start, wasUntrusted)
 			return event.ApplyOutcome{IndexFailed: true}
 		}
-		ps.untrusted = false
-		ps.resetHolding()
-		ps.parity.reset()
+		pod.untrusted = false
+		pod.resetHolding()
+		pod.parity.reset()
 		d.recoveries++
-		a.log.Info("pod cleared after index error; trusted again, rebuilding from new events", "pod", ps.name, "dp_rank", ps.rank)
+		a.log.Info("pod cleared after index error; trusted again, rebuilding from new events", "pod", pod.name, "dp_rank", pod.rank)
 	}
 	for i := range b.Events {
 		ev := &b.Events[i]
 		var err error
 		switch ev.Kind {
 		case event.BlockStored:
-			err = a.stored(ctx, ps, b.Engine, ev, &d)
+			err = a.stored(ctx, pod, b.Engine, ev, &d)
 		case event.BlockRemoved:
-			err = a.removed(ctx, ps, b.Engine, ev, &d)
+			err = a.removed(ctx, pod, b.Engine, ev, &d)
 		case event.AllBlocksCleared:
-			if err = a.idx.ClearPod(ctx, ps.id); err == nil {
-				a.sessions.forget(ps.id)
+			if err = a.idx.ClearPod(ctx, pod.id); err == nil {
+				a.sessions.forget(pod.id)
 				d.hint = ""
-				ps.resetParity()
-				ps.resetHolding()
+				pod.resetParity()
+				pod.resetHolding()
 			}
 		case event.BlockSnapshot:
-			err = a.snapshot(ctx, ps, ev, &d)
+			err = a.snapshot(ctx, pod, ev, &d)
 		default:
 			continue // decoders do not produce other kinds; nothing to apply
 		}
 		if err != nil {
 			d.indexErrors++
-			ps.untrusted = true
+			pod.untrusted = true
 			a.log.Warn("index error: pod marked untrusted, rest of batch dropped; it is cleared and rebuilt on its next batch",
-				"pod", ps.name, "dp_rank", ps.rank, "event", ev.Kind.String(), "dropped_events", len(b.Events)-i-1, "err", err)
+				"pod", pod.name, "dp_rank", pod.rank, "event", ev.Kind.String(), "dropped_events", len(b.Events)-i-1, "err", err)
 			break
 		}
 		d.events[ev.Kind]++
 	}
-	a.finish(ps, b, &d, start, wasUntrusted)
-	return event.ApplyOutcome{IndexFailed: ps.untrusted}
+	a.finish(pod, b, &d, start, wasUntrusted)
+	return event.ApplyOutcome{IndexFailed: pod.untrusted}
 }

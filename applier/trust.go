@@ -10,7 +10,7 @@ package applier
 // that stays quiet (a synthetic AllBlocksCleared batch).
 
 // setUntrusted records a pod's trust transition in the gauge.
-func (a *Applier) setUntrusted(ps *podState, untrusted bool) {
+func (a *Applier) setUntrusted(pod *podState, untrusted bool) {
 	if untrusted {
 		a.m.untrustedPods.Inc()
 	} else {

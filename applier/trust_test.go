@@ -152,12 +152,12 @@ func TestApplierUntrustedRacesApply(t *testing.T) {
 	wg.Wait()
 	close(stop)
 	<-read
-	for _, ps := range e.a.PodStats() {
-		if ps.Untrusted {
-			t.Errorf("%s untrusted after a clear that went through", ps.Pod)
+	for _, pod := range e.a.PodStats() {
+		if pod.Untrusted {
+			t.Errorf("%s untrusted after a clear that went through", pod.Pod)
 		}
-		if ps.IndexErrors == 0 {
-			t.Errorf("%s never saw an index error: the test did not exercise recovery", ps.Pod)
+		if pod.IndexErrors == 0 {
+			t.Errorf("%s never saw an index error: the test did not exercise recovery", pod.Pod)
 		}
 	}
 	if g := e.metric("kvindexd_untrusted_pods"); g != 0 {
