@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/kvindex/kvindex/internal/testcerts"
+	"github.com/kvindex/kvindex/internal/testkit/testcerts"
 )
 
 func writeFile(t *testing.T, p string, b []byte) {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/e2e"
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -371,7 +371,7 @@ func TestRebuildFailedKeepsIndexLost(t *testing.T) {
 	pub := startPub(t, "tcp://127.0.0.1:0", true)
 	sink := newCollectSink()
 	m := NewMetrics(nil)
-	replay := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t)) // nothing listens
+	replay := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t)) // nothing listens
 	s := startSub(t, Config{DisableCatchUp: true, RebuildTimeout: 200 * time.Millisecond,
 		Endpoints: []EndpointConfig{{Address: pub.Addr(), ReplayAddress: replay}}}, sink, m)
 	const topic = "kv@pod-fail@m"

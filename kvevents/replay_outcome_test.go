@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/logtest"
+	"github.com/kvindex/kvindex/internal/testkit/logtest"
 	"github.com/kvindex/kvindex/kvevents/zmtp"
 	"github.com/kvindex/kvindex/kvindex"
 )

@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/kvindex/kvindex/internal/e2e"
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -360,7 +360,7 @@ func TestConnectTopologyAddRemoveEndpoint(t *testing.T) {
 // the restarted engine's seq 0 clears the pod.
 func TestReconnectAfterPublisherRestart(t *testing.T) {
 	sink := newCollectSink()
-	addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
+	addr := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
 	pub, err := enginepub.NewPublisher(addr, true)
 	if err != nil {
 		t.Fatal(err)
@@ -463,7 +463,7 @@ func TestTopicFilter(t *testing.T) {
 // Close releases the bind socket of a Subscriber that never ran, makes a
 // running one return, and Run after Close refuses to start.
 func TestCloseReleasesBindSocket(t *testing.T) {
-	addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
+	addr := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
 	s, err := NewSubscriber(Config{Bind: addr}, newCollectSink(), nil, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/pypub"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -79,7 +80,7 @@ func (e *e2eDaemon) metric(name string) float64 {
 
 // realBatch publishes blocks of tokens for pod through a real libzmq
 // publisher and waits until the daemon serves them.
-func realBatch(t *testing.T, e *e2eDaemon, pub *e2e.Publisher, pod string) {
+func realBatch(t *testing.T, e *e2eDaemon, pub *pypub.Publisher, pod string) {
 	t.Helper()
 	h, _ := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
 	tokens := make([]uint32, 2*e2eBlock)
@@ -87,8 +88,8 @@ func realBatch(t *testing.T, e *e2eDaemon, pub *e2e.Publisher, pod string) {
 		tokens[i] = uint32(500 + i)
 	}
 	keys := h.Keys(nil, tokens, kvindex.RequestExtras{})
-	pub.Send(e2e.Batch{Topic: "kv@" + pod + "@" + e2eModel, Seq: 0, Form: "map", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{stored(keys, tokens, 0, 2, "")}})
+	pub.Send(pypub.Batch{Topic: "kv@" + pod + "@" + e2eModel, Seq: 0, Form: "map", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{stored(keys, tokens, 0, 2, "")}})
 	e.expect("real publisher after hostile peers", query{model: e2eModel, tokens: tokens, pods: []string{pod}}, pod+"=2")
 }
 
@@ -119,7 +120,7 @@ func TestHostileBindPeers(t *testing.T) {
 	if code, _ := e.get("/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz %d", code)
 	}
-	pub := e2e.StartPublisher(t, e.bind, false)
+	pub := pypub.StartPublisher(t, e.bind, false)
 	pub.WaitReady(waitLimit)
 	realBatch(t, e, pub, "pod-real")
 	// The silent connection is still open (its handshake deadline is a
@@ -186,8 +187,8 @@ func TestHostileEngineEndpoint(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	realAddr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
-	pub := e2e.StartPublisher(t, realAddr, true)
+	realAddr := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
+	pub := pypub.StartPublisher(t, realAddr, true)
 	if code, body := e.do("POST", "/v1/endpoints", `{"address":"`+realAddr+`","pod":"pod-real","model":"`+e2eModel+`"}`); code != http.StatusCreated {
 		t.Fatalf("POST /v1/endpoints: %d %s", code, body)
 	}
@@ -203,7 +204,7 @@ func TestHostileEngineEndpoint(t *testing.T) {
 // /v1/pods is valid JSON.
 func TestInvalidUTF8PodName(t *testing.T) {
 	e := startDaemon(t, nil)
-	pub := e2e.StartPublisher(t, e.bind, false)
+	pub := pypub.StartPublisher(t, e.bind, false)
 	pub.WaitReady(waitLimit)
 	payload := func(seq byte) []string {
 		var s8 [8]byte

@@ -12,7 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/pypub"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
@@ -100,8 +101,8 @@ func (h *holderNames) Visit(_ int, _ kvindex.Key, hs []kvindex.Holder) bool {
 func TestLeasesTakeoverTopicNamedPod(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := startCutProxy(t, srv.Addr())
-	addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
-	pub := e2e.StartPublisher(t, addr, true)
+	addr := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
+	pub := pypub.StartPublisher(t, addr, true)
 	mutate := func(id, redisAddr string) func(*Config) {
 		return func(c *Config) {
 			c.Index, c.Leases, c.LeaseTTL, c.DaemonID, c.ZMQBind = "redis://"+redisAddr+"/0", true, Duration(1500*time.Millisecond), id, ""
@@ -121,8 +122,8 @@ func TestLeasesTakeoverTopicNamedPod(t *testing.T) {
 	topic := "kv@eng-t@" + e2eModel
 	seq := []uint64{0, 0}
 	send := func(rank, blocks int) {
-		pub.Send(e2e.Batch{Topic: topic, Seq: seq[rank], Form: "map", DPRank: e2e.Rank(rank),
-			Events: []e2e.Event{stored(keys, tokens, 0, blocks, "")}})
+		pub.Send(pypub.Batch{Topic: topic, Seq: seq[rank], Form: "map", DPRank: pypub.Rank(rank),
+			Events: []pypub.Event{stored(keys, tokens, 0, blocks, "")}})
 		seq[rank]++
 	}
 	// The subscription may miss messages published before it is attached:

@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/pypub"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
@@ -62,10 +63,10 @@ func TestRedisDownAndBack(t *testing.T) {
 	// Publish and score through Redis.
 	h, _ := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
 	keys := h.Keys(nil, q.tokens, kvindex.RequestExtras{})
-	pub := e2e.StartPublisher(t, e.bind, false)
+	pub := pypub.StartPublisher(t, e.bind, false)
 	pub.WaitReady(waitLimit)
-	pub.Send(e2e.Batch{Topic: "kv@pod-r@" + e2eModel, Seq: 0, Form: "map", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{stored(keys, q.tokens, 0, 2, "")}})
+	pub.Send(pypub.Batch{Topic: "kv@pod-r@" + e2eModel, Seq: 0, Form: "map", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{stored(keys, q.tokens, 0, 2, "")}})
 	e.expect("score through Redis", q, "pod-r=2")
 
 	srv.Kill()
@@ -77,8 +78,8 @@ func TestRedisDownAndBack(t *testing.T) {
 		t.Fatalf("score with Redis lost: %d %s (want 503, never an empty score)", code, body)
 	}
 	// An event that cannot be written makes the pod untrusted...
-	pub.Send(e2e.Batch{Topic: "kv@pod-r@" + e2eModel, Seq: 1, Form: "map", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{{Type: "BlockRemoved", BlockHashes: hashesOf(keys[1:2])}}})
+	pub.Send(pypub.Batch{Topic: "kv@pod-r@" + e2eModel, Seq: 1, Form: "map", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{{Type: "BlockRemoved", BlockHashes: hashesOf(keys[1:2])}}})
 	untrusted := func() (bool, string) {
 		lp, err := e.grpc.ListPods(context.Background(), &kvindexv1.ListPodsRequest{})
 		if err != nil || len(lp.Pods) != 1 {
@@ -100,8 +101,8 @@ func TestRedisDownAndBack(t *testing.T) {
 	// pod-r's restored entries predate a lost removal: cleared, not served.
 	e.expect("nothing stale served", q, "")
 	// New events rebuild the pod's state.
-	pub.Send(e2e.Batch{Topic: "kv@pod-r@" + e2eModel, Seq: 2, Form: "map", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{stored(keys, q.tokens, 0, 1, "")}})
+	pub.Send(pypub.Batch{Topic: "kv@pod-r@" + e2eModel, Seq: 2, Form: "map", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{stored(keys, q.tokens, 0, 1, "")}})
 	e.expect("rebuilt after Redis is back", q, "pod-r=1")
 	pub.Close()
 }
@@ -112,8 +113,8 @@ func TestRedisDownAndBack(t *testing.T) {
 // endpoints over.
 func TestLeasesTakeover(t *testing.T) {
 	srv := redistest.Start(t)
-	addrs := []string{fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t)), fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))}
-	pubs := []*e2e.Publisher{e2e.StartPublisher(t, addrs[0], true), e2e.StartPublisher(t, addrs[1], true)}
+	addrs := []string{fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t)), fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))}
+	pubs := []*pypub.Publisher{pypub.StartPublisher(t, addrs[0], true), pypub.StartPublisher(t, addrs[1], true)}
 	mutate := func(id string) func(*Config) {
 		return func(c *Config) {
 			// A TTL well above scheduling hiccups under -race: a late renewal
@@ -153,8 +154,8 @@ func TestLeasesTakeover(t *testing.T) {
 	keys := h.Keys(nil, tokens, kvindex.RequestExtras{})
 	seq := []uint64{0, 0}
 	send := func(i, blocks int) {
-		pubs[i].Send(e2e.Batch{Topic: "kv@x@x", Seq: seq[i], Form: "map", DPRank: e2e.Rank(0),
-			Events: []e2e.Event{stored(keys, tokens, 0, blocks, "")}})
+		pubs[i].Send(pypub.Batch{Topic: "kv@x@x", Seq: seq[i], Form: "map", DPRank: pypub.Rank(0),
+			Events: []pypub.Event{stored(keys, tokens, 0, blocks, "")}})
 		seq[i]++
 	}
 	q := query{model: e2eModel, tokens: tokens}

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/internal/testkit/pypub"
 	"github.com/kvindex/kvindex/kvindex"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
@@ -27,15 +27,15 @@ func TestSessionAffinity(t *testing.T) {
 		tokens[i] = uint32(900 + 5*i)
 	}
 	keys := h.Keys(nil, tokens, kvindex.RequestExtras{})
-	pubA := e2e.StartPublisher(t, e.bind, false)
-	pubB := e2e.StartPublisher(t, e.bind, false)
+	pubA := pypub.StartPublisher(t, e.bind, false)
+	pubB := pypub.StartPublisher(t, e.bind, false)
 	pubA.WaitReady(waitLimit)
 	pubB.WaitReady(waitLimit)
-	pubA.Send(e2e.Batch{Topic: "kv@pod-a@" + e2eModel, Seq: 0, Form: "map", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{stored(keys, tokens, 0, 2, "GPU")}})
+	pubA.Send(pypub.Batch{Topic: "kv@pod-a@" + e2eModel, Seq: 0, Form: "map", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{stored(keys, tokens, 0, 2, "GPU")}})
 	evB := stored(keys, tokens, 0, 2, "GPU")
 	evB.SessionID, evB.Ownership, evB.ExtraFields = "agent-42", "tier-2", map[string]any{"event_version": 2}
-	pubB.Send(e2e.Batch{Topic: "kv@pod-b@" + e2eModel, Seq: 0, Form: "map", DPRank: e2e.Rank(0), Events: []e2e.Event{evB}})
+	pubB.Send(pypub.Batch{Topic: "kv@pod-b@" + e2eModel, Seq: 0, Form: "map", DPRank: pypub.Rank(0), Events: []pypub.Event{evB}})
 	q := query{model: e2eModel, tokens: tokens}
 	e.expect("both applied, tie by name", q, "pod-a=2 pod-b=2")
 

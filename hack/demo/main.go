@@ -33,7 +33,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/tokenization"
 )

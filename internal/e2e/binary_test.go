@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/logtest"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/logtest"
 )
 
 // TestBinaryServeAndGracefulStop builds the real kvindexd binary, stamped
@@ -28,7 +29,7 @@ func TestBinaryServeAndGracefulStop(t *testing.T) {
 	args := append(append([]string{"build"}, buildFlags...),
 		"-ldflags", "-X main.version=v0.0.0-e2e -X main.commit=e2e0123", "-o", bin, "./cmd/kvindexd")
 	build := exec.Command("go", args...)
-	build.Dir = RepoRoot(t)
+	build.Dir = harness.RepoRoot(t)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
@@ -50,9 +51,9 @@ func TestBinaryServeAndGracefulStop(t *testing.T) {
 // serveUntil runs bin serve, checks it answers a score, sends sig and
 // expects a graceful exit with status 0.
 func serveUntil(t *testing.T, bin string, sig os.Signal) {
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
-	cmd := exec.Command(bin, "--grpc-addr", fmt.Sprintf("127.0.0.1:%d", FreePort(t)),
-		"--zmq-bind", fmt.Sprintf("tcp://127.0.0.1:%d", FreePort(t)), "--log-format", "json")
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
+	cmd := exec.Command(bin, "--grpc-addr", fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t)),
+		"--zmq-bind", fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t)), "--log-format", "json")
 	cmd.Env = append(cmd.Environ(), "KVINDEX_HTTP_ADDR="+httpAddr, "KVINDEX_HASH_SEED=0")
 	logs := &logtest.Buffer{}
 	cmd.Stderr = logs

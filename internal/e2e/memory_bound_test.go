@@ -11,15 +11,13 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/enginepub"
-	"github.com/kvindex/kvindex/internal/logtest"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -42,25 +40,10 @@ func TestMemoryBoundHostilePublishers(t *testing.T) {
 		t.Skip("set KVINDEX_MEMORY_BOUND=1 (a minute, ~1.4 GB)")
 	}
 	const maxPeakRSS = 2 << 30
-	bin := filepath.Join(t.TempDir(), "kvindexd")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/kvindexd")
-	build.Dir = RepoRoot(t)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
-	zmqAddr := fmt.Sprintf("tcp://127.0.0.1:%d", FreePort(t))
-	cmd := exec.Command(bin, "--grpc-addr", fmt.Sprintf("127.0.0.1:%d", FreePort(t)), "--http-addr", httpAddr,
-		"--zmq-bind", zmqAddr, "--hash-seed", "0", "--log-level", "warn")
-	logs := &logtest.Buffer{}
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	base := "http://" + httpAddr
-	waitHTTP(t, base+"/readyz")
-	rss0 := procStatus(t, cmd.Process.Pid, "VmRSS")
+	d := harness.Start(t, "--hash-seed", "0", "--log-level", "warn")
+	zmqAddr := d.ZMQ
+	base := "http://" + d.HTTP
+	rss0 := procStatus(t, d.PID(), "VmRSS")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -149,8 +132,8 @@ func TestMemoryBoundHostilePublishers(t *testing.T) {
 	if !json.Valid(podsBody) {
 		t.Fatal("/v1/pods is not valid JSON")
 	}
-	peak := procStatus(t, cmd.Process.Pid, "VmHWM")
-	rss := procStatus(t, cmd.Process.Pid, "VmRSS")
+	peak := procStatus(t, d.PID(), "VmHWM")
+	rss := procStatus(t, d.PID(), "VmRSS")
 	t.Logf("RSS at start %d MB, after the flood %d MB, peak %d MB; hold tables %.0f MB; /metrics %d KB in %v, /v1/pods %d KB",
 		rss0>>20, rss>>20, peak>>20, tables/1e6, len(metricsBody)>>10, took.Round(time.Millisecond), len(podsBody)>>10)
 	if tables < 200e6 {

@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
+
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -40,9 +43,9 @@ func zmtpLongHeader(flags byte, size uint64) []byte {
 
 // rawPub is a TCP connection to the daemon's bind port that has sent a PUB's
 // greeting and READY.
-func rawPub(t *testing.T, d *daemon) net.Conn {
+func rawPub(t *testing.T, d *harness.Daemon) net.Conn {
 	t.Helper()
-	c := rawDial(t, d.zmq)
+	c := rawDial(t, d.ZMQ)
 	if _, err := c.Write(append(zmtpGreeting(), zmtpReadyPUB()...)); err != nil {
 		t.Fatal(err)
 	}
@@ -50,22 +53,22 @@ func rawPub(t *testing.T, d *daemon) net.Conn {
 }
 
 // publishesAfter checks that a real publisher still gets a batch through.
-func publishesAfter(t *testing.T, d *daemon, pod string) {
+func publishesAfter(t *testing.T, d *harness.Daemon, pod string) {
 	t.Helper()
-	storeAndWait(t, d, d.publisher(), pod, model, 7, 2)
+	storeAndWait(t, d, d.Publisher(), pod, model, 7, 2)
 }
 
 // --zmq-max-message-size: a frame declaring more than the cap closes its
 // connection before anything is allocated; a message under it is applied.
 func TestPromiseZMQMaxMessageSize(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "--zmq-max-message-size", "1048576")
-	pub := d.publisher()
+	d := harness.Start(t, "--zmq-max-message-size", "1048576")
+	pub := d.Publisher()
 	// ~600 KB: 65,000 hashes of 9 bytes
 	big := &kvindex.Batch{Events: []kvindex.Event{{Kind: kvindex.BlockStored, BlockHashes: randomHashes(3, 65_000), BlockSize: blockSize}}}
 	publish(t, pub, "pod-big", model, 0, big)
-	eventually(t, waitLimit, "the message under the cap", func() string {
-		if p, _ := d.pod("pod-big"); p.Blocks != 65_000 {
+	wait.Until(t, "the message under the cap", func() string {
+		if p, _ := d.Pod("pod-big"); p.Blocks != 65_000 {
 			return fmt.Sprintf("pod-big holds %d blocks", p.Blocks)
 		}
 		return ""
@@ -85,8 +88,8 @@ func TestPromiseZMQMaxMessageSize(t *testing.T) {
 // by the deadline is closed, however it dribbles bytes.
 func TestPromiseZMQHandshakeTimeout(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "--zmq-handshake-timeout", "1s")
-	c := rawDial(t, d.zmq)
+	d := harness.Start(t, "--zmq-handshake-timeout", "1s")
+	c := rawDial(t, d.ZMQ)
 	start := time.Now()
 	for _, b := range zmtpGreeting()[:10] { // a byte every 200 ms
 		if _, err := c.Write([]byte{b}); err != nil {
@@ -107,15 +110,15 @@ func TestPromiseZMQHandshakeTimeout(t *testing.T) {
 // held ones close, a publisher gets in again.
 func TestPromiseZMQMaxConns(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "--zmq-max-conns", "2")
-	held := []net.Conn{rawDial(t, d.zmq), rawDial(t, d.zmq)}
-	eventually(t, waitLimit, "two open connections", func() string {
-		if v := d.metric("kvindexd_kvevents_zmq_open_connections"); v != 2 {
+	d := harness.Start(t, "--zmq-max-conns", "2")
+	held := []net.Conn{rawDial(t, d.ZMQ), rawDial(t, d.ZMQ)}
+	wait.Until(t, "two open connections", func() string {
+		if v := d.Metric("kvindexd_kvevents_zmq_open_connections"); v != 2 {
 			return fmt.Sprintf("zmq_open_connections = %v", v)
 		}
 		return ""
 	})
-	third := rawDial(t, d.zmq)
+	third := rawDial(t, d.ZMQ)
 	if !closedWithin(third, 2*time.Second) {
 		t.Fatal("the connection over the cap was not closed at once")
 	}
@@ -123,8 +126,8 @@ func TestPromiseZMQMaxConns(t *testing.T) {
 	for _, c := range held {
 		c.Close()
 	}
-	eventually(t, waitLimit, "the held connections closed", func() string {
-		if v := d.metric("kvindexd_kvevents_zmq_open_connections"); v != 0 {
+	wait.Until(t, "the held connections closed", func() string {
+		if v := d.Metric("kvindexd_kvevents_zmq_open_connections"); v != 0 {
 			return fmt.Sprintf("zmq_open_connections = %v", v)
 		}
 		return ""
@@ -135,7 +138,7 @@ func TestPromiseZMQMaxConns(t *testing.T) {
 // Frames per message (fixed, 64): a 65th frame closes the connection.
 func TestPromiseZMQFramesPerMessage(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t)
+	d := harness.Start(t)
 	c := rawPub(t, d)
 	var msg []byte
 	for i := 0; i < 65; i++ {
@@ -154,8 +157,8 @@ func TestPromiseZMQFramesPerMessage(t *testing.T) {
 // Command frames (fixed, 16 KiB): a longer command closes the connection.
 func TestPromiseZMQCommandSize(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t)
-	c := rawDial(t, d.zmq)
+	d := harness.Start(t)
+	c := rawDial(t, d.ZMQ)
 	if _, err := c.Write(append(zmtpGreeting(), zmtpLongHeader(0x04, 16<<10+1)...)); err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +175,7 @@ func TestPromiseZMQCommandSize(t *testing.T) {
 // while they hold theirs.
 func TestPromiseZMQBufferBudget(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t)
+	d := harness.Start(t)
 	const frame = 60 << 20
 	chunk := bytes.Repeat([]byte{0xab}, 1<<20)
 	var held []net.Conn
@@ -202,10 +205,10 @@ func TestPromiseZMQBufferBudget(t *testing.T) {
 
 // rawPubFrom is rawPub from another loopback address: a host the daemon
 // has never heard from.
-func rawPubFrom(t *testing.T, d *daemon, ip string) net.Conn {
+func rawPubFrom(t *testing.T, d *harness.Daemon, ip string) net.Conn {
 	t.Helper()
 	dl := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 10 * time.Second}
-	c, err := dl.Dial("tcp", strings.TrimPrefix(d.zmq, "tcp://"))
+	c, err := dl.Dial("tcp", strings.TrimPrefix(d.ZMQ, "tcp://"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +240,7 @@ func rawMessage(frames ...[]byte) []byte {
 // sequence is unbroken.
 func TestPromiseZMQMessageTimeout(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "--zmq-message-timeout", "1s")
+	d := harness.Start(t, "--zmq-message-timeout", "1s")
 	c := rawPub(t, d)
 	toks := prompt(1, 2)
 	payload, err := enginepub.EncodeVLLMBatch(stored(engineHashes(t, toks), toks), enginepub.VLLMEncodeOptions{})
@@ -247,8 +250,8 @@ func TestPromiseZMQMessageTimeout(t *testing.T) {
 	if _, err := c.Write(rawMessage([]byte("kv@pod-a@"+model), binary.BigEndian.AppendUint64(nil, 0), payload)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, waitLimit, "pod-a complete", func() string {
-		if p, _ := d.pod("pod-a"); p.Blocks != 2 || !p.Complete {
+	wait.Until(t, "pod-a complete", func() string {
+		if p, _ := d.Pod("pod-a"); p.Blocks != 2 || !p.Complete {
 			return fmt.Sprintf("pod-a: %+v", p)
 		}
 		return ""
@@ -265,17 +268,17 @@ func TestPromiseZMQMessageTimeout(t *testing.T) {
 	}
 	waitMetric(t, d, "kvindexd_kvevents_zmq_message_timeouts_total", 1)
 	waitMetric(t, d, "kvindexd_kvevents_zmq_messages_lost_total", 1)
-	eventually(t, waitLimit, "pod-a incomplete", func() string {
-		if p, _ := d.pod("pod-a"); p.Complete || p.Reason != "message_lost" {
+	wait.Until(t, "pod-a incomplete", func() string {
+		if p, _ := d.Pod("pod-a"); p.Complete || p.Reason != "message_lost" {
 			return fmt.Sprintf("pod-a: %+v", p)
 		}
 		return ""
 	})
 	// Its next batch carries the next sequence number: the lost message was
 	// not pod-a's, and it is complete again.
-	publish(t, d.publisher(), "pod-a", model, 1, stored(engineHashes(t, prompt(2, 1)), prompt(2, 1)))
-	eventually(t, waitLimit, "pod-a complete again", func() string {
-		if p, _ := d.pod("pod-a"); !p.Complete || p.LastSeq != 1 {
+	publish(t, d.Publisher(), "pod-a", model, 1, stored(engineHashes(t, prompt(2, 1)), prompt(2, 1)))
+	wait.Until(t, "pod-a complete again", func() string {
+		if p, _ := d.Pod("pod-a"); !p.Complete || p.LastSeq != 1 {
 			return fmt.Sprintf("pod-a: %+v", p)
 		}
 		return ""
@@ -287,14 +290,14 @@ func TestPromiseZMQMessageTimeout(t *testing.T) {
 // socket is full an engine gets in by evicting a peer idle past the bound.
 func TestPromiseZMQIdleEviction(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "--zmq-max-conns", "8", "--zmq-evict-idle-after", "3s")
-	storeAndWait(t, d, d.publisher(), "pod-known", model, 1, 1) // 127.0.0.1 has published: known
+	d := harness.Start(t, "--zmq-max-conns", "8", "--zmq-evict-idle-after", "3s")
+	storeAndWait(t, d, d.Publisher(), "pod-known", model, 1, 1) // 127.0.0.1 has published: known
 	var strangers []net.Conn
 	for i := 0; i < 7; i++ { // with the engine: 8 of 8 slots
 		strangers = append(strangers, rawPubFrom(t, d, "127.0.0.2"))
 	}
-	eventually(t, waitLimit, "eight open connections", func() string {
-		if v := d.metric("kvindexd_kvevents_zmq_handshakes_total"); v < 8 {
+	wait.Until(t, "eight open connections", func() string {
+		if v := d.Metric("kvindexd_kvevents_zmq_handshakes_total"); v < 8 {
 			return fmt.Sprintf("handshakes = %v", v)
 		}
 		return ""
@@ -307,7 +310,7 @@ func TestPromiseZMQIdleEviction(t *testing.T) {
 	// connection evicts one rather than being refused.
 	time.Sleep(3 * time.Second)
 	publishesAfter(t, d, "pod-new")
-	if v := d.metric("kvindexd_kvevents_zmq_connections_evicted_total"); v < 1 {
+	if v := d.Metric("kvindexd_kvevents_zmq_connections_evicted_total"); v < 1 {
 		t.Errorf("connections_evicted_total = %v, want >= 1", v)
 	}
 	open := 0
@@ -326,7 +329,7 @@ func TestPromiseZMQIdleEviction(t *testing.T) {
 // after 10 s and the connection closed.
 func TestPromiseZMQWriteTimeout(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t)
+	d := harness.Start(t)
 	c := rawPub(t, d)
 	ping := []byte{0x04, 23, 4, 'P', 'I', 'N', 'G', 0, 0}
 	ping = append(ping, bytes.Repeat([]byte{'c'}, 16)...) // a 16-byte context, echoed in each PONG
@@ -353,8 +356,8 @@ func TestPromiseZMQWriteTimeout(t *testing.T) {
 			idle++
 		}
 	}
-	eventually(t, waitLimit, "the blocked connection closed", func() string {
-		if v := d.metric("kvindexd_kvevents_zmq_open_connections"); v != 0 {
+	wait.Until(t, "the blocked connection closed", func() string {
+		if v := d.Metric("kvindexd_kvevents_zmq_open_connections"); v != 0 {
 			return fmt.Sprintf("zmq_open_connections = %v", v)
 		}
 		return ""
@@ -404,7 +407,7 @@ func TestPromiseZMQRedialBackoff(t *testing.T) {
 			}()
 		}
 	}()
-	d := startDaemon(t, "--endpoint", "tcp://"+ln.Addr().String()+",pod=pod-hostile")
+	d := harness.Start(t, "--endpoint", "tcp://"+ln.Addr().String()+",pod=pod-hostile")
 	time.Sleep(4 * time.Second)
 	mu.Lock()
 	n := len(dials)
@@ -414,9 +417,9 @@ func TestPromiseZMQRedialBackoff(t *testing.T) {
 	if n > 10 || n < 2 {
 		t.Errorf("%d dials in 4 s, want the backoff's ~6", n)
 	}
-	logs := d.logs.String()
+	logs := d.Logs.String()
 	if !strings.Contains(logs, "engine publisher went away") || !strings.Contains(logs, "exceeds the size limit") {
-		t.Errorf("the reason the connection ended is not logged:\n%s", lastLines(logs, 20))
+		t.Errorf("the reason the connection ended is not logged:\n%s", harness.LastLines(logs, 20))
 	}
 	if c := strings.Count(logs, "engine publisher went away"); c > 6 {
 		t.Errorf("%d 'went away' lines for %d dials: not rate-limited", c, n)
