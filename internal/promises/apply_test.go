@@ -59,6 +59,7 @@ func scoreRows(t testing.TB, d *harness.Daemon, tokens []uint32) map[string]scor
 // how much a publisher queued.
 func TestPromiseApplyFairness(t *testing.T) {
 	t.Parallel()
+	harness.Heavy(t)
 	// The stall bound sits well above what one flood batch takes to apply
 	// (10-30 ms) and below how old the flood's backlog grows (0.3-1.4 s), so
 	// a readiness that followed the backlog would fail. A race-built daemon
@@ -217,6 +218,7 @@ func TestPromiseApplyQueue(t *testing.T) {
 // (before: up to 17 s late, median 6.2 s, behind the whole budget).
 func TestPromiseApplyQueueShare(t *testing.T) {
 	t.Parallel()
+	harness.Heavy(t)
 	d := harness.Start(t, "--workers", "1")
 	floodPub, honestPub := d.Publisher(), d.Publisher()
 	payloads := make([][]byte, 3)

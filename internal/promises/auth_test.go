@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/testkit/wait"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -39,7 +41,7 @@ func grpcClient(t *testing.T, d *harness.Daemon) (kvindexv1.IndexerClient, healt
 }
 
 func withToken(token string) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	ctx, cancel := context.WithTimeout(context.Background(), wait.Limit)
 	if token != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 	}

@@ -23,7 +23,6 @@ import (
 const (
 	blockSize = 16
 	model     = "org/model"
-	waitLimit = 30 * time.Second
 )
 
 func TestMain(m *testing.M) {

@@ -46,7 +46,7 @@ func TestEmbeddedMatchesDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(embPub.Close)
-	wctx, wcancel := context.WithTimeout(ctx, waitLimit)
+	wctx, wcancel := context.WithTimeout(ctx, wait.Limit)
 	defer wcancel()
 	if err := embPub.WaitSubscribed(wctx, "kv@"); err != nil {
 		t.Fatal(err)

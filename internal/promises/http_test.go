@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/testkit/wait"
+
 	"github.com/kvindex/kvindex/internal/testkit/harness"
 
 	"google.golang.org/grpc"
@@ -31,7 +33,7 @@ func TestPromiseHTTPReadHeaderTimeout(t *testing.T) {
 	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	if !closedWithin(c, waitLimit) {
+	if !closedWithin(c, wait.Limit) {
 		t.Fatal("headers that never finish kept the connection")
 	}
 	if el := time.Since(start); el < 900*time.Millisecond || el > 10*time.Second {
@@ -53,7 +55,7 @@ func TestPromiseHTTPReadTimeout(t *testing.T) {
 	if code, _ := d.Get("/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz %d while a body hangs", code)
 	}
-	if !closedWithin(c, waitLimit) {
+	if !closedWithin(c, wait.Limit) {
 		t.Fatal("a body that never finishes kept the connection")
 	}
 	if el := time.Since(start); el < 900*time.Millisecond || el > 10*time.Second {
@@ -77,7 +79,7 @@ func TestPromiseHTTPWriteTimeout(t *testing.T) {
 		if _, err := io.WriteString(c, scoreBody[10:]); err != nil {
 			t.Fatal(err)
 		}
-		_ = c.SetReadDeadline(time.Now().Add(waitLimit))
+		_ = c.SetReadDeadline(time.Now().Add(wait.Limit))
 		line, _ := bufio.NewReader(c).ReadString('\n')
 		return strings.TrimSpace(line)
 	}
@@ -105,7 +107,7 @@ func TestPromiseHTTPIdleTimeout(t *testing.T) {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	start := time.Now()
-	_ = c.SetReadDeadline(time.Now().Add(waitLimit))
+	_ = c.SetReadDeadline(time.Now().Add(wait.Limit))
 	if _, err := r.ReadByte(); err == nil || isTimeout(err) {
 		t.Fatalf("the idle connection was not closed: %v", err)
 	}
@@ -171,7 +173,7 @@ func TestPromiseHTTPMaxConns(t *testing.T) {
 		t.Fatalf("the third connection was served at once: %v", err)
 	}
 	held[0].Close()
-	_ = waiting.SetReadDeadline(time.Now().Add(waitLimit))
+	_ = waiting.SetReadDeadline(time.Now().Add(wait.Limit))
 	resp, err := http.ReadResponse(r, nil)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("the waiting client after a slot freed: %v", err)
@@ -205,7 +207,7 @@ func TestPromiseGRPCMaxConns(t *testing.T) {
 		t.Fatal("a second gRPC connection was served while the cap was held")
 	}
 	held.Close()
-	if err := check(waitLimit); err != nil {
+	if err := check(wait.Limit); err != nil {
 		t.Fatalf("gRPC after the slot freed: %v", err)
 	}
 	if v := d.Metric(`kvindexd_connections_limited_total{server="grpc"}`); v < 1 {
@@ -230,7 +232,7 @@ func TestPromiseGRPCIdleTimeout(t *testing.T) {
 	}
 	start := time.Now()
 	for i, c := range held {
-		if !closedWithin(c, waitLimit) {
+		if !closedWithin(c, wait.Limit) {
 			t.Fatalf("idle connection %d was not closed", i)
 		}
 	}
@@ -276,7 +278,7 @@ func TestPromiseHTTPHeaderBudget(t *testing.T) {
 		}
 	}
 	c, r := slow()
-	_ = c.SetReadDeadline(time.Now().Add(waitLimit))
+	_ = c.SetReadDeadline(time.Now().Add(wait.Limit))
 	resp, err := http.ReadResponse(r, nil)
 	if err != nil {
 		t.Fatal(err)

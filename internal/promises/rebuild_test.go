@@ -30,7 +30,7 @@ type rebuildEngine struct {
 func startRebuildEngine(t *testing.T, pod string, bufferSteps int) *rebuildEngine {
 	t.Helper()
 	e := &rebuildEngine{topic: "kv@" + pod + "@" + model, requests: make(chan uint64, 4), release: make(chan struct{})}
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	ctx, cancel := context.WithTimeout(context.Background(), wait.Limit)
 	t.Cleanup(cancel)
 	p, err := enginepub.NewReplayPublisher("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", e.topic, bufferSteps, func(start uint64) {
 		e.mu.Lock()
@@ -100,7 +100,7 @@ func TestPromiseRedisLossRebuiltByReplay(t *testing.T) {
 		redis := redistest.Start(t)
 		e := startRebuildEngine(t, "pod-rebuilt", 10000)
 		d := harness.Start(t, "--index", redis.URL(), "--endpoint", e.Addr()+",pod=pod-rebuilt,replay="+e.ReplayAddr())
-		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		ctx, cancel := context.WithTimeout(context.Background(), wait.Limit)
 		defer cancel()
 		if err := e.WaitSubscribed(ctx, e.topic); err != nil {
 			t.Fatal(err)
@@ -161,7 +161,7 @@ func TestPromiseRedisLossRebuiltByReplay(t *testing.T) {
 		redis := redistest.Start(t)
 		e := startRebuildEngine(t, "pod-wrapped", 50) // holds seqs 60..109 once filled
 		d := harness.Start(t, "--index", redis.URL(), "--endpoint", e.Addr()+",pod=pod-wrapped,replay="+e.ReplayAddr())
-		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		ctx, cancel := context.WithTimeout(context.Background(), wait.Limit)
 		defer cancel()
 		if err := e.WaitSubscribed(ctx, e.topic); err != nil {
 			t.Fatal(err)

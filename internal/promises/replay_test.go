@@ -58,7 +58,7 @@ func TestPromiseReplayTimeout(t *testing.T) {
 	t.Cleanup(pub.Close)
 	const pod = "pod-replay"
 	d := harness.Start(t, "--replay-timeout", bound.String(), "--endpoint", pub.Addr()+",pod="+pod+",replay="+silentListener(t))
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	ctx, cancel := context.WithTimeout(context.Background(), wait.Limit)
 	defer cancel()
 	if err := pub.WaitSubscribed(ctx, "kv@"); err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 // held at capacity/4 (the rest refused and counted) and nothing is evicted.
 func TestPromisePodShare(t *testing.T) {
 	t.Parallel()
+	harness.Heavy(t)
 	d := harness.Start(t, "--capacity", "200000")
 	pub := d.Publisher()
 	prompts := map[string][]uint32{}
