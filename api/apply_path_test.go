@@ -8,17 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/testkit/indextest"
-
-	"github.com/prometheus/client_golang/prometheus"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/indextest"
 	"github.com/kvindex/kvindex/internal/testkit/logtest"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+	"github.com/prometheus/client_golang/prometheus"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // An event worker stuck inside one index write past ApplyStallTimeout makes

@@ -17,17 +17,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/testkit/wait"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/internal/testkit/logtest"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvindex"
 	indexerv1 "github.com/kvindex/kvindex/proto/indexer/v1"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // These tests pin the API's edges: first the access guard, the token file and the endpoint policy

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/internal/testkit/wait"
-
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )

@@ -5,9 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/testkit/indextest"
-
 	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/indextest"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
 )

@@ -5,10 +5,9 @@ import (
 	"encoding/binary"
 	"testing"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // realisticBatch is one busy engine step: a request's 32 new full blocks of

@@ -7,10 +7,9 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // sampleBatch exercises every field the encoders write.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/internal/testkit/pypub"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
@@ -128,25 +129,34 @@ func TestLeasesTakeoverTopicNamedPod(t *testing.T) {
 	}
 	// The subscription may miss messages published before it is attached:
 	// republish (idempotent) until both ranks are indexed.
-	waitFor(t, "a indexes both ranks of eng-t", func() (bool, string) {
+	wait.Until(t, "a indexes both ranks of eng-t", func() string {
 		send(0, 2)
 		send(1, 3)
 		hs, gs := a.scores(q)
-		return hs == "eng-t=3[1:3 0:2]" && gs == hs, hs + " / " + gs
+		if hs == "eng-t=3[1:3 0:2]" && gs == hs {
+			return ""
+		}
+		return "still " + hs + " / " + gs
 	})
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr(), Protocol: 2, DisableIdentity: true})
 	defer rc.Close()
-	waitFor(t, "a records eng-t as indexed from the endpoint", func() (bool, string) {
+	wait.Until(t, "a records eng-t as indexed from the endpoint", func() string {
 		names, err := rc.SMembers(context.Background(), "kvindex:lease-pods:"+addr).Result()
-		return err == nil && slices.Equal(names, []string{"eng-t"}), fmt.Sprint(names, err)
+		if err == nil && slices.Equal(names, []string{"eng-t"}) {
+			return ""
+		}
+		return "still " + fmt.Sprint(names, err)
 	})
 
 	proxy.Cut()
 	// Nothing a indexed was cleared: it could not reach Redis any more.
 	b := startDaemon(t, mutate("daemon-b", srv.Addr()))
-	waitFor(t, "b takes the endpoint over", func() (bool, string) {
+	wait.Until(t, "b takes the endpoint over", func() string {
 		n, err := rc.Get(context.Background(), "kvindex:lease:"+addr).Result()
-		return n == "daemon-b", fmt.Sprint(n, err)
+		if n == "daemon-b" {
+			return ""
+		}
+		return "still " + fmt.Sprint(n, err)
 	})
 	// Read the shared index directly: b's API answers only for models b
 	// has seen events of, and b has seen none yet.
@@ -156,17 +166,23 @@ func TestLeasesTakeoverTopicNamedPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer reader.Close()
-	waitFor(t, "the shared index holds nothing a indexed", func() (bool, string) {
+	wait.Until(t, "the shared index holds nothing a indexed", func() string {
 		var v holderNames
 		v.in = in
 		err := reader.Lookup(context.Background(), in.Model(e2eModel), keys, &v)
-		return err == nil && len(v.names) == 0, fmt.Sprint(v.names, err)
+		if err == nil && len(v.names) == 0 {
+			return ""
+		}
+		return "still " + fmt.Sprint(v.names, err)
 	})
 	// The endpoint's new events reach the index through b.
-	waitFor(t, "events applied through b", func() (bool, string) {
+	wait.Until(t, "events applied through b", func() string {
 		send(1, 1)
 		hs, gs := b.scores(q)
-		return hs == "eng-t=1[1:1]" && gs == hs, hs + " / " + gs
+		if hs == "eng-t=1[1:1]" && gs == hs {
+			return ""
+		}
+		return "still " + hs + " / " + gs
 	})
 	pub.Close()
 }

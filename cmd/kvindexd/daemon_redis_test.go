@@ -11,26 +11,11 @@ import (
 
 	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/internal/testkit/pypub"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
-
-// waitFor polls cond until it holds; the test waits for a state, not a time.
-func waitFor(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still %s", what, last)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
 
 func (e *e2eDaemon) get(path string) (int, string) { return e.do("GET", path, "") }
 
@@ -56,9 +41,12 @@ func TestRedisDownAndBack(t *testing.T) {
 	}
 
 	srv.Restart()
-	waitFor(t, "ready after Redis started", func() (bool, string) {
+	wait.Until(t, "ready after Redis started", func() string {
 		code, body := e.get("/readyz")
-		return code == http.StatusOK, body
+		if code == http.StatusOK {
+			return ""
+		}
+		return "still " + body
 	})
 	// Publish and score through Redis.
 	h, _ := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
@@ -70,9 +58,12 @@ func TestRedisDownAndBack(t *testing.T) {
 	e.expect("score through Redis", q, "pod-r=2")
 
 	srv.Kill()
-	waitFor(t, "not ready after Redis lost", func() (bool, string) {
+	wait.Until(t, "not ready after Redis lost", func() string {
 		code, body := e.get("/readyz")
-		return code == http.StatusServiceUnavailable, body
+		if code == http.StatusServiceUnavailable {
+			return ""
+		}
+		return "still " + body
 	})
 	if code, body := e.do("POST", "/v1/score", q.httpBody()); code != http.StatusServiceUnavailable {
 		t.Fatalf("score with Redis lost: %d %s (want 503, never an empty score)", code, body)
@@ -87,16 +78,27 @@ func TestRedisDownAndBack(t *testing.T) {
 		}
 		return lp.Pods[0].Untrusted, fmt.Sprintf("%+v", lp.Pods[0])
 	}
-	waitFor(t, "pod untrusted after a failed write", untrusted)
+	wait.Until(t, "pod untrusted after a failed write", func() string {
+		if bad, s := untrusted(); !bad {
+			return "still " + s
+		}
+		return ""
+	})
 	srv.Restart() // same port; pod-r's two blocks come back from the AOF
-	waitFor(t, "ready after Redis is back", func() (bool, string) {
+	wait.Until(t, "ready after Redis is back", func() string {
 		code, body := e.get("/readyz")
-		return code == http.StatusOK, body
+		if code == http.StatusOK {
+			return ""
+		}
+		return "still " + body
 	})
 	// ...and is cleared and trusted again once Redis is back, without a new event.
-	waitFor(t, "pod trusted again after recovery", func() (bool, string) {
+	wait.Until(t, "pod trusted again after recovery", func() string {
 		bad, s := untrusted()
-		return !bad && strings.Contains(s, "index_errors:1"), s
+		if !bad && strings.Contains(s, "index_errors:1") {
+			return ""
+		}
+		return "still " + s
 	})
 	// pod-r's restored entries predate a lost removal: cleared, not served.
 	e.expect("nothing stale served", q, "")
@@ -139,9 +141,12 @@ func TestLeasesTakeover(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	waitFor(t, "each daemon holds one endpoint", func() (bool, string) {
+	wait.Until(t, "each daemon holds one endpoint", func() string {
 		ha, hb := held(a), held(b)
-		return len(ha) == 1 && len(hb) == 1 && ha[0] != hb[0], fmt.Sprintf("a=%v b=%v", ha, hb)
+		if len(ha) == 1 && len(hb) == 1 && ha[0] != hb[0] {
+			return ""
+		}
+		return "still " + fmt.Sprintf("a=%v b=%v", ha, hb)
 	})
 	for _, p := range pubs {
 		p.WaitReady(waitLimit)
@@ -163,11 +168,14 @@ func TestLeasesTakeover(t *testing.T) {
 	// balanced one endpoint over to b just before, b's subscription may
 	// attach after the first send and miss it (slow joiner; seen under
 	// load in CI): republish (idempotent) until it is seen.
-	waitFor(t, "both pods applied", func() (bool, string) {
+	wait.Until(t, "both pods applied", func() string {
 		send(0, 2)
 		send(1, 3)
 		hs, gs := a.scores(q)
-		return hs == "pod-1=3 pod-0=2" && gs == hs, hs + " / " + gs
+		if hs == "pod-1=3 pod-0=2" && gs == hs {
+			return ""
+		}
+		return "still " + hs + " / " + gs
 	})
 	// Either daemon answers from the shared index.
 	a.expect("daemon a sees both pods", q, "pod-1=3 pod-0=2")
@@ -176,18 +184,24 @@ func TestLeasesTakeover(t *testing.T) {
 	// Daemon a stops: it releases its lease (clearing its endpoint's pod so
 	// nothing stale is served) and b takes the endpoint over.
 	stopA()
-	waitFor(t, "daemon b holds both endpoints", func() (bool, string) {
+	wait.Until(t, "daemon b holds both endpoints", func() string {
 		hb := held(b)
-		return len(hb) == 2, fmt.Sprintf("b=%v", hb)
+		if len(hb) == 2 {
+			return ""
+		}
+		return "still " + fmt.Sprintf("b=%v", hb)
 	})
 	// Events on the taken-over endpoint now reach the index through b. The
 	// new subscription may miss a message published before it is attached:
 	// republish (idempotent) until it is seen.
-	waitFor(t, "taken-over endpoint applied through b", func() (bool, string) {
+	wait.Until(t, "taken-over endpoint applied through b", func() string {
 		send(0, 4)
 		send(1, 3)
 		hs, gs := b.scores(q)
-		return hs == "pod-0=4 pod-1=3" && gs == hs, hs + " / " + gs
+		if hs == "pod-0=4 pod-1=3" && gs == hs {
+			return ""
+		}
+		return "still " + hs + " / " + gs
 	})
 	for _, p := range pubs {
 		p.Close()

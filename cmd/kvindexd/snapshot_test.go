@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvindex/kvindex/indexer/persist"
 	"github.com/kvindex/kvindex/internal/testkit/pypub"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -43,12 +44,15 @@ func TestRestartFromSnapshot(t *testing.T) {
 			Events: []pypub.Event{stored(keys, tokens, 0, 6, "")}})
 	}
 	first.expect("before the restart", q, "pod-a=6 pod-b=6")
-	waitFor(t, "snapshot with both pods", func() (bool, string) {
+	wait.Until(t, "snapshot with both pods", func() string {
 		l, err := persist.Load(path, kvindex.NewMemoryIndex(kvindex.MemoryConfig{}), kvindex.NewInterner())
 		if err != nil {
-			return false, err.Error()
+			return err.Error()
 		}
-		return l.Entries == 12, fmt.Sprintf("%d entries", l.Entries)
+		if l.Entries == 12 {
+			return ""
+		}
+		return "still " + fmt.Sprintf("%d entries", l.Entries)
 	})
 
 	second := startDaemon(t, withSnapshot)

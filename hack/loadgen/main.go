@@ -32,15 +32,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/grpcbuf"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/kvindex"
+	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
-	"github.com/kvindex/kvindex/internal/testkit/enginepub"
-	"github.com/kvindex/kvindex/internal/grpcbuf"
-	"github.com/kvindex/kvindex/kvindex"
-	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
 type options struct {

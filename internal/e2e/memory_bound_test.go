@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -152,7 +153,9 @@ func TestMemoryBoundHostilePublishers(t *testing.T) {
 	if len(metricsBody) > 64<<20 {
 		t.Fatalf("/metrics is %d MB", len(metricsBody)>>20)
 	}
-	waitHTTP(t, base+"/readyz")
+	if err := harness.WaitReady(d.HTTP, d.Exited(), harness.ReadyLimit); err != nil {
+		t.Fatalf("the daemon stopped serving after the flood: %v", err)
+	}
 }
 
 func dialPub(t *testing.T, ctx context.Context, addr string) *enginepub.Publisher {
@@ -165,24 +168,6 @@ func dialPub(t *testing.T, ctx context.Context, addr string) *enginepub.Publishe
 		t.Fatal(err)
 	}
 	return p
-}
-
-func waitHTTP(t *testing.T, url string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", url, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func get(t *testing.T, url string) ([]byte, time.Duration) {
@@ -204,22 +189,14 @@ func get(t *testing.T, url string) ([]byte, time.Duration) {
 // socket (and so decoded, dropped or queued each).
 func waitReceived(t *testing.T, base string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Minute)
-	for {
+	series := `kvindexd_kvevents_messages_received_total{socket="bind"}`
+	wait.UntilWithin(t, 10*time.Minute, fmt.Sprintf("%d messages received", n), func() string {
 		body, _ := get(t, base+"/metrics")
-		for _, l := range strings.Split(string(body), "\n") {
-			if strings.HasPrefix(l, `kvindexd_kvevents_messages_received_total{socket="bind"} `) {
-				v, _ := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
-				if int(v) >= n {
-					return
-				}
-			}
+		if got := harness.MetricIn(string(body), series); int(got) < n {
+			return fmt.Sprintf("%s = %v", series, got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the daemon did not receive %d messages", n)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 // procStatus reads a "kB" field of /proc/<pid>/status, in bytes.

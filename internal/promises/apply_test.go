@@ -10,10 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/internal/testkit/wait"
-
-	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	goredis "github.com/redis/go-redis/v9"

@@ -8,17 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/internal/testkit/wait"
-
+	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-
-	"github.com/kvindex/kvindex/internal/testkit/harness"
-	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
 const (

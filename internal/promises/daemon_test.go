@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/testkit/harness"
-
 	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/kvindex"
 )
 

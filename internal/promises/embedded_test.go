@@ -6,12 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvindex/kvindex/internal/testkit/harness"
-	"github.com/kvindex/kvindex/internal/testkit/wait"
-
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/indexer/routing"
 	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"

@@ -12,10 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/testkit/wait"
-
 	"github.com/kvindex/kvindex/internal/testkit/harness"
-
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"

@@ -7,10 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/internal/testkit/wait"
-
-	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 )
 
 // silentListener accepts TCP connections on 127.0.0.1 and never writes a

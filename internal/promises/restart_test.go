@@ -11,7 +11,6 @@ import (
 
 	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/internal/testkit/wait"
-
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 )
 

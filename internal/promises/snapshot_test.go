@@ -9,9 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/testkit/harness"
-
 	"github.com/kvindex/kvindex/indexer/persist"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/kvindex"
 )
 

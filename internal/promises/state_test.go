@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/internal/testkit/wait"
-
-	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
 )

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/internal/testkit/logtest"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	"github.com/redis/go-redis/v9"
@@ -19,7 +20,7 @@ import (
 func waitPatterns(t *testing.T, want string, nodes ...*redistest.Server) {
 	t.Helper()
 	for _, s := range nodes {
-		waitFor(t, "PUBSUB NUMPAT = "+want+" on "+s.Addr(), func() bool {
+		wait.For(t, "PUBSUB NUMPAT = "+want+" on "+s.Addr(), func() bool {
 			n, err := s.Do("PUBSUB", "NUMPAT")
 			return err == nil && n == want
 		})
@@ -76,7 +77,7 @@ func requireNoWatchers(t *testing.T) {
 // server holds only the keys in keep.
 func waitExpired(t *testing.T, idx *Index, want int64, keep string, nodes ...*redistest.Server) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%d TTL expirations counted", want), func() bool {
+	wait.For(t, fmt.Sprintf("%d TTL expirations counted", want), func() bool {
 		if idx.TTLExpirations() < want {
 			return false
 		}
@@ -108,7 +109,7 @@ func TestTTLExpirationsCounted(t *testing.T) {
 			t.Parallel()
 			s := redistest.Start(t, "--notify-keyspace-events", "Ex")
 			var logs logtest.Buffer
-			ns := uniqueNS(t)
+			ns := redistest.UniqueNS(t)
 			idx, in := newTestIndex(t, s.URL(), func(c *Config) {
 				c.Namespace, c.TTL, c.Logger = ns, time.Second, logs.Logger()
 			})
@@ -174,7 +175,7 @@ func TestTTLExpirationsCounted(t *testing.T) {
 			idx, in := newTestIndex(t, s.URL(), func(c *Config) {
 				c.TTL, c.Logger = 200*time.Millisecond, logs.Logger()
 			})
-			waitFor(t, "warning logged", func() bool { return strings.Contains(logs.String(), "level=WARN") })
+			wait.For(t, "warning logged", func() bool { return strings.Contains(logs.String(), "level=WARN") })
 			if err := idx.Add(ctx, in.Model("m"), in.Pod("p", 0), kvindex.TierGPU, seqKeys(3, 1)); err != nil {
 				t.Fatal(err)
 			}
@@ -217,7 +218,7 @@ func TestTTLExpirationsCounted(t *testing.T) {
 // subscribes on every master and counts each expiration exactly once.
 func TestTTLExpirationsCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, "--notify-keyspace-events", "Ex")
-	ns := uniqueNS(t)
+	ns := redistest.UniqueNS(t)
 	idx, in := newTestIndex(t, cl.URL(), func(c *Config) { c.Namespace, c.TTL = ns, time.Second })
 	waitPatterns(t, "1", cl.Nodes...)
 	ctx := context.Background()

@@ -5,9 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // VLLMEncodeOptions chooses which of vLLM's wire variants EncodeVLLMBatch
