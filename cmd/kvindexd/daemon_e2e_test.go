@@ -71,13 +71,18 @@ type e2eDaemon struct {
 	grpc kvindexv1.IndexerClient
 }
 
-func startDaemon(t *testing.T, mutate func(*Config)) *e2eDaemon {
+// startInProcess runs the daemon in this process from DefaultConfig changed
+// by mutate: these tests check the composition root (flags, config and the
+// parts newDaemon wires) and reach into its parts. The binary as shipped is
+// started through internal/testkit/harness (internal/promises,
+// internal/docexamples, internal/e2e).
+func startInProcess(t *testing.T, mutate func(*Config)) *e2eDaemon {
 	t.Helper()
-	return startDaemonCtx(t, context.Background(), mutate)
+	return startInProcessCtx(t, context.Background(), mutate)
 }
 
-// startDaemonCtx runs a daemon until parent is done or the test ends.
-func startDaemonCtx(t *testing.T, parent context.Context, mutate func(*Config)) *e2eDaemon {
+// startInProcessCtx runs a daemon until parent is done or the test ends.
+func startInProcessCtx(t *testing.T, parent context.Context, mutate func(*Config)) *e2eDaemon {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.ZMQBind = "127.0.0.1:0", "127.0.0.1:0", "tcp://127.0.0.1:0"
@@ -296,7 +301,7 @@ func TestEndToEnd(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			index := b.index(t)
-			e := startDaemon(t, func(c *Config) { c.Index, c.AdminAPI = index, true })
+			e := startInProcess(t, func(c *Config) { c.Index, c.AdminAPI = index, true })
 			runEndToEnd(t, e)
 		})
 	}
@@ -449,7 +454,7 @@ func runEndToEnd(t *testing.T, e *e2eDaemon) {
 func TestPromptScoring(t *testing.T) {
 	const qwen = "Qwen/Qwen3-0.6B"
 	dir := harness.RepoRoot(t) + "/tokenization/testdata/qwen3"
-	e := startDaemon(t, func(c *Config) { c.Tokenizers = map[string]string{qwen: dir} })
+	e := startInProcess(t, func(c *Config) { c.Tokenizers = map[string]string{qwen: dir} })
 	tok, err := tokenization.NewRegistry(tokenization.RegistryConfig{Models: map[string]string{qwen: dir}}).Get(qwen)
 	if err != nil {
 		t.Fatal(err)
@@ -520,7 +525,7 @@ func TestPromptScoring(t *testing.T) {
 // daemon must score them from token ids and count both as parity matches.
 func TestPerModelKeyConfig(t *testing.T) {
 	const cborModel = "cbor/model"
-	e := startDaemon(t, func(c *Config) {
+	e := startInProcess(t, func(c *Config) {
 		c.Models = map[string]ModelConfig{cborModel: {HashAlgo: "sha256_cbor"}}
 	})
 	tokens := make([]uint32, 32)

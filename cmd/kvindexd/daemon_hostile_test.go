@@ -99,7 +99,7 @@ func realBatch(t *testing.T, e *e2eDaemon, pub *pypub.Publisher, pod string) {
 // through while the silent connection is still open, and each hostile
 // connection is counted.
 func TestHostileBindPeers(t *testing.T) {
-	e := startDaemon(t, func(c *Config) { c.ZMQHandshakeTimeout = Duration(time.Minute) })
+	e := startInProcess(t, func(c *Config) { c.ZMQHandshakeTimeout = Duration(time.Minute) })
 	addr := strings.TrimPrefix(e.bind, "tcp://")
 	idle, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -175,7 +175,7 @@ func hostileEngine(t *testing.T) (addr string, conns func() int) {
 // refuses what it sends, keeps redialling with backoff and keeps serving; a
 // real engine added next gets its events through.
 func TestHostileEngineEndpoint(t *testing.T) {
-	e := startDaemon(t, func(c *Config) { c.AdminAPI = true })
+	e := startInProcess(t, func(c *Config) { c.AdminAPI = true })
 	addr, conns := hostileEngine(t)
 	if code, body := e.do("POST", "/v1/endpoints", `{"address":"`+addr+`","pod":"pod-hostile","model":"`+e2eModel+`"}`); code != http.StatusCreated {
 		t.Fatalf("POST /v1/endpoints: %d %s", code, body)
@@ -203,7 +203,7 @@ func TestHostileEngineEndpoint(t *testing.T) {
 // scrape answer 500. It is now dropped and counted; /metrics answers 200 and
 // /v1/pods is valid JSON.
 func TestInvalidUTF8PodName(t *testing.T) {
-	e := startDaemon(t, nil)
+	e := startInProcess(t, nil)
 	pub := pypub.StartPublisher(t, e.bind, false)
 	pub.WaitReady(waitLimit)
 	payload := func(seq byte) []string {

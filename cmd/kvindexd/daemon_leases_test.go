@@ -110,7 +110,7 @@ func TestLeasesTakeoverTopicNamedPod(t *testing.T) {
 			c.Endpoints = []EndpointSpec{{Address: addr, Model: e2eModel}}
 		}
 	}
-	a := startDaemon(t, mutate("daemon-a", proxy.Addr()))
+	a := startInProcess(t, mutate("daemon-a", proxy.Addr()))
 	pub.WaitReady(waitLimit)
 
 	h, _ := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
@@ -150,7 +150,7 @@ func TestLeasesTakeoverTopicNamedPod(t *testing.T) {
 
 	proxy.Cut()
 	// Nothing a indexed was cleared: it could not reach Redis any more.
-	b := startDaemon(t, mutate("daemon-b", srv.Addr()))
+	b := startInProcess(t, mutate("daemon-b", srv.Addr()))
 	wait.Until(t, "b takes the endpoint over", func() string {
 		n, err := rc.Get(context.Background(), "kvindex:lease:"+addr).Result()
 		if n == "daemon-b" {

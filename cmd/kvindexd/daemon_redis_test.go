@@ -27,7 +27,7 @@ func TestRedisDownAndBack(t *testing.T) {
 	// Redis: the pod that missed a write must then be cleared, not served.
 	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
 	srv.Kill()
-	e := startDaemon(t, func(c *Config) { c.Index = srv.URL() })
+	e := startInProcess(t, func(c *Config) { c.Index = srv.URL() })
 	q := query{model: e2eModel, tokens: make([]uint32, 2*e2eBlock)}
 
 	if code, body := e.get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "index unhealthy") {
@@ -126,8 +126,8 @@ func TestLeasesTakeover(t *testing.T) {
 		}
 	}
 	ctxA, stopA := context.WithCancel(context.Background())
-	a := startDaemonCtx(t, ctxA, mutate("daemon-a"))
-	b := startDaemon(t, mutate("daemon-b"))
+	a := startInProcessCtx(t, ctxA, mutate("daemon-a"))
+	b := startInProcess(t, mutate("daemon-b"))
 
 	held := func(e *e2eDaemon) []string {
 		resp, err := e.grpc.ListEndpoints(context.Background(), &kvindexv1.ListEndpointsRequest{})

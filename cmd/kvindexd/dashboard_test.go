@@ -30,7 +30,7 @@ var pendingDashboardMetrics = []string{
 func startFleetDaemon(t *testing.T) (*e2eDaemon, []uint32) {
 	t.Helper()
 	dir := harness.RepoRoot(t) + "/tokenization/testdata/qwen3"
-	e := startDaemon(t, func(c *Config) { c.Tokenizers = map[string]string{fleetModel: dir} })
+	e := startInProcess(t, func(c *Config) { c.Tokenizers = map[string]string{fleetModel: dir} })
 	tok, err := tokenization.NewRegistry(tokenization.RegistryConfig{Models: map[string]string{fleetModel: dir}}).Get(fleetModel)
 	if err != nil {
 		t.Fatal(err)

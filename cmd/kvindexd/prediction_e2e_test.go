@@ -31,7 +31,7 @@ func TestPredictionMissRateShowsWrongTemplate(t *testing.T) {
 	if err := os.WriteFile(wrongTemplate, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e := startDaemon(t, func(c *Config) {
+	e := startInProcess(t, func(c *Config) {
 		c.BlockSize = 4
 		c.Tokenizers = map[string]string{"right": qwen3Dir, "wrong": qwen3Dir}
 		c.Models = map[string]ModelConfig{"wrong": {ChatTemplate: wrongTemplate}}

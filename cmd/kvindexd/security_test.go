@@ -142,7 +142,7 @@ func TestDaemonTLSAndTokens(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte("# kvindexd tokens\n"+readToken+" read\n"+adminToken+" admin\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e := startDaemon(t, func(c *Config) {
+	e := startInProcess(t, func(c *Config) {
 		c.TLSCertFile, c.TLSKeyFile, c.TLSClientCAFile, c.AuthTokenFile = certFile, keyFile, caFile, tokens
 	})
 	tlsCfg := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{ca.ClientCert(t)}}

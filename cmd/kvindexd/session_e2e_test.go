@@ -17,7 +17,7 @@ import (
 // writes them: the events apply, and a score or pick naming the session
 // prefers its pod when prefixes tie, over HTTP and gRPC.
 func TestSessionAffinity(t *testing.T) {
-	e := startDaemon(t, func(c *Config) { c.AdminAPI = true })
+	e := startInProcess(t, func(c *Config) { c.AdminAPI = true })
 	h, err := kvindex.NewHasher(kvindex.KeyConfig{Algo: kvindex.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
 	if err != nil {
 		t.Fatal(err)

@@ -36,7 +36,7 @@ func TestRestartFromSnapshot(t *testing.T) {
 	keys := h.Keys(nil, tokens, kvindex.RequestExtras{})
 	q := query{model: e2eModel, tokens: tokens}
 
-	first := startDaemon(t, withSnapshot)
+	first := startInProcess(t, withSnapshot)
 	pub := pypub.StartPublisher(t, first.bind, false)
 	pub.WaitReady(waitLimit)
 	for _, pod := range []string{"pod-a", "pod-b"} {
@@ -55,7 +55,7 @@ func TestRestartFromSnapshot(t *testing.T) {
 		return "still " + fmt.Sprintf("%d entries", l.Entries)
 	})
 
-	second := startDaemon(t, withSnapshot)
+	second := startInProcess(t, withSnapshot)
 	second.expect("restored pods before their streams resume", q, "")
 	code, body := second.get("/v1/pods")
 	var pods struct {
