@@ -24,13 +24,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/testkit/enginepub"
-	"github.com/kvindex/kvindex/kvevents"
-	"github.com/kvindex/kvindex/kvindex"
 	"github.com/llm-d/llm-d-kv-cache/pkg/kvcache"
 	"github.com/llm-d/llm-d-kv-cache/pkg/kvcache/kvblock"
 	llmdevents "github.com/llm-d/llm-d-kv-cache/pkg/kvevents"
 	"github.com/llm-d/llm-d-kv-cache/pkg/kvevents/engineadapter"
+
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/kvindex"
 )
 
 const (
