@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -281,17 +282,13 @@ func TestRunRecoveryClearsQuietUntrustedPod(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); x.RunRecovery(ctx, time.Millisecond) }()
 	defer func() { cancel(); <-done }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.Until(t, "the pod recovered", func() string {
 		p := x.Pods(context.Background(), nil)
 		if len(p) == 1 && !p[0].Stats.Untrusted && p[0].Blocks == 0 {
-			return
+			return ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pod never recovered: %+v", p)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return fmt.Sprintf("%+v", p)
+	})
 }
 
 type fakeTokenizer struct{ err error }

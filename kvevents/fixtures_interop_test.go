@@ -15,6 +15,7 @@ import (
 	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/internal/testkit/logtest"
 	"github.com/kvindex/kvindex/internal/testkit/pypub"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -490,11 +491,7 @@ func TestInteropTRTLLM(t *testing.T) {
 	s := startSub(t, Config{AllTopics: true, Endpoints: []EndpointConfig{{Address: addr, Pod: "pod-t", Model: "m",
 		ReplayAddress: replay, Engine: kvindex.EngineTRTLLM}}}, env.sink, m)
 	py.SendJSON(obj{"wait_subscriber": true})
-	for deadline := time.Now().Add(testTimeout); metricValue(m.CatchUps.WithLabelValues("ok")) < 1; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no catch-up at connect")
-		}
-	}
+	wait.For(t, "a catch-up at connect", func() bool { return metricValue(m.CatchUps.WithLabelValues("ok")) >= 1 })
 	py.SendJSON(blocks(1, 2, 4, true)) // dropped by the publisher: a gap
 	py.SendJSON(blocks(2, 4, 6, false))
 	salted := []int{9, 9, 9, 9, 8, 8, 8, 8}

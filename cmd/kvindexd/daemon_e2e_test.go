@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/internal/testkit/pypub"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	indexerv1 "github.com/kvindex/kvindex/proto/indexer/v1"
@@ -246,17 +247,12 @@ func renderPods(rows []podRow) string {
 // asynchronously, so the test waits for the state rather than for a time.
 func (e *e2eDaemon) expect(what string, q query, want string) {
 	e.t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for {
-		h, g := e.scores(q)
-		if h == want && g == want {
-			return
+	wait.Until(e.t, what, func() string {
+		if h, g := e.scores(q); h != want || g != want {
+			return fmt.Sprintf("\n HTTP %q\n gRPC %q\n want %q", h, g, want)
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%s:\n HTTP %q\n gRPC %q\n want %q", what, h, g, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 func (e *e2eDaemon) do(method, path, body string) (int, string) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/internal/testkit/pypub"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -180,13 +181,7 @@ func TestHostileEngineEndpoint(t *testing.T) {
 	if code, body := e.do("POST", "/v1/endpoints", `{"address":"`+addr+`","pod":"pod-hostile","model":"`+e2eModel+`"}`); code != http.StatusCreated {
 		t.Fatalf("POST /v1/endpoints: %d %s", code, body)
 	}
-	deadline := time.Now().Add(waitLimit)
-	for conns() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon dialled the hostile engine %d times", conns())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, "the daemon dialling the hostile engine twice", func() bool { return conns() >= 2 })
 	realAddr := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
 	pub := pypub.StartPublisher(t, realAddr, true)
 	if code, body := e.do("POST", "/v1/endpoints", `{"address":"`+realAddr+`","pod":"pod-real","model":"`+e2eModel+`"}`); code != http.StatusCreated {

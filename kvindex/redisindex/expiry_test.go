@@ -60,17 +60,12 @@ func requireNoWatchers(t *testing.T) {
 	// ran to close a subscription may still be returning (its close(closed)
 	// has happened, its frame not yet gone): allow it a moment to exit. A
 	// leaked watcher stays, and fails here.
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		n := watcherGoroutines()
-		if n == 0 {
-			return
+	wait.Until(t, "the expiry watchers ended after Close", func() string {
+		if n := watcherGoroutines(); n != 0 {
+			return fmt.Sprintf("%d expiry-watcher goroutines still running", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d expiry-watcher goroutines still running after Close", n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 // waitExpired waits until the index counted want TTL expirations and the
