@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,13 +24,10 @@ func TestBinaryServeAndGracefulStop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "kvindexd")
-	args := append(append([]string{"build"}, buildFlags...),
-		"-ldflags", "-X main.version=v0.0.0-e2e -X main.commit=e2e0123", "-o", bin, "./cmd/kvindexd")
-	build := exec.Command("go", args...)
-	build.Dir = harness.RepoRoot(t)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	bin, err := harness.BuildDaemon(harness.RepoRoot(t), t.TempDir(),
+		append(buildFlags, "-ldflags", "-X main.version=v0.0.0-e2e -X main.commit=e2e0123")...)
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	out, err := exec.Command(bin, "help").CombinedOutput()
@@ -72,20 +68,17 @@ func serveUntil(t *testing.T, bin string, sig os.Signal) {
 		}
 	})
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get("http://" + httpAddr + "/readyz")
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && strings.TrimSpace(string(body)) == "ok" {
-				break
-			}
+	if err := harness.WaitReady(httpAddr, exited, harness.ReadyLimit); err != nil {
+		t.Fatalf("daemon not ready: %v\n%s", err, logs.String())
+	}
+	if resp, err := http.Get("http://" + httpAddr + "/readyz"); err != nil {
+		t.Fatal(err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.TrimSpace(string(body)) != "ok" {
+			t.Fatalf("/readyz answered %q, want ok", body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon not ready: %v\n%s", err, logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	resp, err := http.Post("http://"+httpAddr+"/v1/score", "application/json",
 		strings.NewReader(`{"model":"m","token_ids":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}`))
@@ -106,8 +99,8 @@ func serveUntil(t *testing.T, bin string, sig os.Signal) {
 		if waitErr != nil {
 			t.Fatalf("exit after %v: %v (want status 0)\n%s", sig, waitErr, logs.String())
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no exit after %v\n%s", sig, logs.String())
+	case <-time.After(harness.StopLimit):
+		t.Fatalf("no exit within %v after %v\n%s", harness.StopLimit, sig, logs.String())
 	}
 	if !strings.Contains(logs.String(), `"msg":"shutting down"`) {
 		t.Errorf("no shutdown log:\n%s", logs.String())
