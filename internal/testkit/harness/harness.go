@@ -186,17 +186,24 @@ func WaitReady(addr string, exited <-chan struct{}, limit time.Duration) error {
 	}
 }
 
-// heavy admits one heavy test at a time.
+// heavy admits one heavy test of this test binary at a time; heavyLock
+// then admits one of every test binary on the machine (`go test ./...` runs
+// packages side by side).
 var heavy = make(chan struct{}, 1)
 
 // Heavy marks t as a heavy test (a daemon loading a tokenizer or moving
 // hundreds of MiB, under the race detector): it waits until no other heavy
-// test of this test binary runs, and holds the machine's heavy slot until t
-// ends. Light tests still run beside it. Call it after t.Parallel(): a test
-// that waited here before pausing for the parallel phase would hold up
-// every test after it.
+// test runs, in this test binary or another on the machine, and holds the
+// heavy slot until t ends. Light tests still run beside it. Call it after
+// t.Parallel(): a test that waited here before pausing for the parallel
+// phase would hold up every test after it.
 func Heavy(t testing.TB) {
 	t.Helper()
 	heavy <- struct{}{}
-	t.Cleanup(func() { <-heavy })
+	release, err := heavyLock()
+	if err != nil {
+		<-heavy
+		t.Fatalf("harness: the machine-wide heavy-test lock: %v", err)
+	}
+	t.Cleanup(func() { release(); <-heavy })
 }
