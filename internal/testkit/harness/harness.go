@@ -1,5 +1,5 @@
 // Package harness runs the real kvindexd binary for the end-to-end suites
-// (internal/promises, internal/docexamples, internal/e2e): built once per
+// (internal/promises, internal/docexamples, internal/e2e, hack/demo): built once per
 // test binary, started on free loopback ports with its default flags plus
 // the test's own, and stopped with the test.
 //
@@ -54,7 +54,7 @@ func PlainBuild() Option { return func() { plainBuild = true } }
 // The daemon is built on the first Start, with -race when the test binary
 // has it: under `go test -race` every package of kvindexd is then already
 // in the build cache, so the build is a link, and a data race in the daemon
-// fails the test that started it (exit status 66).
+// is reported in its log and fails a test that stops it (exit status 66).
 func Main(m *testing.M, opts ...Option) int {
 	mainCalled = true
 	for _, o := range opts {
