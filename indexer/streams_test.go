@@ -2,16 +2,17 @@ package indexer
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/indextest"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/indextest"
 	"github.com/kvindex/kvindex/internal/testkit/race"
-	"github.com/kvindex/kvindex/kvevents/event"
-
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -72,17 +73,16 @@ func publishBatch(t *testing.T, pub *enginepub.Publisher, keys blockkeys.KeyConf
 func scoreUntil(t *testing.T, ix *Indexer, q *Query, what string, cond func(*Result) bool) *Result {
 	t.Helper()
 	var r Result
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	wait.Until(t, what, func() string {
 		if err := ix.Score(context.Background(), q, &r); err != nil {
 			t.Fatal(err)
 		}
 		if cond(&r) {
-			return &r
+			return ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: never; last answer %+v", what, r.Pods)
-		}
-	}
+		return fmt.Sprintf("last answer %+v", r.Pods)
+	})
+	return &r
 }
 
 func podOf(r *Result, name string) *PodResult {

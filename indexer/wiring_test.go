@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvindex/kvindex/applier"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
@@ -84,13 +85,7 @@ func TestPodExpiryForgetsThroughTheSubscriber(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for gatherValue(t, reg, "kvindexd_pods_forgotten_total") != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the silent pod was never forgotten")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, "the silent pod forgotten", func() bool { return gatherValue(t, reg, "kvindexd_pods_forgotten_total") == 1 })
 }
 
 // A feature whose backend lacks what it needs fails at start, with the

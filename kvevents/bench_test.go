@@ -5,13 +5,12 @@ import (
 	"encoding/binary"
 	"testing"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"github.com/kvindex/kvindex/applier"
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // realisticBatch is one busy engine step: a request's 32 new full blocks of

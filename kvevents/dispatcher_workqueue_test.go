@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents/event"
 )
 
@@ -251,13 +252,12 @@ func TestApplyStallFollowsAHungApply(t *testing.T) {
 		t.Fatalf("ApplyStall %v while the sink hangs", d)
 	}
 	close(sink.release)
-	deadline := time.Now().Add(testTimeout)
-	for s.ApplyStall() != 0 || s.activeStreams() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("ApplyStall %v after the sink returned", s.ApplyStall())
+	wait.Until(t, "no stall once the sink returned", func() string {
+		if s.ApplyStall() != 0 || s.activeStreams() != 0 {
+			return fmt.Sprintf("ApplyStall %v, %d active streams", s.ApplyStall(), s.activeStreams())
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return ""
+	})
 	stop(func() {})
 }
 

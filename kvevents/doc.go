@@ -161,6 +161,6 @@
 // counted (kvindexd_kvevents_shutdown_dropped_batches_total).
 //
 // The engine side of the wire (a pure-Go publisher and msgpack encoders used
-// by tests, the demo and the load generator) lives in internal/enginepub: the
+// by tests, the demo and the load generator) lives in internal/testkit/enginepub: the
 // daemon only decodes.
 package kvevents

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/e2e"
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents/event"
 )
 
@@ -122,17 +123,14 @@ func streamOf(t *testing.T, s *Subscriber, pod string) StreamStats {
 // the batches are queued, by the rebuild's goroutine).
 func waitStream(t *testing.T, s *Subscriber, pod, what string, cond func(StreamStats) bool) StreamStats {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for {
-		st := streamOf(t, s, pod)
-		if cond(st) {
-			return st
+	var st StreamStats
+	wait.Until(t, what, func() string {
+		if st = streamOf(t, s, pod); !cond(st) {
+			return fmt.Sprintf("%+v", st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s: %+v", what, st)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return ""
+	})
+	return st
 }
 
 // after is the batches applied after the first n.
@@ -371,7 +369,7 @@ func TestRebuildFailedKeepsIndexLost(t *testing.T) {
 	pub := startPub(t, "tcp://127.0.0.1:0", true)
 	sink := newCollectSink()
 	m := NewMetrics(nil)
-	replay := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t)) // nothing listens
+	replay := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t)) // nothing listens
 	s := startSub(t, Config{DisableCatchUp: true, RebuildTimeout: 200 * time.Millisecond,
 		Endpoints: []EndpointConfig{{Address: pub.Addr(), ReplayAddress: replay}}}, sink, m)
 	const topic = "kv@pod-fail@m"
@@ -491,13 +489,7 @@ func TestRebuildWaitsForRoomInItsShare(t *testing.T) {
 	s.mu.Lock()
 	st := s.streams[streamKey{"pod-big", 0}]
 	s.mu.Unlock()
-	deadline := time.Now().Add(testTimeout)
-	for !st.backlog.full(1, s.dispatcher.share) {
-		if time.Now().After(deadline) {
-			t.Fatal("the rebuild never filled the pod's share")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, "the rebuild filling the pod's share", func() bool { return st.backlog.full(1, s.dispatcher.share) })
 	sink.paused.Unlock()
 	paused = false
 	got := waitStream(t, s, "pod-big", "the rebuild's outcome", func(st StreamStats) bool { return !st.Rebuilding })

@@ -10,13 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-
-	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/e2e"
-	"github.com/kvindex/kvindex/internal/enginepub"
-	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // testTimeout guards every wait: tests never depend on timing, they only
@@ -375,7 +374,7 @@ func TestConnectTopologyAddRemoveEndpoint(t *testing.T) {
 // the restarted engine's seq 0 clears the pod.
 func TestReconnectAfterPublisherRestart(t *testing.T) {
 	sink := newCollectSink()
-	addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
+	addr := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
 	pub, err := enginepub.NewPublisher(addr, true)
 	if err != nil {
 		t.Fatal(err)
@@ -478,7 +477,7 @@ func TestTopicFilter(t *testing.T) {
 // Close releases the bind socket of a Subscriber that never ran, makes a
 // running one return, and Run after Close refuses to start.
 func TestCloseReleasesBindSocket(t *testing.T) {
-	addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
+	addr := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
 	s, err := NewSubscriber(Config{Bind: addr}, newCollectSink(), nil, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -1,18 +1,14 @@
-// Package e2e holds what the end-to-end tests share: a driver for
-// hack/kvpublisher.py, the real-libzmq (pyzmq) publisher of vLLM, SGLang and
-// TensorRT-LLM KV events, so the daemon is tested against a ZeroMQ implementation we did
-// not write.
-package e2e
+// Package pypub drives hack/kvpublisher.py, the real-libzmq (pyzmq)
+// publisher of vLLM, SGLang and TensorRT-LLM KV events, so the daemon and
+// kvevents are tested against a ZeroMQ implementation we did not write. It
+// does not own the pure-Go publisher (enginepub) or the daemon (harness).
+package pypub
 
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -20,53 +16,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/logtest"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/logtest"
 )
 
 // Python is the interpreter with Debian's python3-zmq and python3-msgpack.
 const Python = "/usr/bin/python3"
-
-// RepoRoot finds the module root from the test's working directory.
-func RepoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := FindRepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-// FindRepoRoot is RepoRoot for a TestMain, which has no testing.TB.
-func FindRepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("e2e: go.mod not found above %s", dir)
-		}
-		dir = parent
-	}
-}
-
-// BuildDaemon builds ./cmd/kvindexd of the module at root into dir with the
-// go build flags given (e.g. -race, to link from the race build's cache when
-// the test binary has it) and returns the binary's path: the end-to-end
-// suites build the real daemon once in their TestMain.
-func BuildDaemon(root, dir string, flags ...string) (string, error) {
-	bin := filepath.Join(dir, "kvindexd")
-	build := exec.Command("go", append(append([]string{"build"}, flags...), "-o", bin, "./cmd/kvindexd")...)
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/kvindexd: %v\n%s", err, out)
-	}
-	return bin, nil
-}
 
 // RequirePython fails the test with the install command when the publisher's
 // Python modules are missing (CI installs them: these tests never skip).
@@ -76,17 +31,6 @@ func RequirePython(t testing.TB) {
 	if err != nil {
 		t.Fatalf("e2e: %s cannot import zmq and msgpack (apt-get install -y python3-zmq python3-msgpack): %v\n%s", Python, err, out)
 	}
-}
-
-// FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // Event is one event line for kvpublisher.py (nil fields are omitted, which
@@ -165,7 +109,7 @@ func StartPublisher(t testing.TB, endpoint string, bind bool) *Publisher {
 func StartPublisherArgs(t testing.TB, args ...string) *Publisher {
 	t.Helper()
 	RequirePython(t)
-	cmd := exec.Command(Python, append([]string{filepath.Join(RepoRoot(t), "hack", "kvpublisher.py")}, args...)...)
+	cmd := exec.Command(Python, append([]string{filepath.Join(harness.RepoRoot(t), "hack", "kvpublisher.py")}, args...)...)
 	p := &Publisher{t: t, cmd: cmd, lines: make(chan string, 16)}
 	var err error
 	if p.stdin, err = cmd.StdinPipe(); err != nil {
@@ -264,41 +208,3 @@ func (p *Publisher) kill() {
 
 // String names the publisher in failures.
 func (p *Publisher) String() string { return fmt.Sprintf("kvpublisher.py %v", p.cmd.Args[2:]) }
-
-// EnvWithoutKVIndex is the process environment without KVINDEX_* variables:
-// a daemon started with it runs on its defaults plus the flags it is given.
-func EnvWithoutKVIndex() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "KVINDEX_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
-// ErrExitedBeforeReady is WaitReady's answer when the daemon's process ended.
-var ErrExitedBeforeReady = errors.New("exited before ready")
-
-// WaitReady polls http://addr/readyz until it answers 200, the daemon's
-// process ends (exited is closed) or limit passes.
-func WaitReady(addr string, exited <-chan struct{}, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		select {
-		case <-exited:
-			return ErrExitedBeforeReady
-		default:
-		}
-		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready within %v", limit)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
