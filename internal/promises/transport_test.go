@@ -317,15 +317,16 @@ func TestPromiseZMQIdleEviction(t *testing.T) {
 	if v := d.Metric("kvindexd_kvevents_zmq_connections_evicted_total"); v < 1 {
 		t.Errorf("connections_evicted_total = %v, want >= 1", v)
 	}
-	open := 0
-	for _, c := range strangers {
-		if !closedWithin(c, 10*time.Millisecond) {
-			open++
+	// The counter says a peer was evicted; which one is the daemon's choice,
+	// and a loaded machine may deliver its close late: wait to see it.
+	wait.For(t, "a stranger's connection closed by the eviction", func() bool {
+		for _, c := range strangers {
+			if closedWithin(c, 10*time.Millisecond) {
+				return true
+			}
 		}
-	}
-	if open == len(strangers) {
-		t.Error("no stranger was evicted")
-	}
+		return false
+	})
 }
 
 // Writes (fixed, 10 s): a peer that sends PINGs and never reads fills the
