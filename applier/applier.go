@@ -37,13 +37,13 @@ type Config struct {
 	AliasCacheSize int
 	// CopyTableSize bounds each vLLM pod's copy-count table and
 	// GroupMaskTableSize each multi-group pod's group-mask table (entries;
-	// 0 = default; see applier_tables.go).
+	// 0 = default; see tables.go).
 	CopyTableSize      int
 	GroupMaskTableSize int
 	// HoldTableBytes bounds those tables' memory together (0 = default
-	// DefaultHoldTableBytes; see applier_tables.go).
+	// DefaultHoldTableBytes; see tables.go).
 	HoldTableBytes int64
-	// Limits bound how many of those tables exist (applier_limits.go).
+	// Limits bound how many of those tables exist (limits.go).
 	Limits Limits
 	// Share is the index's per-pod entry accounting, which Limits.PodShare
 	// enforces; required when PodShare > 0. It is handed over explicitly
@@ -72,7 +72,7 @@ type Config struct {
 // pods, so blocks known only by hash (a snapshot) score by token ids too.
 //
 // What is indexed as the pod's own cache follows the engines' semantics
-// (see applier_tables.go for the bounded tables behind the last two):
+// (see tables.go for the bounded tables behind the last two):
 //
 //   - locality REMOTE blocks are held for the pod elsewhere: not indexed,
 //     counted (PodStats.RemoteBlocks);
