@@ -10,19 +10,7 @@ import (
 // batches (they rebuild only what they carry) and is complete again only
 // after the engine's own clear.
 func TestMarkIndexLostHoldsUntilRebuilt(t *testing.T) {
-	sink := newCollectSink()
-	s := startSub(t, Config{Bind: "tcp://127.0.0.1:0"}, sink, nil)
-	pub := startPub(t, s.BindAddr(), false)
-	if err := pub.WaitSubscribed(testCtx(t), "kv@"); err != nil {
-		t.Fatal(err)
-	}
-	send := func(pod string, seq uint64, b *event.Batch) {
-		t.Helper()
-		if err := pub.Publish("kv@"+pod+"@m", seq, payload(t, b)); err != nil {
-			t.Fatal(err)
-		}
-		sink.waitFor(t, pod, hasSeq(pod, seq))
-	}
+	s, sink, send := startCollecting(t)
 	stats := func(pod string) StreamStats {
 		for _, st := range s.Streams() {
 			if st.Pod == pod {

@@ -150,6 +150,27 @@ func startPub(t *testing.T, addr string, bind bool) *enginepub.Publisher {
 }
 
 // startSub runs a subscriber until the test ends.
+// startCollecting starts a subscriber bound on loopback with a collecting
+// sink and a publisher connected to it; send publishes b as pod's batch seq
+// (model "m") and returns once the sink has it.
+func startCollecting(t *testing.T) (*Subscriber, *collectSink, func(pod string, seq uint64, b *event.Batch)) {
+	t.Helper()
+	sink := newCollectSink()
+	s := startSub(t, Config{Bind: "tcp://127.0.0.1:0"}, sink, nil)
+	pub := startPub(t, s.BindAddr(), false)
+	if err := pub.WaitSubscribed(testCtx(t), "kv@"); err != nil {
+		t.Fatal(err)
+	}
+	send := func(pod string, seq uint64, b *event.Batch) {
+		t.Helper()
+		if err := pub.Publish("kv@"+pod+"@m", seq, payload(t, b)); err != nil {
+			t.Fatal(err)
+		}
+		sink.waitFor(t, pod, hasSeq(pod, seq))
+	}
+	return s, sink, send
+}
+
 func startSub(t *testing.T, cfg Config, sink event.Sink, m *Metrics) *Subscriber {
 	t.Helper()
 	return startSubLogger(t, cfg, sink, m, nil)

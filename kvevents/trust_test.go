@@ -14,19 +14,7 @@ import (
 // clear went through the pod is served again, still incomplete. Other pods
 // are untouched.
 func TestApplyOutcomeHoldsThePodUntilCleared(t *testing.T) {
-	sink := newCollectSink()
-	s := startSub(t, Config{Bind: "tcp://127.0.0.1:0"}, sink, nil)
-	pub := startPub(t, s.BindAddr(), false)
-	if err := pub.WaitSubscribed(testCtx(t), "kv@"); err != nil {
-		t.Fatal(err)
-	}
-	send := func(pod string, seq uint64, b *event.Batch) {
-		t.Helper()
-		if err := pub.Publish("kv@"+pod+"@m", seq, payload(t, b)); err != nil {
-			t.Fatal(err)
-		}
-		sink.waitFor(t, pod, hasSeq(pod, seq))
-	}
+	s, sink, send := startCollecting(t)
 	send("good", 0, storedBatch(1))
 	send("bad", 0, storedBatch(2))
 	if !s.Servable("bad", 0) || !s.Servable("nobody", 0) {
