@@ -176,7 +176,13 @@ proto:
 	PATH="$(GOBIN):$$PATH" $(PROTOC) -I proto \
 		--go_out=. --go_opt=module=github.com/kvindex/kvindex \
 		--go-grpc_out=. --go-grpc_opt=module=github.com/kvindex/kvindex \
-		kvindex/v1/indexer.proto indexer/v1/indexer.proto
+		kvindex/v1/indexer.proto
+	# llm-d's service lives under proto/llmd but keeps its descriptor's file
+	# name, indexer/v1/indexer.proto, as gRPC reflection serves it.
+	PATH="$(GOBIN):$$PATH" $(PROTOC) -I proto/llmd \
+		--go_out=. --go_opt=module=github.com/kvindex/kvindex \
+		--go-grpc_out=. --go-grpc_opt=module=github.com/kvindex/kvindex \
+		indexer/v1/indexer.proto
 
 # A daemon on the in-memory index plus a publisher of realistic fake vLLM
 # events; prints scores as they change and stops by itself after ~30 s. As

@@ -3,23 +3,23 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/indextest"
-	"github.com/kvindex/kvindex/kvevents/event"
-
-	"github.com/prometheus/client_golang/prometheus"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
 	"github.com/kvindex/kvindex/indexer"
-	"github.com/kvindex/kvindex/internal/enginepub"
-	"github.com/kvindex/kvindex/internal/logtest"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/indextest"
+	"github.com/kvindex/kvindex/internal/testkit/logtest"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+	"github.com/prometheus/client_golang/prometheus"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // An event worker stuck inside one index write past ApplyStallTimeout makes
@@ -99,16 +99,13 @@ func TestStalledApplyPathIsNotReadyAndRecovers(t *testing.T) {
 // waitReady runs the health check until readiness is want.
 func waitReady(t *testing.T, srv *Server, want bool) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+	wait.Until(t, fmt.Sprintf("readiness %v", want), func() string {
 		_ = srv.CheckHealth(context.Background())
-		if ok, _ := srv.Ready(); ok == want {
-			return
+		if ok, why := srv.Ready(); ok != want {
+			return fmt.Sprintf("Ready = %v (%s)", ok, why)
 		}
-		if time.Now().After(deadline) {
-			ok, why := srv.Ready()
-			t.Fatalf("Ready = %v (%s), want %v", ok, why, want)
-		}
-	}
+		return ""
+	})
 }
 
 // Both transports tell the router, per pod, what the event path knows: a
@@ -170,11 +167,7 @@ func TestScoreStalenessBothTransports(t *testing.T) {
 		}
 		return m
 	}
-	for deadline := time.Now().Add(30 * time.Second); len(pods()) < 2; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the pods' batches never reached scores")
-		}
-	}
+	wait.For(t, "the pods' batches in scores", func() bool { return len(pods()) >= 2 })
 	hung.Hold()
 	publishStored("pod-lag", 1, seqTokens(9000, 4*testBlock)) // new blocks: its worker hangs in their write
 	select {

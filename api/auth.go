@@ -54,6 +54,11 @@ type Tokens struct {
 
 	mu    sync.Mutex // serializes reloads
 	stamp fileStamp
+	// sum is the digest of the file last loaded. The stamp is taken before
+	// the read, so a file rewritten in between (truncated when stamped,
+	// whole when read) changes stamp once more without changing content:
+	// only a new digest is a reload.
+	sum [sha256.Size]byte
 }
 
 type tokenSet struct {
@@ -149,12 +154,17 @@ func (t *Tokens) reload(force bool) error {
 	if err != nil {
 		return fmt.Errorf("token file: %w", err)
 	}
+	sum := sha256.Sum256(data)
+	if !force && sum == t.sum {
+		t.stamp = st
+		return nil
+	}
 	ts, err := parseTokens(data)
 	if err != nil {
 		return fmt.Errorf("token file %s: %w", t.path, err)
 	}
 	t.set.Store(ts)
-	t.stamp = st
+	t.stamp, t.sum = st, sum
 	return nil
 }
 

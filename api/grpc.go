@@ -7,8 +7,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvindex/kvindex/indexer"
-	indexerv1 "github.com/kvindex/kvindex/proto/indexer/v1"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+	indexerv1 "github.com/kvindex/kvindex/proto/llmd/indexer/v1"
 )
 
 func (e *Error) grpc() error { return status.Error(e.Code, e.Msg) }
@@ -238,12 +238,12 @@ func (s *Server) ListEndpoints(context.Context, *kvindexv1.ListEndpointsRequest)
 // ranks is reported once with its best rank in data_parallel_rank.
 type llmdService struct {
 	indexerv1.UnimplementedIndexerServiceServer
-	s *Server
+	server *Server
 }
 
 func (l *llmdService) GetPodScores(ctx context.Context, req *indexerv1.GetPodScoresRequest) (*indexerv1.GetPodScoresResponse, error) {
 	q := &indexer.Query{Kind: indexer.InputPrompt, Model: req.GetModelName(), Prompt: req.GetPrompt(), Pods: req.GetPodIdentifiers()}
-	a, err := l.s.score(ctx, q)
+	a, err := l.server.score(ctx, q)
 	if err != nil {
 		return nil, err.grpc()
 	}
@@ -253,7 +253,7 @@ func (l *llmdService) GetPodScores(ctx context.Context, req *indexerv1.GetPodSco
 		p := &a.Pods[i]
 		ps := &indexerv1.PodScore{Pod: p.Pod, Score: p.Score}
 		best := p.Ranks[0].DPRank
-		if best != 0 || len(p.Ranks) > 1 || l.s.idx.PodRanks(p.Pod) > 1 {
+		if best != 0 || len(p.Ranks) > 1 || l.server.idx.PodRanks(p.Pod) > 1 {
 			r := int32(best)
 			ps.DataParallelRank = &r
 		}

@@ -131,7 +131,10 @@ func TestListPodsMatchesHTTP(t *testing.T) {
 		{Pod: "pod-c", DPRank: 1, Model: testModel, Endpoint: "tcp://10.0.0.9:5557", Engine: blockkeys.EngineVLLM,
 			LastSeq: 4, Batches: 5, Complete: true},
 	}}
-	st := newStackWith(t, indexer.Config{Keys: testKeys}, func(c *Config) { c.Subscriber = sub })
+	// The indexer's own subscriber (never run) is the one owner of pod-b's
+	// trust below; the listing's streams come from the fake.
+	st := newStackWith(t, indexer.Config{Keys: testKeys, Events: &kvevents.Config{Bind: "tcp://127.0.0.1:0"}},
+		func(c *Config) { c.Subscriber = sub })
 	toks := seqTokens(1, 12)
 
 	// pod-a: a hybrid model, full attention plus a sliding window.
@@ -152,7 +155,7 @@ func TestListPodsMatchesHTTP(t *testing.T) {
 	unverified := st.storedEv(seqTokens(200, 4), 1)
 	unverified.TokenIDs = nil
 	st.apply("pod-b", 0, remote, unverified)
-	st.idx.MarkRestored([]indexer.RestoredPod{{Name: "pod-b", DPRank: 0, Seq: 9, HasSeq: true}})
+	st.idx.Subscriber().ResumeFrom("pod-b", 0, 9, true)
 
 	httpPods := getJSON(t, st.http.URL+"/v1/pods", "pods")
 	resp, err := st.grpc.ListPods(context.Background(), &kvindexv1.ListPodsRequest{})

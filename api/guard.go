@@ -113,7 +113,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		need := s.httpScope(r)
 		if code, reason, msg := s.authorize(need, bearer(r.Header.Get("Authorization"))); code != codes.OK {
-			s.guardM.denied.WithLabelValues("http", reason).Inc()
+			s.guardMetrics.denied.WithLabelValues("http", reason).Inc()
 			if code == codes.Unauthenticated {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="kvindexd"`)
 			}
@@ -179,7 +179,7 @@ func (s *Server) grpcGuard(ctx context.Context, method string) error {
 		}
 	}
 	if code, reason, msg := s.authorize(need, token); code != codes.OK {
-		s.guardM.denied.WithLabelValues("grpc", reason).Inc()
+		s.guardMetrics.denied.WithLabelValues("grpc", reason).Inc()
 		return status.Error(code, msg)
 	}
 	return nil

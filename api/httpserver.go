@@ -15,7 +15,7 @@ import (
 // HTTPLimits bound what one HTTP client can hold: a connection that sends
 // its headers or body slower than the timeouts allow is closed, idle
 // keep-alive connections are closed after IdleTimeout, and headers are
-// capped. Zero fields take the defaults below.
+// capped. Zero fields take the defaults of Options (options.go).
 type HTTPLimits struct {
 	ReadHeaderTimeout time.Duration
 	// ReadTimeout covers the whole request, body included: a body that never
@@ -49,25 +49,6 @@ const (
 	// its file limit to the hard limit at start, like every Go program.
 	DefaultMaxConns = 10000
 )
-
-func (l HTTPLimits) withDefaults() HTTPLimits {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&l.ReadHeaderTimeout, DefaultReadHeaderTimeout)
-	def(&l.ReadTimeout, DefaultReadTimeout)
-	def(&l.WriteTimeout, DefaultWriteTimeout)
-	def(&l.IdleTimeout, DefaultIdleTimeout)
-	if l.MaxHeaderBytes == 0 {
-		l.MaxHeaderBytes = DefaultMaxHeaderBytes
-	}
-	if l.HeaderBudget == 0 {
-		l.HeaderBudget = DefaultHeaderBudget
-	}
-	return l
-}
 
 // NewHTTPServer returns the HTTP server for Handler with lim applied.
 func (s *Server) NewHTTPServer(lim HTTPLimits) *http.Server {
@@ -193,21 +174,21 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	l.open.Inc()
-	return &limitConn{Conn: c, l: l}, nil
+	return &limitConn{Conn: c, listener: l}, nil
 }
 
 type limitConn struct {
 	net.Conn
-	l    *limitListener
-	once sync.Once
+	listener *limitListener
+	once     sync.Once
 }
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {
-		c.l.open.Dec()
-		if c.l.sem != nil {
-			<-c.l.sem
+		c.listener.open.Dec()
+		if c.listener.sem != nil {
+			<-c.listener.sem
 		}
 	})
 	return err

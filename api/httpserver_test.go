@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -31,19 +32,6 @@ func serveLimited(t *testing.T, cfg Config, lim HTTPLimits, maxConns int) (addr 
 	go func() { _ = hs.Serve(LimitListener(ln, maxConns, "http", m)) }()
 	t.Cleanup(func() { _ = hs.Close() })
 	return ln.Addr().String(), m
-}
-
-// waitUntil polls cond with a generous deadline (a state, not a time, is
-// asserted).
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func healthz(t *testing.T, addr string) {
@@ -92,7 +80,7 @@ func TestSlowBodiesAreCutOff(t *testing.T) {
 			t.Fatalf("connection %d not closed by the server: %v", i, err)
 		}
 	}
-	waitUntil(t, "open connections back to zero", func() bool { return value(open) == 0 })
+	wait.For(t, "open connections back to zero", func() bool { return value(open) == 0 })
 }
 
 // At the connection limit a new client waits (counted) until a slot frees:
@@ -109,7 +97,7 @@ func TestConnectionLimit(t *testing.T) {
 		defer c.Close()
 		idle = append(idle, c)
 	}
-	waitUntil(t, "5 connections open", func() bool { return value(m.open.WithLabelValues("http")) == 5 })
+	wait.For(t, "5 connections open", func() bool { return value(m.open.WithLabelValues("http")) == 5 })
 	healthz(t, addr)
 	if got := value(m.waited.WithLabelValues("http")); got < 1 {
 		t.Errorf("connections_limited_total = %v, want >= 1", got)

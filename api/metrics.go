@@ -49,7 +49,7 @@ func newMetrics(reg *prometheus.Registry, s *Server) (*metrics, error) {
 		}
 		m.durations[k] = m.duration.WithLabelValues(k.String())
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.headerBudgetRejected, &statsCollector{s: s}} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.headerBudgetRejected, &statsCollector{server: s}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -94,7 +94,7 @@ var (
 )
 
 // statsCollector reads the live statistics at scrape time.
-type statsCollector struct{ s *Server }
+type statsCollector struct{ server *Server }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReady, descStreamSeq, descStreamBatches, descStreamGaps, descStreamMissed, descStreamRestarts, descStreamDecodeErr,
@@ -104,7 +104,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.s
+	s := c.server
 	ready, _ := s.Ready()
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, b2f(ready))
 

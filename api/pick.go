@@ -56,8 +56,8 @@ func (m *pickMetrics) observe(c codes.Code, d time.Duration) {
 // pickScratch is one pick request's reused state: the candidates decoded
 // from the request and the indexer's result.
 type pickScratch struct {
-	q   indexer.PickQuery
-	res indexer.PickResult
+	query indexer.PickQuery
+	res   indexer.PickResult
 	// HTTP only
 	body scoreBody
 	out  []byte
@@ -67,12 +67,12 @@ var pickPool = sync.Pool{New: func() any { return new(pickScratch) }}
 
 func putPick(p *pickScratch) {
 	// Keep pooled buffers bounded: one huge request must not pin memory.
-	if cap(p.q.Candidates) > indexer.MaxCandidates || cap(p.out) > 1<<20 || cap(p.body.tokens) > 1<<20 {
+	if cap(p.query.Candidates) > indexer.MaxCandidates || cap(p.out) > 1<<20 || cap(p.body.tokens) > 1<<20 {
 		return
 	}
 	p.res.Reset()
-	clear(p.q.Candidates)
-	p.q = indexer.PickQuery{Candidates: p.q.Candidates[:0]}
+	clear(p.query.Candidates)
+	p.query = indexer.PickQuery{Candidates: p.query.Candidates[:0]}
 	pickPool.Put(p)
 }
 
@@ -80,7 +80,7 @@ func putPick(p *pickScratch) {
 func (s *Server) pick(ctx context.Context, p *pickScratch) *Error {
 	start := time.Now()
 	var e *Error
-	if err := s.idx.Pick(ctx, &p.q, &p.res); err != nil {
+	if err := s.idx.Pick(ctx, &p.query, &p.res); err != nil {
 		e = fromIndexer(err)
 	}
 	code := codes.OK
@@ -95,7 +95,7 @@ func (s *Server) pick(ctx context.Context, p *pickScratch) *Error {
 func (s *Server) Pick(ctx context.Context, req *kvindexv1.PickRequest) (*kvindexv1.PickResponse, error) {
 	p := pickPool.Get().(*pickScratch)
 	defer putPick(p)
-	q := &p.q
+	q := &p.query
 	q.Model, q.LoraName, q.CacheSalt, q.Policy, q.SessionID = req.GetModel(), req.GetLoraName(), req.GetCacheSalt(), req.GetPolicy(), req.GetSessionId()
 	if _, e := setGRPCInput(&q.Query, req.GetInput(), req.AddSpecialTokens); e != nil {
 		s.pickMetrics.observe(e.Code, 0)
@@ -195,7 +195,7 @@ func (s *Server) handlePick(w http.ResponseWriter, r *http.Request) {
 func parsePickBody(data []byte, p *pickScratch) error {
 	b := &p.body
 	*b = scoreBody{tokens: b.tokens[:0], hashes: b.hashes[:0], pods: b.pods[:0]}
-	q := &p.q
+	q := &p.query
 	q.Candidates = q.Candidates[:0]
 	s := scanner{b: data}
 	err := s.object(func(key string) error {

@@ -89,7 +89,7 @@ func (s *Server) listPods(ctx context.Context) []PodInfo {
 			EventsApplied: st.EventsApplied, BlocksStored: st.BlocksStored, BlocksRemoved: st.BlocksRemoved,
 			Clears: st.Clears, ParityMatches: st.ParityMatches, ParityMismatches: st.ParityMismatches,
 			ParityUnverified: st.ParityUnverified, ParityHint: st.ParityHint, IndexErrors: st.IndexErrors,
-			Untrusted: st.Untrusted, UnverifiedReason: st.UnverifiedReason, RemoteBlocks: st.RemoteBlocks,
+			Untrusted: ps.Untrusted, UnverifiedReason: st.UnverifiedReason, RemoteBlocks: st.RemoteBlocks,
 			GroupSkippedBlocks: st.GroupSkippedBlocks, CopiesKept: st.CopiesKept, FullAttentionGroups: st.FullAttentionGroups,
 			Stale: ps.Stale}
 		if !st.LastEvent.IsZero() {

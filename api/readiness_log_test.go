@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/indexer"
-	"github.com/kvindex/kvindex/internal/logtest"
+	"github.com/kvindex/kvindex/internal/testkit/logtest"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/prometheus/client_golang/prometheus"
 )

@@ -30,8 +30,8 @@ import (
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/internal/grpcbuf"
 	"github.com/kvindex/kvindex/kvevents"
-	indexerv1 "github.com/kvindex/kvindex/proto/indexer/v1"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+	indexerv1 "github.com/kvindex/kvindex/proto/llmd/indexer/v1"
 )
 
 // Subscriber is the event subscriber's management surface
@@ -116,9 +116,9 @@ type Server struct {
 	readyErr  atomic.Pointer[string]
 	// stopping wins over ready: a health check still running when Shutdown
 	// is called must not report ready again while requests drain.
-	stopping atomic.Bool
-	llmd     llmdService
-	guardM   *guardMetrics
+	stopping     atomic.Bool
+	llmd         llmdService
+	guardMetrics *guardMetrics
 }
 
 // New checks the config and registers the metrics.
@@ -133,7 +133,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	s := &Server{cfg: cfg, idx: cfg.Indexer, log: cfg.Logger, healthSrv: health.NewServer()}
-	s.llmd.s = s
+	s.llmd.server = s
 	m, err := newMetrics(cfg.Registry, s)
 	if err != nil {
 		return nil, err
@@ -142,7 +142,7 @@ func New(cfg Config) (*Server, error) {
 	if s.pickMetrics, err = newPickMetrics(cfg.Registry); err != nil {
 		return nil, err
 	}
-	if s.guardM, err = newGuardMetrics(cfg.Registry); err != nil {
+	if s.guardMetrics, err = newGuardMetrics(cfg.Registry); err != nil {
 		return nil, err
 	}
 	if err := registerBuildInfo(cfg.Registry, cfg.Build); err != nil {

@@ -29,9 +29,9 @@ type TLSFiles struct {
 // fails (half-written pair, bad PEM) keeps the previous certificate and is
 // logged and counted.
 type TLSReloader struct {
-	files TLSFiles
-	log   *slog.Logger
-	m     *tlsMetrics
+	files   TLSFiles
+	log     *slog.Logger
+	metrics *tlsMetrics
 
 	mu        sync.Mutex
 	cur       *tls.Config // the per-handshake template, replaced on reload
@@ -58,7 +58,7 @@ func NewTLSReloader(name string, files TLSFiles, reg *prometheus.Registry, log *
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &TLSReloader{files: files, log: log, m: &tlsMetrics{
+	r := &TLSReloader{files: files, log: log, metrics: &tlsMetrics{
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvindexd_tls_reloads_total", Help: "TLS certificate reloads after the files changed, by result.",
 			ConstLabels: prometheus.Labels{"server": name},
@@ -72,7 +72,7 @@ func NewTLSReloader(name string, files TLSFiles, reg *prometheus.Registry, log *
 		return nil, err
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{r.m.reloads, r.m.expiry} {
+		for _, c := range []prometheus.Collector{r.metrics.reloads, r.metrics.expiry} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -116,8 +116,8 @@ func (r *TLSReloader) load() error {
 		}
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
-	if leaf, err := x509.ParseCertificate(cert.Certificate[0]); err == nil && r.m != nil {
-		r.m.expiry.Set(float64(leaf.NotAfter.Unix()))
+	if leaf, err := x509.ParseCertificate(cert.Certificate[0]); err == nil && r.metrics != nil {
+		r.metrics.expiry.Set(float64(leaf.NotAfter.Unix()))
 	}
 	r.cur, r.stamps, r.lastCheck = cfg, stamps, time.Now()
 	return nil
@@ -141,11 +141,11 @@ func (r *TLSReloader) current() *tls.Config {
 		return r.cur
 	}
 	if err := r.load(); err != nil {
-		r.m.reloads.WithLabelValues("error").Inc()
+		r.metrics.reloads.WithLabelValues("error").Inc()
 		r.log.Error("TLS files changed but do not load; serving the previous certificate", "err", err)
 		return r.cur
 	}
-	r.m.reloads.WithLabelValues("ok").Inc()
+	r.metrics.reloads.WithLabelValues("ok").Inc()
 	r.log.Info("TLS certificate reloaded", "cert", r.files.CertFile)
 	return r.cur
 }

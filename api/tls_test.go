@@ -9,12 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/testkit/testcerts"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
-	"github.com/kvindex/kvindex/internal/testcerts"
 )
 
 func writeFile(t *testing.T, p string, b []byte) {

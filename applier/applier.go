@@ -89,7 +89,9 @@ type Config struct {
 // Error contract: an Index error is counted, the pod is marked untrusted and
 // the rest of the batch is dropped. Before the next batch of an untrusted pod
 // the applier clears the pod in the index; only when that succeeds is the pod
-// trusted again and its state rebuilt from new events.
+// trusted again and its state rebuilt from new events. Apply reports it
+// (ApplyOutcome); the applier keeps no answer to "may this pod be served":
+// the caller that records the outcome does (kvevents' stream state).
 //
 // Memory is bounded: per model one digest cache (DigestCacheSize entries), per
 // aliased pod one alias table (AliasCacheSize entries), per vLLM pod one copy
@@ -122,13 +124,6 @@ type Applier struct {
 
 	// engines: bit e set once a batch of Engine e was applied.
 	engines atomic.Uint32
-
-	// untrustedIDs mirrors the pods whose index state is not trusted, so the
-	// read path can leave them out of scores (Trusted) without touching the
-	// per-pod state; nUntrusted lets it skip the lookup when there are none.
-	untrustedMu  sync.RWMutex
-	untrustedIDs map[kvindex.PodID]struct{}
-	nUntrusted   atomic.Int32
 }
 
 type podKey struct {
@@ -147,7 +142,7 @@ type podState struct {
 	modelName string
 	modelID   kvindex.ModelID
 	hasher    *blockkeys.Hasher
-	dc        *digestCache
+	digests   *digestCache
 
 	untrusted bool
 	alias     *aliasTable // nil until the pod first needs aliasing
@@ -178,13 +173,13 @@ type podState struct {
 	copiesAuthority bool
 	masks           *countTable
 
-	// applyMu serialises Apply and Recover on one pod: it guards the fields
-	// above mu. kvevents already applies a pod's batches one at a time, so
-	// the lock is uncontended except while Recover runs.
+	// applyMu serialises Apply and ForgetPod on one pod: it guards the
+	// fields above mu. kvevents already applies a pod's batches one at a
+	// time, so the lock is uncontended.
 	applyMu sync.Mutex
 
-	mu sync.Mutex
-	st PodStats
+	mu    sync.Mutex
+	stats PodStats
 }
 
 // New returns an Applier. Index, Interner and Hashers are required;
@@ -196,26 +191,15 @@ func New(cfg Config) (*Applier, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.DigestCacheSize <= 0 {
-		cfg.DigestCacheSize = DefaultDigestCacheSize
-	}
-	if cfg.AliasCacheSize <= 0 {
-		cfg.AliasCacheSize = DefaultAliasCacheSize
-	}
-	if cfg.CopyTableSize <= 0 {
-		cfg.CopyTableSize = DefaultCopyTableSize
-	}
-	if cfg.GroupMaskTableSize <= 0 {
-		cfg.GroupMaskTableSize = DefaultGroupMaskTableSize
-	}
-	if cfg.HoldTableBytes <= 0 {
-		cfg.HoldTableBytes = DefaultHoldTableBytes
-	}
+	// A negative size reads as unset, as it always has (ValidateConfig
+	// refuses it).
+	cfg.DigestCacheSize = max(cfg.DigestCacheSize, 0)
+	cfg.Limits.MaxDigestCaches, cfg.Limits.MaxAliasTables = max(cfg.Limits.MaxDigestCaches, 0), max(cfg.Limits.MaxAliasTables, 0)
+	cfg = cfg.withDefaults() // options.go
 	a := &Applier{
 		idx: cfg.Index, in: cfg.Interner, hashers: cfg.Hashers, m: cfg.Metrics, log: cfg.Logger,
 		dcSize: cfg.DigestCacheSize, aliasCap: cfg.AliasCacheSize, copyCap: cfg.CopyTableSize, maskCap: cfg.GroupMaskTableSize,
 		pods: map[podKey]*podState{}, digests: map[kvindex.ModelID]*digestCache{}, alt: map[blockkeys.KeyConfig]*blockkeys.Hasher{},
-		untrustedIDs: map[kvindex.PodID]struct{}{},
 	}
 	a.tables.limit, a.tables.gauge = cfg.HoldTableBytes, cfg.Metrics.holdTableBytes
 	if err := a.initLimits(cfg.Limits, cfg.Share); err != nil {
@@ -227,34 +211,34 @@ func New(cfg Config) (*Applier, error) {
 func (a *Applier) pod(b *event.Batch) *podState {
 	k := podKey{b.Pod, b.DPRank}
 	a.mu.RLock()
-	ps := a.pods[k]
+	state := a.pods[k]
 	a.mu.RUnlock()
-	if ps != nil {
-		return ps
+	if state != nil {
+		return state
 	}
 	id := a.in.Pod(b.Pod, b.DPRank)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if ps = a.pods[k]; ps == nil {
-		ps = &podState{id: id, name: b.Pod, rank: b.DPRank}
-		ps.st.Pod, ps.st.DPRank = b.Pod, b.DPRank
-		a.pods[k] = ps
+	if state = a.pods[k]; state == nil {
+		state = &podState{id: id, name: b.Pod, rank: b.DPRank}
+		state.stats.Pod, state.stats.DPRank = b.Pod, b.DPRank
+		a.pods[k] = state
 	}
-	return ps
+	return state
 }
 
 // bindModel caches the model's id, the engine's hasher and the digest cache
 // on the pod.
-func (a *Applier) bindModel(ps *podState, model string, engine blockkeys.Engine) {
-	if ps.hasher != nil && ps.modelName == model && ps.hasher.Engine() == engine {
+func (a *Applier) bindModel(pod *podState, model string, engine blockkeys.Engine) {
+	if pod.hasher != nil && pod.modelName == model && pod.hasher.Engine() == engine {
 		return
 	}
 	id := a.in.Model(model)
-	dc := a.digestCacheFor(ps, id)
-	if ps.hasher != nil { // the pod now serves another model or engine: start parity afresh
-		ps.resetParity()
+	dc := a.digestCacheFor(pod, id)
+	if pod.hasher != nil { // the pod now serves another model or engine: start parity afresh
+		pod.resetParity()
 	}
-	ps.modelName, ps.modelID, ps.hasher, ps.dc = model, id, a.hashers.ForEngine(model, engine), dc
+	pod.modelName, pod.modelID, pod.hasher, pod.digests = model, id, a.hashers.ForEngine(model, engine), dc
 	if engine.Valid() {
 		a.engines.Or(1 << engine)
 	}
@@ -267,44 +251,46 @@ func (a *Applier) Engines() uint32 { return a.engines.Load() }
 // resetParity forgets what the pod's parity check concluded. Called when the
 // pod's cache is wiped (AllBlocksCleared: often an engine restart, maybe with
 // a new seed) or it changes model, so a stale hint does not outlive its cause.
-func (ps *podState) resetParity() {
-	ps.hintFinal, ps.everMatched = false, false
-	ps.dropAlias()
-	ps.parity.reset()
-	ps.mu.Lock()
-	ps.st.ParityHint = ""
-	ps.mu.Unlock()
+func (pod *podState) resetParity() {
+	pod.hintFinal, pod.everMatched = false, false
+	pod.dropAlias()
+	pod.parity.reset()
+	pod.mu.Lock()
+	pod.stats.ParityHint = ""
+	pod.mu.Unlock()
 }
 
 // resetHolding forgets the copy counts and group masks: after a clear the
 // pod holds nothing. What it said of its groups stays (same engine config).
-func (ps *podState) resetHolding() {
-	ps.copies.release()
-	ps.masks.release()
-	ps.copies, ps.masks = nil, nil
+func (pod *podState) resetHolding() {
+	pod.copies.release()
+	pod.masks.release()
+	pod.copies, pod.masks = nil, nil
 }
 
-// Apply implements BatchSink.
-func (a *Applier) Apply(ctx context.Context, b *event.Batch) {
+// Apply implements BatchSink. Its outcome says whether the pod is left
+// untrusted (ApplyOutcome.IndexFailed); whether the pod may be served is
+// decided by the one who records it (kvevents), not here.
+func (a *Applier) Apply(ctx context.Context, b *event.Batch) event.ApplyOutcome {
 	start := time.Now()
-	ps := a.pod(b)
-	ps.applyMu.Lock()
-	defer ps.applyMu.Unlock()
-	a.bindModel(ps, b.Model, b.Engine)
+	pod := a.pod(b)
+	pod.applyMu.Lock()
+	defer pod.applyMu.Unlock()
+	a.bindModel(pod, b.Model, b.Engine)
 	var d batchDelta
-	wasUntrusted := ps.untrusted
-	if ps.untrusted {
-		if err := a.idx.ClearPod(ctx, ps.id); err != nil {
+	wasUntrusted := pod.untrusted
+	if pod.untrusted {
+		if err := a.idx.ClearPod(ctx, pod.id); err != nil {
 			d.indexErrors++
-			a.log.Debug("index still failing; dropping batch of untrusted pod", "pod", ps.name, "dp_rank", ps.rank, "err", err)
-			a.finish(ps, b, &d, start, wasUntrusted)
-			return
+			a.log.Debug("index still failing; dropping batch of untrusted pod", "pod", pod.name, "dp_rank", pod.rank, "err", err)
+			a.finish(pod, b, &d, start, wasUntrusted)
+			return event.ApplyOutcome{IndexFailed: true}
 		}
-		ps.untrusted = false
-		ps.resetHolding()
-		ps.parity.reset()
+		pod.untrusted = false
+		pod.resetHolding()
+		pod.parity.reset()
 		d.recoveries++
-		a.log.Info("pod cleared after index error; trusted again, rebuilding from new events", "pod", ps.name, "dp_rank", ps.rank)
+		a.log.Info("pod cleared after index error; trusted again, rebuilding from new events", "pod", pod.name, "dp_rank", pod.rank)
 	}
 	// A run of BlockRemoved events on one medium is removed from the index
 	// in one call when the run ends (removed.go); its events count as
@@ -312,8 +298,8 @@ func (a *Applier) Apply(ctx context.Context, b *event.Batch) {
 	removing, removingTier := 0, event.Tier(0)
 	for i := 0; i <= len(b.Events); i++ {
 		if removing > 0 && (i == len(b.Events) || b.Events[i].Kind != event.BlockRemoved || b.Events[i].Medium != removingTier) {
-			if err := a.flushRemoved(ctx, ps, removingTier, &d); err != nil {
-				a.indexError(ps, b, i-1, err, &d)
+			if err := a.flushRemoved(ctx, pod, removingTier, &d); err != nil {
+				a.indexError(pod, b, i-1, err, &d)
 				break
 			}
 			d.events[event.BlockRemoved] += uint64(removing)
@@ -326,38 +312,39 @@ func (a *Applier) Apply(ctx context.Context, b *event.Batch) {
 		var err error
 		switch ev.Kind {
 		case event.BlockStored:
-			err = a.stored(ctx, ps, b.Engine, ev, &d)
+			err = a.stored(ctx, pod, b.Engine, ev, &d)
 		case event.BlockRemoved:
-			a.removed(ps, b.Engine, ev, &d)
+			a.removed(pod, b.Engine, ev, &d)
 			removing, removingTier = removing+1, ev.Medium
 			continue
 		case event.AllBlocksCleared:
-			if err = a.idx.ClearPod(ctx, ps.id); err == nil {
-				a.sessions.forget(ps.id)
+			if err = a.idx.ClearPod(ctx, pod.id); err == nil {
+				a.sessions.forget(pod.id)
 				d.hint = ""
-				ps.resetParity()
-				ps.resetHolding()
+				pod.resetParity()
+				pod.resetHolding()
 			}
 		case event.BlockSnapshot:
-			err = a.snapshot(ctx, ps, ev, &d)
+			err = a.snapshot(ctx, pod, ev, &d)
 		default:
 			continue // decoders do not produce other kinds; nothing to apply
 		}
 		if err != nil {
-			a.indexError(ps, b, i, err, &d)
+			a.indexError(pod, b, i, err, &d)
 			break
 		}
 		d.events[ev.Kind]++
 	}
-	ps.removing = ps.removing[:0]
-	a.finish(ps, b, &d, start, wasUntrusted)
+	pod.removing = pod.removing[:0]
+	a.finish(pod, b, &d, start, wasUntrusted)
+	return event.ApplyOutcome{IndexFailed: pod.untrusted}
 }
 
 // indexError marks the pod untrusted after the index failed on event i:
 // the rest of the batch is dropped, the pod cleared on its next batch.
-func (a *Applier) indexError(ps *podState, b *event.Batch, i int, err error, d *batchDelta) {
+func (a *Applier) indexError(pod *podState, b *event.Batch, i int, err error, d *batchDelta) {
 	d.indexErrors++
-	ps.untrusted = true
+	pod.untrusted = true
 	a.log.Warn("index error: pod marked untrusted, rest of batch dropped; it is cleared and rebuilt on its next batch",
-		"pod", ps.name, "dp_rank", ps.rank, "event", b.Events[i].Kind.String(), "dropped_events", len(b.Events)-i-1, "err", err)
+		"pod", pod.name, "dp_rank", pod.rank, "event", b.Events[i].Kind.String(), "dropped_events", len(b.Events)-i-1, "err", err)
 }

@@ -98,8 +98,8 @@ func stored(hashes []uint64, tokens []uint32, bs, from, to int) event.Event {
 	return ev
 }
 
-func (e *applierEnv) apply(pod string, rank int, engine blockkeys.Engine, evs ...event.Event) {
-	e.a.Apply(context.Background(), &event.Batch{Pod: pod, Model: testModel, DPRank: rank, Engine: engine, Events: evs})
+func (e *applierEnv) apply(pod string, rank int, engine blockkeys.Engine, evs ...event.Event) event.ApplyOutcome {
+	return e.a.Apply(context.Background(), &event.Batch{Pod: pod, Model: testModel, DPRank: rank, Engine: engine, Events: evs})
 }
 
 func (e *applierEnv) pod(name string, rank int) PodStats {

@@ -62,9 +62,9 @@ func TestApplierRemainingCopyCounts(t *testing.T) {
 		t.Fatal("count 0 must remove")
 	}
 	e.a.mu.RLock()
-	ps := e.a.pods[podKey{"p", 0}]
+	pod := e.a.pods[podKey{"p", 0}]
 	e.a.mu.RUnlock()
-	if ps.copies != nil || !ps.copiesAuthority {
+	if pod.copies != nil || !pod.copiesAuthority {
 		t.Fatal("own copy table kept although the engine counts")
 	}
 }
@@ -309,12 +309,12 @@ func TestHoldTablesSizedByUse(t *testing.T) {
 	if n := e.idx.count(e.podID("grp", 0)); n != 200 {
 		t.Fatalf("%d blocks indexed, want 200", n)
 	}
-	ps := e.a.pods[podKey{"grp", 0}]
-	if ps.copies == nil || ps.masks == nil {
-		t.Fatalf("expected both tables: copies %v masks %v", ps.copies != nil, ps.masks != nil)
+	pod := e.a.pods[podKey{"grp", 0}]
+	if pod.copies == nil || pod.masks == nil {
+		t.Fatalf("expected both tables: copies %v masks %v", pod.copies != nil, pod.masks != nil)
 	}
 	limit := int64(64 << 10)
-	got := int64(len(ps.copies.sets)+len(ps.masks.sets)) * countSetBytes
+	got := int64(len(pod.copies.sets)+len(pod.masks.sets)) * countSetBytes
 	if got > limit {
 		t.Fatalf("tables of a 200-block pod take %d bytes, want at most %d", got, limit)
 	}

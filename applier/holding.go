@@ -17,71 +17,71 @@ const (
 // storeGroup learns what ev says of its group and reports whether the group
 // bounds a prefix match (full attention, or not described: older engines)
 // and, when the pod has several full-attention groups, the group's mask bit.
-func (ps *podState) storeGroup(ev *event.Event) (bounds bool, bit uint16) {
+func (pod *podState) storeGroup(ev *event.Event) (bounds bool, bit uint16) {
 	g := ev.GroupIdx
 	if g < 0 || g >= maxGroups {
 		return false, 0
 	}
-	for len(ps.groups) <= g {
-		ps.groups = append(ps.groups, event.GroupKindUnknown)
-		ps.named = append(ps.named, false)
-		ps.fullBit = append(ps.fullBit, 0)
+	for len(pod.groups) <= g {
+		pod.groups = append(pod.groups, event.GroupKindUnknown)
+		pod.named = append(pod.named, false)
+		pod.fullBit = append(pod.fullBit, 0)
 	}
 	kind := ev.GroupKind
 	if kind == event.GroupKindUnknown && ev.SlidingWindow > 0 {
 		kind = event.GroupSlidingWindow
 	}
-	if (kind != event.GroupKindUnknown && kind != ps.groups[g]) || !ps.named[g] {
+	if (kind != event.GroupKindUnknown && kind != pod.groups[g]) || !pod.named[g] {
 		if kind != event.GroupKindUnknown {
-			ps.groups[g] = kind
+			pod.groups[g] = kind
 		}
-		ps.named[g] = true
-		ps.numberGroups()
+		pod.named[g] = true
+		pod.numberGroups()
 	}
-	return ps.groupBit(g)
+	return pod.groupBit(g)
 }
 
 // numberGroups gives every bounding group (full or undescribed) a mask bit,
 // in group order. A change of the full-group set forgets the masks: they
 // were taken against another set.
-func (ps *podState) numberGroups() {
+func (pod *podState) numberGroups() {
 	n := 0
-	for g, k := range ps.groups {
-		ps.fullBit[g] = 0
-		if (k == event.GroupFullAttention || k == event.GroupKindUnknown) && n < maxFullGroups && ps.named[g] {
+	for g, k := range pod.groups {
+		pod.fullBit[g] = 0
+		if (k == event.GroupFullAttention || k == event.GroupKindUnknown) && n < maxFullGroups && pod.named[g] {
 			n++
-			ps.fullBit[g] = uint8(n)
+			pod.fullBit[g] = uint8(n)
 		}
 	}
-	if n != ps.nFull {
-		ps.nFull, ps.masks = n, nil
+	if n != pod.nFull {
+		pod.nFull, pod.masks = n, nil
 	}
 }
 
-func (ps *podState) groupBit(g int) (bounds bool, bit uint16) {
-	switch k := ps.groups[g]; {
+func (pod *podState) groupBit(g int) (bounds bool, bit uint16) {
+	switch k := pod.groups[g]; {
 	case k != event.GroupFullAttention && k != event.GroupKindUnknown:
 		return false, 0
-	case ps.fullBit[g] == 0:
+	case pod.fullBit[g] == 0:
 		return false, 0 // beyond maxFullGroups
-	case ps.nFull > 1:
-		return true, 1 << (ps.fullBit[g] - 1)
+	case pod.nFull > 1:
+		return true, 1 << (pod.fullBit[g] - 1)
 	}
 	return true, 0
 }
 
 // removeGroup is storeGroup for a removal: it learns nothing; a group never
 // described is treated as bounding (the removal is applied, the safe way).
-func (ps *podState) removeGroup(ev *event.Event) (bounds bool, bit uint16) {
+func (pod *podState) removeGroup(ev *event.Event) (bounds bool, bit uint16) {
 	g := ev.GroupIdx
 	if g < 0 || g >= maxGroups {
 		return false, 0
 	}
-	if g >= len(ps.groups) || !ps.named[g] {
+	if g >= len(pod.groups) || !pod.named[g] {
 		return true, 0
 	}
-	if k := ps.groups[g]; k == event.GroupFullAttention || k == event.GroupKindUnknown {
-		_, bit = ps.groupBit(g)
+	if k := pod.groups[g]; k == event.GroupFullAttention || k == event.GroupKindUnknown {
+		_, bit = pod.groupBit(g)
 		return true, bit
 	}
 	return false, 0
@@ -90,28 +90,28 @@ func (ps *podState) removeGroup(ev *event.Event) (bounds bool, bit uint16) {
 // holdStored filters the keys of a stored event down to those that become
 // indexed: a second physical copy of a block is only counted (vLLM), and
 // with several full-attention groups a block waits until all hold it.
-func (a *Applier) holdStored(ps *podState, engine blockkeys.Engine, ev *event.Event, bit uint16, keys []blockkeys.Key, d *batchDelta) []blockkeys.Key {
+func (a *Applier) holdStored(pod *podState, engine blockkeys.Engine, ev *event.Event, bit uint16, keys []blockkeys.Key, d *batchDelta) []blockkeys.Key {
 	// Copies are counted on the GPU tier only: vLLM's block pool announces
 	// a hash once per physical block, so a second store is a second copy.
 	// Connectors (CPU offload, LMCache) may announce a block again without
 	// a second copy; counting those would keep a removed block indexed.
-	track := engine.Info().CountsCopies && !ps.copiesAuthority && ev.Medium == event.TierGPU
+	track := engine.Info().CountsCopies && !pod.copiesAuthority && ev.Medium == event.TierGPU
 	if !track && bit == 0 {
 		return keys
 	}
-	all := uint16(1)<<ps.nFull - 1
+	all := uint16(1)<<pod.nFull - 1
 	out := keys[:0]
 	for _, k := range keys {
 		if track {
-			if ps.copies == nil {
-				ps.copies = newCountTable(a.copyCap, &a.tables)
+			if pod.copies == nil {
+				pod.copies = newCountTable(a.copyCap, &a.tables)
 			}
 			ck := entryKey(k, ev.Medium, ev.GroupIdx)
-			c, held := ps.copies.get(ck)
+			c, held := pod.copies.get(ck)
 			if c < math.MaxUint16 {
 				c++
 			}
-			if ps.copies.put(ck, c) {
+			if pod.copies.put(ck, c) {
 				d.tableEvictions++
 			}
 			if held {
@@ -119,13 +119,13 @@ func (a *Applier) holdStored(ps *podState, engine blockkeys.Engine, ev *event.Ev
 			}
 		}
 		if bit != 0 {
-			if ps.masks == nil {
-				ps.masks = newCountTable(a.maskCap, &a.tables)
+			if pod.masks == nil {
+				pod.masks = newCountTable(a.maskCap, &a.tables)
 			}
 			mk := entryKey(k, ev.Medium, -1)
-			m, _ := ps.masks.get(mk)
+			m, _ := pod.masks.get(mk)
 			m |= bit
-			if ps.masks.put(mk, m) {
+			if pod.masks.put(mk, m) {
 				d.tableEvictions++
 			}
 			if m != all {
@@ -140,30 +140,30 @@ func (a *Applier) holdStored(ps *podState, engine blockkeys.Engine, ev *event.Ev
 // keepOnRemove reports whether removing copy i of key k leaves the block
 // held: the engine says copies remain, or our count does. It also clears
 // k's group bit.
-func (a *Applier) keepOnRemove(ps *podState, engine blockkeys.Engine, ev *event.Event, i int, bit uint16, k blockkeys.Key, d *batchDelta) bool {
+func (a *Applier) keepOnRemove(pod *podState, engine blockkeys.Engine, ev *event.Event, i int, bit uint16, k blockkeys.Key, d *batchDelta) bool {
 	switch {
 	case ev.HasRemainingCopies:
 		if i < len(ev.RemainingCopies) && ev.RemainingCopies[i] > 0 {
 			d.copiesKept++
 			return true
 		}
-	case engine.Info().CountsCopies && ps.copies != nil:
+	case engine.Info().CountsCopies && pod.copies != nil:
 		ck := entryKey(k, ev.Medium, ev.GroupIdx)
-		if c, held := ps.copies.get(ck); held && c > 1 {
-			ps.copies.put(ck, c-1)
+		if c, held := pod.copies.get(ck); held && c > 1 {
+			pod.copies.put(ck, c-1)
 			d.copiesKept++
 			return true
 		}
-		ps.copies.del(ck)
+		pod.copies.del(ck)
 	}
-	if bit != 0 && ps.masks != nil {
+	if bit != 0 && pod.masks != nil {
 		// Any full-attention group dropping the block ends the match there.
 		mk := entryKey(k, ev.Medium, -1)
-		if m, ok := ps.masks.get(mk); ok {
+		if m, ok := pod.masks.get(mk); ok {
 			if m &^= bit; m == 0 {
-				ps.masks.del(mk)
+				pod.masks.del(mk)
 			} else {
-				ps.masks.put(mk, m)
+				pod.masks.put(mk, m)
 			}
 		}
 	}

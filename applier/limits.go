@@ -3,6 +3,7 @@ package applier
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -99,22 +100,14 @@ func newLimitMetrics(ns string) (limitMetrics, []prometheus.Collector) {
 }
 
 func (a *Applier) initLimits(l Limits, share ShareAccounting) error {
-	if l.MaxDigestCaches <= 0 {
-		l.MaxDigestCaches = DefaultMaxDigestCaches
-	}
-	if l.MaxAliasTables <= 0 {
-		l.MaxAliasTables = DefaultMaxAliasTables
-	}
+	// l comes resolved (Config.withDefaults).
 	a.lim.maxDigest, a.lim.maxAlias, a.lim.dcRefs, a.lim.m = l.MaxDigestCaches, l.MaxAliasTables, map[kvindex.ModelID]int{}, a.m.limits
-	switch {
-	case l.SessionsPerPod == 0:
-		a.sessions.limit = DefaultSessionsPerPod
-	case l.SessionsPerPod > 0:
+	if l.SessionsPerPod > 0 {
 		a.sessions.limit = l.SessionsPerPod
 	}
 	a.sessions.pods, a.sessions.m = map[kvindex.PodID]*podSessions{}, a.m.sessions
-	if l.PodShare < 0 {
-		return errors.New("kvindex: pod share must not be negative")
+	if err := Options.PodShare.Check(int64(l.PodShare)); err != nil {
+		return fmt.Errorf("applier: %w", err)
 	}
 	if l.PodShare > 0 {
 		if share == nil {
@@ -125,14 +118,14 @@ func (a *Applier) initLimits(l Limits, share ShareAccounting) error {
 	return nil
 }
 
-// digestCacheFor binds ps to model id's digest cache, creating it if the
+// digestCacheFor binds pod to model id's digest cache, creating it if the
 // limit allows (nil otherwise: parity unverified), and releases the cache of
-// the model ps was bound to.
-func (a *Applier) digestCacheFor(ps *podState, id kvindex.ModelID) *digestCache {
+// the model pod was bound to.
+func (a *Applier) digestCacheFor(pod *podState, id kvindex.ModelID) *digestCache {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if ps.dc != nil { // the pod holds its current model's cache
-		a.releaseDigestLocked(ps.modelID)
+	if pod.digests != nil { // the pod holds its current model's cache
+		a.releaseDigestLocked(pod.modelID)
 	}
 	dc := a.digests[id]
 	if dc == nil {
@@ -157,99 +150,99 @@ func (a *Applier) releaseDigestLocked(id kvindex.ModelID) {
 	}
 }
 
-// aliasPut records engine hash eh -> our key k for ps. false: ps has no
+// aliasPut records engine hash eh -> our key k for pod. false: pod has no
 // table and the limit refuses one.
-func (a *Applier) aliasPut(ps *podState, eh uint64, k blockkeys.Key) bool {
-	if ps.alias == nil {
+func (a *Applier) aliasPut(pod *podState, eh uint64, k blockkeys.Key) bool {
+	if pod.alias == nil {
 		if a.lim.aliasTables.Add(1) > int64(a.lim.maxAlias) {
 			a.lim.aliasTables.Add(-1)
 			a.lim.m.aliasRefused.Inc()
 			return false
 		}
 		a.lim.m.aliasTables.Inc()
-		ps.alias, ps.aliasOwner = newAliasTable(a.aliasCap), &a.lim
+		pod.alias, pod.aliasOwner = newAliasTable(a.aliasCap), &a.lim
 	}
-	ps.alias.put(eh, k)
+	pod.alias.put(eh, k)
 	return true
 }
 
-// dropAlias frees ps's alias table and its slot under MaxAliasTables.
-func (ps *podState) dropAlias() {
-	if ps.alias == nil {
+// dropAlias frees pod's alias table and its slot under MaxAliasTables.
+func (pod *podState) dropAlias() {
+	if pod.alias == nil {
 		return
 	}
-	ps.alias = nil
-	ps.aliasOwner.aliasTables.Add(-1)
-	ps.aliasOwner.m.aliasTables.Dec()
+	pod.alias = nil
+	pod.aliasOwner.aliasTables.Add(-1)
+	pod.aliasOwner.m.aliasTables.Dec()
 }
 
-// trimToShare returns the prefix of keys that ps may still add under
+// trimToShare returns the prefix of keys that pod may still add under
 // PodShare, counting what it refuses.
-func (a *Applier) trimToShare(ps *podState, keys []blockkeys.Key) []blockkeys.Key {
+func (a *Applier) trimToShare(pod *podState, keys []blockkeys.Key) []blockkeys.Key {
 	if a.lim.share == 0 {
 		return keys
 	}
-	room := a.lim.share - a.lim.shareIdx.PodEntries(ps.id)
+	room := a.lim.share - a.lim.shareIdx.PodEntries(pod.id)
 	if int64(len(keys)) <= room {
 		return keys
 	}
 	room = max(room, 0)
 	a.lim.m.shareRefused.Add(float64(int64(len(keys)) - room))
-	if !ps.overShare {
-		ps.overShare = true
+	if !pod.overShare {
+		pod.overShare = true
 		a.log.Warn("pod holds its share of the index; further blocks are not indexed until it removes some",
-			"pod", ps.name, "dp_rank", ps.rank, "share_entries", a.lim.share)
+			"pod", pod.name, "dp_rank", pod.rank, "share_entries", a.lim.share)
 	}
 	return keys[:room]
 }
 
 // ForgetPod clears pod from the index and drops everything the applier holds
 // for it: its stats, alias table and digest-cache hold. A pod that publishes
-// again starts afresh. If the clear fails the pod stays, untrusted, and
-// Recover clears it later.
+// again starts afresh. If the clear fails the pod stays, untrusted, and is
+// cleared before its next batch.
 func (a *Applier) ForgetPod(ctx context.Context, pod string, dpRank int) {
 	k := podKey{pod, dpRank}
 	a.mu.RLock()
-	ps := a.pods[k]
+	state := a.pods[k]
 	a.mu.RUnlock()
-	if ps == nil {
+	if state == nil {
 		return
 	}
-	ps.applyMu.Lock()
-	defer ps.applyMu.Unlock()
-	if err := a.idx.ClearPod(ctx, ps.id); err != nil {
-		if !ps.untrusted {
-			ps.untrusted = true
-			a.setUntrusted(ps, true)
+	state.applyMu.Lock()
+	defer state.applyMu.Unlock()
+	if err := a.idx.ClearPod(ctx, state.id); err != nil {
+		if !state.untrusted {
+			state.untrusted = true
+			a.setUntrusted(state, true)
 		}
 		a.log.Warn("index error while forgetting a silent pod: marked untrusted, cleared when the index is back",
 			"pod", pod, "dp_rank", dpRank, "err", err)
 		return
 	}
-	a.sessions.forget(ps.id)
+	a.sessions.forget(state.id)
 	a.mu.Lock()
-	if a.pods[k] == ps {
+	if a.pods[k] == state {
 		delete(a.pods, k)
 	}
-	if ps.dc != nil {
-		a.releaseDigestLocked(ps.modelID)
-		ps.dc = nil
+	if state.digests != nil {
+		a.releaseDigestLocked(state.modelID)
+		state.digests = nil
 	}
 	a.mu.Unlock()
-	ps.dropAlias()
-	ps.resetHolding()
-	ps.keys, ps.buf = nil, nil
-	if ps.untrusted {
-		ps.untrusted = false
-		a.setUntrusted(ps, false)
+	state.dropAlias()
+	state.resetHolding()
+	state.keys, state.buf = nil, nil
+	if state.untrusted {
+		state.untrusted = false
+		a.setUntrusted(state, false)
 	}
 	a.lim.m.freed.Inc()
 	a.log.Info("silent pod forgotten: cleared from the index", "pod", pod, "dp_rank", dpRank,
-		"last_event", ps.snapshotLastEvent())
+		"last_event", state.snapshotLastEvent())
 }
 
-func (ps *podState) snapshotLastEvent() time.Time {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	return ps.st.LastEvent
+func (pod *podState) snapshotLastEvent() time.Time {
+	pod.mu.Lock()
+	defer pod.mu.Unlock()
+	return pod.stats.LastEvent
 }

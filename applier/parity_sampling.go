@@ -70,11 +70,11 @@ func (s *paritySampler) matched() {
 
 // storedUnchecked indexes a sampled-out event's blocks under the engine's
 // hashes (or our keys where the pod has aliases), without re-hashing.
-func (a *Applier) storedUnchecked(ps *podState, ev *event.Event, keys []blockkeys.Key, d *batchDelta) []blockkeys.Key {
+func (a *Applier) storedUnchecked(pod *podState, ev *event.Event, keys []blockkeys.Key, d *batchDelta) []blockkeys.Key {
 	for _, eh := range ev.BlockHashes {
 		k := blockkeys.Key(eh)
-		if ps.alias != nil {
-			if ak, ok := ps.alias.get(eh); ok {
+		if pod.alias != nil {
+			if ak, ok := pod.alias.get(eh); ok {
 				k = ak
 			}
 		}

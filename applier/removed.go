@@ -15,25 +15,25 @@ import (
 // engine's cache being unchanged, parity conclusions and aliases are kept. The records name no medium: they are indexed on
 // ev.Medium (GPU). Clear then add is not atomic for readers: a score in
 // between sees the pod empty (an under-report, never a stale block).
-func (a *Applier) snapshot(ctx context.Context, ps *podState, ev *event.Event, d *batchDelta) error {
-	if err := a.idx.ClearPod(ctx, ps.id); err != nil {
+func (a *Applier) snapshot(ctx context.Context, pod *podState, ev *event.Event, d *batchDelta) error {
+	if err := a.idx.ClearPod(ctx, pod.id); err != nil {
 		return err
 	}
-	ps.resetHolding()
-	keys := ps.keys[:0]
+	pod.resetHolding()
+	keys := pod.keys[:0]
 	for _, eh := range ev.BlockHashes {
-		keys = uncheckedKey(ps, eh, keys)
+		keys = uncheckedKey(pod, eh, keys)
 	}
-	ps.keys = keys
-	return a.addStored(ctx, ps, ev, keys, d)
+	pod.keys = keys
+	return a.addStored(ctx, pod, ev, keys, d)
 }
 
-// removed queues the keys ev removes from the index in ps.removing; the
+// removed queues the keys ev removes from the index in pod.removing; the
 // caller removes them (flushRemoved) once the run of BlockRemoved events
 // on one medium ends, so an eviction sweep of one-block events costs one
-// index call, whose misses overlap, instead of one per block.
-func (a *Applier) removed(ps *podState, engine blockkeys.Engine, ev *event.Event, d *batchDelta) {
-	bounds, bit := ps.removeGroup(ev)
+// index call instead of one per block.
+func (a *Applier) removed(pod *podState, engine blockkeys.Engine, ev *event.Event, d *batchDelta) {
+	bounds, bit := pod.removeGroup(ev)
 	switch {
 	case ev.Remote:
 		d.remote += uint64(len(ev.BlockHashes))
@@ -42,36 +42,36 @@ func (a *Applier) removed(ps *podState, engine blockkeys.Engine, ev *event.Event
 		d.groupSkipped += uint64(len(ev.BlockHashes))
 		return
 	}
-	if ev.HasRemainingCopies && !ps.copiesAuthority {
+	if ev.HasRemainingCopies && !pod.copiesAuthority {
 		// The engine counts copies itself: ours are no longer needed.
-		ps.copies.release()
-		ps.copiesAuthority, ps.copies = true, nil
+		pod.copies.release()
+		pod.copiesAuthority, pod.copies = true, nil
 	}
 	for i, eh := range ev.BlockHashes {
 		k := blockkeys.Key(eh)
-		if ps.alias != nil {
+		if pod.alias != nil {
 			var ok bool
-			if k, ok = ps.alias.get(eh); !ok {
+			if k, ok = pod.alias.get(eh); !ok {
 				d.unresolved++
 				k = blockkeys.Key(eh)
 			}
 			// Keep the alias: the block may still be held on another tier.
 		}
-		if a.keepOnRemove(ps, engine, ev, i, bit, k, d) {
+		if a.keepOnRemove(pod, engine, ev, i, bit, k, d) {
 			continue
 		}
-		ps.removing = append(ps.removing, k)
+		pod.removing = append(pod.removing, k)
 	}
 }
 
 // flushRemoved removes the queued keys from tier.
-func (a *Applier) flushRemoved(ctx context.Context, ps *podState, tier event.Tier, d *batchDelta) error {
-	keys := ps.removing
-	ps.removing = keys[:0]
+func (a *Applier) flushRemoved(ctx context.Context, pod *podState, tier event.Tier, d *batchDelta) error {
+	keys := pod.removing
+	pod.removing = keys[:0]
 	if len(keys) == 0 {
 		return nil
 	}
-	if err := a.idx.Remove(ctx, ps.modelID, ps.id, tier, keys); err != nil {
+	if err := a.idx.Remove(ctx, pod.modelID, pod.id, tier, keys); err != nil {
 		return err
 	}
 	d.removed += uint64(len(keys))

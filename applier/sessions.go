@@ -69,44 +69,44 @@ func (t *sessionTable) record(pod kvindex.PodID, session string, key blockkeys.K
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	ps := t.pods[pod]
-	if ps == nil {
-		ps = &podSessions{last: make(map[string]sessionEntry)}
-		t.pods[pod] = ps
+	sessions := t.pods[pod]
+	if sessions == nil {
+		sessions = &podSessions{last: make(map[string]sessionEntry)}
+		t.pods[pod] = sessions
 	}
-	ps.clock++
-	if _, ok := ps.last[session]; ok {
-		ps.last[session] = sessionEntry{key: key, stamp: ps.clock}
+	sessions.clock++
+	if _, ok := sessions.last[session]; ok {
+		sessions.last[session] = sessionEntry{key: key, stamp: sessions.clock}
 		return
 	}
-	if len(ps.last) >= t.limit {
-		ps.evict()
+	if len(sessions.last) >= t.limit {
+		sessions.evict()
 		t.n--
 		t.m.evictions.Inc()
 	}
-	ps.last[session] = sessionEntry{key: key, stamp: ps.clock}
-	ps.ring = append(ps.ring, sessionSlot{name: session, stamp: ps.clock})
+	sessions.last[session] = sessionEntry{key: key, stamp: sessions.clock}
+	sessions.ring = append(sessions.ring, sessionSlot{name: session, stamp: sessions.clock})
 	t.n++
 	t.m.entries.Set(float64(t.n))
 }
 
 // evict drops the least recently stored session: a slot whose session was
 // stored again since it was queued goes back to the tail with its new stamp.
-func (ps *podSessions) evict() {
+func (sessions *podSessions) evict() {
 	for {
-		s := ps.ring[ps.head]
-		ps.ring[ps.head] = sessionSlot{}
-		ps.head++
-		if e := ps.last[s.name]; e.stamp != s.stamp {
-			ps.ring = append(ps.ring, sessionSlot{name: s.name, stamp: e.stamp})
+		s := sessions.ring[sessions.head]
+		sessions.ring[sessions.head] = sessionSlot{}
+		sessions.head++
+		if e := sessions.last[s.name]; e.stamp != s.stamp {
+			sessions.ring = append(sessions.ring, sessionSlot{name: s.name, stamp: e.stamp})
 		} else {
-			delete(ps.last, s.name)
+			delete(sessions.last, s.name)
 			break
 		}
 	}
-	if ps.head > len(ps.ring)/2 { // compact: the ring stays within 2x the entries
-		ps.ring = append(ps.ring[:0], ps.ring[ps.head:]...)
-		ps.head = 0
+	if sessions.head > len(sessions.ring)/2 { // compact: the ring stays within 2x the entries
+		sessions.ring = append(sessions.ring[:0], sessions.ring[sessions.head:]...)
+		sessions.head = 0
 	}
 }
 
@@ -118,8 +118,8 @@ func (t *sessionTable) forget(pod kvindex.PodID) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if ps := t.pods[pod]; ps != nil {
-		t.n -= len(ps.last)
+	if sessions := t.pods[pod]; sessions != nil {
+		t.n -= len(sessions.last)
 		delete(t.pods, pod)
 		t.m.entries.Set(float64(t.n))
 	}
@@ -134,8 +134,8 @@ func (a *Applier) SessionPods(dst []kvindex.PodID, session string) []kvindex.Pod
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	for p, ps := range t.pods {
-		if _, ok := ps.last[session]; ok {
+	for p, sessions := range t.pods {
+		if _, ok := sessions.last[session]; ok {
 			dst = append(dst, p)
 		}
 	}
@@ -147,8 +147,8 @@ func (a *Applier) SessionLastBlock(pod kvindex.PodID, session string) (blockkeys
 	t := &a.sessions
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if ps := t.pods[pod]; ps != nil {
-		e, ok := ps.last[session]
+	if sessions := t.pods[pod]; sessions != nil {
+		e, ok := sessions.last[session]
 		return e.key, ok
 	}
 	return 0, false

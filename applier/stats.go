@@ -88,13 +88,13 @@ func (d *batchDelta) unverify(r unverifiedReason, n uint64) {
 	d.lastUnverified = r
 }
 
-func (a *Applier) finish(ps *podState, b *event.Batch, d *batchDelta, start time.Time, wasUntrusted bool) {
+func (a *Applier) finish(pod *podState, b *event.Batch, d *batchDelta, start time.Time, wasUntrusted bool) {
 	var n uint64
 	for _, c := range d.events {
 		n += c
 	}
-	ps.mu.Lock()
-	st := &ps.st
+	pod.mu.Lock()
+	st := &pod.stats
 	st.Model, st.Engine = b.Model, b.Engine
 	st.EventsApplied += n
 	st.BlocksStored += d.stored
@@ -111,21 +111,21 @@ func (a *Applier) finish(ps *podState, b *event.Batch, d *batchDelta, start time
 	st.RemoteBlocks += d.remote
 	st.GroupSkippedBlocks += d.groupSkipped
 	st.CopiesKept += d.copiesKept
-	st.FullAttentionGroups = ps.nFull
+	st.FullAttentionGroups = pod.nFull
 	st.ParitySampledOut += d.sampledOut
 	if d.hint != "" {
 		st.ParityHint = d.hint
 	}
 	st.IndexErrors += d.indexErrors
-	st.Untrusted = ps.untrusted
-	ps.mu.Unlock()
-	if ps.untrusted != wasUntrusted {
-		a.setUntrusted(ps, ps.untrusted)
+	st.Untrusted = pod.untrusted
+	pod.mu.Unlock()
+	if pod.untrusted != wasUntrusted {
+		a.setUntrusted(pod, pod.untrusted)
 	}
-	if d.hint != "" && d.hint != ps.loggedHint {
-		ps.loggedHint = d.hint
+	if d.hint != "" && d.hint != pod.loggedHint {
+		pod.loggedHint = d.hint
 		a.log.Warn("block hash parity mismatch: indexing this pod under kvindex's own keys",
-			"pod", ps.name, "dp_rank", ps.rank, "model", b.Model, "hint", d.hint)
+			"pod", pod.name, "dp_rank", pod.rank, "model", b.Model, "hint", d.hint)
 	}
 	a.m.flush(d, time.Since(start))
 }
@@ -134,10 +134,10 @@ func (a *Applier) finish(ps *podState, b *event.Batch, d *batchDelta, start time
 func (a *Applier) PodStats() []PodStats {
 	a.mu.RLock()
 	out := make([]PodStats, 0, len(a.pods))
-	for _, ps := range a.pods {
-		ps.mu.Lock()
-		out = append(out, ps.st)
-		ps.mu.Unlock()
+	for _, pod := range a.pods {
+		pod.mu.Lock()
+		out = append(out, pod.stats)
+		pod.mu.Unlock()
 	}
 	a.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool {

@@ -35,9 +35,9 @@ func eventExtras(extraKeys *blockkeys.ExtraKeys, ev *event.Event, engine blockke
 // keys and updates what the applier keeps per pod; addStored writes them,
 // the only index call. The decisions are thus the same whatever the index
 // (memory, Redis, a failing one) and can be tested without one.
-func (a *Applier) stored(ctx context.Context, ps *podState, engine blockkeys.Engine, ev *event.Event, d *batchDelta) error {
-	keys := a.storedKeys(ps, engine, ev, d)
-	if err := a.addStored(ctx, ps, ev, keys, d); err != nil {
+func (a *Applier) stored(ctx context.Context, pod *podState, engine blockkeys.Engine, ev *event.Event, d *batchDelta) error {
+	keys := a.storedKeys(pod, engine, ev, d)
+	if err := a.addStored(ctx, pod, ev, keys, d); err != nil {
 		return err
 	}
 	// A reuse report (kv_cache_report_mode="full") re-stores blocks the pod
@@ -47,7 +47,7 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine blockkeys.Eng
 		if len(keys) > 0 {
 			last = keys[len(keys)-1]
 		}
-		a.sessions.record(ps.id, ev.SessionID, last)
+		a.sessions.record(pod.id, ev.SessionID, last)
 	}
 	return nil
 }
@@ -56,12 +56,12 @@ func (a *Applier) stored(ctx context.Context, ps *podState, engine blockkeys.Eng
 // buffer. It writes nothing to the index: it updates what the applier keeps
 // per pod (groups, parity verdicts and hint, digest cache, aliases, copy
 // counts, group masks) and counts into d.
-func (a *Applier) storedKeys(ps *podState, engine blockkeys.Engine, ev *event.Event, d *batchDelta) []blockkeys.Key {
+func (a *Applier) storedKeys(pod *podState, engine blockkeys.Engine, ev *event.Event, d *batchDelta) []blockkeys.Key {
 	n := len(ev.BlockHashes)
 	if n == 0 {
 		return nil
 	}
-	bounds, bit := ps.storeGroup(ev)
+	bounds, bit := pod.storeGroup(ev)
 	switch {
 	case ev.Remote:
 		d.remote += uint64(n)
@@ -70,10 +70,10 @@ func (a *Applier) storedKeys(ps *podState, engine blockkeys.Engine, ev *event.Ev
 		d.groupSkipped += uint64(n)
 		return nil
 	}
-	keys := a.blockKeys(ps, engine, ev, d)
-	keys = a.holdStored(ps, engine, ev, bit, keys, d)
-	keys = a.trimToShare(ps, keys)
-	ps.keys = keys
+	keys := a.blockKeys(pod, engine, ev, d)
+	keys = a.holdStored(pod, engine, ev, bit, keys, d)
+	keys = a.trimToShare(pod, keys)
+	pod.keys = keys
 	return keys
 }
 
@@ -81,11 +81,11 @@ func (a *Applier) storedKeys(ps *podState, engine blockkeys.Engine, ev *event.Ev
 // parity check decides (see Applier): a block we can rehash gets its
 // verdict from checkedKey, one we cannot from uncheckedKey, and a pod being
 // sampled (parity_sampling.go) has its hashes taken unchecked.
-func (a *Applier) blockKeys(ps *podState, engine blockkeys.Engine, ev *event.Event, d *batchDelta) []blockkeys.Key {
-	h := ps.hasher
+func (a *Applier) blockKeys(pod *podState, engine blockkeys.Engine, ev *event.Event, d *batchDelta) []blockkeys.Key {
+	h := pod.hasher
 	bs, dlen := h.Config().BlockSize, h.DigestLen()
-	keys := ps.keys[:0]
-	base, bsWrong := ps.verifiable(engine, ev, d)
+	keys := pod.keys[:0]
+	base, bsWrong := pod.verifiable(engine, ev, d)
 
 	var parent [32]byte
 	plen := dlen
@@ -93,12 +93,12 @@ func (a *Applier) blockKeys(ps *podState, engine blockkeys.Engine, ev *event.Eve
 	if !ev.HasParent {
 		parent, plen = h.Root()
 	} else {
-		parentOK = ps.dc.get(ev.ParentHash, &parent)
+		parentOK = pod.digests.get(ev.ParentHash, &parent)
 	}
-	if !ps.parity.check(base == unverifiedNone && parentOK) {
+	if !pod.parity.check(base == unverifiedNone && parentOK) {
 		// Sampled out: the engine's hashes (or their aliases) go in
 		// unchecked, through the same copy, group and share accounting.
-		return a.storedUnchecked(ps, ev, keys, d)
+		return a.storedUnchecked(pod, ev, keys, d)
 	}
 	var extraKeys blockkeys.ExtraKeys
 	for i, eh := range ev.BlockHashes {
@@ -112,11 +112,11 @@ func (a *Applier) blockKeys(ps *podState, engine blockkeys.Engine, ev *event.Eve
 		if reason == unverifiedNone {
 			var dg [32]byte
 			var err error
-			ps.buf, dg, err = h.BlockDigest(ps.buf, parent[:plen], ev.TokenIDs[i*bs:(i+1)*bs], &extraKeys)
+			pod.buf, dg, err = h.BlockDigest(pod.buf, parent[:plen], ev.TokenIDs[i*bs:(i+1)*bs], &extraKeys)
 			if err == nil {
-				ps.dc.put(eh, &dg)
+				pod.digests.put(eh, &dg)
 				parent, plen = dg, dlen
-				keys = a.checkedKey(ps, engine, ev, i, eh, h.DigestKey(&dg), keys, d)
+				keys = a.checkedKey(pod, engine, ev, i, eh, h.DigestKey(&dg), keys, d)
 				continue
 			}
 			// an extra key we cannot serialise (OpaqueExtraKey, ...)
@@ -127,12 +127,12 @@ func (a *Applier) blockKeys(ps *podState, engine blockkeys.Engine, ev *event.Eve
 		// then no later block needs it, and the lookup is a cache miss per
 		// block for nothing.
 		if base == unverifiedNone {
-			parentOK, plen = ps.dc.get(eh, &parent), dlen
+			parentOK, plen = pod.digests.get(eh, &parent), dlen
 		}
 		if !bsWrong {
 			d.unverify(reason, 1) // a block-size mismatch is counted once, in verifiable
 		}
-		keys = uncheckedKey(ps, eh, keys)
+		keys = uncheckedKey(pod, eh, keys)
 	}
 	return keys
 }
@@ -141,8 +141,8 @@ func (a *Applier) blockKeys(ps *podState, engine blockkeys.Engine, ev *event.Eve
 // (unverifiedNone: they may be), and whether the engine's block size differs
 // from ours: those blocks are counted as mismatches (vLLM) here, once, and
 // the pod gets the hint.
-func (ps *podState) verifiable(engine blockkeys.Engine, ev *event.Event, d *batchDelta) (base unverifiedReason, bsWrong bool) {
-	n, bs := len(ev.BlockHashes), ps.hasher.Config().BlockSize
+func (pod *podState) verifiable(engine blockkeys.Engine, ev *event.Event, d *batchDelta) (base unverifiedReason, bsWrong bool) {
+	n, bs := len(ev.BlockHashes), pod.hasher.Config().BlockSize
 	haveTokens := len(ev.TokenIDs) > 0
 	bsWrong = haveTokens && ev.BlockSize > 0 && ev.BlockSize != bs
 	// A lone block shorter than the block size with exactly that many tokens
@@ -164,8 +164,8 @@ func (ps *podState) verifiable(engine blockkeys.Engine, ev *event.Event, d *batc
 	}
 	if bsWrong {
 		d.mismatches += uint64(n) // counted here, not again as unverified
-		if !ps.hintFinal {
-			ps.hintFinal = true
+		if !pod.hintFinal {
+			pod.hintFinal = true
 			d.hint = fmt.Sprintf("block size: engine publishes block_size=%d but kvindex is configured with %d; "+
 				"set the engine's --block-size (SGLang: --page-size, default 1) or kvindex's block size (per model) to agree",
 				ev.BlockSize, bs)
@@ -176,22 +176,22 @@ func (ps *podState) verifiable(engine blockkeys.Engine, ev *event.Event, d *batc
 
 // checkedKey appends the key of block i of ev, whose hash eh we recomputed
 // as k, and records the parity verdict.
-func (a *Applier) checkedKey(ps *podState, engine blockkeys.Engine, ev *event.Event, i int, eh uint64, k blockkeys.Key, keys []blockkeys.Key, d *batchDelta) []blockkeys.Key {
+func (a *Applier) checkedKey(pod *podState, engine blockkeys.Engine, ev *event.Event, i int, eh uint64, k blockkeys.Key, keys []blockkeys.Key, d *batchDelta) []blockkeys.Key {
 	switch {
 	case uint64(k) == eh:
 		d.matches++
-		ps.everMatched = true
-		ps.parity.matched()
+		pod.everMatched = true
+		pod.parity.matched()
 		return append(keys, k)
-	case ps.everMatched:
+	case pod.everMatched:
 		// Other blocks of this pod match, so its seed, algorithm and
 		// block size are right: the engine hashed extra keys it did not
 		// publish (multimodal items, cache_salt without extra_keys).
 		// Its hash is then the truth for this block; ours is not.
 		d.mismatches++
-		ps.parity.reset()
-		if !ps.hintFinal {
-			ps.hintFinal = true
+		pod.parity.reset()
+		if !pod.hintFinal {
+			pod.hintFinal = true
 			d.hint = "extra keys: some blocks match and others differ; the engine hashes extra keys " +
 				"(multimodal, cache_salt, LoRA) it does not publish in extra_keys; those blocks are " +
 				"indexed under the engine's hashes"
@@ -199,12 +199,12 @@ func (a *Applier) checkedKey(ps *podState, engine blockkeys.Engine, ev *event.Ev
 		return append(keys, blockkeys.Key(eh))
 	}
 	d.mismatches++
-	ps.parity.reset()
-	if !a.aliasPut(ps, eh, k) {
+	pod.parity.reset()
+	if !a.aliasPut(pod, eh, k) {
 		k = blockkeys.Key(eh) // removals must still find it
 	}
-	if !ps.hintFinal {
-		a.diagnose(ps, ev, engine, i, eh, d)
+	if !pod.hintFinal {
+		a.diagnose(pod, ev, engine, i, eh, d)
 	}
 	return append(keys, k)
 }
@@ -212,9 +212,9 @@ func (a *Applier) checkedKey(ps *podState, engine blockkeys.Engine, ev *event.Ev
 // uncheckedKey appends the key of a block whose hash we could not
 // recompute: our key if its hash is aliased, else the engine's hash (every
 // engine's hash is its key: see EngineInfo).
-func uncheckedKey(ps *podState, eh uint64, keys []blockkeys.Key) []blockkeys.Key {
-	if ps.alias != nil {
-		if k, ok := ps.alias.get(eh); ok {
+func uncheckedKey(pod *podState, eh uint64, keys []blockkeys.Key) []blockkeys.Key {
+	if pod.alias != nil {
+		if k, ok := pod.alias.get(eh); ok {
 			return append(keys, k)
 		}
 	}
@@ -223,11 +223,11 @@ func uncheckedKey(ps *podState, eh uint64, keys []blockkeys.Key) []blockkeys.Key
 
 // addStored writes the keys storedKeys chose: the one index write of a
 // BlockStored (and of a BlockSnapshot's records).
-func (a *Applier) addStored(ctx context.Context, ps *podState, ev *event.Event, keys []blockkeys.Key, d *batchDelta) error {
+func (a *Applier) addStored(ctx context.Context, pod *podState, ev *event.Event, keys []blockkeys.Key, d *batchDelta) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	if err := a.idx.Add(ctx, ps.modelID, ps.id, ev.Medium, keys); err != nil {
+	if err := a.idx.Add(ctx, pod.modelID, pod.id, ev.Medium, keys); err != nil {
 		return err
 	}
 	d.stored += uint64(len(keys))
@@ -237,8 +237,8 @@ func (a *Applier) addStored(ctx context.Context, ps *podState, ev *event.Event, 
 // diagnose names the likely cause of a parity mismatch. On a request's first
 // block (parent = NONE_HASH) it can tell algorithm from seed: it rehashes the
 // block with the other algorithms and the same seed.
-func (a *Applier) diagnose(ps *podState, ev *event.Event, engine blockkeys.Engine, i int, eh uint64, d *batchDelta) {
-	h := ps.hasher
+func (a *Applier) diagnose(pod *podState, ev *event.Event, engine blockkeys.Engine, i int, eh uint64, d *batchDelta) {
+	h := pod.hasher
 	cfg := h.Config()
 	if engine.Info().Scheme != blockkeys.SchemeVLLM {
 		// No algorithm or seed to choose: a page size that differs is
@@ -247,7 +247,7 @@ func (a *Applier) diagnose(ps *podState, ev *event.Event, engine blockkeys.Engin
 		d.hint = fmt.Sprintf("engine block hashes differ from %s's published hashing at block size %d: "+
 			"the engine hashes inputs it does not publish (a fork seeding its root, a salt or LoRA); "+
 			"its blocks are indexed under kvindex's keys", engine, cfg.BlockSize)
-		ps.hintFinal = true
+		pod.hintFinal = true
 		return
 	}
 	if ev.HasParent || i != 0 {
@@ -269,15 +269,15 @@ func (a *Applier) diagnose(ps *podState, ev *event.Event, engine blockkeys.Engin
 		var dg [32]byte
 		var err error
 		root, rootLen := alt.Root()
-		ps.buf, dg, err = alt.BlockDigest(ps.buf, root[:rootLen], toks, &extraKeys)
+		pod.buf, dg, err = alt.BlockDigest(pod.buf, root[:rootLen], toks, &extraKeys)
 		if err == nil && uint64(alt.DigestKey(&dg)) == eh {
-			ps.hintFinal = true
+			pod.hintFinal = true
 			d.hint = fmt.Sprintf("hash algorithm: the engine hashes with %s but kvindex is configured with %s; "+
 				"set --prefix-caching-hash-algo or kvindex's algorithm to agree", algo, cfg.Algo)
 			return
 		}
 	}
-	ps.hintFinal = true
+	pod.hintFinal = true
 	d.hint = fmt.Sprintf("seed: a request's first block differs with every algorithm at seed %q; the engine's "+
 		"PYTHONHASHSEED differs or is unset (vLLM then uses a random NONE_HASH); set PYTHONHASHSEED=%s on the engine "+
 		"or kvindex's seed to the engine's (less likely: LoRA/cache_salt/multimodal extra keys not published)", cfg.Seed, cfg.Seed)

@@ -17,13 +17,13 @@ func TestStoredKeysDecidesWithoutTheIndex(t *testing.T) {
 	toks := seq(0, 12)
 	eh := engineKeys(t, blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256CBOR, Seed: "1", BlockSize: 4}, toks, blockkeys.RequestExtras{})
 	want := ourKeys(t, cborSeed0, toks, blockkeys.RequestExtras{})
-	ps := e.a.pod(&event.Batch{Pod: "p", Model: testModel})
-	e.a.bindModel(ps, testModel, blockkeys.EngineVLLM)
+	pod := e.a.pod(&event.Batch{Pod: "p", Model: testModel})
+	e.a.bindModel(pod, testModel, blockkeys.EngineVLLM)
 	e.idx.down = true
 
 	ev := stored(eh, toks, 4, 0, 3)
 	var d batchDelta
-	keys := e.a.storedKeys(ps, blockkeys.EngineVLLM, &ev, &d)
+	keys := e.a.storedKeys(pod, blockkeys.EngineVLLM, &ev, &d)
 	if !slices.Equal(keys, want) {
 		t.Fatalf("keys %x, want our keys %x", keys, want)
 	}
@@ -34,16 +34,16 @@ func TestStoredKeysDecidesWithoutTheIndex(t *testing.T) {
 		t.Fatalf("delta %+v: want 3 mismatches, a hint, nothing stored", d)
 	}
 	for i, h := range eh {
-		if k, ok := ps.alias.get(h); !ok || k != want[i] {
+		if k, ok := pod.alias.get(h); !ok || k != want[i] {
 			t.Fatalf("alias of block %d: %x %v, want %x", i, k, ok, want[i])
 		}
 	}
 
 	e.idx.down = false
-	if err := e.a.addStored(context.Background(), ps, &ev, keys, &d); err != nil {
+	if err := e.a.addStored(context.Background(), pod, &ev, keys, &d); err != nil {
 		t.Fatal(err)
 	}
-	if d.stored != 3 || e.idx.count(ps.id) != 3 || !e.idx.has(ps.id, want[2]) {
-		t.Fatalf("after addStored: stored %d, index holds %d", d.stored, e.idx.count(ps.id))
+	if d.stored != 3 || e.idx.count(pod.id) != 3 || !e.idx.has(pod.id, want[2]) {
+		t.Fatalf("after addStored: stored %d, index holds %d", d.stored, e.idx.count(pod.id))
 	}
 }

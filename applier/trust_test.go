@@ -1,7 +1,6 @@
 package applier
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -74,76 +73,56 @@ func TestApplierAllBlocksClearedError(t *testing.T) {
 	}
 }
 
-// A pod that goes quiet after an index error must not wait for its next batch
-// to be cleared: Recover clears it once the index answers again, and until
-// then Trusted tells the read path to leave it out of scores.
-func TestApplierRecoverQuietPod(t *testing.T) {
+// A pod that goes quiet after an index error is cleared by the clear batch
+// its recorder (kvevents) queues for it: the outcome says untrusted while the
+// index is down, and trusted once the clear went through, with nothing left
+// of the pod in the index. Other pods are never reported untrusted.
+func TestApplierOutcomeOfAQuietPodsClear(t *testing.T) {
 	e := newApplierEnv(t, cborSeed0)
 	toks := seq(1, 8)
 	eh := engineKeys(t, cborSeed0, toks, blockkeys.RequestExtras{})
-	e.apply("p", 0, blockkeys.EngineVLLM, stored(eh, toks, 4, 0, 1))
-	e.apply("q", 0, blockkeys.EngineVLLM, stored(eh, toks, 4, 0, 1))
-	id, other := e.podID("p", 0), e.podID("q", 0)
-
+	if o := e.apply("p", 0, blockkeys.EngineVLLM, stored(eh, toks, 4, 0, 1)); o.IndexFailed {
+		t.Fatal("a good write reported failed")
+	}
+	id := e.podID("p", 0)
 	e.idx.setDown(true)
-	e.apply("p", 0, blockkeys.EngineVLLM, stored(eh, toks, 4, 1, 2))
-	if e.a.Trusted(id) || !e.a.Trusted(other) {
-		t.Fatal("after the failed write p must be untrusted and q trusted")
+	if o := e.apply("p", 0, blockkeys.EngineVLLM, stored(eh, toks, 4, 1, 2)); !o.IndexFailed {
+		t.Fatal("the failed write was not reported")
 	}
-	if n, err := e.a.Recover(context.Background()); n != 0 || err == nil {
-		t.Fatalf("Recover while the index is down = %d, %v; want 0 and an error", n, err)
+	if o := e.apply("p", 0, blockkeys.EngineVLLM, event.Event{Kind: event.AllBlocksCleared}); !o.IndexFailed {
+		t.Fatal("a clear that failed reported the pod trusted")
 	}
-	if e.a.Trusted(id) {
-		t.Fatal("p trusted although its clear failed")
-	}
-
 	e.idx.setDown(false)
-	calls := len(e.idx.log())
-	if n, err := e.a.Recover(context.Background()); n != 1 || err != nil {
-		t.Fatalf("Recover after the index is back = %d, %v; want 1, nil", n, err)
+	if o := e.apply("p", 0, blockkeys.EngineVLLM, event.Event{Kind: event.AllBlocksCleared}); o.IndexFailed {
+		t.Fatal("the clear went through but the pod is still reported untrusted")
 	}
-	if got := e.idx.log()[calls:]; len(got) != 1 || got[0] != fmt.Sprintf("clear pod=%d", id) {
-		t.Fatalf("Recover made calls %v; want exactly one clear of p", got)
-	}
-	if !e.a.Trusted(id) || e.pod("p", 0).Untrusted || e.idx.count(id) != 0 {
-		t.Fatalf("p after recovery: trusted=%v stats=%+v held=%d", e.a.Trusted(id), e.pod("p", 0), e.idx.count(id))
+	if e.pod("p", 0).Untrusted || e.idx.count(id) != 0 {
+		t.Fatalf("p after its clear: %+v, %d held", e.pod("p", 0), e.idx.count(id))
 	}
 	if e.metric("kvindexd_untrusted_pods") != 0 || e.metric("kvindexd_recovery_clears_total") != 1 {
-		t.Fatal("metrics after Recover")
+		t.Fatal("metrics after the clear")
 	}
-	// nothing left to do: no further index calls
-	calls = len(e.idx.log())
-	if n, _ := e.a.Recover(context.Background()); n != 0 || len(e.idx.log()) != calls {
-		t.Fatal("Recover with no untrusted pod touched the index")
+	if o := e.apply("q", 0, blockkeys.EngineVLLM, stored(eh, toks, 4, 0, 1)); o.IndexFailed {
+		t.Fatal("another pod reported untrusted")
 	}
 }
 
-// TestApplierRecoverRacesApply: Recover (the daemon's background loop) runs
-// while pods apply batches and the index goes down and up under them. Trust
-// bookkeeping must stay consistent: once the index is back and Recover has
-// run, every pod is trusted, Trusted agrees with PodStats, and the
-// untrusted-pods gauge is back to 0 (an Inc without its Dec, or the reverse,
-// would leave it off). Run under -race this also checks the locking.
-func TestApplierRecoverRacesApply(t *testing.T) {
+// TestApplierUntrustedRacesApply: pods apply batches while the index goes
+// down and up under them. Trust bookkeeping must stay consistent: the last
+// outcome of each pod agrees with PodStats, and once every pod's last batch
+// went through, the untrusted-pods gauge is back to 0 (an Inc without its
+// Dec, or the reverse, would leave it off). Run under -race this also
+// checks the locking.
+func TestApplierUntrustedRacesApply(t *testing.T) {
 	e := newApplierEnv(t, cborSeed0)
 	toks := seq(1, 16)
 	eh := engineKeys(t, cborSeed0, toks, blockkeys.RequestExtras{})
-	ctx := context.Background()
 	stop := make(chan struct{})
-	started := make(chan struct{})
-	recovered := make(chan struct{})
-	go func() { // the recovery loop and the read path
-		defer close(recovered)
-		for i := 0; ; i++ {
-			_, _ = e.a.Recover(ctx)
-			for p := 0; p < 4; p++ {
-				if id, ok := e.in.LookupPod(fmt.Sprintf("pod-%d", p), 0); ok {
-					e.a.Trusted(id)
-				}
-			}
-			if i == 0 {
-				close(started)
-			}
+	read := make(chan struct{})
+	go func() { // the statistics readers
+		defer close(read)
+		for {
+			_ = e.a.PodStats()
 			select {
 			case <-stop:
 				return
@@ -151,7 +130,6 @@ func TestApplierRecoverRacesApply(t *testing.T) {
 			}
 		}
 	}()
-	<-started
 	var wg sync.WaitGroup
 	for p := 0; p < 4; p++ {
 		wg.Add(1)
@@ -165,25 +143,21 @@ func TestApplierRecoverRacesApply(t *testing.T) {
 				e.apply(name, 0, blockkeys.EngineVLLM, stored(eh, toks, 4, 0, 4))
 				e.apply(name, 0, blockkeys.EngineVLLM, event.Event{Kind: event.BlockRemoved, BlockHashes: eh[2:]})
 			}
+			e.idx.setPodDown(id, false)
+			if o := e.apply(name, 0, blockkeys.EngineVLLM, event.Event{Kind: event.AllBlocksCleared}); o.IndexFailed {
+				t.Errorf("%s: the clear with the index up reported failed", name)
+			}
 		}(p)
 	}
 	wg.Wait()
 	close(stop)
-	<-recovered
-
-	for p := 0; p < 4; p++ {
-		e.idx.setPodDown(e.podID(fmt.Sprintf("pod-%d", p), 0), false)
-	}
-	if _, err := e.a.Recover(ctx); err != nil {
-		t.Fatalf("Recover with the index up: %v", err)
-	}
-	for _, ps := range e.a.PodStats() {
-		id := e.podID(ps.Pod, ps.DPRank)
-		if ps.Untrusted || !e.a.Trusted(id) {
-			t.Errorf("%s after recovery: untrusted=%v trusted=%v", ps.Pod, ps.Untrusted, e.a.Trusted(id))
+	<-read
+	for _, pod := range e.a.PodStats() {
+		if pod.Untrusted {
+			t.Errorf("%s untrusted after a clear that went through", pod.Pod)
 		}
-		if ps.IndexErrors == 0 {
-			t.Errorf("%s never saw an index error: the test did not exercise recovery", ps.Pod)
+		if pod.IndexErrors == 0 {
+			t.Errorf("%s never saw an index error: the test did not exercise recovery", pod.Pod)
 		}
 	}
 	if g := e.metric("kvindexd_untrusted_pods"); g != 0 {

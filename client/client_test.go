@@ -37,21 +37,21 @@ func (l *countingListener) Accept() (net.Conn, error) {
 	return c, err
 }
 
-// daemon is a real in-process daemon: memory index fed through the
+// server is the API in-process, as a daemon serves it: memory index fed through the
 // indexer's sink, served by the api package over gRPC on loopback.
-type daemon struct {
+type server struct {
 	idx  *indexer.Indexer
 	ln   *countingListener
 	stop func()
 }
 
-func startDaemon(t *testing.T, unary grpc.UnaryServerInterceptor) *daemon {
+func startServer(t *testing.T, unary grpc.UnaryServerInterceptor) *server {
 	t.Helper()
-	return startDaemonOn(t, "127.0.0.1:0", unary)
+	return startServerOn(t, "127.0.0.1:0", unary)
 }
 
-// startDaemonOn serves on addr: host:port or unix:///path (api.Listen).
-func startDaemonOn(t *testing.T, addr string, unary grpc.UnaryServerInterceptor) *daemon {
+// startServerOn serves on addr: host:port or unix:///path (api.Listen).
+func startServerOn(t *testing.T, addr string, unary grpc.UnaryServerInterceptor) *server {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	idx, err := indexer.New(context.Background(), indexer.Config{
@@ -74,12 +74,12 @@ func startDaemonOn(t *testing.T, addr string, unary grpc.UnaryServerInterceptor)
 	}
 	gs := srv.NewGRPCServer(opts...)
 	go func() { _ = gs.Serve(ln) }()
-	d := &daemon{idx: idx, ln: ln, stop: gs.Stop}
+	d := &server{idx: idx, ln: ln, stop: gs.Stop}
 	t.Cleanup(gs.Stop)
 	return d
 }
 
-func (d *daemon) store(pod string, hashes []uint64) {
+func (d *server) store(pod string, hashes []uint64) {
 	d.idx.Sink().Apply(context.Background(), &event.Batch{Pod: pod, Model: "m",
 		Events: []event.Event{{Kind: event.BlockStored, BlockHashes: hashes, BlockSize: 4}}})
 }
@@ -95,7 +95,7 @@ func newClient(t *testing.T, addr string, timeout time.Duration) *Client {
 }
 
 func TestPickThroughDaemon(t *testing.T) {
-	d := startDaemon(t, nil)
+	d := startServer(t, nil)
 	d.store("warm", []uint64{1, 2, 3})
 	c := newClient(t, d.ln.Addr().String(), time.Second)
 	req := &Request{Model: "m", BlockHashes: []uint64{1, 2, 3, 4},
@@ -124,7 +124,7 @@ func TestPickOverUnixSocket(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	addr := api.UnixPrefix + filepath.Join(dir, "k.sock")
-	d := startDaemonOn(t, addr, nil)
+	d := startServerOn(t, addr, nil)
 	d.store("warm", []uint64{1, 2})
 	c := newClient(t, addr, time.Second)
 	dec, err := c.Pick(context.Background(), &Request{Model: "m", BlockHashes: []uint64{1, 2},
@@ -141,7 +141,7 @@ func TestPickOverUnixSocket(t *testing.T) {
 }
 
 func TestMalformedRequestIsAnError(t *testing.T) {
-	d := startDaemon(t, nil)
+	d := startServer(t, nil)
 	c := newClient(t, d.ln.Addr().String(), time.Second)
 	_, err := c.Pick(context.Background(), &Request{Model: "m", BlockHashes: []uint64{1}, Candidates: []Candidate{{Pod: ""}}})
 	if status.Code(errors.Unwrap(err)) != codes.InvalidArgument {
@@ -157,7 +157,7 @@ func TestMalformedRequestIsAnError(t *testing.T) {
 // a prompt or messages), and left unset otherwise.
 func TestAddSpecialTokensSent(t *testing.T) {
 	var sent atomic.Pointer[kvindexv1.PickRequest]
-	d := startDaemon(t, func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	d := startServer(t, func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		if p, ok := req.(*kvindexv1.PickRequest); ok {
 			sent.Store(p)
 		}
@@ -186,7 +186,7 @@ func TestAddSpecialTokensSent(t *testing.T) {
 // A daemon that is gone, or too slow for the deadline, yields the least
 // loaded candidate.
 func TestFallbackWhenUnreachable(t *testing.T) {
-	d := startDaemon(t, nil)
+	d := startServer(t, nil)
 	addr := d.ln.Addr().String()
 	d.stop()
 	c := newClient(t, addr, 200*time.Millisecond)
@@ -215,7 +215,7 @@ func TestFallbackOnDeadline(t *testing.T) {
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}
-	d := startDaemon(t, slow)
+	d := startServer(t, slow)
 	c := newClient(t, d.ln.Addr().String(), 30*time.Millisecond)
 	dec, err := c.Pick(context.Background(), &Request{Model: "m", BlockHashes: []uint64{1}, Candidates: []Candidate{{Pod: "a", Running: 2}, {Pod: "b"}}})
 	if err != nil {
@@ -238,7 +238,7 @@ func TestNewValidates(t *testing.T) {
 // Token ids travel packed (little-endian uint32) and score as the daemon's
 // own hashing of them.
 func TestPickTokenIDs(t *testing.T) {
-	d := startDaemon(t, nil)
+	d := startServer(t, nil)
 	h, err := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: 4})
 	if err != nil {
 		t.Fatal(err)

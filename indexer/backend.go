@@ -69,8 +69,8 @@ type IndexConfig struct {
 	// Redis, when set, keeps the index in Redis, shared by every daemon
 	// on the same namespace; its Interner is set by New. nil = in memory.
 	Redis *redisindex.Config
-	// Capacity bounds the in-memory index in (block, pod) entries (0 =
-	// default). Not used with Redis.
+	// Capacity bounds the in-memory index in (block, pod) entries
+	// (kvindex.MemoryOptions.Capacity; 0 = its default). Not used with Redis.
 	Capacity int64
 }
 

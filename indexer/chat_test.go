@@ -47,14 +47,14 @@ func chatIDs(messages string) []uint32 {
 
 func TestScoreMessages(t *testing.T) {
 	fc := &fakeChat{}
-	x := newTestIndexer(t, Config{Chat: fc, Tokenizer: fakeTokenizer{}})
+	ix := newTestIndexer(t, Config{Chat: fc, Tokenizer: fakeTokenizer{}})
 	msgs := `[{"role":"user","content":"hello there, a long enough message"}]`
 	ids := chatIDs(msgs)
-	apply(x, "pod-a", 0, storeEvent(ids, len(ids)/testBlock, event.TierGPU))
+	apply(ix, "pod-a", 0, storeEvent(ids, len(ids)/testBlock, event.TierGPU))
 	var r Result
 	q := Query{Model: testModel, Kind: InputMessages, Chat: &chattemplate.Request{Messages: json.RawMessage(msgs)}}
 	full := len(ids) / testBlock
-	if got := mustScore(t, x, &q, &r); r.TotalBlocks != full || len(r.Pods) != 1 || r.Pods[0].MatchedBlocks != full {
+	if got := mustScore(t, ix, &q, &r); r.TotalBlocks != full || len(r.Pods) != 1 || r.Pods[0].MatchedBlocks != full {
 		t.Fatalf("messages: %s, want all %d blocks on pod-a", got, full)
 	}
 	if fc.addSpecial {
@@ -66,18 +66,18 @@ func TestScoreMessages(t *testing.T) {
 	// A chat cut at its first media item: its blocks are scored, the reason
 	// for the rest is reported, and a reused Result forgets it.
 	fc.unscored = chattemplate.UnscoredMedia
-	mustScore(t, x, &q, &r)
+	mustScore(t, ix, &q, &r)
 	if r.UnscoredReason != "media" || r.TotalBlocks != full || len(r.Pods) != 1 || r.Pods[0].MatchedBlocks != full {
 		t.Fatalf("media: %s, reason %q", summary(&r), r.UnscoredReason)
 	}
 	fc.unscored = ""
-	mustScore(t, x, &q, &r)
+	mustScore(t, ix, &q, &r)
 	if r.UnscoredReason != "" {
 		t.Fatalf("reused result kept the reason %q", r.UnscoredReason)
 	}
 	yes := true
 	q.AddSpecialTokens = &yes
-	mustScore(t, x, &q, &r)
+	mustScore(t, ix, &q, &r)
 	if !fc.addSpecial || len(r.Pods) != 0 {
 		t.Fatalf("add_special_tokens=true: addSpecial=%v, %s", fc.addSpecial, summary(&r))
 	}
@@ -92,7 +92,7 @@ func TestScoreMessages(t *testing.T) {
 		{chattemplate.ErrNoTemplate, FailedPrecondition},
 	} {
 		fc.err = c.err
-		err := x.Score(context.Background(), &Query{Model: testModel, Kind: InputMessages, Chat: q.Chat}, &r)
+		err := ix.Score(context.Background(), &Query{Model: testModel, Kind: InputMessages, Chat: q.Chat}, &r)
 		var ie *Error
 		if !errors.As(err, &ie) || ie.Code != c.code || !strings.Contains(ie.Msg, c.err.Error()) {
 			t.Errorf("%v: got %v", c.err, err)
@@ -106,7 +106,7 @@ func TestScoreMessages(t *testing.T) {
 		{Model: testModel, Kind: InputTokens, TokenIDs: ids, AddSpecialTokens: &yes},
 	} {
 		var ie *Error
-		if err := x.Score(context.Background(), &bad, &r); !errors.As(err, &ie) || ie.Code != InvalidArgument {
+		if err := ix.Score(context.Background(), &bad, &r); !errors.As(err, &ie) || ie.Code != InvalidArgument {
 			t.Errorf("%+v: got %v, want InvalidArgument", bad, err)
 		}
 	}

@@ -36,9 +36,15 @@
 //     request plus the router's candidates and their load).
 //
 // Score is transport-neutral: failures are *Error values with a Code that
-// api maps to gRPC codes and HTTP statuses. Pods whose index entries the
-// applier no longer trusts (an index write failed and the pod has not been
-// cleared since) are an explicit candidate filter of every score.
+// api maps to gRPC codes and HTTP statuses. Whether a pod's entries may be
+// served is an explicit candidate filter of every score and pick, and it is
+// not decided here: the subscriber owns a pod's trust (kvevents: an index
+// write failed and the pod is not cleared yet, or a pod restored from a
+// snapshot whose stream has not resumed), the indexer asks it
+// (Subscriber.StreamStates, and Servable for one pod) and relays only what
+// the subscriber cannot see, a backend that lost entries. Without
+// Config.Events every pod is served: whoever calls Sink's Apply owns the
+// outcome it returns.
 //
 // Inputs are token ids, block hashes, a /v1/completions prompt (through
 // Config.Tokenizer) or a chat request (through Config.Chat, which renders it
@@ -56,7 +62,7 @@
 // against its load. Two stores beside the index cover what events cannot
 // tell yet: speculative entries (the pod a Pick chose is assumed to hold the
 // request's blocks for a short TTL, until its BlockStored arrives; shared
-// through Redis when the index is) and a routing history for candidates
-// that publish no events. Both are bounded, counted and on an injectable
-// clock.
+// through Redis when the index is; speculation*.go) and a routing history
+// for candidates that publish no events. Both are bounded, counted and on
+// an injectable clock.
 package indexer

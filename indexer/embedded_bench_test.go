@@ -9,7 +9,7 @@ import (
 	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/indexer/routing"
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/kvevents"
 )
 

@@ -34,28 +34,28 @@ func (ek *engineKeys) clear() {
 
 // otherEngines is the set of engines other than vLLM whose batches were
 // applied (bit e for Engine e).
-func (x *Indexer) otherEngines() uint32 {
-	return x.applier.Engines() &^ (1 << blockkeys.EngineVLLM)
+func (ix *Indexer) otherEngines() uint32 {
+	return ix.applier.Engines() &^ (1 << blockkeys.EngineVLLM)
 }
 
 // engineTokenKeys hashes tokens with every applied engine other than vLLM.
-func (x *Indexer) engineTokenKeys(ek *engineKeys, model string, tokens []uint32, q *Query) {
+func (ix *Indexer) engineTokenKeys(ek *engineKeys, model string, tokens []uint32, q *Query) {
 	if ek == nil {
 		return
 	}
-	set := x.otherEngines()
+	set := ix.otherEngines()
 	for e := blockkeys.Engine(0); e < blockkeys.NumEngines; e++ {
 		if set&(1<<e) == 0 {
 			continue
 		}
-		h := x.hashers.ForEngine(model, e)
-		ek.keys[e] = x.keys.keys(h, ek.keys[e][:0], tokens, blockkeys.RequestExtras{LoraName: q.LoraName, CacheSalt: q.CacheSalt})
+		h := ix.hashers.ForEngine(model, e)
+		ek.keys[e] = ix.keys.keys(h, ek.keys[e][:0], tokens, blockkeys.RequestExtras{LoraName: q.LoraName, CacheSalt: q.CacheSalt})
 	}
 }
 
 // scoreEngines adds the scores of the other engines' key sequences to res
 // and restores its order. res holds the primary keys' scores.
-func (x *Indexer) scoreEngines(ek *engineKeys, lookup func(keys []blockkeys.Key, res *kvindex.ScoreResult) *Error,
+func (ix *Indexer) scoreEngines(ek *engineKeys, lookup func(keys []blockkeys.Key, res *kvindex.ScoreResult) *Error,
 	res *kvindex.ScoreResult) *Error {
 	if ek == nil {
 		return nil

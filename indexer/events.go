@@ -5,20 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/kvindex/kvindex/indexer/persist"
 	"github.com/kvindex/kvindex/kvevents"
 )
 
-// recoveryInterval is how often Run clears pods marked untrusted by an
-// index error once the index is back.
-const recoveryInterval = time.Second
-
 // startEvents builds the subscriber and its features (persistence, leases)
 // when Config.Events is set. A feature whose backend or configuration
 // cannot support it is an error.
-func (x *Indexer) startEvents(cfg Config) error {
+func (ix *Indexer) startEvents(cfg Config) error {
 	if cfg.Events == nil {
 		if cfg.Persist.Path != "" || cfg.Leases.Enabled {
 			return errors.New("indexer: persistence and leases need an event subscriber (Config.Events)")
@@ -30,7 +25,7 @@ func (x *Indexer) startEvents(cfg Config) error {
 		// With leases the endpoint list is divided between daemons; the lease
 		// loop adds and removes the endpoints this daemon owns at runtime.
 		var err error
-		if x.leases, err = x.newLeaseLoop(cfg.Leases, subCfg.Endpoints); err != nil {
+		if ix.leases, err = ix.newLeaseLoop(cfg.Leases, subCfg.Endpoints); err != nil {
 			return err
 		}
 		subCfg.Endpoints = nil
@@ -40,36 +35,36 @@ func (x *Indexer) startEvents(cfg Config) error {
 		var err error
 		// a snapshot is held to the limits its events were
 		lim := persist.Limits{MaxPods: subCfg.MaxStreams, MaxModels: subCfg.MaxModels, MaxDPRanks: subCfg.MaxDPRanks}
-		if x.persist, err = x.newPersistence(cfg.Persist, lim, cfg.Registry); err != nil {
+		if ix.persist, err = ix.newPersistence(cfg.Persist, lim, cfg.Registry); err != nil {
 			return err
 		}
 		// Loaded before the subscriber exists: no batch can reach the
 		// index before the snapshot's entries are in it.
-		restored = x.persist.load()
+		restored = ix.persist.load()
 	}
 	var err error
-	x.sub, err = kvevents.NewSubscriber(subCfg, x.Sink(), kvevents.NewMetrics(cfg.Registry), x.log)
+	ix.sub, err = kvevents.NewSubscriber(subCfg, ix.Sink(), kvevents.NewMetrics(cfg.Registry), ix.log)
 	if err != nil {
 		return err
 	}
-	x.streams = x.sub
+	ix.streams = ix.sub
 	if restored != nil {
-		x.resumeRestored(restored)
+		ix.resumeRestored(restored)
 	}
 	return nil
 }
 
 // Subscriber is the event subscriber (nil without Config.Events): the API
 // lists its streams and adds endpoints through it, discovery feeds it.
-func (x *Indexer) Subscriber() *kvevents.Subscriber { return x.sub }
+func (ix *Indexer) Subscriber() *kvevents.Subscriber { return ix.sub }
 
 // Run runs the background work until ctx is done: the event subscriber,
-// the lease loop, periodic snapshots and the recovery of pods an index
-// error left untrusted. On shutdown it orders them: leases are released
+// the lease loop and periodic snapshots (the subscriber also recovers pods
+// an index error left unservable: kvevents/trust.go). On shutdown it orders them: leases are released
 // first (their endpoints removed and their pods' clears queued on the
 // still-running subscriber), then the subscriber drains and stops, then the
 // final snapshot is written from the stopped event path. Close afterwards.
-func (x *Indexer) Run(ctx context.Context) error {
+func (ix *Indexer) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errc := make(chan error, 2)
 	fail := func(what string, err error) {
@@ -77,27 +72,26 @@ func (x *Indexer) Run(ctx context.Context) error {
 			errc <- fmt.Errorf("%s: %w", what, err)
 		}
 	}
-	wg.Go(func() { x.applier.RunRecovery(ctx, recoveryInterval) })
 	// The subscriber and the lease loop get their own contexts so that
 	// shutdown can order them.
 	subCtx, subCancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer subCancel()
 	subDone := make(chan struct{})
-	if x.sub != nil {
-		go func() { defer close(subDone); fail("kvevents", x.sub.Run(subCtx)) }()
+	if ix.sub != nil {
+		go func() { defer close(subDone); fail("kvevents", ix.sub.Run(subCtx)) }()
 	} else {
 		close(subDone)
 	}
 	leaseCtx, leaseCancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer leaseCancel()
 	leasesDone := make(chan struct{})
-	if x.leases != nil {
-		go func() { defer close(leasesDone); fail("leases", x.leases.run(leaseCtx)) }()
+	if ix.leases != nil {
+		go func() { defer close(leasesDone); fail("leases", ix.leases.run(leaseCtx)) }()
 	} else {
 		close(leasesDone)
 	}
-	if x.persist != nil {
-		wg.Go(func() { x.persist.saver.Run(ctx) })
+	if ix.persist != nil {
+		wg.Go(func() { ix.persist.saver.Run(ctx) })
 	}
 
 	var err error
@@ -110,9 +104,9 @@ func (x *Indexer) Run(ctx context.Context) error {
 	subCancel()
 	<-subDone
 	wg.Wait()
-	if x.persist != nil {
+	if ix.persist != nil {
 		// The event path has stopped: this is the newest state.
-		_ = x.persist.saver.Save()
+		_ = ix.persist.saver.Save()
 	}
 	if err == nil {
 		select {

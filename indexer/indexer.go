@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -39,7 +38,9 @@ type ChatTokenizer interface {
 // Config is everything the Indexer needs. Keys is required (at least its
 // Algo and BlockSize); with the rest zero it is an in-memory index with
 // default bounds and weights, no event subscriber (batches go to Sink) and
-// no persistence.
+// no persistence. A zero tunable means its row's default in Options
+// (options.go), except where the field says 0 is itself a setting;
+// DefaultConfig fills them all and ValidateConfig checks their ranges.
 type Config struct {
 	// Keys is the default block-key config; ModelKeys overrides it per model
 	// name (a model's engine may use another hash, seed or block size).
@@ -53,12 +54,14 @@ type Config struct {
 	// TierWeights weighs matched blocks by storage tier; nil =
 	// kvindex.DefaultTierWeights.
 	TierWeights *kvindex.TierWeights
-	// DigestCacheSize bounds the applier's per-model digest cache (0 = default).
+	// DigestCacheSize bounds the applier's per-model digest cache
+	// (applier.Options.DigestCacheSize).
 	DigestCacheSize int
-	// ApplierLimits bound the applier's per-model and per-pod state.
+	// ApplierLimits bound the applier's per-model and per-pod state (their
+	// rows in applier.Options; the applier resolves the zero ones).
 	ApplierLimits applier.Limits
 	// KeyCacheSize bounds each key config's request-path key cache in blocks
-	// (0 = blockkeys.DefaultKeyCacheSize, < 0 = no cache: hash every block).
+	// (Options.KeyCacheSize; < 0 = no cache: hash every block).
 	KeyCacheSize int
 	// Tokenizer scores prompts; nil makes a prompt query FailedPrecondition.
 	Tokenizer PromptTokenizer
@@ -108,18 +111,19 @@ type Indexer struct {
 	chat    ChatTokenizer
 	// pred is nil when prediction sampling is off.
 	pred *predictor
-	// trusted is the applier's candidate filter, held as a typed func so
-	// scoring cannot lose it: a pod is untrusted from an index write failure
-	// until it has been cleared, and its entries are not served meanwhile.
+	// trusted is the candidate filter, held as a typed func so scoring
+	// cannot lose it: it asks the subscriber, the one owner of whether a
+	// pod may be served (kvevents.Subscriber.Servable: restored and not
+	// resumed, or an index write failed and the pod is not cleared yet).
+	// Without a subscriber every pod is served: whoever calls Sink's
+	// Apply owns the outcomes it returns.
 	trusted func(kvindex.PodID) bool
 	pick    *picker
 	// podOrder ranks pod names for ordering answers (score.go).
 	podOrder nameOrder
 	storage  storageSources
 	m        *metrics
-	// gate holds back pods loaded from a snapshot (restore.go).
-	gate restoreGate
-	log  *slog.Logger
+	log      *slog.Logger
 	// sub is the event subscriber (nil without Config.Events); persist and
 	// leases are its features (nil when off).
 	sub *kvevents.Subscriber
@@ -134,6 +138,10 @@ type Indexer struct {
 // feature whose backend lacks what it needs is an error here, never a
 // silent off.
 func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
+	if err := ValidateConfig(cfg); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
@@ -148,95 +156,89 @@ func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
 	if err != nil {
 		return nil, err
 	}
-	x := &Indexer{in: kvindex.NewInterner(), hashers: hashers, tok: cfg.Tokenizer, chat: cfg.Chat, storage: newStorageSources(cfg.StorageReaders),
+	ix := &Indexer{in: kvindex.NewInterner(), hashers: hashers, tok: cfg.Tokenizer, chat: cfg.Chat, storage: newStorageSources(cfg.StorageReaders),
 		keys: newKeyCaches(hashers, cfg.ModelKeys, cfg.KeyCacheSize), log: cfg.Logger}
-	if x.backend, err = buildBackend(ctx, cfg, x.in, cfg.Logger); err != nil {
+	if ix.backend, err = buildBackend(ctx, cfg, ix.in, cfg.Logger); err != nil {
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			_ = x.Close()
+			_ = ix.Close()
 		}
 	}()
-	x.idx = x.backend.Index
-	x.scorer = kvindex.NewScorer(x.idx, x.backend.Prefix, weights)
-	applied := x.idx
+	ix.idx = ix.backend.Index
+	ix.scorer = kvindex.NewScorer(ix.idx, ix.backend.Prefix, weights)
+	applied := ix.idx
 	if cfg.Prediction.SampleRate > 0 {
-		if x.pred, err = newPredictor(cfg.Prediction, x.in, cfg.Registry); err != nil {
+		if ix.pred, err = newPredictor(cfg.Prediction, ix.in, cfg.Registry); err != nil {
 			return nil, err
 		}
 		// The applier's writes pass the predictor, which sees every stored
 		// key under the key the index keeps (after aliasing). The wrapper
 		// is an Index and nothing more: the applier's capabilities come
 		// from the backend below, not from the index it writes to.
-		applied = observedIndex{Index: x.idx, p: x.pred}
+		applied = observedIndex{Index: ix.idx, p: ix.pred}
 	}
-	if cfg.ApplierLimits.PodShare > 0 && x.backend.Share == nil {
+	if cfg.ApplierLimits.PodShare > 0 && ix.backend.Share == nil {
 		return nil, errors.New("indexer: a pod share needs an index that accounts entries per pod (the in-memory " +
 			"index); set it to 0 with this backend")
 	}
-	if x.applier, err = applier.New(applier.Config{
-		Index: applied, Interner: x.in, Hashers: hashers, DigestCacheSize: cfg.DigestCacheSize,
+	if ix.applier, err = applier.New(applier.Config{
+		Index: applied, Interner: ix.in, Hashers: hashers, DigestCacheSize: cfg.DigestCacheSize,
 		Metrics: applier.NewMetrics(cfg.Registry), Logger: cfg.Logger.With("component", "applier"),
-		Limits: cfg.ApplierLimits, Share: x.backend.Share,
+		Limits: cfg.ApplierLimits, Share: ix.backend.Share,
 	}); err != nil {
 		return nil, err
 	}
-	x.trusted = func(p kvindex.PodID) bool { return x.applier.Trusted(p) && !x.gate.stale(p) }
-	if x.pick, err = newPicker(cfg.Pick, x.sharedSpeculative); err != nil {
+	ix.trusted = ix.servable
+	if ix.pick, err = newPicker(cfg.Pick, ix.sharedSpeculative); err != nil {
 		return nil, err
 	}
-	if x.m, err = newMetrics(cfg.Registry, x); err != nil {
+	if ix.m, err = newMetrics(cfg.Registry, ix); err != nil {
 		return nil, err
 	}
-	if err := x.startEvents(cfg); err != nil {
+	if err := ix.startEvents(cfg); err != nil {
 		return nil, err
 	}
-	if x.backend.Lost != nil {
-		x.backend.Lost(x.indexLost)
+	if ix.backend.Lost != nil {
+		ix.backend.Lost(ix.indexLost)
 	}
-	return x, nil
+	return ix, nil
 }
 
 // Sink is where kvevents delivers decoded engine batches: the applier,
-// behind the gate of pods restored from a snapshot, followed by dropping the
-// speculative entries the events answer.
-func (x *Indexer) Sink() event.Sink { return eventSink{x} }
+// followed by dropping the speculative entries the events answer. Apply's
+// outcome is for the caller to record (kvevents does; an embedder feeding
+// Sink directly owns it).
+func (ix *Indexer) Sink() event.Sink { return eventSink{ix} }
 
 // KeyConfig is the block-key config used for model.
-func (x *Indexer) KeyConfig(model string) blockkeys.KeyConfig { return x.hashers.For(model).Config() }
+func (ix *Indexer) KeyConfig(model string) blockkeys.KeyConfig { return ix.hashers.For(model).Config() }
 
 // PodRanks is how many data-parallel ranks of the pod name have been seen.
-func (x *Indexer) PodRanks(name string) int { return len(x.in.PodsNamed(name)) }
+func (ix *Indexer) PodRanks(name string) int { return len(ix.in.PodsNamed(name)) }
 
 // CanBeUnavailable reports whether the backend has a health check (Redis);
 // the in-memory index cannot fail.
-func (x *Indexer) CanBeUnavailable() bool { return x.backend.Health != nil }
+func (ix *Indexer) CanBeUnavailable() bool { return ix.backend.Health != nil }
 
 // Healthy runs the backend's health check; nil for a backend that cannot fail.
-func (x *Indexer) Healthy(ctx context.Context) error {
-	if x.backend.Health == nil {
+func (ix *Indexer) Healthy(ctx context.Context) error {
+	if ix.backend.Health == nil {
 		return nil
 	}
-	return x.backend.Health.Healthy(ctx)
-}
-
-// RunRecovery clears pods marked untrusted by an index error once the index
-// is back, every interval until ctx is done, even if they publish nothing
-// more (the applier clears a pod that does publish before its next batch).
-func (x *Indexer) RunRecovery(ctx context.Context, interval time.Duration) {
-	x.applier.RunRecovery(ctx, interval)
+	return ix.backend.Health.Healthy(ctx)
 }
 
 // Close releases the subscriber's sockets and the backend. Call it after
 // Run has returned (or instead of Run).
-func (x *Indexer) Close() error {
+func (ix *Indexer) Close() error {
 	var errs []error
-	if x.sub != nil {
-		errs = append(errs, x.sub.Close())
+	if ix.sub != nil {
+		errs = append(errs, ix.sub.Close())
 	}
-	if x.backend.Close != nil {
-		errs = append(errs, x.backend.Close())
+	if ix.backend.Close != nil {
+		errs = append(errs, ix.backend.Close())
 	}
 	return errors.Join(errs...)
 }

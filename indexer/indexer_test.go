@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/internal/testkit/race"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
@@ -96,12 +97,12 @@ func (b batchingIndex) PodBlocksBatch(ctx context.Context, pods []kvindex.PodID,
 func newTestIndexer(t testing.TB, cfg Config) *Indexer {
 	t.Helper()
 	cfg.Keys = testKeys
-	x, err := New(context.Background(), cfg)
+	ix, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = x.Close() })
-	return x
+	t.Cleanup(func() { _ = ix.Close() })
+	return ix
 }
 
 // withBackend is a custom backend with no optional capability.
@@ -153,8 +154,8 @@ func storeEvent(tokens []uint32, n int, tier event.Tier) event.Event {
 		Medium: tier, BlockHashes: blockHashes(tokens, blockkeys.RequestExtras{})[:n]}
 }
 
-func apply(x *Indexer, pod string, rank int, evs ...event.Event) {
-	x.Sink().Apply(context.Background(), &event.Batch{Pod: pod, Model: testModel, DPRank: rank, Events: evs})
+func apply(ix *Indexer, pod string, rank int, evs ...event.Event) {
+	ix.Sink().Apply(context.Background(), &event.Batch{Pod: pod, Model: testModel, DPRank: rank, Events: evs})
 }
 
 // summary renders a result as "pod:blocks/tokens/score[rank:blocks,...]".
@@ -171,9 +172,9 @@ func summary(r *Result) string {
 	return b.String()
 }
 
-func mustScore(t *testing.T, x *Indexer, q *Query, r *Result) string {
+func mustScore(t *testing.T, ix *Indexer, q *Query, r *Result) string {
 	t.Helper()
-	if err := x.Score(context.Background(), q, r); err != nil {
+	if err := ix.Score(context.Background(), q, r); err != nil {
 		t.Fatalf("Score(%+v): %v", q, err)
 	}
 	return summary(r)
@@ -182,18 +183,18 @@ func mustScore(t *testing.T, x *Indexer, q *Query, r *Result) string {
 // Ranks of one pod fold into one entry (best rank decides), pods sort by
 // score then blocks, tiers weigh, and block hashes equal token ids.
 func TestScoreAggregatesRanksAndSorts(t *testing.T) {
-	x := newTestIndexer(t, Config{})
+	ix := newTestIndexer(t, Config{})
 	prompt := seqTokens(1000, 10*testBlock+2) // 10 full blocks + a partial one
-	apply(x, "pod-a", 0, storeEvent(prompt, 6, event.TierGPU))
-	apply(x, "pod-b", 0, storeEvent(prompt, 8, event.TierCPU))
-	apply(x, "pod-c", 0, storeEvent(prompt, 2, event.TierGPU))
-	apply(x, "pod-c", 1, storeEvent(prompt, 7, event.TierGPU))
-	apply(x, "pod-d", 0, storeEvent(seqTokens(5000, 8*testBlock), 8, event.TierGPU))
+	apply(ix, "pod-a", 0, storeEvent(prompt, 6, event.TierGPU))
+	apply(ix, "pod-b", 0, storeEvent(prompt, 8, event.TierCPU))
+	apply(ix, "pod-c", 0, storeEvent(prompt, 2, event.TierGPU))
+	apply(ix, "pod-c", 1, storeEvent(prompt, 7, event.TierGPU))
+	apply(ix, "pod-d", 0, storeEvent(seqTokens(5000, 8*testBlock), 8, event.TierGPU))
 
 	var r Result
 	// pod-c rank 1: 7 GPU blocks = 7.0; pod-b: 8 CPU blocks = 6.4; pod-a: 6.0.
 	want := "total=10 pod-c:7/28/7.00[1:7,0:2,] pod-b:8/32/6.40[0:8,] pod-a:6/24/6.00[0:6,]"
-	if got := mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}, &r); got != want {
+	if got := mustScore(t, ix, &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}, &r); got != want {
 		t.Fatalf("tokens:\n got %s\nwant %s", got, want)
 	}
 	if r.BlockSize != testBlock || r.Pods[1].Tiers[event.TierCPU] != 8 || r.Pods[1].Tiers[event.TierGPU] != 0 {
@@ -201,63 +202,91 @@ func TestScoreAggregatesRanksAndSorts(t *testing.T) {
 	}
 	// The same Result reused: block hashes are the same keys, same answer.
 	q := Query{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, blockkeys.RequestExtras{})}
-	if got := mustScore(t, x, &q, &r); got != want {
+	if got := mustScore(t, ix, &q, &r); got != want {
 		t.Fatalf("hashes:\n got %s\nwant %s", got, want)
 	}
 	// Pod filter: every DP rank of the named pods, nothing else; a filter
 	// naming only unknown pods and an unknown model answer empty.
 	q.Pods = []string{"pod-a", "pod-c", "nope"}
-	if got, want := mustScore(t, x, &q, &r), "total=10 pod-c:7/28/7.00[1:7,0:2,] pod-a:6/24/6.00[0:6,]"; got != want {
+	if got, want := mustScore(t, ix, &q, &r), "total=10 pod-c:7/28/7.00[1:7,0:2,] pod-a:6/24/6.00[0:6,]"; got != want {
 		t.Fatalf("filtered:\n got %s\nwant %s", got, want)
 	}
 	q.Pods = []string{"nope"}
-	if got := mustScore(t, x, &q, &r); got != "total=10" {
+	if got := mustScore(t, ix, &q, &r); got != "total=10" {
 		t.Fatalf("unknown pod filter: %s", got)
 	}
-	if got := mustScore(t, x, &Query{Model: "other", Kind: InputTokens, TokenIDs: prompt}, &r); got != "total=10" {
+	if got := mustScore(t, ix, &Query{Model: "other", Kind: InputTokens, TokenIDs: prompt}, &r); got != "total=10" {
 		t.Fatalf("unknown model: %s", got)
 	}
-	if x.PodRanks("pod-c") != 2 || x.PodRanks("pod-a") != 1 || x.PodRanks("nope") != 0 {
-		t.Errorf("PodRanks = %d %d %d", x.PodRanks("pod-c"), x.PodRanks("pod-a"), x.PodRanks("nope"))
+	if ix.PodRanks("pod-c") != 2 || ix.PodRanks("pod-a") != 1 || ix.PodRanks("nope") != 0 {
+		t.Errorf("PodRanks = %d %d %d", ix.PodRanks("pod-c"), ix.PodRanks("pod-a"), ix.PodRanks("nope"))
 	}
 }
 
-// A pod the applier stopped trusting (a removal failed, so the index may
-// still hold blocks the pod evicted) is left out of scores until it has
-// been cleared, then scores again from what it published since.
+// A pod whose index write failed is left out of scores and listed untrusted
+// and incomplete ("index_error"), as the subscriber records the sink's
+// outcome; once the index is back the subscriber's recovery clears the
+// quiet pod and serves it again with nothing of what it held, and its next
+// batch is scored.
 func TestUntrustedPodIsLeftOutOfScores(t *testing.T) {
+	keys := blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: 4}
 	f := &flakyIndex{MemoryIndex: kvindex.NewMemoryIndex(kvindex.MemoryConfig{})}
-	x := newTestIndexer(t, Config{Backend: flakyBackend(f, false)})
-	prompt := seqTokens(1, 4*testBlock)
-	apply(x, "pod-a", 0, storeEvent(prompt, 2, event.TierGPU))
-	apply(x, "pod-b", 0, storeEvent(prompt, 4, event.TierGPU))
-	q := &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}
-	var r Result
-	if got, want := mustScore(t, x, q, &r), "total=4 pod-b:4/16/4.00[0:4,] pod-a:2/8/2.00[0:2,]"; got != want {
-		t.Fatalf("before: %s, want %s", got, want)
-	}
+	ix, pub := runEventIndexer(t, keys, f, 1)
+	tokens := seqTokens(100, 4*4)
+	publishBatch(t, pub, keys, "pod-a", 0, 0, tokens[:2*4])
+	publishBatch(t, pub, keys, "pod-b", 0, 0, tokens)
+	q := &Query{Model: "org/model", Kind: InputTokens, TokenIDs: tokens}
+	scoreUntil(t, ix, q, "both pods scored", func(r *Result) bool {
+		return podOf(r, "pod-a") != nil && podOf(r, "pod-b") != nil && podOf(r, "pod-b").MatchedBlocks == 4
+	})
 
 	f.failRemove.Store(true)
-	hs := blockHashes(prompt, blockkeys.RequestExtras{})
-	apply(x, "pod-b", 0, event.Event{Kind: event.BlockRemoved, BlockHashes: hs[2:]})
+	h, _ := blockkeys.NewHasher(keys)
+	var hs []uint64
+	for _, k := range h.Keys(nil, tokens, blockkeys.RequestExtras{}) {
+		hs = append(hs, uint64(k))
+	}
+	p, err := enginepub.EncodeVLLMBatch(&event.Batch{Events: []event.Event{{Kind: event.BlockRemoved, BlockHashes: hs[2:]}}},
+		enginepub.VLLMEncodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish("kv@pod-b@org/model", 1, p); err != nil {
+		t.Fatal(err)
+	}
+	scoreUntil(t, ix, q, "pod-b left out", func(r *Result) bool { return podOf(r, "pod-b") == nil && podOf(r, "pod-a") != nil })
 	// The index still holds pod-b's 4 blocks: only the trust filter hides them.
-	if id, _ := x.in.LookupPod("pod-b", 0); mustBlocks(t, f, id) != 4 {
+	if id, _ := ix.in.LookupPod("pod-b", 0); mustBlocks(t, f, id) != 4 {
 		t.Fatal("the failed removal changed the index; the test no longer shows the filter")
 	}
-	if got, want := mustScore(t, x, q, &r), "total=4 pod-a:2/8/2.00[0:2,]"; got != want {
-		t.Fatalf("untrusted pod-b scored: %s, want %s", got, want)
-	}
-	pods := x.Pods(context.Background(), nil)
-	if len(pods) != 2 || !pods[1].Stats.Untrusted {
+	pods := ix.Pods(context.Background(), nil)
+	if len(pods) != 2 || !pods[1].Untrusted || pods[0].Untrusted {
 		t.Fatalf("listing does not show pod-b untrusted: %+v", pods)
 	}
 
-	// Index back: the next batch clears pod-b first and it is trusted again
-	// with only what that batch stored.
+	// Index back: the recovery clears the quiet pod-b; it is served again,
+	// with nothing, and stays incomplete until rebuilt.
 	f.failRemove.Store(false)
-	apply(x, "pod-b", 0, storeEvent(prompt, 1, event.TierGPU))
-	if got, want := mustScore(t, x, q, &r), "total=4 pod-a:2/8/2.00[0:2,] pod-b:1/4/1.00[0:1,]"; got != want {
-		t.Fatalf("after recovery: %s, want %s", got, want)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p := ix.Pods(context.Background(), nil)
+		if len(p) == 2 && !p[1].Untrusted && p[1].Blocks == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod-b never recovered: %+v", p)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, st := range ix.Subscriber().Streams() {
+		if st.Pod == "pod-b" && (st.Complete || st.IncompleteReason != "index_error") {
+			t.Fatalf("pod-b's stream after the recovery: %+v", st)
+		}
+	}
+	publishBatch(t, pub, keys, "pod-b", 0, 2, tokens[:4])
+	r := scoreUntil(t, ix, q, "pod-b's next batch scored", func(r *Result) bool { return podOf(r, "pod-b") != nil })
+	if b := podOf(r, "pod-b"); b.MatchedBlocks != 1 || b.Complete || b.IncompleteReason != "index_error" {
+		t.Fatalf("pod-b after recovery: %+v", *b)
 	}
 }
 
@@ -268,33 +297,6 @@ func mustBlocks(t *testing.T, idx kvindex.Index, id kvindex.PodID) int64 {
 		t.Fatal(err)
 	}
 	return n
-}
-
-// RunRecovery clears an untrusted pod that publishes nothing more once the
-// index works again.
-func TestRunRecoveryClearsQuietUntrustedPod(t *testing.T) {
-	f := &flakyIndex{MemoryIndex: kvindex.NewMemoryIndex(kvindex.MemoryConfig{})}
-	x := newTestIndexer(t, Config{Backend: flakyBackend(f, false)})
-	prompt := seqTokens(1, 2*testBlock)
-	apply(x, "pod-a", 0, storeEvent(prompt, 2, event.TierGPU))
-	f.failRemove.Store(true)
-	apply(x, "pod-a", 0, event.Event{Kind: event.BlockRemoved, BlockHashes: blockHashes(prompt, blockkeys.RequestExtras{})})
-	f.failRemove.Store(false)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); x.RunRecovery(ctx, time.Millisecond) }()
-	defer func() { cancel(); <-done }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		p := x.Pods(context.Background(), nil)
-		if len(p) == 1 && !p[0].Stats.Untrusted && p[0].Blocks == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pod never recovered: %+v", p)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 type fakeTokenizer struct{ err error }
@@ -320,8 +322,8 @@ func (f fakeTokenizer) TokenizePrompt(ctx context.Context, _, prompt string) ([]
 
 func TestScoreErrors(t *testing.T) {
 	f := &flakyIndex{MemoryIndex: kvindex.NewMemoryIndex(kvindex.MemoryConfig{})}
-	x := newTestIndexer(t, Config{Backend: flakyBackend(f, false)})
-	apply(x, "pod-a", 0, storeEvent(seqTokens(1, 8), 2, event.TierGPU))
+	ix := newTestIndexer(t, Config{Backend: flakyBackend(f, false)})
+	apply(ix, "pod-a", 0, storeEvent(seqTokens(1, 8), 2, event.TierGPU))
 	m := testModel
 	long := make([]uint32, MaxInputLen+1)
 	cases := []struct {
@@ -342,7 +344,7 @@ func TestScoreErrors(t *testing.T) {
 	}
 	var r Result
 	for _, c := range cases {
-		err := x.Score(context.Background(), &c.q, &r)
+		err := ix.Score(context.Background(), &c.q, &r)
 		var e *Error
 		if !errors.As(err, &e) || e.Code != c.code || !strings.Contains(e.Msg, c.reason) {
 			t.Errorf("%+v: got %v, want %v containing %q", c.q, err, c.code, c.reason)
@@ -356,24 +358,24 @@ func TestScoreErrors(t *testing.T) {
 		{Model: "unknown", Kind: InputTokens, TokenIDs: seqTokens(1, 8)},
 	} {
 		var e *Error
-		if err := x.Score(context.Background(), &q, &r); !errors.As(err, &e) || e.Code != Unavailable {
+		if err := ix.Score(context.Background(), &q, &r); !errors.As(err, &e) || e.Code != Unavailable {
 			t.Errorf("down backend, model %s: %v, want Unavailable", q.Model, err)
 		}
 	}
 }
 
 func TestScorePrompt(t *testing.T) {
-	x := newTestIndexer(t, Config{Tokenizer: fakeTokenizer{}})
+	ix := newTestIndexer(t, Config{Tokenizer: fakeTokenizer{}})
 	prompt := "abcdefgh" // two blocks of the fake tokenizer's bytes
-	apply(x, "pod-a", 0, storeEvent(seqTokens('a', 8), 2, event.TierGPU))
+	apply(ix, "pod-a", 0, storeEvent(seqTokens('a', 8), 2, event.TierGPU))
 	var r Result
-	if got := mustScore(t, x, &Query{Model: testModel, Kind: InputPrompt, Prompt: prompt}, &r); got != "total=2 pod-a:2/8/2.00[0:2,]" {
+	if got := mustScore(t, ix, &Query{Model: testModel, Kind: InputPrompt, Prompt: prompt}, &r); got != "total=2 pod-a:2/8/2.00[0:2,]" {
 		t.Fatalf("prompt: %s", got)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var e *Error
-	if err := x.Score(ctx, &Query{Model: testModel, Kind: InputPrompt, Prompt: prompt}, &r); !errors.As(err, &e) || e.Code != Canceled {
+	if err := ix.Score(ctx, &Query{Model: testModel, Kind: InputPrompt, Prompt: prompt}, &r); !errors.As(err, &e) || e.Code != Canceled {
 		t.Fatalf("canceled: %v", err)
 	}
 	bad := newTestIndexer(t, Config{Tokenizer: fakeTokenizer{err: errors.New("no tokenizer for test/model")}})
@@ -389,10 +391,10 @@ func TestPodsListing(t *testing.T) {
 	for _, batched := range []bool{false, true} {
 		t.Run(fmt.Sprint("batched=", batched), func(t *testing.T) {
 			f := &flakyIndex{MemoryIndex: kvindex.NewMemoryIndex(kvindex.MemoryConfig{})}
-			x := newTestIndexer(t, Config{Backend: flakyBackend(f, batched)})
-			apply(x, "pod-b", 0, storeEvent(seqTokens(1, 12), 3, event.TierGPU))
-			apply(x, "pod-a", 1, storeEvent(seqTokens(1, 12), 1, event.TierGPU))
-			apply(x, "pod-a", 0, storeEvent(seqTokens(1, 12), 2, event.TierGPU))
+			ix := newTestIndexer(t, Config{Backend: flakyBackend(f, batched)})
+			apply(ix, "pod-b", 0, storeEvent(seqTokens(1, 12), 3, event.TierGPU))
+			apply(ix, "pod-a", 1, storeEvent(seqTokens(1, 12), 1, event.TierGPU))
+			apply(ix, "pod-a", 0, storeEvent(seqTokens(1, 12), 2, event.TierGPU))
 			also := []PodRef{{"pod-b", 0}, {"pod-z", 0}, {"pod-z", 0}}
 			render := func(ps []PodStatus) string {
 				var b strings.Builder
@@ -401,7 +403,7 @@ func TestPodsListing(t *testing.T) {
 				}
 				return b.String()
 			}
-			if got, want := render(x.Pods(context.Background(), also)), "pod-a/0:2:true pod-a/1:1:true pod-b/0:3:true pod-z/0:0:false "; got != want {
+			if got, want := render(ix.Pods(context.Background(), also)), "pod-a/0:2:true pod-a/1:1:true pod-b/0:3:true pod-z/0:0:false "; got != want {
 				t.Fatalf("listing:\n got %s\nwant %s", got, want)
 			}
 			if batched && (f.batchReads.Load() != 1 || f.podReads.Load() != 0) {
@@ -411,7 +413,7 @@ func TestPodsListing(t *testing.T) {
 				t.Errorf("single reads = %d, want 3 (one per interned pod)", f.podReads.Load())
 			}
 			f.down.Store(true)
-			if got, want := render(x.Pods(context.Background(), also)), "pod-a/0:-1:true pod-a/1:-1:true pod-b/0:-1:true pod-z/0:0:false "; got != want {
+			if got, want := render(ix.Pods(context.Background(), also)), "pod-a/0:-1:true pod-a/1:-1:true pod-b/0:-1:true pod-z/0:0:false "; got != want {
 				t.Fatalf("listing with backend down:\n got %s\nwant %s", got, want)
 			}
 		})
@@ -422,11 +424,11 @@ func TestPodsListing(t *testing.T) {
 // are the ids the applier and scorer use.
 func TestBackendGetsTheOneInterner(t *testing.T) {
 	var got *kvindex.Interner
-	x := newTestIndexer(t, Config{Backend: func(_ context.Context, in *kvindex.Interner) (Backend, error) {
+	ix := newTestIndexer(t, Config{Backend: func(_ context.Context, in *kvindex.Interner) (Backend, error) {
 		got = in
 		return MemoryBackend(kvindex.NewMemoryIndex(kvindex.MemoryConfig{})), nil
 	}})
-	if got == nil || got != x.in {
+	if got == nil || got != ix.in {
 		t.Fatal("backend factory was not handed the indexer's interner")
 	}
 	_, err := New(context.Background(), Config{Keys: testKeys, Backend: func(context.Context, *kvindex.Interner) (Backend, error) {
@@ -439,10 +441,10 @@ func TestBackendGetsTheOneInterner(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	x := newTestIndexer(t, Config{Registry: reg})
-	apply(x, "pod-a", 1, storeEvent(seqTokens(1, 8), 2, event.TierGPU))
+	ix := newTestIndexer(t, Config{Registry: reg})
+	apply(ix, "pod-a", 1, storeEvent(seqTokens(1, 8), 2, event.TierGPU))
 	var r Result
-	mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: seqTokens(1, 8)}, &r)
+	mustScore(t, ix, &Query{Model: testModel, Kind: InputTokens, TokenIDs: seqTokens(1, 8)}, &r)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -477,16 +479,16 @@ func TestScoreReusedResultDoesNotAllocate(t *testing.T) {
 	if race.Enabled {
 		t.Skip("sync.Pool drops items at random under the race detector")
 	}
-	x := newTestIndexer(t, Config{})
+	ix := newTestIndexer(t, Config{})
 	prompt := seqTokens(7, 64*testBlock)
 	for p := 0; p < 4; p++ {
-		apply(x, fmt.Sprintf("pod-%d", p), p%2, storeEvent(prompt, 64-p*8, event.TierGPU))
+		apply(ix, fmt.Sprintf("pod-%d", p), p%2, storeEvent(prompt, 64-p*8, event.TierGPU))
 	}
 	q := &Query{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, blockkeys.RequestExtras{})}
 	var r Result
-	mustScore(t, x, q, &r)
+	mustScore(t, ix, q, &r)
 	allocs := testing.AllocsPerRun(50, func() {
-		if err := x.Score(context.Background(), q, &r); err != nil {
+		if err := ix.Score(context.Background(), q, &r); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -498,34 +500,34 @@ func TestScoreReusedResultDoesNotAllocate(t *testing.T) {
 // benchIndexer holds 8 pods with prefixes of decreasing length of one
 // prompt of 512 blocks.
 func benchIndexer(b *testing.B) (*Indexer, []uint32) {
-	x := newTestIndexer(b, Config{})
+	ix := newTestIndexer(b, Config{})
 	prompt := seqTokens(7, 512*testBlock)
 	for p := 0; p < 8; p++ {
-		apply(x, fmt.Sprintf("pod-%02d", p), 0, storeEvent(prompt, 512-p*32, event.TierGPU))
+		apply(ix, fmt.Sprintf("pod-%02d", p), 0, storeEvent(prompt, 512-p*32, event.TierGPU))
 	}
-	return x, prompt
+	return ix, prompt
 }
 
 // BenchmarkScoreTokens is Score from 512 blocks of token ids: hashing,
 // lookup, aggregation, into a reused Result.
 func BenchmarkScoreTokens(b *testing.B) {
-	x, prompt := benchIndexer(b)
-	benchScore(b, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt})
+	ix, prompt := benchIndexer(b)
+	benchScore(b, ix, &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt})
 }
 
 // BenchmarkScoreHashes is Score from 512 block hashes: lookup and
 // aggregation only.
 func BenchmarkScoreHashes(b *testing.B) {
-	x, prompt := benchIndexer(b)
-	benchScore(b, x, &Query{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, blockkeys.RequestExtras{})})
+	ix, prompt := benchIndexer(b)
+	benchScore(b, ix, &Query{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, blockkeys.RequestExtras{})})
 }
 
-func benchScore(b *testing.B, x *Indexer, q *Query) {
+func benchScore(b *testing.B, ix *Indexer, q *Query) {
 	var r Result
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := x.Score(context.Background(), q, &r); err != nil {
+		if err := ix.Score(context.Background(), q, &r); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -535,12 +537,12 @@ func benchScore(b *testing.B, x *Indexer, q *Query) {
 func TestTierWeights(t *testing.T) {
 	w := kvindex.DefaultTierWeights()
 	w[event.TierCPU], w[event.TierGPU] = 2, 0
-	x := newTestIndexer(t, Config{TierWeights: &w})
+	ix := newTestIndexer(t, Config{TierWeights: &w})
 	prompt := seqTokens(1, 4*testBlock)
-	apply(x, "pod-gpu", 0, storeEvent(prompt, 4, event.TierGPU))
-	apply(x, "pod-cpu", 0, storeEvent(prompt, 3, event.TierCPU))
+	apply(ix, "pod-gpu", 0, storeEvent(prompt, 4, event.TierGPU))
+	apply(ix, "pod-cpu", 0, storeEvent(prompt, 3, event.TierCPU))
 	var r Result
-	if got, want := mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}, &r),
+	if got, want := mustScore(t, ix, &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}, &r),
 		"total=4 pod-cpu:3/12/6.00[0:3,] pod-gpu:4/16/0.00[0:4,]"; got != want {
 		t.Fatalf("got %s, want %s", got, want)
 	}

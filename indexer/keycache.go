@@ -28,13 +28,10 @@ func (s *keyCacheSlot) cache() *blockkeys.KeyCache {
 }
 
 // newKeyCaches sizes each cache to entries blocks; entries < 0 disables the
-// caches (every request hashes all its blocks), 0 is the default size.
+// caches (every request hashes all its blocks); New resolved 0 to the default.
 func newKeyCaches(hashers *blockkeys.HasherSet, models map[string]blockkeys.KeyConfig, entries int) keyCaches {
 	if entries < 0 {
 		return nil
-	}
-	if entries == 0 {
-		entries = blockkeys.DefaultKeyCacheSize
 	}
 	kc := keyCaches{}
 	add := func(model string) {
@@ -52,11 +49,11 @@ func newKeyCaches(hashers *blockkeys.HasherSet, models map[string]blockkeys.KeyC
 }
 
 // keys appends the keys of tokens under h, through h's cache when it has one.
-func (kc keyCaches) keys(h *blockkeys.Hasher, dst []blockkeys.Key, tokens []uint32, x blockkeys.RequestExtras) []blockkeys.Key {
+func (kc keyCaches) keys(h *blockkeys.Hasher, dst []blockkeys.Key, tokens []uint32, ix blockkeys.RequestExtras) []blockkeys.Key {
 	if s := kc[h]; s != nil {
-		return s.cache().Keys(dst, tokens, x)
+		return s.cache().Keys(dst, tokens, ix)
 	}
-	return h.Keys(dst, tokens, x)
+	return h.Keys(dst, tokens, ix)
 }
 
 func (kc keyCaches) stats() (s blockkeys.KeyCacheStats) {

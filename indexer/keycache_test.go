@@ -68,14 +68,14 @@ func gatherValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // cache has never seen on every call (its first token changes, so every
 // block key does): hashing all 512 blocks, plus filling the cache.
 func BenchmarkScoreTokensCold(b *testing.B) {
-	x, prompt := benchIndexer(b)
+	ix, prompt := benchIndexer(b)
 	q := &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}
 	var r Result
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		prompt[0] = uint32(1<<20 + i)
-		if err := x.Score(context.Background(), q, &r); err != nil {
+		if err := ix.Score(context.Background(), q, &r); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -22,7 +22,7 @@ import (
 type LeaseConfig struct {
 	Enabled bool
 	// TTL is how long a dead daemon keeps its endpoints before another
-	// takes them over; must be positive.
+	// takes them over (0 = Options.LeaseTTL's default).
 	TTL time.Duration
 	// DaemonID is this daemon's unique id ("" = hostname-pid).
 	DaemonID string
@@ -31,33 +31,30 @@ type LeaseConfig struct {
 // leaseLoop is the lease feature: the endpoints it divides and the loop
 // that holds this daemon's share of them.
 type leaseLoop struct {
-	x      *Indexer
-	ttl    time.Duration
-	byAddr map[string]kvevents.EndpointConfig
-	addrs  []string
-	lm     *leases.Manager
-	to     *leases.Takeover
-	log    *slog.Logger
+	indexer *Indexer
+	ttl     time.Duration
+	byAddr  map[string]kvevents.EndpointConfig
+	addrs   []string
+	lm      *leases.Manager
+	to      *leases.Takeover
+	log     *slog.Logger
 }
 
-func (x *Indexer) newLeaseLoop(cfg LeaseConfig, eps []kvevents.EndpointConfig) (*leaseLoop, error) {
-	r := x.backend.redis
+func (ix *Indexer) newLeaseLoop(cfg LeaseConfig, eps []kvevents.EndpointConfig) (*leaseLoop, error) {
+	r := ix.backend.redis
 	if r == nil {
 		return nil, errors.New("indexer: leases need the shared Redis index")
 	}
 	if len(eps) == 0 {
 		return nil, errors.New("indexer: leases: no endpoint to share (leases divide the connect-topology endpoint list)")
 	}
-	if cfg.TTL <= 0 {
-		return nil, errors.New("indexer: leases: the lease TTL must be positive")
-	}
 	id := cfg.DaemonID
 	if id == "" {
 		host, _ := os.Hostname()
 		id = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
-	l := &leaseLoop{x: x, ttl: cfg.TTL, byAddr: make(map[string]kvevents.EndpointConfig, len(eps)),
-		log: x.log.With("component", "leases", "daemon_id", id)}
+	l := &leaseLoop{indexer: ix, ttl: cfg.TTL, byAddr: make(map[string]kvevents.EndpointConfig, len(eps)),
+		log: ix.log.With("component", "leases", "daemon_id", id)}
 	for _, ep := range eps {
 		l.byAddr[ep.Address] = ep
 		l.addrs = append(l.addrs, ep.Address)
@@ -75,7 +72,7 @@ func (l *leaseLoop) run(ctx context.Context) error {
 	defer wg.Wait()
 	trackCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	sub := l.x.sub
+	sub := l.indexer.sub
 	// Record which pods this daemon indexes from the endpoints it holds:
 	// the daemon that takes one over clears them. At most every second: a
 	// pod first seen less than one interval before this daemon dies is not
@@ -87,7 +84,7 @@ func (l *leaseLoop) run(ctx context.Context) error {
 	})
 	return l.lm.Run(ctx, func() []string { return l.addrs },
 		func(ctx context.Context, ep string) error {
-			if err := l.to.Prepare(ctx, ep, l.byAddr[ep].Pod, l.x.backend.redis); err != nil {
+			if err := l.to.Prepare(ctx, ep, l.byAddr[ep].Pod, l.indexer.backend.redis); err != nil {
 				return err
 			}
 			if err := sub.AddEndpoint(l.byAddr[ep]); err != nil {
@@ -109,7 +106,7 @@ func (l *leaseLoop) run(ctx context.Context) error {
 // arrived through it.
 func (l *leaseLoop) podsByEndpoint() map[string][]string {
 	out := map[string][]string{}
-	for _, st := range l.x.sub.Streams() {
+	for _, st := range l.indexer.sub.Streams() {
 		out[st.Endpoint] = append(out[st.Endpoint], st.Pod)
 	}
 	return out

@@ -22,15 +22,12 @@ type metrics struct {
 	// sharedModels counts models interned on the read path because the
 	// shared index (Redis) holds them though this process saw no event.
 	sharedModels prometheus.Counter
-	// restoreClears counts snapshot pods cleared because their stream
-	// restarted since the snapshot.
-	restoreClears prometheus.Counter
 	// indexLost counts the backend's reports that it lost entries, by
 	// reason (redisindex: restart, eviction, flush).
 	indexLost *prometheus.CounterVec
 }
 
-func newMetrics(reg *prometheus.Registry, x *Indexer) (*metrics, error) {
+func newMetrics(reg *prometheus.Registry, ix *Indexer) (*metrics, error) {
 	m := &metrics{
 		lookup: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "kvindexd_score_lookup_seconds",
@@ -46,17 +43,13 @@ func newMetrics(reg *prometheus.Registry, x *Indexer) (*metrics, error) {
 			Name: "kvindexd_shared_models_interned_total",
 			Help: "Models this daemon learned from the shared index on the read path (no event for them received here).",
 		}),
-		restoreClears: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kvindexd_snapshot_restart_clears_total",
-			Help: "Pods loaded from a snapshot and cleared because their engine restarted since (first seq at or below the snapshot's).",
-		}),
 	}
 	picks := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvindexd_picks_total",
 		Help: "Pick decisions by policy and reason.",
 	}, []string{"policy", "reason"})
-	m.picks = make([][routing.NumReasons]prometheus.Counter, len(x.pick.order))
-	for i, p := range x.pick.order {
+	m.picks = make([][routing.NumReasons]prometheus.Counter, len(ix.pick.order))
+	for i, p := range ix.pick.order {
 		for r := range routing.NumReasons {
 			m.picks[i][r] = picks.WithLabelValues(p.Name(), r.String())
 		}
@@ -77,8 +70,18 @@ func newMetrics(reg *prometheus.Registry, x *Indexer) (*metrics, error) {
 	stale := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kvindexd_snapshot_stale_pods",
 		Help: "Pods loaded from a snapshot that are not served until their stream resumes.",
-	}, func() float64 { return float64(x.StalePods()) })
-	for _, c := range []prometheus.Collector{m.lookup, m.tokens, picks, m.specBlocks, m.specErrors, m.sharedModels, m.restoreClears, m.indexLost, stale, &statsCollector{x: x}, keyCacheCollector{x.keys}} {
+	}, func() float64 { return float64(ix.StalePods()) })
+	// Restored pods are decided by kvevents (ResumeFrom), which counts them.
+	restoreClears := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "kvindexd_snapshot_restart_clears_total",
+		Help: "Pods loaded from a snapshot and cleared because their engine restarted since (first seq at or below the snapshot's).",
+	}, func() float64 {
+		if ix.sub == nil {
+			return 0
+		}
+		return float64(ix.sub.RestoreClears())
+	})
+	for _, c := range []prometheus.Collector{m.lookup, m.tokens, picks, m.specBlocks, m.specErrors, m.sharedModels, restoreClears, m.indexLost, stale, &statsCollector{indexer: ix}, keyCacheCollector{ix.keys}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -115,7 +118,7 @@ var (
 const MaxPodSeries = 1000
 
 // statsCollector reads the live index and applier statistics at scrape time.
-type statsCollector struct{ x *Indexer }
+type statsCollector struct{ indexer *Indexer }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descIndexEntries, descIndexKeys, descIndexEvicted, descIndexExpired,
@@ -126,7 +129,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.x.idx.Stats()
+	st := c.indexer.idx.Stats()
 	ch <- prometheus.MustNewConstMetric(descIndexEntries, prometheus.GaugeValue, float64(st.Entries))
 	ch <- prometheus.MustNewConstMetric(descIndexKeys, prometheus.GaugeValue, float64(st.Keys))
 	ch <- prometheus.MustNewConstMetric(descIndexEvicted, prometheus.CounterValue, float64(st.Evictions))
@@ -135,14 +138,14 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, h := range []struct {
 		name string
 		m    *holdMap
-	}{{"speculative", c.x.pick.specMem}, {"history", c.x.pick.hist}} {
+	}{{"speculative", c.indexer.pick.specMem}, {"history", c.indexer.pick.hist}} {
 		if h.m != nil {
 			ch <- prometheus.MustNewConstMetric(descHoldEntries, prometheus.GaugeValue, float64(h.m.len()), h.name)
 			ch <- prometheus.MustNewConstMetric(descHoldEvictions, prometheus.CounterValue, float64(h.m.evictions.Load()), h.name)
 		}
 	}
 
-	pods := c.x.applier.PodStats()
+	pods := c.indexer.applier.PodStats()
 	ch <- prometheus.MustNewConstMetric(descPodsOmitted, prometheus.GaugeValue, float64(max(len(pods)-MaxPodSeries, 0)))
 	for _, p := range pods[:min(len(pods), MaxPodSeries)] {
 		l := []string{p.Pod, strconv.Itoa(p.DPRank), p.Model}

@@ -15,7 +15,7 @@ import (
 type PersistConfig struct {
 	// Path of the snapshot file; "" turns persistence off.
 	Path string
-	// Interval between two snapshots; must be positive when Path is set.
+	// Interval between two snapshots (0 = Options.SnapshotInterval's default).
 	Interval time.Duration
 	// MaxAge: an older snapshot is not loaded (cold start), since engines
 	// restarted meanwhile may have sequence numbers past it. 0 = no bound.
@@ -25,35 +25,32 @@ type PersistConfig struct {
 // persistence is the snapshot feature: the memory index it saves, the
 // saver, and the metrics of both directions.
 type persistence struct {
-	x     *Indexer
-	cfg   PersistConfig
-	lim   persist.Limits // the event limits a loaded file is held to
-	m     *persist.Metrics
-	saver *persist.Saver
+	indexer *Indexer
+	cfg     PersistConfig
+	lim     persist.Limits // the event limits a loaded file is held to
+	m       *persist.Metrics
+	saver   *persist.Saver
 }
 
-func (x *Indexer) newPersistence(cfg PersistConfig, lim persist.Limits, reg *prometheus.Registry) (*persistence, error) {
-	mem := x.backend.memory
+func (ix *Indexer) newPersistence(cfg PersistConfig, lim persist.Limits, reg *prometheus.Registry) (*persistence, error) {
+	mem := ix.backend.memory
 	if mem == nil {
 		return nil, errors.New("indexer: persistence is for the in-memory index (Redis keeps the shared index itself)")
-	}
-	if cfg.Interval <= 0 {
-		return nil, errors.New("indexer: persistence needs a positive snapshot interval")
 	}
 	m, err := persist.NewMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
-	p := &persistence{x: x, cfg: cfg, lim: lim, m: m}
+	p := &persistence{indexer: ix, cfg: cfg, lim: lim, m: m}
 	p.saver = &persist.Saver{Path: cfg.Path, Interval: cfg.Interval, Metrics: m,
-		Log: x.log.With("component", "snapshot"), Source: persist.Source{Index: mem, Interner: x.in, Streams: p.streams}}
+		Log: ix.log.With("component", "snapshot"), Source: persist.Source{Index: mem, Interner: ix.in, Streams: p.streams}}
 	return p, nil
 }
 
 // streams are the stream positions a snapshot records: the content is at
 // least as new as these numbers (the saver reads them before the index).
 func (p *persistence) streams() []persist.StreamSeq {
-	ss := p.x.sub.Streams()
+	ss := p.indexer.sub.Streams()
 	out := make([]persist.StreamSeq, 0, len(ss))
 	for _, s := range ss {
 		if s.Batches > 0 || s.LastSeq > 0 {
@@ -67,7 +64,7 @@ func (p *persistence) streams() []persist.StreamSeq {
 // failure is logged and the daemon starts cold: a snapshot is an
 // optimisation, never a reason not to start.
 func (p *persistence) load() *persist.Loaded {
-	log, path := p.x.log, p.cfg.Path
+	log, path := p.indexer.log, p.cfg.Path
 	// A kill during a write leaves its temporary file; nothing else would
 	// ever remove it, and each is as large as a snapshot.
 	n, err := persist.RemoveTemp(path)
@@ -92,7 +89,7 @@ func (p *persistence) load() *persist.Loaded {
 		return nil
 	}
 	t0 := time.Now()
-	l, err := persist.LoadLimited(path, p.x.backend.memory, p.x.in, p.lim)
+	l, err := persist.LoadLimited(path, p.indexer.backend.memory, p.indexer.in, p.lim)
 	if err != nil {
 		p.m.LoadFailed(err)
 		log.Error("snapshot not loaded: cold start", "path", path, "err", err)
@@ -105,16 +102,11 @@ func (p *persistence) load() *persist.Loaded {
 	return l
 }
 
-// resumeRestored tells the gate and the subscriber where each restored
-// pod's stream was, so its first batch either resumes it, replays the gap,
-// or clears it as restarted.
-func (x *Indexer) resumeRestored(l *persist.Loaded) {
-	pods := make([]RestoredPod, 0, len(l.Pods))
+// resumeRestored tells the subscriber where each restored pod's stream was,
+// so its first batch either resumes it, replays the gap, or clears it as
+// restarted; until then the pod is not served (restore.go).
+func (ix *Indexer) resumeRestored(l *persist.Loaded) {
 	for _, p := range l.Pods {
-		pods = append(pods, RestoredPod{Name: p.Name, DPRank: p.DPRank, Seq: p.Seq, HasSeq: p.HasSeq})
-		if p.HasSeq {
-			x.sub.ResumeFrom(p.Name, p.DPRank, p.Seq)
-		}
+		ix.sub.ResumeFrom(p.Name, p.DPRank, p.Seq, p.HasSeq)
 	}
-	x.MarkRestored(pods)
 }

@@ -168,48 +168,48 @@ func (q *PickQuery) validate() *Error {
 // candidates' load. The chosen pod is then assumed to hold the request's
 // blocks: speculatively (until its events confirm them or the TTL passes)
 // or in the routing history. A non-nil error is an *Error and r is empty.
-func (x *Indexer) Pick(ctx context.Context, q *PickQuery, r *PickResult) error {
+func (ix *Indexer) Pick(ctx context.Context, q *PickQuery, r *PickResult) error {
 	r.clear()
-	if err := x.pickInto(ctx, q, r); err != nil {
+	if err := ix.pickInto(ctx, q, r); err != nil {
 		r.clear()
 		return err
 	}
 	return nil
 }
 
-func (x *Indexer) pickInto(ctx context.Context, q *PickQuery, r *PickResult) *Error {
+func (ix *Indexer) pickInto(ctx context.Context, q *PickQuery, r *PickResult) *Error {
 	if err := q.validate(); err != nil {
 		return err
 	}
-	pol := x.pick.def
+	pol := ix.pick.def
 	if q.Policy != "" {
 		var ok bool
-		if pol, ok = x.pick.index(q.Policy); !ok {
+		if pol, ok = ix.pick.index(q.Policy); !ok {
 			return errorf(InvalidArgument, "unknown policy %q (want one of %v)", q.Policy, routing.Names())
 		}
 	}
-	in, err := x.requestKeys(ctx, &q.Query, &r.keys, &r.ek)
+	in, err := ix.requestKeys(ctx, &q.Query, &r.keys, &r.ek)
 	if err != nil {
 		return err
 	}
 	r.BlockSize, r.TotalBlocks = in.blockSize, len(r.keys)
 	n := len(q.Candidates)
 	r.prepare(n)
-	if err := x.resolveCandidates(q, r); err != nil {
+	if err := ix.resolveCandidates(q, r); err != nil {
 		return err
 	}
-	if err := x.resolveShared(ctx, &in, q, r); err != nil {
+	if err := ix.resolveShared(ctx, &in, q, r); err != nil {
 		r.releaseOwners()
 		return err
 	}
-	if err := x.matchIndexed(ctx, in, q, r); err != nil {
+	if err := ix.matchIndexed(ctx, in, q, r); err != nil {
 		return err
 	}
-	now := x.pick.now().UnixNano()
-	x.matchSpeculative(ctx, q.Model, r)
-	x.matchHistory(q.Model, r, now)
+	now := ix.pick.now().UnixNano()
+	ix.matchSpeculative(ctx, q.Model, r)
+	ix.matchHistory(q.Model, r, now)
 
-	gpu := x.scorer.Weights()[event.TierGPU]
+	gpu := ix.scorer.Weights()[event.TierGPU]
 	for i := range r.Candidates {
 		c := &r.Candidates[i]
 		c.Cached += float64(c.MatchedBlocks-int(c.Tiers.sum())) * gpu
@@ -219,19 +219,19 @@ func (x *Indexer) pickInto(ctx context.Context, q *PickQuery, r *PickResult) *Er
 	if tokens == 0 {
 		tokens = r.TotalBlocks * r.BlockSize
 	}
-	p := x.pick.order[pol]
+	p := ix.pick.order[pol]
 	chosen, why := p.Pick(routing.Request{Blocks: r.TotalBlocks, Tokens: tokens, BlockSize: r.BlockSize}, r.rc)
 	for i := range r.Candidates {
 		r.Candidates[i].Score, r.Candidates[i].Cost = r.rc[i].Score, r.rc[i].Cost
 	}
 	if q.SessionID != "" {
-		chosen = x.pickSession(q, r, chosen)
+		chosen = ix.pickSession(q, r, chosen)
 	}
 	c := &r.Candidates[chosen]
 	r.Chosen, r.Pod, r.DPRank, r.HasDPRank = chosen, c.Pod, c.DPRank, c.HasDPRank
 	r.Policy, r.Reason = p.Name(), why
-	x.m.picks[pol][why].Inc()
-	x.record(ctx, q.Model, r, chosen, now)
+	ix.m.picks[pol][why].Inc()
+	ix.record(ctx, q.Model, r, chosen, now)
 	return nil
 }
 
@@ -267,7 +267,7 @@ func grow[T any](s []T, n int) []T {
 
 // resolveCandidates names every candidate, decides how it is matched and
 // rejects duplicates.
-func (x *Indexer) resolveCandidates(q *PickQuery, r *PickResult) *Error {
+func (ix *Indexer) resolveCandidates(q *PickQuery, r *PickResult) *Error {
 	for i := range q.Candidates {
 		qc := &q.Candidates[i]
 		rank := -1
@@ -285,11 +285,11 @@ func (x *Indexer) resolveCandidates(q *PickQuery, r *PickResult) *Error {
 		before := len(r.ids)
 		if qc.Events != EventsOff {
 			if qc.HasDPRank {
-				if id, ok := x.in.LookupPod(qc.Pod, qc.DPRank); ok {
+				if id, ok := ix.in.LookupPod(qc.Pod, qc.DPRank); ok {
 					r.ids = append(r.ids, id)
 				}
 			} else {
-				r.ids = x.in.AppendPodsNamed(r.ids, qc.Pod)
+				r.ids = ix.in.AppendPodsNamed(r.ids, qc.Pod)
 			}
 		}
 		if qc.Events == EventsOff || (qc.Events == EventsAuto && len(r.ids) == before) {
@@ -330,8 +330,8 @@ func (r *PickResult) own(q *PickQuery, i, before int) *Error {
 // the candidates again; those found are matched through the index like any
 // pod with events. It costs one more lookup, only when a candidate that may
 // have events is unknown here.
-func (x *Indexer) resolveShared(ctx context.Context, in *requestInfo, q *PickQuery, r *PickResult) *Error {
-	if x.backend.Names == nil || len(r.keys) == 0 {
+func (ix *Indexer) resolveShared(ctx context.Context, in *requestInfo, q *PickQuery, r *PickResult) *Error {
+	if ix.backend.Names == nil || len(r.keys) == 0 {
 		return nil
 	}
 	unknown := false
@@ -344,11 +344,11 @@ func (x *Indexer) resolveShared(ctx context.Context, in *requestInfo, q *PickQue
 	}
 	if !in.modelKnown {
 		var err *Error
-		if in.model, in.modelKnown, err = x.sharedModel(ctx, q.Model, r.keys[0]); err != nil || !in.modelKnown {
+		if in.model, in.modelKnown, err = ix.sharedModel(ctx, q.Model, r.keys[0]); err != nil || !in.modelKnown {
 			return err
 		}
 	}
-	if err := x.lookupAll(ctx, in.model, r.keys, &r.ek, nil, &r.res); err != nil {
+	if err := ix.lookupAll(ctx, in.model, r.keys, &r.ek, nil, &r.res); err != nil {
 		return err
 	}
 	for i := range q.Candidates {
@@ -358,11 +358,11 @@ func (x *Indexer) resolveShared(ctx context.Context, in *requestInfo, q *PickQue
 		}
 		before := len(r.ids)
 		if qc.HasDPRank {
-			if id, ok := x.in.LookupPod(qc.Pod, qc.DPRank); ok {
+			if id, ok := ix.in.LookupPod(qc.Pod, qc.DPRank); ok {
 				r.ids = append(r.ids, id)
 			}
 		} else {
-			r.ids = x.in.AppendPodsNamed(r.ids, qc.Pod)
+			r.ids = ix.in.AppendPodsNamed(r.ids, qc.Pod)
 		}
 		if len(r.ids) == before {
 			continue
@@ -425,27 +425,27 @@ func (r *PickResult) releaseOwners() {
 
 // matchIndexed scores the index-matched candidates' engines in one lookup
 // and keeps each candidate's best rank.
-func (x *Indexer) matchIndexed(ctx context.Context, in requestInfo, q *PickQuery, r *PickResult) *Error {
+func (ix *Indexer) matchIndexed(ctx context.Context, in requestInfo, q *PickQuery, r *PickResult) *Error {
 	defer r.releaseOwners()
 	if !in.modelKnown || len(r.keys) == 0 || len(r.ids) == 0 {
 		if len(r.ids) > 0 || hasMode(r.mode, EventsOn) {
 			// as Score: an index that is down is reported, not read as empty
-			if err := x.Healthy(ctx); err != nil {
+			if err := ix.Healthy(ctx); err != nil {
 				return errorf(Unavailable, "index unavailable: %v", err)
 			}
 		}
 		return nil
 	}
-	if err := x.lookupAll(ctx, in.model, r.keys, &r.ek, r.ids, &r.res); err != nil {
+	if err := ix.lookupAll(ctx, in.model, r.keys, &r.ek, r.ids, &r.res); err != nil {
 		return err
 	}
 	for _, ps := range r.res.Pods {
-		if int(ps.Pod) >= len(r.owner) || r.owner[ps.Pod] == 0 || !x.trusted(ps.Pod) {
+		if int(ps.Pod) >= len(r.owner) || r.owner[ps.Pod] == 0 || !ix.trusted(ps.Pod) {
 			continue
 		}
 		i := r.owner[ps.Pod] - 1
 		c := &r.Candidates[i]
-		_, rank := x.in.PodName(ps.Pod)
+		_, rank := ix.in.PodName(ps.Pod)
 		better := ps.Score > c.Cached || (ps.Score == c.Cached && ps.MatchedBlocks > c.MatchedBlocks) ||
 			(ps.Score == c.Cached && ps.MatchedBlocks == c.MatchedBlocks && !q.Candidates[i].HasDPRank && rank < c.DPRank)
 		if c.MatchedBlocks == 0 || better {
@@ -471,8 +471,8 @@ func hasMode(m []EventsMode, want EventsMode) bool {
 // matchSpeculative extends the indexed runs of candidates with events by
 // their speculative entries. A failing shared store costs the speculation,
 // not the pick: it is counted and the entries are read as absent.
-func (x *Indexer) matchSpeculative(ctx context.Context, model string, r *PickResult) {
-	p := x.pick
+func (ix *Indexer) matchSpeculative(ctx context.Context, model string, r *PickResult) {
+	p := ix.pick
 	if p.spec == nil || len(r.keys) == 0 || (p.specMem != nil && p.specMem.len() == 0) {
 		return
 	}
@@ -489,7 +489,7 @@ func (x *Indexer) matchSpeculative(ctx context.Context, model string, r *PickRes
 	}
 	r.ext = grow(r.ext, len(r.specAt))
 	if err := p.spec.Extend(ctx, model, r.keys, r.specHolders, r.start, r.ext); err != nil {
-		x.m.specErrors.Inc()
+		ix.m.specErrors.Inc()
 		return
 	}
 	for j, i := range r.specAt {
@@ -497,15 +497,15 @@ func (x *Indexer) matchSpeculative(ctx context.Context, model string, r *PickRes
 			c := &r.Candidates[i]
 			c.MatchedBlocks += int(e)
 			c.SpeculativeBlocks = int(e)
-			x.m.specBlocks.Add(float64(e))
+			ix.m.specBlocks.Add(float64(e))
 		}
 	}
 }
 
 // matchHistory matches candidates without events through the routing
 // history.
-func (x *Indexer) matchHistory(model string, r *PickResult, now int64) {
-	h := x.pick.hist
+func (ix *Indexer) matchHistory(model string, r *PickResult, now int64) {
+	h := ix.pick.hist
 	if h == nil || len(r.keys) == 0 || h.len() == 0 || !hasMode(r.mode, EventsOff) {
 		return
 	}
@@ -520,8 +520,8 @@ func (x *Indexer) matchHistory(model string, r *PickResult, now int64) {
 // record makes the chosen pod the assumed holder of the request's blocks:
 // speculatively beyond what it already holds when it has events, in the
 // routing history (refreshing the whole prefix) when it has none.
-func (x *Indexer) record(ctx context.Context, model string, r *PickResult, chosen int, now int64) {
-	p := x.pick
+func (ix *Indexer) record(ctx context.Context, model string, r *PickResult, chosen int, now int64) {
+	p := ix.pick
 	c := &r.Candidates[chosen]
 	if r.mode[chosen] == EventsOff {
 		if p.hist != nil && len(r.keys) > 0 {
@@ -533,7 +533,7 @@ func (x *Indexer) record(ctx context.Context, model string, r *PickResult, chose
 		return
 	}
 	if err := p.spec.Hold(ctx, model, r.keys[c.MatchedBlocks:], r.holders[chosen]); err != nil {
-		x.m.specErrors.Inc()
+		ix.m.specErrors.Inc()
 	}
 }
 

@@ -15,29 +15,29 @@ import (
 // 512 - 8*i blocks), 64 candidates with varied load, and the Score query of
 // the same request.
 func pickBench(b *testing.B) (*Indexer, *PickQuery, *Query) {
-	x := newTestIndexer(b, Config{})
+	ix := newTestIndexer(b, Config{})
 	prompt := seqTokens(7, 512*testBlock)
 	q := &PickQuery{Query: Query{Model: testModel, Kind: InputHashes, BlockHashes: blockHashes(prompt, blockkeys.RequestExtras{})}}
 	for p := 0; p < 64; p++ {
 		name := fmt.Sprintf("pod-%02d", p)
-		apply(x, name, 0, storeEvent(prompt, 512-p*8, event.TierGPU))
+		apply(ix, name, 0, storeEvent(prompt, 512-p*8, event.TierGPU))
 		q.Candidates = append(q.Candidates, Candidate{Pod: name, Load: routing.Load{Running: p % 5, Waiting: p % 3, KVUsage: float64(p) / 64}})
 	}
 	sq := q.Query
 	for _, c := range q.Candidates {
 		sq.Pods = append(sq.Pods, c.Pod)
 	}
-	return x, q, &sq
+	return ix, q, &sq
 }
 
 // BenchmarkPick512x64 is Pick of 512 block hashes over 64 candidates, with
 // the default policy, speculative entries and routing history on.
 func BenchmarkPick512x64(b *testing.B) {
-	x, q, _ := pickBench(b)
+	ix, q, _ := pickBench(b)
 	var r PickResult
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := x.Pick(context.Background(), q, &r); err != nil {
+		if err := ix.Pick(context.Background(), q, &r); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -46,14 +46,14 @@ func BenchmarkPick512x64(b *testing.B) {
 // BenchmarkPick512x64Speculative is the same with the chosen pod missing
 // the last blocks, so every pick reads and writes speculative entries.
 func BenchmarkPick512x64Speculative(b *testing.B) {
-	x, q, _ := pickBench(b)
+	ix, q, _ := pickBench(b)
 	// the full holder is busy: pod-01 (504 blocks) wins and is assumed to
 	// hold the last 8
 	q.Candidates[0].Running = 40
 	var r PickResult
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := x.Pick(context.Background(), q, &r); err != nil {
+		if err := ix.Pick(context.Background(), q, &r); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -65,14 +65,14 @@ func BenchmarkPick512x64Speculative(b *testing.B) {
 // BenchmarkScore512x64 is Score of the same request restricted to the same
 // 64 pods (pods filter), and BenchmarkScore512All without a filter.
 func BenchmarkScore512x64(b *testing.B) {
-	x, _, q := pickBench(b)
-	benchScore(b, x, q)
+	ix, _, q := pickBench(b)
+	benchScore(b, ix, q)
 }
 
 func BenchmarkScore512All(b *testing.B) {
-	x, _, q := pickBench(b)
+	ix, _, q := pickBench(b)
 	q.Pods = nil
-	benchScore(b, x, q)
+	benchScore(b, ix, q)
 }
 
 // BenchmarkPickVsScore512x64 runs Score (without and with the pods filter
@@ -80,7 +80,7 @@ func BenchmarkScore512All(b *testing.B) {
 // locked OS thread, and reports the thread CPU time per call of each and
 // their difference: comparable on a loaded machine where ns/op is not.
 func BenchmarkPickVsScore512x64(b *testing.B) {
-	x, q, sq := pickBench(b)
+	ix, q, sq := pickBench(b)
 	var r PickResult
 	var sr Result
 	runtime.LockOSThread()
@@ -99,9 +99,9 @@ func BenchmarkPickVsScore512x64(b *testing.B) {
 	ctx := context.Background()
 	all := *sq
 	all.Pods = nil
-	scoreAll := cpu(func() { _ = x.Score(ctx, &all, &sr) })
-	score := cpu(func() { _ = x.Score(ctx, sq, &sr) })
-	pick := cpu(func() { _ = x.Pick(ctx, q, &r) })
+	scoreAll := cpu(func() { _ = ix.Score(ctx, &all, &sr) })
+	score := cpu(func() { _ = ix.Score(ctx, sq, &sr) })
+	pick := cpu(func() { _ = ix.Pick(ctx, q, &r) })
 	b.ReportMetric(scoreAll, "score-unfiltered-cpu-ns/op")
 	b.ReportMetric(score, "score-cpu-ns/op")
 	b.ReportMetric(pick, "pick-cpu-ns/op")

@@ -45,9 +45,9 @@ func newPickIndexer(t testing.TB, clk *fakeClock, pc PickConfig) *Indexer {
 	t.Helper()
 	pc.Now = clk.Now
 	reg := prometheus.NewRegistry()
-	x := newTestIndexer(t, Config{Pick: pc, Registry: reg})
-	registries.Store(x, reg)
-	return x
+	ix := newTestIndexer(t, Config{Pick: pc, Registry: reg})
+	registries.Store(ix, reg)
+	return ix
 }
 
 func hashQuery(prompt []uint32, cands ...Candidate) *PickQuery {
@@ -57,9 +57,9 @@ func hashQuery(prompt []uint32, cands ...Candidate) *PickQuery {
 
 func idle(pod string) Candidate { return Candidate{Pod: pod} }
 
-func mustPick(t *testing.T, x *Indexer, q *PickQuery, r *PickResult) {
+func mustPick(t *testing.T, ix *Indexer, q *PickQuery, r *PickResult) {
 	t.Helper()
-	if err := x.Pick(context.Background(), q, r); err != nil {
+	if err := ix.Pick(context.Background(), q, r); err != nil {
 		t.Fatalf("Pick: %v", err)
 	}
 }
@@ -74,11 +74,11 @@ func cand(r *PickResult, pod string) *CandidateResult {
 }
 
 func TestPickEqualLoadLongestPrefixWins(t *testing.T) {
-	x := newPickIndexer(t, newFakeClock(), PickConfig{})
+	ix := newPickIndexer(t, newFakeClock(), PickConfig{})
 	prompt := seqTokens(1, 16*testBlock)
-	apply(x, "a", 0, storeEvent(prompt, 4, event.TierGPU))
-	apply(x, "b", 0, storeEvent(prompt, 12, event.TierGPU))
-	apply(x, "c", 1, storeEvent(prompt, 8, event.TierGPU))
+	apply(ix, "a", 0, storeEvent(prompt, 4, event.TierGPU))
+	apply(ix, "b", 0, storeEvent(prompt, 12, event.TierGPU))
+	apply(ix, "c", 1, storeEvent(prompt, 8, event.TierGPU))
 	for _, pol := range routing.Names() {
 		if pol == routing.NameLeastLoaded {
 			continue
@@ -87,7 +87,7 @@ func TestPickEqualLoadLongestPrefixWins(t *testing.T) {
 			Candidate{Pod: "c", Load: routing.Load{Running: 3}}, Candidate{Pod: "fresh", Events: EventsOn, Load: routing.Load{Running: 3}})
 		q.Policy = pol
 		var r PickResult
-		mustPick(t, x, q, &r)
+		mustPick(t, ix, q, &r)
 		if r.Pod != "b" || r.Policy != pol || r.Chosen != 1 || r.TotalBlocks != 16 {
 			t.Errorf("%s: picked %q (%v), want b", pol, r.Pod, r.Reason)
 		}
@@ -100,20 +100,20 @@ func TestPickEqualLoadLongestPrefixWins(t *testing.T) {
 // A holder of the whole prompt with three requests in flight loses to an
 // idle pod under the cost model: 1*(16-16) + 3*16 + 0 = 48 > 1*16 + 0 + 16.
 func TestPickLoadedHolderLosesToIdlePod(t *testing.T) {
-	x := newPickIndexer(t, newFakeClock(), PickConfig{})
+	ix := newPickIndexer(t, newFakeClock(), PickConfig{})
 	prompt := seqTokens(1, 16*testBlock)
-	apply(x, "hot", 0, storeEvent(prompt, 16, event.TierGPU))
+	apply(ix, "hot", 0, storeEvent(prompt, 16, event.TierGPU))
 	var r PickResult
 	q := hashQuery(prompt, Candidate{Pod: "hot", Load: routing.Load{Running: 3}}, Candidate{Pod: "idle", Events: EventsOn})
 	q.Policy = routing.NameCost
-	mustPick(t, x, q, &r)
+	mustPick(t, ix, q, &r)
 	if r.Pod != "idle" || r.Reason != routing.ReasonLowestCost || r.Candidates[0].Cost != 48 || r.Candidates[1].Cost != 32 {
 		t.Fatalf("picked %q %v %+v", r.Pod, r.Reason, r.Candidates)
 	}
 	// One in flight: 16 < 32, the holder keeps the request.
 	q = hashQuery(prompt, Candidate{Pod: "hot", Load: routing.Load{Running: 1}}, Candidate{Pod: "idle2", Events: EventsOn})
 	q.Policy = routing.NameCost
-	mustPick(t, x, q, &r)
+	mustPick(t, ix, q, &r)
 	if r.Pod != "hot" || r.Candidates[0].Cost != 16 {
 		t.Fatalf("lightly loaded holder lost: %q %+v", r.Pod, r.Candidates)
 	}
@@ -121,13 +121,13 @@ func TestPickLoadedHolderLosesToIdlePod(t *testing.T) {
 
 func TestPickSpeculativeEntries(t *testing.T) {
 	clk := newFakeClock()
-	x := newPickIndexer(t, clk, PickConfig{})
+	ix := newPickIndexer(t, clk, PickConfig{})
 	prompt := seqTokens(100, 10*testBlock)
 	cands := func() []Candidate {
 		return []Candidate{{Pod: "p0", Events: EventsOn}, {Pod: "p1", Events: EventsOn}, {Pod: "p2", Events: EventsOn}}
 	}
 	var r PickResult
-	mustPick(t, x, hashQuery(prompt, cands()...), &r)
+	mustPick(t, ix, hashQuery(prompt, cands()...), &r)
 	first := r.Pod
 	if c := cand(&r, first); c.MatchedBlocks != 0 || c.SpeculativeBlocks != 0 {
 		t.Fatalf("first pick already matched: %+v", c)
@@ -136,20 +136,20 @@ func TestPickSpeculativeEntries(t *testing.T) {
 	// report it; the speculative prefix still wins under the cost model.
 	q := hashQuery(prompt, cands()...)
 	q.Candidates[r.Chosen].Running = 1
-	mustPick(t, x, q, &r)
+	mustPick(t, ix, q, &r)
 	if r.Pod != first {
 		t.Fatalf("second identical pick went to %q, first to %q", r.Pod, first)
 	}
 	if c := cand(&r, first); c.MatchedBlocks != 10 || c.SpeculativeBlocks != 10 {
 		t.Fatalf("second pick: %+v, want 10 speculative blocks", c)
 	}
-	if got := gaugeValue(t, x, "kvindexd_pick_assumed_entries", "speculative"); got != 10 {
+	if got := gaugeValue(t, ix, "kvindexd_pick_assumed_entries", "speculative"); got != 10 {
 		t.Errorf("speculative entries = %v, want 10", got)
 	}
 
 	// The TTL passes with no event: the entries are gone.
 	clk.Advance(2*time.Second + time.Nanosecond)
-	mustPick(t, x, hashQuery(prompt, Candidate{Pod: first, Events: EventsOn, Load: routing.Load{Running: 5}}, Candidate{Pod: "other", Events: EventsOn}), &r)
+	mustPick(t, ix, hashQuery(prompt, Candidate{Pod: first, Events: EventsOn, Load: routing.Load{Running: 5}}, Candidate{Pod: "other", Events: EventsOn}), &r)
 	if c := cand(&r, first); c.MatchedBlocks != 0 || c.SpeculativeBlocks != 0 {
 		t.Fatalf("after the TTL: %+v", c)
 	}
@@ -157,26 +157,26 @@ func TestPickSpeculativeEntries(t *testing.T) {
 
 func TestPickRealEventsReplaceSpeculative(t *testing.T) {
 	clk := newFakeClock()
-	x := newPickIndexer(t, clk, PickConfig{})
+	ix := newPickIndexer(t, clk, PickConfig{})
 	prompt := seqTokens(100, 10*testBlock)
 	var r PickResult
-	mustPick(t, x, hashQuery(prompt, Candidate{Pod: "p0", Events: EventsOn}), &r)
-	if x.pick.specMem.len() != 10 {
-		t.Fatalf("entries = %d", x.pick.specMem.len())
+	mustPick(t, ix, hashQuery(prompt, Candidate{Pod: "p0", Events: EventsOn}), &r)
+	if ix.pick.specMem.len() != 10 {
+		t.Fatalf("entries = %d", ix.pick.specMem.len())
 	}
 	// p0 stores 6 of the 10 blocks: those entries are replaced by real ones.
-	apply(x, "p0", 0, storeEvent(prompt, 6, event.TierGPU))
-	if n := x.pick.specMem.len(); n != 4 {
+	apply(ix, "p0", 0, storeEvent(prompt, 6, event.TierGPU))
+	if n := ix.pick.specMem.len(); n != 4 {
 		t.Fatalf("entries after BlockStored = %d, want 4", n)
 	}
-	mustPick(t, x, hashQuery(prompt, Candidate{Pod: "p0"}), &r)
+	mustPick(t, ix, hashQuery(prompt, Candidate{Pod: "p0"}), &r)
 	if c := r.Candidates[0]; c.MatchedBlocks != 10 || c.SpeculativeBlocks != 4 || c.Tiers[event.TierGPU] != 6 {
 		t.Fatalf("after 6 real blocks: %+v", c)
 	}
 	// p0 evicts block 8 (contradiction): its entry goes; the run stops at 8.
 	hs := blockHashes(prompt, blockkeys.RequestExtras{})
-	apply(x, "p0", 0, event.Event{Kind: event.BlockRemoved, BlockHashes: hs[8:9]})
-	mustPick(t, x, hashQuery(prompt, Candidate{Pod: "p0"}), &r)
+	apply(ix, "p0", 0, event.Event{Kind: event.BlockRemoved, BlockHashes: hs[8:9]})
+	mustPick(t, ix, hashQuery(prompt, Candidate{Pod: "p0"}), &r)
 	if c := r.Candidates[0]; c.MatchedBlocks != 8 || c.SpeculativeBlocks != 2 {
 		t.Fatalf("after the removal: %+v", c)
 	}
@@ -184,37 +184,37 @@ func TestPickRealEventsReplaceSpeculative(t *testing.T) {
 
 func TestPickCandidateWithoutEventsCanWin(t *testing.T) {
 	clk := newFakeClock()
-	x := newPickIndexer(t, clk, PickConfig{})
+	ix := newPickIndexer(t, clk, PickConfig{})
 	prompt := seqTokens(5, 12*testBlock)
 	other := seqTokens(900, 12*testBlock)
-	apply(x, "evented", 0, storeEvent(other, 12, event.TierGPU)) // knows a different prompt
+	apply(ix, "evented", 0, storeEvent(other, 12, event.TierGPU)) // knows a different prompt
 	var r PickResult
 	// "silent" publishes nothing and is unknown to the index: routing history.
-	mustPick(t, x, hashQuery(prompt, Candidate{Pod: "evented", Load: routing.Load{Running: 1}}, Candidate{Pod: "silent"}), &r)
+	mustPick(t, ix, hashQuery(prompt, Candidate{Pod: "evented", Load: routing.Load{Running: 1}}, Candidate{Pod: "silent"}), &r)
 	if r.Pod != "silent" || !r.Candidates[1].Approximate || r.Candidates[1].MatchedBlocks != 0 {
 		t.Fatalf("first pick: %q %+v", r.Pod, r.Candidates)
 	}
 	clk.Advance(time.Minute)
 	// Same prompt, equal load: the history says silent holds it.
-	mustPick(t, x, hashQuery(prompt, Candidate{Pod: "evented", Load: routing.Load{Running: 1}}, Candidate{Pod: "silent", Load: routing.Load{Running: 1}}), &r)
+	mustPick(t, ix, hashQuery(prompt, Candidate{Pod: "evented", Load: routing.Load{Running: 1}}, Candidate{Pod: "silent", Load: routing.Load{Running: 1}}), &r)
 	if r.Pod != "silent" || r.Candidates[1].MatchedBlocks != 12 || r.Candidates[1].SpeculativeBlocks != 0 {
 		t.Fatalf("second pick: %q %+v", r.Pod, r.Candidates)
 	}
 	// events:false wins over the index even for a pod it knows.
-	mustPick(t, x, hashQuery(other, Candidate{Pod: "evented", Events: EventsOff}), &r)
+	mustPick(t, ix, hashQuery(other, Candidate{Pod: "evented", Events: EventsOff}), &r)
 	if !r.Candidates[0].Approximate || r.Candidates[0].MatchedBlocks != 0 {
 		t.Fatalf("events:false: %+v", r.Candidates[0])
 	}
 	// The history forgets after its TTL (120 s since the last pick).
 	clk.Advance(121 * time.Second)
-	mustPick(t, x, hashQuery(prompt, Candidate{Pod: "silent"}, Candidate{Pod: "x"}), &r)
+	mustPick(t, ix, hashQuery(prompt, Candidate{Pod: "silent"}, Candidate{Pod: "x"}), &r)
 	if r.Candidates[0].MatchedBlocks != 0 {
 		t.Fatalf("history outlived its TTL: %+v", r.Candidates[0])
 	}
 }
 
 func TestPickValidation(t *testing.T) {
-	x := newPickIndexer(t, newFakeClock(), PickConfig{})
+	ix := newPickIndexer(t, newFakeClock(), PickConfig{})
 	prompt := seqTokens(1, 8)
 	cases := map[string]*PickQuery{
 		"candidates is required": hashQuery(prompt),
@@ -233,11 +233,11 @@ func TestPickValidation(t *testing.T) {
 	}
 	cases["limit 4096"] = many
 	// (pod) and (pod, rank) name the same engine once the index knows it.
-	apply(x, "r", 1, storeEvent(prompt, 1, event.TierGPU))
+	apply(ix, "r", 1, storeEvent(prompt, 1, event.TierGPU))
 	cases[`repeats pod "r" dp_rank 1`] = hashQuery(prompt, Candidate{Pod: "r"}, Candidate{Pod: "r", HasDPRank: true, DPRank: 1})
 	for want, q := range cases {
 		var r PickResult
-		err := x.Pick(context.Background(), q, &r)
+		err := ix.Pick(context.Background(), q, &r)
 		e, ok := err.(*Error)
 		if !ok || e.Code != InvalidArgument || !strings.Contains(e.Msg, want) {
 			t.Errorf("%s: got %v", want, err)
@@ -248,7 +248,7 @@ func TestPickValidation(t *testing.T) {
 	}
 	// The candidate table is left clean after a rejected query.
 	var r PickResult
-	mustPick(t, x, hashQuery(prompt, Candidate{Pod: "r"}), &r)
+	mustPick(t, ix, hashQuery(prompt, Candidate{Pod: "r"}), &r)
 	if r.Candidates[0].MatchedBlocks != 1 || r.DPRank != 1 || !r.HasDPRank {
 		t.Fatalf("after errors: %+v", r)
 	}
@@ -267,36 +267,36 @@ func (v visitOnly) backend() BackendFunc {
 // The index being down is reported as Unavailable, as by Score.
 func TestPickIndexDown(t *testing.T) {
 	f := &flakyIndex{MemoryIndex: kvindex.NewMemoryIndex(kvindex.MemoryConfig{})}
-	x := newTestIndexer(t, Config{Backend: visitOnly{f}.backend()})
+	ix := newTestIndexer(t, Config{Backend: visitOnly{f}.backend()})
 	prompt := seqTokens(1, 8)
-	apply(x, "a", 0, storeEvent(prompt, 2, event.TierGPU))
+	apply(ix, "a", 0, storeEvent(prompt, 2, event.TierGPU))
 	f.down.Store(true)
 	var r PickResult
 	for _, q := range []*PickQuery{
 		hashQuery(prompt, Candidate{Pod: "a"}),                     // index lookup fails
 		hashQuery(prompt, Candidate{Pod: "new", Events: EventsOn}), // no lookup: health check
 	} {
-		err := x.Pick(context.Background(), q, &r)
+		err := ix.Pick(context.Background(), q, &r)
 		if e, ok := err.(*Error); !ok || e.Code != Unavailable {
 			t.Errorf("%+v: got %v", q.Candidates, err)
 		}
 	}
 	// Pods without events alone need no index.
-	mustPick(t, x, hashQuery(prompt, Candidate{Pod: "silent", Events: EventsOff}), &r)
+	mustPick(t, ix, hashQuery(prompt, Candidate{Pod: "silent", Events: EventsOff}), &r)
 }
 
 func TestPickMetrics(t *testing.T) {
-	x := newPickIndexer(t, newFakeClock(), PickConfig{})
+	ix := newPickIndexer(t, newFakeClock(), PickConfig{})
 	prompt := seqTokens(1, 8)
 	var r PickResult
-	mustPick(t, x, hashQuery(prompt, idle("a"), idle("b")), &r)
+	mustPick(t, ix, hashQuery(prompt, idle("a"), idle("b")), &r)
 	q := hashQuery(prompt, idle("a"))
 	q.Policy = routing.NameAIBrix
-	mustPick(t, x, q, &r)
-	if got := counterValue(t, x, "kvindexd_picks_total", map[string]string{"policy": "sglang", "reason": "no-prefix-match"}); got != 1 {
+	mustPick(t, ix, q, &r)
+	if got := counterValue(t, ix, "kvindexd_picks_total", map[string]string{"policy": "sglang", "reason": "no-prefix-match"}); got != 1 {
 		t.Errorf("default-policy picks = %v", got)
 	}
-	if got := counterValue(t, x, "kvindexd_picks_total", map[string]string{"policy": "aibrix", "reason": "only-candidate"}); got != 1 {
+	if got := counterValue(t, ix, "kvindexd_picks_total", map[string]string{"policy": "aibrix", "reason": "only-candidate"}); got != 1 {
 		t.Errorf("aibrix picks = %v", got)
 	}
 }
@@ -314,13 +314,13 @@ func TestPickConfigErrors(t *testing.T) {
 		}
 	}
 	// TTLs below zero turn the stores off.
-	x := newTestIndexer(t, Config{Pick: PickConfig{SpeculativeTTL: -1, HistoryTTL: -1, DefaultPolicy: routing.NameSGLang}})
-	if x.pick.spec != nil || x.pick.hist != nil || x.pick.order[x.pick.def].Name() != routing.NameSGLang {
+	ix := newTestIndexer(t, Config{Pick: PickConfig{SpeculativeTTL: -1, HistoryTTL: -1, DefaultPolicy: routing.NameSGLang}})
+	if ix.pick.spec != nil || ix.pick.hist != nil || ix.pick.order[ix.pick.def].Name() != routing.NameSGLang {
 		t.Fatal("stores on or wrong default")
 	}
 	var r PickResult
-	mustPick(t, x, hashQuery(seqTokens(1, 8), idle("a")), &r)
-	mustPick(t, x, hashQuery(seqTokens(1, 8), idle("a")), &r)
+	mustPick(t, ix, hashQuery(seqTokens(1, 8), idle("a")), &r)
+	mustPick(t, ix, hashQuery(seqTokens(1, 8), idle("a")), &r)
 	if r.Candidates[0].MatchedBlocks != 0 || r.Policy != routing.NameSGLang {
 		t.Fatalf("%+v", r)
 	}
@@ -333,39 +333,39 @@ func TestPickReusedResultDoesNotAllocate(t *testing.T) {
 		t.Skip("allocation counts are meaningless under the race detector")
 	}
 	clk := newFakeClock()
-	x := newPickIndexer(t, clk, PickConfig{})
+	ix := newPickIndexer(t, clk, PickConfig{})
 	prompt := seqTokens(7, 64*testBlock)
 	var cands []Candidate
 	for p := 0; p < 8; p++ {
-		apply(x, fmt.Sprintf("pod-%d", p), p%2, storeEvent(prompt, 60-p*8, event.TierGPU))
+		apply(ix, fmt.Sprintf("pod-%d", p), p%2, storeEvent(prompt, 60-p*8, event.TierGPU))
 		cands = append(cands, Candidate{Pod: fmt.Sprintf("pod-%d", p), Load: routing.Load{Running: p}})
 	}
 	cands = append(cands, Candidate{Pod: "silent", Events: EventsOff, Load: routing.Load{Running: 3}})
 	q := hashQuery(prompt, cands...)
 	var r PickResult
-	mustPick(t, x, q, &r)
-	mustPick(t, x, q, &r)
+	mustPick(t, ix, q, &r)
+	mustPick(t, ix, q, &r)
 	for _, pol := range routing.Names() {
 		q.Policy = pol
-		if a := testing.AllocsPerRun(50, func() { mustPick(t, x, q, &r) }); a != 0 {
+		if a := testing.AllocsPerRun(50, func() { mustPick(t, ix, q, &r) }); a != 0 {
 			t.Errorf("%s: Pick allocates %.1f times per call", pol, a)
 		}
 	}
 }
 
-func counterValue(t *testing.T, x *Indexer, name string, labels map[string]string) float64 {
+func counterValue(t *testing.T, ix *Indexer, name string, labels map[string]string) float64 {
 	t.Helper()
-	return metricValue(t, x, name, labels)
+	return metricValue(t, ix, name, labels)
 }
 
-func gaugeValue(t *testing.T, x *Indexer, name, store string) float64 {
+func gaugeValue(t *testing.T, ix *Indexer, name, store string) float64 {
 	t.Helper()
-	return metricValue(t, x, name, map[string]string{"store": store})
+	return metricValue(t, ix, name, map[string]string{"store": store})
 }
 
-func metricValue(t *testing.T, x *Indexer, name string, labels map[string]string) float64 {
+func metricValue(t *testing.T, ix *Indexer, name string, labels map[string]string) float64 {
 	t.Helper()
-	reg, _ := registries.Load(x)
+	reg, _ := registries.Load(ix)
 	mfs, err := reg.(*prometheus.Registry).Gather()
 	if err != nil {
 		t.Fatal(err)

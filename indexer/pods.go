@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/kvindex/kvindex/applier"
+	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -26,16 +27,18 @@ type PodStatus struct {
 	// (a listing still answers while the backend is down).
 	Blocks int64
 	// Stale: loaded from a snapshot, not served until its stream resumes.
-	Stale bool
+	// Untrusted: a write of the pod's failed and it is not served until
+	// its clear went through. Both are the subscriber's answer
+	// (kvevents.StreamState.Held), false without one.
+	Stale, Untrusted bool
 }
 
 // Pods lists every (pod, rank) the applier has seen plus the also refs
 // (pods a subscriber knows that sent nothing yet), sorted by name and rank.
 // Block counts come in one batched read when the backend supports it
 // (kvindex.PodBlocksBatcher), else one read per pod.
-func (x *Indexer) Pods(ctx context.Context, also []PodRef) []PodStatus {
-	stats := x.applier.PodStats()
-	also = append(also[:len(also):len(also)], x.gate.refs()...)
+func (ix *Indexer) Pods(ctx context.Context, also []PodRef) []PodStatus {
+	stats := ix.applier.PodStats()
 	out := make([]PodStatus, 0, len(stats)+len(also))
 	seen := make(map[PodRef]struct{}, len(stats)+len(also))
 	for _, st := range stats {
@@ -55,12 +58,16 @@ func (x *Indexer) Pods(ctx context.Context, also []PodRef) []PodStatus {
 		}
 		return cmp.Compare(a.Stats.DPRank, b.Stats.DPRank)
 	})
-	x.fillBlocks(ctx, out)
-	if x.gate.pending.Load() != 0 {
+	ix.fillBlocks(ctx, out)
+	if ix.sub != nil && !ix.sub.AllServable() {
+		refs := make([]kvevents.StreamRef, len(out))
 		for i := range out {
-			if id, ok := x.in.LookupPod(out[i].Stats.Pod, out[i].Stats.DPRank); ok {
-				out[i].Stale = x.gate.stale(id)
-			}
+			refs[i] = kvevents.StreamRef{Pod: out[i].Stats.Pod, DPRank: out[i].Stats.DPRank}
+		}
+		states := make([]kvevents.StreamState, len(out))
+		ix.sub.StreamStates(refs, states)
+		for i := range out {
+			out[i].Stale, out[i].Untrusted = states[i].Held == "restored", states[i].Held == "index_error"
 		}
 	}
 	return out
@@ -68,18 +75,18 @@ func (x *Indexer) Pods(ctx context.Context, also []PodRef) []PodStatus {
 
 // fillBlocks sets Blocks of every listed pod: 0 for a name the interner has
 // never seen (nothing can be indexed for it), -1 when the read fails.
-func (x *Indexer) fillBlocks(ctx context.Context, pods []PodStatus) {
+func (ix *Indexer) fillBlocks(ctx context.Context, pods []PodStatus) {
 	ids := make([]kvindex.PodID, 0, len(pods))
 	at := make([]int, 0, len(pods))
 	for i := range pods {
-		id, ok := x.in.LookupPod(pods[i].Stats.Pod, pods[i].Stats.DPRank)
+		id, ok := ix.in.LookupPod(pods[i].Stats.Pod, pods[i].Stats.DPRank)
 		if !ok {
 			continue
 		}
 		ids = append(ids, id)
 		at = append(at, i)
 	}
-	if b := x.backend.Batch; b != nil {
+	if b := ix.backend.Batch; b != nil {
 		n := make([]int64, len(ids))
 		err := b.PodBlocksBatch(ctx, ids, n)
 		for j, i := range at {
@@ -92,7 +99,7 @@ func (x *Indexer) fillBlocks(ctx context.Context, pods []PodStatus) {
 		return
 	}
 	for j, i := range at {
-		n, err := x.idx.PodBlocks(ctx, ids[j])
+		n, err := ix.idx.PodBlocks(ctx, ids[j])
 		if err != nil {
 			n = -1
 		}

@@ -2,7 +2,6 @@ package indexer
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -88,18 +87,7 @@ type predictor struct {
 }
 
 func newPredictor(cfg PredictionConfig, in *kvindex.Interner, reg *prometheus.Registry) (*predictor, error) {
-	if cfg.SampleRate < 0 || cfg.SampleRate > 1 {
-		return nil, errors.New("indexer: prediction sample rate must be in [0, 1]")
-	}
-	if cfg.Window < 0 || cfg.Capacity < 0 {
-		return nil, errors.New("indexer: prediction window and capacity must not be negative")
-	}
-	if cfg.Window == 0 {
-		cfg.Window = DefaultPredictionWindow
-	}
-	if cfg.Capacity == 0 {
-		cfg.Capacity = DefaultPredictionCapacity
-	}
+	// cfg comes resolved and checked (options.go).
 	p := &predictor{rate: cfg.SampleRate, window: cfg.Window, capacity: cfg.Capacity, in: in,
 		now: time.Now, rand: rand.Float64, pending: map[kvindex.ModelID]map[blockkeys.Key]int64{}, models: map[kvindex.ModelID]*predCounts{}}
 	if reg != nil {
@@ -231,15 +219,15 @@ type ModelPrediction struct {
 
 // Predictions lists the prediction check per model, sorted by name; nil
 // when the check is off.
-func (x *Indexer) Predictions() []ModelPrediction {
-	if x.pred == nil {
+func (ix *Indexer) Predictions() []ModelPrediction {
+	if ix.pred == nil {
 		return nil
 	}
-	return x.pred.snapshot()
+	return ix.pred.snapshot()
 }
 
 // PredictionEnabled reports whether scored requests are sampled.
-func (x *Indexer) PredictionEnabled() bool { return x.pred != nil }
+func (ix *Indexer) PredictionEnabled() bool { return ix.pred != nil }
 
 func (p *predictor) snapshot() []ModelPrediction {
 	p.mu.Lock()

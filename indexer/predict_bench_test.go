@@ -33,21 +33,21 @@ func BenchmarkApplyWithPrediction(b *testing.B) {
 		awaiting bool
 	}{{"off", 0, false}, {"on-idle", 1, false}, {"on-awaiting", 1, true}} {
 		b.Run(c.name, func(b *testing.B) {
-			x := newTestIndexer(b, Config{Index: IndexConfig{Capacity: 1 << 22}, Prediction: PredictionConfig{SampleRate: c.rate, Window: time.Hour}})
+			ix := newTestIndexer(b, Config{Index: IndexConfig{Capacity: 1 << 22}, Prediction: PredictionConfig{SampleRate: c.rate, Window: time.Hour}})
 			if c.awaiting {
-				apply(x, "pod-a", 0, batches[0].Events...) // the model becomes known
+				apply(ix, "pod-a", 0, batches[0].Events...) // the model becomes known
 				var r Result
 				for i := range 1000 {
 					q := Query{Model: testModel, Kind: InputTokens, TokenIDs: seqTokens(1<<24+i*64*testBlock, 64*testBlock)}
-					if err := x.Score(context.Background(), &q, &r); err != nil {
+					if err := ix.Score(context.Background(), &q, &r); err != nil {
 						b.Fatal(err)
 					}
 				}
-				if x.pred.awaiting.Load() < 60000 {
-					b.Fatalf("only %d keys awaited", x.pred.awaiting.Load())
+				if ix.pred.awaiting.Load() < 60000 {
+					b.Fatalf("only %d keys awaited", ix.pred.awaiting.Load())
 				}
 			}
-			sink := x.Sink()
+			sink := ix.Sink()
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -62,12 +62,12 @@ func BenchmarkApplyWithPrediction(b *testing.B) {
 // ~64k keys are awaited: its ns/block is what the apply path pays per
 // stored block when the table is full.
 func BenchmarkPredictionObserve(b *testing.B) {
-	x := newTestIndexer(b, Config{Prediction: PredictionConfig{SampleRate: 1, Window: time.Hour}})
-	apply(x, "pod-a", 0, storeEvent(seqTokens(1, testBlock), 1, event.TierGPU))
+	ix := newTestIndexer(b, Config{Prediction: PredictionConfig{SampleRate: 1, Window: time.Hour}})
+	apply(ix, "pod-a", 0, storeEvent(seqTokens(1, testBlock), 1, event.TierGPU))
 	var r Result
 	for i := range 1000 {
 		q := Query{Model: testModel, Kind: InputTokens, TokenIDs: seqTokens(1<<24+i*64*testBlock, 64*testBlock)}
-		if err := x.Score(context.Background(), &q, &r); err != nil {
+		if err := ix.Score(context.Background(), &q, &r); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -75,11 +75,11 @@ func BenchmarkPredictionObserve(b *testing.B) {
 	for i := range keys {
 		keys[i] = blockkeys.Key(i*7919 + 3)
 	}
-	model, _ := x.in.LookupModel(testModel)
+	model, _ := ix.in.LookupModel(testModel)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		x.pred.observe(model, keys)
+		ix.pred.observe(model, keys)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(keys)), "ns/block")
 }

@@ -18,10 +18,10 @@ func (c *clock) now() time.Time { return c.t }
 func newPredIndexer(t *testing.T, cfg PredictionConfig) (*Indexer, *clock, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	x := newTestIndexer(t, Config{Prediction: cfg, Registry: reg})
+	ix := newTestIndexer(t, Config{Prediction: cfg, Registry: reg})
 	c := &clock{t: time.Unix(1_700_000_000, 0)}
-	x.pred.now = c.now
-	return x, c, reg
+	ix.pred.now = c.now
+	return ix, c, reg
 }
 
 func gauge(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
@@ -51,14 +51,14 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string, labels ...string
 	return 0
 }
 
-func predictionOf(t *testing.T, x *Indexer, model string) ModelPrediction {
+func predictionOf(t *testing.T, ix *Indexer, model string) ModelPrediction {
 	t.Helper()
-	for _, p := range x.Predictions() {
+	for _, p := range ix.Predictions() {
 		if p.Model == model {
 			return p
 		}
 	}
-	t.Fatalf("no prediction entry for %s in %+v", model, x.Predictions())
+	t.Fatalf("no prediction entry for %s in %+v", model, ix.Predictions())
 	return ModelPrediction{}
 }
 
@@ -66,31 +66,31 @@ func predictionOf(t *testing.T, x *Indexer, model string) ModelPrediction {
 // storing them within the window counts them seen, blocks never stored
 // count missed once the window passed, and late arrivals count missed too.
 func TestPredictionSeenAndMissed(t *testing.T) {
-	x, c, reg := newPredIndexer(t, PredictionConfig{SampleRate: 1, Window: 10 * time.Second})
+	ix, c, reg := newPredIndexer(t, PredictionConfig{SampleRate: 1, Window: 10 * time.Second})
 	shared := seqTokens(100, 3*testBlock)
-	apply(x, "pod-a", 0, storeEvent(shared, 3, event.TierGPU)) // makes the model known
+	apply(ix, "pod-a", 0, storeEvent(shared, 3, event.TierGPU)) // makes the model known
 	var r Result
 	req := append(append([]uint32(nil), shared...), seqTokens(900, 5*testBlock)...) // 3 cached + 5 new blocks
-	mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: req}, &r)
-	if p := predictionOf(t, x, testModel); p.Predicted != 5 || p.Pending != 5 {
+	mustScore(t, ix, &Query{Model: testModel, Kind: InputTokens, TokenIDs: req}, &r)
+	if p := predictionOf(t, ix, testModel); p.Predicted != 5 || p.Pending != 5 {
 		t.Fatalf("after scoring: %+v, want 5 predicted (the cached 3 predict nothing)", p)
 	}
 	// The engine serves it and stores 4 of the 5 new blocks in time.
-	apply(x, "pod-a", 0, storeEvent(req, 7, event.TierGPU))
-	if p := predictionOf(t, x, testModel); p.Seen != 4 || p.Pending != 1 || p.Missed != 0 {
+	apply(ix, "pod-a", 0, storeEvent(req, 7, event.TierGPU))
+	if p := predictionOf(t, ix, testModel); p.Seen != 4 || p.Pending != 1 || p.Missed != 0 {
 		t.Fatalf("after storing: %+v", p)
 	}
 	c.t = c.t.Add(11 * time.Second)
-	p := predictionOf(t, x, testModel)
+	p := predictionOf(t, ix, testModel)
 	if p.Seen != 4 || p.Missed != 1 || p.Pending != 0 || p.MissRate != 0.2 {
 		t.Fatalf("after the window: %+v", p)
 	}
 	// A block stored after its window is a miss.
 	other := seqTokens(5000, 2*testBlock)
-	mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: other}, &r)
+	mustScore(t, ix, &Query{Model: testModel, Kind: InputTokens, TokenIDs: other}, &r)
 	c.t = c.t.Add(11 * time.Second)
-	apply(x, "pod-a", 0, storeEvent(other, 2, event.TierGPU))
-	if p := predictionOf(t, x, testModel); p.Missed != 3 || p.Seen != 4 {
+	apply(ix, "pod-a", 0, storeEvent(other, 2, event.TierGPU))
+	if p := predictionOf(t, ix, testModel); p.Missed != 3 || p.Seen != 4 {
 		t.Fatalf("late arrival: %+v", p)
 	}
 	if got := gauge(t, reg, "kvindexd_prediction_blocks_seen_total", "model", testModel); got != 4 {
@@ -101,20 +101,20 @@ func TestPredictionSeenAndMissed(t *testing.T) {
 	}
 	// An unknown model is not sampled: its name is the request's, and
 	// interning it would grow a table from request input.
-	mustScore(t, x, &Query{Model: "never/published", Kind: InputTokens, TokenIDs: other}, &r)
-	if len(x.Predictions()) != 1 {
-		t.Errorf("unknown model sampled: %+v", x.Predictions())
+	mustScore(t, ix, &Query{Model: "never/published", Kind: InputTokens, TokenIDs: other}, &r)
+	if len(ix.Predictions()) != 1 {
+		t.Errorf("unknown model sampled: %+v", ix.Predictions())
 	}
 }
 
 // The table of awaited blocks has a cap: predictions beyond it are dropped
 // and counted, and the pending gauge never exceeds it.
 func TestPredictionCapacity(t *testing.T) {
-	x, c, reg := newPredIndexer(t, PredictionConfig{SampleRate: 1, Window: time.Second, Capacity: 6})
-	apply(x, "pod-a", 0, storeEvent(seqTokens(1, testBlock), 1, event.TierGPU))
+	ix, c, reg := newPredIndexer(t, PredictionConfig{SampleRate: 1, Window: time.Second, Capacity: 6})
+	apply(ix, "pod-a", 0, storeEvent(seqTokens(1, testBlock), 1, event.TierGPU))
 	var r Result
 	for i := range 4 {
-		mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: seqTokens(1000*(i+1), 4*testBlock)}, &r)
+		mustScore(t, ix, &Query{Model: testModel, Kind: InputTokens, TokenIDs: seqTokens(1000*(i+1), 4*testBlock)}, &r)
 	}
 	if got := gauge(t, reg, "kvindexd_prediction_pending_blocks"); got != 6 {
 		t.Fatalf("pending %v, want the cap 6", got)
@@ -124,24 +124,24 @@ func TestPredictionCapacity(t *testing.T) {
 	}
 	// Seen keys leave the FIFO only at their deadline, and the FIFO is what
 	// the cap bounds: storing them does not let more in before then.
-	apply(x, "pod-b", 0, storeEvent(seqTokens(1000, 4*testBlock), 4, event.TierGPU))
-	mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: seqTokens(9000, 2*testBlock)}, &r)
+	apply(ix, "pod-b", 0, storeEvent(seqTokens(1000, 4*testBlock), 4, event.TierGPU))
+	mustScore(t, ix, &Query{Model: testModel, Kind: InputTokens, TokenIDs: seqTokens(9000, 2*testBlock)}, &r)
 	if got := gauge(t, reg, "kvindexd_prediction_dropped_total"); got != 12 {
 		t.Fatalf("dropped %v after seen keys, want 12", got)
 	}
 	// After the window everything settles and the table is free again.
 	c.t = c.t.Add(2 * time.Second)
-	mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: seqTokens(9000, 2*testBlock)}, &r)
+	mustScore(t, ix, &Query{Model: testModel, Kind: InputTokens, TokenIDs: seqTokens(9000, 2*testBlock)}, &r)
 	if got := gauge(t, reg, "kvindexd_prediction_pending_blocks"); got != 2 {
 		t.Fatalf("pending %v after the window, want 2", got)
 	}
-	x.pred.mu.Lock()
-	fifo := len(x.pred.fifo) - x.pred.head
-	x.pred.mu.Unlock()
+	ix.pred.mu.Lock()
+	fifo := len(ix.pred.fifo) - ix.pred.head
+	ix.pred.mu.Unlock()
 	if fifo != 2 {
 		t.Fatalf("fifo holds %d entries, want 2", fifo)
 	}
-	p := predictionOf(t, x, testModel)
+	p := predictionOf(t, ix, testModel)
 	if p.Seen != 4 || p.Missed != 2 || p.Pending != 2 {
 		t.Fatalf("%+v", p)
 	}
@@ -151,8 +151,8 @@ func TestPredictionCapacity(t *testing.T) {
 // metric is registered.
 func TestPredictionOffByDefault(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	x := newTestIndexer(t, Config{Registry: reg})
-	if x.pred != nil || x.PredictionEnabled() || x.Predictions() != nil {
+	ix := newTestIndexer(t, Config{Registry: reg})
+	if ix.pred != nil || ix.PredictionEnabled() || ix.Predictions() != nil {
 		t.Fatal("prediction on without a sample rate")
 	}
 	mfs, _ := reg.Gather()
@@ -168,35 +168,35 @@ func TestPredictionOffByDefault(t *testing.T) {
 
 // The apply-path hook allocates nothing, with and without awaited keys.
 func TestPredictionObserveDoesNotAllocate(t *testing.T) {
-	x, _, _ := newPredIndexer(t, PredictionConfig{SampleRate: 1})
+	ix, _, _ := newPredIndexer(t, PredictionConfig{SampleRate: 1})
 	keys := make([]blockkeys.Key, 64)
 	for i := range keys {
 		keys[i] = blockkeys.Key(i + 1)
 	}
-	if n := testing.AllocsPerRun(100, func() { x.pred.observe(1, keys) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { ix.pred.observe(1, keys) }); n != 0 {
 		t.Fatalf("observe with nothing awaited: %v allocs", n)
 	}
-	apply(x, "pod-a", 0, storeEvent(seqTokens(1, testBlock), 1, event.TierGPU))
+	apply(ix, "pod-a", 0, storeEvent(seqTokens(1, testBlock), 1, event.TierGPU))
 	var r Result
-	mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: seqTokens(7000, 8*testBlock)}, &r)
-	if x.pred.awaiting.Load() == 0 {
+	mustScore(t, ix, &Query{Model: testModel, Kind: InputTokens, TokenIDs: seqTokens(7000, 8*testBlock)}, &r)
+	if ix.pred.awaiting.Load() == 0 {
 		t.Fatal("nothing awaited")
 	}
-	if n := testing.AllocsPerRun(100, func() { x.pred.observe(1, keys) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { ix.pred.observe(1, keys) }); n != 0 {
 		t.Fatalf("observe with awaited keys: %v allocs", n)
 	}
 }
 
 // A sample rate below 1 checks about that fraction of requests.
 func TestPredictionSampleRate(t *testing.T) {
-	x, _, _ := newPredIndexer(t, PredictionConfig{SampleRate: 0.25, Capacity: 1 << 20})
-	apply(x, "pod-a", 0, storeEvent(seqTokens(1, testBlock), 1, event.TierGPU))
+	ix, _, _ := newPredIndexer(t, PredictionConfig{SampleRate: 0.25, Capacity: 1 << 20})
+	apply(ix, "pod-a", 0, storeEvent(seqTokens(1, testBlock), 1, event.TierGPU))
 	var r Result
 	const n = 2000
 	for i := range n {
-		mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: seqTokens(10+i*testBlock, testBlock)}, &r)
+		mustScore(t, ix, &Query{Model: testModel, Kind: InputTokens, TokenIDs: seqTokens(10+i*testBlock, testBlock)}, &r)
 	}
-	got := predictionOf(t, x, testModel).Predicted
+	got := predictionOf(t, ix, testModel).Predicted
 	if got < n*0.15 || got > n*0.35 {
 		t.Fatalf("%d of %d requests sampled at rate 0.25", got, n)
 	}

@@ -19,21 +19,21 @@ import (
 // Score answers q into r: input -> block keys -> index lookup over trusted
 // candidates -> one entry per pod name. A non-nil error is an *Error and r
 // is then empty.
-func (x *Indexer) Score(ctx context.Context, q *Query, r *Result) error {
+func (ix *Indexer) Score(ctx context.Context, q *Query, r *Result) error {
 	r.clear()
-	if err := x.score(ctx, q, r); err != nil {
+	if err := ix.score(ctx, q, r); err != nil {
 		r.clear()
 		return err
 	}
-	x.fillStreams(r)
+	ix.fillStreams(r)
 	return nil
 }
 
-func (x *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
+func (ix *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 	if err := q.validate(); err != nil {
 		return err
 	}
-	in, err := x.requestKeys(ctx, q, &r.keys, &r.ek)
+	in, err := ix.requestKeys(ctx, q, &r.keys, &r.ek)
 	if err != nil {
 		return err
 	}
@@ -41,9 +41,9 @@ func (x *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 	r.BlockSize = in.blockSize
 	r.TotalBlocks = len(r.keys)
 	r.UnscoredReason = in.unscored
-	if !modelKnown && len(r.keys) > 0 && x.backend.Names != nil {
+	if !modelKnown && len(r.keys) > 0 && ix.backend.Names != nil {
 		var err *Error
-		if modelID, modelKnown, err = x.sharedModel(ctx, q.Model, r.keys[0]); err != nil {
+		if modelID, modelKnown, err = ix.sharedModel(ctx, q.Model, r.keys[0]); err != nil {
 			return err
 		}
 	}
@@ -55,11 +55,11 @@ func (x *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 		unknown := false
 		for _, name := range q.Pods {
 			n := len(r.cands)
-			r.cands = x.in.AppendPodsNamed(r.cands, name)
+			r.cands = ix.in.AppendPodsNamed(r.cands, name)
 			unknown = unknown || len(r.cands) == n
 		}
 		cands = r.cands
-		if unknown && x.backend.Names != nil {
+		if unknown && ix.backend.Names != nil {
 			// Another daemon may have written a pod this one never met:
 			// score every holder (the backend interns what it reads) and
 			// keep the named pods by name.
@@ -70,30 +70,30 @@ func (x *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 	// names no known pod. Answer empty without touching the index, except
 	// that an index that is down must still be reported as down.
 	if !modelKnown || len(r.keys) == 0 || (len(q.Pods) > 0 && len(cands) == 0 && r.nameFilter == nil) {
-		if err := x.Healthy(ctx); err != nil {
+		if err := ix.Healthy(ctx); err != nil {
 			return errorf(Unavailable, "index unavailable: %v", err)
 		}
 		return nil
 	}
 
-	if err := x.lookupAll(ctx, modelID, r.keys, &r.ek, cands, &r.res); err != nil {
+	if err := ix.lookupAll(ctx, modelID, r.keys, &r.ek, cands, &r.res); err != nil {
 		return err
 	}
-	r.aggregate(x.in, x.trusted, &x.podOrder)
+	r.aggregate(ix.in, ix.trusted, &ix.podOrder)
 	if q.SessionID != "" {
-		x.preferSession(q.SessionID, r)
+		ix.preferSession(q.SessionID, r)
 	}
-	if x.pred != nil {
-		x.pred.sample(modelID, r)
+	if ix.pred != nil {
+		ix.pred.sample(modelID, r)
 	}
 	return nil
 }
 
 // lookup runs the scorer over the index and times it.
-func (x *Indexer) lookup(ctx context.Context, model kvindex.ModelID, keys []blockkeys.Key, cands []kvindex.PodID, res *kvindex.ScoreResult) *Error {
+func (ix *Indexer) lookup(ctx context.Context, model kvindex.ModelID, keys []blockkeys.Key, cands []kvindex.PodID, res *kvindex.ScoreResult) *Error {
 	t0 := time.Now()
-	err := x.scorer.Score(ctx, model, keys, cands, res)
-	x.m.lookup.Observe(time.Since(t0).Seconds())
+	err := ix.scorer.Score(ctx, model, keys, cands, res)
+	ix.m.lookup.Observe(time.Since(t0).Seconds())
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctxError(ctx.Err())
@@ -105,19 +105,19 @@ func (x *Indexer) lookup(ctx context.Context, model kvindex.ModelID, keys []bloc
 
 // lookupAll scores the primary keys and every other engine's (engines.go)
 // into res, storage sources credited to their readers (storage.go).
-func (x *Indexer) lookupAll(ctx context.Context, model kvindex.ModelID, keys []blockkeys.Key, ek *engineKeys,
+func (ix *Indexer) lookupAll(ctx context.Context, model kvindex.ModelID, keys []blockkeys.Key, ek *engineKeys,
 	cands []kvindex.PodID, res *kvindex.ScoreResult) *Error {
-	x.storageIDs(&ek.st)
+	ix.storageIDs(&ek.st)
 	all := withStorage(cands, &ek.st)
-	if err := x.lookup(ctx, model, keys, all, res); err != nil {
+	if err := ix.lookup(ctx, model, keys, all, res); err != nil {
 		return err
 	}
-	if err := x.scoreEngines(ek, func(keys []blockkeys.Key, r *kvindex.ScoreResult) *Error {
-		return x.lookup(ctx, model, keys, all, r)
+	if err := ix.scoreEngines(ek, func(keys []blockkeys.Key, r *kvindex.ScoreResult) *Error {
+		return ix.lookup(ctx, model, keys, all, r)
 	}, res); err != nil {
 		return err
 	}
-	x.creditStorage(model, cands, &ek.st, res)
+	ix.creditStorage(model, cands, &ek.st, res)
 	return nil
 }
 
@@ -135,60 +135,60 @@ type requestInfo struct {
 // requestKeys turns a validated query's input into its block keys (into
 // *keys, reused) and, for token inputs, into every other applied engine's
 // keys (into ek): the one path Score and Pick share.
-func (x *Indexer) requestKeys(ctx context.Context, q *Query, keys *[]blockkeys.Key, ek *engineKeys) (requestInfo, *Error) {
+func (ix *Indexer) requestKeys(ctx context.Context, q *Query, keys *[]blockkeys.Key, ek *engineKeys) (requestInfo, *Error) {
 	var in requestInfo
 	// A model nobody has published for is known to the interner only once an
 	// event arrived; scoring it is legal (nobody holds anything) but the name
 	// must at least be given unless events also came without one.
-	in.model, in.modelKnown = x.in.LookupModel(q.Model)
+	in.model, in.modelKnown = ix.in.LookupModel(q.Model)
 	if q.Model == "" && !in.modelKnown {
 		return in, errorf(InvalidArgument, "model is required")
 	}
-	hasher := x.hashers.For(q.Model)
+	hasher := ix.hashers.For(q.Model)
 	in.blockSize = hasher.Config().BlockSize
 	*keys = (*keys)[:0]
 	ek.clear()
 	switch q.Kind {
 	case InputTokens:
 		in.tokens = len(q.TokenIDs)
-		x.tokenKeys(keys, hasher, q.TokenIDs, q)
-		x.engineTokenKeys(ek, q.Model, q.TokenIDs, q)
+		ix.tokenKeys(keys, hasher, q.TokenIDs, q)
+		ix.engineTokenKeys(ek, q.Model, q.TokenIDs, q)
 	case InputHashes:
 		for _, h := range q.BlockHashes {
 			*keys = append(*keys, blockkeys.Key(h))
 		}
 	case InputPrompt:
-		tokens, err := x.promptTokens(ctx, q)
+		tokens, err := ix.promptTokens(ctx, q)
 		if err != nil {
 			return in, err
 		}
 		in.tokens = len(tokens)
-		x.tokenKeys(keys, hasher, tokens, q)
-		x.engineTokenKeys(ek, q.Model, tokens, q)
+		ix.tokenKeys(keys, hasher, tokens, q)
+		ix.engineTokenKeys(ek, q.Model, tokens, q)
 	case InputMessages:
-		chat, err := x.chatTokens(ctx, q)
+		chat, err := ix.chatTokens(ctx, q)
 		if err != nil {
 			return in, err
 		}
 		in.tokens, in.unscored = len(chat.IDs), chat.Unscored
-		x.tokenKeys(keys, hasher, chat.IDs, q)
-		x.engineTokenKeys(ek, q.Model, chat.IDs, q)
+		ix.tokenKeys(keys, hasher, chat.IDs, q)
+		ix.engineTokenKeys(ek, q.Model, chat.IDs, q)
 	}
 	return in, nil
 }
 
 const noTokenizers = "no tokenizers: see --tokenizers-dir, --hf-cache-dir, tokenizer model map"
 
-func (x *Indexer) promptTokens(ctx context.Context, q *Query) ([]uint32, *Error) {
-	if x.tok == nil {
+func (ix *Indexer) promptTokens(ctx context.Context, q *Query) ([]uint32, *Error) {
+	if ix.tok == nil {
 		return nil, errorf(FailedPrecondition, "prompt scoring is not configured (%s)", noTokenizers)
 	}
 	var tokens []uint32
 	var err error
 	if q.AddSpecialTokens != nil && !*q.AddSpecialTokens {
-		tokens, err = x.tok.TokenizeRendered(ctx, q.Model, q.Prompt)
+		tokens, err = ix.tok.TokenizeRendered(ctx, q.Model, q.Prompt)
 	} else {
-		tokens, err = x.tok.TokenizePrompt(ctx, q.Model, q.Prompt)
+		tokens, err = ix.tok.TokenizePrompt(ctx, q.Model, q.Prompt)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -221,12 +221,12 @@ func promptLimitError(what string, err error) *Error {
 // chatTokens renders and tokenizes a chat request. A request the template
 // refuses (raise_exception, malformed messages) is the caller's fault; a
 // model without a usable template or tokenizer is this daemon's limit.
-func (x *Indexer) chatTokens(ctx context.Context, q *Query) (chattemplate.Tokens, *Error) {
-	if x.chat == nil {
+func (ix *Indexer) chatTokens(ctx context.Context, q *Query) (chattemplate.Tokens, *Error) {
+	if ix.chat == nil {
 		return chattemplate.Tokens{}, errorf(FailedPrecondition, "chat scoring is not configured (%s)", noTokenizers)
 	}
 	addSpecial := q.AddSpecialTokens != nil && *q.AddSpecialTokens
-	tokens, err := x.chat.TokenizeChat(ctx, q.Model, q.Chat, addSpecial)
+	tokens, err := ix.chat.TokenizeChat(ctx, q.Model, q.Chat, addSpecial)
 	if err != nil {
 		if ctx.Err() != nil {
 			return chattemplate.Tokens{}, ctxError(ctx.Err())
@@ -248,9 +248,9 @@ func (x *Indexer) chatTokens(ctx context.Context, q *Query) (chattemplate.Tokens
 
 // tokenKeys hashes the full blocks of tokens into *keys, reusing the keys
 // of blocks an earlier request already hashed.
-func (x *Indexer) tokenKeys(keys *[]blockkeys.Key, h *blockkeys.Hasher, tokens []uint32, q *Query) {
-	x.m.tokens.Observe(float64(len(tokens)))
-	*keys = x.keys.keys(h, (*keys)[:0], tokens, blockkeys.RequestExtras{LoraName: q.LoraName, CacheSalt: q.CacheSalt})
+func (ix *Indexer) tokenKeys(keys *[]blockkeys.Key, h *blockkeys.Hasher, tokens []uint32, q *Query) {
+	ix.m.tokens.Observe(float64(len(tokens)))
+	*keys = ix.keys.keys(h, (*keys)[:0], tokens, blockkeys.RequestExtras{LoraName: q.LoraName, CacheSalt: q.CacheSalt})
 }
 
 // aggregate folds the scorer's per-(pod, rank) results into one entry per
@@ -483,8 +483,8 @@ func ctxError(err error) *Error {
 // every daemon sharing the index answers the same query the same way. Only
 // names the index really holds are interned: a client cannot grow the
 // interner with made-up model names.
-func (x *Indexer) sharedModel(ctx context.Context, model string, first blockkeys.Key) (kvindex.ModelID, bool, *Error) {
-	ok, err := x.backend.Names.HasModelKey(ctx, model, first)
+func (ix *Indexer) sharedModel(ctx context.Context, model string, first blockkeys.Key) (kvindex.ModelID, bool, *Error) {
+	ok, err := ix.backend.Names.HasModelKey(ctx, model, first)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, false, ctxError(ctx.Err())
@@ -494,6 +494,6 @@ func (x *Indexer) sharedModel(ctx context.Context, model string, first blockkeys
 	if !ok {
 		return 0, false, nil
 	}
-	x.m.sharedModels.Inc()
-	return x.in.Model(model), true, nil
+	ix.m.sharedModels.Inc()
+	return ix.in.Model(model), true, nil
 }

@@ -14,13 +14,13 @@ import (
 
 // preferSession marks r's pods that stored blocks for session and moves
 // them first among pods with the same score and matched blocks.
-func (x *Indexer) preferSession(session string, r *Result) {
-	r.sess = x.applier.SessionPods(r.sess[:0], session)
+func (ix *Indexer) preferSession(session string, r *Result) {
+	r.sess = ix.applier.SessionPods(r.sess[:0], session)
 	if len(r.sess) == 0 {
 		return
 	}
 	for i := range r.Pods {
-		r.Pods[i].Session = x.holdsSession(r.sess, r.Pods[i].Pod, 0, false)
+		r.Pods[i].Session = ix.holdsSession(r.sess, r.Pods[i].Pod, 0, false)
 	}
 	slices.SortStableFunc(r.Pods, func(a, b PodResult) int {
 		if c := cmp.Compare(b.Score, a.Score); c != 0 {
@@ -40,9 +40,9 @@ func (x *Indexer) preferSession(session string, r *Result) {
 }
 
 // holdsSession reports whether one of ids is pod (at rank when hasRank).
-func (x *Indexer) holdsSession(ids []kvindex.PodID, pod string, rank int, hasRank bool) bool {
+func (ix *Indexer) holdsSession(ids []kvindex.PodID, pod string, rank int, hasRank bool) bool {
 	for _, id := range ids {
-		if name, rk := x.in.PodName(id); name == pod && (!hasRank || rk == rank) {
+		if name, rk := ix.in.PodName(id); name == pod && (!hasRank || rk == rank) {
 			return true
 		}
 	}
@@ -54,15 +54,15 @@ func (x *Indexer) holdsSession(ids []kvindex.PodID, pod string, rank int, hasRan
 // session candidate and a session candidate ties with it on everything the
 // policy weighed (matched blocks, cached, score and cost). The first such
 // candidate in query order wins.
-func (x *Indexer) pickSession(q *PickQuery, r *PickResult, chosen int) int {
-	r.sess = x.applier.SessionPods(r.sess[:0], q.SessionID)
+func (ix *Indexer) pickSession(q *PickQuery, r *PickResult, chosen int) int {
+	r.sess = ix.applier.SessionPods(r.sess[:0], q.SessionID)
 	if len(r.sess) == 0 {
 		return chosen
 	}
 	for i := range r.Candidates {
 		// a rank the query did not name is any rank of the pod
 		qc := &q.Candidates[i]
-		r.Candidates[i].Session = x.holdsSession(r.sess, qc.Pod, qc.DPRank, qc.HasDPRank)
+		r.Candidates[i].Session = ix.holdsSession(r.sess, qc.Pod, qc.DPRank, qc.HasDPRank)
 	}
 	ch := &r.Candidates[chosen]
 	if ch.Session {

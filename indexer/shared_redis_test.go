@@ -56,8 +56,8 @@ func TestSharedRedisSameAnswerOnEveryDaemon(t *testing.T) {
 	var r Result
 	// The pods filter first, on a reader that has not met pod-b at all.
 	for _, i := range []int{2, 0, 1, 3} {
-		for name, x := range map[string]*Indexer{"writer": writer, "reader": reader} {
-			if got := mustScore(t, x, &queries[i], &r); got != want[i] {
+		for name, ix := range map[string]*Indexer{"writer": writer, "reader": reader} {
+			if got := mustScore(t, ix, &queries[i], &r); got != want[i] {
 				t.Errorf("%s, query %d: %s, want %s", name, i, got, want[i])
 			}
 		}
@@ -147,15 +147,15 @@ func twoSharingIndexers(t *testing.T) (*Indexer, *Indexer) {
 	t.Helper()
 	srv := redistest.Start(t)
 	newIndexer := func() *Indexer {
-		x, err := New(context.Background(), Config{
+		ix, err := New(context.Background(), Config{
 			Keys:  blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: 4},
 			Index: IndexConfig{Redis: &redisindex.Config{URL: srv.URL(), Namespace: "shared"}},
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = x.Close() })
-		return x
+		t.Cleanup(func() { _ = ix.Close() })
+		return ix
 	}
 	return newIndexer(), newIndexer()
 }

@@ -55,8 +55,8 @@ func newStorageSources(m map[string][]string) storageSources {
 
 // IsStorage reports whether name is a storage source (Config.StorageReaders):
 // a publisher of storage blocks, never a candidate pod.
-func (x *Indexer) IsStorage(name string) bool {
-	_, ok := slices.BinarySearch(x.storage.names, name)
+func (ix *Indexer) IsStorage(name string) bool {
+	_, ok := slices.BinarySearch(ix.storage.names, name)
 	return ok
 }
 
@@ -71,11 +71,11 @@ type storageScratch struct {
 }
 
 // storageIDs resolves the storage sources this process has interned.
-func (x *Indexer) storageIDs(sc *storageScratch) {
+func (ix *Indexer) storageIDs(sc *storageScratch) {
 	sc.ids, sc.src = sc.ids[:0], sc.src[:0]
-	for i, name := range x.storage.names {
+	for i, name := range ix.storage.names {
 		n := len(sc.ids)
-		sc.ids = x.in.AppendPodsNamed(sc.ids, name)
+		sc.ids = ix.in.AppendPodsNamed(sc.ids, name)
 		for range sc.ids[n:] {
 			sc.src = append(sc.src, i)
 		}
@@ -94,7 +94,7 @@ func withStorage(cands []kvindex.PodID, sc *storageScratch) []kvindex.PodID {
 
 // creditStorage takes the storage sources out of res and credits their runs
 // to their readers (among cands, nil = any) as TierShared, then re-sorts.
-func (x *Indexer) creditStorage(model kvindex.ModelID, cands []kvindex.PodID, sc *storageScratch, res *kvindex.ScoreResult) {
+func (ix *Indexer) creditStorage(model kvindex.ModelID, cands []kvindex.PodID, sc *storageScratch, res *kvindex.ScoreResult) {
 	if len(sc.ids) == 0 {
 		return
 	}
@@ -102,7 +102,7 @@ func (x *Indexer) creditStorage(model kvindex.ModelID, cands []kvindex.PodID, sc
 	kept := res.Pods[:0]
 	for _, ps := range res.Pods {
 		if slices.Contains(sc.ids, ps.Pod) {
-			if x.trusted(ps.Pod) {
+			if ix.trusted(ps.Pod) {
 				sc.found = append(sc.found, ps)
 			}
 			continue
@@ -113,27 +113,27 @@ func (x *Indexer) creditStorage(model kvindex.ModelID, cands []kvindex.PodID, sc
 	if len(sc.found) == 0 {
 		return
 	}
-	w := x.scorer.Weights()[event.TierShared]
+	w := ix.scorer.Weights()[event.TierShared]
 	var modelName string
 	var all []applier.PodStats // every applied pod, read once when some source has implicit readers
 	for _, s := range sc.found {
 		src := sc.src[slices.Index(sc.ids, s.Pod)]
 		m := s.MatchedBlocks
 		sc.rd = sc.rd[:0]
-		if names := x.storage.readers[src]; names != nil {
+		if names := ix.storage.readers[src]; names != nil {
 			for _, n := range names {
-				sc.rd = x.in.AppendPodsNamed(sc.rd, n)
+				sc.rd = ix.in.AppendPodsNamed(sc.rd, n)
 			}
 		} else {
 			if all == nil {
-				all = x.applier.PodStats()
-				modelName = x.in.ModelName(model)
+				all = ix.applier.PodStats()
+				modelName = ix.in.ModelName(model)
 			}
 			for _, st := range all {
-				if st.Model != modelName || x.IsStorage(st.Pod) {
+				if st.Model != modelName || ix.IsStorage(st.Pod) {
 					continue
 				}
-				if id, ok := x.in.LookupPod(st.Pod, st.DPRank); ok {
+				if id, ok := ix.in.LookupPod(st.Pod, st.DPRank); ok {
 					sc.rd = append(sc.rd, id)
 				}
 			}

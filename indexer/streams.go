@@ -14,6 +14,17 @@ type StreamStates interface {
 	StreamStates(refs []kvevents.StreamRef, out []kvevents.StreamState)
 }
 
+// servable asks the subscriber, the one owner of a pod's trust, whether the
+// index's entries for id may be served (kvevents.Subscriber.Servable). One
+// atomic load while no pod is held.
+func (ix *Indexer) servable(id kvindex.PodID) bool {
+	if ix.sub == nil || ix.sub.AllServable() {
+		return true
+	}
+	name, rank := ix.in.PodName(id)
+	return ix.sub.Servable(name, rank)
+}
+
 // streamBufs are a Result's buffers for fillStreams, reused across calls.
 type streamBufs struct {
 	ids    []kvindex.PodID
@@ -36,20 +47,20 @@ func (b *streamBufs) reset() {
 // Every DP rank of the pod counts for the lag (a rank with no match may be
 // the one whose blocks are still queued); only the scored ranks count for
 // completeness. Nothing is allocated once the buffers have grown.
-func (x *Indexer) fillStreams(r *Result) {
+func (ix *Indexer) fillStreams(r *Result) {
 	for i := range r.Pods {
 		r.Pods[i].Complete, r.Pods[i].ApplyLag, r.Pods[i].IncompleteReason = true, 0, ""
 	}
-	if x.streams == nil || len(r.Pods) == 0 {
+	if ix.streams == nil || len(r.Pods) == 0 {
 		return
 	}
 	b := &r.streams
 	b.refs, b.end = b.refs[:0], b.end[:0]
 	for i := range r.Pods {
 		name := r.Pods[i].Pod
-		b.ids = x.in.AppendPodsNamed(b.ids[:0], name)
+		b.ids = ix.in.AppendPodsNamed(b.ids[:0], name)
 		for _, id := range b.ids {
-			_, rank := x.in.PodName(id)
+			_, rank := ix.in.PodName(id)
 			b.refs = append(b.refs, kvevents.StreamRef{Pod: name, DPRank: rank})
 		}
 		b.end = append(b.end, len(b.refs))
@@ -58,7 +69,7 @@ func (x *Indexer) fillStreams(r *Result) {
 		b.states = make([]kvevents.StreamState, len(b.refs), cap(b.refs))
 	}
 	b.states = b.states[:len(b.refs)]
-	x.streams.StreamStates(b.refs, b.states)
+	ix.streams.StreamStates(b.refs, b.states)
 	start := 0
 	for i := range r.Pods {
 		p := &r.Pods[i]

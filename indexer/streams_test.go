@@ -2,16 +2,17 @@ package indexer
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/indextest"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/indextest"
 	"github.com/kvindex/kvindex/internal/testkit/race"
-	"github.com/kvindex/kvindex/kvevents/event"
-
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -20,7 +21,7 @@ import (
 func runEventIndexer(t *testing.T, keys blockkeys.KeyConfig, idx kvindex.Index, workers int) (*Indexer, *enginepub.Publisher) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	x, err := New(ctx, Config{Keys: keys,
+	ix, err := New(ctx, Config{Keys: keys,
 		Backend: func(context.Context, *kvindex.Interner) (Backend, error) {
 			return Backend{Index: idx}, nil
 		},
@@ -29,8 +30,8 @@ func runEventIndexer(t *testing.T, keys blockkeys.KeyConfig, idx kvindex.Index, 
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- x.Run(ctx) }()
-	pub, err := enginepub.NewPublisher(x.Subscriber().BindAddr(), false)
+	go func() { done <- ix.Run(ctx) }()
+	pub, err := enginepub.NewPublisher(ix.Subscriber().BindAddr(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,14 +39,14 @@ func runEventIndexer(t *testing.T, keys blockkeys.KeyConfig, idx kvindex.Index, 
 		pub.Close()
 		cancel()
 		<-done
-		_ = x.Close()
+		_ = ix.Close()
 	})
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer wcancel()
 	if err := pub.WaitSubscribed(wctx, "kv@"); err != nil {
 		t.Fatal(err)
 	}
-	return x, pub
+	return ix, pub
 }
 
 func publishBatch(t *testing.T, pub *enginepub.Publisher, keys blockkeys.KeyConfig, pod string, rank int, seq uint64, tokens []uint32) {
@@ -69,20 +70,19 @@ func publishBatch(t *testing.T, pub *enginepub.Publisher, keys blockkeys.KeyConf
 }
 
 // scoreUntil scores q until cond holds over the answer.
-func scoreUntil(t *testing.T, x *Indexer, q *Query, what string, cond func(*Result) bool) *Result {
+func scoreUntil(t *testing.T, ix *Indexer, q *Query, what string, cond func(*Result) bool) *Result {
 	t.Helper()
 	var r Result
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if err := x.Score(context.Background(), q, &r); err != nil {
+	wait.Until(t, what, func() string {
+		if err := ix.Score(context.Background(), q, &r); err != nil {
 			t.Fatal(err)
 		}
 		if cond(&r) {
-			return &r
+			return ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: never; last answer %+v", what, r.Pods)
-		}
-	}
+		return fmt.Sprintf("last answer %+v", r.Pods)
+	})
+	return &r
 }
 
 func podOf(r *Result, name string) *PodResult {
@@ -102,7 +102,7 @@ func podOf(r *Result, name string) *PodResult {
 func TestScoreReportsStalenessPerPod(t *testing.T) {
 	keys := blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: 4}
 	held := indextest.NewHeldIndex()
-	x, pub := runEventIndexer(t, keys, held, 1)
+	ix, pub := runEventIndexer(t, keys, held, 1)
 	tokens := make([]uint32, 4*4)
 	for i := range tokens {
 		tokens[i] = uint32(100 + i)
@@ -111,7 +111,7 @@ func TestScoreReportsStalenessPerPod(t *testing.T) {
 	publishBatch(t, pub, keys, "pod-late", 0, 0, tokens)
 	publishBatch(t, pub, keys, "pod-late", 1, 7, tokens) // joined after seq 0, no replay endpoint
 	q := &Query{Model: "org/model", Kind: InputTokens, TokenIDs: tokens}
-	r := scoreUntil(t, x, q, "both pods scored", func(r *Result) bool {
+	r := scoreUntil(t, ix, q, "both pods scored", func(r *Result) bool {
 		p := podOf(r, "pod-late")
 		return podOf(r, "pod-ok") != nil && p != nil && len(p.Ranks) == 2
 	})
@@ -127,7 +127,7 @@ func TestScoreReportsStalenessPerPod(t *testing.T) {
 	held.Hold()
 	publishBatch(t, pub, keys, "pod-ok", 1, 0, tokens)
 	<-held.Entered()
-	r = scoreUntil(t, x, q, "pod-ok lagging", func(r *Result) bool {
+	r = scoreUntil(t, ix, q, "pod-ok lagging", func(r *Result) bool {
 		p := podOf(r, "pod-ok")
 		return p != nil && p.ApplyLag > 0
 	})
@@ -135,7 +135,7 @@ func TestScoreReportsStalenessPerPod(t *testing.T) {
 		t.Fatalf("pod-ok %+v: its rank 0 alone is scored, and complete", *p)
 	}
 	held.Release()
-	scoreUntil(t, x, q, "pod-ok caught up", func(r *Result) bool {
+	scoreUntil(t, ix, q, "pod-ok caught up", func(r *Result) bool {
 		p := podOf(r, "pod-ok")
 		return p != nil && p.ApplyLag == 0 && len(p.Ranks) == 2
 	})
@@ -149,7 +149,7 @@ func TestScoreWithStreamStatesDoesNotAllocate(t *testing.T) {
 		t.Skip("sync.Pool drops items at random under the race detector")
 	}
 	keys := blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: 4}
-	x, pub := runEventIndexer(t, keys, kvindex.NewMemoryIndex(kvindex.MemoryConfig{}), 1)
+	ix, pub := runEventIndexer(t, keys, kvindex.NewMemoryIndex(kvindex.MemoryConfig{}), 1)
 	tokens := seqTokens(100, 8*4)
 	for rank := range 2 {
 		publishBatch(t, pub, keys, "pod-a", rank, 0, tokens)
@@ -161,7 +161,7 @@ func TestScoreWithStreamStatesDoesNotAllocate(t *testing.T) {
 		hs = append(hs, uint64(k))
 	}
 	q := &Query{Model: "org/model", Kind: InputHashes, BlockHashes: hs}
-	r := scoreUntil(t, x, q, "every rank scored", func(r *Result) bool {
+	r := scoreUntil(t, ix, q, "every rank scored", func(r *Result) bool {
 		a, b := podOf(r, "pod-a"), podOf(r, "pod-b")
 		return a != nil && b != nil && len(a.Ranks) == 2 && len(b.Ranks) == 2
 	})
@@ -169,7 +169,7 @@ func TestScoreWithStreamStatesDoesNotAllocate(t *testing.T) {
 		t.Fatalf("pod-a %+v pod-b %+v", *a, *b)
 	}
 	if n := testing.AllocsPerRun(50, func() {
-		if err := x.Score(context.Background(), q, r); err != nil {
+		if err := ix.Score(context.Background(), q, r); err != nil {
 			t.Fatal(err)
 		}
 	}); n != 0 {

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvindex/kvindex/applier"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
@@ -29,21 +30,21 @@ import (
 func TestPodShareHoldsBehindThePredictionWrapper(t *testing.T) {
 	for _, rate := range []float64{0, 0.01, 1} {
 		reg := prometheus.NewRegistry()
-		x := newTestIndexer(t, Config{Index: IndexConfig{Capacity: 4096}, Registry: reg,
+		ix := newTestIndexer(t, Config{Index: IndexConfig{Capacity: 4096}, Registry: reg,
 			Prediction:    PredictionConfig{SampleRate: rate},
 			ApplierLimits: applier.Limits{PodShare: 4}})
 		prompt := seqTokens(1, 8*testBlock)
 		for _, pod := range []string{"pod-a", "pod-b", "pod-c"} {
-			apply(x, pod, 0, storeEvent(prompt, 8, event.TierGPU))
+			apply(ix, pod, 0, storeEvent(prompt, 8, event.TierGPU))
 		}
 		// hash-only blocks, 4x the whole index
 		flood := make([]uint64, 4*4096)
 		for i := range flood {
 			flood[i] = uint64(1<<40 + i)
 		}
-		apply(x, "flooder", 0, event.Event{Kind: event.BlockStored, BlockHashes: flood, BlockSize: testBlock})
+		apply(ix, "flooder", 0, event.Event{Kind: event.BlockStored, BlockHashes: flood, BlockSize: testBlock})
 		var r Result
-		if got := mustScore(t, x, &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}, &r); !strings.Contains(got, "pod-a:8/") ||
+		if got := mustScore(t, ix, &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}, &r); !strings.Contains(got, "pod-a:8/") ||
 			!strings.Contains(got, "pod-b:8/") || !strings.Contains(got, "pod-c:8/") {
 			t.Fatalf("rate %v: the fleet after one pod's flood: %s", rate, got)
 		}
@@ -58,13 +59,13 @@ func TestPodShareHoldsBehindThePredictionWrapper(t *testing.T) {
 // assertion on the sink, which the indexer's wrapper sink did not pass on.
 func TestSinkForgetsPodsThroughTheApplier(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	x := newTestIndexer(t, Config{Registry: reg, Prediction: PredictionConfig{SampleRate: 0.01}})
-	apply(x, "gone", 0, storeEvent(seqTokens(1, 4*testBlock), 4, event.TierGPU))
-	x.Sink().ForgetPod(context.Background(), "gone", 0)
+	ix := newTestIndexer(t, Config{Registry: reg, Prediction: PredictionConfig{SampleRate: 0.01}})
+	apply(ix, "gone", 0, storeEvent(seqTokens(1, 4*testBlock), 4, event.TierGPU))
+	ix.Sink().ForgetPod(context.Background(), "gone", 0)
 	if got := gatherValue(t, reg, "kvindexd_pods_forgotten_total"); got != 1 {
 		t.Fatalf("pods forgotten %v, want 1", got)
 	}
-	if pods := x.applier.PodStats(); len(pods) != 0 {
+	if pods := ix.applier.PodStats(); len(pods) != 0 {
 		t.Fatalf("applier still holds %+v", pods)
 	}
 }
@@ -72,25 +73,19 @@ func TestSinkForgetsPodsThroughTheApplier(t *testing.T) {
 // Silent streams expire end to end: subscriber, sink, applier.
 func TestPodExpiryForgetsThroughTheSubscriber(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	x := newTestIndexer(t, Config{Registry: reg, Events: &kvevents.Config{Bind: "tcp://127.0.0.1:0", PodExpiry: 50 * time.Millisecond}})
-	apply(x, "quiet", 0, storeEvent(seqTokens(1, 4*testBlock), 4, event.TierGPU))
-	x.Subscriber().ResumeFrom("quiet", 0, 1) // the stream the batch came through
+	ix := newTestIndexer(t, Config{Registry: reg, Events: &kvevents.Config{Bind: "tcp://127.0.0.1:0", PodExpiry: 50 * time.Millisecond}})
+	apply(ix, "quiet", 0, storeEvent(seqTokens(1, 4*testBlock), 4, event.TierGPU))
+	ix.Subscriber().ResumeFrom("quiet", 0, 1, true) // the stream the batch came through
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- x.Run(ctx) }()
+	go func() { done <- ix.Run(ctx) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for gatherValue(t, reg, "kvindexd_pods_forgotten_total") != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the silent pod was never forgotten")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, "the silent pod forgotten", func() bool { return gatherValue(t, reg, "kvindexd_pods_forgotten_total") == 1 })
 }
 
 // A feature whose backend lacks what it needs fails at start, with the
@@ -113,9 +108,9 @@ func TestMissingCapabilityIsAStartError(t *testing.T) {
 			Leases: LeaseConfig{Enabled: true, TTL: time.Second}}, "Redis"},
 	} {
 		tc.cfg.Keys = testKeys
-		x, err := New(context.Background(), tc.cfg)
+		ix, err := New(context.Background(), tc.cfg)
 		if err == nil {
-			_ = x.Close()
+			_ = ix.Close()
 			t.Errorf("%s: started", tc.name)
 			continue
 		}

@@ -5,13 +5,12 @@ import (
 	"encoding/binary"
 	"testing"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"github.com/kvindex/kvindex/applier"
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // realisticBatch is one busy engine step: a request's 32 new full blocks of
@@ -217,7 +216,7 @@ func BenchmarkHandleMessage(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	q := s.work.queues[0]
+	q := s.dispatcher.queues[0]
 	batch, _ := realisticBatch()
 	p, err := enginepub.EncodeVLLMBatch(batch, enginepub.VLLMEncodeOptions{MapForm: true})
 	if err != nil {
@@ -232,9 +231,9 @@ func BenchmarkHandleMessage(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		binary.BigEndian.PutUint64(seq[:], uint64(i))
 		s.handle(ctx, src, [][]byte{topic, seq[:], p})
-		if len(q.slots) == s.work.share.batches { // the stream's share is full: stand in for the worker, inline so the reader's cost is all that is timed
+		if len(q.slots) == s.dispatcher.share.batches { // the stream's share is full: stand in for the worker, inline so the reader's cost is all that is timed
 			for it, ok := q.pop(); ok; it, ok = q.pop() {
-				s.work.budget.give(batchBytes(standIn(it)))
+				s.dispatcher.budget.give(batchBytes(standIn(it)))
 			}
 		}
 	}
@@ -246,5 +245,7 @@ func BenchmarkHandleMessage(b *testing.B) {
 
 type discardSink struct{}
 
-func (discardSink) Apply(context.Context, *event.Batch)    {}
+func (discardSink) Apply(context.Context, *event.Batch) event.ApplyOutcome {
+	return event.ApplyOutcome{}
+}
 func (discardSink) ForgetPod(context.Context, string, int) {}

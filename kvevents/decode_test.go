@@ -7,11 +7,10 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/kvevents/event"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // sampleBatch exercises every field the encoders write.

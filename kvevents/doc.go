@@ -1,7 +1,7 @@
-// Package kvevents subscribes to the KV-cache events of vLLM, SGLang and
-// TensorRT-LLM engines over ZeroMQ, decodes them into engine-neutral
-// event.Batch values and hands them to an event.Sink, in order per
-// (pod, data-parallel rank).
+// Package kvevents subscribes to the KV-cache events of vLLM and SGLang
+// engines over ZeroMQ, decodes them into engine-neutral event.Batch values
+// and hands them to a event.Sink, in order per (pod, data-parallel
+// rank). It is the one owner of a pod's trust (below).
 //
 // # Topologies
 //
@@ -78,6 +78,23 @@
 // An equal sequence number (a duplicate) or a backward jump that stays high
 // (a batch from the past) is dropped and counted, never a clear.
 //
+// # A pod's trust
+//
+// This package alone answers, for every (pod, dp rank), whether the index's
+// entries for it may be served (StreamState.Held, Servable) and whether they
+// are complete, and why not (StreamStats.Complete, IncompleteReason); the
+// read path (scores, picks, pod listings) asks here and nowhere else. The
+// sequence decision sets completeness; the sink reports what each batch did
+// to the index (event.ApplyOutcome), recorded on the pod's worker right
+// after Apply: a failed write holds the pod and makes its stream incomplete
+// ("index_error"), a batch that went through serves it again, and a pod that
+// stays quiet gets the clear that recovers it from the subscriber itself. A
+// pod restored from a saved index (ResumeFrom) is held until a batch of its
+// stream has been applied, and the sequence decision of that batch alone
+// says whether it is cleared first. The sink decides nothing and never calls
+// back; the composition root reports what only it sees, a backend that lost
+// entries (MarkIndexLost). See trust.go.
+//
 // # Limits
 //
 // What a publisher can make the subscriber hold is bounded (limits.go):
@@ -93,6 +110,8 @@
 // One role per file, so a change to one concern stays in one place:
 //
 //	subscriber.go  Subscriber, Config, NewSubscriber, Run/Close and the shutdown order
+//	options.go     Config's tunables: their defaults, ranges and help (Options),
+//	               DefaultConfig, ValidateConfig, the one reading of a zero field
 //	endpoint.go    the sockets: bind socket, connect endpoints (Add/RemoveEndpoint),
 //	               reconnect with backoff, the receive loop
 //	message.go     one message -> one batch: frame checks, topic, decode counters
@@ -102,17 +121,27 @@
 //	replay.go      the replay exchange with an engine's ROUTER: after a gap,
 //	               and catching up at connect
 //	snapshot.go    SGLang's snapshot-v1 exchange and the resync it drives
+//	trust.go       a pod's trust: the sink's outcome recorded, the hold on
+//	               serving (Servable), the recovery of a quiet pod after a
+//	               failed write
 //	resume.go      streams resumed from a saved index (ResumeFrom)
 //	lost.go        streams whose connection ended in the middle of a message
-//	indexlost.go   streams whose index entries the backend lost (MarkIndexLost)
+//	indexlost.go   streams whose index entries were lost: by the backend
+//	               (MarkIndexLost) or by a failed write (the sink's outcome)
 //	rebuild.go     rebuilding such a stream from its engine's replay buffer
 //	limits.go      the caps on streams, models, ranks and names, pod expiry,
 //	               rate-limited warnings
-//	dispatch.go, backpressure.go, workqueue.go, podqueue.go, stall.go
-//	               the ordered per-stream workers, their queues and byte budget,
-//	               the wait on a full queue, drain at shutdown; each worker
-//	               serves its streams in turn, each stream within its share;
-//	               how long the apply path has been stuck (readiness)
+//	dispatcher*.go the ordered per-stream workers, one file per role:
+//	  dispatcher.go              the workers, their pinning of streams, drain
+//	                             at shutdown
+//	  dispatcher_enqueue.go      queueing a batch or a forget order
+//	  dispatcher_backpressure.go a reader's bounded wait on a full queue
+//	  dispatcher_budget.go       the byte budget of all queues together
+//	  dispatcher_workqueue.go    a worker's queue: its streams in turn
+//	                             (deficit round robin by bytes)
+//	  dispatcher_share.go        each stream's share of its worker
+//	  dispatcher_stall.go        how long the apply path has been stuck
+//	                             (readiness)
 //	decode.go, event.go, event_hashes.go, event_extrakeys.go, msgpack.go
 //	               the payload decoder (the engines' array/map forms)
 //	metrics.go     the Prometheus series
@@ -132,6 +161,6 @@
 // counted (kvindexd_kvevents_shutdown_dropped_batches_total).
 //
 // The engine side of the wire (a pure-Go publisher and msgpack encoders used
-// by tests, the demo and the load generator) lives in internal/enginepub: the
+// by tests, the demo and the load generator) lives in internal/testkit/enginepub: the
 // daemon only decodes.
 package kvevents

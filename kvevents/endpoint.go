@@ -103,7 +103,7 @@ func (s *Subscriber) AddEndpoint(ep EndpointConfig) error {
 	}
 	src := &source{addr: ep.Address, pod: ep.Pod, model: ep.Model, engine: ep.Engine, replay: ep.ReplayAddress,
 		snapshot: ep.SnapshotAddress,
-		msgs:     s.m.MessagesReceived.WithLabelValues("connect")}
+		msgs:     s.metrics.MessagesReceived.WithLabelValues("connect")}
 	s.endpoints[ep.Address] = src
 	s.order = append(s.order, ep.Address)
 	if s.running && s.runCtx.Err() == nil {
@@ -167,10 +167,10 @@ func (s *Subscriber) RemoveEndpoint(address string) error {
 		ss := st.currentStats()
 		b := &event.Batch{Pod: st.key.pod, DPRank: st.key.rank, Model: ss.Model, Engine: ss.Engine,
 			Seq: ss.LastSeq, Events: []event.Event{{Kind: event.AllBlocksCleared}}}
-		if err := s.work.queue(runCtx, st.worker, b); err != nil {
+		if err := s.dispatcher.queue(runCtx, st.worker, b); err != nil {
 			return err
 		}
-		s.m.SyntheticClears.WithLabelValues("endpoint_removed").Inc()
+		s.metrics.SyntheticClears.WithLabelValues("endpoint_removed").Inc()
 	}
 	s.log.Info("endpoint removed", "endpoint", address, "streams_cleared", len(gone))
 	return nil
@@ -214,7 +214,7 @@ func (s *Subscriber) connectLoop(ctx context.Context, src *source) {
 		if err == nil {
 			start := time.Now()
 			src.connected.Store(true)
-			s.m.ConnectedEndpoints.Inc()
+			s.metrics.ConnectedEndpoints.Inc()
 			if backoff == s.cfg.ReconnectMin {
 				s.log.Info("connected to engine", "endpoint", src.addr)
 			} else {
@@ -226,7 +226,7 @@ func (s *Subscriber) connectLoop(ctx context.Context, src *source) {
 			why := s.recvLoop(ctx, sock, src)
 			sock.Close()
 			src.connected.Store(false)
-			s.m.ConnectedEndpoints.Dec()
+			s.metrics.ConnectedEndpoints.Dec()
 			lived := time.Since(start)
 			if lived >= healthyConnection {
 				backoff = s.cfg.ReconnectMin

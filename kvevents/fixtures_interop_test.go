@@ -14,8 +14,10 @@ import (
 
 	"github.com/kvindex/kvindex/applier"
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/e2e"
-	"github.com/kvindex/kvindex/internal/logtest"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/logtest"
+	"github.com/kvindex/kvindex/internal/testkit/pypub"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
@@ -74,8 +76,8 @@ func (s *applySink) ForgetPod(ctx context.Context, pod string, dpRank int) {
 	s.a.ForgetPod(ctx, pod, dpRank)
 }
 
-func (s *applySink) Apply(ctx context.Context, b *event.Batch) {
-	s.a.Apply(ctx, b)
+func (s *applySink) Apply(ctx context.Context, b *event.Batch) event.ApplyOutcome {
+	o := s.a.Apply(ctx, b)
 	s.mu.Lock()
 	s.n++
 	s.mu.Unlock()
@@ -83,6 +85,7 @@ func (s *applySink) Apply(ctx context.Context, b *event.Batch) {
 	case s.ch <- struct{}{}:
 	default:
 	}
+	return o
 }
 
 func (s *applySink) wait(t *testing.T, n int) {
@@ -158,7 +161,7 @@ func TestInteropFixturesIndexExactly(t *testing.T) {
 	s := startSub(t, Config{Bind: "tcp://127.0.0.1:0", BindEngine: blockkeys.EngineVLLM}, env.sink, nil)
 	// SGLang fixtures arrive on their own endpoint: the engine kind is per
 	// socket (it decides how byte hashes reduce), as in a real deployment.
-	sgAddr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
+	sgAddr := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
 	if err := s.AddEndpoint(EndpointConfig{Address: sgAddr, Engine: blockkeys.EngineSGLang}); err != nil {
 		t.Fatal(err)
 	}
@@ -249,8 +252,8 @@ func TestInteropCatchUpAtFirstSight(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sink := newCollectSink()
-			addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
-			replay := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
+			addr := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
+			replay := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
 			// Catch-up at connect is off: this is the first live batch
 			// revealing the missed start (TestCatchUpAtConnect covers connect).
 			s := startSub(t, Config{DisableCatchUp: true, Endpoints: []EndpointConfig{{Address: addr, ReplayAddress: replay}}}, sink, nil)
@@ -290,8 +293,8 @@ func TestInteropSGLangSnapshotResync(t *testing.T) {
 	requireInterop(t)
 	env := newFixtureEnv(t)
 	m := NewMetrics(nil)
-	addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
-	snap := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
+	addr := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
+	snap := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
 	s := startSub(t, Config{Endpoints: []EndpointConfig{{Address: addr, SnapshotAddress: snap, Engine: blockkeys.EngineSGLang}}}, env.sink, m)
 	py := startPy(t, "--endpoint", addr, "--mode", "bind", "--snapshot-endpoint", snap, "--epoch", "e1")
 	const topic = "kv@pod-snap@m\x00sgl-kv-epoch=e1"
@@ -380,10 +383,10 @@ func TestInteropSGLangLateJoinSnapshot(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			env := newFixtureEnv(t)
 			m := NewMetrics(nil)
-			addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
-			replay := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
-			snap := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
-			py := e2e.StartPublisherArgs(t, "--endpoint", addr, "--mode", "bind", "--no-wait", "--replay-endpoint", replay,
+			addr := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
+			replay := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
+			snap := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
+			py := pypub.StartPublisherArgs(t, "--endpoint", addr, "--mode", "bind", "--no-wait", "--replay-endpoint", replay,
 				"--replay-legacy", "--snapshot-endpoint", snap, "--epoch", "ep-7", "--buffer-steps", "2")
 			const topic = "kv@pod-s@m\x00sgl-kv-epoch=ep-7"
 			prompt := make([]int, 24) // six pages of four tokens
@@ -410,7 +413,7 @@ func TestInteropSGLangLateJoinSnapshot(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.resumed {
-				s.ResumeFrom("pod-s", 0, 2)
+				s.ResumeFrom("pod-s", 0, 2, true)
 				if st := s.Streams()[0]; st.Complete || st.IncompleteReason != "restored" {
 					t.Fatalf("resumed stream %+v", st)
 				}
@@ -474,9 +477,9 @@ func TestInteropTRTLLM(t *testing.T) {
 	requireInterop(t)
 	env := newFixtureEnv(t)
 	m := NewMetrics(nil)
-	addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
-	replay := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
-	py := e2e.StartPublisherArgs(t, "--endpoint", addr, "--mode", "bind", "--no-wait", "--replay-endpoint", replay)
+	addr := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
+	replay := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
+	py := pypub.StartPublisherArgs(t, "--endpoint", addr, "--mode", "bind", "--no-wait", "--replay-endpoint", replay)
 	prompt := make([]int, 24) // six blocks of four tokens
 	for i := range prompt {
 		prompt[i] = 3000 + i
@@ -492,11 +495,7 @@ func TestInteropTRTLLM(t *testing.T) {
 	s := startSub(t, Config{AllTopics: true, Endpoints: []EndpointConfig{{Address: addr, Pod: "pod-t", Model: "m",
 		ReplayAddress: replay, Engine: blockkeys.EngineTRTLLM}}}, env.sink, m)
 	py.SendJSON(obj{"wait_subscriber": true})
-	for deadline := time.Now().Add(testTimeout); metricValue(m.CatchUps.WithLabelValues("ok")) < 1; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no catch-up at connect")
-		}
-	}
+	wait.For(t, "a catch-up at connect", func() bool { return metricValue(m.CatchUps.WithLabelValues("ok")) >= 1 })
 	py.SendJSON(blocks(1, 2, 4, true)) // dropped by the publisher: a gap
 	py.SendJSON(blocks(2, 4, 6, false))
 	salted := []int{9, 9, 9, 9, 8, 8, 8, 8}

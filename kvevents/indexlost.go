@@ -1,20 +1,21 @@
 package kvevents
 
 // The index backend can lose what the sink wrote without any batch being
-// lost: a Redis restarted empty or evicting keys, a pod's write that failed
-// and made the index clear it. The streams would still say complete, and
-// the pod would be rebuilt from later events only. The composition root
-// (package indexer), which owns both the backend and the subscriber, calls
-// MarkIndexLost / MarkPodIndexLost then: the streams say so at once, and
-// their next batch asks the snapshot endpoint when there is one, as after a
-// gap, and a stream whose endpoint has only a replay address (vLLM) is
-// rebuilt from the engine's replay buffer at once (rebuild.go). They become
-// complete again only by what rebuilds the whole state: an engine snapshot,
-// a rebuild that replayed the lifetime from its start, the engine's own
-// AllBlocksCleared, or a restart.
+// lost: a Redis restarted empty or evicting keys (the composition root,
+// which owns the backend, reports it: MarkIndexLost), or a pod's write that
+// failed and made the sink clear it (the sink's ApplyOutcome, recorded on
+// the pod's worker: trust.go). The streams would still say complete, and
+// the pod would be rebuilt from later events only. The streams say so at
+// once, and their next batch asks the snapshot endpoint when there is one,
+// as after a gap, and a stream whose endpoint has only a replay address
+// (vLLM) is rebuilt from the engine's replay buffer at once (rebuild.go).
+// They become complete again only by what rebuilds the whole state: an
+// engine snapshot, a rebuild that replayed the lifetime from its start, the
+// engine's own AllBlocksCleared, or a restart.
 
 // MarkIndexLost marks every stream incomplete with reason (StreamStats
-// IncompleteReason, e.g. "index_lost").
+// IncompleteReason, e.g. "index_lost"): the backend cannot say whose
+// entries it lost.
 func (s *Subscriber) MarkIndexLost(reason string) {
 	s.mu.Lock()
 	all := make([]*stream, 0, len(s.streams))
@@ -28,11 +29,11 @@ func (s *Subscriber) MarkIndexLost(reason string) {
 	}
 }
 
-// MarkPodIndexLost marks the (pod, dpRank) stream incomplete with reason;
-// an unknown stream is ignored.
-func (s *Subscriber) MarkPodIndexLost(pod string, dpRank int, reason string) {
+// markPodIndexLost marks the stream k incomplete with reason; an unknown
+// stream is ignored.
+func (s *Subscriber) markPodIndexLost(k streamKey, reason string) {
 	s.mu.Lock()
-	st := s.streams[streamKey{pod, dpRank}]
+	st := s.streams[k]
 	s.mu.Unlock()
 	if st != nil {
 		st.markIndexLost(reason)
@@ -48,9 +49,8 @@ func (st *stream) markIndexLost(reason string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.indexLost = true
-	if !st.stats.Complete && !st.lost {
+	if !st.stats.Complete && st.lostFrom == nil {
 		return
 	}
-	st.lost = false
-	st.stats.Complete, st.stats.IncompleteReason, st.stats.CompleteSinceSeq = false, reason, st.stats.LastSeq+1
+	st.setCompletionLocked(completion{since: st.stats.LastSeq + 1, why: reason})
 }

@@ -10,19 +10,7 @@ import (
 // batches (they rebuild only what they carry) and is complete again only
 // after the engine's own clear.
 func TestMarkIndexLostHoldsUntilRebuilt(t *testing.T) {
-	sink := newCollectSink()
-	s := startSub(t, Config{Bind: "tcp://127.0.0.1:0"}, sink, nil)
-	pub := startPub(t, s.BindAddr(), false)
-	if err := pub.WaitSubscribed(testCtx(t), "kv@"); err != nil {
-		t.Fatal(err)
-	}
-	send := func(pod string, seq uint64, b *event.Batch) {
-		t.Helper()
-		if err := pub.Publish("kv@"+pod+"@m", seq, payload(t, b)); err != nil {
-			t.Fatal(err)
-		}
-		sink.waitFor(t, pod, hasSeq(pod, seq))
-	}
+	s, sink, send := startCollecting(t)
 	stats := func(pod string) StreamStats {
 		for _, st := range s.Streams() {
 			if st.Pod == pod {
@@ -37,14 +25,16 @@ func TestMarkIndexLostHoldsUntilRebuilt(t *testing.T) {
 	if !stats("a").Complete || !stats("b").Complete {
 		t.Fatalf("not complete from seq 0: %+v %+v", stats("a"), stats("b"))
 	}
-	s.MarkPodIndexLost("b", 0, "index_error")
-	s.MarkPodIndexLost("nobody", 0, "index_error") // unknown: ignored
-	s.MarkIndexLost("index_lost")                  // b keeps its first reason
+	sink.fail("b", true)
+	send("b", 1, storedBatch(5))
+	waitStream(t, s, "b", "b's failed write recorded", func(st StreamStats) bool { return st.IncompleteReason == "index_error" })
+	s.markPodIndexLost(streamKey{"nobody", 0}, "index_error") // unknown: ignored
+	s.MarkIndexLost("index_lost")                             // b keeps its first reason
 	if st := stats("a"); st.Complete || st.IncompleteReason != "index_lost" {
 		t.Fatalf("a after MarkIndexLost: %+v", st)
 	}
 	if st := stats("b"); st.Complete || st.IncompleteReason != "index_error" {
-		t.Fatalf("b after MarkPodIndexLost: %+v", st)
+		t.Fatalf("b after its failed write: %+v", st)
 	}
 	send("a", 1, storedBatch(3))
 	if st := stats("a"); st.Complete || st.IncompleteReason != "index_lost" {

@@ -8,7 +8,8 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/pypub"
 	"github.com/kvindex/kvindex/kvevents/event"
 )
 
@@ -19,9 +20,9 @@ import (
 
 func requireInterop(t *testing.T) {
 	t.Helper()
-	if err := exec.Command(e2e.Python, "-c", "import zmq, msgpack").Run(); err != nil {
+	if err := exec.Command(pypub.Python, "-c", "import zmq, msgpack").Run(); err != nil {
 		msg := fmt.Sprintf("!!! INTEROP TEST NOT RUN: %s cannot import zmq and msgpack (%v); "+
-			"install python3-zmq python3-msgpack (apt-get install -y python3-zmq python3-msgpack)", e2e.Python, err)
+			"install python3-zmq python3-msgpack (apt-get install -y python3-zmq python3-msgpack)", pypub.Python, err)
 		if os.Getenv("KVINDEX_REQUIRE_INTEROP") != "" {
 			t.Fatal(msg)
 		}
@@ -32,9 +33,9 @@ func requireInterop(t *testing.T) {
 
 // startPy starts hack/kvpublisher.py (through the e2e driver) and waits
 // until a subscriber is attached.
-func startPy(t *testing.T, args ...string) *e2e.Publisher {
+func startPy(t *testing.T, args ...string) *pypub.Publisher {
 	t.Helper()
-	p := e2e.StartPublisherArgs(t, args...)
+	p := pypub.StartPublisherArgs(t, args...)
 	p.WaitReady(testTimeout)
 	return p
 }
@@ -126,8 +127,8 @@ func TestInteropPerPodTopologyReplay(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sink := newCollectSink()
 			m := NewMetrics(nil)
-			addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
-			replay := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
+			addr := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
+			replay := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
 			// Catch-up at connect is off: this is the gap path (TestCatchUpAtConnect covers connect).
 			s := startSub(t, Config{DisableCatchUp: true, Endpoints: []EndpointConfig{{Address: addr, ReplayAddress: replay, Engine: tc.engine}}}, sink, m)
 			args := []string{"--endpoint", addr, "--mode", "bind", "--replay-endpoint", replay}

@@ -74,8 +74,8 @@ func printable(name []byte) string {
 }
 
 // seqVerdict says what a sequence number that does not follow last means.
-// vLLM, SGLang and TensorRT-LLM number a publisher's batches 0, 1, 2, ...
-// from process start, so a restarted engine starts again near 0: a backward jump to a low
+// vLLM and SGLang number a publisher's batches 0, 1, 2, ... from process
+// start, so a restarted engine starts again near 0: a backward jump to a low
 // value (below restartLowSeq or half of last) is a restart and clears the
 // pod. An equal number is the same batch again (a duplicate), and a backward
 // jump that stays high is a batch from the past (two publishers on one
@@ -126,24 +126,24 @@ func (s *Subscriber) admit(k streamKey, model string) (*stream, string) {
 	if st == nil && len(s.streams) >= s.cfg.MaxStreams {
 		return nil, "stream_limit"
 	}
-	if old, ok := s.lim.modelOf[k]; !ok || old != model {
-		if s.lim.models[model] == 0 && len(s.lim.models) >= s.cfg.MaxModels {
+	if old, ok := s.limits.modelOf[k]; !ok || old != model {
+		if s.limits.models[model] == 0 && len(s.limits.models) >= s.cfg.MaxModels {
 			return nil, "model_limit"
 		}
 		if ok {
 			s.releaseModelLocked(old)
 		}
-		s.lim.models[model]++
-		s.lim.modelOf[k] = model
-		s.lim.nModel.Store(int64(len(s.lim.models)))
+		s.limits.models[model]++
+		s.limits.modelOf[k] = model
+		s.limits.nModel.Store(int64(len(s.limits.models)))
 	}
 	if st == nil {
-		st = &stream{key: k, worker: s.work.workerFor(k)}
+		st = &stream{key: k, worker: s.dispatcher.workerFor(k)}
 		st.stats.Pod, st.stats.DPRank = k.pod, k.rank
 		s.streams[k] = st
-		s.lim.nStream.Store(int64(len(s.streams)))
+		s.limits.nStream.Store(int64(len(s.streams)))
 	}
-	s.lim.seen[k] = now
+	s.limits.seen[k] = now
 	return st, ""
 }
 
@@ -167,22 +167,22 @@ func (s *Subscriber) admitBatch(src *source, b *event.Batch) *stream {
 }
 
 func (s *Subscriber) releaseModelLocked(model string) {
-	if s.lim.models[model]--; s.lim.models[model] <= 0 {
-		delete(s.lim.models, model)
+	if s.limits.models[model]--; s.limits.models[model] <= 0 {
+		delete(s.limits.models, model)
 	}
-	s.lim.nModel.Store(int64(len(s.lim.models)))
+	s.limits.nModel.Store(int64(len(s.limits.models)))
 }
 
 // forgetStreamLocked drops k from the streams and the limits' bookkeeping;
 // s.mu is held.
 func (s *Subscriber) forgetStreamLocked(k streamKey) {
 	delete(s.streams, k)
-	if m, ok := s.lim.modelOf[k]; ok {
-		delete(s.lim.modelOf, k)
+	if m, ok := s.limits.modelOf[k]; ok {
+		delete(s.limits.modelOf, k)
 		s.releaseModelLocked(m)
 	}
-	delete(s.lim.seen, k)
-	s.lim.nStream.Store(int64(len(s.streams)))
+	delete(s.limits.seen, k)
+	s.limits.nStream.Store(int64(len(s.streams)))
 }
 
 // expireLoop forgets streams silent for PodExpiry until ctx ends.
@@ -207,7 +207,7 @@ func (s *Subscriber) expire(ctx context.Context, now time.Time) {
 	cut := now.Add(-s.cfg.PodExpiry).UnixNano()
 	var gone []*stream
 	s.mu.Lock()
-	for k, seen := range s.lim.seen {
+	for k, seen := range s.limits.seen {
 		st := s.streams[k]
 		if seen > cut || st == nil || !st.order.TryLock() {
 			continue
@@ -220,12 +220,12 @@ func (s *Subscriber) expire(ctx context.Context, now time.Time) {
 		ss := st.currentStats()
 		b := &event.Batch{Pod: st.key.pod, DPRank: st.key.rank, Model: ss.Model, Engine: ss.Engine,
 			Seq: ss.LastSeq, Events: []event.Event{{Kind: event.AllBlocksCleared}}}
-		if err := s.work.queue(ctx, st.worker, b); err == nil {
-			s.m.SyntheticClears.WithLabelValues("expired").Inc()
-			_ = s.work.queueForget(ctx, st.worker, st.key.pod, st.key.rank)
+		if err := s.dispatcher.queue(ctx, st.worker, b); err == nil {
+			s.metrics.SyntheticClears.WithLabelValues("expired").Inc()
+			_ = s.dispatcher.queueForget(ctx, st.worker, st.key.pod, st.key.rank)
 		}
 		st.order.Unlock()
-		s.m.limits.expired.Inc()
+		s.metrics.limits.expired.Inc()
 		s.log.Info("stream silent beyond the pod expiry: cleared and forgotten", "pod", st.key.pod,
 			"dp_rank", st.key.rank, "last_seq", ss.LastSeq, "pod_expiry", s.cfg.PodExpiry)
 	}

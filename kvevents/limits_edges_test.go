@@ -43,11 +43,11 @@ func TestModelSlotFreedByLastStream(t *testing.T) {
 	if st, why := s.admit(c, "m2"); st != nil || why != "model_limit" {
 		t.Fatalf("second model admitted while m1 still has a stream: %v %q", st, why)
 	}
-	if n := s.lim.nModel.Load(); n != 1 {
+	if n := s.limits.nModel.Load(); n != 1 {
 		t.Fatalf("models gauge %d", n)
 	}
 	forget(b)
-	if n := s.lim.nModel.Load(); n != 0 {
+	if n := s.limits.nModel.Load(); n != 0 {
 		t.Fatalf("models gauge %d after the last stream", n)
 	}
 	if st, why := s.admit(c, "m2"); st == nil {
@@ -64,7 +64,7 @@ func TestExpireAtExactlyPodExpiry(t *testing.T) {
 		t.Fatal(why)
 	}
 	s.mu.Lock()
-	seen := s.lim.seen[k]
+	seen := s.limits.seen[k]
 	s.mu.Unlock()
 	s.expire(context.Background(), time.Unix(0, seen).Add(time.Minute-1))
 	if len(s.Streams()) != 1 {

@@ -40,7 +40,7 @@ func frames(t *testing.T, topic string, seq uint64, b *event.Batch) [][]byte {
 func drain(s *Subscriber) []*event.Batch {
 	var out []*event.Batch
 	for {
-		it, ok := s.work.queues[0].pop()
+		it, ok := s.dispatcher.queues[0].pop()
 		if !ok {
 			return out
 		}
@@ -148,10 +148,11 @@ type forgetSink struct {
 	log []string
 }
 
-func (f *forgetSink) Apply(_ context.Context, b *event.Batch) {
+func (f *forgetSink) Apply(_ context.Context, b *event.Batch) event.ApplyOutcome {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.log = append(f.log, b.Pod+":"+b.Events[len(b.Events)-1].Kind.String())
+	return event.ApplyOutcome{}
 }
 
 func (f *forgetSink) ForgetPod(_ context.Context, pod string, _ int) {

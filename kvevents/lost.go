@@ -44,11 +44,12 @@ func (s *Subscriber) disconnected(peer string, err error) {
 func (st *stream) markLost() bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.lost {
+	if st.lostFrom != nil {
 		return false
 	}
-	st.lost, st.before = true, st.stats
-	st.stats.Complete, st.stats.IncompleteReason, st.stats.CompleteSinceSeq = false, "message_lost", st.stats.LastSeq+1
+	before := st.completionLocked()
+	st.setCompletionLocked(completion{since: st.stats.LastSeq + 1, why: whyMessageLost})
+	st.lostFrom = &before
 	return true
 }
 
@@ -58,9 +59,7 @@ func (st *stream) markLost() bool {
 func (st *stream) lostResolved() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.lost {
-		st.lost = false
-		st.stats.Complete, st.stats.IncompleteReason, st.stats.CompleteSinceSeq =
-			st.before.Complete, st.before.IncompleteReason, st.before.CompleteSinceSeq
+	if st.lostFrom != nil {
+		st.setCompletionLocked(*st.lostFrom)
 	}
 }

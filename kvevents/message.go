@@ -35,7 +35,7 @@ func newDecodeCounters(m *Metrics) decodeCounters {
 }
 
 func (s *Subscriber) drop(reason string) {
-	s.m.DroppedFrames.WithLabelValues(reason).Inc()
+	s.metrics.DroppedFrames.WithLabelValues(reason).Inc()
 }
 
 // SGLang publishers with a snapshot endpoint append metadata to the topic
@@ -93,7 +93,7 @@ func (s *Subscriber) handle(ctx context.Context, src *source, frames [][]byte) {
 		return
 	}
 	topic := frames[0]
-	if !bytes.HasPrefix(topic, s.filterB) {
+	if !bytes.HasPrefix(topic, s.filterBytes) {
 		s.drop("topic_filter")
 		return
 	}
@@ -154,15 +154,15 @@ func (s *Subscriber) decode(payload []byte, b *event.Batch, src *source) (bool, 
 		}
 	}
 	if ds.IgnoredFields > 0 {
-		s.m.IgnoredFields.WithLabelValues(b.Engine.String()).Add(float64(ds.IgnoredFields))
+		s.metrics.IgnoredFields.WithLabelValues(b.Engine.String()).Add(float64(ds.IgnoredFields))
 		s.log.Debug("optional KV event fields not interpreted; events kept", "pod", b.Pod, "seq", b.Seq,
 			"fields", ds.IgnoredFields, "first", ds.FirstIgnored)
 	}
 	if ds.UnknownMedia > 0 {
-		s.m.UnknownMedia.Add(float64(ds.UnknownMedia))
+		s.metrics.UnknownMedia.Add(float64(ds.UnknownMedia))
 	}
 	if ds.PackedEvents > 0 {
-		s.m.PackedEvents.Add(float64(ds.PackedEvents))
+		s.metrics.PackedEvents.Add(float64(ds.PackedEvents))
 	}
 	if ds.EventErrors > 0 {
 		s.counts.evErrs[e].Add(float64(ds.EventErrors))

@@ -32,7 +32,7 @@ type Metrics struct {
 	ReplayedBatches    prometheus.Counter
 	Rebuilds           *prometheus.CounterVec // by result: complete | replay_window | failed | superseded
 	RebuiltBatches     prometheus.Counter
-	SyntheticClears    *prometheus.CounterVec // by reason: restart | overflow | endpoint_removed | expired | rebuild
+	SyntheticClears    *prometheus.CounterVec // by reason: restart | overflow | endpoint_removed | expired | rebuild | restored | index_error
 	ConnectedEndpoints prometheus.Gauge
 	ShutdownDropped    prometheus.Counter
 	// ZMQ counts what the transport did with its peers, shared by every
@@ -117,11 +117,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		})
 	}
 	m.limits.streams = gauge("streams", "(pod, dp rank) streams tracked (bounded by --max-streams).",
-		func(s *Subscriber) float64 { return float64(s.lim.nStream.Load()) })
+		func(s *Subscriber) float64 { return float64(s.limits.nStream.Load()) })
 	m.limits.models = gauge("models", "Distinct model names of the tracked streams (bounded by --max-models).",
-		func(s *Subscriber) float64 { return float64(s.lim.nModel.Load()) })
+		func(s *Subscriber) float64 { return float64(s.limits.nModel.Load()) })
 	m.limits.queuedBytes = gauge("queued_bytes", "Estimated memory of the decoded batches waiting for the workers (bounded by the queue budget).",
-		func(s *Subscriber) float64 { return float64(s.work.budget.used.Load()) })
+		func(s *Subscriber) float64 { return float64(s.dispatcher.budget.used.Load()) })
 	m.limits.rebuildsQueued = gauge("rebuilds_queued", "Streams waiting for a rebuild from their engine's replay buffer (each at most once; "+
 		"at most 4 rebuilds run at a time).",
 		func(s *Subscriber) float64 { return float64(s.rebuildsQueued()) })

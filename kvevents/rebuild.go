@@ -49,8 +49,21 @@ const (
 	defaultRebuildSpacing = 5 * time.Second
 )
 
+// rebuildPhase is where a stream's rebuild by replay stands.
+type rebuildPhase uint8
+
+const (
+	rebuildIdle rebuildPhase = iota
+	// rebuildPending: in the rebuild queue, or waiting for rebuildSpacing.
+	rebuildPending
+	rebuildRunning
+	// rebuildRunningAgain: marked again while running: what it rebuilt may be
+	// lost too, so it runs again.
+	rebuildRunningAgain
+)
+
 // rebuilds is the Subscriber's rebuild queue, guarded by Subscriber.mu: the
-// streams waiting for a worker (each at most once: stream.rbPending) and the
+// streams waiting for a worker (each at most once: rebuildPending) and the
 // workers running.
 type rebuilds struct {
 	queue      []*stream
@@ -67,19 +80,19 @@ func (s *Subscriber) scheduleRebuild(st *stream) {
 	defer s.mu.Unlock()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	switch {
-	case st.rbRunning:
-		st.rbAgain = true
+	switch st.rebuildPhase {
+	case rebuildRunning, rebuildRunningAgain:
+		st.rebuildPhase = rebuildRunningAgain
 		return
-	case st.rbPending:
+	case rebuildPending:
 		return
 	}
 	src := s.endpoints[st.stats.Endpoint]
 	if !s.running || s.runCtx.Err() != nil || src == nil || src.replay == "" || src.snapshot != "" || s.streams[st.key] != st {
 		return
 	}
-	st.rbPending, st.stats.Rebuilding = true, true
-	if wait := s.rb.spacing - time.Since(st.rbLast); !st.rbLast.IsZero() && wait > 0 {
+	st.rebuildPhase, st.stats.Rebuilding = rebuildPending, true
+	if wait := s.rebuilds.spacing - time.Since(st.lastRebuild); !st.lastRebuild.IsZero() && wait > 0 {
 		time.AfterFunc(wait, func() {
 			s.mu.Lock()
 			defer s.mu.Unlock()
@@ -97,9 +110,9 @@ func (s *Subscriber) queueRebuildLocked(st *stream) {
 	if s.runCtx.Err() != nil || s.streams[st.key] != st {
 		return // stopping, or the stream was forgotten: nothing to rebuild
 	}
-	s.rb.queue = append(s.rb.queue, st)
-	if s.rb.workers < rebuildWorkers {
-		s.rb.workers++
+	s.rebuilds.queue = append(s.rebuilds.queue, st)
+	if s.rebuilds.workers < rebuildWorkers {
+		s.rebuilds.workers++
 		s.readers.Add(1)
 		go s.rebuildWorker()
 	}
@@ -109,21 +122,21 @@ func (s *Subscriber) queueRebuildLocked(st *stream) {
 func (s *Subscriber) rebuildsQueued() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.rb.queue)
+	return len(s.rebuilds.queue)
 }
 
 func (s *Subscriber) rebuildWorker() {
 	defer s.readers.Done()
 	for {
 		s.mu.Lock()
-		if len(s.rb.queue) == 0 || s.runCtx.Err() != nil {
-			s.rb.workers--
+		if len(s.rebuilds.queue) == 0 || s.runCtx.Err() != nil {
+			s.rebuilds.workers--
 			s.mu.Unlock()
 			return
 		}
-		st := s.rb.queue[0]
-		s.rb.queue[0] = nil
-		s.rb.queue = s.rb.queue[1:]
+		st := s.rebuilds.queue[0]
+		s.rebuilds.queue[0] = nil
+		s.rebuilds.queue = s.rebuilds.queue[1:]
 		s.mu.Unlock()
 		if s.rebuildStream(st) {
 			s.scheduleRebuild(st)
@@ -135,7 +148,7 @@ func (s *Subscriber) rebuildWorker() {
 // again (marked while it ran).
 func (s *Subscriber) rebuildStream(st *stream) (again bool) {
 	st.mu.Lock()
-	st.rbPending, st.rbRunning, st.rbLast = false, true, time.Now()
+	st.rebuildPhase, st.lastRebuild = rebuildRunning, time.Now()
 	st.mu.Unlock()
 	st.order.Lock()
 	defer st.order.Unlock()
@@ -162,7 +175,7 @@ func (s *Subscriber) rebuildStream(st *stream) (again bool) {
 
 // rebuildRun is what one rebuild exchange did.
 type rebuildRun struct {
-	rb      rebuildState // the run it rebuilt
+	rebuilt rebuildState // the run it rebuilt
 	got     uint64       // batches queued
 	aborted bool         // a batch it meant to queue was not (no room in time, or overflow)
 	err     error        // the exchange's
@@ -184,10 +197,10 @@ func (s *Subscriber) rebuild(ctx context.Context, st *stream, src *source) rebui
 	st.mu.Lock()
 	model := st.stats.Model
 	st.mu.Unlock()
-	st.rb = rebuildState{on: true, to: st.lastSeq}
-	defer func() { st.rb = rebuildState{} }()
+	st.rebuild = rebuildState{on: true, to: st.lastSeq}
+	defer func() { st.rebuild = rebuildState{} }()
 	s.mu.Lock()
-	mergeBytes := s.rb.mergeBytes
+	mergeBytes := s.rebuilds.mergeBytes
 	s.mu.Unlock()
 	// One bound for the exchange and the waits for room in the queue.
 	parent := ctx
@@ -206,12 +219,12 @@ func (s *Subscriber) rebuild(ctx context.Context, st *stream, src *source) rebui
 		if pending == nil || r.aborted {
 			return
 		}
-		if !st.queue.waitRoom(ctx, size, s.work.share) {
+		if !st.backlog.waitRoom(ctx, size, s.dispatcher.share) {
 			r.aborted = true
 			return
 		}
 		if clear {
-			st.needClear, st.clearWhy = true, "rebuild"
+			st.needClear, st.clearWhy = true, "rebuild" // a synthetic clear's reason, not a completeness one
 		}
 		s.enqueue(st, pending)
 		if st.needClear {
@@ -267,17 +280,17 @@ func (s *Subscriber) rebuild(ctx context.Context, st *stream, src *source) rebui
 	if parent.Err() == nil { // else the endpoint is being removed, or the subscriber stopping
 		flush()
 	}
-	r.rb = st.rb
+	r.rebuilt = st.rebuild
 	return r
 }
 
 // finishRebuild records the outcome of a rebuild (ran: it was attempted)
 // and reports whether the stream must be rebuilt again. st.order is held.
 func (s *Subscriber) finishRebuild(st *stream, r rebuildRun, ran bool) (again bool) {
-	set, since, why := rebuildOutcome(r.rb, r.aborted)
+	set, since, why := rebuildOutcome(r.rebuilt, r.aborted)
 	st.mu.Lock()
-	again = st.rbAgain && ran // one that could not run could not again
-	st.rbRunning, st.rbAgain, st.stats.Rebuilding = false, false, again
+	again = st.rebuildPhase == rebuildRunningAgain && ran // one that could not run could not again
+	st.rebuildPhase, st.stats.Rebuilding = rebuildIdle, again
 	result := "failed"
 	switch {
 	case !ran:
@@ -286,8 +299,8 @@ func (s *Subscriber) finishRebuild(st *stream, r rebuildRun, ran bool) (again bo
 		// proves nothing; the mark's reason stands.
 		result = "superseded"
 	case set:
-		st.stats.Complete, st.stats.IncompleteReason, st.stats.CompleteSinceSeq = why == "", why, since
-		st.lost, st.indexLost = false, false
+		st.setCompletionLocked(completion{since: since, why: why})
+		st.indexLost = false
 		result = "complete"
 		if why != "" {
 			result = why
@@ -297,18 +310,18 @@ func (s *Subscriber) finishRebuild(st *stream, r rebuildRun, ran bool) (again bo
 	if !ran {
 		return false
 	}
-	if result == "complete" || result == "replay_window" {
+	if result == "complete" || result == whyReplayWindow {
 		st.incomplete = why != ""
 		st.snapFailed = false
 	}
-	s.m.Rebuilds.WithLabelValues(result).Inc()
-	s.m.RebuiltBatches.Add(float64(r.got))
+	s.metrics.Rebuilds.WithLabelValues(result).Inc()
+	s.metrics.RebuiltBatches.Add(float64(r.got))
 	lvl := slog.LevelInfo
 	if result != "complete" {
 		lvl = slog.LevelWarn
 	}
 	s.log.Log(context.Background(), lvl, "pod rebuilt from the engine's replay buffer after the index lost it", "pod", st.key.pod,
-		"dp_rank", st.key.rank, "result", result, "batches", r.got, "first_seq", r.rb.since, "to_seq", r.rb.to,
+		"dp_rank", st.key.rank, "result", result, "batches", r.got, "first_seq", r.rebuilt.since, "to_seq", r.rebuilt.to,
 		"aborted", r.aborted, "err", r.err)
 	return again
 }

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/e2e"
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents/event"
 )
 
@@ -122,17 +123,14 @@ func streamOf(t *testing.T, s *Subscriber, pod string) StreamStats {
 // the batches are queued, by the rebuild's goroutine).
 func waitStream(t *testing.T, s *Subscriber, pod, what string, cond func(StreamStats) bool) StreamStats {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for {
-		st := streamOf(t, s, pod)
-		if cond(st) {
-			return st
+	var st StreamStats
+	wait.Until(t, what, func() string {
+		if st = streamOf(t, s, pod); !cond(st) {
+			return fmt.Sprintf("%+v", st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s: %+v", what, st)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return ""
+	})
+	return st
 }
 
 // after is the batches applied after the first n.
@@ -326,20 +324,20 @@ func TestRebuildMarkedAgainWhileRunning(t *testing.T) {
 	e := startReplayEngine(t, "pod-again", 100, true)
 	s, _, m := rebuildSub(t, e, "pod-again", 3)
 	s.mu.Lock()
-	s.rb.spacing = 0 // the follow-up at once
+	s.rebuilds.spacing = 0 // the follow-up at once
 	s.mu.Unlock()
 	s.MarkIndexLost("index_lost")
 	e.request(t)
 	for range 3 {
 		s.MarkIndexLost("index_lost")
-		s.MarkPodIndexLost("pod-again", 0, "index_error")
+		s.markPodIndexLost(streamKey{"pod-again", 0}, "index_error")
 	}
 	s.mu.Lock()
 	st := s.streams[streamKey{"pod-again", 0}]
-	queued, workers := len(s.rb.queue), s.rb.workers
+	queued, workers := len(s.rebuilds.queue), s.rebuilds.workers
 	s.mu.Unlock()
 	st.mu.Lock()
-	again, pending, running := st.rbAgain, st.rbPending, st.rbRunning
+	again, pending, running := st.rebuildPhase == rebuildRunningAgain, st.rebuildPhase == rebuildPending, st.rebuildPhase >= rebuildRunning
 	st.mu.Unlock()
 	if queued != 0 || workers != 1 || !again || pending || !running || metricValue(m.limits.rebuildsQueued) != 0 {
 		t.Fatalf("during a marked rebuild: queued %d workers %d again %v pending %v running %v", queued, workers, again, pending, running)
@@ -371,7 +369,7 @@ func TestRebuildFailedKeepsIndexLost(t *testing.T) {
 	pub := startPub(t, "tcp://127.0.0.1:0", true)
 	sink := newCollectSink()
 	m := NewMetrics(nil)
-	replay := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t)) // nothing listens
+	replay := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t)) // nothing listens
 	s := startSub(t, Config{DisableCatchUp: true, RebuildTimeout: 200 * time.Millisecond,
 		Endpoints: []EndpointConfig{{Address: pub.Addr(), ReplayAddress: replay}}}, sink, m)
 	const topic = "kv@pod-fail@m"
@@ -450,10 +448,10 @@ type pausableSink struct {
 	paused sync.RWMutex
 }
 
-func (p *pausableSink) Apply(ctx context.Context, b *event.Batch) {
+func (p *pausableSink) Apply(ctx context.Context, b *event.Batch) event.ApplyOutcome {
 	p.paused.RLock()
 	defer p.paused.RUnlock()
-	p.collectSink.Apply(ctx, b)
+	return p.collectSink.Apply(ctx, b)
 }
 
 // A rebuild queues a whole buffer for one pod, far past the pod's share of
@@ -467,11 +465,11 @@ func TestRebuildWaitsForRoomInItsShare(t *testing.T) {
 	// a worker queue of 128 batches: a share of 64 per stream
 	s := startSub(t, Config{DisableCatchUp: true, Workers: 1, QueueSize: 128, RebuildTimeout: testTimeout,
 		Endpoints: []EndpointConfig{{Address: e.Addr(), ReplayAddress: e.ReplayAddr()}}}, sink, m)
-	if share := s.work.share.batches; share != 64 {
+	if share := s.dispatcher.share.batches; share != 64 {
 		t.Fatalf("share %d", share)
 	}
 	s.mu.Lock()
-	s.rb.mergeBytes = 1 // one replayed batch per queued batch
+	s.rebuilds.mergeBytes = 1 // one replayed batch per queued batch
 	s.mu.Unlock()
 	if err := e.WaitSubscribed(testCtx(t), e.topic); err != nil {
 		t.Fatal(err)
@@ -491,13 +489,7 @@ func TestRebuildWaitsForRoomInItsShare(t *testing.T) {
 	s.mu.Lock()
 	st := s.streams[streamKey{"pod-big", 0}]
 	s.mu.Unlock()
-	deadline := time.Now().Add(testTimeout)
-	for !st.queue.full(1, s.work.share) {
-		if time.Now().After(deadline) {
-			t.Fatal("the rebuild never filled the pod's share")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, "the rebuild filling the pod's share", func() bool { return st.backlog.full(1, s.dispatcher.share) })
 	sink.paused.Unlock()
 	paused = false
 	got := waitStream(t, s, "pod-big", "the rebuild's outcome", func(st StreamStats) bool { return !st.Rebuilding })
@@ -552,7 +544,7 @@ func TestRebuildWorkersBounded(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	s.mu.Lock()
-	queued, workers := len(s.rb.queue), s.rb.workers
+	queued, workers := len(s.rebuilds.queue), s.rebuilds.workers
 	s.mu.Unlock()
 	if queued != n-rebuildWorkers || workers != rebuildWorkers || metricValue(m.limits.rebuildsQueued) != n-rebuildWorkers {
 		t.Fatalf("queued %d, workers %d, want %d and %d", queued, workers, n-rebuildWorkers, rebuildWorkers)

@@ -64,8 +64,8 @@ func (s *Subscriber) replay(ctx context.Context, st *stream, src *source, model 
 	st.stats.ReplayedBatches += got
 	st.stats.Replaying = false
 	st.mu.Unlock()
-	s.m.Replays.WithLabelValues(result).Inc()
-	s.m.ReplayedBatches.Add(float64(got))
+	s.metrics.Replays.WithLabelValues(result).Inc()
+	s.metrics.ReplayedBatches.Add(float64(got))
 	lvl := slog.LevelInfo
 	if result != "ok" {
 		lvl = slog.LevelWarn
@@ -94,7 +94,7 @@ func (s *Subscriber) catchUp(ctx context.Context, src *source) {
 		pod, model := src.pod, src.model
 		var epoch []byte
 		if topic != nil {
-			if !bytes.HasPrefix(topic, s.filterB) {
+			if !bytes.HasPrefix(topic, s.filterBytes) {
 				s.drop("topic_filter")
 				return
 			}
@@ -135,8 +135,8 @@ func (s *Subscriber) catchUp(ctx context.Context, src *source) {
 	if err != nil {
 		result = "error"
 	}
-	s.m.CatchUps.WithLabelValues(result).Inc()
-	s.m.CaughtUpBatches.Add(float64(got))
+	s.metrics.CatchUps.WithLabelValues(result).Inc()
+	s.metrics.CaughtUpBatches.Add(float64(got))
 	s.log.Info("caught up from the engine's replay buffer", "endpoint", src.addr, "from", from, "known", known,
 		"batches", got, "unattributed", skipped, "err", err)
 }

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/kvindex/kvindex/internal/logtest"
+	"github.com/kvindex/kvindex/internal/testkit/logtest"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvevents/zmtp"
 )
@@ -115,13 +115,7 @@ func TestCatchUpLeavesOutUnattributedBatches(t *testing.T) {
 	replay := serveReplay(t, ctx, "tcp://127.0.0.1:0", "", p, []uint64{0, 1})
 	sink := newCollectSink()
 	_, lb := startSubLog(t, Config{Endpoints: []EndpointConfig{{Address: pub.Addr(), ReplayAddress: replay, Pod: "pod-u"}}}, sink, NewMetrics(nil))
-	deadline := time.Now().Add(testTimeout)
-	for lb.Line(`msg="caught up from the engine's replay buffer"`) == "" {
-		if time.Now().After(deadline) {
-			t.Fatal("no catch-up log line")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.For(t, "the catch-up log line", func() bool { return lb.Line(`msg="caught up from the engine's replay buffer"`) != "" })
 	if line := lb.Line(`msg="caught up from the engine's replay buffer"`); !strings.Contains(line, " batches=0 ") || !strings.Contains(line, " unattributed=2 ") {
 		t.Fatalf("catch-up log %q, want 0 batches and 2 unattributed", line)
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvevents/zmtp"
 )
@@ -83,7 +83,7 @@ func TestReplayPartialAndUnreachable(t *testing.T) {
 			ctx := testCtx(t)
 			pub := startPub(t, "tcp://127.0.0.1:0", true)
 			p := storedPayloads(t, 4, 50)
-			replay := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
+			replay := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
 			if tc.serve {
 				replay = serveReplay(t, ctx, tc.listen, topic, p, []uint64{1, 3})
 			}

@@ -1,31 +1,50 @@
 package kvevents
 
-// ResumeFrom sets the last sequence number of the (pod, dpRank) stream as if
-// batch seq had been received, before any batch of it arrives: a daemon
-// restarted from a snapshot then treats the stream's first batch as it
-// would after seq. A forward jump is a gap (replayed from seq+1 when the
-// endpoint has a replay address), a jump back a restart (the pod is
-// cleared). A stream that already received batches is left alone.
+// ResumeFrom tells the (pod, dpRank) stream that the index holds a state of
+// the pod loaded from a saved index, which this process cannot vouch for.
+// The pod is not served (Servable) until a batch of its stream has been
+// applied, and the stream is incomplete ("restored") until an engine
+// snapshot, a rebuild or a restart replaces that state. Call it before any
+// batch of the stream arrives; a stream that already received batches is
+// left alone.
 //
-// The restored state is not vouched for (StreamStats.IncompleteReason
-// "restored"): an endpoint with a snapshot address replaces it by an engine
-// snapshot at the stream's first batch, which also gives the stream its
-// epoch (a restored stream has none, and SGLang's replay carries none).
-func (s *Subscriber) ResumeFrom(pod string, dpRank int, seq uint64) {
+// With hasSeq, seq is the last sequence number the saved state includes:
+// the stream's first batch is treated as it would be after seq, the one
+// decision of what the restored state is worth. A forward jump is a gap
+// (replayed from seq+1 when the endpoint has a replay address), a jump back
+// a restart (the pod is cleared before the batch), the next number a
+// continuation (the restored entries are served again). Without hasSeq
+// nothing proves the saved state still holds, and the pod is cleared before
+// its first batch. Either clear counts in RestoreClears.
+//
+// An endpoint with a snapshot address replaces the restored state by an
+// engine snapshot at the stream's first batch, which also gives the stream
+// its epoch (a restored stream has none, and SGLang's replay carries none).
+func (s *Subscriber) ResumeFrom(pod string, dpRank int, seq uint64, hasSeq bool) {
+	k := streamKey{pod, dpRank}
 	// The model is not known until the first batch; admit re-homes the
 	// stream's model count then.
-	st, _ := s.admit(streamKey{pod, dpRank}, "")
+	st, _ := s.admit(k, "")
 	if st == nil {
-		return // over the stream limit: the first batch decides
+		// Over the stream limit: held all the same, until a batch of it
+		// is applied.
+		s.trust.set(k, trustEntry{hold: holdRestored})
+		return
 	}
 	st.order.Lock()
 	defer st.order.Unlock()
 	if st.hasSeq {
 		return
 	}
-	st.hasSeq, st.lastSeq, st.incomplete = true, seq, true
+	s.trust.set(k, trustEntry{hold: holdRestored})
+	st.incomplete = true
+	if hasSeq {
+		st.hasSeq, st.lastSeq = true, seq
+	} else {
+		st.needClear, st.clearWhy = true, whyRestored
+	}
 	st.mu.Lock()
 	st.stats.LastSeq = seq
-	st.stats.Complete, st.stats.IncompleteReason, st.stats.CompleteSinceSeq = false, "restored", seq+1
+	st.setCompletionLocked(completion{since: seq + 1, why: whyRestored})
 	st.mu.Unlock()
 }

@@ -8,28 +8,41 @@ import (
 
 // A stream resumed from a snapshot's sequence number treats its first batch
 // as it would after that number: a jump forward is a gap, a jump back a
-// restart whose batch starts with a clear; a stream that already received
-// batches keeps its own number.
+// restart whose batch starts with a clear; one resumed without a number is
+// cleared before its first batch. Every resumed pod is held (not servable)
+// until a batch of its stream has been applied. A stream that already
+// received batches keeps its own number.
 func TestResumeFrom(t *testing.T) {
 	sink := newCollectSink()
 	s := startSub(t, Config{Bind: "tcp://127.0.0.1:0"}, sink, NewMetrics(nil))
-	s.ResumeFrom("pod-gap", 0, 10)
-	s.ResumeFrom("pod-restart", 0, 10)
-	s.ResumeFrom("pod-next", 0, 10)
-	if st := s.Streams(); len(st) != 3 || st[0].LastSeq != 10 || st[0].Batches != 0 {
+	s.ResumeFrom("pod-gap", 0, 10, true)
+	s.ResumeFrom("pod-restart", 0, 10, true)
+	s.ResumeFrom("pod-next", 0, 10, true)
+	s.ResumeFrom("pod-noseq", 0, 0, false)
+	if st := s.Streams(); len(st) != 4 || st[0].LastSeq != 10 || st[0].Batches != 0 || st[0].Held != "restored" {
 		t.Fatalf("resumed streams %+v", st)
+	}
+	if s.RestoredWaiting() != 4 || s.Servable("pod-next", 0) {
+		t.Fatalf("%d restored pods wait; pod-next servable %v", s.RestoredWaiting(), s.Servable("pod-next", 0))
 	}
 	pub := startPub(t, s.BindAddr(), false)
 	pub.WaitSubscribed(testCtx(t), "kv@")
 	pub.Publish("kv@pod-gap@m", 14, payload(t, storedBatch(1)))
 	pub.Publish("kv@pod-restart@m", 0, payload(t, storedBatch(2)))
 	pub.Publish("kv@pod-next@m", 11, payload(t, storedBatch(3)))
-	bs := sink.waitFor(t, "three batches", func(bs []*event.Batch) bool { return len(bs) == 3 })
+	pub.Publish("kv@pod-noseq@m", 5, payload(t, storedBatch(4)))
+	bs := sink.waitFor(t, "four batches", func(bs []*event.Batch) bool { return len(bs) == 4 })
 	for _, b := range bs {
 		cleared := b.Events[0].Kind == event.AllBlocksCleared
-		if cleared != (b.Pod == "pod-restart") {
+		if cleared != (b.Pod == "pod-restart" || b.Pod == "pod-noseq") {
 			t.Errorf("%s: cleared=%v", b.Pod, cleared)
 		}
+	}
+	for _, pod := range []string{"pod-gap", "pod-restart", "pod-next", "pod-noseq"} {
+		waitStream(t, s, pod, pod+" served", func(st StreamStats) bool { return st.Held == "" })
+	}
+	if s.RestoredWaiting() != 0 || s.RestoreClears() != 2 {
+		t.Errorf("after the first batches: %d wait, %d restore clears; want 0, 2", s.RestoredWaiting(), s.RestoreClears())
 	}
 	for _, st := range s.Streams() {
 		switch st.Pod {
@@ -47,7 +60,7 @@ func TestResumeFrom(t *testing.T) {
 			}
 		}
 	}
-	s.ResumeFrom("pod-next", 0, 99)
+	s.ResumeFrom("pod-next", 0, 99, true)
 	for _, st := range s.Streams() {
 		if st.Pod == "pod-next" && st.LastSeq != 11 {
 			t.Errorf("a live stream was moved to %d", st.LastSeq)

@@ -27,8 +27,8 @@ type seqState struct {
 	// snapRetry (the engine busy, or down: no exchange per batch).
 	snapFailed bool
 	snapRetry  uint64
-	// rb is a rebuild by replay under way (rebuild.go).
-	rb rebuildState
+	// rebuild follows a rebuild by replay under way (rebuild.go).
+	rebuild rebuildState
 }
 
 // rebuildState follows a rebuild: the stream's state in the index, lost
@@ -180,13 +180,13 @@ func decideSeq(cur seqState, in seqInput) seqDecision {
 	switch {
 	case d.missed == 0:
 	case d.kind == seqRestart:
-		d.why = "restart"
+		d.why = whyRestart
 	case in.how == fromCatchUp:
-		d.why = "replay_window" // what catch-up asked for is no longer buffered
+		d.why = whyReplayWindow // what catch-up asked for is no longer buffered
 	case d.kind == seqGap:
-		d.why = "gap"
+		d.why = whyGap
 	default:
-		d.why = "joined_late"
+		d.why = whyJoinedLate
 	}
 
 	if d.newEpoch {
@@ -236,7 +236,7 @@ func (d *seqDecision) completeness(r replayResult) completeness {
 	case !d.replay, !r.filled:
 		c = completeness{set: true, since: d.seq, why: d.why}
 	case r.run > d.from:
-		c = completeness{set: true, since: r.run, why: "replay_window"}
+		c = completeness{set: true, since: r.run, why: whyReplayWindow}
 	case d.kind == seqGap:
 		// repaired: unchanged
 	default:
@@ -272,7 +272,7 @@ func (d *seqDecision) completeness(r replayResult) completeness {
 // that says complete. Any other is left to the live socket (ahead).
 func decideRebuild(cur seqState, in seqInput) seqDecision {
 	d := seqDecision{seq: in.seq, clears: in.clears, next: cur, wasIncomplete: cur.incomplete}
-	rb := cur.rb
+	rb := cur.rebuild
 	switch {
 	case !rb.on || in.epoch != nil && string(in.epoch) != cur.epoch:
 		d.kind, d.drop = seqAlien, "rebuild_alien"
@@ -296,7 +296,7 @@ func decideRebuild(cur seqState, in seqInput) seqDecision {
 		rb.since, rb.clean = in.seq, true
 	}
 	rb.ran, rb.next = true, in.seq+1
-	d.next.rb = rb
+	d.next.rebuild = rb
 	if in.seq > rb.to {
 		d.next.lastSeq = in.seq
 		if !cur.dedup {
@@ -320,6 +320,6 @@ func rebuildOutcome(rb rebuildState, aborted bool) (set bool, since uint64, why 
 	case rb.clean:
 		return true, rb.since, ""
 	default:
-		return true, rb.since, "replay_window"
+		return true, rb.since, whyReplayWindow
 	}
 }

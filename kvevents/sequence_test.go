@@ -44,7 +44,7 @@ func TestDecideSeq(t *testing.T) {
 	// rb's on and to are filled in.
 	rebuilding := func(to uint64, rb rebuildState) seqState {
 		rb.on, rb.to = true, to
-		return seqState{hasSeq: true, lastSeq: to, rb: rb}
+		return seqState{hasSeq: true, lastSeq: to, rebuild: rb}
 	}
 	rebuilt := func(seq uint64) seqInput { return seqInput{seq: seq, how: fromRebuild} }
 
@@ -250,10 +250,10 @@ func TestDecideSeq(t *testing.T) {
 		{name: "rebuild: in order below the last seq", cur: rebuilding(5, rebuildState{ran: true, next: 3, clean: true}), in: rebuilt(3),
 			want: seqDecision{kind: seqRebuilt, seq: 3,
 				next: rebuilding(5, rebuildState{ran: true, next: 4, clean: true})}},
-		{name: "rebuild: of an incomplete stream", cur: seqState{hasSeq: true, lastSeq: 5, incomplete: true, rb: rebuildState{on: true, to: 5}},
+		{name: "rebuild: of an incomplete stream", cur: seqState{hasSeq: true, lastSeq: 5, incomplete: true, rebuild: rebuildState{on: true, to: 5}},
 			in: rebuilt(0),
 			want: seqDecision{kind: seqRebuilt, clear: true, wasIncomplete: true,
-				next: seqState{hasSeq: true, lastSeq: 5, incomplete: true, rb: rebuildState{on: true, to: 5, ran: true, next: 1, clean: true}}}},
+				next: seqState{hasSeq: true, lastSeq: 5, incomplete: true, rebuild: rebuildState{on: true, to: 5, ran: true, next: 1, clean: true}}}},
 		{name: "rebuild: the buffer wrapped, first batch after 0", cur: rebuilding(5, rebuildState{}), in: rebuilt(3),
 			want: seqDecision{kind: seqRebuilt, seq: 3, clear: true,
 				next: rebuilding(5, rebuildState{ran: true, next: 4, since: 3})}},
@@ -274,11 +274,11 @@ func TestDecideSeq(t *testing.T) {
 		{name: "rebuild: past the last seq, continuing the run: queued like catch-up", cur: rebuilding(5, rebuildState{ran: true, next: 6, clean: true}),
 			in: rebuilt(6),
 			want: seqDecision{kind: seqRebuilt, seq: 6,
-				next: seqState{hasSeq: true, lastSeq: 6, dedup: true, dedupFrom: 6, rb: rebuildState{on: true, to: 5, ran: true, next: 7, clean: true}}}},
+				next: seqState{hasSeq: true, lastSeq: 6, dedup: true, dedupFrom: 6, rebuild: rebuildState{on: true, to: 5, ran: true, next: 7, clean: true}}}},
 		{name: "rebuild: further past it, the window already open", cur: seqState{hasSeq: true, lastSeq: 6, dedup: true, dedupFrom: 6,
-			rb: rebuildState{on: true, to: 5, ran: true, next: 7, clean: true}}, in: rebuilt(7),
+			rebuild: rebuildState{on: true, to: 5, ran: true, next: 7, clean: true}}, in: rebuilt(7),
 			want: seqDecision{kind: seqRebuilt, seq: 7,
-				next: seqState{hasSeq: true, lastSeq: 7, dedup: true, dedupFrom: 6, rb: rebuildState{on: true, to: 5, ran: true, next: 8, clean: true}}}},
+				next: seqState{hasSeq: true, lastSeq: 7, dedup: true, dedupFrom: 6, rebuild: rebuildState{on: true, to: 5, ran: true, next: 8, clean: true}}}},
 		{name: "rebuild: past the last seq after a hole: left to the live socket", cur: rebuilding(5, rebuildState{ran: true, next: 4, clean: true}),
 			in:   rebuilt(6),
 			want: seqDecision{kind: seqAhead, drop: "rebuild_ahead", seq: 6, next: rebuilding(5, rebuildState{ran: true, next: 4, clean: true})}},
@@ -289,13 +289,13 @@ func TestDecideSeq(t *testing.T) {
 		{name: "rebuild: none under way", cur: at(5), in: rebuilt(0),
 			want: seqDecision{kind: seqAlien, drop: "rebuild_alien", next: at(5)}},
 		{name: "rebuild: another epoch (the engine restarted since)",
-			cur:  seqState{hasSeq: true, lastSeq: 5, epoch: "a", rb: rebuildState{on: true, to: 5}},
+			cur:  seqState{hasSeq: true, lastSeq: 5, epoch: "a", rebuild: rebuildState{on: true, to: 5}},
 			in:   seqInput{seq: 0, how: fromRebuild, epoch: []byte("b")},
-			want: seqDecision{kind: seqAlien, drop: "rebuild_alien", next: seqState{hasSeq: true, lastSeq: 5, epoch: "a", rb: rebuildState{on: true, to: 5}}}},
-		{name: "rebuild: same epoch", cur: seqState{hasSeq: true, lastSeq: 5, epoch: "a", rb: rebuildState{on: true, to: 5}},
+			want: seqDecision{kind: seqAlien, drop: "rebuild_alien", next: seqState{hasSeq: true, lastSeq: 5, epoch: "a", rebuild: rebuildState{on: true, to: 5}}}},
+		{name: "rebuild: same epoch", cur: seqState{hasSeq: true, lastSeq: 5, epoch: "a", rebuild: rebuildState{on: true, to: 5}},
 			in: seqInput{seq: 0, how: fromRebuild, epoch: []byte("a")},
 			want: seqDecision{kind: seqRebuilt, clear: true,
-				next: seqState{hasSeq: true, lastSeq: 5, epoch: "a", rb: rebuildState{on: true, to: 5, ran: true, next: 1, clean: true}}}},
+				next: seqState{hasSeq: true, lastSeq: 5, epoch: "a", rebuild: rebuildState{on: true, to: 5, ran: true, next: 1, clean: true}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := decideSeq(tc.cur, tc.in)
@@ -357,7 +357,7 @@ func TestRebuildOutcome(t *testing.T) {
 // front of the batch and the stream counts a restart, not a gap.
 func TestSeqWrapIsRestart(t *testing.T) {
 	s, src, _ := handleOnly(t, Config{}, nil)
-	s.ResumeFrom("p", 0, math.MaxUint64)
+	s.ResumeFrom("p", 0, math.MaxUint64, true)
 	s.handle(context.Background(), src, frames(t, "kv@p@m", 3, storedBatch(10)))
 	got := drain(s)
 	if len(got) != 1 || got[0].Events[0].Kind != event.AllBlocksCleared {

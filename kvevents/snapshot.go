@@ -187,7 +187,7 @@ func (s *Subscriber) resync(ctx context.Context, st *stream, src *source, model 
 	case h.barrierSeq < st.lastSeq:
 		result, err = "stale", fmt.Errorf("snapshot cut at seq %d, before the last batch held (%d)", h.barrierSeq, st.lastSeq)
 	}
-	s.m.Snapshots.WithLabelValues(result).Inc()
+	s.metrics.Snapshots.WithLabelValues(result).Inc()
 	if err != nil {
 		s.log.Warn("engine snapshot not applied; pod stays incomplete", "pod", st.key.pod, "dp_rank", st.key.rank,
 			"endpoint", src.snapshot, "err", err)

@@ -45,13 +45,20 @@ type StreamStats struct {
 	// was loaded from a saved index, which this process cannot vouch for,
 	// and no engine snapshot has replaced it yet), "index_lost" (the index
 	// backend lost entries: Redis restarted, evicted or was flushed) and
-	// "index_error" (a write of the pod's failed and the index cleared it);
+	// "index_error" (a write of the pod's failed, as the sink's ApplyOutcome
+	// said, and the pod is cleared and rebuilt from later events only);
 	// those two last until an engine snapshot or a rebuild from the replay
 	// buffer replaces the pod's state, or the engine clears or restarts its
-	// cache (MarkIndexLost, rebuild.go).
+	// cache (MarkIndexLost, trust.go, rebuild.go). The names are the why*
+	// constants (trust.go).
 	Complete         bool
 	CompleteSinceSeq uint64
 	IncompleteReason string
+	// Held says why the pod's entries are not served ("" when they are):
+	// "restored" (loaded from a saved index, no batch of the stream applied
+	// since: ResumeFrom) or "index_error" (a write of the pod's failed and
+	// the pod has not been cleared since). See Servable.
+	Held string
 	// Epoch is SGLang's publisher lifecycle id (topic metadata, or the
 	// header of an engine snapshot), if sent.
 	Epoch string
@@ -94,28 +101,26 @@ type stream struct {
 	// I/O or a channel operation: Streams takes nothing else.
 	mu    sync.Mutex
 	stats StreamStats
-	// queue is the stream's share of its worker (podqueue.go).
-	queue podQueue
-	// lost: a message of the stream's connection was cut short
+	// backlog is what the stream holds in its worker's queue, within its
+	// share (dispatcher_share.go).
+	backlog streamBacklog
+	// lostFrom: a message of the stream's connection was cut short
 	// (markLost), so StreamStats says "message_lost" until the next batch
-	// shows whether it was the stream's; before holds what it said until
-	// then. Under mu.
-	lost   bool
-	before StreamStats
+	// shows whether it was the stream's; it holds what the stream said
+	// until then (nil: no such mark). Under mu.
+	lostFrom *completion
 	// indexLost: MarkIndexLost marked the stream; its next batch makes it
 	// incomplete in its sequence state too (so it asks the snapshot
 	// endpoint). Under mu: the marker never takes order.
 	indexLost bool
-	// The stream's rebuild by replay (rebuild.go), under mu: rbPending (in
-	// the rebuild queue, or waiting for rebuildSpacing), rbRunning, rbAgain
-	// (marked again while running: what it rebuilt may be lost too, so it
-	// runs again) and when the last one began.
-	rbPending, rbRunning, rbAgain bool
-	rbLast                        time.Time
+	// The stream's rebuild by replay (rebuild.go), under mu: where it
+	// stands and when the last one began.
+	rebuildPhase rebuildPhase
+	lastRebuild  time.Time
 }
 
 func (st *stream) currentStats() StreamStats {
-	lag := st.queue.lag(time.Now())
+	lag := st.backlog.lag(time.Now())
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	out := st.stats
@@ -134,7 +139,9 @@ func (s *Subscriber) Streams() []StreamStats {
 	s.mu.Unlock()
 	out := make([]StreamStats, 0, len(all))
 	for _, st := range all {
-		out = append(out, st.currentStats())
+		ss := st.currentStats()
+		ss.Held = s.trust.get(st.key).String()
+		out = append(out, ss)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Pod != out[j].Pod {
@@ -151,16 +158,22 @@ type StreamRef struct {
 	DPRank int
 }
 
-// StreamState is what a score answer tells a router about one stream, from
-// its StreamStats: how late the index is for it and whether it holds every
-// batch. Known is false for a stream this subscriber does not track (never
-// seen, forgotten, or published to another daemon sharing the index).
+// StreamState is the one answer about a pod's trust, from its StreamStats:
+// whether its entries may be served (Held, "" when they may: Servable), how
+// late the index is for it and whether it holds every batch, and why not.
+// Known is false for a stream this subscriber does not track (never seen,
+// forgotten, or published to another daemon sharing the index); such a pod
+// is servable unless it is still held (a forgotten pod whose clear failed).
 type StreamState struct {
 	Known            bool
+	Held             string
 	ApplyLag         time.Duration
 	Complete         bool
 	IncompleteReason string
 }
+
+// Servable reports whether the pod's entries may be served.
+func (s StreamState) Servable() bool { return s.Held == "" }
 
 // StreamStates sets out[i] to the state of the stream refs[i] names (out
 // must be as long as refs). It takes the subscriber's lock once and
@@ -170,14 +183,16 @@ func (s *Subscriber) StreamStates(refs []StreamRef, out []StreamState) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, r := range refs {
-		st := s.streams[streamKey{pod: r.Pod, rank: r.DPRank}]
+		k := streamKey{pod: r.Pod, rank: r.DPRank}
+		held := s.trust.get(k).String()
+		st := s.streams[k]
 		if st == nil {
-			out[i] = StreamState{}
+			out[i] = StreamState{Held: held}
 			continue
 		}
-		lag := st.queue.lag(now)
+		lag := st.backlog.lag(now)
 		st.mu.Lock()
-		out[i] = StreamState{Known: true, ApplyLag: lag, Complete: st.stats.Complete, IncompleteReason: st.stats.IncompleteReason}
+		out[i] = StreamState{Known: true, Held: held, ApplyLag: lag, Complete: st.stats.Complete, IncompleteReason: st.stats.IncompleteReason}
 		st.mu.Unlock()
 	}
 }
@@ -235,7 +250,11 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *e
 	}
 	st.seqState = d.next
 	if d.clear {
-		st.needClear, st.clearWhy = true, "restart"
+		st.needClear, st.clearWhy = true, whyRestart
+		if s.trust.get(st.key) == holdRestored {
+			// The engine restarted since the saved state was taken.
+			st.clearWhy = whyRestored
+		}
 	}
 
 	st.mu.Lock()
@@ -257,12 +276,12 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *e
 
 	switch d.kind {
 	case seqRestart:
-		s.m.Restarts.Inc()
+		s.metrics.Restarts.Inc()
 		s.warn(src.addr+"|"+b.Pod, "engine restart detected (sequence went back to a low value or a new epoch): clearing pod", "pod", b.Pod,
 			"dp_rank", b.DPRank, "last_seq", last, "seq", b.Seq, "epoch", st.epoch)
 	case seqGap:
-		s.m.SeqGaps.Inc()
-		s.m.MissedBatches.Add(float64(d.missed))
+		s.metrics.SeqGaps.Inc()
+		s.metrics.MissedBatches.Add(float64(d.missed))
 		s.warn(src.addr+"|"+b.Pod, "KV event sequence gap: batches lost", "pod", b.Pod, "dp_rank", b.DPRank,
 			"last_seq", last, "seq", b.Seq, "missed", d.missed, "replay", d.replay)
 	case seqJoin:
@@ -309,8 +328,7 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *e
 // unbroken; why == "" means back to an empty cache.
 func (st *stream) setComplete(since uint64, why string) {
 	st.mu.Lock()
-	st.stats.CompleteSinceSeq, st.stats.IncompleteReason, st.stats.Complete = since, why, why == ""
-	st.lost = false
+	st.setCompletionLocked(completion{since: since, why: why})
 	if why == "" {
 		st.indexLost = false
 	}
@@ -328,7 +346,7 @@ func hasClear(b *event.Batch) bool {
 }
 
 // enqueue hands b to its worker, waiting a bounded time on a full queue
-// (backpressure.go). If the queue stays full the batch is dropped and the
+// (dispatcher_backpressure.go). If the queue stays full the batch is dropped and the
 // stream marked: a synthetic AllBlocksCleared goes in front of its next
 // queued batch, because the sink has now missed events and its state for
 // the pod is no longer complete.
@@ -339,9 +357,12 @@ func (s *Subscriber) enqueue(st *stream, b *event.Batch) {
 		ev = append(ev, event.Event{Kind: event.AllBlocksCleared})
 		b.Events = append(ev, b.Events...)
 	}
-	if s.work.queueBounded(st.worker, &st.queue, b) {
+	if s.dispatcher.queueBounded(st.worker, &st.backlog, b) {
 		if st.needClear {
-			s.m.SyntheticClears.WithLabelValues(st.clearWhy).Inc()
+			s.metrics.SyntheticClears.WithLabelValues(st.clearWhy).Inc()
+			if st.clearWhy == whyRestored {
+				s.trust.restoreClears.Add(1)
+			}
 			st.needClear = false
 		}
 		return
@@ -349,15 +370,14 @@ func (s *Subscriber) enqueue(st *stream, b *event.Batch) {
 	st.mu.Lock()
 	st.stats.Overflows++
 	st.mu.Unlock()
-	s.m.QueueOverflows.Inc()
-	if !st.needClear || st.clearWhy != "overflow" {
+	s.metrics.QueueOverflows.Inc()
+	if !st.needClear || st.clearWhy != whyOverflow {
 		s.log.Warn("worker queue full: dropping batch; pod will be cleared before its next batch",
 			"pod", b.Pod, "dp_rank", b.DPRank, "seq", b.Seq)
 	}
-	st.needClear, st.clearWhy = true, "overflow"
+	st.needClear, st.clearWhy = true, whyOverflow
 	st.mu.Lock()
 	// The clear that follows empties the index, not the pod's cache.
-	st.stats.Complete, st.stats.IncompleteReason, st.stats.CompleteSinceSeq = false, "overflow", b.Seq+1
-	st.lost = false
+	st.setCompletionLocked(completion{since: b.Seq + 1, why: whyOverflow})
 	st.mu.Unlock()
 }

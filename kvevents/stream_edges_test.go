@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/kvevents/event"
 )
 
@@ -123,7 +123,7 @@ func TestInOrderBatchIsNotReplaying(t *testing.T) {
 // endpoint does not answer, which is counted as an error.
 func TestGapAsksSnapshotEndpoint(t *testing.T) {
 	s, src, m := handleOnly(t, Config{ReplayTimeout: 100 * time.Millisecond}, nil)
-	src.snapshot = fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t)) // nothing listens
+	src.snapshot = fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t)) // nothing listens
 	ctx := testCtx(t)
 	s.handle(ctx, src, frames(t, "kv@p@m", 0, storedBatch(10)))
 	if v := metricValue(m.Snapshots.WithLabelValues("error")); v != 0 {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -15,8 +14,9 @@ import (
 	"github.com/kvindex/kvindex/kvevents/zmtp"
 )
 
-// Defaults. Config's zero values mean these, except Bind: "" disables the
-// bind socket, so the daemon passes DefaultBind explicitly.
+// Defaults. Config's zero values mean these (the tunables' rows in Options
+// read them; withDefaults applies them), except Bind: "" disables the bind
+// socket, so DefaultConfig sets DefaultBind explicitly.
 const (
 	DefaultBind          = "tcp://*:5557"
 	DefaultTopicFilter   = "kv@"
@@ -31,7 +31,8 @@ const (
 	DefaultDrainTimeout   = 2 * time.Second
 )
 
-// Config configures a Subscriber.
+// Config configures a Subscriber. A zero tunable means its default (see
+// Options, DefaultConfig and ValidateConfig in options.go).
 type Config struct {
 	// Bind is the endpoint of the SUB socket that engines connect to
 	// (central topology). "" = no bind socket; the daemon's default is
@@ -44,24 +45,24 @@ type Config struct {
 	TopicFilter string
 	AllTopics   bool
 	Endpoints   []EndpointConfig
-	// Workers is the number of apply goroutines (default GOMAXPROCS). A
-	// stream (pod, dp rank) always maps to the same worker.
+	// Workers is the number of apply goroutines (Options.Workers; 0 =
+	// GOMAXPROCS). A stream (pod, dp rank) always maps to the same worker.
 	Workers int
-	// QueueSize bounds each worker's queue, in batches (default 1024).
+	// QueueSize bounds each worker's queue, in batches (Options.QueueSize).
 	QueueSize int
 	// QueueWait is how long a socket reader waits for room in a full queue
 	// before dropping the batch and clearing its pod (default
-	// DefaultQueueWait; negative: drop at once). See backpressure.go.
+	// DefaultQueueWait; negative: drop at once). See dispatcher_backpressure.go.
 	QueueWait time.Duration
 	// ReconnectMin/Max bound the exponential backoff between attempts to
 	// (re)connect an endpoint (defaults 100ms and 5s).
 	ReconnectMin, ReconnectMax time.Duration
 	// ReplayTimeout bounds one replay exchange, connecting included
-	// (default 2s).
+	// (Options.ReplayTimeout).
 	ReplayTimeout time.Duration
 	// RebuildTimeout bounds one rebuild of a stream the index lost from
 	// the engine's whole replay buffer, its exchange and queuing included
-	// (default 30s). The stream's live batches wait for it.
+	// (Options.RebuildTimeout). The stream's live batches wait for it.
 	RebuildTimeout time.Duration
 	// DisableCatchUp stops the subscriber from asking an endpoint's replay
 	// address for its buffer each time it (re)connects; gaps are still
@@ -77,8 +78,8 @@ type Config struct {
 	// queued then is dropped and counted (shutdown_dropped_batches_total).
 	DrainTimeout time.Duration
 	// MaxStreams, MaxModels and MaxDPRanks bound the (pod, dp rank) streams,
-	// the model names and the ranks accepted (defaults 10000, 1000, 64); a
-	// batch beyond them is dropped and counted. PodExpiry (default 1h;
+	// the model names and the ranks accepted (their rows in Options); a
+	// batch beyond them is dropped and counted. PodExpiry (Options.PodExpiry;
 	// negative: never) forgets a stream silent that long, clearing it from
 	// the sink. QueueBytes (default 256 MiB) bounds the decoded batches
 	// queued for all workers; beyond it a batch overflows like on a full
@@ -88,7 +89,8 @@ type Config struct {
 	QueueBytes                        int64
 	// Transport bounds what a ZMQ peer can make every socket (bind,
 	// connect, replay) do: message size, handshake deadline, connections,
-	// buffered bytes. The zero value means zmtp's defaults. Its Counters
+	// buffered bytes. A zero field means its row in Options where it has one
+	// (the daemon's --zmq-* flags), else zmtp's default. Its Counters
 	// field is ignored: the sockets count into Metrics.ZMQ.
 	Transport zmtp.Options
 }
@@ -109,7 +111,12 @@ type Config struct {
 //   - the engine restarted (sequence number went backwards);
 //   - a batch was dropped because the stream's worker queue was full: the
 //     clear is prepended to the stream's next batch that gets queued;
-//   - the endpoint was removed (RemoveEndpoint).
+//   - the endpoint was removed (RemoveEndpoint);
+//   - a pod restored from a saved index whose engine restarted since, or
+//     whose saved state names no sequence number (ResumeFrom);
+//   - a pod whose index write failed and that stays quiet: the sink clears
+//     it before its next batch, and this clear, queued every second while
+//     the pod is held, recovers it without one (trust.go).
 //
 // A forward gap (lost messages) is counted and logged; when the endpoint
 // has a ReplayAddress the missing batches are fetched and applied, in order,
@@ -119,17 +126,22 @@ type Config struct {
 // network. StreamStats.Complete says whether the sink has every batch since
 // the engine's cache was last empty.
 //
+// Trust: the Subscriber is the one owner of whether a pod's entries may be
+// served (Servable) and whether they are complete (StreamStats); the sink
+// reports each batch's outcome (event.ApplyOutcome) and the worker records
+// it right after Apply. See the package documentation and trust.go.
+//
 // Shutdown: the sockets close first, then the workers apply what is still
 // queued for at most DrainTimeout; the rest is dropped and counted.
 type Subscriber struct {
-	cfg     Config
-	filter  string
-	filterB []byte
-	m       *Metrics
-	log     *slog.Logger
-	counts  decodeCounters
-	work    *dispatcher
-	logs    *logLimiter
+	cfg         Config
+	filter      string
+	filterBytes []byte
+	metrics     *Metrics
+	log         *slog.Logger
+	counts      decodeCounters
+	dispatcher  *dispatcher
+	logs        *logLimiter
 
 	ctx       context.Context // lifetime of the bind socket; ended by Close
 	cancel    context.CancelFunc
@@ -147,8 +159,11 @@ type Subscriber struct {
 	endpoints map[string]*source
 	order     []string
 	streams   map[streamKey]*stream
-	lim       limits
-	rb        rebuilds
+	limits    limits
+	rebuilds  rebuilds
+	// trust is the one owner of whether a pod's entries may be served
+	// (trust.go); completeness lives in each stream's StreamStats.
+	trust trustTable
 }
 
 // NewSubscriber validates cfg and binds the bind socket (so a port in use is
@@ -164,33 +179,10 @@ func NewSubscriber(cfg Config, sink event.Sink, m *Metrics, logger *slog.Logger)
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = runtime.GOMAXPROCS(0)
+	if err := ValidateConfig(cfg); err != nil {
+		return nil, fmt.Errorf("kvevents: %w", err)
 	}
-	if cfg.QueueSize <= 0 {
-		cfg.QueueSize = DefaultQueueSize
-	}
-	if cfg.QueueWait == 0 {
-		cfg.QueueWait = DefaultQueueWait
-	}
-	if cfg.ReconnectMin <= 0 {
-		cfg.ReconnectMin = DefaultReconnectMin
-	}
-	if cfg.ReconnectMax < cfg.ReconnectMin {
-		cfg.ReconnectMax = max(DefaultReconnectMax, cfg.ReconnectMin)
-	}
-	if cfg.ReplayTimeout <= 0 {
-		cfg.ReplayTimeout = DefaultReplayTimeout
-	}
-	if cfg.RebuildTimeout <= 0 {
-		cfg.RebuildTimeout = DefaultRebuildTimeout
-	}
-	if cfg.MaxSnapshotRecords <= 0 {
-		cfg.MaxSnapshotRecords = DefaultMaxSnapshotRecords
-	}
-	if cfg.DrainTimeout == 0 {
-		cfg.DrainTimeout = DefaultDrainTimeout
-	}
+	cfg = cfg.withDefaults()
 	cfg.Transport.Counters = m.ZMQ
 	var s *Subscriber // for the transport's disconnect hook, set below
 	userHook := cfg.Transport.OnDisconnect
@@ -199,21 +191,6 @@ func NewSubscriber(cfg Config, sink event.Sink, m *Metrics, logger *slog.Logger)
 		if userHook != nil {
 			userHook(peer, err)
 		}
-	}
-	if cfg.MaxStreams <= 0 {
-		cfg.MaxStreams = DefaultMaxStreams
-	}
-	if cfg.MaxModels <= 0 {
-		cfg.MaxModels = DefaultMaxModels
-	}
-	if cfg.MaxDPRanks <= 0 {
-		cfg.MaxDPRanks = DefaultMaxDPRanks
-	}
-	if cfg.PodExpiry == 0 {
-		cfg.PodExpiry = DefaultPodExpiry
-	}
-	if cfg.QueueBytes <= 0 {
-		cfg.QueueBytes = DefaultQueueBytes
 	}
 	filter := cfg.TopicFilter
 	if filter == "" {
@@ -224,21 +201,22 @@ func NewSubscriber(cfg Config, sink event.Sink, m *Metrics, logger *slog.Logger)
 	}
 	log := logger.With("component", "kvevents")
 	s = &Subscriber{
-		cfg:       cfg,
-		filter:    filter,
-		filterB:   []byte(filter),
-		m:         m,
-		log:       log,
-		counts:    newDecodeCounters(m),
-		work:      newDispatcher(sink, cfg.Workers, cfg.QueueSize, cfg.QueueBytes, m, log),
-		logs:      newLogLimiter(m.limits.logSuppressed),
-		endpoints: map[string]*source{},
-		streams:   map[streamKey]*stream{},
-		lim:       newLimits(),
-		rb:        rebuilds{spacing: defaultRebuildSpacing, mergeBytes: rebuildMergeBytes},
+		cfg:         cfg,
+		filter:      filter,
+		filterBytes: []byte(filter),
+		metrics:     m,
+		log:         log,
+		counts:      newDecodeCounters(m),
+		dispatcher:  newDispatcher(sink, cfg.Workers, cfg.QueueSize, cfg.QueueBytes, m, log),
+		logs:        newLogLimiter(m.limits.logSuppressed),
+		endpoints:   map[string]*source{},
+		streams:     map[streamKey]*stream{},
+		limits:      newLimits(),
+		rebuilds:    rebuilds{spacing: defaultRebuildSpacing, mergeBytes: rebuildMergeBytes},
 	}
+	s.dispatcher.rec = s
 	m.watch(s)
-	s.work.bp = backpressure{wait: cfg.QueueWait, waits: m.QueueWaits, waitSecs: m.QueueWaitSeconds}
+	s.dispatcher.backpressure = backpressure{wait: cfg.QueueWait, waits: m.QueueWaits, waitSecs: m.QueueWaitSeconds}
 	for _, ep := range cfg.Endpoints {
 		if err := s.AddEndpoint(ep); err != nil {
 			return nil, err
@@ -304,7 +282,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	defer context.AfterFunc(s.ctx, cancel)()
 	s.running = true
 	s.runCtx = runCtx
-	s.work.start(runCtx)
+	s.dispatcher.start(runCtx)
 	if s.bindSock != nil {
 		s.readers.Add(1)
 		go func() {
@@ -316,6 +294,11 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	for _, addr := range s.order {
 		s.startEndpoint(s.endpoints[addr])
 	}
+	s.readers.Add(1)
+	go func() {
+		defer s.readers.Done()
+		s.recoverLoop(runCtx, recoveryInterval)
+	}()
 	if s.cfg.PodExpiry > 0 {
 		s.readers.Add(1)
 		go func() {
@@ -336,6 +319,6 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	s.readers.Wait()
-	s.work.stop(s.cfg.DrainTimeout)
+	s.dispatcher.stop(s.cfg.DrainTimeout)
 	return nil
 }

@@ -10,13 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-
-	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/e2e"
-	"github.com/kvindex/kvindex/internal/enginepub"
-	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // testTimeout guards every wait: tests never depend on timing, they only
@@ -27,6 +26,7 @@ type collectSink struct {
 	mu      sync.Mutex
 	batches []*event.Batch
 	notify  chan struct{}
+	failing map[string]bool // pods whose batches report IndexFailed (fail)
 }
 
 func newCollectSink() *collectSink { return &collectSink{notify: make(chan struct{}, 1)} }
@@ -34,14 +34,27 @@ func newCollectSink() *collectSink { return &collectSink{notify: make(chan struc
 // ForgetPod: what a collecting sink holds is the tests' record; it is kept.
 func (c *collectSink) ForgetPod(context.Context, string, int) {}
 
-func (c *collectSink) Apply(_ context.Context, b *event.Batch) {
+func (c *collectSink) Apply(_ context.Context, b *event.Batch) event.ApplyOutcome {
 	c.mu.Lock()
 	c.batches = append(c.batches, b)
+	o := event.ApplyOutcome{IndexFailed: c.failing[b.Pod]}
 	c.mu.Unlock()
 	select {
 	case c.notify <- struct{}{}:
 	default:
 	}
+	return o
+}
+
+// fail makes the sink report every later batch of pod as a failed index
+// write (true) or a good one (false).
+func (c *collectSink) fail(pod string, on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failing == nil {
+		c.failing = map[string]bool{}
+	}
+	c.failing[pod] = on
 }
 
 func (c *collectSink) snapshot() []*event.Batch {
@@ -137,6 +150,27 @@ func startPub(t *testing.T, addr string, bind bool) *enginepub.Publisher {
 }
 
 // startSub runs a subscriber until the test ends.
+// startCollecting starts a subscriber bound on loopback with a collecting
+// sink and a publisher connected to it; send publishes b as pod's batch seq
+// (model "m") and returns once the sink has it.
+func startCollecting(t *testing.T) (*Subscriber, *collectSink, func(pod string, seq uint64, b *event.Batch)) {
+	t.Helper()
+	sink := newCollectSink()
+	s := startSub(t, Config{Bind: "tcp://127.0.0.1:0"}, sink, nil)
+	pub := startPub(t, s.BindAddr(), false)
+	if err := pub.WaitSubscribed(testCtx(t), "kv@"); err != nil {
+		t.Fatal(err)
+	}
+	send := func(pod string, seq uint64, b *event.Batch) {
+		t.Helper()
+		if err := pub.Publish("kv@"+pod+"@m", seq, payload(t, b)); err != nil {
+			t.Fatal(err)
+		}
+		sink.waitFor(t, pod, hasSeq(pod, seq))
+	}
+	return s, sink, send
+}
+
 func startSub(t *testing.T, cfg Config, sink event.Sink, m *Metrics) *Subscriber {
 	t.Helper()
 	return startSubLogger(t, cfg, sink, m, nil)
@@ -275,7 +309,7 @@ func TestQueueOverflowClearsBeforeNextBatch(t *testing.T) {
 	if got := metricValue(m.QueueOverflows); got != 2 {
 		t.Fatalf("overflows %v", got)
 	}
-	q := s.work.queues[0]
+	q := s.dispatcher.queues[0]
 	if b := next(t, q).batch; b.Seq != 0 || len(b.Events) != 1 {
 		t.Fatalf("first %s", describe([]*event.Batch{b}))
 	}
@@ -361,7 +395,7 @@ func TestConnectTopologyAddRemoveEndpoint(t *testing.T) {
 // the restarted engine's seq 0 clears the pod.
 func TestReconnectAfterPublisherRestart(t *testing.T) {
 	sink := newCollectSink()
-	addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
+	addr := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
 	pub, err := enginepub.NewPublisher(addr, true)
 	if err != nil {
 		t.Fatal(err)
@@ -464,7 +498,7 @@ func TestTopicFilter(t *testing.T) {
 // Close releases the bind socket of a Subscriber that never ran, makes a
 // running one return, and Run after Close refuses to start.
 func TestCloseReleasesBindSocket(t *testing.T) {
-	addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
+	addr := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
 	s, err := NewSubscriber(Config{Bind: addr}, newCollectSink(), nil, nil)
 	if err != nil {
 		t.Fatal(err)

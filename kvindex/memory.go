@@ -75,8 +75,8 @@ type MemoryIndex struct {
 
 // MemoryConfig configures NewMemoryIndex.
 type MemoryConfig struct {
-	// Capacity is the maximum number of (block, holder) entries kept. 0 means
-	// DefaultMemoryCapacity.
+	// Capacity is the maximum number of (block, holder) entries kept
+	// (MemoryOptions.Capacity; 0 = its default).
 	Capacity int64
 }
 
@@ -142,7 +142,7 @@ var (
 func NewMemoryIndex(cfg MemoryConfig) *MemoryIndex {
 	capacity := cfg.Capacity
 	if capacity <= 0 {
-		capacity = DefaultMemoryCapacity
+		capacity = MemoryOptions.Capacity.Default
 	}
 	bits := uint(0)
 	for (1<<(bits+1)) <= maxShards && capacity>>(bits+1) >= minShardCapacity {

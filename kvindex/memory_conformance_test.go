@@ -3,7 +3,7 @@ package kvindex_test
 import (
 	"testing"
 
-	"github.com/kvindex/kvindex/internal/indextest"
+	"github.com/kvindex/kvindex/internal/testkit/indextest"
 	"github.com/kvindex/kvindex/kvindex"
 )
 

@@ -6,7 +6,10 @@
 //
 // It knows nothing of ZeroMQ, gRPC or HTTP, nor of engine events: block keys
 // come from package blockkeys, batches are applied by package applier, and
-// package indexer wires them together on one interner.
+// package indexer wires them together on one interner. It does not own a
+// pod's trust: the applier reports what a batch did to the index
+// (event.ApplyOutcome) and kvevents, which records it, says whether the pod
+// may be served.
 package kvindex
 
 import (

@@ -108,18 +108,11 @@ type storeKey struct {
 
 // New returns a Store that loads tokenizers from reg. m may be nil (no metrics).
 func New(cfg Config, reg *tokenization.Registry, m *Metrics) *Store {
-	if cfg.ChunkBytes <= 0 {
-		cfg.ChunkBytes = DefaultChunkBytes
-	}
-	if cfg.Capacity <= 0 {
-		cfg.Capacity = DefaultCapacity
-	}
-	if cfg.MaxPromptBytes <= 0 {
-		cfg.MaxPromptBytes = DefaultMaxPromptBytes
-	}
-	if cfg.MaxInflightBytes <= 0 {
-		cfg.MaxInflightBytes = DefaultMaxInflightBytes
-	}
+	// A negative size, which ValidateConfig refuses, is read as unset here:
+	// New has no error to return.
+	cfg.ChunkBytes, cfg.Capacity = max(cfg.ChunkBytes, 0), max(cfg.Capacity, 0)
+	cfg.MaxPromptBytes, cfg.MaxInflightBytes = max(cfg.MaxPromptBytes, 0), max(cfg.MaxInflightBytes, 0)
+	cfg = cfg.withDefaults()
 	cfg.MaxInflightBytes = max(cfg.MaxInflightBytes, cfg.MaxPromptBytes)
 	if m == nil {
 		m = NewMetrics(nil)

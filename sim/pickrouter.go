@@ -24,17 +24,17 @@ import (
 // (block_hashes); a request without any full block goes to the least
 // loaded pod.
 type pickRouter struct {
-	policy string
-	idx    *indexer.Indexer
-	now    float64 // the simulator's clock at the current call
-	names  []string
-	seq    []uint64
-	q      indexer.PickQuery
-	res    indexer.PickResult
-	batch  event.Batch
-	bs     int
-	batchN int
-	next   int
+	policy    string
+	idx       *indexer.Indexer
+	now       float64 // the simulator's clock at the current call
+	names     []string
+	seq       []uint64
+	query     indexer.PickQuery
+	res       indexer.PickResult
+	batch     event.Batch
+	blockSize int
+	batchN    int
+	next      int
 }
 
 // newPickRouter builds the indexer for a fleet of pods; specTTL (seconds)
@@ -43,7 +43,7 @@ func newPickRouter(pods, blockSize, maxBatch int, policy string, specTTL float64
 	if maxBatch < 1 {
 		return nil, fmt.Errorf("pick:%s: max batch must be >= 1", policy)
 	}
-	r := &pickRouter{policy: policy, seq: make([]uint64, pods), bs: blockSize, batchN: maxBatch}
+	r := &pickRouter{policy: policy, seq: make([]uint64, pods), blockSize: blockSize, batchN: maxBatch}
 	ttl := time.Duration(specTTL * float64(time.Second))
 	if ttl <= 0 {
 		ttl = -1
@@ -56,10 +56,10 @@ func newPickRouter(pods, blockSize, maxBatch int, policy string, specTTL float64
 	if err != nil {
 		return nil, fmt.Errorf("pick:%s: %w", policy, err)
 	}
-	r.q = indexer.PickQuery{Query: indexer.Query{Model: "sim", Kind: indexer.InputHashes}, Candidates: make([]indexer.Candidate, pods)}
+	r.query = indexer.PickQuery{Query: indexer.Query{Model: "sim", Kind: indexer.InputHashes}, Candidates: make([]indexer.Candidate, pods)}
 	for p := 0; p < pods; p++ {
 		r.names = append(r.names, fmt.Sprintf("pod-%d", p))
-		r.q.Candidates[p] = indexer.Candidate{Pod: r.names[p], Events: indexer.EventsOn}
+		r.query.Candidates[p] = indexer.Candidate{Pod: r.names[p], Events: indexer.EventsOn}
 	}
 	return r, nil
 }
@@ -76,15 +76,15 @@ func (r *pickRouter) route(q *Request, v *view) int {
 		return leastLoaded(v.Load, &r.next)
 	}
 	for p, l := range v.Load {
-		c := &r.q.Candidates[p]
+		c := &r.query.Candidates[p]
 		c.Running = min(l, r.batchN)
 		c.Waiting = l - c.Running
 		c.KVUsage = float64(c.Running) / float64(r.batchN)
 	}
-	r.q.BlockHashes = q.HashIDs
+	r.query.BlockHashes = q.HashIDs
 	// Pick cannot fail here (valid query, in-memory index, no deadline);
 	// were it to, the request goes least-loaded.
-	if err := r.idx.Pick(context.Background(), &r.q, &r.res); err != nil {
+	if err := r.idx.Pick(context.Background(), &r.query, &r.res); err != nil {
 		return leastLoaded(v.Load, &r.next)
 	}
 	return r.res.Chosen
@@ -102,7 +102,7 @@ func (r *pickRouter) onKVEvents(pod int, ops []kvOp, now float64) {
 		if op.Removed {
 			kind = event.BlockRemoved
 		}
-		b.Events = append(b.Events, event.Event{Kind: kind, BlockHashes: op.Blocks, BlockSize: r.bs})
+		b.Events = append(b.Events, event.Event{Kind: kind, BlockHashes: op.Blocks, BlockSize: r.blockSize})
 	}
 	r.idx.Sink().Apply(context.Background(), b)
 }

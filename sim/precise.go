@@ -32,28 +32,28 @@ type preciseRouter struct {
 	Speculative bool
 	TTL         float64
 
-	idx     *indexer.Indexer
-	podIdx  map[string]int // pod name -> fleet index
-	names   []string
-	seq     []uint64
-	query   indexer.Query
-	res     indexer.Result
-	matched []int
-	next    int
-	batch   event.Batch
-	bs      int
+	idx       *indexer.Indexer
+	podIdx    map[string]int // pod name -> fleet index
+	names     []string
+	seq       []uint64
+	query     indexer.Query
+	res       indexer.Result
+	matched   []int
+	next      int
+	batch     event.Batch
+	blockSize int
 
 	spec     map[specKey]float64 // (pod, block) -> expiry
 	specFIFO []specEntry         // in expiry order (constant TTL)
 }
 
 type specKey struct {
-	pod int
-	h   uint64
+	pod  int
+	hash uint64
 }
 
 type specEntry struct {
-	k   specKey
+	key specKey
 	exp float64
 }
 
@@ -68,7 +68,7 @@ func newPreciseRouter(pods, blockSize int, guard loadGuard, minMatch float64, sp
 		return nil, fmt.Errorf("precise: %w", err)
 	}
 	r := &preciseRouter{Guard: guard, MinMatch: minMatch, Speculative: speculative, TTL: ttl, idx: idx,
-		podIdx: make(map[string]int, pods), seq: make([]uint64, pods), matched: make([]int, pods), bs: blockSize,
+		podIdx: make(map[string]int, pods), seq: make([]uint64, pods), matched: make([]int, pods), blockSize: blockSize,
 		query: indexer.Query{Model: simModel, Kind: indexer.InputHashes}}
 	for p := 0; p < pods; p++ {
 		name := fmt.Sprintf("pod-%d", p)
@@ -147,8 +147,8 @@ func (r *preciseRouter) expire(now float64) {
 	i := 0
 	for ; i < len(r.specFIFO) && r.specFIFO[i].exp <= now; i++ {
 		e := r.specFIFO[i]
-		if exp, ok := r.spec[e.k]; ok && exp <= now {
-			delete(r.spec, e.k)
+		if exp, ok := r.spec[e.key]; ok && exp <= now {
+			delete(r.spec, e.key)
 		}
 	}
 	if i > 0 {
@@ -171,7 +171,7 @@ func (r *preciseRouter) onKVEvents(pod int, ops []kvOp, now float64) {
 		if op.Removed {
 			kind = event.BlockRemoved
 		}
-		b.Events = append(b.Events, event.Event{Kind: kind, BlockHashes: op.Blocks, BlockSize: r.bs})
+		b.Events = append(b.Events, event.Event{Kind: kind, BlockHashes: op.Blocks, BlockSize: r.blockSize})
 		if r.Speculative {
 			for _, h := range op.Blocks {
 				delete(r.spec, specKey{pod, h})

@@ -385,8 +385,8 @@ func (r *sglangRouter) route(q *Request, v *view) int {
 // them. Load is the fleet's true load for every replica (optimistic: real
 // replicas each know only their own in-flight requests).
 type replicatedRouter struct {
-	reps []router
-	n    int
+	reps  []router
+	picks int
 }
 
 func newReplicatedRouter(reps []router) *replicatedRouter { return &replicatedRouter{reps: reps} }
@@ -396,8 +396,8 @@ func (r *replicatedRouter) name() string {
 }
 
 func (r *replicatedRouter) route(q *Request, v *view) int {
-	p := r.reps[r.n%len(r.reps)].route(q, v)
-	r.n++
+	p := r.reps[r.picks%len(r.reps)].route(q, v)
+	r.picks++
 	return p
 }
 

@@ -24,16 +24,16 @@ func newPreciseIndex(pods, blockSize int) (*preciseIndex, error) {
 	return &preciseIndex{router: r, matched: make([]int, pods)}, nil
 }
 
-func (x *preciseIndex) apply(pod int, ops []kvOp, now float64) { x.router.onKVEvents(pod, ops, now) }
+func (pi *preciseIndex) apply(pod int, ops []kvOp, now float64) { pi.router.onKVEvents(pod, ops, now) }
 
 // match writes each pod's leading matched blocks of hashes into eps, which
 // is indexed by fleet pod.
-func (x *preciseIndex) match(hashes []uint64, eps []endpoint) {
-	x.router.match(hashes, x.matched)
+func (pi *preciseIndex) match(hashes []uint64, eps []endpoint) {
+	pi.router.match(hashes, pi.matched)
 	for p := range eps {
 		eps[p].MatchedBlocks = 0
-		if p < len(x.matched) {
-			eps[p].MatchedBlocks = x.matched[p]
+		if p < len(pi.matched) {
+			eps[p].MatchedBlocks = pi.matched[p]
 		}
 	}
 }
@@ -141,8 +141,8 @@ func (h *scHeap) Pop() any {
 // scenarioRun is the simulation of one scheduler on a scenario's workload.
 // It is single threaded and deterministic for a given scenario (seed).
 type scenarioRun struct {
-	sc       *Scenario
-	wl       *workload
+	scenario *Scenario
+	workload *workload
 	spec     schedulerSpec
 	engines  []*engine
 	sched    scheduler
@@ -183,7 +183,7 @@ func newScenarioRun(sc *Scenario, wl *workload, spec schedulerSpec) (*scenarioRu
 	if err != nil {
 		return nil, err
 	}
-	r := &scenarioRun{sc: sc, wl: wl, spec: spec, records: make([]requestRecord, len(wl.Requests)),
+	r := &scenarioRun{scenario: sc, workload: wl, spec: spec, records: make([]requestRecord, len(wl.Requests)),
 		hashes: make(map[int][]uint64), eps: make([]endpoint, sc.Pods), inFlight: make([]int, sc.Pods),
 		scraped: make([]endpoint, sc.Pods), stageTokens: make([]float64, len(sc.Load.Stages)),
 		stageDone: make([]float64, len(sc.Load.Stages)), stageBase: make([]float64, len(sc.Load.Stages)),
@@ -230,7 +230,7 @@ func (r *scenarioRun) push(e scEvent) {
 func (r *scenarioRun) engineHashes(p *prompt) []uint64 {
 	h, ok := r.hashes[p.ID]
 	if !ok {
-		h = p.hashes(r.sc.BlockSize, 0)
+		h = p.hashes(r.scenario.BlockSize, 0)
 		r.hashes[p.ID] = h
 	}
 	return h
@@ -262,8 +262,8 @@ func (r *scenarioRun) run() (*schedulerResult, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	if r.next != len(r.wl.Requests) {
-		return nil, fmt.Errorf("scenario: %d of %d requests were never sent (simulator bug)", r.next, len(r.wl.Requests))
+	if r.next != len(r.workload.Requests) {
+		return nil, fmt.Errorf("scenario: %d of %d requests were never sent (simulator bug)", r.next, len(r.workload.Requests))
 	}
 	for i := range r.records {
 		if !r.records[i].ended() {
@@ -312,15 +312,15 @@ func (r *scenarioRun) handle(ev scEvent, now float64) error {
 // when there is none, or its stage has not started (inference-perf: the
 // previous stage has not drained).
 func (r *scenarioRun) nextScheduled() float64 {
-	if r.next >= len(r.wl.Requests) {
+	if r.next >= len(r.workload.Requests) {
 		return math.Inf(1)
 	}
-	q := &r.wl.Requests[r.next]
+	q := &r.workload.Requests[r.next]
 	b := r.stageBase[q.Stage]
 	if math.IsNaN(b) {
 		return math.Inf(1)
 	}
-	return b + q.Arrival - r.wl.StageStart[q.Stage]
+	return b + q.Arrival - r.workload.StageStart[q.Stage]
 }
 
 // openStage starts stage s at base, and any following empty stage with it.
@@ -336,7 +336,7 @@ func (r *scenarioRun) openStage(s int, base float64) {
 // schedule is request i's scheduled send: sent now, or queued in the
 // client while every concurrency slot is taken.
 func (r *scenarioRun) schedule(i int, now float64) {
-	if c := r.sc.Client.MaxConcurrency; c > 0 && r.outstanding >= c {
+	if c := r.scenario.Client.MaxConcurrency; c > 0 && r.outstanding >= c {
 		r.clientQ = append(r.clientQ, i)
 		return
 	}
@@ -348,7 +348,7 @@ func (r *scenarioRun) send(i int, now float64) {
 	rec.sent, rec.send = true, now
 	r.outstanding++
 	r.maxOut = max(r.maxOut, r.outstanding)
-	if g := r.sc.Client.GatewayMaxActive; g > 0 {
+	if g := r.scenario.Client.GatewayMaxActive; g > 0 {
 		if r.gwActive >= g {
 			rec.failed, rec.rejected = true, true
 			r.ended(i, now)
@@ -356,7 +356,7 @@ func (r *scenarioRun) send(i int, now float64) {
 		}
 		r.gwActive++
 	}
-	if t := r.sc.Client.Timeout; t > 0 {
+	if t := r.scenario.Client.Timeout; t > 0 {
 		r.push(scEvent{t: now + t, kind: scTimeout, req: i})
 	}
 	if o := r.overhead(i); o > 0 {
@@ -372,10 +372,10 @@ func (r *scenarioRun) send(i int, now float64) {
 // part plus, when configured, an exponential part drawn from the request's
 // index and the scenario seed, so every scheduler sees the same draws.
 func (r *scenarioRun) overhead(i int) float64 {
-	c := r.sc.Client
+	c := r.scenario.Client
 	o := c.RequestOverhead
 	if c.RequestOverheadExp > 0 {
-		u := float64(mix64(r.sc.Seed^mix64(uint64(i)+0x0ead))>>11) / (1 << 53) // [0, 1)
+		u := float64(mix64(r.scenario.Seed^mix64(uint64(i)+0x0ead))>>11) / (1 << 53) // [0, 1)
 		o += -math.Log1p(-u) * c.RequestOverheadExp
 	}
 	return o
@@ -387,7 +387,7 @@ func (r *scenarioRun) overhead(i int) float64 {
 func (r *scenarioRun) ended(i int, now float64) {
 	r.records[i].finish = now
 	r.outstanding--
-	if r.sc.Client.GatewayMaxActive > 0 && !r.records[i].rejected {
+	if r.scenario.Client.GatewayMaxActive > 0 && !r.records[i].rejected {
 		r.gwActive--
 	}
 	if len(r.clientQ) > 0 {
@@ -395,28 +395,28 @@ func (r *scenarioRun) ended(i int, now float64) {
 		r.clientQ = r.clientQ[1:]
 		r.send(j, now)
 	}
-	s := r.wl.Requests[i].Stage
+	s := r.workload.Requests[i].Stage
 	r.stageLeft[s]--
-	if r.sc.Client.drains() && r.stageLeft[s] == 0 && s+1 < len(r.stageBase) {
-		r.openStage(s+1, now+r.sc.Client.StageGap)
+	if r.scenario.Client.drains() && r.stageLeft[s] == 0 && s+1 < len(r.stageBase) {
+		r.openStage(s+1, now+r.scenario.Client.StageGap)
 	}
 }
 
 // scrape refreshes the schedulers' metric view at most every MetricsPeriod.
 func (r *scenarioRun) scrape(now float64) {
-	if r.sc.MetricsPeriod > 0 && now < r.nextScr {
+	if r.scenario.MetricsPeriod > 0 && now < r.nextScr {
 		return
 	}
 	for p, e := range r.engines {
 		r.scraped[p].Waiting, r.scraped[p].Running, r.scraped[p].KVUsage = e.numWaiting(), e.numRunning(), e.kvUsage()
 	}
-	if r.sc.MetricsPeriod > 0 {
-		r.nextScr = (float64(int64(now/r.sc.MetricsPeriod)) + 1) * r.sc.MetricsPeriod
+	if r.scenario.MetricsPeriod > 0 {
+		r.nextScr = (float64(int64(now/r.scenario.MetricsPeriod)) + 1) * r.scenario.MetricsPeriod
 	}
 }
 
 func (r *scenarioRun) arrive(i int, now float64) error {
-	q := &r.wl.Requests[i]
+	q := &r.workload.Requests[i]
 	hs := r.engineHashes(q.Prompt)
 	r.scrape(now)
 	copy(r.eps, r.scraped)
@@ -449,7 +449,7 @@ func (r *scenarioRun) startStep(pod int, now float64) {
 		r.push(scEvent{t: now + dur, kind: scStepDone, pod: pod})
 		s := 0
 		if r.next > 0 {
-			s = r.wl.Requests[r.next-1].Stage
+			s = r.workload.Requests[r.next-1].Stage
 		}
 		r.stageMaxUsed[s] = max(r.stageMaxUsed[s], e.usedBlocks())
 		r.stageMaxWaiting[s] = max(r.stageMaxWaiting[s], e.numWaiting())
@@ -484,7 +484,7 @@ func (r *scenarioRun) stepDone(pod int, now float64) {
 		}
 	}
 	if ops := e.takeKVEvents(); len(ops) > 0 && (r.index != nil || r.sched.wantsEvents()) {
-		r.push(scEvent{t: now + r.sc.KVEventLag, kind: scKVDelivery, pod: pod, ops: ops})
+		r.push(scEvent{t: now + r.scenario.KVEventLag, kind: scKVDelivery, pod: pod, ops: ops})
 	}
 	if r.OnStep != nil {
 		r.OnStep(pod, e)
@@ -494,19 +494,19 @@ func (r *scenarioRun) stepDone(pod int, now float64) {
 
 // stageAt is the stage whose window holds t; -1 after the last stage.
 func (r *scenarioRun) stageAt(t float64) int {
-	st := r.wl.StageStart
+	st := r.workload.StageStart
 	i := sort.SearchFloat64s(st, t)
 	if i == len(st) || st[i] > t {
 		i--
 	}
-	if i < 0 || t >= st[i]+r.sc.Load.Stages[i].Duration {
+	if i < 0 || t >= st[i]+r.scenario.Load.Stages[i].Duration {
 		return -1
 	}
 	return i
 }
 
 func (r *scenarioRun) summarise(end float64) *schedulerResult {
-	sc, wl := r.sc, r.wl
+	sc, wl := r.scenario, r.workload
 	res := &schedulerResult{Scheduler: r.spec.Name, PerPodRequests: make([]int, sc.Pods), Makespan: end}
 	byStage := make([][]int, len(sc.Load.Stages))
 	for i, q := range wl.Requests {
@@ -604,7 +604,7 @@ func (r *scenarioRun) stageResult(ids []int) stageResult {
 	var ttftSum float64
 	ok := 0
 	for _, i := range ids {
-		q, rec := &r.wl.Requests[i], &r.records[i]
+		q, rec := &r.workload.Requests[i], &r.records[i]
 		if !rec.done {
 			continue // timed out: no latency, as inference-perf counts only successes
 		}

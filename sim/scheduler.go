@@ -148,14 +148,14 @@ func newReplicatedScheduler(spec schedulerSpec, pods, blockSize, kvBlocks, repli
 // subscribes to every pod's KV events) and the scraped metrics (one snapshot;
 // real replicas each scrape on their own clock).
 type replicatedScheduler struct {
-	reps []scheduler
-	n    int       // requests picked so far
-	cur  scheduler // the replica that made the last pick
+	reps  []scheduler
+	picks int       // requests picked so far
+	cur   scheduler // the replica that made the last pick
 }
 
 func (r *replicatedScheduler) pick(req *pickRequest, eps []endpoint) int {
-	r.cur = r.reps[r.n%len(r.reps)]
-	r.n++
+	r.cur = r.reps[r.picks%len(r.reps)]
+	r.picks++
 	return r.cur.pick(req, eps)
 }
 
@@ -393,9 +393,9 @@ func (a *approxPrefixScorer) record(req *pickRequest, pod int) {
 // requests carry the engine block hashes, and they receive the pods' KV
 // events.
 type legacyRouter struct {
-	r    router
-	req  Request
-	view view
+	router router
+	req    Request
+	view   view
 }
 
 func newLegacyRouter(name string, pods, blockSize, kvBlocks int, seed uint64) (*legacyRouter, error) {
@@ -405,7 +405,7 @@ func newLegacyRouter(name string, pods, blockSize, kvBlocks int, seed uint64) (*
 	if err != nil {
 		return nil, err
 	}
-	return &legacyRouter{r: r, view: view{Load: make([]int, pods), BlockSize: blockSize}}, nil
+	return &legacyRouter{router: r, view: view{Load: make([]int, pods), BlockSize: blockSize}}, nil
 }
 
 func (l *legacyRouter) pick(req *pickRequest, eps []endpoint) int {
@@ -414,12 +414,12 @@ func (l *legacyRouter) pick(req *pickRequest, eps []endpoint) int {
 	for i, e := range eps {
 		l.view.Load[i] = e.InFlight
 	}
-	return l.r.route(&l.req, &l.view)
+	return l.router.route(&l.req, &l.view)
 }
 
 func (*legacyRouter) routed(*pickRequest, int) {}
 func (*legacyRouter) needsIndex() bool         { return false }
 func (*legacyRouter) wantsEvents() bool        { return true }
 func (l *legacyRouter) onKVEvents(pod int, ops []kvOp, now float64) {
-	l.r.onKVEvents(pod, ops, now)
+	l.router.onKVEvents(pod, ops, now)
 }

@@ -6,7 +6,7 @@ import (
 	"slices"
 
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/sim"
 )

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/indexer"
 )
 
 func init() {
@@ -31,7 +32,7 @@ func runBlockhash(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	algo := fs.String("algo", string(blockkeys.AlgoSHA256), "hash algorithm, as vLLM's --prefix-caching-hash-algo: "+blockkeys.HashAlgoNames())
 	seed := fs.String("seed", "", "the engine's PYTHONHASHSEED string (required; vLLM hashes it as a str)")
-	blockSize := fs.Int("block-size", 16, "the engine's --block-size (tokens per block)")
+	blockSize := fs.Int("block-size", int(indexer.Options.BlockSize.Default), "the engine's --block-size (tokens per block)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: kvindexd blockhash --algo A --seed S --block-size N < lines.jsonl\n\n"+
 			"Reads {\"token_ids\": [...], \"lora_name\": \"...\", \"cache_salt\": \"...\"} per line (last two optional)\n"+

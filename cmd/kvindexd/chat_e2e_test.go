@@ -170,7 +170,7 @@ func (e *e2eDaemon) grpcScore(req *kvindexv1.ScoreRequest) (string, error) {
 // template's reason.
 func TestChatScoreEqualsEngineTokenIDs(t *testing.T) {
 	cases := loadChatCases(t)
-	e := startDaemon(t, func(c *Config) {
+	e := startInProcess(t, func(c *Config) {
 		c.BlockSize = 1
 		c.Tokenizers = map[string]string{chatModel: qwen3Dir}
 	})
@@ -237,7 +237,7 @@ func TestChatScoreEqualsEngineTokenIDs(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bare, "tokenizer.json"), []byte(tiny), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e2 := startDaemon(t, func(c *Config) { c.Tokenizers = map[string]string{"bare": bare} })
+	e2 := startInProcess(t, func(c *Config) { c.Tokenizers = map[string]string{"bare": bare} })
 	if code, got := e2.postScore(`{"model":"bare","messages":[{"role":"user","content":"hi"}]}`); code != http.StatusUnprocessableEntity || !strings.Contains(got, "chat template") {
 		t.Errorf("model without template: %d %s", code, got)
 	}

@@ -81,7 +81,7 @@ type Config struct {
 	LogFormat string `json:"log_format" yaml:"log_format"`
 
 	// Pick: the default policy, the speculative-entry TTL and the routing
-	// history of pods without events ("" / 0 = the indexer's defaults).
+	// history of pods without events.
 	PickPolicy      string   `json:"pick_policy" yaml:"pick_policy"`
 	SpecTTL         Duration `json:"speculative_ttl" yaml:"speculative_ttl"`
 	HistoryTTL      Duration `json:"history_ttl" yaml:"history_ttl"`
@@ -123,45 +123,49 @@ type EndpointSpec struct {
 	Snapshot string `json:"snapshot" yaml:"snapshot"`
 }
 
-// Upper ends of the prompt bounds: a prompt cannot be above the largest HTTP
-// body, and tokenizing holds up to ~30 bytes per in-flight prompt byte.
-const (
-	maxPromptBytesLimit   = 1 << 30
-	maxInflightBytesLimit = 1 << 32
-)
-
-// DefaultConfig is what the daemon runs with when told nothing.
+// DefaultConfig is what the daemon runs with when told nothing. Every
+// numeric value comes from its part's option table (through that part's
+// DefaultConfig), never from a literal here.
 func DefaultConfig() Config {
+	ev, ix, ps := kvevents.DefaultConfig(), indexer.DefaultConfig(), prefixstore.DefaultConfig()
 	return Config{
 		GRPCAddr:          ":50051",
 		HTTPAddr:          ":8080",
-		ZMQBind:           kvevents.DefaultBind,
+		ZMQBind:           ev.Bind,
 		BindEngine:        "vllm",
-		TopicFilter:       kvevents.DefaultTopicFilter,
-		Workers:           0, // kvevents default (one per CPU)
-		QueueSize:         0, // kvevents default
-		ApplyStallTimeout: Duration(api.DefaultApplyStallTimeout),
+		TopicFilter:       ev.TopicFilter,
+		Workers:           ev.Workers,
+		QueueSize:         ev.QueueSize,
+		ApplyStallTimeout: Duration(api.Options.ApplyStallTimeout.Default),
 		Index:             "memory",
-		LeaseTTL:          Duration(10 * time.Second),
-		HashAlgo:          string(blockkeys.AlgoSHA256), // vLLM's default since v0.10.2
+		Capacity:          ix.Index.Capacity,
+		LeaseTTL:          Duration(ix.Leases.TTL),
+		HashAlgo:          string(ix.Keys.Algo), // vLLM's default since v0.10.2
 		HashSeed:          "",
-		BlockSize:         16,
+		BlockSize:         ix.Keys.BlockSize,
 		TierWeights:       "gpu=1.0,cpu=0.8,disk=0.5,external=0.3,shared=0.4",
 		StorageReaders:    "SHARED_STORAGE=*;OBJECT_STORE=*",
+		DigestCacheSize:   ix.DigestCacheSize,
+		KeyCacheSize:      ix.KeyCacheSize,
 		LogLevel:          "info",
 		LogFormat:         "text",
 		SecurityConfig:    defaultSecurity(),
-		SnapshotConfig:    defaultSnapshot(),
-		LimitsConfig:      defaultLimits(),
+		SnapshotConfig:    SnapshotConfig{SnapshotInterval: Duration(ix.Persist.Interval), SnapshotMaxAge: Duration(ix.Persist.MaxAge)},
+		LimitsConfig:      defaultLimits(ev, ix),
 
-		MaxPromptBytes:           prefixstore.DefaultMaxPromptBytes,
-		TokenizeMaxInflightBytes: prefixstore.DefaultMaxInflightBytes,
+		PrefixChunkBytes:         ps.ChunkBytes,
+		PrefixCapacity:           ps.Capacity,
+		MaxPromptBytes:           ps.MaxPromptBytes,
+		TokenizeMaxInflightBytes: ps.MaxInflightBytes,
 
-		// 1 in 100 scored requests: a miss rate within minutes at router
-		// traffic, at a cost the apply path does not show (see
-		// BenchmarkApplyWithPrediction in package indexer).
-		PredictionSampleRate: 0.01,
-		PredictionWindow:     Duration(indexer.DefaultPredictionWindow),
+		PickPolicy:      routing.DefaultPolicy,
+		SpecTTL:         Duration(ix.Pick.SpeculativeTTL),
+		HistoryTTL:      Duration(ix.Pick.HistoryTTL),
+		HistoryCapacity: ix.Pick.HistoryCapacity,
+
+		PredictionSampleRate: ix.Prediction.SampleRate,
+		PredictionWindow:     Duration(ix.Prediction.Window),
+		PredictionCapacity:   ix.Prediction.Capacity,
 		Discovery:            defaultDiscoveryConfig(),
 	}
 }
@@ -294,36 +298,35 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.Var(endpointsFlag{&cfg.Endpoints}, "endpoint", "engine publisher to connect to, repeatable: address[,pod=..][,model=..][,engine=vllm|sglang|trtllm][,replay=..][,snapshot=..]")
 	fs.StringVar(&cfg.TopicFilter, "topic-filter", cfg.TopicFilter, "ZMQ topic prefix to subscribe to")
 	fs.BoolVar(&cfg.AllTopics, "all-topics", cfg.AllTopics, "subscribe to every topic (vLLM's default topic is \"\"; such streams need --endpoint ...,pod=NAME)")
-	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "event apply workers (0 = number of CPUs)")
-	fs.IntVar(&cfg.QueueSize, "queue-size", cfg.QueueSize, fmt.Sprintf("batches queued per worker before overflow is counted (0 = default %d)", kvevents.DefaultQueueSize))
-	fs.Var(&cfg.ApplyStallTimeout, "apply-stall-timeout", "not ready while an event worker has been inside one index write (one batch) this long: "+
-		"the backend hangs (0 = readiness ignores the apply path; a pod's own lag is in its scores, never in readiness)")
+	intOpt(fs, &cfg.Workers, kvevents.Options.Workers)
+	intOpt(fs, &cfg.QueueSize, kvevents.Options.QueueSize)
+	durationOpt(fs, &cfg.ApplyStallTimeout, api.Options.ApplyStallTimeout)
 	fs.StringVar(&cfg.Index, "index", cfg.Index, "index backend: memory | redis://[user:pass@]host:port/db | rediss://... | redis-cluster://h1:p1,h2:p2")
-	fs.Int64Var(&cfg.Capacity, "capacity", cfg.Capacity, fmt.Sprintf("in-memory index bound in (block, pod) entries (0 = default %d)", kvindex.DefaultMemoryCapacity))
+	int64Opt(fs, &cfg.Capacity, kvindex.MemoryOptions.Capacity)
 	fs.BoolVar(&cfg.Leases, "leases", cfg.Leases, "share the --endpoint list with other daemons through leases in Redis (connect topology)")
-	fs.Var(&cfg.LeaseTTL, "lease-ttl", "with --leases: how long a dead daemon keeps its endpoints before another takes them over")
+	durationOpt(fs, &cfg.LeaseTTL, indexer.Options.LeaseTTL)
 	fs.StringVar(&cfg.DaemonID, "daemon-id", cfg.DaemonID, "with --leases: this daemon's unique id (default hostname-pid)")
 	fs.StringVar(&cfg.HashAlgo, "hash-algo", cfg.HashAlgo, "vLLM --prefix-caching-hash-algo: "+blockkeys.HashAlgoNames())
 	fs.StringVar(&cfg.HashSeed, "hash-seed", cfg.HashSeed, "the engines' PYTHONHASHSEED (string, as set in their environment)")
-	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "vLLM --block-size")
+	intOpt(fs, &cfg.BlockSize, indexer.Options.BlockSize)
 	fs.StringVar(&cfg.TierWeights, "tier-weights", cfg.TierWeights, "score weight per tier: gpu=1,cpu=0.8,disk=0.5,external=0.3,shared=0.4 (shared: blocks a pod can load from a storage source, see --storage-readers)")
 	fs.StringVar(&cfg.StorageReaders, "storage-readers", cfg.StorageReaders, "storage sources (the pod slot of a storage publisher's topic, e.g. llm-d's kv@SHARED_STORAGE@<model>) and the pods that load their blocks, credited to them as the shared tier: SOURCE=podA,podB;SOURCE=* (every pod publishing for the model);SOURCE= (none). Sources are never scored or picked; entries are added to the defaults")
-	fs.IntVar(&cfg.KeyCacheSize, "key-cache-size", cfg.KeyCacheSize, fmt.Sprintf("request-path block keys cached per key config, so shared prompt prefixes are not re-hashed (0 = default %d, -1 = off)", blockkeys.DefaultKeyCacheSize))
-	fs.IntVar(&cfg.DigestCacheSize, "digest-cache-size", cfg.DigestCacheSize, fmt.Sprintf("recent block digests kept per model for the live parity check (0 = default %d)", applier.DefaultDigestCacheSize))
+	intOpt(fs, &cfg.KeyCacheSize, indexer.Options.KeyCacheSize)
+	intOpt(fs, &cfg.DigestCacheSize, applier.Options.DigestCacheSize)
 	fs.Var(listFlag{&cfg.TokenizersDir}, "tokenizers-dir", "directory whose subdirectories hold tokenizer.json per model (repeatable)")
 	fs.StringVar(&cfg.HFCacheDir, "hf-cache-dir", cfg.HFCacheDir, "HuggingFace hub cache (models--org--name/snapshots/...)")
 	fs.Var(mapFlag{&cfg.Tokenizers}, "tokenizer", "model=path of a tokenizer directory (repeatable or comma-separated)")
-	fs.IntVar(&cfg.PrefixChunkBytes, "prefix-store-chunk-bytes", cfg.PrefixChunkBytes, fmt.Sprintf("prefix store chunk size in bytes (0 = default %d)", prefixstore.DefaultChunkBytes))
-	fs.IntVar(&cfg.PrefixCapacity, "prefix-store-capacity", cfg.PrefixCapacity, fmt.Sprintf("prefix store size in chunks per model, least recently used dropped (0 = default %d)", prefixstore.DefaultCapacity))
-	fs.IntVar(&cfg.MaxPromptBytes, "max-prompt-bytes", cfg.MaxPromptBytes, "longest prompt (or rendered chat) tokenized for a score, bytes; longer ones are refused with 400 / InvalidArgument")
-	fs.IntVar(&cfg.TokenizeMaxInflightBytes, "tokenize-max-inflight-bytes", cfg.TokenizeMaxInflightBytes, "bytes of prompts tokenized at once (at least --max-prompt-bytes); a prompt waits up to 2s for room, then 429 / ResourceExhausted")
-	fs.StringVar(&cfg.PickPolicy, "pick-policy", cfg.PickPolicy, "default policy of /v1/pick: "+strings.Join(routing.Names(), ", ")+" (\"\" = "+routing.DefaultPolicy+")")
-	fs.Var(&cfg.SpecTTL, "speculative-ttl", "how long a picked pod is assumed to hold the request's blocks before its events arrive (0 = 2s, negative = off)")
-	fs.Var(&cfg.HistoryTTL, "history-ttl", "how long picks are remembered for pods without KV events (0 = 120s, negative = off)")
-	fs.IntVar(&cfg.HistoryCapacity, "history-capacity", cfg.HistoryCapacity, "routing history bound in (block, pod) entries (0 = default)")
-	fs.Float64Var(&cfg.PredictionSampleRate, "prediction-sample-rate", cfg.PredictionSampleRate, "fraction of scored requests whose predicted blocks are checked against the engines' stored blocks (0 = off)")
-	fs.Var(&cfg.PredictionWindow, "prediction-window", "how long a predicted block may take to be stored before it counts as missed")
-	fs.IntVar(&cfg.PredictionCapacity, "prediction-capacity", cfg.PredictionCapacity, fmt.Sprintf("predicted blocks awaited at once (0 = default %d); more are dropped and counted", indexer.DefaultPredictionCapacity))
+	intOpt(fs, &cfg.PrefixChunkBytes, prefixstore.Options.ChunkBytes)
+	intOpt(fs, &cfg.PrefixCapacity, prefixstore.Options.Capacity)
+	intOpt(fs, &cfg.MaxPromptBytes, prefixstore.Options.MaxPromptBytes)
+	intOpt(fs, &cfg.TokenizeMaxInflightBytes, prefixstore.Options.MaxInflightBytes)
+	fs.StringVar(&cfg.PickPolicy, "pick-policy", cfg.PickPolicy, "default policy of /v1/pick: "+strings.Join(routing.Names(), ", "))
+	durationOpt(fs, &cfg.SpecTTL, indexer.Options.SpeculativeTTL)
+	durationOpt(fs, &cfg.HistoryTTL, indexer.Options.HistoryTTL)
+	intOpt(fs, &cfg.HistoryCapacity, indexer.Options.HistoryCapacity)
+	floatOpt(fs, &cfg.PredictionSampleRate, indexer.Options.PredictionSampleRate)
+	durationOpt(fs, &cfg.PredictionWindow, indexer.Options.PredictionWindow)
+	intOpt(fs, &cfg.PredictionCapacity, indexer.Options.PredictionCapacity)
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug | info | warn | error")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text | json")
 	securityFlags(fs, &cfg.SecurityConfig)
@@ -418,9 +421,6 @@ func readConfigFile(path string, cfg *Config) error {
 }
 
 func (c *Config) validate() error {
-	if err := c.validateDurations(); err != nil {
-		return err
-	}
 	if err := c.validateRanges(); err != nil {
 		return err
 	}
@@ -441,19 +441,12 @@ func (c *Config) validate() error {
 			return fmt.Errorf("endpoint %s: engine %q: want vllm, sglang or trtllm", ep.Address, ep.Engine)
 		}
 	}
-	if c.Workers < 0 || c.QueueSize < 0 || c.Capacity < 0 {
-		return errors.New("--workers, --queue-size and --capacity must not be negative")
-	}
-	if c.MaxPromptBytes < 1 || c.MaxPromptBytes > maxPromptBytesLimit {
-		return fmt.Errorf("--max-prompt-bytes %d: want 1..%d", c.MaxPromptBytes, maxPromptBytesLimit)
-	}
-	if c.TokenizeMaxInflightBytes < c.MaxPromptBytes || c.TokenizeMaxInflightBytes > maxInflightBytesLimit {
-		return fmt.Errorf("--tokenize-max-inflight-bytes %d: want --max-prompt-bytes (%d)..%d", c.TokenizeMaxInflightBytes, c.MaxPromptBytes, maxInflightBytesLimit)
-	}
-	if _, err := c.pickConfig(); err != nil {
+	// The ranges are checked above; what is left is the relation between the
+	// two prompt bounds.
+	if err := prefixstore.ValidateConfig(c.prefixConfig()); err != nil {
 		return err
 	}
-	if _, err := c.predictionConfig(); err != nil {
+	if _, err := c.pickConfig(); err != nil {
 		return err
 	}
 	for name, m := range c.Models {
@@ -481,9 +474,6 @@ func (c *Config) validate() error {
 	if err := c.validateSnapshot(c.Index); err != nil {
 		return err
 	}
-	if err := c.LimitsConfig.validate(); err != nil {
-		return err
-	}
 	if err := c.validateTokenizers(); err != nil {
 		return err
 	}
@@ -499,12 +489,15 @@ func (c *Config) pickConfig() (indexer.PickConfig, error) {
 			return pc, fmt.Errorf("--pick-policy: %w", err)
 		}
 	}
-	pc.SpeculativeTTL, pc.HistoryTTL = time.Duration(c.SpecTTL), time.Duration(c.HistoryTTL) // validated
-	if c.HistoryCapacity < 0 {
-		return pc, errors.New("--history-capacity must not be negative")
-	}
+	pc.SpeculativeTTL, pc.HistoryTTL = time.Duration(c.SpecTTL), time.Duration(c.HistoryTTL) // ranges checked by validateRanges
 	return pc, nil
+}
 
+// prefixConfig is the prefix store's configuration (ranges checked by
+// validateRanges).
+func (c *Config) prefixConfig() prefixstore.Config {
+	return prefixstore.Config{ChunkBytes: c.PrefixChunkBytes, Capacity: c.PrefixCapacity,
+		MaxPromptBytes: c.MaxPromptBytes, MaxInflightBytes: c.TokenizeMaxInflightBytes}
 }
 
 // validateTokenizers checks at start that every tokenizer named explicitly
@@ -566,17 +559,11 @@ func (c *Config) keyConfigs() (blockkeys.KeyConfig, map[string]blockkeys.KeyConf
 	return def, per, nil
 }
 
-// predictionConfig checks and converts the prediction settings.
-func (c *Config) predictionConfig() (indexer.PredictionConfig, error) {
-	pc := indexer.PredictionConfig{SampleRate: c.PredictionSampleRate, Capacity: c.PredictionCapacity}
-	if pc.SampleRate < 0 || pc.SampleRate > 1 {
-		return pc, fmt.Errorf("--prediction-sample-rate %v: want a fraction in [0, 1]", pc.SampleRate)
-	}
-	if pc.Capacity < 0 {
-		return pc, errors.New("--prediction-capacity must not be negative")
-	}
-	pc.Window = time.Duration(c.PredictionWindow) // validated
-	return pc, nil
+// predictionConfig converts the prediction settings (ranges checked by
+// validateRanges).
+func (c *Config) predictionConfig() indexer.PredictionConfig {
+	return indexer.PredictionConfig{SampleRate: c.PredictionSampleRate, Capacity: c.PredictionCapacity,
+		Window: time.Duration(c.PredictionWindow)}
 }
 
 // parseStorageReaders parses --storage-readers over indexer's defaults:

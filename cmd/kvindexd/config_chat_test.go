@@ -29,15 +29,15 @@ func TestChatTemplateAndPredictionConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc, err := cfg.predictionConfig()
-	if err != nil || cfg.Models["m"].ChatTemplate != tmpl || pc.SampleRate != 0.5 || pc.Window != 2*time.Minute || pc.Capacity != 100 {
-		t.Fatalf("cfg %+v, prediction %+v %v", cfg.Models, pc, err)
+	pc := cfg.predictionConfig()
+	if cfg.Models["m"].ChatTemplate != tmpl || pc.SampleRate != 0.5 || pc.Window != 2*time.Minute || pc.Capacity != 100 {
+		t.Fatalf("cfg %+v, prediction %+v", cfg.Models, pc)
 	}
 	def, err := loadConfig(nil, noEnv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pc, _ := def.predictionConfig(); pc.SampleRate != 0.01 || pc.Window != 30*time.Second {
+	if pc := def.predictionConfig(); pc.SampleRate != 0.01 || pc.Window != 30*time.Second {
 		t.Fatalf("defaults %+v", pc)
 	}
 	for _, c := range []struct {

@@ -4,18 +4,20 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"reflect"
 	"strconv"
 	"time"
 
 	"github.com/kvindex/kvindex/applier"
+	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/internal/option"
 	"github.com/kvindex/kvindex/kvevents"
-	"github.com/kvindex/kvindex/kvevents/zmtp"
 )
 
 // LimitsConfig bounds what publishers on the ZMQ port can make the daemon
-// hold. Every zero value means the documented default (docs/security.md, "State
-// limits"); it is inlined into Config, so its keys sit at the top level of the
-// config file.
+// hold (docs/security.md, "State limits"); defaults, ranges and help are the
+// rows of kvevents.Options and applier.Options. It is inlined into
+// Config, so its keys sit at the top level of the config file.
 type LimitsConfig struct {
 	ZMQMaxMessageSize   int64    `json:"zmq_max_message_size" yaml:"zmq_max_message_size"`
 	ZMQHandshakeTimeout Duration `json:"zmq_handshake_timeout" yaml:"zmq_handshake_timeout"`
@@ -31,67 +33,51 @@ type LimitsConfig struct {
 	MaxDigestCaches     int      `json:"max_digest_caches" yaml:"max_digest_caches"`
 	MaxAliasTables      int      `json:"max_alias_tables" yaml:"max_alias_tables"`
 	MaxSessionsPerPod   int      `json:"max_sessions_per_pod" yaml:"max_sessions_per_pod"`
-	// PodShare is nil for the backend's default: applier.DefaultPodShare
+	// PodShare is nil for the backend's default: applier.Options.PodShare's
 	// with the in-memory index, none with Redis (which has no per-pod
 	// accounting; a share set explicitly there is a start-up error).
 	PodShare *int `json:"pod_share" yaml:"pod_share"`
 }
 
-func defaultLimits() LimitsConfig {
+// defaultLimits takes the limits' defaults from the subscriber's and the
+// indexer's DefaultConfig. The daemon's 0 for --pod-expiry and
+// --max-sessions-per-pod means never / none (the libraries' negative).
+func defaultLimits(ev kvevents.Config, ix indexer.Config) LimitsConfig {
 	return LimitsConfig{
-		ZMQMaxMessageSize:   zmtp.DefaultMaxMessageSize,
-		ZMQHandshakeTimeout: Duration(zmtp.DefaultHandshakeTimeout),
-		ZMQMaxConns:         zmtp.DefaultMaxConns,
-		ZMQMessageTimeout:   Duration(zmtp.DefaultMessageTimeout),
-		ZMQEvictIdleAfter:   Duration(zmtp.DefaultEvictIdleAfter),
-		ReplayTimeout:       Duration(kvevents.DefaultReplayTimeout),
-		RebuildTimeout:      Duration(kvevents.DefaultRebuildTimeout),
-		MaxStreams:          kvevents.DefaultMaxStreams,
-		MaxModels:           kvevents.DefaultMaxModels,
-		MaxDPRanks:          kvevents.DefaultMaxDPRanks,
-		PodExpiry:           Duration(kvevents.DefaultPodExpiry),
-		MaxDigestCaches:     applier.DefaultMaxDigestCaches,
-		MaxAliasTables:      applier.DefaultMaxAliasTables,
-		MaxSessionsPerPod:   applier.DefaultSessionsPerPod,
+		ZMQMaxMessageSize:   ev.Transport.MaxMessageSize,
+		ZMQHandshakeTimeout: Duration(ev.Transport.HandshakeTimeout),
+		ZMQMaxConns:         ev.Transport.MaxConns,
+		ZMQMessageTimeout:   Duration(ev.Transport.MessageTimeout),
+		ZMQEvictIdleAfter:   Duration(ev.Transport.EvictIdleAfter),
+		ReplayTimeout:       Duration(ev.ReplayTimeout),
+		RebuildTimeout:      Duration(ev.RebuildTimeout),
+		MaxStreams:          ev.MaxStreams,
+		MaxModels:           ev.MaxModels,
+		MaxDPRanks:          ev.MaxDPRanks,
+		PodExpiry:           Duration(ev.PodExpiry),
+		MaxDigestCaches:     ix.ApplierLimits.MaxDigestCaches,
+		MaxAliasTables:      ix.ApplierLimits.MaxAliasTables,
+		MaxSessionsPerPod:   ix.ApplierLimits.SessionsPerPod,
 	}
 }
 
 func limitFlags(fs *flag.FlagSet, l *LimitsConfig) {
-	fs.Int64Var(&l.ZMQMaxMessageSize, "zmq-max-message-size", l.ZMQMaxMessageSize, "largest ZMQ message accepted, bytes (larger: the connection is closed)")
-	fs.Var(&l.ZMQHandshakeTimeout, "zmq-handshake-timeout", "deadline for a ZMQ peer's whole handshake")
-	fs.IntVar(&l.ZMQMaxConns, "zmq-max-conns", l.ZMQMaxConns, "connections the ZMQ bind socket holds at once (then an idle one is evicted or the new one closed; "+
-		"the last 1/8 are kept for hosts that published before)")
-	fs.Var(&l.ZMQMessageTimeout, "zmq-message-timeout", "deadline for a ZMQ message to arrive whole once its first byte has")
-	fs.Var(&l.ZMQEvictIdleAfter, "zmq-evict-idle-after", "a ZMQ peer that delivered nothing this long may be evicted when the bind socket is full")
-	fs.Var(&l.ReplayTimeout, "replay-timeout", "bound on one exchange with an engine's replay or snapshot address (a gap's replay, the catch-up at connect, "+
-		"a snapshot); the stream's batches wait for it")
-	fs.Var(&l.RebuildTimeout, "rebuild-timeout", "bound on rebuilding a pod the index lost from its engine's whole replay buffer "+
-		"(exchange and queuing); the pod's batches wait for it, and a rebuild cut short leaves the pod incomplete")
-	fs.IntVar(&l.MaxStreams, "max-streams", l.MaxStreams, "distinct (pod, dp rank) streams tracked; batches of further ones are dropped and counted")
-	fs.IntVar(&l.MaxModels, "max-models", l.MaxModels, "distinct model names tracked; batches naming further ones are dropped and counted")
-	fs.IntVar(&l.MaxDPRanks, "max-dp-ranks", l.MaxDPRanks, "data-parallel ranks accepted per pod (rank must be below this)")
-	fs.Var(&l.PodExpiry, "pod-expiry", "a stream silent this long is cleared from the index and forgotten (0 = never)")
-	fs.IntVar(&l.MaxDigestCaches, "max-digest-caches", l.MaxDigestCaches, "models with a parity digest cache (~11 MB each); further models go unverified")
-	fs.IntVar(&l.MaxAliasTables, "max-alias-tables", l.MaxAliasTables, "pods with an alias table (~4.7 MB each, pods whose hashes mismatch kvindex's); further pods are indexed without")
-	fs.IntVar(&l.MaxSessionsPerPod, "max-sessions-per-pod", l.MaxSessionsPerPod, "sessions remembered per pod from vLLM's BlockStored.session_id, "+
-		"the least recently stored forgotten first (kvindexd_session_evictions_total); 0 = not remembered")
-	fs.Var(podShareFlag{&l.PodShare}, "pod-share", fmt.Sprintf("one pod holds at most capacity/N entries of the in-memory index (0 = no per-pod bound; "+
-		"auto = %d in memory, none with Redis; Redis has no per-pod accounting, so a number there fails at start)", applier.DefaultPodShare))
-}
-
-func (l *LimitsConfig) validate() error {
-	if l.ZMQMaxMessageSize <= 0 || l.ZMQMaxConns <= 0 || l.MaxStreams <= 0 || l.MaxModels <= 0 || l.MaxDPRanks <= 0 ||
-		l.MaxDigestCaches <= 0 || l.MaxAliasTables <= 0 {
-		return errors.New("--zmq-max-message-size, --zmq-max-conns, --max-streams, --max-models, --max-dp-ranks, " +
-			"--max-digest-caches and --max-alias-tables must be positive")
-	}
-	if l.MaxSessionsPerPod < 0 {
-		return errors.New("--max-sessions-per-pod must not be negative")
-	}
-	if l.PodShare != nil && *l.PodShare < 0 {
-		return errors.New("--pod-share must not be negative")
-	}
-	return nil
+	ev, ap := &kvevents.Options, &applier.Options
+	int64Opt(fs, &l.ZMQMaxMessageSize, ev.MaxMessageSize)
+	durationOpt(fs, &l.ZMQHandshakeTimeout, ev.HandshakeTimeout)
+	intOpt(fs, &l.ZMQMaxConns, ev.MaxConns)
+	durationOpt(fs, &l.ZMQMessageTimeout, ev.MessageTimeout)
+	durationOpt(fs, &l.ZMQEvictIdleAfter, ev.EvictIdle)
+	durationOpt(fs, &l.ReplayTimeout, ev.ReplayTimeout)
+	durationOpt(fs, &l.RebuildTimeout, ev.RebuildTimeout)
+	intOpt(fs, &l.MaxStreams, ev.MaxStreams)
+	intOpt(fs, &l.MaxModels, ev.MaxModels)
+	intOpt(fs, &l.MaxDPRanks, ev.MaxDPRanks)
+	durationOpt(fs, &l.PodExpiry, ev.PodExpiry)
+	intOpt(fs, &l.MaxDigestCaches, ap.MaxDigestCaches)
+	intOpt(fs, &l.MaxAliasTables, ap.MaxAliasTables)
+	intOpt(fs, &l.MaxSessionsPerPod, ap.SessionsPerPod)
+	declare(fs, &podShareFlag{&l.PodShare, ap.PodShare}, ap.PodShare.Name, ap.PodShare.Help)
 }
 
 // subscriber applies the limits to a kvevents config.
@@ -117,7 +103,7 @@ func (l *LimitsConfig) applier(memory bool) applier.Limits {
 	case l.PodShare != nil:
 		share = *l.PodShare
 	case memory:
-		share = applier.DefaultPodShare
+		share = int(applier.Options.PodShare.Default)
 	}
 	sessions := l.MaxSessionsPerPod
 	if sessions == 0 {
@@ -128,17 +114,35 @@ func (l *LimitsConfig) applier(memory bool) applier.Limits {
 }
 
 // podShareFlag is --pod-share: a number, or auto (unset) for the
-// backend's default.
-type podShareFlag struct{ p **int }
+// backend's default (the row's in memory, none with Redis).
+type podShareFlag struct {
+	p   **int
+	row option.Int
+}
 
-func (f podShareFlag) String() string {
-	if f.p == nil || *f.p == nil {
+func (f *podShareFlag) String() string {
+	if f == nil || f.p == nil || *f.p == nil {
 		return "auto"
 	}
 	return strconv.Itoa(**f.p)
 }
 
-func (f podShareFlag) Set(s string) error {
+func (f *podShareFlag) Get() any { return *f.p }
+
+func (f *podShareFlag) check() error {
+	if *f.p == nil {
+		return nil
+	}
+	return f.row.Check(int64(**f.p))
+}
+
+func (f *podShareFlag) rangeText() string {
+	return fmt.Sprintf("%s, or auto: %d in memory, none with Redis", f.row.Range(), f.row.Default)
+}
+func (f *podShareFlag) defaultText() string { return "auto" }
+func (f *podShareFlag) target() uintptr     { return reflect.ValueOf(f.p).Pointer() }
+
+func (f *podShareFlag) Set(s string) error {
 	if s == "auto" {
 		*f.p = nil
 		return nil

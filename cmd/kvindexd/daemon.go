@@ -99,10 +99,6 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	if err != nil {
 		return nil, err
 	}
-	prediction, err := cfg.predictionConfig()
-	if err != nil {
-		return nil, err
-	}
 	prompts, chats, err := d.tokenizers()
 	if err != nil {
 		return nil, err
@@ -117,7 +113,7 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	}
 	d.idx, err = indexer.New(ctx, indexer.Config{
 		Keys: def, ModelKeys: perModel, Index: idxCfg, TierWeights: &weights,
-		DigestCacheSize: cfg.DigestCacheSize, KeyCacheSize: cfg.KeyCacheSize, Tokenizer: prompts, Chat: chats, Prediction: prediction,
+		DigestCacheSize: cfg.DigestCacheSize, KeyCacheSize: cfg.KeyCacheSize, Tokenizer: prompts, Chat: chats, Prediction: cfg.predictionConfig(),
 		ApplierLimits: cfg.LimitsConfig.applier(index.Memory), Registry: d.reg, Logger: log, Pick: pick,
 		Events: &events, Persist: cfg.persistConfig(), Leases: leases, StorageReaders: storage,
 	})

@@ -31,25 +31,27 @@ type DiscoveryConfig struct {
 	Kubeconfig string   `json:"kubeconfig" yaml:"kubeconfig"`
 }
 
+// defaultDiscoveryConfig is discovery.DefaultConfig in the daemon's shape.
 func defaultDiscoveryConfig() DiscoveryConfig {
-	return DiscoveryConfig{ZMQPort: discovery.DefaultZMQPort, DPSize: 1, ServePort: discovery.DefaultServePort,
-		PodName: discovery.DefaultPodName, ModelKey: discovery.DefaultModelKey, Engine: "vllm",
-		Resync: Duration(discovery.DefaultResync), MaxPods: discovery.DefaultMaxPods}
+	d := discovery.DefaultConfig()
+	return DiscoveryConfig{ZMQPort: d.ZMQPort, ReplayPort: d.ReplayPort, DPSize: d.DPSize, ServePort: d.ServePort,
+		PodName: d.PodName, ModelKey: d.ModelKey, Engine: d.Engine.String(), Resync: Duration(d.Resync), MaxPods: d.MaxPods}
 }
 
 func discoveryFlags(fs *flag.FlagSet, c *DiscoveryConfig) {
 	fs.BoolVar(&c.Enabled, "discover-pods", c.Enabled, "subscribe to the Ready engine pods Kubernetes lists (needs --discover-selector)")
 	fs.Var(listFlag{&c.Namespaces}, "discover-namespace", "namespace to watch, repeatable or comma-separated (none = every namespace)")
 	fs.StringVar(&c.Selector, "discover-selector", c.Selector, "label selector of the engine pods, e.g. app=vllm")
-	fs.IntVar(&c.ZMQPort, "discover-zmq-port", c.ZMQPort, "engines' ZMQ publisher port (DP rank r: port+r); pod annotation "+discovery.AnnotationZMQPort)
-	fs.IntVar(&c.ReplayPort, "discover-replay-port", c.ReplayPort, "engines' replay port (0 = none; DP rank r: port+r); pod annotation "+discovery.AnnotationReplayPort)
-	fs.IntVar(&c.DPSize, "discover-dp-size", c.DPSize, "data-parallel ranks per pod; pod annotation "+discovery.AnnotationDPSize)
-	fs.IntVar(&c.ServePort, "discover-serve-port", c.ServePort, "engines' request port, for pod names; pod annotation "+discovery.AnnotationServePort)
+	o := &discovery.Options
+	intOpt(fs, &c.ZMQPort, o.ZMQPort)
+	intOpt(fs, &c.ReplayPort, o.ReplayPort)
+	intOpt(fs, &c.DPSize, o.DPSize)
+	intOpt(fs, &c.ServePort, o.ServePort)
 	fs.StringVar(&c.PodName, "discover-pod-name", c.PodName, "template of a discovered pod's name: {{.IP}} {{.ServePort}} {{.ZMQPort}} {{.Name}} {{.Namespace}}")
 	fs.StringVar(&c.ModelKey, "discover-model-key", c.ModelKey, "pod annotation or label holding the model name (absent: the topic's model)")
 	fs.StringVar(&c.Engine, "discover-engine", c.Engine, "engine kind of discovered pods: vllm, sglang or trtllm; pod annotation "+discovery.AnnotationEngine)
-	fs.Var(&c.Resync, "discover-resync", "how often every watched pod is reconciled again")
-	fs.IntVar(&c.MaxPods, "discover-max-pods", c.MaxPods, "most pods subscribed at once")
+	durationOpt(fs, &c.Resync, o.Resync)
+	intOpt(fs, &c.MaxPods, o.MaxPods)
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig for --discover-pods outside a cluster (default: the in-cluster service account)")
 }
 

@@ -17,10 +17,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/pypub"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
-	indexerv1 "github.com/kvindex/kvindex/proto/indexer/v1"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+	indexerv1 "github.com/kvindex/kvindex/proto/llmd/indexer/v1"
 	"github.com/kvindex/kvindex/tokenization"
 )
 
@@ -70,13 +72,18 @@ type e2eDaemon struct {
 	grpc kvindexv1.IndexerClient
 }
 
-func startDaemon(t *testing.T, mutate func(*Config)) *e2eDaemon {
+// startInProcess runs the daemon in this process from DefaultConfig changed
+// by mutate: these tests check the composition root (flags, config and the
+// parts newDaemon wires) and reach into its parts. The binary as shipped is
+// started through internal/testkit/harness (internal/promises,
+// internal/docexamples, internal/e2e).
+func startInProcess(t *testing.T, mutate func(*Config)) *e2eDaemon {
 	t.Helper()
-	return startDaemonCtx(t, context.Background(), mutate)
+	return startInProcessCtx(t, context.Background(), mutate)
 }
 
-// startDaemonCtx runs a daemon until parent is done or the test ends.
-func startDaemonCtx(t *testing.T, parent context.Context, mutate func(*Config)) *e2eDaemon {
+// startInProcessCtx runs a daemon until parent is done or the test ends.
+func startInProcessCtx(t *testing.T, parent context.Context, mutate func(*Config)) *e2eDaemon {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.ZMQBind = "127.0.0.1:0", "127.0.0.1:0", "tcp://127.0.0.1:0"
@@ -240,17 +247,12 @@ func renderPods(rows []podRow) string {
 // asynchronously, so the test waits for the state rather than for a time.
 func (e *e2eDaemon) expect(what string, q query, want string) {
 	e.t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for {
-		h, g := e.scores(q)
-		if h == want && g == want {
-			return
+	wait.Until(e.t, what, func() string {
+		if h, g := e.scores(q); h != want || g != want {
+			return fmt.Sprintf("\n HTTP %q\n gRPC %q\n want %q", h, g, want)
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%s:\n HTTP %q\n gRPC %q\n want %q", what, h, g, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 func (e *e2eDaemon) do(method, path, body string) (int, string) {
@@ -277,8 +279,8 @@ func hashesOf(keys []blockkeys.Key) []uint64 {
 	return out
 }
 
-func stored(keys []blockkeys.Key, tokens []uint32, from, to int, medium string) e2e.Event {
-	ev := e2e.Event{Type: "BlockStored", BlockHashes: hashesOf(keys[from:to]),
+func stored(keys []blockkeys.Key, tokens []uint32, from, to int, medium string) pypub.Event {
+	ev := pypub.Event{Type: "BlockStored", BlockHashes: hashesOf(keys[from:to]),
 		TokenIDs: tokens[from*e2eBlock : to*e2eBlock], BlockSize: e2eBlock, Medium: medium}
 	if from > 0 {
 		p := uint64(keys[from-1])
@@ -295,7 +297,7 @@ func TestEndToEnd(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			index := b.index(t)
-			e := startDaemon(t, func(c *Config) { c.Index, c.AdminAPI = index, true })
+			e := startInProcess(t, func(c *Config) { c.Index, c.AdminAPI = index, true })
 			runEndToEnd(t, e)
 		})
 	}
@@ -320,53 +322,53 @@ func runEndToEnd(t *testing.T, e *e2eDaemon) {
 	q := query{model: e2eModel, tokens: tokens}
 
 	// Central topology: the daemon binds, engines connect.
-	pubA := e2e.StartPublisher(t, e.bind, false)
-	pubB := e2e.StartPublisher(t, e.bind, false)
-	pubC := e2e.StartPublisher(t, e.bind, false)
-	for _, p := range []*e2e.Publisher{pubA, pubB, pubC} {
+	pubA := pypub.StartPublisher(t, e.bind, false)
+	pubB := pypub.StartPublisher(t, e.bind, false)
+	pubC := pypub.StartPublisher(t, e.bind, false)
+	for _, p := range []*pypub.Publisher{pubA, pubB, pubC} {
 		p.WaitReady(waitLimit)
 	}
 	// pod-a: vLLM <= 0.23 array form, int hashes, 8 blocks on GPU.
-	pubA.Send(e2e.Batch{Topic: "kv@pod-a@" + e2eModel, Seq: 0, Form: "array", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{stored(keys, tokens, 0, 8, "GPU")}})
+	pubA.Send(pypub.Batch{Topic: "kv@pod-a@" + e2eModel, Seq: 0, Form: "array", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{stored(keys, tokens, 0, 8, "GPU")}})
 	// pod-b: map form, 32-byte digests (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0),
 	// 4 blocks stored as two chained events (parent = block 1).
-	pubB.Send(e2e.Batch{Topic: "kv@pod-b@" + e2eModel, Seq: 0, Form: "map", BytesHashes: true, DPRank: e2e.Rank(0),
-		Events: []e2e.Event{stored(keys, tokens, 0, 2, ""), stored(keys, tokens, 2, 4, "CPU")}})
+	pubB.Send(pypub.Batch{Topic: "kv@pod-b@" + e2eModel, Seq: 0, Form: "map", BytesHashes: true, DPRank: pypub.Rank(0),
+		Events: []pypub.Event{stored(keys, tokens, 0, 2, ""), stored(keys, tokens, 2, 4, "CPU")}})
 	// pod-c: data parallel, rank 0 holds 2 blocks and rank 1 holds 6.
-	pubC.Send(e2e.Batch{Topic: "kv@pod-c@" + e2eModel, Seq: 0, Form: "map", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{stored(keys, tokens, 0, 2, "GPU")}})
-	pubC.Send(e2e.Batch{Topic: "kv@pod-c@" + e2eModel, Seq: 0, Form: "map", DPRank: e2e.Rank(1),
-		Events: []e2e.Event{stored(keys, tokens, 0, 6, "GPU")}})
+	pubC.Send(pypub.Batch{Topic: "kv@pod-c@" + e2eModel, Seq: 0, Form: "map", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{stored(keys, tokens, 0, 2, "GPU")}})
+	pubC.Send(pypub.Batch{Topic: "kv@pod-c@" + e2eModel, Seq: 0, Form: "map", DPRank: pypub.Rank(1),
+		Events: []pypub.Event{stored(keys, tokens, 0, 6, "GPU")}})
 	e.expect("central topology", q, "pod-a=8 pod-c=6[1:6 0:2] pod-b=4")
 	e.expect("block hashes input", query{model: e2eModel, hashes: hashesOf(keys)}, "pod-a=8 pod-c=6[1:6 0:2] pod-b=4")
 	e.expect("pod filter", query{model: e2eModel, tokens: tokens, pods: []string{"pod-b", "pod-c"}}, "pod-c=6[1:6 0:2] pod-b=4")
 	e.expect("a prefix of the prompt", query{model: e2eModel, tokens: tokens[:3*e2eBlock]}, "pod-a=3 pod-c=3[1:3 0:2] pod-b=3")
 
 	// Per-pod topology: engines bind, the daemon connects (added at runtime).
-	addrE := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
-	pubE := e2e.StartPublisher(t, addrE, true)
+	addrE := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
+	pubE := pypub.StartPublisher(t, addrE, true)
 	if code, body := e.do("POST", "/v1/endpoints", `{"address":"`+addrE+`","pod":"pod-e","model":"`+e2eModel+`"}`); code != http.StatusCreated {
 		t.Fatalf("POST /v1/endpoints: %d %s", code, body)
 	}
 	pubE.WaitReady(waitLimit)
 	// The endpoint's pod and model override the topic's.
-	pubE.Send(e2e.Batch{Topic: "kv@ignored@ignored", Seq: 0, Form: "array", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{stored(keys, tokens, 0, 3, "")}})
+	pubE.Send(pypub.Batch{Topic: "kv@ignored@ignored", Seq: 0, Form: "array", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{stored(keys, tokens, 0, 3, "")}})
 	e.expect("connect topology", q, "pod-a=8 pod-c=6[1:6 0:2] pod-b=4 pod-e=3")
 
 	// SGLang over the connect topology, added over gRPC. Its pages carry
 	// SGLang's own hashes (computed by kvpublisher.py as SGLang does), which
 	// the daemon computes from the request's tokens for SGLang pods.
-	addrS := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
-	pubS := e2e.StartPublisher(t, addrS, true)
+	addrS := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
+	pubS := pypub.StartPublisher(t, addrS, true)
 	if _, err := e.grpc.AddEndpoint(context.Background(), &kvindexv1.AddEndpointRequest{Endpoint: &kvindexv1.Endpoint{
 		Address: addrS, Pod: "pod-s", Model: sglModel, Engine: "sglang"}}); err != nil {
 		t.Fatal(err)
 	}
 	pubS.WaitReady(waitLimit)
-	pubS.Send(e2e.Batch{Topic: "kv@pod-s@" + sglModel, Seq: 0, Form: "sglang", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{{Type: "BlockStored", HashTokens: true, TokenIDs: tokens[:3*e2eBlock], BlockSize: e2eBlock}}})
+	pubS.Send(pypub.Batch{Topic: "kv@pod-s@" + sglModel, Seq: 0, Form: "sglang", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{{Type: "BlockStored", HashTokens: true, TokenIDs: tokens[:3*e2eBlock], BlockSize: e2eBlock}}})
 	e.expect("sglang", query{model: sglModel, tokens: tokens}, "pod-s=3")
 
 	eps, err := e.grpc.ListEndpoints(context.Background(), &kvindexv1.ListEndpointsRequest{})
@@ -391,17 +393,17 @@ func runEndToEnd(t *testing.T, e *e2eDaemon) {
 	}
 
 	// BlockRemoved: pod-a evicts its last 4 blocks.
-	pubA.Send(e2e.Batch{Topic: "kv@pod-a@" + e2eModel, Seq: 1, Form: "array", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{{Type: "BlockRemoved", BlockHashes: hashesOf(keys[4:8]), Medium: "GPU"}}})
+	pubA.Send(pypub.Batch{Topic: "kv@pod-a@" + e2eModel, Seq: 1, Form: "array", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{{Type: "BlockRemoved", BlockHashes: hashesOf(keys[4:8]), Medium: "GPU"}}})
 	e.expect("block removed", q, "pod-c=6[1:6 0:2] pod-a=4 pod-b=4")
 	// AllBlocksCleared: pod-b is gone.
-	pubB.Send(e2e.Batch{Topic: "kv@pod-b@" + e2eModel, Seq: 1, Form: "map", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{{Type: "AllBlocksCleared"}}})
+	pubB.Send(pypub.Batch{Topic: "kv@pod-b@" + e2eModel, Seq: 1, Form: "map", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{{Type: "AllBlocksCleared"}}})
 	e.expect("all blocks cleared", q, "pod-c=6[1:6 0:2] pod-a=4")
 	// Restart: pod-a's sequence goes back to 0; what it held before is gone
 	// and only what it stores after the restart counts.
-	pubA.Send(e2e.Batch{Topic: "kv@pod-a@" + e2eModel, Seq: 0, Form: "array", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{stored(keys, tokens, 0, 2, "GPU")}})
+	pubA.Send(pypub.Batch{Topic: "kv@pod-a@" + e2eModel, Seq: 0, Form: "array", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{stored(keys, tokens, 0, 2, "GPU")}})
 	e.expect("engine restart", q, "pod-c=6[1:6 0:2] pod-a=2")
 
 	// Pod listing: restart counted, parity all matching for vLLM pods.
@@ -436,7 +438,7 @@ func runEndToEnd(t *testing.T, e *e2eDaemon) {
 			t.Errorf("ListPods lacks %s: %v", k, lp.Pods)
 		}
 	}
-	for _, p := range []*e2e.Publisher{pubA, pubB, pubC, pubE, pubS} {
+	for _, p := range []*pypub.Publisher{pubA, pubB, pubC, pubE, pubS} {
 		p.Close()
 	}
 }
@@ -447,8 +449,8 @@ func runEndToEnd(t *testing.T, e *e2eDaemon) {
 // side publishes blocks of the ids the reference-checked tokenizer produces.
 func TestPromptScoring(t *testing.T) {
 	const qwen = "Qwen/Qwen3-0.6B"
-	dir := e2e.RepoRoot(t) + "/tokenization/testdata/qwen3"
-	e := startDaemon(t, func(c *Config) { c.Tokenizers = map[string]string{qwen: dir} })
+	dir := harness.RepoRoot(t) + "/tokenization/testdata/qwen3"
+	e := startInProcess(t, func(c *Config) { c.Tokenizers = map[string]string{qwen: dir} })
 	tok, err := tokenization.NewRegistry(tokenization.RegistryConfig{Models: map[string]string{qwen: dir}}).Get(qwen)
 	if err != nil {
 		t.Fatal(err)
@@ -463,12 +465,12 @@ func TestPromptScoring(t *testing.T) {
 	if len(keys) < 4 {
 		t.Fatalf("prompt has only %d blocks", len(keys))
 	}
-	pub := e2e.StartPublisher(t, e.bind, false)
+	pub := pypub.StartPublisher(t, e.bind, false)
 	pub.WaitReady(waitLimit)
-	pub.Send(e2e.Batch{Topic: "kv@pod-p@" + qwen, Seq: 0, Form: "map", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{stored(keys, ids, 0, len(keys), "")}})
-	pub.Send(e2e.Batch{Topic: "kv@pod-q@" + qwen, Seq: 0, Form: "map", DPRank: e2e.Rank(1),
-		Events: []e2e.Event{stored(keys, ids, 0, 2, "")}})
+	pub.Send(pypub.Batch{Topic: "kv@pod-p@" + qwen, Seq: 0, Form: "map", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{stored(keys, ids, 0, len(keys), "")}})
+	pub.Send(pypub.Batch{Topic: "kv@pod-q@" + qwen, Seq: 0, Form: "map", DPRank: pypub.Rank(1),
+		Events: []pypub.Event{stored(keys, ids, 0, 2, "")}})
 	e.expect("token ids of the prompt", query{model: qwen, tokens: ids}, fmt.Sprintf("pod-p=%d pod-q=2[1:2]", len(keys)))
 
 	body, _ := json.Marshal(map[string]any{"model": qwen, "prompt": prompt})
@@ -519,17 +521,17 @@ func TestPromptScoring(t *testing.T) {
 // daemon must score them from token ids and count both as parity matches.
 func TestPerModelKeyConfig(t *testing.T) {
 	const cborModel = "cbor/model"
-	e := startDaemon(t, func(c *Config) {
+	e := startInProcess(t, func(c *Config) {
 		c.Models = map[string]ModelConfig{cborModel: {HashAlgo: "sha256_cbor"}}
 	})
 	tokens := make([]uint32, 32)
 	for i := range tokens {
 		tokens[i] = uint32(i + 1)
 	}
-	pub := e2e.StartPublisher(t, e.bind, false)
+	pub := pypub.StartPublisher(t, e.bind, false)
 	pub.WaitReady(waitLimit)
-	pub.Send(e2e.Batch{Topic: "kv@pod-cbor@" + cborModel, Seq: 0, Form: "map", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{{Type: "BlockStored", BlockHashes: []uint64{3236607068019569386, 2758186210834249151},
+	pub.Send(pypub.Batch{Topic: "kv@pod-cbor@" + cborModel, Seq: 0, Form: "map", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{{Type: "BlockStored", BlockHashes: []uint64{3236607068019569386, 2758186210834249151},
 			TokenIDs: tokens, BlockSize: 16}}})
 	e.expect("sha256_cbor model by token ids", query{model: cborModel, tokens: tokens}, "pod-cbor=2")
 	// The override is the model's alone: the default model keeps sha256.

@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/pypub"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 )
 
 // Raw ZMTP 3.1 bytes, written from RFC 37 (the layout is independent of our
@@ -79,7 +81,7 @@ func (e *e2eDaemon) metric(name string) float64 {
 
 // realBatch publishes blocks of tokens for pod through a real libzmq
 // publisher and waits until the daemon serves them.
-func realBatch(t *testing.T, e *e2eDaemon, pub *e2e.Publisher, pod string) {
+func realBatch(t *testing.T, e *e2eDaemon, pub *pypub.Publisher, pod string) {
 	t.Helper()
 	h, _ := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
 	tokens := make([]uint32, 2*e2eBlock)
@@ -87,8 +89,8 @@ func realBatch(t *testing.T, e *e2eDaemon, pub *e2e.Publisher, pod string) {
 		tokens[i] = uint32(500 + i)
 	}
 	keys := h.Keys(nil, tokens, blockkeys.RequestExtras{})
-	pub.Send(e2e.Batch{Topic: "kv@" + pod + "@" + e2eModel, Seq: 0, Form: "map", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{stored(keys, tokens, 0, 2, "")}})
+	pub.Send(pypub.Batch{Topic: "kv@" + pod + "@" + e2eModel, Seq: 0, Form: "map", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{stored(keys, tokens, 0, 2, "")}})
 	e.expect("real publisher after hostile peers", query{model: e2eModel, tokens: tokens, pods: []string{pod}}, pod+"=2")
 }
 
@@ -98,7 +100,7 @@ func realBatch(t *testing.T, e *e2eDaemon, pub *e2e.Publisher, pod string) {
 // through while the silent connection is still open, and each hostile
 // connection is counted.
 func TestHostileBindPeers(t *testing.T) {
-	e := startDaemon(t, func(c *Config) { c.ZMQHandshakeTimeout = Duration(time.Minute) })
+	e := startInProcess(t, func(c *Config) { c.ZMQHandshakeTimeout = Duration(time.Minute) })
 	addr := strings.TrimPrefix(e.bind, "tcp://")
 	idle, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -119,7 +121,7 @@ func TestHostileBindPeers(t *testing.T) {
 	if code, _ := e.get("/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz %d", code)
 	}
-	pub := e2e.StartPublisher(t, e.bind, false)
+	pub := pypub.StartPublisher(t, e.bind, false)
 	pub.WaitReady(waitLimit)
 	realBatch(t, e, pub, "pod-real")
 	// The silent connection is still open (its handshake deadline is a
@@ -174,20 +176,14 @@ func hostileEngine(t *testing.T) (addr string, conns func() int) {
 // refuses what it sends, keeps redialling with backoff and keeps serving; a
 // real engine added next gets its events through.
 func TestHostileEngineEndpoint(t *testing.T) {
-	e := startDaemon(t, func(c *Config) { c.AdminAPI = true })
+	e := startInProcess(t, func(c *Config) { c.AdminAPI = true })
 	addr, conns := hostileEngine(t)
 	if code, body := e.do("POST", "/v1/endpoints", `{"address":"`+addr+`","pod":"pod-hostile","model":"`+e2eModel+`"}`); code != http.StatusCreated {
 		t.Fatalf("POST /v1/endpoints: %d %s", code, body)
 	}
-	deadline := time.Now().Add(waitLimit)
-	for conns() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon dialled the hostile engine %d times", conns())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	realAddr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
-	pub := e2e.StartPublisher(t, realAddr, true)
+	wait.For(t, "the daemon dialling the hostile engine twice", func() bool { return conns() >= 2 })
+	realAddr := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
+	pub := pypub.StartPublisher(t, realAddr, true)
 	if code, body := e.do("POST", "/v1/endpoints", `{"address":"`+realAddr+`","pod":"pod-real","model":"`+e2eModel+`"}`); code != http.StatusCreated {
 		t.Fatalf("POST /v1/endpoints: %d %s", code, body)
 	}
@@ -202,8 +198,8 @@ func TestHostileEngineEndpoint(t *testing.T) {
 // scrape answer 500. It is now dropped and counted; /metrics answers 200 and
 // /v1/pods is valid JSON.
 func TestInvalidUTF8PodName(t *testing.T) {
-	e := startDaemon(t, nil)
-	pub := e2e.StartPublisher(t, e.bind, false)
+	e := startInProcess(t, nil)
+	pub := pypub.StartPublisher(t, e.bind, false)
 	pub.WaitReady(waitLimit)
 	payload := func(seq byte) []string {
 		var s8 [8]byte

@@ -13,7 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/pypub"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
@@ -101,15 +103,15 @@ func (h *holderNames) Visit(_ int, _ blockkeys.Key, hs []kvindex.Holder) bool {
 func TestLeasesTakeoverTopicNamedPod(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := startCutProxy(t, srv.Addr())
-	addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
-	pub := e2e.StartPublisher(t, addr, true)
+	addr := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
+	pub := pypub.StartPublisher(t, addr, true)
 	mutate := func(id, redisAddr string) func(*Config) {
 		return func(c *Config) {
 			c.Index, c.Leases, c.LeaseTTL, c.DaemonID, c.ZMQBind = "redis://"+redisAddr+"/0", true, Duration(1500*time.Millisecond), id, ""
 			c.Endpoints = []EndpointSpec{{Address: addr, Model: e2eModel}}
 		}
 	}
-	a := startDaemon(t, mutate("daemon-a", proxy.Addr()))
+	a := startInProcess(t, mutate("daemon-a", proxy.Addr()))
 	pub.WaitReady(waitLimit)
 
 	h, _ := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
@@ -122,31 +124,40 @@ func TestLeasesTakeoverTopicNamedPod(t *testing.T) {
 	topic := "kv@eng-t@" + e2eModel
 	seq := []uint64{0, 0}
 	send := func(rank, blocks int) {
-		pub.Send(e2e.Batch{Topic: topic, Seq: seq[rank], Form: "map", DPRank: e2e.Rank(rank),
-			Events: []e2e.Event{stored(keys, tokens, 0, blocks, "")}})
+		pub.Send(pypub.Batch{Topic: topic, Seq: seq[rank], Form: "map", DPRank: pypub.Rank(rank),
+			Events: []pypub.Event{stored(keys, tokens, 0, blocks, "")}})
 		seq[rank]++
 	}
 	// The subscription may miss messages published before it is attached:
 	// republish (idempotent) until both ranks are indexed.
-	waitFor(t, "a indexes both ranks of eng-t", func() (bool, string) {
+	wait.Until(t, "a indexes both ranks of eng-t", func() string {
 		send(0, 2)
 		send(1, 3)
 		hs, gs := a.scores(q)
-		return hs == "eng-t=3[1:3 0:2]" && gs == hs, hs + " / " + gs
+		if hs == "eng-t=3[1:3 0:2]" && gs == hs {
+			return ""
+		}
+		return "still " + hs + " / " + gs
 	})
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr(), Protocol: 2, DisableIdentity: true})
 	defer rc.Close()
-	waitFor(t, "a records eng-t as indexed from the endpoint", func() (bool, string) {
+	wait.Until(t, "a records eng-t as indexed from the endpoint", func() string {
 		names, err := rc.SMembers(context.Background(), "kvindex:lease-pods:"+addr).Result()
-		return err == nil && slices.Equal(names, []string{"eng-t"}), fmt.Sprint(names, err)
+		if err == nil && slices.Equal(names, []string{"eng-t"}) {
+			return ""
+		}
+		return "still " + fmt.Sprint(names, err)
 	})
 
 	proxy.Cut()
 	// Nothing a indexed was cleared: it could not reach Redis any more.
-	b := startDaemon(t, mutate("daemon-b", srv.Addr()))
-	waitFor(t, "b takes the endpoint over", func() (bool, string) {
+	b := startInProcess(t, mutate("daemon-b", srv.Addr()))
+	wait.Until(t, "b takes the endpoint over", func() string {
 		n, err := rc.Get(context.Background(), "kvindex:lease:"+addr).Result()
-		return n == "daemon-b", fmt.Sprint(n, err)
+		if n == "daemon-b" {
+			return ""
+		}
+		return "still " + fmt.Sprint(n, err)
 	})
 	// Read the shared index directly: b's API answers only for models b
 	// has seen events of, and b has seen none yet.
@@ -156,17 +167,23 @@ func TestLeasesTakeoverTopicNamedPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer reader.Close()
-	waitFor(t, "the shared index holds nothing a indexed", func() (bool, string) {
+	wait.Until(t, "the shared index holds nothing a indexed", func() string {
 		var v holderNames
 		v.in = in
 		err := reader.Lookup(context.Background(), in.Model(e2eModel), keys, &v)
-		return err == nil && len(v.names) == 0, fmt.Sprint(v.names, err)
+		if err == nil && len(v.names) == 0 {
+			return ""
+		}
+		return "still " + fmt.Sprint(v.names, err)
 	})
 	// The endpoint's new events reach the index through b.
-	waitFor(t, "events applied through b", func() (bool, string) {
+	wait.Until(t, "events applied through b", func() string {
 		send(1, 1)
 		hs, gs := b.scores(q)
-		return hs == "eng-t=1[1:1]" && gs == hs, hs + " / " + gs
+		if hs == "eng-t=1[1:1]" && gs == hs {
+			return ""
+		}
+		return "still " + hs + " / " + gs
 	})
 	pub.Close()
 }

@@ -10,26 +10,12 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/pypub"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
-
-// waitFor polls cond until it holds; the test waits for a state, not a time.
-func waitFor(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still %s", what, last)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
 
 func (e *e2eDaemon) get(path string) (int, string) { return e.do("GET", path, "") }
 
@@ -41,7 +27,7 @@ func TestRedisDownAndBack(t *testing.T) {
 	// Redis: the pod that missed a write must then be cleared, not served.
 	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
 	srv.Kill()
-	e := startDaemon(t, func(c *Config) { c.Index = srv.URL() })
+	e := startInProcess(t, func(c *Config) { c.Index = srv.URL() })
 	q := query{model: e2eModel, tokens: make([]uint32, 2*e2eBlock)}
 
 	if code, body := e.get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "index unhealthy") {
@@ -55,30 +41,36 @@ func TestRedisDownAndBack(t *testing.T) {
 	}
 
 	srv.Restart()
-	waitFor(t, "ready after Redis started", func() (bool, string) {
+	wait.Until(t, "ready after Redis started", func() string {
 		code, body := e.get("/readyz")
-		return code == http.StatusOK, body
+		if code == http.StatusOK {
+			return ""
+		}
+		return "still " + body
 	})
 	// Publish and score through Redis.
 	h, _ := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
 	keys := h.Keys(nil, q.tokens, blockkeys.RequestExtras{})
-	pub := e2e.StartPublisher(t, e.bind, false)
+	pub := pypub.StartPublisher(t, e.bind, false)
 	pub.WaitReady(waitLimit)
-	pub.Send(e2e.Batch{Topic: "kv@pod-r@" + e2eModel, Seq: 0, Form: "map", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{stored(keys, q.tokens, 0, 2, "")}})
+	pub.Send(pypub.Batch{Topic: "kv@pod-r@" + e2eModel, Seq: 0, Form: "map", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{stored(keys, q.tokens, 0, 2, "")}})
 	e.expect("score through Redis", q, "pod-r=2")
 
 	srv.Kill()
-	waitFor(t, "not ready after Redis lost", func() (bool, string) {
+	wait.Until(t, "not ready after Redis lost", func() string {
 		code, body := e.get("/readyz")
-		return code == http.StatusServiceUnavailable, body
+		if code == http.StatusServiceUnavailable {
+			return ""
+		}
+		return "still " + body
 	})
 	if code, body := e.do("POST", "/v1/score", q.httpBody()); code != http.StatusServiceUnavailable {
 		t.Fatalf("score with Redis lost: %d %s (want 503, never an empty score)", code, body)
 	}
 	// An event that cannot be written makes the pod untrusted...
-	pub.Send(e2e.Batch{Topic: "kv@pod-r@" + e2eModel, Seq: 1, Form: "map", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{{Type: "BlockRemoved", BlockHashes: hashesOf(keys[1:2])}}})
+	pub.Send(pypub.Batch{Topic: "kv@pod-r@" + e2eModel, Seq: 1, Form: "map", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{{Type: "BlockRemoved", BlockHashes: hashesOf(keys[1:2])}}})
 	untrusted := func() (bool, string) {
 		lp, err := e.grpc.ListPods(context.Background(), &kvindexv1.ListPodsRequest{})
 		if err != nil || len(lp.Pods) != 1 {
@@ -86,22 +78,33 @@ func TestRedisDownAndBack(t *testing.T) {
 		}
 		return lp.Pods[0].Untrusted, fmt.Sprintf("%+v", lp.Pods[0])
 	}
-	waitFor(t, "pod untrusted after a failed write", untrusted)
+	wait.Until(t, "pod untrusted after a failed write", func() string {
+		if bad, s := untrusted(); !bad {
+			return "still " + s
+		}
+		return ""
+	})
 	srv.Restart() // same port; pod-r's two blocks come back from the AOF
-	waitFor(t, "ready after Redis is back", func() (bool, string) {
+	wait.Until(t, "ready after Redis is back", func() string {
 		code, body := e.get("/readyz")
-		return code == http.StatusOK, body
+		if code == http.StatusOK {
+			return ""
+		}
+		return "still " + body
 	})
 	// ...and is cleared and trusted again once Redis is back, without a new event.
-	waitFor(t, "pod trusted again after recovery", func() (bool, string) {
+	wait.Until(t, "pod trusted again after recovery", func() string {
 		bad, s := untrusted()
-		return !bad && strings.Contains(s, "index_errors:1"), s
+		if !bad && strings.Contains(s, "index_errors:1") {
+			return ""
+		}
+		return "still " + s
 	})
 	// pod-r's restored entries predate a lost removal: cleared, not served.
 	e.expect("nothing stale served", q, "")
 	// New events rebuild the pod's state.
-	pub.Send(e2e.Batch{Topic: "kv@pod-r@" + e2eModel, Seq: 2, Form: "map", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{stored(keys, q.tokens, 0, 1, "")}})
+	pub.Send(pypub.Batch{Topic: "kv@pod-r@" + e2eModel, Seq: 2, Form: "map", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{stored(keys, q.tokens, 0, 1, "")}})
 	e.expect("rebuilt after Redis is back", q, "pod-r=1")
 	pub.Close()
 }
@@ -112,8 +115,8 @@ func TestRedisDownAndBack(t *testing.T) {
 // endpoints over.
 func TestLeasesTakeover(t *testing.T) {
 	srv := redistest.Start(t)
-	addrs := []string{fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t)), fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))}
-	pubs := []*e2e.Publisher{e2e.StartPublisher(t, addrs[0], true), e2e.StartPublisher(t, addrs[1], true)}
+	addrs := []string{fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t)), fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))}
+	pubs := []*pypub.Publisher{pypub.StartPublisher(t, addrs[0], true), pypub.StartPublisher(t, addrs[1], true)}
 	mutate := func(id string) func(*Config) {
 		return func(c *Config) {
 			// A TTL well above scheduling hiccups under -race: a late renewal
@@ -123,8 +126,8 @@ func TestLeasesTakeover(t *testing.T) {
 		}
 	}
 	ctxA, stopA := context.WithCancel(context.Background())
-	a := startDaemonCtx(t, ctxA, mutate("daemon-a"))
-	b := startDaemon(t, mutate("daemon-b"))
+	a := startInProcessCtx(t, ctxA, mutate("daemon-a"))
+	b := startInProcess(t, mutate("daemon-b"))
 
 	held := func(e *e2eDaemon) []string {
 		resp, err := e.grpc.ListEndpoints(context.Background(), &kvindexv1.ListEndpointsRequest{})
@@ -138,9 +141,12 @@ func TestLeasesTakeover(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	waitFor(t, "each daemon holds one endpoint", func() (bool, string) {
+	wait.Until(t, "each daemon holds one endpoint", func() string {
 		ha, hb := held(a), held(b)
-		return len(ha) == 1 && len(hb) == 1 && ha[0] != hb[0], fmt.Sprintf("a=%v b=%v", ha, hb)
+		if len(ha) == 1 && len(hb) == 1 && ha[0] != hb[0] {
+			return ""
+		}
+		return "still " + fmt.Sprintf("a=%v b=%v", ha, hb)
 	})
 	for _, p := range pubs {
 		p.WaitReady(waitLimit)
@@ -153,8 +159,8 @@ func TestLeasesTakeover(t *testing.T) {
 	keys := h.Keys(nil, tokens, blockkeys.RequestExtras{})
 	seq := []uint64{0, 0}
 	send := func(i, blocks int) {
-		pubs[i].Send(e2e.Batch{Topic: "kv@x@x", Seq: seq[i], Form: "map", DPRank: e2e.Rank(0),
-			Events: []e2e.Event{stored(keys, tokens, 0, blocks, "")}})
+		pubs[i].Send(pypub.Batch{Topic: "kv@x@x", Seq: seq[i], Form: "map", DPRank: pypub.Rank(0),
+			Events: []pypub.Event{stored(keys, tokens, 0, blocks, "")}})
 		seq[i]++
 	}
 	q := query{model: e2eModel, tokens: tokens}
@@ -162,11 +168,14 @@ func TestLeasesTakeover(t *testing.T) {
 	// balanced one endpoint over to b just before, b's subscription may
 	// attach after the first send and miss it (slow joiner; seen under
 	// load in CI): republish (idempotent) until it is seen.
-	waitFor(t, "both pods applied", func() (bool, string) {
+	wait.Until(t, "both pods applied", func() string {
 		send(0, 2)
 		send(1, 3)
 		hs, gs := a.scores(q)
-		return hs == "pod-1=3 pod-0=2" && gs == hs, hs + " / " + gs
+		if hs == "pod-1=3 pod-0=2" && gs == hs {
+			return ""
+		}
+		return "still " + hs + " / " + gs
 	})
 	// Either daemon answers from the shared index.
 	a.expect("daemon a sees both pods", q, "pod-1=3 pod-0=2")
@@ -175,18 +184,24 @@ func TestLeasesTakeover(t *testing.T) {
 	// Daemon a stops: it releases its lease (clearing its endpoint's pod so
 	// nothing stale is served) and b takes the endpoint over.
 	stopA()
-	waitFor(t, "daemon b holds both endpoints", func() (bool, string) {
+	wait.Until(t, "daemon b holds both endpoints", func() string {
 		hb := held(b)
-		return len(hb) == 2, fmt.Sprintf("b=%v", hb)
+		if len(hb) == 2 {
+			return ""
+		}
+		return "still " + fmt.Sprintf("b=%v", hb)
 	})
 	// Events on the taken-over endpoint now reach the index through b. The
 	// new subscription may miss a message published before it is attached:
 	// republish (idempotent) until it is seen.
-	waitFor(t, "taken-over endpoint applied through b", func() (bool, string) {
+	wait.Until(t, "taken-over endpoint applied through b", func() string {
 		send(0, 4)
 		send(1, 3)
 		hs, gs := b.scores(q)
-		return hs == "pod-0=4 pod-1=3" && gs == hs, hs + " / " + gs
+		if hs == "pod-0=4 pod-1=3" && gs == hs {
+			return ""
+		}
+		return "still " + hs + " / " + gs
 	})
 	for _, p := range pubs {
 		p.Close()

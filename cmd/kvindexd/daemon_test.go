@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
 )
 
 // A daemon that fails to start after its ZMQ socket is bound (here: the
@@ -21,7 +21,7 @@ func TestFailedStartReleasesZMQBind(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	zmqPort := e2e.FreePort(t)
+	zmqPort := harness.FreePort(t)
 	cfg := DefaultConfig()
 	cfg.GRPCAddr, cfg.HTTPAddr = "", taken.Addr().String()
 	cfg.ZMQBind = fmt.Sprintf("tcp://127.0.0.1:%d", zmqPort)

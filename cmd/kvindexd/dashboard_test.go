@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/tokenization"
 )
 
@@ -29,8 +29,8 @@ var pendingDashboardMetrics = []string{
 // returns the prompt's token ids.
 func startFleetDaemon(t *testing.T) (*e2eDaemon, []uint32) {
 	t.Helper()
-	dir := e2e.RepoRoot(t) + "/tokenization/testdata/qwen3"
-	e := startDaemon(t, func(c *Config) { c.Tokenizers = map[string]string{fleetModel: dir} })
+	dir := harness.RepoRoot(t) + "/tokenization/testdata/qwen3"
+	e := startInProcess(t, func(c *Config) { c.Tokenizers = map[string]string{fleetModel: dir} })
 	tok, err := tokenization.NewRegistry(tokenization.RegistryConfig{Models: map[string]string{fleetModel: dir}}).Get(fleetModel)
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents/event"
 )
 
@@ -84,7 +85,7 @@ func publishFleet(t *testing.T, e *e2eDaemon, tokens []uint32) []fleetPod {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the fleet's events applied", func() (bool, string) {
+	wait.Until(t, "the fleet's events applied", func() string {
 		_, body := e.get("/v1/pods")
 		var out struct {
 			Pods []struct {
@@ -99,7 +100,10 @@ func publishFleet(t *testing.T, e *e2eDaemon, tokens []uint32) []fleetPod {
 				applied++
 			}
 		}
-		return applied == len(pods), body
+		if applied == len(pods) {
+			return ""
+		}
+		return "still " + body
 	})
 	return pods
 }

@@ -137,11 +137,7 @@ func configReference() (string, error) {
 		if f.DefValue != "" {
 			def = "`" + mdCell(f.DefValue) + "`"
 		}
-		usage := f.Usage
-		if r, ok := numericRanges[f.Name]; ok {
-			usage += fmt.Sprintf(" (range %s)", r)
-		}
-		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s | %s |\n", f.Name, envName(f.Name), key, def, mdCell(usage))
+		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s | %s |\n", f.Name, envName(f.Name), key, def, mdCell(f.Usage))
 	})
 	if err != nil {
 		return "", err
@@ -241,10 +237,13 @@ func shapeOf(t reflect.Type) string {
 	return ""
 }
 
-// flagTarget is the address of the variable a flag sets: the flag
-// package's values are pointers to it; ours (listFlag, mapFlag,
-// endpointsFlag) are structs holding that one pointer.
+// flagTarget is the address of the variable a flag sets: an option flag
+// says; the flag package's values are pointers to it; ours (listFlag,
+// mapFlag, endpointsFlag) are structs holding that one pointer.
 func flagTarget(v flag.Value) uintptr {
+	if o, ok := v.(optionFlag); ok {
+		return o.target()
+	}
 	rv := reflect.ValueOf(v)
 	switch {
 	case rv.Kind() == reflect.Pointer:

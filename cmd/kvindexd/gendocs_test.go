@@ -70,7 +70,7 @@ func TestMetricsReferenceTypes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Every prompt score sampled: the prediction series appear at once.
-	e := startDaemon(t, func(c *Config) {
+	e := startInProcess(t, func(c *Config) {
 		c.Tokenizers = map[string]string{fleetModel: qwen3Dir}
 		c.PredictionSampleRate = 1
 	})

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 )
 
 // TestPredictionMissRateShowsWrongTemplate: two models share the Qwen3
@@ -29,7 +31,7 @@ func TestPredictionMissRateShowsWrongTemplate(t *testing.T) {
 	if err := os.WriteFile(wrongTemplate, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e := startDaemon(t, func(c *Config) {
+	e := startInProcess(t, func(c *Config) {
 		c.BlockSize = 4
 		c.Tokenizers = map[string]string{"right": qwen3Dir, "wrong": qwen3Dir}
 		c.Models = map[string]ModelConfig{"wrong": {ChatTemplate: wrongTemplate}}
@@ -69,7 +71,7 @@ func TestPredictionMissRateShowsWrongTemplate(t *testing.T) {
 		Hint      string  `json:"hint"`
 	}
 	got := map[string]pred{}
-	waitFor(t, "predictions settled", func() (bool, string) {
+	wait.Until(t, "predictions settled", func() string {
 		code, body := e.get("/v1/models")
 		var out struct {
 			PredictionEnabled bool `json:"prediction_enabled"`
@@ -79,13 +81,16 @@ func TestPredictionMissRateShowsWrongTemplate(t *testing.T) {
 			} `json:"models"`
 		}
 		if code != http.StatusOK || json.Unmarshal([]byte(body), &out) != nil || !out.PredictionEnabled {
-			return false, fmt.Sprintf("%d %s", code, body)
+			return fmt.Sprintf("%d %s", code, body)
 		}
 		for _, m := range out.Models {
 			got[m.Model] = m.Prediction
 		}
 		r, w := got["right"], got["wrong"]
-		return r.Predicted > 0 && w.Predicted > 0 && r.Pending == 0 && w.Pending == 0, body
+		if r.Predicted > 0 && w.Predicted > 0 && r.Pending == 0 && w.Pending == 0 {
+			return ""
+		}
+		return "still " + body
 	})
 	r, w := got["right"], got["wrong"]
 	t.Logf("right: %+v", r)

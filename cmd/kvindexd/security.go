@@ -38,21 +38,20 @@ type SecurityConfig struct {
 	GRPCIdleTimeout       Duration `json:"grpc_idle_timeout" yaml:"grpc_idle_timeout"`
 }
 
-// maxBodyBytes is the default body cap: a 1M-token request is ~8 MB of JSON.
-const defaultMaxBodyBytes = 64 << 20
-
+// defaultSecurity takes the limits' defaults from api.Options.
 func defaultSecurity() SecurityConfig {
+	o, l := &api.Options, api.DefaultHTTPLimits()
 	return SecurityConfig{
-		HTTPReadHeaderTimeout: Duration(api.DefaultReadHeaderTimeout),
-		HTTPReadTimeout:       Duration(api.DefaultReadTimeout),
-		HTTPWriteTimeout:      Duration(api.DefaultWriteTimeout),
-		HTTPIdleTimeout:       Duration(api.DefaultIdleTimeout),
-		HTTPMaxHeaderBytes:    api.DefaultMaxHeaderBytes,
-		HTTPHeaderBudget:      api.DefaultHeaderBudget,
-		HTTPMaxBodyBytes:      defaultMaxBodyBytes,
-		HTTPMaxConns:          api.DefaultMaxConns,
-		GRPCMaxConns:          api.DefaultMaxConns,
-		GRPCIdleTimeout:       Duration(api.DefaultIdleTimeout),
+		HTTPReadHeaderTimeout: Duration(l.ReadHeaderTimeout),
+		HTTPReadTimeout:       Duration(l.ReadTimeout),
+		HTTPWriteTimeout:      Duration(l.WriteTimeout),
+		HTTPIdleTimeout:       Duration(l.IdleTimeout),
+		HTTPMaxHeaderBytes:    l.MaxHeaderBytes,
+		HTTPHeaderBudget:      l.HeaderBudget,
+		HTTPMaxBodyBytes:      o.MaxBodyBytes.Default,
+		HTTPMaxConns:          int(o.HTTPMaxConns.Default),
+		GRPCMaxConns:          int(o.GRPCMaxConns.Default),
+		GRPCIdleTimeout:       Duration(o.GRPCIdleTimeout.Default),
 	}
 }
 
@@ -64,16 +63,17 @@ func securityFlags(fs *flag.FlagSet, c *SecurityConfig) {
 	fs.BoolVar(&c.MetricsAuth, "metrics-auth", c.MetricsAuth, "with --auth-token-file: /metrics needs a read token too")
 	fs.BoolVar(&c.AdminAPI, "admin-api", c.AdminAPI, "serve POST/DELETE /v1/endpoints (AddEndpoint, RemoveEndpoint); also on when the token file has an admin token")
 	fs.Var(listFlag{&c.AllowedEndpointCIDRs}, "allowed-endpoint-cidrs", "engine addresses the daemon may connect to (--endpoint, POST /v1/endpoints, replay), comma-separated CIDRs; empty = any")
-	fs.Var(&c.HTTPReadHeaderTimeout, "http-read-header-timeout", "time a client has to send its request headers")
-	fs.Var(&c.HTTPReadTimeout, "http-read-timeout", "time a client has to send its whole request, body included")
-	fs.Var(&c.HTTPWriteTimeout, "http-write-timeout", "time to answer one request")
-	fs.Var(&c.HTTPIdleTimeout, "http-idle-timeout", "keep-alive connections idle this long are closed")
-	fs.IntVar(&c.HTTPMaxHeaderBytes, "http-max-header-bytes", c.HTTPMaxHeaderBytes, "request line + headers cap")
-	fs.Int64Var(&c.HTTPHeaderBudget, "http-header-budget-bytes", c.HTTPHeaderBudget, "request line + header bytes of all HTTP requests in progress together; beyond it a request is answered 503 at once")
-	fs.Int64Var(&c.HTTPMaxBodyBytes, "http-max-body-bytes", c.HTTPMaxBodyBytes, "request body cap (larger: 413)")
-	fs.IntVar(&c.HTTPMaxConns, "http-max-conns", c.HTTPMaxConns, "open HTTP connections at most; more wait in the kernel backlog (0 = no limit)")
-	fs.IntVar(&c.GRPCMaxConns, "grpc-max-conns", c.GRPCMaxConns, "open gRPC connections at most (0 = no limit)")
-	fs.Var(&c.GRPCIdleTimeout, "grpc-idle-timeout", "gRPC connections without a call this long are closed (GOAWAY, then closed within 5 s even if the client ignores it)")
+	o := &api.Options
+	durationOpt(fs, &c.HTTPReadHeaderTimeout, o.ReadHeaderTimeout)
+	durationOpt(fs, &c.HTTPReadTimeout, o.ReadTimeout)
+	durationOpt(fs, &c.HTTPWriteTimeout, o.WriteTimeout)
+	durationOpt(fs, &c.HTTPIdleTimeout, o.IdleTimeout)
+	intOpt(fs, &c.HTTPMaxHeaderBytes, o.MaxHeaderBytes)
+	int64Opt(fs, &c.HTTPHeaderBudget, o.HeaderBudget)
+	int64Opt(fs, &c.HTTPMaxBodyBytes, o.MaxBodyBytes)
+	intOpt(fs, &c.HTTPMaxConns, o.HTTPMaxConns)
+	intOpt(fs, &c.GRPCMaxConns, o.GRPCMaxConns)
+	durationOpt(fs, &c.GRPCIdleTimeout, o.GRPCIdleTimeout)
 }
 
 func (c *SecurityConfig) validateSecurity() error {
@@ -88,12 +88,6 @@ func (c *SecurityConfig) validateSecurity() error {
 	}
 	if _, err := api.ParseCIDRs(c.AllowedEndpointCIDRs); err != nil {
 		return fmt.Errorf("--allowed-endpoint-cidrs: %w", err)
-	}
-	if c.HTTPMaxHeaderBytes < 0 || c.HTTPMaxBodyBytes < 0 || c.HTTPMaxConns < 0 || c.GRPCMaxConns < 0 {
-		return errors.New("--http-max-header-bytes, --http-max-body-bytes, --http-max-conns and --grpc-max-conns must not be negative")
-	}
-	if c.HTTPHeaderBudget <= 0 {
-		return errors.New("--http-header-budget-bytes must be positive")
 	}
 	return nil
 }

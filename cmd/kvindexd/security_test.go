@@ -21,9 +21,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/kvindex/kvindex/internal/e2e"
-	"github.com/kvindex/kvindex/internal/logtest"
-	"github.com/kvindex/kvindex/internal/testcerts"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/logtest"
+	"github.com/kvindex/kvindex/internal/testkit/testcerts"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
@@ -40,7 +40,7 @@ const (
 func TestNoSecretInLogsOrErrors(t *testing.T) {
 	logs := &logtest.Buffer{}
 	var answers []string
-	index := fmt.Sprintf("redis://kv:%s@127.0.0.1:%d/0", secretPW, e2e.FreePort(t))
+	index := fmt.Sprintf("redis://kv:%s@127.0.0.1:%d/0", secretPW, harness.FreePort(t))
 
 	// Config errors on the way in.
 	for _, args := range [][]string{
@@ -142,7 +142,7 @@ func TestDaemonTLSAndTokens(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte("# kvindexd tokens\n"+readToken+" read\n"+adminToken+" admin\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e := startDaemon(t, func(c *Config) {
+	e := startInProcess(t, func(c *Config) {
 		c.TLSCertFile, c.TLSKeyFile, c.TLSClientCAFile, c.AuthTokenFile = certFile, keyFile, caFile, tokens
 	})
 	tlsCfg := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{ca.ClientCert(t)}}

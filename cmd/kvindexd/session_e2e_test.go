@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/internal/testkit/pypub"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
@@ -17,7 +17,7 @@ import (
 // writes them: the events apply, and a score or pick naming the session
 // prefers its pod when prefixes tie, over HTTP and gRPC.
 func TestSessionAffinity(t *testing.T) {
-	e := startDaemon(t, func(c *Config) { c.AdminAPI = true })
+	e := startInProcess(t, func(c *Config) { c.AdminAPI = true })
 	h, err := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
 	if err != nil {
 		t.Fatal(err)
@@ -27,15 +27,15 @@ func TestSessionAffinity(t *testing.T) {
 		tokens[i] = uint32(900 + 5*i)
 	}
 	keys := h.Keys(nil, tokens, blockkeys.RequestExtras{})
-	pubA := e2e.StartPublisher(t, e.bind, false)
-	pubB := e2e.StartPublisher(t, e.bind, false)
+	pubA := pypub.StartPublisher(t, e.bind, false)
+	pubB := pypub.StartPublisher(t, e.bind, false)
 	pubA.WaitReady(waitLimit)
 	pubB.WaitReady(waitLimit)
-	pubA.Send(e2e.Batch{Topic: "kv@pod-a@" + e2eModel, Seq: 0, Form: "map", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{stored(keys, tokens, 0, 2, "GPU")}})
+	pubA.Send(pypub.Batch{Topic: "kv@pod-a@" + e2eModel, Seq: 0, Form: "map", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{stored(keys, tokens, 0, 2, "GPU")}})
 	evB := stored(keys, tokens, 0, 2, "GPU")
 	evB.SessionID, evB.Ownership, evB.ExtraFields = "agent-42", "tier-2", map[string]any{"event_version": 2}
-	pubB.Send(e2e.Batch{Topic: "kv@pod-b@" + e2eModel, Seq: 0, Form: "map", DPRank: e2e.Rank(0), Events: []e2e.Event{evB}})
+	pubB.Send(pypub.Batch{Topic: "kv@pod-b@" + e2eModel, Seq: 0, Form: "map", DPRank: pypub.Rank(0), Events: []pypub.Event{evB}})
 	q := query{model: e2eModel, tokens: tokens}
 	e.expect("both applied, tie by name", q, "pod-a=2 pod-b=2")
 

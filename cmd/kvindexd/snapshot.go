@@ -17,14 +17,10 @@ type SnapshotConfig struct {
 	SnapshotMaxAge   Duration `json:"snapshot_max_age" yaml:"snapshot_max_age"`
 }
 
-func defaultSnapshot() SnapshotConfig {
-	return SnapshotConfig{SnapshotInterval: Duration(time.Minute), SnapshotMaxAge: Duration(time.Hour)}
-}
-
 func snapshotFlags(fs *flag.FlagSet, c *SnapshotConfig) {
 	fs.StringVar(&c.SnapshotPath, "snapshot-path", c.SnapshotPath, "file the in-memory index is saved to periodically and at shutdown, and loaded from at start (\"\" = off)")
-	fs.Var(&c.SnapshotInterval, "snapshot-interval", "time between two snapshots")
-	fs.Var(&c.SnapshotMaxAge, "snapshot-max-age", "a snapshot older than this is not loaded (cold start): engines restarted meanwhile may have sequence numbers past it")
+	durationOpt(fs, &c.SnapshotInterval, indexer.Options.SnapshotInterval)
+	durationOpt(fs, &c.SnapshotMaxAge, indexer.Options.SnapshotMaxAge)
 }
 
 func (c *SnapshotConfig) validateSnapshot(index string) error {

@@ -10,7 +10,8 @@ import (
 
 	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer/persist"
-	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/internal/testkit/pypub"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvindex"
 )
 
@@ -36,23 +37,26 @@ func TestRestartFromSnapshot(t *testing.T) {
 	keys := h.Keys(nil, tokens, blockkeys.RequestExtras{})
 	q := query{model: e2eModel, tokens: tokens}
 
-	first := startDaemon(t, withSnapshot)
-	pub := e2e.StartPublisher(t, first.bind, false)
+	first := startInProcess(t, withSnapshot)
+	pub := pypub.StartPublisher(t, first.bind, false)
 	pub.WaitReady(waitLimit)
 	for _, pod := range []string{"pod-a", "pod-b"} {
-		pub.Send(e2e.Batch{Topic: "kv@" + pod + "@" + e2eModel, Seq: 5, Form: "map", DPRank: e2e.Rank(0),
-			Events: []e2e.Event{stored(keys, tokens, 0, 6, "")}})
+		pub.Send(pypub.Batch{Topic: "kv@" + pod + "@" + e2eModel, Seq: 5, Form: "map", DPRank: pypub.Rank(0),
+			Events: []pypub.Event{stored(keys, tokens, 0, 6, "")}})
 	}
 	first.expect("before the restart", q, "pod-a=6 pod-b=6")
-	waitFor(t, "snapshot with both pods", func() (bool, string) {
+	wait.Until(t, "snapshot with both pods", func() string {
 		l, err := persist.Load(path, kvindex.NewMemoryIndex(kvindex.MemoryConfig{}), kvindex.NewInterner())
 		if err != nil {
-			return false, err.Error()
+			return err.Error()
 		}
-		return l.Entries == 12, fmt.Sprintf("%d entries", l.Entries)
+		if l.Entries == 12 {
+			return ""
+		}
+		return "still " + fmt.Sprintf("%d entries", l.Entries)
 	})
 
-	second := startDaemon(t, withSnapshot)
+	second := startInProcess(t, withSnapshot)
 	second.expect("restored pods before their streams resume", q, "")
 	code, body := second.get("/v1/pods")
 	var pods struct {
@@ -76,12 +80,12 @@ func TestRestartFromSnapshot(t *testing.T) {
 		t.Errorf("snapshot metrics missing:\n%s", grepLines(m, "kvindexd_snapshot"))
 	}
 
-	pub2 := e2e.StartPublisher(t, second.bind, false)
+	pub2 := pypub.StartPublisher(t, second.bind, false)
 	pub2.WaitReady(waitLimit)
-	pub2.Send(e2e.Batch{Topic: "kv@pod-a@" + e2eModel, Seq: 6, Form: "map", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{stored(keys, tokens, 6, 8, "")}})
-	pub2.Send(e2e.Batch{Topic: "kv@pod-b@" + e2eModel, Seq: 0, Form: "map", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{stored(keys, tokens, 0, 2, "")}})
+	pub2.Send(pypub.Batch{Topic: "kv@pod-a@" + e2eModel, Seq: 6, Form: "map", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{stored(keys, tokens, 6, 8, "")}})
+	pub2.Send(pypub.Batch{Topic: "kv@pod-b@" + e2eModel, Seq: 0, Form: "map", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{stored(keys, tokens, 0, 2, "")}})
 	second.expect("after the streams resumed", q, "pod-a=8 pod-b=2")
 }
 

@@ -172,7 +172,7 @@ func TestStatusPageWithToken(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte(token+" read\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e := startDaemon(t, func(c *Config) { c.AuthTokenFile = tokens })
+	e := startInProcess(t, func(c *Config) { c.AuthTokenFile = tokens })
 	for _, path := range []string{"/v1/status", "/v1/pods", "/v1/models"} {
 		resp, err := http.Get(e.base + path)
 		if err != nil {

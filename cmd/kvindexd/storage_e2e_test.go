@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/internal/testkit/pypub"
 )
 
 // TestSharedStorageIsATier drives the daemon with llm-d's filesystem offload
@@ -17,7 +17,7 @@ import (
 // storage's blocks extend every pod of the model as the shared tier, and
 // SHARED_STORAGE is never a pod of a score, a pick or the pod listing.
 func TestSharedStorageIsATier(t *testing.T) {
-	e := startDaemon(t, func(c *Config) { c.AdminAPI = true })
+	e := startInProcess(t, func(c *Config) { c.AdminAPI = true })
 	h, err := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
 	if err != nil {
 		t.Fatal(err)
@@ -27,21 +27,21 @@ func TestSharedStorageIsATier(t *testing.T) {
 		tokens[i] = uint32(500 + 3*i)
 	}
 	keys := h.Keys(nil, tokens, blockkeys.RequestExtras{})
-	pubA := e2e.StartPublisher(t, e.bind, false)
-	pubB := e2e.StartPublisher(t, e.bind, false)
-	pubS := e2e.StartPublisher(t, e.bind, false)
-	for _, p := range []*e2e.Publisher{pubA, pubB, pubS} {
+	pubA := pypub.StartPublisher(t, e.bind, false)
+	pubB := pypub.StartPublisher(t, e.bind, false)
+	pubS := pypub.StartPublisher(t, e.bind, false)
+	for _, p := range []*pypub.Publisher{pubA, pubB, pubS} {
 		p.WaitReady(waitLimit)
 	}
-	pubA.Send(e2e.Batch{Topic: "kv@pod-a@" + e2eModel, Seq: 0, Form: "map", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{stored(keys, tokens, 0, 2, "GPU")}})
-	pubB.Send(e2e.Batch{Topic: "kv@pod-b@" + e2eModel, Seq: 0, Form: "map", DPRank: e2e.Rank(0),
-		Events: []e2e.Event{stored(keys, tokens, 0, 1, "GPU")}})
+	pubA.Send(pypub.Batch{Topic: "kv@pod-a@" + e2eModel, Seq: 0, Form: "map", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{stored(keys, tokens, 0, 2, "GPU")}})
+	pubB.Send(pypub.Batch{Topic: "kv@pod-b@" + e2eModel, Seq: 0, Form: "map", DPRank: pypub.Rank(0),
+		Events: []pypub.Event{stored(keys, tokens, 0, 1, "GPU")}})
 	e.expect("pods alone", query{model: e2eModel, tokens: tokens}, "pod-a=2 pod-b=1")
 
 	// the storage holds blocks 0-4 (one offloaded file each)
-	pubS.Send(e2e.Batch{Topic: "kv@SHARED_STORAGE@" + e2eModel, Seq: 1, Form: "llmd-storage",
-		Events: []e2e.Event{{Type: "BlockStored", BlockHashes: hashesOf(keys[:5])}}})
+	pubS.Send(pypub.Batch{Topic: "kv@SHARED_STORAGE@" + e2eModel, Seq: 1, Form: "llmd-storage",
+		Events: []pypub.Event{{Type: "BlockStored", BlockHashes: hashesOf(keys[:5])}}})
 	e.expect("storage credited to every pod of the model", query{model: e2eModel, tokens: tokens}, "pod-a=5 pod-b=5")
 	e.expect("a filter keeps its readers", query{model: e2eModel, tokens: tokens, pods: []string{"pod-b"}}, "pod-b=5")
 	e.expect("the source is not a pod", query{model: e2eModel, tokens: tokens, pods: []string{"SHARED_STORAGE"}}, "")
@@ -108,8 +108,8 @@ func TestSharedStorageIsATier(t *testing.T) {
 	}
 
 	// removals from storage shrink the credit
-	pubS.Send(e2e.Batch{Topic: "kv@SHARED_STORAGE@" + e2eModel, Seq: 2, Form: "llmd-storage",
-		Events: []e2e.Event{{Type: "BlockRemoved", BlockHashes: hashesOf(keys[3:5])}}})
+	pubS.Send(pypub.Batch{Topic: "kv@SHARED_STORAGE@" + e2eModel, Seq: 2, Form: "llmd-storage",
+		Events: []pypub.Event{{Type: "BlockRemoved", BlockHashes: hashesOf(keys[3:5])}}})
 	e.expect("storage removal", query{model: e2eModel, tokens: tokens}, "pod-a=3 pod-b=3")
 }
 

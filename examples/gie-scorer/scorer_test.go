@@ -17,7 +17,7 @@ import (
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/examples/gie-scorer/gie"
 	"github.com/kvindex/kvindex/indexer"
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/prefixstore"
 	"github.com/kvindex/kvindex/tokenization"

@@ -5,13 +5,20 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os/exec"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/kvindex/kvindex/internal/testkit/harness"
 )
 
 const repoTokenizer = "../../tokenization/testdata/qwen3"
+
+// TestMain: the demo runs the daemon as `make demo` builds it, without
+// -race (a race-built daemon loads the tokenizer too slowly for the demo's
+// minute).
+func TestMain(m *testing.M) { os.Exit(harness.Main(m, harness.PlainBuild())) }
 
 // The shared system prompts are long enough to be the 8-block prefixes the
 // fleet's requests share.
@@ -41,12 +48,7 @@ func TestDemoScoresPrompts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the daemon")
 	}
-	bin := filepath.Join(t.TempDir(), "kvindexd")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/kvindexd")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := harness.Binary(t)
 	_, tok, err := loadTokenizer(repoTokenizer)
 	if err != nil {
 		t.Fatal(err)

@@ -34,7 +34,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/tokenization"
 )

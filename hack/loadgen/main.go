@@ -32,16 +32,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/internal/grpcbuf"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/kvevents/event"
+	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
-	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/enginepub"
-	"github.com/kvindex/kvindex/internal/grpcbuf"
-	"github.com/kvindex/kvindex/kvevents/event"
-	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
 type options struct {

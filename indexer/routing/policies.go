@@ -35,7 +35,7 @@ type CostParams struct {
 // (--router-temperature > 0) is not implemented: its default, 0, is this
 // deterministic argmin. Defaults: OverlapWeight 1, BlocksPerRequest 0.
 // Score = Cached; Cost = cost.
-type Cost struct{ p CostParams }
+type Cost struct{ params CostParams }
 
 func newCost(p CostParams) (*Cost, error) {
 	if !finite(p.OverlapWeight, p.BlocksPerRequest) {
@@ -47,7 +47,7 @@ func newCost(p CostParams) (*Cost, error) {
 func (*Cost) Name() string { return NameCost }
 
 func (p *Cost) Pick(req Request, c []Candidate) (int, Reason) {
-	per := p.p.BlocksPerRequest
+	per := p.params.BlocksPerRequest
 	if per == 0 {
 		per = float64(max(req.Blocks, 1))
 	}
@@ -56,7 +56,7 @@ func (p *Cost) Pick(req Request, c []Candidate) (int, Reason) {
 		x := &c[i]
 		prefill := math.Max(float64(req.Blocks)-x.Cached, 0)
 		x.Score = x.Cached
-		x.Cost = p.p.OverlapWeight*prefill + float64(x.InFlight())*per + float64(max(req.Blocks-x.Matched, 0))
+		x.Cost = p.params.OverlapWeight*prefill + float64(x.InFlight())*per + float64(max(req.Blocks-x.Matched, 0))
 		if i > 0 && (x.Cost < c[best].Cost || (x.Cost == c[best].Cost && lessLoaded(x, &c[best]))) {
 			best = i
 		}
@@ -88,7 +88,7 @@ type WeightedParams struct {
 // candidate (llm-d's max-score picker breaks ties at random). Defaults are
 // llm-d's precise-prefix-cache guide: Prefix 3, Queue 2, KVUsage 2.
 // Score = score; Cost = in-flight requests.
-type Weighted struct{ p WeightedParams }
+type Weighted struct{ params WeightedParams }
 
 func newWeighted(p WeightedParams) (*Weighted, error) {
 	if !finite(p.Prefix, p.Queue, p.KVUsage) {
@@ -123,7 +123,7 @@ func (p *Weighted) Pick(_ Request, c []Candidate) (int, Reason) {
 			queue = float64(maxW-x.Waiting) / float64(maxW-minW)
 		}
 		kv := 1 - math.Min(math.Max(x.KVUsage, 0), 1)
-		x.Score = p.p.Prefix*prefix + p.p.Queue*queue + p.p.KVUsage*kv
+		x.Score = p.params.Prefix*prefix + p.params.Queue*queue + p.params.KVUsage*kv
 		x.Cost = float64(x.InFlight())
 		if i > 0 && (x.Score > c[best].Score || (x.Score == c[best].Score && lessLoaded(x, &c[best]))) {
 			best = i
@@ -161,7 +161,7 @@ type AIBrixParams struct {
 // a perfectly balanced fleet (stddev 0) following the cache. Defaults:
 // ImbalanceAbs 16, StdDevFactor 2. Score = match percent (0..100); Cost =
 // Running.
-type AIBrix struct{ p AIBrixParams }
+type AIBrix struct{ params AIBrixParams }
 
 func newAIBrix(p AIBrixParams) (*AIBrix, error) {
 	if p.ImbalanceAbs < 0 || !finite(p.StdDevFactor) {
@@ -187,7 +187,7 @@ func (p *AIBrix) Pick(req Request, c []Candidate) (int, Reason) {
 	if len(c) == 1 {
 		return 0, ReasonOnly
 	}
-	if hi-lo > p.p.ImbalanceAbs {
+	if hi-lo > p.params.ImbalanceAbs {
 		return leastRunning(c), ReasonImbalanced
 	}
 	mean := sum / float64(len(c))
@@ -196,7 +196,7 @@ func (p *AIBrix) Pick(req Request, c []Candidate) (int, Reason) {
 		d := float64(c[i].Running) - mean
 		v += d * d
 	}
-	limit := mean + p.p.StdDevFactor*math.Sqrt(v/float64(len(c)))
+	limit := mean + p.params.StdDevFactor*math.Sqrt(v/float64(len(c)))
 	best, holders := -1, 0
 	for i := range c {
 		x := &c[i]
@@ -254,7 +254,7 @@ type SGLangParams struct {
 // per worker, here Running + Waiting. Defaults are the router's CLI
 // defaults: BalanceAbs 64, BalanceRel 1.5, CacheThreshold 0.3. Score =
 // match rate; Cost = in-flight requests.
-type SGLang struct{ p SGLangParams }
+type SGLang struct{ params SGLangParams }
 
 func newSGLang(p SGLangParams) (*SGLang, error) {
 	if p.BalanceAbs < 0 || !finite(p.BalanceRel, p.CacheThreshold) {
@@ -284,10 +284,10 @@ func (p *SGLang) Pick(req Request, c []Candidate) (int, Reason) {
 	if len(c) == 1 {
 		return 0, ReasonOnly
 	}
-	if hi-lo > p.p.BalanceAbs && float64(hi) > p.p.BalanceRel*float64(lo) {
+	if hi-lo > p.params.BalanceAbs && float64(hi) > p.params.BalanceRel*float64(lo) {
 		return leastLoaded(c, -1), ReasonImbalanced
 	}
-	if c[best].Score > p.p.CacheThreshold {
+	if c[best].Score > p.params.CacheThreshold {
 		return best, ReasonPrefix
 	}
 	free := 0
@@ -317,7 +317,7 @@ type GuardedPrefixParams struct {
 // MinMatch of the blocks (ReasonNoMatch, or ReasonOverloaded when a holder
 // was left out by the guard). Defaults: GuardAbs 4, MinMatch 0. Score =
 // Matched; Cost = in-flight requests.
-type GuardedPrefix struct{ p GuardedPrefixParams }
+type GuardedPrefix struct{ params GuardedPrefixParams }
 
 func newGuardedPrefix(p GuardedPrefixParams) (*GuardedPrefix, error) {
 	if !finite(p.MinMatch) || p.MinMatch > 1 {
@@ -344,7 +344,7 @@ func (p *GuardedPrefix) Pick(req Request, c []Candidate) (int, Reason) {
 		if x.Matched == 0 {
 			continue
 		}
-		if p.p.GuardAbs >= 0 && x.InFlight() > lo+p.p.GuardAbs {
+		if p.params.GuardAbs >= 0 && x.InFlight() > lo+p.params.GuardAbs {
 			guarded = true
 			continue
 		}
@@ -352,7 +352,7 @@ func (p *GuardedPrefix) Pick(req Request, c []Candidate) (int, Reason) {
 			best = i
 		}
 	}
-	if best >= 0 && float64(c[best].Matched) >= p.p.MinMatch*float64(req.Blocks) {
+	if best >= 0 && float64(c[best].Matched) >= p.params.MinMatch*float64(req.Blocks) {
 		return best, ReasonPrefix
 	}
 	if guarded && best < 0 {

@@ -3,67 +3,46 @@ package docexamples
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/e2e"
-
-	"github.com/kvindex/kvindex/internal/logtest"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 )
 
 const (
 	// exampleTimeout bounds one example: each must run in a few seconds.
 	exampleTimeout = 20 * time.Second
-	readyLimit     = 30 * time.Second
 	// readmeMaxLines is the README's budget: what kvindex is, how to run
 	// and test it, one example per request kind, links into docs/.
 	readmeMaxLines = 250
 )
 
-var (
-	root   string // repository root
-	binDir string // holds the kvindexd the examples call
-)
+// root is the repository root: the documents' paths and the examples'
+// working directory.
+var root string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(buildAndRun(m))
-}
-
-func buildAndRun(m *testing.M) int {
 	var err error
-	if root, err = e2e.FindRepoRoot(); err != nil {
+	if root, err = harness.FindRepoRoot(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
+		os.Exit(1)
 	}
-	if binDir, err = os.MkdirTemp("", "kvindex-docexamples-"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(binDir)
 	// A plain build even when the test runs under -race: the race-built
 	// daemon takes over 20 s to load the Qwen3 tokenizer, and these tests
 	// check what the documents say, not data races (internal/e2e and
 	// internal/promises run the race-built daemon).
-	if _, err := e2e.BuildDaemon(root, binDir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(harness.Main(m, harness.PlainBuild()))
 }
 
 // documents are the files whose examples must run: the README and docs/.
@@ -105,14 +84,15 @@ func TestDocExamples(t *testing.T) {
 		}
 		t.Run(file, func(ft *testing.T) {
 			ft.Parallel()
-			daemons := map[string]*daemon{}
+			daemons := map[string]*harness.Daemon{}
 			for _, ex := range exs {
 				ft.Run(fmt.Sprintf("line%d", ex.Line), func(t *testing.T) {
 					d := daemons[ex.Flags]
 					if d == nil {
 						// The document's test owns the daemon: it serves
 						// every later example with the same flags.
-						d = startDaemon(t, ft.Cleanup, append(append([]string(nil), runArgs...), strings.Fields(ex.Flags)...))
+						d = harness.StartConfig(t, harness.Config{Dir: root, Cleanup: ft.Cleanup,
+							Flags: append(append([]string(nil), runArgs...), strings.Fields(ex.Flags)...)})
 						daemons[ex.Flags] = d
 					}
 					runExample(t, d, ex)
@@ -159,104 +139,32 @@ func makeRunArgs(t *testing.T) []string {
 	return append(demo, run...)
 }
 
-// daemon is one `kvindexd serve` process on loopback ports.
-type daemon struct {
-	cmd             *exec.Cmd
-	http, grpc, zmq string // host:port
-	logs            *logtest.Buffer
-	exited          chan struct{}
-	waitErr         error
-	args            []string
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// startDaemon starts kvindexd serve with flags and waits until /readyz
-// answers; cleanup registers its end. A port taken between freePort and the
-// bind is retried on new ports.
-func startDaemon(t *testing.T, cleanup func(func()), flags []string) *daemon {
-	t.Helper()
-	for attempt := 0; ; attempt++ {
-		d, err := tryStart(t, cleanup, flags)
-		if err == nil {
-			return d
-		}
-		if attempt < 3 && strings.Contains(d.logs.String(), "address already in use") {
-			continue
-		}
-		t.Fatalf("kvindexd %s: %v\n%s", strings.Join(d.args, " "), err, d.logs.String())
-	}
-}
-
-func tryStart(t *testing.T, cleanup func(func()), flags []string) (*daemon, error) {
-	d := &daemon{logs: &logtest.Buffer{}, exited: make(chan struct{})}
-	d.http = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	d.grpc = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	d.zmq = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	d.args = append([]string{"serve"}, flags...)
-	d.args = append(d.args, "--http-addr", d.http, "--grpc-addr", d.grpc, "--zmq-bind", "tcp://"+d.zmq)
-	d.cmd = exec.Command(filepath.Join(binDir, "kvindexd"), d.args...)
-	d.cmd.Dir = root
-	d.cmd.Env = e2e.EnvWithoutKVIndex()
-	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
-	if err := d.cmd.Start(); err != nil {
-		return d, err
-	}
-	go func() { d.waitErr = d.cmd.Wait(); close(d.exited) }()
-	cleanup(d.kill)
-	if err := e2e.WaitReady(d.http, d.exited, readyLimit); err != nil {
-		if errors.Is(err, e2e.ErrExitedBeforeReady) {
-			return d, fmt.Errorf("%w: %v", err, d.waitErr)
-		}
-		d.kill()
-		return d, err
-	}
-	return d, nil
-}
-
-func (d *daemon) kill() {
-	select {
-	case <-d.exited:
-	default:
-		_ = d.cmd.Process.Kill()
-		<-d.exited
-	}
-}
-
 // ports maps the ports of `make run` to the test daemon's.
 var ports = regexp.MustCompile(`\b(localhost|127\.0\.0\.1):(8080|50051|5557)\b`)
 
-func (d *daemon) rewrite(code string) string {
+func rewrite(d *harness.Daemon, code string) string {
 	return ports.ReplaceAllStringFunc(code, func(s string) string {
 		switch s[strings.LastIndexByte(s, ':')+1:] {
 		case "8080":
-			return d.http
+			return d.HTTP
 		case "50051":
-			return d.grpc
+			return d.GRPC
 		}
-		return d.zmq
+		return strings.TrimPrefix(d.ZMQ, "tcp://")
 	})
 }
 
 // runExample runs one example with bash (errexit, pipefail) from the
 // repository root, with the test's kvindexd first on PATH, then checks its
 // output against the document.
-func runExample(t *testing.T, d *daemon, ex Example) {
+func runExample(t *testing.T, d *harness.Daemon, ex Example) {
 	requireTools(t, ex.Code)
-	before := d.eventsApplied(t)
+	before := eventsApplied(d)
 	ctx, cancel := context.WithTimeout(context.Background(), exampleTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", d.rewrite(ex.Code))
+	cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", rewrite(d, ex.Code))
 	cmd.Dir = root
-	cmd.Env = append(e2e.EnvWithoutKVIndex(), "PATH="+binDir+string(os.PathListSeparator)+
+	cmd.Env = append(harness.EnvWithoutKVIndex(), "PATH="+filepath.Dir(harness.Binary(t))+string(os.PathListSeparator)+
 		goBin()+string(os.PathListSeparator)+os.Getenv("PATH"))
 	// Its own process group, so a timeout ends the publisher or grpcurl
 	// the example started too.
@@ -268,10 +176,10 @@ func runExample(t *testing.T, d *daemon, ex Example) {
 	err := cmd.Run()
 	if err != nil {
 		t.Fatalf("%s:%d: %v (after %v)\n--- example (as run)\n%s--- stdout\n%s--- stderr\n%s",
-			ex.File, ex.Line, err, time.Since(start).Round(time.Millisecond), d.rewrite(ex.Code), stdout.String(), stderr.String())
+			ex.File, ex.Line, err, time.Since(start).Round(time.Millisecond), rewrite(d, ex.Code), stdout.String(), stderr.String())
 	}
 	if n := publishedEvents(ex.Code); n > 0 {
-		d.waitApplied(t, before+n)
+		waitApplied(t, d, before+n)
 	}
 	got, err := Values(stdout.String())
 	if err != nil {
@@ -385,41 +293,18 @@ func publishedEvents(code string) int {
 	return n
 }
 
-// eventsApplied is kvindexd_events_applied_total summed over its labels.
-func (d *daemon) eventsApplied(t *testing.T) int {
-	t.Helper()
-	resp, err := http.Get("http://" + d.http + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, l := range strings.Split(string(b), "\n") {
-		if !strings.HasPrefix(l, "kvindexd_events_applied_total") {
-			continue
-		}
-		if v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64); err == nil {
-			sum += v
-		}
-	}
-	return int(sum)
+// eventsApplied is kvindexd_events_applied_total summed over its labels
+// (0 while /metrics does not answer).
+func eventsApplied(d *harness.Daemon) int {
+	return int(harness.MetricIn(d.MetricsBody(), "kvindexd_events_applied_total"))
 }
 
-func (d *daemon) waitApplied(t *testing.T, want int) {
+func waitApplied(t *testing.T, d *harness.Daemon, want int) {
 	t.Helper()
-	deadline := time.Now().Add(exampleTimeout)
-	for {
-		got := d.eventsApplied(t)
-		if got >= want {
-			return
+	wait.Until(t, "the example's events applied", func() string {
+		if got := eventsApplied(d); got < want {
+			return fmt.Sprintf("the daemon applied %d events, want %d: the example's publisher did not reach it\n%s", got, want, d.Logs.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the daemon applied %d events, want %d: the example's publisher did not reach it\n%s", got, want, d.logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
 }

@@ -6,13 +6,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/logtest"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/logtest"
 )
 
 // TestBinaryServeAndGracefulStop builds the real kvindexd binary, stamped
@@ -24,13 +24,10 @@ func TestBinaryServeAndGracefulStop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "kvindexd")
-	args := append(append([]string{"build"}, buildFlags...),
-		"-ldflags", "-X main.version=v0.0.0-e2e -X main.commit=e2e0123", "-o", bin, "./cmd/kvindexd")
-	build := exec.Command("go", args...)
-	build.Dir = RepoRoot(t)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	bin, err := harness.BuildDaemon(harness.RepoRoot(t), t.TempDir(),
+		append(buildFlags, "-ldflags", "-X main.version=v0.0.0-e2e -X main.commit=e2e0123")...)
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	out, err := exec.Command(bin, "help").CombinedOutput()
@@ -50,9 +47,9 @@ func TestBinaryServeAndGracefulStop(t *testing.T) {
 // serveUntil runs bin serve, checks it answers a score, sends sig and
 // expects a graceful exit with status 0.
 func serveUntil(t *testing.T, bin string, sig os.Signal) {
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
-	cmd := exec.Command(bin, "--grpc-addr", fmt.Sprintf("127.0.0.1:%d", FreePort(t)),
-		"--zmq-bind", fmt.Sprintf("tcp://127.0.0.1:%d", FreePort(t)), "--log-format", "json")
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
+	cmd := exec.Command(bin, "--grpc-addr", fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t)),
+		"--zmq-bind", fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t)), "--log-format", "json")
 	cmd.Env = append(cmd.Environ(), "KVINDEX_HTTP_ADDR="+httpAddr, "KVINDEX_HASH_SEED=0")
 	logs := &logtest.Buffer{}
 	cmd.Stderr = logs
@@ -71,20 +68,17 @@ func serveUntil(t *testing.T, bin string, sig os.Signal) {
 		}
 	})
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get("http://" + httpAddr + "/readyz")
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && strings.TrimSpace(string(body)) == "ok" {
-				break
-			}
+	if err := harness.WaitReady(httpAddr, exited, harness.ReadyLimit); err != nil {
+		t.Fatalf("daemon not ready: %v\n%s", err, logs.String())
+	}
+	if resp, err := http.Get("http://" + httpAddr + "/readyz"); err != nil {
+		t.Fatal(err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.TrimSpace(string(body)) != "ok" {
+			t.Fatalf("/readyz answered %q, want ok", body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon not ready: %v\n%s", err, logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	resp, err := http.Post("http://"+httpAddr+"/v1/score", "application/json",
 		strings.NewReader(`{"model":"m","token_ids":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}`))
@@ -105,8 +99,8 @@ func serveUntil(t *testing.T, bin string, sig os.Signal) {
 		if waitErr != nil {
 			t.Fatalf("exit after %v: %v (want status 0)\n%s", sig, waitErr, logs.String())
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no exit after %v\n%s", sig, logs.String())
+	case <-time.After(harness.StopLimit):
+		t.Fatalf("no exit within %v after %v\n%s", harness.StopLimit, sig, logs.String())
 	}
 	if !strings.Contains(logs.String(), `"msg":"shutting down"`) {
 		t.Errorf("no shutdown log:\n%s", logs.String())

@@ -11,15 +11,14 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/enginepub"
-	"github.com/kvindex/kvindex/internal/logtest"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents/event"
 )
 
@@ -42,25 +41,10 @@ func TestMemoryBoundHostilePublishers(t *testing.T) {
 		t.Skip("set KVINDEX_MEMORY_BOUND=1 (a minute, ~1.4 GB)")
 	}
 	const maxPeakRSS = 2 << 30
-	bin := filepath.Join(t.TempDir(), "kvindexd")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/kvindexd")
-	build.Dir = RepoRoot(t)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
-	zmqAddr := fmt.Sprintf("tcp://127.0.0.1:%d", FreePort(t))
-	cmd := exec.Command(bin, "--grpc-addr", fmt.Sprintf("127.0.0.1:%d", FreePort(t)), "--http-addr", httpAddr,
-		"--zmq-bind", zmqAddr, "--hash-seed", "0", "--log-level", "warn")
-	logs := &logtest.Buffer{}
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	base := "http://" + httpAddr
-	waitHTTP(t, base+"/readyz")
-	rss0 := procStatus(t, cmd.Process.Pid, "VmRSS")
+	d := harness.Start(t, "--hash-seed", "0", "--log-level", "warn")
+	zmqAddr := d.ZMQ
+	base := "http://" + d.HTTP
+	rss0 := procStatus(t, d.PID(), "VmRSS")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -149,8 +133,8 @@ func TestMemoryBoundHostilePublishers(t *testing.T) {
 	if !json.Valid(podsBody) {
 		t.Fatal("/v1/pods is not valid JSON")
 	}
-	peak := procStatus(t, cmd.Process.Pid, "VmHWM")
-	rss := procStatus(t, cmd.Process.Pid, "VmRSS")
+	peak := procStatus(t, d.PID(), "VmHWM")
+	rss := procStatus(t, d.PID(), "VmRSS")
 	t.Logf("RSS at start %d MB, after the flood %d MB, peak %d MB; hold tables %.0f MB; /metrics %d KB in %v, /v1/pods %d KB",
 		rss0>>20, rss>>20, peak>>20, tables/1e6, len(metricsBody)>>10, took.Round(time.Millisecond), len(podsBody)>>10)
 	if tables < 200e6 {
@@ -169,7 +153,9 @@ func TestMemoryBoundHostilePublishers(t *testing.T) {
 	if len(metricsBody) > 64<<20 {
 		t.Fatalf("/metrics is %d MB", len(metricsBody)>>20)
 	}
-	waitHTTP(t, base+"/readyz")
+	if err := harness.WaitReady(d.HTTP, d.Exited(), harness.ReadyLimit); err != nil {
+		t.Fatalf("the daemon stopped serving after the flood: %v", err)
+	}
 }
 
 func dialPub(t *testing.T, ctx context.Context, addr string) *enginepub.Publisher {
@@ -182,24 +168,6 @@ func dialPub(t *testing.T, ctx context.Context, addr string) *enginepub.Publishe
 		t.Fatal(err)
 	}
 	return p
-}
-
-func waitHTTP(t *testing.T, url string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", url, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func get(t *testing.T, url string) ([]byte, time.Duration) {
@@ -221,22 +189,14 @@ func get(t *testing.T, url string) ([]byte, time.Duration) {
 // socket (and so decoded, dropped or queued each).
 func waitReceived(t *testing.T, base string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Minute)
-	for {
+	series := `kvindexd_kvevents_messages_received_total{socket="bind"}`
+	wait.UntilWithin(t, 10*time.Minute, fmt.Sprintf("%d messages received", n), func() string {
 		body, _ := get(t, base+"/metrics")
-		for _, l := range strings.Split(string(body), "\n") {
-			if strings.HasPrefix(l, `kvindexd_kvevents_messages_received_total{socket="bind"} `) {
-				v, _ := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
-				if int(v) >= n {
-					return
-				}
-			}
+		if got := harness.MetricIn(string(body), series); int(got) < n {
+			return fmt.Sprintf("%s = %v", series, got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the daemon did not receive %d messages", n)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 // procStatus reads a "kB" field of /proc/<pid>/status, in bytes.

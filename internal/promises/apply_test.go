@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	goredis "github.com/redis/go-redis/v9"
@@ -26,18 +28,18 @@ type scoreRow struct {
 	IncompleteReason string  `json:"incomplete_reason"`
 }
 
-func (d *daemon) scoreRows(tokens []uint32) map[string]scoreRow {
-	d.t.Helper()
+func scoreRows(t testing.TB, d *harness.Daemon, tokens []uint32) map[string]scoreRow {
+	t.Helper()
 	b, _ := json.Marshal(map[string]any{"model": model, "token_ids": tokens})
-	code, body, _ := d.do("POST", "/v1/score", string(b))
+	code, body, _ := d.Do("POST", "/v1/score", string(b))
 	if code != http.StatusOK {
-		d.t.Fatalf("/v1/score: %d %s", code, body)
+		t.Fatalf("/v1/score: %d %s", code, body)
 	}
 	var out struct {
 		Pods []scoreRow `json:"pods"`
 	}
 	if err := json.Unmarshal([]byte(body), &out); err != nil {
-		d.t.Fatalf("/v1/score answer %q: %v", body, err)
+		t.Fatalf("/v1/score answer %q: %v", body, err)
 	}
 	m := map[string]scoreRow{}
 	for _, p := range out.Pods {
@@ -56,6 +58,7 @@ func (d *daemon) scoreRows(tokens []uint32) map[string]scoreRow {
 // how much a publisher queued.
 func TestPromiseApplyFairness(t *testing.T) {
 	t.Parallel()
+	harness.Heavy(t)
 	// The stall bound sits well above what one flood batch takes to apply
 	// (10-30 ms) and below how old the flood's backlog grows (0.3-1.4 s), so
 	// a readiness that followed the backlog would fail. A race-built daemon
@@ -68,12 +71,12 @@ func TestPromiseApplyFairness(t *testing.T) {
 	if raceBuild {
 		stall, floods = "60s", 3
 	}
-	d := startDaemon(t, "--workers", "1", "--apply-stall-timeout", stall)
+	d := harness.Start(t, "--workers", "1", "--apply-stall-timeout", stall)
 	var stop = make(chan struct{})
 	var wg sync.WaitGroup
 	own := func(i int) []uint32 { return prompt(50+i, 2) }
 	for i := range floods {
-		pub := d.publisher()
+		pub := d.Publisher()
 		h := randomHashes(uint64(60+i), 50_000)
 		toks := own(i)
 		b := &event.Batch{Events: []event.Event{stored(engineHashes(t, toks), toks).Events[0],
@@ -99,28 +102,28 @@ func TestPromiseApplyFairness(t *testing.T) {
 	var maxLag float64
 	notReady := ""
 	sample := func() {
-		maxLag = max(maxLag, d.metric("kvindexd_kvevents_apply_lag_seconds"))
-		if code, body := d.get("/readyz"); code != http.StatusOK && notReady == "" {
+		maxLag = max(maxLag, d.Metric("kvindexd_kvevents_apply_lag_seconds"))
+		if code, body := d.Get("/readyz"); code != http.StatusOK && notReady == "" {
 			notReady = fmt.Sprintf("%d %s", code, body)
 		}
 	}
 	var late scoreRow
-	eventually(t, waitLimit, "a flooder reporting its lag and its overflow in scores", func() string {
+	wait.Until(t, "a flooder reporting its lag and its overflow in scores", func() string {
 		sample()
-		late = d.scoreRows(own(0))["flood-0"]
+		late = scoreRows(t, d, own(0))["flood-0"]
 		if late.ApplyLag <= 0 || late.Complete || late.IncompleteReason != "overflow" {
 			return fmt.Sprintf("flood-0 in scores: %+v", late)
 		}
 		return ""
 	})
-	honestPub := d.publisher()
+	honestPub := d.Publisher()
 	toks := prompt(4, 3)
 	start := time.Now()
 	publish(t, honestPub, "pod-honest", model, 0, stored(engineHashes(t, toks), toks))
 	var honest scoreRow
-	eventually(t, waitLimit, "the honest pod scored", func() string {
+	wait.Until(t, "the honest pod scored", func() string {
 		sample()
-		honest = d.scoreRows(toks)["pod-honest"]
+		honest = scoreRows(t, d, toks)["pod-honest"]
 		if honest.MatchedBlocks != 3 {
 			return fmt.Sprintf("pod-honest scores %+v", honest)
 		}
@@ -130,7 +133,7 @@ func TestPromiseApplyFairness(t *testing.T) {
 	if !honest.Complete || honest.IncompleteReason != "" {
 		t.Errorf("pod-honest in scores %+v, want complete", honest)
 	}
-	if p, ok := d.pod("pod-honest"); !ok || p.Overflows != 0 || !p.Complete {
+	if p, ok := d.Pod("pod-honest"); !ok || p.Overflows != 0 || !p.Complete {
 		t.Errorf("pod-honest %+v", p)
 	}
 	if took > 5*time.Second && !raceBuild {
@@ -145,7 +148,7 @@ func TestPromiseApplyFairness(t *testing.T) {
 		t.Errorf("the flood made the daemon unready (--apply-stall-timeout %s): %s", stall, notReady)
 	}
 	t.Logf("honest batch scored after %v; flood-0 in scores %+v; max apply lag %.2f s (stall bound %s); flood overflows %v",
-		took, late, maxLag, stall, d.metric("kvindexd_kvevents_queue_overflows_total"))
+		took, late, maxLag, stall, d.Metric("kvindexd_kvevents_queue_overflows_total"))
 }
 
 // A full apply queue (--queue-size): while the apply worker is stuck on a
@@ -160,12 +163,12 @@ func TestPromiseApplyFairness(t *testing.T) {
 func TestPromiseApplyQueue(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, "--enable-debug-command", "local")
-	d := startDaemon(t, "--index", srv.URL()+"?call_timeout=10s", "--queue-size", "1")
-	pub := d.publisher()
+	d := harness.Start(t, "--index", srv.URL()+"?call_timeout=10s", "--queue-size", "1")
+	pub := d.Publisher()
 	toks := prompt(7, 2)
 	publish(t, pub, "pod-q", model, 0, stored(engineHashes(t, toks), toks))
-	eventually(t, waitLimit, "the first batch", func() string {
-		if got := d.scoreTokens(model, toks)["pod-q"]; got != 2 {
+	wait.Until(t, "the first batch", func() string {
+		if got := d.ScoreTokens(model, toks)["pod-q"]; got != 2 {
 			return fmt.Sprintf("pod-q scores %d", got)
 		}
 		return ""
@@ -182,23 +185,23 @@ func TestPromiseApplyQueue(t *testing.T) {
 	if err := <-slept; err != nil {
 		t.Fatalf("DEBUG SLEEP: %v", err)
 	}
-	eventually(t, waitLimit, "an overflow", func() string {
-		if v := d.metric("kvindexd_kvevents_queue_overflows_total"); v < 1 {
+	wait.Until(t, "an overflow", func() string {
+		if v := d.Metric("kvindexd_kvevents_queue_overflows_total"); v < 1 {
 			return fmt.Sprintf("kvindexd_kvevents_queue_overflows_total %v", v)
 		}
 		return ""
 	})
-	_, body := d.get("/v1/pods")
+	_, body := d.Get("/v1/pods")
 	if !regexp.MustCompile(`"incomplete_reason":\s*"overflow"`).MatchString(body) {
 		t.Fatalf("after an overflow /v1/pods does not say the pod is incomplete: %s", body)
 	}
 	publish(t, pub, "pod-q", model, 7, stored(engineHashes(t, prompt(200, 1)), prompt(200, 1)))
-	eventually(t, waitLimit, "the clear before the next batch", func() string {
+	wait.Until(t, "the clear before the next batch", func() string {
 		// one clear per run of overflows: a batch after a clear may overflow again
-		if v := d.metric(`kvindexd_kvevents_synthetic_clears_total{reason="overflow"}`); v < 1 {
+		if v := d.Metric(`kvindexd_kvevents_synthetic_clears_total{reason="overflow"}`); v < 1 {
 			return fmt.Sprintf("overflow clears %v", v)
 		}
-		if got := d.scoreTokens(model, toks)["pod-q"]; got != 0 {
+		if got := d.ScoreTokens(model, toks)["pod-q"]; got != 0 {
 			return fmt.Sprintf("pod-q still scores %d blocks from before the overflow", got)
 		}
 		return ""
@@ -214,8 +217,9 @@ func TestPromiseApplyQueue(t *testing.T) {
 // (before: up to 17 s late, median 6.2 s, behind the whole budget).
 func TestPromiseApplyQueueShare(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "--workers", "1")
-	floodPub, honestPub := d.publisher(), d.publisher()
+	harness.Heavy(t)
+	d := harness.Start(t, "--workers", "1")
+	floodPub, honestPub := d.Publisher(), d.Publisher()
 	payloads := make([][]byte, 3)
 	for i := range payloads {
 		h := randomHashes(uint64(40+i), 50_000)
@@ -246,10 +250,10 @@ func TestPromiseApplyQueueShare(t *testing.T) {
 	defer func() { close(stop); <-flooding }()
 	var maxQueued, maxLag float64
 	sample := func() {
-		maxQueued = max(maxQueued, d.metric("kvindexd_kvevents_queued_bytes"))
-		maxLag = max(maxLag, d.metric("kvindexd_kvevents_apply_lag_seconds"))
+		maxQueued = max(maxQueued, d.Metric("kvindexd_kvevents_queued_bytes"))
+		maxLag = max(maxLag, d.Metric("kvindexd_kvevents_apply_lag_seconds"))
 	}
-	eventually(t, waitLimit, "the flood queued", func() string {
+	wait.Until(t, "the flood queued", func() string {
 		sample()
 		if maxLag == 0 {
 			return "no apply lag yet"
@@ -263,9 +267,9 @@ func TestPromiseApplyQueueShare(t *testing.T) {
 	toks := prompt(4, 3)
 	start := time.Now()
 	publish(t, honestPub, "pod-honest", model, 0, stored(engineHashes(t, toks), toks))
-	eventually(t, waitLimit, "the honest pod scored", func() string {
+	wait.Until(t, "the honest pod scored", func() string {
 		sample()
-		if got := d.scoreTokens(model, toks)["pod-honest"]; got != 3 {
+		if got := d.ScoreTokens(model, toks)["pod-honest"]; got != 3 {
 			return fmt.Sprintf("pod-honest scores %d", got)
 		}
 		return ""
@@ -274,12 +278,12 @@ func TestPromiseApplyQueueShare(t *testing.T) {
 	if limit := 3.0 * 4 << 20 * 1.25; maxQueued > limit {
 		t.Errorf("kvindexd_kvevents_queued_bytes reached %.0f MB, want at most the three shares (%.0f MB)", maxQueued/1e6, limit/1e6)
 	}
-	if p, ok := d.pod("pod-honest"); !ok || p.Overflows != 0 || !p.Complete {
+	if p, ok := d.Pod("pod-honest"); !ok || p.Overflows != 0 || !p.Complete {
 		t.Errorf("pod-honest %+v", p)
 	}
 	if took > 5*time.Second && !raceBuild {
 		t.Errorf("the honest pod's batch took %v to reach scores", took)
 	}
 	t.Logf("honest batch scored after %v; max queued %.1f MB, max apply lag %.2f s, flood overflows %v",
-		took, maxQueued/1e6, maxLag, d.metric("kvindexd_kvevents_queue_overflows_total"))
+		took, maxQueued/1e6, maxLag, d.Metric("kvindexd_kvevents_queue_overflows_total"))
 }

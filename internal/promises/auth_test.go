@@ -8,15 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
+	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-
-	"github.com/kvindex/kvindex/internal/e2e"
-	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
 const (
@@ -28,9 +28,9 @@ func tokenFile(t *testing.T) string {
 	return writeFile(t, "tokens", "# scopes\n"+readToken+" read\n"+adminToken+"  admin\n")
 }
 
-func grpcClient(t *testing.T, d *daemon) (kvindexv1.IndexerClient, healthpb.HealthClient) {
+func grpcClient(t *testing.T, d *harness.Daemon) (kvindexv1.IndexerClient, healthpb.HealthClient) {
 	t.Helper()
-	conn, err := grpc.NewClient(d.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(d.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func grpcClient(t *testing.T, d *daemon) (kvindexv1.IndexerClient, healthpb.Heal
 }
 
 func withToken(token string) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	ctx, cancel := context.WithTimeout(context.Background(), wait.Limit)
 	if token != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 	}
@@ -52,9 +52,9 @@ func withToken(token string) (context.Context, context.CancelFunc) {
 // (scope) and counted by transport and reason.
 func TestPromiseAuthScopes(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "--auth-token-file", tokenFile(t))
+	d := harness.Start(t, "--auth-token-file", tokenFile(t))
 	endpoint := func() string {
-		return fmt.Sprintf(`{"address":"tcp://127.0.0.1:%d","pod":"pod-x","model":"org/model"}`, e2e.FreePort(t))
+		return fmt.Sprintf(`{"address":"tcp://127.0.0.1:%d","pod":"pod-x","model":"org/model"}`, harness.FreePort(t))
 	}
 	for _, c := range []struct {
 		token, method, path, body string
@@ -73,8 +73,8 @@ func TestPromiseAuthScopes(t *testing.T) {
 		{adminToken, "POST", "/v1/endpoints", endpoint(), 201},
 		{adminToken, "POST", "/v1/score", scoreBody, 200},
 	} {
-		d.token = c.token
-		code, body, hdr := d.do(c.method, c.path, c.body)
+		d.Token = c.token
+		code, body, hdr := d.Do(c.method, c.path, c.body)
 		if code != c.want {
 			t.Errorf("%s %s with token %.8q: %d %s, want %d", c.method, c.path, c.token, code, body, c.want)
 		}
@@ -82,7 +82,7 @@ func TestPromiseAuthScopes(t *testing.T) {
 			t.Errorf("%s %s: 401 without WWW-Authenticate: %q", c.method, c.path, hdr.Get("WWW-Authenticate"))
 		}
 	}
-	d.token = ""
+	d.Token = ""
 
 	ix, health := grpcClient(t, d)
 	score := &kvindexv1.ScoreRequest{Model: model, Input: &kvindexv1.ScoreRequest_TokenIds{TokenIds: &kvindexv1.TokenIDs{Ids: prompt(1, 1)}}}
@@ -97,7 +97,7 @@ func TestPromiseAuthScopes(t *testing.T) {
 			t.Errorf("gRPC Score with token %.8q: %v, want %v", c.token, err, c.want)
 		}
 	}
-	add := &kvindexv1.AddEndpointRequest{Endpoint: &kvindexv1.Endpoint{Address: fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t)), Pod: "pod-y", Model: model}}
+	add := &kvindexv1.AddEndpointRequest{Endpoint: &kvindexv1.Endpoint{Address: fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t)), Pod: "pod-y", Model: model}}
 	for _, c := range []struct {
 		token string
 		want  codes.Code
@@ -126,7 +126,7 @@ func TestPromiseAuthScopes(t *testing.T) {
 		{`kvindexd_auth_denied_total{reason="bad_token",transport="grpc"}`, 1},
 		{`kvindexd_auth_denied_total{reason="scope",transport="grpc"}`, 1},
 	} {
-		if v := d.metric(c.series); v != c.want {
+		if v := d.Metric(c.series); v != c.want {
 			t.Errorf("%s = %v, want %v", c.series, v, c.want)
 		}
 	}
@@ -135,16 +135,16 @@ func TestPromiseAuthScopes(t *testing.T) {
 // --metrics-auth: /metrics needs a read token too.
 func TestPromiseMetricsAuth(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "--auth-token-file", tokenFile(t), "--metrics-auth")
-	if code, _ := d.get("/metrics"); code != http.StatusUnauthorized {
+	d := harness.Start(t, "--auth-token-file", tokenFile(t), "--metrics-auth")
+	if code, _ := d.Get("/metrics"); code != http.StatusUnauthorized {
 		t.Errorf("/metrics without a token: %d, want 401", code)
 	}
-	d.token = readToken
-	if code, _ := d.get("/metrics"); code != http.StatusOK {
+	d.Token = readToken
+	if code, _ := d.Get("/metrics"); code != http.StatusOK {
 		t.Errorf("/metrics with a read token: %d, want 200", code)
 	}
-	d.token = ""
-	if code, _ := d.get("/healthz"); code != http.StatusOK {
+	d.Token = ""
+	if code, _ := d.Get("/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz without a token: %d, want 200", code)
 	}
 }
@@ -153,8 +153,8 @@ func TestPromiseMetricsAuth(t *testing.T) {
 // flag, counted as admin_off.
 func TestPromiseAdminAPIOff(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t)
-	code, body, _ := d.do("POST", "/v1/endpoints", `{"address":"tcp://127.0.0.1:1","pod":"p"}`)
+	d := harness.Start(t)
+	code, body, _ := d.Do("POST", "/v1/endpoints", `{"address":"tcp://127.0.0.1:1","pod":"p"}`)
 	if code != http.StatusForbidden || !strings.Contains(body, "--admin-api") {
 		t.Errorf("POST /v1/endpoints: %d %s, want 403 naming --admin-api", code, body)
 	}
@@ -165,7 +165,7 @@ func TestPromiseAdminAPIOff(t *testing.T) {
 	if status.Code(err) != codes.PermissionDenied {
 		t.Errorf("gRPC AddEndpoint: %v, want PermissionDenied", err)
 	}
-	if v := d.metric(`kvindexd_auth_denied_total{reason="admin_off"}`); v != 2 {
+	if v := d.Metric(`kvindexd_auth_denied_total{reason="admin_off"}`); v != 2 {
 		t.Errorf(`kvindexd_auth_denied_total{reason="admin_off"} = %v, want 2`, v)
 	}
 }
@@ -174,8 +174,8 @@ func TestPromiseAdminAPIOff(t *testing.T) {
 // 415, an address that is not tcp://host:port or ipc://path is 400.
 func TestPromiseAdminAPI(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "--admin-api")
-	req, _ := http.NewRequest("POST", "http://"+d.http+"/v1/endpoints", strings.NewReader(`{"address":"tcp://127.0.0.1:1","pod":"p"}`))
+	d := harness.Start(t, "--admin-api")
+	req, _ := http.NewRequest("POST", "http://"+d.HTTP+"/v1/endpoints", strings.NewReader(`{"address":"tcp://127.0.0.1:1","pod":"p"}`))
 	req.Header.Set("Content-Type", "text/plain")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -186,12 +186,12 @@ func TestPromiseAdminAPI(t *testing.T) {
 		t.Errorf("text/plain body: %d, want 415", resp.StatusCode)
 	}
 	for _, addr := range []string{"udp://127.0.0.1:5557", "tcp://*:5557", "tcp://user:pass@127.0.0.1:5557", "inproc://x", "ipc://@abstract"} {
-		if code, body, _ := d.do("POST", "/v1/endpoints", `{"address":"`+addr+`","pod":"p"}`); code != http.StatusBadRequest {
+		if code, body, _ := d.Do("POST", "/v1/endpoints", `{"address":"`+addr+`","pod":"p"}`); code != http.StatusBadRequest {
 			t.Errorf("address %s: %d %s, want 400", addr, code, body)
 		}
 	}
-	addr := fmt.Sprintf("tcp://127.0.0.1:%d", e2e.FreePort(t))
-	if code, body, _ := d.do("POST", "/v1/endpoints", `{"address":"`+addr+`","pod":"p"}`); code != http.StatusCreated {
+	addr := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
+	if code, body, _ := d.Do("POST", "/v1/endpoints", `{"address":"`+addr+`","pod":"p"}`); code != http.StatusCreated {
 		t.Errorf("address %s: %d %s, want 201", addr, code, body)
 	}
 }

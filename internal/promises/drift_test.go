@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
 )
 
 // promiseDocs are the documents whose tables name the promises' tests, and
@@ -152,7 +152,7 @@ func repoTests(t *testing.T, root string, names []string) map[string]bool {
 // existing test of this package (or says `—` with a reason), every listed
 // section has such a table, and every TestPromise* test is named by a row.
 func TestEveryPromiseHasATest(t *testing.T) {
-	root, err := e2e.FindRepoRoot()
+	root, err := harness.FindRepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

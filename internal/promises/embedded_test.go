@@ -9,7 +9,9 @@ import (
 	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/indexer/routing"
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvevents/event"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
@@ -20,7 +22,7 @@ import (
 // and Pick answers, number for number (the embedded API is the daemon minus
 // its transports).
 func TestEmbeddedMatchesDaemon(t *testing.T) {
-	d := startDaemon(t)
+	d := harness.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	// The embedded index with the daemon's default keys (what
 	// engineHashes computes) and pick settings, bound as the daemon is.
@@ -44,12 +46,12 @@ func TestEmbeddedMatchesDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(embPub.Close)
-	wctx, wcancel := context.WithTimeout(ctx, waitLimit)
+	wctx, wcancel := context.WithTimeout(ctx, wait.Limit)
 	defer wcancel()
 	if err := embPub.WaitSubscribed(wctx, "kv@"); err != nil {
 		t.Fatal(err)
 	}
-	pubs := []*enginepub.Publisher{d.publisher(), embPub}
+	pubs := []*enginepub.Publisher{d.Publisher(), embPub}
 
 	// The same engine messages to both: three pods holding prefixes of
 	// two prompts, one on the CPU tier, one with blocks removed again.
@@ -117,7 +119,7 @@ func TestEmbeddedMatchesDaemon(t *testing.T) {
 	// Both have applied every message when the last one (pod-a's removal)
 	// shows on both sides.
 	want := "total=12 pod-a=9/144/9[1 ranks] pod-b=6/96/"
-	eventually(t, waitLimit, "both sides apply the events", func() string {
+	wait.Until(t, "both sides apply the events", func() string {
 		emb, dmn := score(queries[0].q)
 		if !strings.HasPrefix(emb, want) || !strings.HasPrefix(dmn, want) {
 			return fmt.Sprintf("embedded %q, daemon %q, want prefix %q", emb, dmn, want)

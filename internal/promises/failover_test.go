@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -26,7 +28,7 @@ import (
 func TestPromiseRedisClusterFailover(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartClusterWith(t, redistest.ClusterOptions{Masters: 3, Replicas: 1, NodeTimeout: 3 * time.Second})
-	d := startDaemon(t, "--index", cl.URL())
+	d := harness.Start(t, "--index", cl.URL())
 	ctx := context.Background()
 	cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{cl.Nodes[0].Addr()}, Protocol: 2, DisableIdentity: true})
 	defer cc.Close()
@@ -71,14 +73,14 @@ func TestPromiseRedisClusterFailover(t *testing.T) {
 	// All computed before the stop, while cc's slot map is the one the
 	// keys' masters are judged by.
 	on0, off0, on1, off1, on2 := promptOn(true), promptOn(false), promptOn(true), promptOn(false), promptOn(true)
-	pub := d.publisher()
+	pub := d.Publisher()
 	publish(t, pub, "pod-on", model, 0, stored(engineHashes(t, on0), on0))
 	publish(t, pub, "pod-off", model, 0, stored(engineHashes(t, off0), off0))
-	eventually(t, waitLimit, "both pods indexed", func() string {
-		if got := d.scoreTokens(model, on0)["pod-on"]; got != 2 {
+	wait.Until(t, "both pods indexed", func() string {
+		if got := d.ScoreTokens(model, on0)["pod-on"]; got != 2 {
 			return fmt.Sprintf("pod-on scores %d", got)
 		}
-		if got := d.scoreTokens(model, off0)["pod-off"]; got != 2 {
+		if got := d.ScoreTokens(model, off0)["pod-off"]; got != 2 {
 			return fmt.Sprintf("pod-off scores %d", got)
 		}
 		return ""
@@ -89,26 +91,26 @@ func TestPromiseRedisClusterFailover(t *testing.T) {
 
 	stopped.Pause()
 	start := time.Now()
-	code, body, _ := d.do("POST", "/v1/score", fmt.Sprintf(`{"model":%q,"token_ids":%s}`, model, jsonIDs(on0)))
+	code, body, _ := d.Do("POST", "/v1/score", fmt.Sprintf(`{"model":%q,"token_ids":%s}`, model, jsonIDs(on0)))
 	if took := time.Since(start); code != http.StatusServiceUnavailable || !strings.Contains(body, "unavailable") || took > 3*time.Second {
 		t.Errorf("score on the stopped master's keys: %d %s after %v, want 503 naming the index within the 1 s call deadline", code, body, took)
 	}
 	publish(t, pub, "pod-on", model, 1, stored(engineHashes(t, on1), on1))
 	publish(t, pub, "pod-off", model, 1, stored(engineHashes(t, off1), off1))
-	eventually(t, waitLimit, "while the master is stopped", func() string {
-		if v := d.metric(`kvindexd_pod_index_errors_total{pod="pod-on"}`); v < 1 {
+	wait.Until(t, "while the master is stopped", func() string {
+		if v := d.Metric(`kvindexd_pod_index_errors_total{pod="pod-on"}`); v < 1 {
 			return fmt.Sprintf("pod-on index errors %v", v)
 		}
 		// Untrusted until cleared: the recovery clears it at once (the pods
 		// hash is on a live master); its next write to the stopped master
 		// untrusts it again. It stays listed incomplete.
-		if p, _ := d.pod("pod-on"); p.Complete || p.Reason != "index_error" {
+		if p, _ := d.Pod("pod-on"); p.Complete || p.Reason != "index_error" {
 			return fmt.Sprintf("pod-on %+v, want incomplete (index_error)", p)
 		}
-		if code, _ := d.get("/readyz"); code != http.StatusServiceUnavailable {
+		if code, _ := d.Get("/readyz"); code != http.StatusServiceUnavailable {
 			return fmt.Sprintf("/readyz %d", code)
 		}
-		if got := d.scoreTokens(model, off1)["pod-off"]; got != 2 {
+		if got := d.ScoreTokens(model, off1)["pod-off"]; got != 2 {
 			return fmt.Sprintf("pod-off scores %d on the batch sent while the master is stopped", got)
 		}
 		return ""
@@ -116,30 +118,30 @@ func TestPromiseRedisClusterFailover(t *testing.T) {
 	if replica.Role() == "master" {
 		t.Fatalf("the replica was promoted %v after the stop, before the checks of the stopped master held: they proved nothing", time.Since(start))
 	}
-	if v := d.metric(`kvindexd_pod_index_errors_total{pod="pod-off"}`); v != 0 {
+	if v := d.Metric(`kvindexd_pod_index_errors_total{pod="pod-off"}`); v != 0 {
 		t.Errorf("pod-off, whose keys live on the other masters, counted %v index errors", v)
 	}
 
-	eventually(t, waitLimit, "the replica promoted", func() string {
+	wait.Until(t, "the replica promoted", func() string {
 		if replica.Role() != "master" {
 			return "the stopped master's replica is a " + replica.Role()
 		}
 		return ""
 	})
 	promoted := time.Now()
-	eventually(t, waitLimit, "ready after the failover, the master still stopped", func() string {
-		if code, body := d.get("/readyz"); code != http.StatusOK {
+	wait.Until(t, "ready after the failover, the master still stopped", func() string {
+		if code, body := d.Get("/readyz"); code != http.StatusOK {
 			return fmt.Sprintf("/readyz %d %s", code, body)
 		}
 		return ""
 	})
 	ready := time.Since(promoted)
 	publish(t, pub, "pod-on", model, 2, stored(engineHashes(t, on2), on2))
-	eventually(t, waitLimit, "pod-on's batch written to the new master", func() string {
-		if got := d.scoreTokens(model, on2)["pod-on"]; got != 2 {
+	wait.Until(t, "pod-on's batch written to the new master", func() string {
+		if got := d.ScoreTokens(model, on2)["pod-on"]; got != 2 {
 			return fmt.Sprintf("pod-on scores %d on its batch sent after the failover", got)
 		}
-		if v := d.metric(`kvindexd_pod_untrusted{pod="pod-on"}`); v != 0 {
+		if v := d.Metric(`kvindexd_pod_untrusted{pod="pod-on"}`); v != 0 {
 			return fmt.Sprintf("pod-on untrusted %v", v)
 		}
 		return ""
@@ -157,12 +159,12 @@ func TestPromiseRedisClusterFailover(t *testing.T) {
 func TestPromiseRedisCallDeadline(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, "--enable-debug-command", "local")
-	d := startDaemon(t, "--index", srv.URL())
-	pub := d.publisher()
+	d := harness.Start(t, "--index", srv.URL())
+	pub := d.Publisher()
 	toks := prompt(41, 2)
 	publish(t, pub, "pod-hung", model, 0, stored(engineHashes(t, toks), toks))
-	eventually(t, waitLimit, "the first batch", func() string {
-		if got := d.scoreTokens(model, toks)["pod-hung"]; got != 2 {
+	wait.Until(t, "the first batch", func() string {
+		if got := d.ScoreTokens(model, toks)["pod-hung"]; got != 2 {
 			return fmt.Sprintf("pod-hung scores %d", got)
 		}
 		return ""
@@ -179,13 +181,13 @@ func TestPromiseRedisCallDeadline(t *testing.T) {
 	more := prompt(42, 1)
 	publish(t, pub, "pod-hung", model, 1, stored(engineHashes(t, more), more))
 	body := fmt.Sprintf(`{"model":%q,"token_ids":%s}`, model, jsonIDs(toks))
-	if code, resp, _ := d.do("POST", "/v1/score", body); code != http.StatusServiceUnavailable || !strings.Contains(resp, "unavailable") {
+	if code, resp, _ := d.Do("POST", "/v1/score", body); code != http.StatusServiceUnavailable || !strings.Contains(resp, "unavailable") {
 		t.Errorf("score while Redis hangs: %d %s, want 503 naming the index (the 1 s call deadline)", code, resp)
 	}
 	// The health check runs every second and fails at its own 1 s
 	// deadline: not ready within 2 s of the hang, before the sleep ends.
 	for {
-		if code, _ := d.get("/readyz"); code == http.StatusServiceUnavailable {
+		if code, _ := d.Get("/readyz"); code == http.StatusServiceUnavailable {
 			break
 		}
 		select {
@@ -198,15 +200,15 @@ func TestPromiseRedisCallDeadline(t *testing.T) {
 	if err := <-slept; err != nil {
 		t.Fatalf("DEBUG SLEEP: %v", err)
 	}
-	eventually(t, waitLimit, "the stalled write's pod untrusted, cleared and incomplete", func() string {
-		if v := d.metric(`kvindexd_pod_index_errors_total{dp_rank="0",model="` + model + `",pod="pod-hung"}`); v < 1 {
+	wait.Until(t, "the stalled write's pod untrusted, cleared and incomplete", func() string {
+		if v := d.Metric(`kvindexd_pod_index_errors_total{dp_rank="0",model="` + model + `",pod="pod-hung"}`); v < 1 {
 			return fmt.Sprintf("pod index errors %v", v)
 		}
-		_, pods := d.get("/v1/pods")
+		_, pods := d.Get("/v1/pods")
 		if !regexp.MustCompile(`"incomplete_reason":\s*"index_error"`).MatchString(pods) {
 			return "/v1/pods: " + pods
 		}
-		if got := d.scoreTokens(model, toks)["pod-hung"]; got != 0 {
+		if got := d.ScoreTokens(model, toks)["pod-hung"]; got != 0 {
 			return fmt.Sprintf("pod-hung still scores %d blocks from before the failed write", got)
 		}
 		return ""

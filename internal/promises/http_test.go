@@ -3,6 +3,7 @@ package promises
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -22,13 +25,13 @@ const scoreBody = `{"model":"org/model","token_ids":[1,2,3,4,5,6,7,8,9,10,11,12,
 // deadline loses the connection.
 func TestPromiseHTTPReadHeaderTimeout(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "--http-read-header-timeout", "1s")
-	c := rawDial(t, d.http)
+	d := harness.Start(t, "--http-read-header-timeout", "1s")
+	c := rawDial(t, d.HTTP)
 	start := time.Now()
 	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	if !closedWithin(c, waitLimit) {
+	if !closedWithin(c, wait.Limit) {
 		t.Fatal("headers that never finish kept the connection")
 	}
 	if el := time.Since(start); el < 900*time.Millisecond || el > 10*time.Second {
@@ -40,17 +43,17 @@ func TestPromiseHTTPReadHeaderTimeout(t *testing.T) {
 // answering meanwhile.
 func TestPromiseHTTPReadTimeout(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "--http-read-timeout", "1s")
-	c := rawDial(t, d.http)
+	d := harness.Start(t, "--http-read-timeout", "1s")
+	c := rawDial(t, d.HTTP)
 	start := time.Now()
 	if _, err := fmt.Fprintf(c, "POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
 		len(scoreBody), scoreBody[:10]); err != nil {
 		t.Fatal(err)
 	}
-	if code, _ := d.get("/healthz"); code != http.StatusOK {
+	if code, _ := d.Get("/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz %d while a body hangs", code)
 	}
-	if !closedWithin(c, waitLimit) {
+	if !closedWithin(c, wait.Limit) {
 		t.Fatal("a body that never finishes kept the connection")
 	}
 	if el := time.Since(start); el < 900*time.Millisecond || el > 10*time.Second {
@@ -62,9 +65,9 @@ func TestPromiseHTTPReadTimeout(t *testing.T) {
 // from the end of the request headers) is not sent; the connection closes.
 func TestPromiseHTTPWriteTimeout(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "--http-write-timeout", "1s")
+	d := harness.Start(t, "--http-write-timeout", "1s")
 	send := func(pause time.Duration) string {
-		c := rawDial(t, d.http)
+		c := rawDial(t, d.HTTP)
 		defer c.Close()
 		if _, err := fmt.Fprintf(c, "POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
 			len(scoreBody), scoreBody[:10]); err != nil {
@@ -74,7 +77,7 @@ func TestPromiseHTTPWriteTimeout(t *testing.T) {
 		if _, err := io.WriteString(c, scoreBody[10:]); err != nil {
 			t.Fatal(err)
 		}
-		_ = c.SetReadDeadline(time.Now().Add(waitLimit))
+		_ = c.SetReadDeadline(time.Now().Add(wait.Limit))
 		line, _ := bufio.NewReader(c).ReadString('\n')
 		return strings.TrimSpace(line)
 	}
@@ -89,8 +92,8 @@ func TestPromiseHTTPWriteTimeout(t *testing.T) {
 // --http-idle-timeout: an idle keep-alive connection is closed.
 func TestPromiseHTTPIdleTimeout(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "--http-idle-timeout", "1s")
-	c := rawDial(t, d.http)
+	d := harness.Start(t, "--http-idle-timeout", "1s")
+	c := rawDial(t, d.HTTP)
 	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +105,7 @@ func TestPromiseHTTPIdleTimeout(t *testing.T) {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	start := time.Now()
-	_ = c.SetReadDeadline(time.Now().Add(waitLimit))
+	_ = c.SetReadDeadline(time.Now().Add(wait.Limit))
 	if _, err := r.ReadByte(); err == nil || isTimeout(err) {
 		t.Fatalf("the idle connection was not closed: %v", err)
 	}
@@ -119,9 +122,9 @@ func isTimeout(err error) bool {
 // Request line and headers (default 65,536 bytes): larger is 431.
 func TestPromiseHTTPMaxHeaderBytes(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t)
+	d := harness.Start(t)
 	header := func(n int) int {
-		req, _ := http.NewRequest("GET", "http://"+d.http+"/healthz", nil)
+		req, _ := http.NewRequest("GET", "http://"+d.HTTP+"/healthz", nil)
 		req.Header.Set("X-Pad", strings.Repeat("a", n))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -142,12 +145,12 @@ func TestPromiseHTTPMaxHeaderBytes(t *testing.T) {
 // --http-max-body-bytes: a larger body is 413.
 func TestPromiseHTTPMaxBodyBytes(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "--http-max-body-bytes", "1024")
-	if code, body, _ := d.do("POST", "/v1/score", scoreBody); code != http.StatusOK {
+	d := harness.Start(t, "--http-max-body-bytes", "1024")
+	if code, body, _ := d.Do("POST", "/v1/score", scoreBody); code != http.StatusOK {
 		t.Fatalf("a small body: %d %s", code, body)
 	}
 	big := `{"model":"org/model","token_ids":[` + strings.Repeat("1,", 600) + `1]}`
-	if code, body, _ := d.do("POST", "/v1/score", big); code != http.StatusRequestEntityTooLarge {
+	if code, body, _ := d.Do("POST", "/v1/score", big); code != http.StatusRequestEntityTooLarge {
 		t.Errorf("a 1.2 KB body: %d %s, want 413", code, body)
 	}
 }
@@ -156,9 +159,9 @@ func TestPromiseHTTPMaxBodyBytes(t *testing.T) {
 // until a connection closes, then it is served; counted.
 func TestPromiseHTTPMaxConns(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "--http-max-conns", "2")
-	held := []net.Conn{rawDial(t, d.http), rawDial(t, d.http)}
-	waiting := rawDial(t, d.http)
+	d := harness.Start(t, "--http-max-conns", "2")
+	held := []net.Conn{rawDial(t, d.HTTP), rawDial(t, d.HTTP)}
+	waiting := rawDial(t, d.HTTP)
 	if _, err := io.WriteString(waiting, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +171,7 @@ func TestPromiseHTTPMaxConns(t *testing.T) {
 		t.Fatalf("the third connection was served at once: %v", err)
 	}
 	held[0].Close()
-	_ = waiting.SetReadDeadline(time.Now().Add(waitLimit))
+	_ = waiting.SetReadDeadline(time.Now().Add(wait.Limit))
 	resp, err := http.ReadResponse(r, nil)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("the waiting client after a slot freed: %v", err)
@@ -176,7 +179,7 @@ func TestPromiseHTTPMaxConns(t *testing.T) {
 	resp.Body.Close()
 	waiting.Close()
 	held[1].Close()
-	if v := d.metric(`kvindexd_connections_limited_total{server="http"}`); v < 1 {
+	if v := d.Metric(`kvindexd_connections_limited_total{server="http"}`); v < 1 {
 		t.Errorf(`kvindexd_connections_limited_total{server="http"} = %v, want >= 1`, v)
 	}
 }
@@ -184,9 +187,9 @@ func TestPromiseHTTPMaxConns(t *testing.T) {
 // --grpc-max-conns: the same for gRPC.
 func TestPromiseGRPCMaxConns(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "--grpc-max-conns", "1")
-	held := rawDial(t, d.grpc)
-	conn, err := grpc.NewClient(d.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	d := harness.Start(t, "--grpc-max-conns", "1")
+	held := rawDial(t, d.GRPC)
+	conn, err := grpc.NewClient(d.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,10 +205,10 @@ func TestPromiseGRPCMaxConns(t *testing.T) {
 		t.Fatal("a second gRPC connection was served while the cap was held")
 	}
 	held.Close()
-	if err := check(waitLimit); err != nil {
+	if err := check(wait.Limit); err != nil {
 		t.Fatalf("gRPC after the slot freed: %v", err)
 	}
-	if v := d.metric(`kvindexd_connections_limited_total{server="grpc"}`); v < 1 {
+	if v := d.Metric(`kvindexd_connections_limited_total{server="grpc"}`); v < 1 {
 		t.Errorf(`kvindexd_connections_limited_total{server="grpc"} = %v, want >= 1`, v)
 	}
 }
@@ -215,10 +218,10 @@ func TestPromiseGRPCMaxConns(t *testing.T) {
 // they cannot hold every slot of --grpc-max-conns: a real client gets in.
 func TestPromiseGRPCIdleTimeout(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "--grpc-max-conns", "3", "--grpc-idle-timeout", "1s")
+	d := harness.Start(t, "--grpc-max-conns", "3", "--grpc-idle-timeout", "1s")
 	var held []net.Conn
 	for i := 0; i < 3; i++ {
-		c := rawDial(t, d.grpc)
+		c := rawDial(t, d.GRPC)
 		// The client preface and an empty SETTINGS frame.
 		if _, err := io.WriteString(c, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"); err != nil {
 			t.Fatal(err)
@@ -227,14 +230,14 @@ func TestPromiseGRPCIdleTimeout(t *testing.T) {
 	}
 	start := time.Now()
 	for i, c := range held {
-		if !closedWithin(c, waitLimit) {
+		if !closedWithin(c, wait.Limit) {
 			t.Fatalf("idle connection %d was not closed", i)
 		}
 	}
 	if el := time.Since(start); el > 15*time.Second {
 		t.Errorf("idle connections closed after %v, want about 1 s + the 5 s GOAWAY grace", el)
 	}
-	conn, err := grpc.NewClient(d.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(d.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,13 +255,13 @@ func TestPromiseGRPCIdleTimeout(t *testing.T) {
 // request still fits.
 func TestPromiseHTTPHeaderBudget(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "--http-header-budget-bytes", "200000")
+	d := harness.Start(t, "--http-header-budget-bytes", "200000")
 	var pad strings.Builder
 	for i := 0; pad.Len() < 60<<10; i++ {
 		fmt.Fprintf(&pad, "X-Pad-%d: %s\r\n", i, strings.Repeat("a", 40))
 	}
 	slow := func() (net.Conn, *bufio.Reader) {
-		c := rawDial(t, d.http)
+		c := rawDial(t, d.HTTP)
 		req := "POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n" + pad.String() + "\r\n{"
 		if _, err := io.WriteString(c, req); err != nil {
 			t.Fatal(err)
@@ -273,7 +276,7 @@ func TestPromiseHTTPHeaderBudget(t *testing.T) {
 		}
 	}
 	c, r := slow()
-	_ = c.SetReadDeadline(time.Now().Add(waitLimit))
+	_ = c.SetReadDeadline(time.Now().Add(wait.Limit))
 	resp, err := http.ReadResponse(r, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -282,10 +285,10 @@ func TestPromiseHTTPHeaderBudget(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("the request over the header budget: %d %v, want 503 with Retry-After", resp.StatusCode, resp.Header)
 	}
-	if code, body := d.get("/healthz"); code != http.StatusOK {
+	if code, body := d.Get("/healthz"); code != http.StatusOK {
 		t.Fatalf("an ordinary request: %d %s", code, body)
 	}
-	if v := d.metric("kvindexd_http_header_budget_rejected_total"); v != 1 {
+	if v := d.Metric("kvindexd_http_header_budget_rejected_total"); v != 1 {
 		t.Errorf("kvindexd_http_header_budget_rejected_total = %v, want 1", v)
 	}
 }
@@ -306,18 +309,15 @@ func TestPromiseFlagRanges(t *testing.T) {
 		{"--index", "redis://127.0.0.1:1?call_timeout=2m"},
 		{"--index", "redis-cluster://127.0.0.1:1?loss_check=10ms"},
 	} {
-		start := time.Now()
-		d, err := tryStart(t, flags)
+		d, err := harness.TryStart(t, harness.Config{Flags: flags})
 		if err == nil {
 			t.Errorf("%v: the daemon started", flags)
 			continue
 		}
-		logs := d.logs.String()
-		if !strings.Contains(logs, "out of range") || strings.Contains(logs, "panic") {
-			t.Errorf("%v: %v, want an out-of-range error:\n%s", flags, err, lastLines(logs, 5))
-		}
-		if el := time.Since(start); el > 10*time.Second {
-			t.Errorf("%v: took %v to fail", flags, el)
+		logs := d.Logs.String()
+		// An exit, not a hang before binding: the daemon ended by itself.
+		if !errors.Is(err, harness.ErrExitedBeforeReady) || !strings.Contains(logs, "out of range") || strings.Contains(logs, "panic") {
+			t.Errorf("%v: %v, want an exit with an out-of-range error:\n%s", flags, err, harness.LastLines(logs, 5))
 		}
 	}
 }

@@ -7,21 +7,20 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/e2e"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 )
 
 // tokenizerFlag serves model with the committed qwen3 tokenizer.
 func tokenizerFlag(t *testing.T) string {
 	t.Helper()
-	root, err := e2e.FindRepoRoot()
+	root, err := harness.FindRepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,13 +37,18 @@ func cjkRun(n int) string {
 	return string(rs)
 }
 
-// scorePrompt sends a prompt score with a client timeout and returns the status (0
-// when the client gave up first).
-func (d *daemon) scorePrompt(prompt string, timeout time.Duration) (int, string) {
-	d.t.Helper()
+// answerLimit bounds the wait for a prompt score's answer, a hang guard only:
+// the first prompt a daemon sees loads the tokenizer (over 20 s race-built),
+// a prompt of 1-3 MB takes the race-built tokenizer tens of seconds more, and
+// a neighbour on the same two cores stretches both.
+const answerLimit = 5 * time.Minute
+
+// scorePrompt sends a prompt score and returns the status and body (0 and
+// the error when no answer came within answerLimit).
+func scorePrompt(d *harness.Daemon, prompt string) (int, string) {
 	body, _ := json.Marshal(map[string]any{"model": model, "prompt": prompt})
-	c := &http.Client{Timeout: timeout}
-	resp, err := c.Post("http://"+d.http+"/v1/score", "application/json", bytes.NewReader(body))
+	c := &http.Client{Timeout: answerLimit}
+	resp, err := c.Post("http://"+d.HTTP+"/v1/score", "application/json", bytes.NewReader(body))
 	if err != nil {
 		return 0, err.Error()
 	}
@@ -60,8 +64,9 @@ func (d *daemon) scorePrompt(prompt string, timeout time.Duration) (int, string)
 // finishing work nobody waits for, and the daemon keeps answering.
 func TestPromisePromptWorkStopsWithRequest(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, tokenizerFlag(t))
-	if code, body := d.scorePrompt("warm the tokenizer", waitLimit); code != http.StatusOK {
+	harness.Heavy(t)
+	d := harness.Start(t, tokenizerFlag(t))
+	if code, body := scorePrompt(d, "warm the tokenizer"); code != http.StatusOK {
 		t.Fatalf("small prompt: %d %s", code, body)
 	}
 	// The client leaves once its prompt is being tokenized (the in-flight gauge
@@ -69,7 +74,7 @@ func TestPromisePromptWorkStopsWithRequest(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	body, _ := json.Marshal(map[string]any{"model": model, "prompt": cjkRun(2_500_000)})
-	req, err := http.NewRequestWithContext(ctx, "POST", "http://"+d.http+"/v1/score", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, "POST", "http://"+d.HTTP+"/v1/score", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,8 +89,8 @@ func TestPromisePromptWorkStopsWithRequest(t *testing.T) {
 		resp.Body.Close()
 		answered <- resp.Status
 	}()
-	eventually(t, waitLimit, "the long prompt being tokenized", func() string {
-		if v := d.metric("kvindexd_prompt_tokenize_inflight_bytes"); v == 0 {
+	wait.Until(t, "the long prompt being tokenized", func() string {
+		if v := d.Metric("kvindexd_prompt_tokenize_inflight_bytes"); v == 0 {
 			return "nothing in flight yet"
 		}
 		return ""
@@ -94,33 +99,18 @@ func TestPromisePromptWorkStopsWithRequest(t *testing.T) {
 	if status := <-answered; status != "" {
 		t.Fatalf("the long prompt was answered (%s) before the client left: make it longer", status)
 	}
-	eventually(t, waitLimit, "tokenization stopped with its request", func() string {
-		if v := d.metric("kvindexd_prompt_tokenize_cancelled_total"); v != 1 {
+	wait.Until(t, "tokenization stopped with its request", func() string {
+		if v := d.Metric("kvindexd_prompt_tokenize_cancelled_total"); v != 1 {
 			return fmt.Sprintf("kvindexd_prompt_tokenize_cancelled_total = %v, want 1", v)
 		}
 		return ""
 	})
-	if v := d.metric("kvindexd_prompt_tokenize_errors_total"); v != 0 {
+	if v := d.Metric("kvindexd_prompt_tokenize_errors_total"); v != 0 {
 		t.Errorf("kvindexd_prompt_tokenize_errors_total = %v, want 0 (a cancellation is not an error)", v)
 	}
-	if code, body := d.scorePrompt("still answering", waitLimit); code != http.StatusOK {
+	if code, body := scorePrompt(d, "still answering"); code != http.StatusOK {
 		t.Fatalf("after: %d %s", code, body)
 	}
-}
-
-// peakRSS is the daemon's peak resident set (VmHWM), 0 where /proc is not there.
-func (d *daemon) peakRSS() int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 // Issue 26 item 5, with the defaults: a prompt above --max-prompt-bytes (8 MiB) is
@@ -128,20 +118,21 @@ func (d *daemon) peakRSS() int64 {
 // than 1,048,576 tokens (the token_ids bound) with 400 as well.
 func TestPromisePromptSize(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, tokenizerFlag(t))
-	code, body := d.scorePrompt(strings.Repeat("a", 8<<20+1), waitLimit)
+	harness.Heavy(t)
+	d := harness.Start(t, tokenizerFlag(t))
+	code, body := scorePrompt(d, strings.Repeat("a", 8<<20+1))
 	if code != http.StatusBadRequest || !strings.Contains(body, "InvalidArgument") || !strings.Contains(body, "--max-prompt-bytes") {
 		t.Fatalf("8 MiB + 1 byte: %d %s; want 400 InvalidArgument naming --max-prompt-bytes", code, body)
 	}
-	if v := d.metric(`kvindexd_prompt_tokenize_refused_total{reason="too_long"}`); v != 1 {
+	if v := d.Metric(`kvindexd_prompt_tokenize_refused_total{reason="too_long"}`); v != 1 {
 		t.Fatalf(`refused_total{reason="too_long"} = %v, want 1`, v)
 	}
 	// qwen3 splits digits one by one: 1.1 MB of digits are 1.1M tokens
-	code, body = d.scorePrompt(strings.Repeat("7", 1_100_000), 2*waitLimit)
+	code, body = scorePrompt(d, strings.Repeat("7", 1_100_000))
 	if code != http.StatusBadRequest || !strings.Contains(body, "limit 1048576") {
 		t.Fatalf("1.1M digits: %d %s; want 400 naming the token limit", code, body)
 	}
-	if code, body := d.scorePrompt("a prompt of usual size", waitLimit); code != http.StatusOK {
+	if code, body := scorePrompt(d, "a prompt of usual size"); code != http.StatusOK {
 		t.Fatalf("small prompt: %d %s", code, body)
 	}
 }
@@ -154,8 +145,9 @@ func TestPromisePromptSize(t *testing.T) {
 // far below what 12 at once would take (~2.9 GB, ~80 bytes per prompt byte).
 func TestPromiseTokenizeInflightBytes(t *testing.T) {
 	t.Parallel()
+	harness.Heavy(t)
 	const budget = 3_000_000
-	d := startDaemon(t, tokenizerFlag(t), fmt.Sprintf("--tokenize-max-inflight-bytes=%d", budget),
+	d := harness.Start(t, tokenizerFlag(t), fmt.Sprintf("--tokenize-max-inflight-bytes=%d", budget),
 		fmt.Sprintf("--max-prompt-bytes=%d", budget))
 	prompt := cjkRun(budget / 3)
 	var wg sync.WaitGroup
@@ -165,7 +157,7 @@ func TestPromiseTokenizeInflightBytes(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			codes[i], bodies[i] = d.scorePrompt(prompt, 2*waitLimit)
+			codes[i], bodies[i] = scorePrompt(d, prompt)
 		}()
 	}
 	done := make(chan struct{})
@@ -175,10 +167,10 @@ func TestPromiseTokenizeInflightBytes(t *testing.T) {
 		for {
 			select {
 			case <-time.After(20 * time.Millisecond):
-				if v := metricIn(d.metricsBody(), "kvindexd_prompt_tokenize_inflight_bytes"); v > peak {
+				if v := harness.MetricIn(d.MetricsBody(), "kvindexd_prompt_tokenize_inflight_bytes"); v > peak {
 					peak = v
 				}
-			case <-wait(&wg):
+			case <-allDone(&wg):
 				return
 			}
 		}
@@ -197,36 +189,24 @@ func TestPromiseTokenizeInflightBytes(t *testing.T) {
 	if busy == 0 {
 		t.Errorf("no client was refused: the budget let them all in")
 	}
-	if v := d.metric(`kvindexd_prompt_tokenize_refused_total{reason="busy"}`); int(v) != busy {
+	if v := d.Metric(`kvindexd_prompt_tokenize_refused_total{reason="busy"}`); int(v) != busy {
 		t.Errorf(`refused_total{reason="busy"} = %v, want %d`, v, busy)
 	}
 	if peak > budget {
 		t.Errorf("in-flight bytes reached %v, budget %d", peak, budget)
 	}
-	if v := d.metric("kvindexd_prompt_tokenize_inflight_bytes"); v != 0 {
+	if v := d.Metric("kvindexd_prompt_tokenize_inflight_bytes"); v != 0 {
 		t.Errorf("in-flight bytes %v after every request ended", v)
 	}
-	if rss := d.peakRSS(); rss > 1<<30 && !raceBuild { // the race detector's shadow memory is not the daemon's
+	if rss := d.PeakRSS(); rss > 1<<30 && !raceBuild { // the race detector's shadow memory is not the daemon's
 		t.Errorf("peak RSS %d MB, want below 1 GiB", rss>>20)
 	}
-	t.Logf("%d of %d refused as busy; peak in-flight %v bytes; peak RSS %d MB", busy, len(codes), peak, d.peakRSS()>>20)
+	t.Logf("%d of %d refused as busy; peak in-flight %v bytes; peak RSS %d MB", busy, len(codes), peak, d.PeakRSS()>>20)
 }
 
-// wait turns wg.Wait into a channel.
-func wait(wg *sync.WaitGroup) <-chan struct{} {
+// allDone turns wg.Wait into a channel.
+func allDone(wg *sync.WaitGroup) <-chan struct{} {
 	c := make(chan struct{})
 	go func() { wg.Wait(); close(c) }()
 	return c
-}
-
-// metricsBody is /metrics without failing the test from a helper goroutine.
-func (d *daemon) metricsBody() string {
-	resp, err := http.Get("http://" + d.http + "/metrics")
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	var b bytes.Buffer
-	_, _ = b.ReadFrom(resp.Body)
-	return b.String()
 }

@@ -6,7 +6,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 )
@@ -27,7 +29,7 @@ type rebuildEngine struct {
 func startRebuildEngine(t *testing.T, pod string, bufferSteps int) *rebuildEngine {
 	t.Helper()
 	e := &rebuildEngine{topic: "kv@" + pod + "@" + model, requests: make(chan uint64, 4), release: make(chan struct{})}
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	ctx, cancel := context.WithTimeout(context.Background(), wait.Limit)
 	t.Cleanup(cancel)
 	p, err := enginepub.NewReplayPublisher("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", e.topic, bufferSteps, func(start uint64) {
 		e.mu.Lock()
@@ -96,8 +98,8 @@ func TestPromiseRedisLossRebuiltByReplay(t *testing.T) {
 		t.Parallel()
 		redis := redistest.Start(t)
 		e := startRebuildEngine(t, "pod-rebuilt", 10000)
-		d := startDaemon(t, "--index", redis.URL(), "--endpoint", e.Addr()+",pod=pod-rebuilt,replay="+e.ReplayAddr())
-		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		d := harness.Start(t, "--index", redis.URL(), "--endpoint", e.Addr()+",pod=pod-rebuilt,replay="+e.ReplayAddr())
+		ctx, cancel := context.WithTimeout(context.Background(), wait.Limit)
 		defer cancel()
 		if err := e.WaitSubscribed(ctx, e.topic); err != nil {
 			t.Fatal(err)
@@ -108,8 +110,8 @@ func TestPromiseRedisLossRebuiltByReplay(t *testing.T) {
 		// that the index has applied them; the block count alone proves
 		// nothing: it passes through 2,700 after prompt 89 on its way to
 		// 3,000, and through 2,730 after the rebuild's clear and prompt 90.
-		eventually(t, waitLimit, "the pod indexed and complete", func() string {
-			if p, ok := d.pod("pod-rebuilt"); !ok || !p.Complete || p.ApplyLag != 0 || p.Blocks != 2700 || p.LastSeq != 109 {
+		wait.Until(t, "the pod indexed and complete", func() string {
+			if p, ok := d.Pod("pod-rebuilt"); !ok || !p.Complete || p.ApplyLag != 0 || p.Blocks != 2700 || p.LastSeq != 109 {
 				return fmt.Sprintf("pod %+v", p)
 			}
 			return ""
@@ -125,31 +127,31 @@ func TestPromiseRedisLossRebuiltByReplay(t *testing.T) {
 		if start != 0 {
 			t.Fatalf("the rebuild asked from seq %d, want 0", start)
 		}
-		if p, _ := d.pod("pod-rebuilt"); p.Complete || p.Reason != "index_lost" {
+		if p, _ := d.Pod("pod-rebuilt"); p.Complete || p.Reason != "index_lost" {
 			t.Fatalf("during the rebuild: %+v", p)
 		}
 		more := prompt(1200, 30) // live, while the rebuild holds the stream: seq 110
 		e.publish(t, stored(engineHashes(t, more), more))
 		close(e.release)
-		eventually(t, waitLimit, "the pod rebuilt and complete", func() string {
-			if p, ok := d.pod("pod-rebuilt"); !ok || !p.Complete || p.ApplyLag != 0 || p.Blocks != 2730 || p.LastSeq != 110 {
+		wait.Until(t, "the pod rebuilt and complete", func() string {
+			if p, ok := d.Pod("pod-rebuilt"); !ok || !p.Complete || p.ApplyLag != 0 || p.Blocks != 2730 || p.LastSeq != 110 {
 				return fmt.Sprintf("pod %+v", p)
 			}
 			return ""
 		})
-		if s := d.scoreTokens(model, kept)["pod-rebuilt"]; s != 30 {
+		if s := d.ScoreTokens(model, kept)["pod-rebuilt"]; s != 30 {
 			t.Errorf("a prompt the engine holds scores %d, want 30", s)
 		}
-		if s := d.scoreTokens(model, more)["pod-rebuilt"]; s != 30 {
+		if s := d.ScoreTokens(model, more)["pod-rebuilt"]; s != 30 {
 			t.Errorf("the live batch's prompt scores %d, want 30", s)
 		}
-		if s := d.scoreTokens(model, gone); len(s) != 0 {
+		if s := d.ScoreTokens(model, gone); len(s) != 0 {
 			t.Errorf("a prompt the engine removed is scored: %v", s)
 		}
-		if v := d.metric(`kvindexd_index_lost_total{reason="restart"}`); v < 1 {
+		if v := d.Metric(`kvindexd_index_lost_total{reason="restart"}`); v < 1 {
 			t.Errorf(`kvindexd_index_lost_total{reason="restart"} = %v`, v)
 		}
-		if v := d.metric(`kvindexd_kvevents_rebuilds_total{result="complete"}`); v != 1 {
+		if v := d.Metric(`kvindexd_kvevents_rebuilds_total{result="complete"}`); v != 1 {
 			t.Errorf(`kvindexd_kvevents_rebuilds_total{result="complete"} = %v, want 1`, v)
 		}
 	})
@@ -157,15 +159,15 @@ func TestPromiseRedisLossRebuiltByReplay(t *testing.T) {
 		t.Parallel()
 		redis := redistest.Start(t)
 		e := startRebuildEngine(t, "pod-wrapped", 50) // holds seqs 60..109 once filled
-		d := startDaemon(t, "--index", redis.URL(), "--endpoint", e.Addr()+",pod=pod-wrapped,replay="+e.ReplayAddr())
-		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		d := harness.Start(t, "--index", redis.URL(), "--endpoint", e.Addr()+",pod=pod-wrapped,replay="+e.ReplayAddr())
+		ctx, cancel := context.WithTimeout(context.Background(), wait.Limit)
 		defer cancel()
 		if err := e.WaitSubscribed(ctx, e.topic); err != nil {
 			t.Fatal(err)
 		}
 		e.fill(t)
-		eventually(t, waitLimit, "the pod indexed and complete", func() string {
-			if p, ok := d.pod("pod-wrapped"); !ok || !p.Complete || p.Blocks != 2700 {
+		wait.Until(t, "the pod indexed and complete", func() string {
+			if p, ok := d.Pod("pod-wrapped"); !ok || !p.Complete || p.Blocks != 2700 {
 				return fmt.Sprintf("pod %+v", p)
 			}
 			return ""
@@ -173,25 +175,25 @@ func TestPromiseRedisLossRebuiltByReplay(t *testing.T) {
 		redis.Restart()
 		// What the buffer held is indexed (prompts 60..99), the rest is not,
 		// and the pod does not say complete.
-		eventually(t, waitLimit, "the rebuild's outcome", func() string {
-			if v := d.metric(`kvindexd_kvevents_rebuilds_total{result="replay_window"}`); v != 1 {
+		wait.Until(t, "the rebuild's outcome", func() string {
+			if v := d.Metric(`kvindexd_kvevents_rebuilds_total{result="replay_window"}`); v != 1 {
 				return fmt.Sprintf(`kvindexd_kvevents_rebuilds_total{result="replay_window"} = %v`, v)
 			}
-			if p, _ := d.pod("pod-wrapped"); p.Blocks != 1200 || p.ApplyLag != 0 {
+			if p, _ := d.Pod("pod-wrapped"); p.Blocks != 1200 || p.ApplyLag != 0 {
 				return fmt.Sprintf("pod %+v", p)
 			}
 			return ""
 		})
-		if p, _ := d.pod("pod-wrapped"); p.Complete || p.Reason != "replay_window" {
+		if p, _ := d.Pod("pod-wrapped"); p.Complete || p.Reason != "replay_window" {
 			t.Fatalf("after a rebuild from a wrapped buffer: %+v", p)
 		}
-		if s := d.scoreTokens(model, prompt(1070, 30))["pod-wrapped"]; s != 30 {
+		if s := d.ScoreTokens(model, prompt(1070, 30))["pod-wrapped"]; s != 30 {
 			t.Errorf("a prompt of the buffer scores %d, want 30", s)
 		}
-		if s := d.scoreTokens(model, prompt(1030, 30)); len(s) != 0 {
+		if s := d.ScoreTokens(model, prompt(1030, 30)); len(s) != 0 {
 			t.Errorf("a prompt stored before the buffer's start is scored: %v", s)
 		}
-		if v := d.metric(`kvindexd_kvevents_rebuilds_total{result="complete"}`); v != 0 {
+		if v := d.Metric(`kvindexd_kvevents_rebuilds_total{result="complete"}`); v != 0 {
 			t.Errorf(`kvindexd_kvevents_rebuilds_total{result="complete"} = %v, want 0`, v)
 		}
 	})

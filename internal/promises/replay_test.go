@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 )
 
 // silentListener accepts TCP connections on 127.0.0.1 and never writes a
@@ -54,25 +56,25 @@ func TestPromiseReplayTimeout(t *testing.T) {
 	}
 	t.Cleanup(pub.Close)
 	const pod = "pod-replay"
-	d := startDaemon(t, "--replay-timeout", bound.String(), "--endpoint", pub.Addr()+",pod="+pod+",replay="+silentListener(t))
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	d := harness.Start(t, "--replay-timeout", bound.String(), "--endpoint", pub.Addr()+",pod="+pod+",replay="+silentListener(t))
+	ctx, cancel := context.WithTimeout(context.Background(), wait.Limit)
 	defer cancel()
 	if err := pub.WaitSubscribed(ctx, "kv@"); err != nil {
 		t.Fatal(err)
 	}
 	first, second := prompt(3001, 2), prompt(3002, 2)
 	publish(t, pub, pod, model, 0, stored(engineHashes(t, first), first))
-	eventually(t, waitLimit, "seq 0 applied", func() string {
-		if p, ok := d.pod(pod); !ok || p.LastSeq != 0 || p.Blocks != 2 {
+	wait.Until(t, "seq 0 applied", func() string {
+		if p, ok := d.Pod(pod); !ok || p.LastSeq != 0 || p.Blocks != 2 {
 			return fmt.Sprintf("pod %+v", p)
 		}
 		return ""
 	})
-	errorsBefore := d.metric(`kvindexd_kvevents_replays_total{result="error"}`)
+	errorsBefore := d.Metric(`kvindexd_kvevents_replays_total{result="error"}`)
 	start := time.Now()
 	publish(t, pub, pod, model, 2, stored(engineHashes(t, second), second)) // seq 1 never sent: a gap
-	eventually(t, waitLimit, "the batch behind the gap applied", func() string {
-		if p, ok := d.pod(pod); !ok || p.LastSeq != 2 || p.Blocks != 4 {
+	wait.Until(t, "the batch behind the gap applied", func() string {
+		if p, ok := d.Pod(pod); !ok || p.LastSeq != 2 || p.Blocks != 4 {
 			return fmt.Sprintf("pod %+v", p)
 		}
 		return ""
@@ -80,13 +82,13 @@ func TestPromiseReplayTimeout(t *testing.T) {
 	if took := time.Since(start); took < bound {
 		t.Errorf("the batch behind the gap was applied after %v, before the replay's bound %v", took, bound)
 	}
-	if p, _ := d.pod(pod); p.Complete || p.Reason != "gap" {
+	if p, _ := d.Pod(pod); p.Complete || p.Reason != "gap" {
 		t.Errorf("after the replay failed: %+v, want incomplete (gap)", p)
 	}
-	if v := d.metric(`kvindexd_kvevents_replays_total{result="error"}`); v != errorsBefore+1 {
+	if v := d.Metric(`kvindexd_kvevents_replays_total{result="error"}`); v != errorsBefore+1 {
 		t.Errorf(`kvindexd_kvevents_replays_total{result="error"} = %v, want %v`, v, errorsBefore+1)
 	}
-	if s := d.scoreTokens(model, second)[pod]; s != 2 {
+	if s := d.ScoreTokens(model, second)[pod]; s != 2 {
 		t.Errorf("the batch behind the gap scores %d, want 2", s)
 	}
 }

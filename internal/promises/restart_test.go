@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 )
 
@@ -18,13 +20,13 @@ import (
 func TestPromiseSharedRedisSameAnswer(t *testing.T) {
 	t.Parallel()
 	redis := redistest.Start(t)
-	writer := startDaemon(t, "--index", redis.URL())
-	reader := startDaemon(t, "--index", redis.URL(), "--zmq-bind", "")
+	writer := harness.Start(t, "--index", redis.URL())
+	reader := harness.Start(t, "--index", redis.URL(), "--zmq-bind", "")
 	toks := prompt(1, 6)
 	hashes := engineHashes(t, toks)
-	publish(t, writer.publisher(), "pod-a", model, 0, stored(hashes, toks))
-	eventually(t, waitLimit, "the writer", func() string {
-		if got := writer.scoreTokens(model, toks)["pod-a"]; got != 6 {
+	publish(t, writer.Publisher(), "pod-a", model, 0, stored(hashes, toks))
+	wait.Until(t, "the writer", func() string {
+		if got := writer.ScoreTokens(model, toks)["pod-a"]; got != 6 {
 			return fmt.Sprintf("writer scores pod-a %d", got)
 		}
 		return ""
@@ -34,12 +36,12 @@ func TestPromiseSharedRedisSameAnswer(t *testing.T) {
 		{"model": model, "block_hashes": hashes},
 		{"model": model, "token_ids": toks, "pods": []string{"pod-a"}},
 	} {
-		w, r := writer.scores(req), reader.scores(req)
+		w, r := writer.Scores(req), reader.Scores(req)
 		if fmt.Sprint(w) != fmt.Sprint(r) || r["pod-a"] != 6 {
 			t.Errorf("%v: writer %v, reader %v", req, w, r)
 		}
 	}
-	if v := reader.metric("kvindexd_shared_models_interned_total"); v != 1 {
+	if v := reader.Metric("kvindexd_shared_models_interned_total"); v != 1 {
 		t.Errorf("reader's kvindexd_shared_models_interned_total = %v, want 1", v)
 	}
 }
@@ -52,52 +54,52 @@ func TestPromiseSharedRedisSameAnswer(t *testing.T) {
 func TestPromiseSnapshotRestartWarm(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "index.snap")
-	first := startDaemon(t, "--snapshot-path", path)
-	pub := first.publisher()
+	first := harness.Start(t, "--snapshot-path", path)
+	pub := first.Publisher()
 	warm, gone := prompt(1, 8), prompt(2, 4)
 	publish(t, pub, "pod-warm", model, 0, stored(engineHashes(t, warm), warm))
 	publish(t, pub, "pod-restarted", model, 40, stored(engineHashes(t, gone), gone))
-	eventually(t, waitLimit, "before the restart", func() string {
-		if s := first.scoreTokens(model, warm); s["pod-warm"] != 8 {
+	wait.Until(t, "before the restart", func() string {
+		if s := first.ScoreTokens(model, warm); s["pod-warm"] != 8 {
 			return fmt.Sprintf("pod-warm: %v", s)
 		}
-		if s := first.scoreTokens(model, gone); s["pod-restarted"] != 4 {
+		if s := first.ScoreTokens(model, gone); s["pod-restarted"] != 4 {
 			return fmt.Sprintf("pod-restarted: %v", s)
 		}
 		return ""
 	})
-	first.stop()
+	first.Stop()
 
-	second := startDaemon(t, "--snapshot-path", path)
-	if v := second.metric("kvindexd_snapshot_restored_entries"); v != 12 {
+	second := harness.Start(t, "--snapshot-path", path)
+	if v := second.Metric("kvindexd_snapshot_restored_entries"); v != 12 {
 		t.Errorf("kvindexd_snapshot_restored_entries = %v, want 12", v)
 	}
-	if v := second.metric("kvindexd_snapshot_stale_pods"); v != 2 {
+	if v := second.Metric("kvindexd_snapshot_stale_pods"); v != 2 {
 		t.Errorf("kvindexd_snapshot_stale_pods = %v, want 2", v)
 	}
-	if p, ok := second.pod("pod-warm"); !ok || !p.Stale {
+	if p, ok := second.Pod("pod-warm"); !ok || !p.Stale {
 		t.Errorf("pod-warm after the restart: %+v (listed %v), want stale", p, ok)
 	}
-	if s := second.scoreTokens(model, warm); len(s) != 0 {
+	if s := second.ScoreTokens(model, warm); len(s) != 0 {
 		t.Errorf("a stale pod is scored: %v", s)
 	}
-	pub = second.publisher()
+	pub = second.Publisher()
 	next, fresh := prompt(3, 1), prompt(4, 1)
 	publish(t, pub, "pod-warm", model, 1, stored(engineHashes(t, next), next))
 	publish(t, pub, "pod-restarted", model, 0, stored(engineHashes(t, fresh), fresh))
-	eventually(t, waitLimit, "after the streams resume", func() string {
-		if s := second.scoreTokens(model, warm); s["pod-warm"] != 8 {
+	wait.Until(t, "after the streams resume", func() string {
+		if s := second.ScoreTokens(model, warm); s["pod-warm"] != 8 {
 			return fmt.Sprintf("pod-warm's restored prefix: %v", s)
 		}
-		if s := second.scoreTokens(model, fresh); s["pod-restarted"] != 1 {
+		if s := second.ScoreTokens(model, fresh); s["pod-restarted"] != 1 {
 			return fmt.Sprintf("pod-restarted's new block: %v", s)
 		}
 		return ""
 	})
-	if s := second.scoreTokens(model, gone); len(s) != 0 {
+	if s := second.ScoreTokens(model, gone); len(s) != 0 {
 		t.Errorf("blocks of an engine restarted since the snapshot are scored: %v", s)
 	}
-	if v := second.metric("kvindexd_snapshot_restart_clears_total"); v != 1 {
+	if v := second.Metric("kvindexd_snapshot_restart_clears_total"); v != 1 {
 		t.Errorf("kvindexd_snapshot_restart_clears_total = %v, want 1", v)
 	}
 }
@@ -108,22 +110,22 @@ func TestPromiseSnapshotRestartWarm(t *testing.T) {
 func TestPromiseRedisDownIsUnavailable(t *testing.T) {
 	t.Parallel()
 	redis := redistest.Start(t)
-	d := startDaemon(t, "--index", redis.URL())
+	d := harness.Start(t, "--index", redis.URL())
 	toks := prompt(1, 2)
 	body := fmt.Sprintf(`{"model":%q,"token_ids":%s}`, model, jsonIDs(toks))
 	redis.Kill()
-	eventually(t, waitLimit, "not ready while Redis is down", func() string {
-		if code, _ := d.get("/readyz"); code != http.StatusServiceUnavailable {
+	wait.Until(t, "not ready while Redis is down", func() string {
+		if code, _ := d.Get("/readyz"); code != http.StatusServiceUnavailable {
 			return fmt.Sprintf("/readyz %d", code)
 		}
 		return ""
 	})
-	if code, resp, _ := d.do("POST", "/v1/score", body); code != http.StatusServiceUnavailable || !strings.Contains(resp, "unavailable") {
+	if code, resp, _ := d.Do("POST", "/v1/score", body); code != http.StatusServiceUnavailable || !strings.Contains(resp, "unavailable") {
 		t.Fatalf("score with Redis down: %d %s, want 503 naming the index", code, resp)
 	}
 	redis.Restart()
-	eventually(t, waitLimit, "ready once Redis is back", func() string {
-		if code, _ := d.get("/readyz"); code != http.StatusOK {
+	wait.Until(t, "ready once Redis is back", func() string {
+		if code, _ := d.Get("/readyz"); code != http.StatusOK {
 			return fmt.Sprintf("/readyz %d", code)
 		}
 		return ""
@@ -143,25 +145,25 @@ func jsonIDs(ids []uint32) string {
 func TestPromiseRedisLossIsIncomplete(t *testing.T) {
 	t.Parallel()
 	redis := redistest.Start(t)
-	d := startDaemon(t, "--index", redis.URL())
-	pub := d.publisher()
+	d := harness.Start(t, "--index", redis.URL())
+	pub := d.Publisher()
 	toks := prompt(31, 2)
 	publish(t, pub, "pod-lost", model, 0, stored(engineHashes(t, toks), toks))
-	eventually(t, waitLimit, "the pod indexed and complete", func() string {
-		if got := d.scoreTokens(model, toks)["pod-lost"]; got != 2 {
+	wait.Until(t, "the pod indexed and complete", func() string {
+		if got := d.ScoreTokens(model, toks)["pod-lost"]; got != 2 {
 			return fmt.Sprintf("pod-lost scores %d", got)
 		}
-		if _, body := d.get("/v1/pods"); !regexp.MustCompile(`"complete":\s*true`).MatchString(body) {
+		if _, body := d.Get("/v1/pods"); !regexp.MustCompile(`"complete":\s*true`).MatchString(body) {
 			return "not complete: " + body
 		}
 		return ""
 	})
 	redis.Restart()
-	eventually(t, waitLimit, "the pod incomplete after Redis restarted empty", func() string {
-		if _, body := d.get("/v1/pods"); !regexp.MustCompile(`"incomplete_reason":\s*"index_lost"`).MatchString(body) {
+	wait.Until(t, "the pod incomplete after Redis restarted empty", func() string {
+		if _, body := d.Get("/v1/pods"); !regexp.MustCompile(`"incomplete_reason":\s*"index_lost"`).MatchString(body) {
 			return "/v1/pods: " + body
 		}
-		if v := d.metric(`kvindexd_index_lost_total{reason="restart"}`); v < 1 {
+		if v := d.Metric(`kvindexd_index_lost_total{reason="restart"}`); v < 1 {
 			return fmt.Sprintf("kvindexd_index_lost_total{reason=\"restart\"} %v", v)
 		}
 		return ""
@@ -169,13 +171,13 @@ func TestPromiseRedisLossIsIncomplete(t *testing.T) {
 	// An in-order batch rebuilds only what it carries: still incomplete.
 	more := prompt(32, 1)
 	publish(t, pub, "pod-lost", model, 1, stored(engineHashes(t, more), more))
-	eventually(t, waitLimit, "the next batch applied", func() string {
-		if got := d.scoreTokens(model, more)["pod-lost"]; got != 1 {
+	wait.Until(t, "the next batch applied", func() string {
+		if got := d.ScoreTokens(model, more)["pod-lost"]; got != 1 {
 			return fmt.Sprintf("pod-lost scores %d on its new block", got)
 		}
 		return ""
 	})
-	if _, body := d.get("/v1/pods"); regexp.MustCompile(`"complete":\s*true`).MatchString(body) {
+	if _, body := d.Get("/v1/pods"); regexp.MustCompile(`"complete":\s*true`).MatchString(body) {
 		t.Fatalf("a pod rebuilt from later events only says complete: %s", body)
 	}
 }

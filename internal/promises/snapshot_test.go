@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer/persist"
+	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
@@ -62,17 +63,17 @@ func TestPromiseSnapshotValidation(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			d := startDaemon(t, append([]string{"--snapshot-path", path}, tc.flags...)...)
-			if v := d.metric(`kvindexd_snapshot_load_failures_total{reason="invalid"}`); v != 1 {
+			d := harness.Start(t, append([]string{"--snapshot-path", path}, tc.flags...)...)
+			if v := d.Metric(`kvindexd_snapshot_load_failures_total{reason="invalid"}`); v != 1 {
 				t.Errorf(`snapshot_load_failures_total{reason="invalid"} = %v, want 1`, v)
 			}
-			if v := d.metric("kvindexd_snapshot_restored_entries"); v != 0 {
+			if v := d.Metric("kvindexd_snapshot_restored_entries"); v != 0 {
 				t.Errorf("restored entries %v, want 0 (cold start)", v)
 			}
-			if ps := d.pods(); len(ps) != 0 {
+			if ps := d.Pods(); len(ps) != 0 {
 				t.Errorf("/v1/pods lists %d pods of a refused snapshot", len(ps))
 			}
-			if v := d.metric("kvindexd_snapshot_temp_files_removed_total"); v != 3 {
+			if v := d.Metric("kvindexd_snapshot_temp_files_removed_total"); v != 3 {
 				t.Errorf("temp_files_removed_total = %v, want 3", v)
 			}
 			if left, _ := filepath.Glob(path + ".tmp-*"); len(left) != 0 {

@@ -37,6 +37,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/internal/option"
 	"github.com/kvindex/kvindex/kvevents"
 )
 
@@ -57,7 +58,6 @@ const (
 	DefaultModelKey  = "kvindex.io/model"
 	DefaultResync    = 5 * time.Minute
 	DefaultMaxPods   = 4096
-	maxDPSize        = 1024
 )
 
 // Subscriber is the part of *kvevents.Subscriber discovery drives.
@@ -114,7 +114,7 @@ type Discoverer struct {
 	log      *slog.Logger
 	selector labels.Selector
 	name     *template.Template
-	m        *metrics
+	metrics  *metrics
 
 	mu sync.Mutex
 	// pods holds the endpoints each pod is subscribed through (by UID);
@@ -124,32 +124,6 @@ type Discoverer struct {
 
 	informers []cache.SharedIndexInformer
 	synced    []cache.InformerSynced
-}
-
-// withDefaults fills the zero fields.
-func (cfg Config) withDefaults() Config {
-	if cfg.ZMQPort == 0 {
-		cfg.ZMQPort = DefaultZMQPort
-	}
-	if cfg.ServePort == 0 {
-		cfg.ServePort = DefaultServePort
-	}
-	if cfg.DPSize == 0 {
-		cfg.DPSize = 1
-	}
-	if cfg.PodName == "" {
-		cfg.PodName = DefaultPodName
-	}
-	if cfg.ModelKey == "" {
-		cfg.ModelKey = DefaultModelKey
-	}
-	if cfg.Resync == 0 {
-		cfg.Resync = DefaultResync
-	}
-	if cfg.MaxPods == 0 {
-		cfg.MaxPods = DefaultMaxPods
-	}
-	return cfg
 }
 
 // Validate checks cfg without a cluster (New does too).
@@ -168,19 +142,8 @@ func parse(cfg Config) (labels.Selector, *template.Template, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("discovery: label selector %q: %w", cfg.Selector, err)
 	}
-	for _, p := range []struct {
-		what string
-		v    int
-	}{{"zmq port", cfg.ZMQPort}, {"replay port", cfg.ReplayPort}, {"serve port", cfg.ServePort}} {
-		if p.v < 0 || p.v > 65535 {
-			return nil, nil, fmt.Errorf("discovery: %s %d is not a port", p.what, p.v)
-		}
-	}
-	if cfg.DPSize < 1 || cfg.DPSize > maxDPSize {
-		return nil, nil, fmt.Errorf("discovery: dp size %d: want 1..%d", cfg.DPSize, maxDPSize)
-	}
-	if cfg.Resync < 0 || cfg.MaxPods < 0 {
-		return nil, nil, errors.New("discovery: resync and max pods must not be negative")
+	if err := checkRanges(cfg); err != nil {
+		return nil, nil, err
 	}
 	tmpl, err := template.New("pod-name").Option("missingkey=error").Parse(cfg.PodName)
 	if err != nil {
@@ -210,7 +173,7 @@ func New(cfg Config, client corev1client.PodsGetter, sub Subscriber, reg prometh
 	}
 	d := &Discoverer{cfg: cfg, client: client, sub: sub, log: log, selector: sel, name: tmpl,
 		pods: map[types.UID]map[string]kvevents.EndpointConfig{}, owner: map[string]types.UID{}}
-	if d.m, err = newMetrics(reg, d); err != nil {
+	if d.metrics, err = newMetrics(reg, d); err != nil {
 		return nil, err
 	}
 	namespaces := cfg.Namespaces
@@ -285,7 +248,7 @@ func (d *Discoverer) onPod(obj any) {
 	}
 	want, err := d.wanted(pod)
 	if err != nil {
-		d.m.skipped.WithLabelValues("invalid").Inc()
+		d.metrics.skipped.WithLabelValues("invalid").Inc()
 		d.log.Warn("discovery: pod not subscribed", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 	}
 	d.reconcile(pod.UID, pod.Namespace+"/"+pod.Name, want)
@@ -308,19 +271,19 @@ func (d *Discoverer) wanted(pod *corev1.Pod) (map[string]kvevents.EndpointConfig
 	if !d.selector.Matches(labels.Set(pod.Labels)) || pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || !podReady(pod) {
 		return nil, nil
 	}
-	zmqPort, err := annotationInt(pod, AnnotationZMQPort, d.cfg.ZMQPort, 1, 65535)
+	zmqPort, err := annotationInt(pod, AnnotationZMQPort, d.cfg.ZMQPort, Options.ZMQPort)
 	if err != nil {
 		return nil, err
 	}
-	replayPort, err := annotationInt(pod, AnnotationReplayPort, d.cfg.ReplayPort, 0, 65535)
+	replayPort, err := annotationInt(pod, AnnotationReplayPort, d.cfg.ReplayPort, Options.ReplayPort)
 	if err != nil {
 		return nil, err
 	}
-	dpSize, err := annotationInt(pod, AnnotationDPSize, d.cfg.DPSize, 1, maxDPSize)
+	dpSize, err := annotationInt(pod, AnnotationDPSize, d.cfg.DPSize, Options.DPSize)
 	if err != nil {
 		return nil, err
 	}
-	servePort, err := annotationInt(pod, AnnotationServePort, d.cfg.ServePort, 1, 65535)
+	servePort, err := annotationInt(pod, AnnotationServePort, d.cfg.ServePort, Options.ServePort)
 	if err != nil {
 		return nil, err
 	}
@@ -364,7 +327,7 @@ func (d *Discoverer) reconcile(uid types.UID, who string, want map[string]kveven
 	defer d.mu.Unlock()
 	have := d.pods[uid]
 	if have == nil && len(want) > 0 && len(d.pods) >= d.cfg.MaxPods {
-		d.m.skipped.WithLabelValues("max_pods").Inc()
+		d.metrics.skipped.WithLabelValues("max_pods").Inc()
 		d.log.Warn("discovery: pod not subscribed: the pod limit is reached", "pod", who, "max_pods", d.cfg.MaxPods)
 		return
 	}
@@ -390,7 +353,7 @@ func (d *Discoverer) reconcile(uid types.UID, who string, want map[string]kveven
 		}
 		if err := d.sub.AddEndpoint(ep); err != nil {
 			// Not recorded as subscribed: the next resync tries again.
-			d.m.errors.WithLabelValues("add").Inc()
+			d.metrics.errors.WithLabelValues("add").Inc()
 			d.log.Warn("discovery: subscribe failed", "pod", who, "address", addr, "err", err)
 			continue
 		}
@@ -400,7 +363,7 @@ func (d *Discoverer) reconcile(uid types.UID, who string, want map[string]kveven
 		}
 		have[addr] = ep
 		d.owner[addr] = uid
-		d.m.changes.WithLabelValues("add").Inc()
+		d.metrics.changes.WithLabelValues("add").Inc()
 		d.log.Info("discovery: subscribed", "pod", who, "address", addr, "name", ep.Pod, "model", ep.Model, "replay", ep.ReplayAddress)
 	}
 	if have != nil && len(have) == 0 {
@@ -413,9 +376,9 @@ func (d *Discoverer) remove(uid types.UID, who, addr string) {
 	if d.owner[addr] == uid {
 		delete(d.owner, addr)
 	}
-	d.m.changes.WithLabelValues("remove").Inc()
+	d.metrics.changes.WithLabelValues("remove").Inc()
 	if err := d.sub.RemoveEndpoint(addr); err != nil && !errors.Is(err, kvevents.ErrUnknownEndpoint) {
-		d.m.errors.WithLabelValues("remove").Inc()
+		d.metrics.errors.WithLabelValues("remove").Inc()
 		d.log.Warn("discovery: unsubscribe failed", "pod", who, "address", addr, "err", err)
 		return
 	}
@@ -434,14 +397,14 @@ func podReady(pod *corev1.Pod) bool {
 	return false
 }
 
-func annotationInt(pod *corev1.Pod, key string, def, lo, hi int) (int, error) {
+func annotationInt(pod *corev1.Pod, key string, def int, row option.Int) (int, error) {
 	v, ok := pod.Annotations[key]
 	if !ok {
 		return def, nil
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil || n < lo || n > hi {
-		return 0, fmt.Errorf("annotation %s=%q: want an integer in %d..%d", key, v, lo, hi)
+	if err != nil || row.Check(int64(n)) != nil {
+		return 0, fmt.Errorf("annotation %s=%q: want an integer in %s", key, v, row.Range())
 	}
 	return n, nil
 }

@@ -23,6 +23,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents"
 )
 
@@ -91,17 +92,12 @@ func (r *recorder) calls() []string {
 
 func (r *recorder) waitState(t *testing.T, what, want string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got := r.state()
-		if got == want {
-			return
+	wait.Until(t, what, func() string {
+		if got := r.state(); got != want {
+			return fmt.Sprintf("subscribed endpoints\n%s\nwant\n%s", got, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: subscribed endpoints\n%s\nwant\n%s", what, got, want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 // fakePods is the fake clientset's pods client. Like the fake clientset it
@@ -176,13 +172,7 @@ func (f *fixture) run(cfg Config) *fixture {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = d.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	deadline := time.Now().Add(10 * time.Second)
-	for !d.Synced() {
-		if time.Now().After(deadline) {
-			t.Fatal("informers did not sync")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.For(t, "the informers synced", d.Synced)
 	return f
 }
 
@@ -262,7 +252,7 @@ func TestLifecycle(t *testing.T) {
 	if got := f.rec.calls(); !slices.Equal(got, want) {
 		t.Fatalf("subscriber calls\n%q\nwant\n%q", got, want)
 	}
-	if got := testutil.ToFloat64(f.d.m.changes.WithLabelValues("remove")); got != 4 {
+	if got := testutil.ToFloat64(f.d.metrics.changes.WithLabelValues("remove")); got != 4 {
 		t.Fatalf("remove changes = %v, want 4", got)
 	}
 }
@@ -277,7 +267,7 @@ func TestAnnotationsRanksAndNaming(t *testing.T) {
 		"tcp://10.0.0.9:6000 pod=llm/dp:9000 model=from-annotation replay=tcp://10.0.0.9:7000 engine=sglang\n"+
 			"tcp://10.0.0.9:6001 pod=llm/dp:9000 model=from-annotation replay=tcp://10.0.0.9:7001 engine=sglang\n"+
 			"tcp://[fd00::5]:5557 pod=llm/v6:8000 model=Qwen/Qwen3-8B replay=tcp://[fd00::5]:5558")
-	if got := testutil.ToFloat64(f.d.m.skipped.WithLabelValues("invalid")); got < 1 {
+	if got := testutil.ToFloat64(f.d.metrics.skipped.WithLabelValues("invalid")); got < 1 {
 		t.Fatalf("the pod with a bad annotation was not counted as skipped (%v)", got)
 	}
 	// Fixing the annotation subscribes the pod.
@@ -330,30 +320,19 @@ func TestMaxPodsAndFailedAddRetriedOnResync(t *testing.T) {
 		"tcp://10.0.0.1:5557 pod=10.0.0.1:8000 model=Qwen/Qwen3-8B\n"+
 			"tcp://10.0.0.2:5557 pod=10.0.0.2:8000 model=Qwen/Qwen3-8B")
 	f.create(newPod("llm", "p3", "10.0.0.3"))
-	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(f.d.m.skipped.WithLabelValues("max_pods")) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the pod over the limit was not counted")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.For(t, "the pod over the limit counted", func() bool { return testutil.ToFloat64(f.d.metrics.skipped.WithLabelValues("max_pods")) != 0 })
 	// Room again: p3 is subscribed by a resync, but its first add fails
 	// and must be retried by the next one.
 	p1, _ := f.client.CoreV1().Pods("llm").Get(context.Background(), "p1", metav1.GetOptions{})
 	f.delete(p1)
-	for testutil.ToFloat64(f.d.m.errors.WithLabelValues("add")) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the failing add was not attempted")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.For(t, "the failing add attempted", func() bool { return testutil.ToFloat64(f.d.metrics.errors.WithLabelValues("add")) != 0 })
 	f.rec.mu.Lock()
 	delete(f.rec.failAdd, "tcp://10.0.0.3:5557")
 	f.rec.mu.Unlock()
 	f.rec.waitState(t, "p3 subscribed on a later resync",
 		"tcp://10.0.0.2:5557 pod=10.0.0.2:8000 model=Qwen/Qwen3-8B\n"+
 			"tcp://10.0.0.3:5557 pod=10.0.0.3:8000 model=Qwen/Qwen3-8B")
-	if got := testutil.ToFloat64(f.d.m.errors.WithLabelValues("add")); got < 1 {
+	if got := testutil.ToFloat64(f.d.metrics.errors.WithLabelValues("add")); got < 1 {
 		t.Fatalf("add errors = %v", got)
 	}
 	if got := testutil.CollectAndCount(f.reg, "kvindexd_discovery_pods"); got != 1 {
@@ -418,8 +397,8 @@ func TestConfigErrors(t *testing.T) {
 		{Config{Selector: "app in ("}, "label selector"},
 		{Config{Selector: "a=b", PodName: "{{.Nope}}"}, "pod name template"},
 		{Config{Selector: "a=b", PodName: "{{"}, "pod name template"},
-		{Config{Selector: "a=b", ZMQPort: 70000}, "not a port"},
-		{Config{Selector: "a=b", DPSize: -1}, "dp size"},
+		{Config{Selector: "a=b", ZMQPort: 70000}, "--discover-zmq-port 70000: out of range 1..65535"},
+		{Config{Selector: "a=b", DPSize: -1}, "--discover-dp-size -1: out of range"},
 	} {
 		_, err := New(tc.cfg, fakePods{client}, rec, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -239,9 +239,27 @@ type Batch struct {
 // drop implements it as a no-op; a wrapper must pass it on, which the
 // compiler now checks instead of a type assertion that a wrapper could
 // silently defeat.
+//
+// Apply reports, never decides, what the batch did to the pod's entries
+// (ApplyOutcome); the caller owns what follows from it (kvevents records it
+// in the pod's stream state, the one place that says whether the pod may be
+// served).
 type Sink interface {
-	Apply(ctx context.Context, b *Batch)
+	Apply(ctx context.Context, b *Batch) ApplyOutcome
 	ForgetPod(ctx context.Context, pod string, dpRank int)
+}
+
+// ApplyOutcome is what Apply did to the pod's entries in the index.
+//
+// IndexFailed: a write of the pod's failed, in this batch or in the clear
+// that had to precede it, so the index no longer holds what the pod's
+// events say (entries written before a lost removal would be served as if
+// still cached). It stays true for every batch until one whose clear
+// succeeds: the sink clears such a pod before applying its next batch, and
+// what the pod held before is then gone from the index, rebuilt from later
+// events only.
+type ApplyOutcome struct {
+	IndexFailed bool
 }
 
 // MaxSessionIDLen bounds a session id the decoder keeps; a longer one is

@@ -35,12 +35,12 @@ var longAgo = time.Unix(1, 0)
 
 // conn is one ZMTP connection after the transport connect.
 type conn struct {
-	nc    net.Conn
-	r     *bufio.Reader
-	opts  *Options
-	bud   *budget
-	peer  string
-	minor byte // negotiated: 0 = ZMTP 3.0, 1 = 3.1
+	nc     net.Conn
+	r      *bufio.Reader
+	opts   *Options
+	budget *budget
+	peer   string
+	minor  byte // negotiated: 0 = ZMTP 3.0, 1 = 3.1
 	// idle, once set (after the handshake, heartbeats on), is how long a
 	// read may wait for the next byte.
 	idle time.Duration
@@ -70,11 +70,11 @@ type conn struct {
 
 	// Publisher side: the peer's subscriptions (prefix -> count, as
 	// libzmq counts repeated subscriptions) once ready is set.
-	smu   sync.Mutex
-	subs  map[string]int
-	ready atomic.Bool
+	subsMu sync.Mutex
+	subs   map[string]int
+	ready  atomic.Bool
 
-	wmu sync.Mutex // one writer at a time: the frames of a message stay together
+	writeMu sync.Mutex // one writer at a time: the frames of a message stay together
 
 	failOnce sync.Once
 	failErr  error
@@ -86,7 +86,7 @@ func newConn(nc net.Conn, opts *Options, bud *budget) *conn {
 	if a := nc.RemoteAddr(); a != nil && a.String() != "" {
 		peer = a.String()
 	}
-	c := &conn{nc: nc, opts: opts, bud: bud, peer: peer, done: make(chan struct{})}
+	c := &conn{nc: nc, opts: opts, budget: bud, peer: peer, done: make(chan struct{})}
 	c.r = bufio.NewReaderSize(idleReader{c}, readBufSize)
 	return c
 }
@@ -309,7 +309,7 @@ func (c *conn) readMessage() (frames [][]byte, reserved int64, err error) {
 		c.msgDeadline = time.Time{}
 		c.inMsg.Store(false)
 		if err != nil {
-			c.bud.give(reserved)
+			c.budget.give(reserved)
 			reserved = 0
 			frames = nil
 		}
@@ -355,7 +355,7 @@ func (c *conn) readMessage() (frames [][]byte, reserved int64, err error) {
 			return nil, reserved, c.lost(fmt.Errorf("%w: frame declares %d bytes after %d (max %d per message)",
 				ErrTooLarge, size, total, limit))
 		}
-		body, r, err := readBody(c.r, int(size), c.bud, reserved)
+		body, r, err := readBody(c.r, int(size), c.budget, reserved)
 		reserved += r
 		if err != nil {
 			return nil, reserved, c.lost(c.readErr(err))
@@ -422,8 +422,8 @@ func (c *conn) subscribe(on bool, topic []byte) error {
 	if len(topic) > maxTopicSize {
 		return fmt.Errorf("%w: subscription of %d bytes (max %d)", ErrTooLarge, len(topic), maxTopicSize)
 	}
-	c.smu.Lock()
-	defer c.smu.Unlock()
+	c.subsMu.Lock()
+	defer c.subsMu.Unlock()
 	n, ok := c.subs[string(topic)]
 	switch {
 	case on && !ok && len(c.subs) >= maxSubscriptions:
@@ -440,8 +440,8 @@ func (c *conn) subscribe(on bool, topic []byte) error {
 
 // wants reports whether the peer subscribed to a prefix of topic.
 func (c *conn) wants(topic []byte) bool {
-	c.smu.Lock()
-	defer c.smu.Unlock()
+	c.subsMu.Lock()
+	defer c.subsMu.Unlock()
 	for t := range c.subs {
 		if bytes.HasPrefix(topic, []byte(t)) {
 			return true
@@ -453,8 +453,8 @@ func (c *conn) wants(topic []byte) bool {
 // writeRaw writes ready-made frames under WriteTimeout. A failed write
 // leaves the stream mid-frame, so it ends the connection.
 func (c *conn) writeRaw(b []byte) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
 	if err := c.nc.SetWriteDeadline(time.Now().Add(c.opts.WriteTimeout)); err != nil {
 		return err
 	}
@@ -472,8 +472,8 @@ func (c *conn) writeMessage(ctx context.Context, frames [][]byte) error {
 	if len(frames) == 0 {
 		return errNoFrames
 	}
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
 	select {
 	case <-c.done:
 		if c.failErr == nil {

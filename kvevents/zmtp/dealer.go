@@ -6,8 +6,8 @@ import "context"
 // what a client of vLLM's replay ROUTER needs. Sends and receives are
 // independent; a ROUTER peer sees Dealer's frames behind its routing id.
 type Dealer struct {
-	s *socket
-	c *conn
+	sock *socket
+	conn *conn
 }
 
 // DialDealer connects to endpoint and completes the handshake before
@@ -17,26 +17,26 @@ func DialDealer(ctx context.Context, endpoint string, opts Options) (*Dealer, er
 	if err != nil {
 		return nil, err
 	}
-	return &Dealer{s: s, c: c}, nil
+	return &Dealer{sock: s, conn: c}, nil
 }
 
 // Send writes frames as one multipart message. It returns when the bytes
 // are with the kernel, ctx ends, or WriteTimeout passes; a failed send ends
 // the connection (its frames may be half written).
 func (d *Dealer) Send(ctx context.Context, frames ...[]byte) error {
-	return d.c.writeMessage(ctx, frames)
+	return d.conn.writeMessage(ctx, frames)
 }
 
 // Recv returns the next message; once the connection has ended and queued
 // messages are read, why it ended; after Close, ErrClosed.
-func (d *Dealer) Recv(ctx context.Context) (Message, error) { return d.s.recv(ctx) }
+func (d *Dealer) Recv(ctx context.Context) (Message, error) { return d.sock.recv(ctx) }
 
 // Stats reads the socket's counters.
-func (d *Dealer) Stats() Stats { return d.s.ctr.Read() }
+func (d *Dealer) Stats() Stats { return d.sock.counters.Read() }
 
 // Close ends the connection and waits for its goroutines. It always returns
 // nil; calling it again does nothing.
 func (d *Dealer) Close() error {
-	d.s.close()
+	d.sock.close()
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 )
 
 // Hostile peers: each case sends bytes that crashed or stalled the pure-Go
@@ -68,7 +70,7 @@ func TestHostilePublishers(t *testing.T) {
 			c := dialRaw(t, sub.Addr())
 			write(t, c, tc.send)
 			expectClosed(t, c)
-			eventually(t, "the connection is counted and closed", func() bool {
+			wait.For(t, "the connection is counted and closed", func() bool {
 				s := sub.Stats()
 				return tc.counter(s) == 1 && s.Open == 0
 			})
@@ -106,7 +108,7 @@ func TestSlowLorisHandshakeIsCutOff(t *testing.T) {
 		}
 	}()
 	expectClosed(t, c)
-	eventually(t, "a handshake timeout is counted", func() bool { return sub.Stats().HandshakeTimeouts == 1 })
+	wait.For(t, "a handshake timeout is counted", func() bool { return sub.Stats().HandshakeTimeouts == 1 })
 	expectGoodPublisher(t, sub)
 }
 
@@ -121,7 +123,7 @@ func TestIdleConnectionsDoNotBlockPublishers(t *testing.T) {
 	for range 3 {
 		dialRaw(t, sub.Addr())
 	}
-	eventually(t, "three idle connections accepted", func() bool { return sub.Stats().Accepted == 3 })
+	wait.For(t, "three idle connections accepted", func() bool { return sub.Stats().Accepted == 3 })
 	p := startPeer(t, "pub-connect", "tcp://"+sub.Addr().String())
 	p.line("sub")
 	expectPublished(t, sub.Recv)
@@ -138,11 +140,11 @@ func TestMaxConnsRejectsExtraConnections(t *testing.T) {
 	defer sub.Close()
 	idle := dialRaw(t, sub.Addr())
 	dialRaw(t, sub.Addr())
-	eventually(t, "two connections accepted", func() bool { return sub.Stats().Accepted == 2 })
+	wait.For(t, "two connections accepted", func() bool { return sub.Stats().Accepted == 2 })
 	expectClosed(t, dialRaw(t, sub.Addr()))
-	eventually(t, "the third is rejected", func() bool { return sub.Stats().Rejected == 1 })
+	wait.For(t, "the third is rejected", func() bool { return sub.Stats().Rejected == 1 })
 	idle.Close()
-	eventually(t, "a slot frees up", func() bool { return sub.Stats().Open == 1 })
+	wait.For(t, "a slot frees up", func() bool { return sub.Stats().Open == 1 })
 	expectGoodPublisher(t, sub)
 }
 
@@ -160,14 +162,14 @@ func TestBufferBudgetDropsConnection(t *testing.T) {
 	big := payload(1, 600<<10)
 	write(t, c, cat(rawMessage([]byte("kv@a"), seq8(1), big), rawMessage([]byte("kv@a"), seq8(2), big)))
 	expectClosed(t, c)
-	eventually(t, "budget drop counted", func() bool { return sub.Stats().BudgetExceeded == 1 })
+	wait.For(t, "budget drop counted", func() bool { return sub.Stats().BudgetExceeded == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	m, err := sub.Recv(ctx)
 	if err != nil || !bytes.Equal(m.Frames[2], big) {
 		t.Fatalf("the first message should be intact: %v", err)
 	}
-	if used := sub.s.bud.used.Load(); used != 0 {
+	if used := sub.sock.budget.used.Load(); used != 0 {
 		t.Fatalf("%d bytes still reserved after the message was handed over", used)
 	}
 	expectGoodPublisher(t, sub)
@@ -183,9 +185,9 @@ func TestDeclaredSizeIsNotAllocatedUpFront(t *testing.T) {
 	c := dialRaw(t, sub.Addr())
 	handshakeAsPub(t, c, 1)
 	write(t, c, cat(longHeader(0, 60<<20), []byte("0123456789")))
-	eventually(t, "the frame is being read", func() bool { return sub.s.bud.used.Load() > 0 })
+	wait.For(t, "the frame is being read", func() bool { return sub.sock.budget.used.Load() > 0 })
 	time.Sleep(50 * time.Millisecond)
-	if used := sub.s.bud.used.Load(); used > firstChunk {
+	if used := sub.sock.budget.used.Load(); used > firstChunk {
 		t.Fatalf("%d bytes reserved for 10 received", used)
 	}
 }

@@ -141,17 +141,6 @@ func expectClosed(t *testing.T, c net.Conn) {
 	}
 }
 
-// eventually polls cond with a generous bound.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(20 * time.Second); !cond(); {
-		if time.Now().After(end) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // expectGoodPublisher checks that a well-behaved publisher still gets a
 // message through sub.
 func expectGoodPublisher(t *testing.T, sub *Sub) {

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 )
 
 // ZMTP 3.1 peers get SUBSCRIBE commands; 3.0 peers (libzmq 4.1 and older)
@@ -91,7 +93,7 @@ func TestHeartbeatDropsSilentPeer(t *testing.T) {
 		t.Fatalf("expected a PING with a TTL of 3 ds: flags %#x %q %v", flags, body, err)
 	}
 	expectClosed(t, c)
-	eventually(t, "a heartbeat timeout is counted", func() bool { return sub.Stats().HeartbeatTimeouts == 1 })
+	wait.For(t, "a heartbeat timeout is counted", func() bool { return sub.Stats().HeartbeatTimeouts == 1 })
 }
 
 func TestHeartbeatKeepsLibzmqPeer(t *testing.T) {
@@ -152,7 +154,7 @@ func TestDialledSubReportsEnd(t *testing.T) {
 	if sub.Addr() != nil {
 		t.Fatalf("a dialled Sub has no bound address: %v", sub.Addr())
 	}
-	eventually(t, "the connection ends", func() bool { return sub.Stats().Open == 0 })
+	wait.For(t, "the connection ends", func() bool { return sub.Stats().Open == 0 })
 	m, err := sub.Recv(ctx)
 	if err != nil || string(m.Frames[1]) != "last" {
 		t.Fatalf("queued message: %q %v", m.Frames, err)
@@ -168,7 +170,7 @@ func TestCloseEndsRecvAndPendingHandshakes(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := dialRaw(t, sub.Addr())
-	eventually(t, "accepted", func() bool { return sub.Stats().Open == 1 })
+	wait.For(t, "accepted", func() bool { return sub.Stats().Open == 1 })
 	errc := make(chan error, 1)
 	go func() {
 		_, err := sub.Recv(context.Background())
@@ -279,8 +281,8 @@ func TestGuardCountsPanics(t *testing.T) {
 	if !errors.Is(err, errPanic) {
 		t.Fatalf("guard: %v", err)
 	}
-	s.ctr.count(err)
-	if p := s.ctr.Read().Panics; p != 1 {
+	s.counters.count(err)
+	if p := s.counters.Read().Panics; p != 1 {
 		t.Fatalf("panics %d", p)
 	}
 }

@@ -9,7 +9,7 @@ import (
 // Pub is a PUB socket: each message goes to every connected SUB/XSUB peer
 // subscribed to a prefix of its first frame. Tests, the demo and the load
 // generator publish through it; kvindexd only subscribes.
-type Pub struct{ s *socket }
+type Pub struct{ sock *socket }
 
 // ListenPub binds endpoint; subscribers connect to it.
 func ListenPub(endpoint string, opts Options) (*Pub, error) {
@@ -38,18 +38,18 @@ func (p *Pub) Send(ctx context.Context, frames ...[]byte) error {
 	if len(frames) == 0 {
 		return errNoFrames
 	}
-	p.s.mu.Lock()
+	p.sock.mu.Lock()
 	var to []*conn
-	for c := range p.s.conns {
+	for c := range p.sock.conns {
 		if c.ready.Load() && c.wants(frames[0]) {
 			to = append(to, c)
 		}
 	}
-	p.s.mu.Unlock()
+	p.sock.mu.Unlock()
 	for _, c := range to {
 		_ = c.writeMessage(ctx, frames) // a failed peer is closed and counted
 	}
-	if p.s.closed() {
+	if p.sock.closed() {
 		return ErrClosed
 	}
 	return ctx.Err()
@@ -57,18 +57,18 @@ func (p *Pub) Send(ctx context.Context, frames ...[]byte) error {
 
 // Topics lists the prefixes connected peers are subscribed to.
 func (p *Pub) Topics() []string {
-	p.s.mu.Lock()
-	defer p.s.mu.Unlock()
+	p.sock.mu.Lock()
+	defer p.sock.mu.Unlock()
 	var out []string
-	for c := range p.s.conns {
+	for c := range p.sock.conns {
 		if !c.ready.Load() {
 			continue
 		}
-		c.smu.Lock()
+		c.subsMu.Lock()
 		for t := range c.subs {
 			out = append(out, t)
 		}
-		c.smu.Unlock()
+		c.subsMu.Unlock()
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
@@ -76,17 +76,17 @@ func (p *Pub) Topics() []string {
 
 // Addr is the bound address, or nil for a dialled Pub.
 func (p *Pub) Addr() net.Addr {
-	if p.s.ln == nil {
+	if p.sock.ln == nil {
 		return nil
 	}
-	return p.s.ln.Addr()
+	return p.sock.ln.Addr()
 }
 
 // Stats reads the socket's counters.
-func (p *Pub) Stats() Stats { return p.s.ctr.Read() }
+func (p *Pub) Stats() Stats { return p.sock.counters.Read() }
 
 // Close ends every connection and waits for their goroutines.
 func (p *Pub) Close() error {
-	p.s.close()
+	p.sock.close()
 	return nil
 }

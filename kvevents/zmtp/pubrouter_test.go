@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 )
 
 func gotLine(frames ...[]byte) string {
@@ -18,7 +20,7 @@ func gotLine(frames ...[]byte) string {
 
 func waitTopic(t *testing.T, pub *Pub, topic string) {
 	t.Helper()
-	eventually(t, "subscribed to "+topic, func() bool { return slices.Contains(pub.Topics(), topic) })
+	wait.For(t, "subscribed to "+topic, func() bool { return slices.Contains(pub.Topics(), topic) })
 }
 
 // publishAndCheck sends what the libzmq SUB must (and must not) receive.
@@ -124,11 +126,11 @@ func TestPubSubscriptionLimits(t *testing.T) {
 
 	c := dialRaw(t, pub.Addr())
 	write(t, c, cat(handshake(), sub("kv@"), sub("x"), rawCommand([]byte("\x06CANCELx"))))
-	eventually(t, "kv@ subscribed, x cancelled", func() bool { return slices.Equal(pub.Topics(), []string{"kv@"}) })
+	wait.For(t, "kv@ subscribed, x cancelled", func() bool { return slices.Equal(pub.Topics(), []string{"kv@"}) })
 	// A ZMTP 3.0 subscriber's subscription message works too.
 	c0 := dialRaw(t, pub.Addr())
 	write(t, c0, cat(rawGreeting(0), rawReady("SUB"), rawMessage([]byte("\x01legacy"))))
-	eventually(t, "legacy subscribed", func() bool { return slices.Equal(pub.Topics(), []string{"kv@", "legacy"}) })
+	wait.For(t, "legacy subscribed", func() bool { return slices.Equal(pub.Topics(), []string{"kv@", "legacy"}) })
 
 	many := handshake()
 	for i := range maxSubscriptions + 1 {
@@ -140,7 +142,7 @@ func TestPubSubscriptionLimits(t *testing.T) {
 	long := dialRaw(t, pub.Addr())
 	write(t, long, cat(rawGreeting(0), rawReady("SUB"), rawMessage(append([]byte{1}, make([]byte, maxTopicSize+1)...))))
 	expectClosed(t, long)
-	eventually(t, "both counted", func() bool { return pub.Stats().Oversized == 2 })
+	wait.For(t, "both counted", func() bool { return pub.Stats().Oversized == 2 })
 	if got := pub.Topics(); !slices.Equal(got, []string{"kv@", "legacy"}) {
 		t.Fatalf("topics %q", got)
 	}

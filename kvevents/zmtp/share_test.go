@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 )
 
 // Shared budgets a few peers could hold: the buffer budget (large partial
@@ -32,11 +34,11 @@ func TestLargePartialMessagesLeaveRoomForSmallOnes(t *testing.T) {
 		}
 		held = append(held, c)
 		if i < 3 {
-			eventually(t, "the frame's buffer grown", func() bool { return sub.s.bud.used.Load() >= int64(i+1)*(4<<20) })
+			wait.For(t, "the frame's buffer grown", func() bool { return sub.sock.budget.used.Load() >= int64(i+1)*(4<<20) })
 		}
 	}
 	expectClosed(t, held[3])
-	eventually(t, "the fourth counted", func() bool { return sub.Stats().BudgetExceeded == 1 })
+	wait.For(t, "the fourth counted", func() bool { return sub.Stats().BudgetExceeded == 1 })
 	expectGoodPublisher(t, sub)
 	if s := sub.Stats(); s.Open != 4 { // three held, the good publisher
 		t.Fatalf("the three large messages within their share should still be read: %+v", s)
@@ -58,13 +60,13 @@ func TestStalledMessageIsCutOff(t *testing.T) {
 	handshakeAsPub(t, c, 1)
 	write(t, c, cat([]byte{0x01, 4}, []byte("kv@a"), longHeader(0, 1<<20), make([]byte, 100)))
 	expectClosed(t, c)
-	eventually(t, "the timeout counted", func() bool { return sub.Stats().MessageTimeouts == 1 })
+	wait.For(t, "the timeout counted", func() bool { return sub.Stats().MessageTimeouts == 1 })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(gone) != 1 || !errors.Is(gone[0], ErrMessageLost) || !errors.Is(gone[0], ErrMessageTimeout) {
 		t.Fatalf("disconnect reasons %v, want one lost message by timeout", gone)
 	}
-	if used := sub.s.bud.used.Load(); used != 0 {
+	if used := sub.sock.budget.used.Load(); used != 0 {
 		t.Fatalf("%d bytes still reserved", used)
 	}
 	// A peer idle between messages is not cut off by it.
@@ -112,7 +114,7 @@ func TestFullSocketEvictsIdlePeer(t *testing.T) {
 	a, b := dialFrom(t, "127.0.0.2", sub.Addr()), dialFrom(t, "127.0.0.2", sub.Addr())
 	handshakeAsPub(t, a, 1)
 	handshakeAsPub(t, b, 1)
-	eventually(t, "two handshakes", func() bool { return sub.Stats().Handshakes == 2 })
+	wait.For(t, "two handshakes", func() bool { return sub.Stats().Handshakes == 2 })
 	// Handshaking (not yet handshaked) peers are never evicted: the
 	// handshake deadline bounds them.
 	expectGoodPublisher(t, sub)
@@ -136,12 +138,12 @@ func TestLastSlotsKeptForKnownHosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	first.Close()
-	eventually(t, "the engine gone", func() bool { return sub.Stats().Open == 0 })
+	wait.For(t, "the engine gone", func() bool { return sub.Stats().Open == 0 })
 	for i := 0; i < 7; i++ {
 		handshakeAsPub(t, dialFrom(t, "127.0.0.2", sub.Addr()), 1)
 	}
-	eventually(t, "the strangers' handshakes", func() bool { return sub.Stats().Handshakes == 8 })
+	wait.For(t, "the strangers' handshakes", func() bool { return sub.Stats().Handshakes == 8 })
 	expectClosed(t, dialFrom(t, "127.0.0.2", sub.Addr()))
-	eventually(t, "the eighth stranger refused", func() bool { return sub.Stats().Rejected == 1 })
+	wait.For(t, "the eighth stranger refused", func() bool { return sub.Stats().Rejected == 1 })
 	expectGoodPublisher(t, sub) // the engine reconnecting takes the kept slot
 }

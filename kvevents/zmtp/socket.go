@@ -25,11 +25,11 @@ type item struct {
 
 // socket is what Sub and Dealer share: connections feeding one queue.
 type socket struct {
-	typ    string
-	opts   Options
-	topics [][]byte // SUB: subscribed prefixes
-	ctr    *Counters
-	bud    budget
+	typ      string
+	opts     Options
+	topics   [][]byte // SUB: subscribed prefixes
+	counters *Counters
+	budget   budget
 
 	msgs      chan item
 	done      chan struct{} // closed by Close
@@ -56,11 +56,11 @@ type socket struct {
 
 func newSocket(typ string, opts Options, topics []string) *socket {
 	opts = opts.withDefaults()
-	s := &socket{typ: typ, opts: opts, ctr: opts.Counters, msgs: make(chan item, opts.RecvQueue),
+	s := &socket{typ: typ, opts: opts, counters: opts.Counters, msgs: make(chan item, opts.RecvQueue),
 		done: make(chan struct{}), conns: map[*conn]struct{}{}, routes: map[string]*conn{}, known: map[string]struct{}{},
-		bud: newBudget(opts)}
-	if s.ctr == nil {
-		s.ctr = &Counters{}
+		budget: newBudget(opts)}
+	if s.counters == nil {
+		s.counters = &Counters{}
 	}
 	for _, t := range topics {
 		s.topics = append(s.topics, []byte(t))
@@ -130,11 +130,11 @@ func (s *socket) acceptLoop() {
 		delay = 0
 		c := s.admit(nc)
 		if c == nil {
-			s.ctr.rejected.Add(1)
+			s.counters.rejected.Add(1)
 			_ = nc.Close()
 			continue
 		}
-		s.ctr.accepted.Add(1)
+		s.counters.accepted.Add(1)
 		s.wg.Add(1)
 		go s.serveAccepted(c)
 	}
@@ -167,7 +167,7 @@ func (s *socket) admit(nc net.Conn) *conn {
 			return nil
 		}
 	}
-	c := newConn(nc, &s.opts, &s.bud)
+	c := newConn(nc, &s.opts, &s.budget)
 	c.host, c.bound = host, true
 	c.unknown.Store(!known)
 	s.open++
@@ -175,7 +175,7 @@ func (s *socket) admit(nc net.Conn) *conn {
 		s.unknownOpen++
 	}
 	s.conns[c] = struct{}{}
-	s.ctr.open.Add(1)
+	s.counters.open.Add(1)
 	return c
 }
 
@@ -300,7 +300,7 @@ func dial(ctx context.Context, endpoint, typ string, opts Options, topics []stri
 // track registers a new connection so Close can end it; nil if the socket
 // is already closed.
 func (s *socket) track(nc net.Conn) *conn {
-	c := newConn(nc, &s.opts, &s.bud)
+	c := newConn(nc, &s.opts, &s.budget)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed() {
@@ -308,7 +308,7 @@ func (s *socket) track(nc net.Conn) *conn {
 		return nil
 	}
 	s.conns[c] = struct{}{}
-	s.ctr.open.Add(1)
+	s.counters.open.Add(1)
 	return c
 }
 
@@ -335,11 +335,11 @@ func (s *socket) finish(c *conn, err error) {
 		delete(s.routes, c.routingID)
 	}
 	s.mu.Unlock()
-	s.ctr.open.Add(-1)
+	s.counters.open.Add(-1)
 	if s.closed() {
 		err = nil
 	}
-	s.ctr.count(err)
+	s.counters.count(err)
 	if s.opts.OnDisconnect != nil {
 		s.opts.OnDisconnect(c.peer, err)
 	}
@@ -375,14 +375,14 @@ func (c *Counters) count(err error) {
 // serve runs a connection after its handshake until something fails:
 // subscribe (SUB) or take subscriptions (PUB), and queue what arrives.
 func (s *socket) serve(c *conn) error {
-	s.ctr.handshakes.Add(1)
+	s.counters.handshakes.Add(1)
 	c.lastMsg.Store(time.Now().UnixNano()) // idle from here
 	c.handshaked.Store(true)
 	switch s.typ {
 	case "PUB":
-		c.smu.Lock()
+		c.subsMu.Lock()
 		c.subs = map[string]int{}
-		c.smu.Unlock()
+		c.subsMu.Unlock()
 		c.ready.Store(true)
 	case "ROUTER":
 		s.route(c)
@@ -418,14 +418,14 @@ func (s *socket) serve(c *conn) error {
 		switch s.typ {
 		case "SUB":
 			if !s.subscribed(frames[0]) {
-				s.bud.give(reserved)
-				s.ctr.filtered.Add(1)
+				s.budget.give(reserved)
+				s.counters.filtered.Add(1)
 				continue
 			}
 		case "PUB":
 			// ZMTP 3.0 subscribers subscribe with messages (1 or 0, then
 			// the prefix); anything else from a subscriber is ignored.
-			s.bud.give(reserved)
+			s.budget.give(reserved)
 			if len(frames) == 1 && len(frames[0]) > 0 && frames[0][0] <= 1 {
 				if err := c.subscribe(frames[0][0] == 1, frames[0][1:]); err != nil {
 					return err
@@ -440,7 +440,7 @@ func (s *socket) serve(c *conn) error {
 		select {
 		case s.msgs <- item{Message{frames, c.peer}, reserved}:
 		case <-s.done:
-			s.bud.give(reserved)
+			s.budget.give(reserved)
 			return ErrClosed
 		}
 	}
@@ -506,8 +506,8 @@ func (s *socket) recv(ctx context.Context) (Message, error) {
 }
 
 func (s *socket) handOver(it item) Message {
-	s.bud.give(it.reserved)
-	s.ctr.messages.Add(1)
+	s.budget.give(it.reserved)
+	s.counters.messages.Add(1)
 	return it.msg
 }
 

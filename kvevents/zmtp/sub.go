@@ -10,7 +10,7 @@ import (
 // ListenSub accepts any number of publishers (up to MaxConns); one made by
 // DialSub has exactly one and reports its end through Recv (redialling is
 // the caller's choice).
-type Sub struct{ s *socket }
+type Sub struct{ sock *socket }
 
 // ListenSub binds endpoint (tcp://host:port, tcp://*:port, ipc://path) and
 // subscribes every publisher that connects to topics ("" = everything; no
@@ -38,24 +38,24 @@ func DialSub(ctx context.Context, endpoint string, opts Options, topics ...strin
 // Recv returns the next message. For a dialled Sub, once the connection has
 // ended and its queued messages are read, Recv returns why it ended. After
 // Close it returns ErrClosed.
-func (s *Sub) Recv(ctx context.Context) (Message, error) { return s.s.recv(ctx) }
+func (s *Sub) Recv(ctx context.Context) (Message, error) { return s.sock.recv(ctx) }
 
 // Addr is the bound address (the real port when bound to port 0), or nil
 // for a dialled Sub.
 func (s *Sub) Addr() net.Addr {
-	if s.s.ln == nil {
+	if s.sock.ln == nil {
 		return nil
 	}
-	return s.s.ln.Addr()
+	return s.sock.ln.Addr()
 }
 
 // Stats reads the socket's counters (shared ones when Options.Counters was
 // set).
-func (s *Sub) Stats() Stats { return s.s.ctr.Read() }
+func (s *Sub) Stats() Stats { return s.sock.counters.Read() }
 
 // Close ends the listener and every connection and waits for their
 // goroutines. It always returns nil; calling it again does nothing.
 func (s *Sub) Close() error {
-	s.s.close()
+	s.sock.close()
 	return nil
 }

@@ -12,7 +12,8 @@ import (
 
 	"github.com/kvindex/kvindex/applier"
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/indextest"
+	"github.com/kvindex/kvindex/internal/testkit/indextest"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
@@ -52,7 +53,7 @@ func storedEvent(keys []blockkeys.Key, toks []uint32) event.Event {
 func TestApplierRecoversAfterRedisLoss(t *testing.T) {
 	s := redistest.Start(t)
 	in := kvindex.NewInterner()
-	idx, err := New(context.Background(), Config{URL: s.URL(), Namespace: uniqueNS(t), Interner: in,
+	idx, err := New(context.Background(), Config{URL: s.URL(), Namespace: redistest.UniqueNS(t), Interner: in,
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, StatsRefresh: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +98,7 @@ func TestApplierRecoversAfterRedisLoss(t *testing.T) {
 
 	// Redis comes back with the saved (stale) state: blocks 4..7 present.
 	s.Restart()
-	waitFor(t, "healthy", func() bool { return idx.Healthy(ctx) == nil })
+	wait.For(t, "healthy", func() bool { return idx.Healthy(ctx) == nil })
 	// The pod's next batch: the applier clears it first, then applies.
 	t2 := tokens(8, 2)
 	k2 := h.Keys(nil, t2, blockkeys.RequestExtras{})

@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/logtest"
+	"github.com/kvindex/kvindex/internal/testkit/logtest"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
@@ -21,7 +22,7 @@ import (
 func waitPatterns(t *testing.T, want string, nodes ...*redistest.Server) {
 	t.Helper()
 	for _, s := range nodes {
-		waitFor(t, "PUBSUB NUMPAT = "+want+" on "+s.Addr(), func() bool {
+		wait.For(t, "PUBSUB NUMPAT = "+want+" on "+s.Addr(), func() bool {
 			n, err := s.Do("PUBSUB", "NUMPAT")
 			return err == nil && n == want
 		})
@@ -61,24 +62,19 @@ func requireNoWatchers(t *testing.T) {
 	// ran to close a subscription may still be returning (its close(closed)
 	// has happened, its frame not yet gone): allow it a moment to exit. A
 	// leaked watcher stays, and fails here.
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		n := watcherGoroutines()
-		if n == 0 {
-			return
+	wait.Until(t, "the expiry watchers ended after Close", func() string {
+		if n := watcherGoroutines(); n != 0 {
+			return fmt.Sprintf("%d expiry-watcher goroutines still running", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d expiry-watcher goroutines still running after Close", n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 // waitExpired waits until the index counted want TTL expirations and the
 // server holds only the keys in keep.
 func waitExpired(t *testing.T, idx *Index, want int64, keep string, nodes ...*redistest.Server) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%d TTL expirations counted", want), func() bool {
+	wait.For(t, fmt.Sprintf("%d TTL expirations counted", want), func() bool {
 		if idx.TTLExpirations() < want {
 			return false
 		}
@@ -110,7 +106,7 @@ func TestTTLExpirationsCounted(t *testing.T) {
 			t.Parallel()
 			s := redistest.Start(t, "--notify-keyspace-events", "Ex")
 			var logs logtest.Buffer
-			ns := uniqueNS(t)
+			ns := redistest.UniqueNS(t)
 			idx, in := newTestIndex(t, s.URL(), func(c *Config) {
 				c.Namespace, c.TTL, c.Logger = ns, time.Second, logs.Logger()
 			})
@@ -176,7 +172,7 @@ func TestTTLExpirationsCounted(t *testing.T) {
 			idx, in := newTestIndex(t, s.URL(), func(c *Config) {
 				c.TTL, c.Logger = 200*time.Millisecond, logs.Logger()
 			})
-			waitFor(t, "warning logged", func() bool { return strings.Contains(logs.String(), "level=WARN") })
+			wait.For(t, "warning logged", func() bool { return strings.Contains(logs.String(), "level=WARN") })
 			if err := idx.Add(ctx, in.Model("m"), in.Pod("p", 0), event.TierGPU, seqKeys(3, 1)); err != nil {
 				t.Fatal(err)
 			}
@@ -219,7 +215,7 @@ func TestTTLExpirationsCounted(t *testing.T) {
 // subscribes on every master and counts each expiration exactly once.
 func TestTTLExpirationsCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, "--notify-keyspace-events", "Ex")
-	ns := uniqueNS(t)
+	ns := redistest.UniqueNS(t)
 	idx, in := newTestIndex(t, cl.URL(), func(c *Config) { c.Namespace, c.TTL = ns, time.Second })
 	waitPatterns(t, "1", cl.Nodes...)
 	ctx := context.Background()

@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/indextest"
+	"github.com/kvindex/kvindex/internal/testkit/indextest"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
@@ -97,7 +98,7 @@ func (h *hungCluster) keys(t *testing.T, s *redistest.Server, on bool, n int, fr
 // waitFailover returns once the hung master's replica is a master.
 func (h *hungCluster) waitFailover(t *testing.T) {
 	t.Helper()
-	waitFor(t, "the replica of the stopped master promoted", func() bool { return h.replica.Role() == "master" })
+	wait.For(t, "the replica of the stopped master promoted", func() bool { return h.replica.Role() == "master" })
 }
 
 // bounded runs call, which must fail with ErrUnavailable while the node is
@@ -172,7 +173,7 @@ func TestClusterHungMasterFailover(t *testing.T) {
 
 	// (d) failed over: writes and reads reach the new master.
 	h.waitFailover(t)
-	waitFor(t, "a write of the stopped master's keys after the failover", func() bool {
+	wait.For(t, "a write of the stopped master's keys after the failover", func() bool {
 		return h.idx.Add(ctx, h.m, podOn, event.TierGPU, on[2:]) == nil
 	})
 	// (on[:2] were written before the stop: replication is asynchronous,
@@ -222,7 +223,7 @@ func TestClusterHungPodsHashMaster(t *testing.T) {
 		t.Fatal("the replica was promoted before the checks of the stopped master")
 	}
 	h.waitFailover(t)
-	waitFor(t, "a clear after the failover", func() bool { return h.idx.ClearPod(ctx, pod) == nil })
+	wait.For(t, "a clear after the failover", func() bool { return h.idx.ClearPod(ctx, pod) == nil })
 	if err := h.idx.Add(ctx, h.m, pod, event.TierGPU, off); err != nil {
 		t.Fatalf("write after the failover: %v", err)
 	}

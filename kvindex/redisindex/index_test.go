@@ -2,27 +2,16 @@ package redisindex
 
 import (
 	"context"
-	"fmt"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/indextest"
+	"github.com/kvindex/kvindex/internal/testkit/indextest"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	"github.com/redis/go-redis/v9"
 )
-
-var nsSeq atomic.Int64
-
-// uniqueNS gives each index its own namespace so subtests share a server
-// without seeing each other's keys.
-func uniqueNS(t testing.TB) string {
-	return fmt.Sprintf("t%d-%s", nsSeq.Add(1), strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
-}
 
 func newTestIndex(t testing.TB, url string, mod func(*Config)) (*Index, *kvindex.Interner) {
 	t.Helper()
@@ -42,7 +31,7 @@ func newTestIndexWith(t testing.TB, url string, in *kvindex.Interner, mod func(*
 // testConfig is the tests' index config: a namespace of the test's own, and
 // stats refreshed and loss checked (loss_test.go) only when a test asks; mod (if not nil) changes the rest.
 func testConfig(t testing.TB, url string, in *kvindex.Interner, mod func(*Config)) Config {
-	cfg := Config{URL: url, Namespace: uniqueNS(t), Interner: in, StatsRefresh: time.Hour, LossCheck: -1}
+	cfg := Config{URL: url, Namespace: redistest.UniqueNS(t), Interner: in, StatsRefresh: time.Hour, LossCheck: -1}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -111,19 +100,6 @@ func TestConformanceRedis(t *testing.T) {
 func TestConformanceRedisCluster(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
 	indextest.Run(t, redisIndex(c.URL(), false))
-}
-
-// waitFor polls cond until it holds; the deadline is a hang guard, not the
-// thing under test.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // The shared tier is credited at score time (indexer), never stored: the

@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/indextest"
+	"github.com/kvindex/kvindex/internal/testkit/indextest"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
@@ -135,7 +136,7 @@ func TestTwoDaemonsShareIndex(t *testing.T) {
 
 func testTwoDaemons(t *testing.T, walk bool) {
 	s := redistest.Start(t)
-	ns := uniqueNS(t)
+	ns := redistest.UniqueNS(t)
 	mk := func() (*Index, *kvindex.Interner) {
 		return newTestIndex(t, s.URL(), func(c *Config) { c.Namespace = ns; c.ServerWalk = walk })
 	}
@@ -180,7 +181,7 @@ func testTwoDaemons(t *testing.T, walk bool) {
 	if walk {
 		cleaned = 3
 	}
-	waitFor(t, "stale entries cleaned", func() bool { return d1.Stats().Expired+d2.Stats().Expired == int64(cleaned) })
+	wait.For(t, "stale entries cleaned", func() bool { return d1.Stats().Expired+d2.Stats().Expired == int64(cleaned) })
 	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
 	defer c.Close()
 	for i := range cleaned {
@@ -203,7 +204,7 @@ func TestConcurrentWriters(t *testing.T) {
 	for _, mode := range []string{"single", "cluster"} {
 		t.Run(mode, func(t *testing.T) {
 			url, _ := startRedis(t, mode)
-			ns := uniqueNS(t)
+			ns := redistest.UniqueNS(t)
 			ctx := context.Background()
 			keys := seqKeys(40, 1<<40)
 			const writers = 6
@@ -389,7 +390,7 @@ func TestTTLAndNamespace(t *testing.T) {
 	if err := c.Set(ctx, "foreign:key", "x", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	ns := uniqueNS(t)
+	ns := redistest.UniqueNS(t)
 	idx, in := newTestIndex(t, s.URL(), func(c *Config) { c.Namespace = ns; c.TTL = time.Hour })
 	m, p := in.Model("m"), in.Pod("p", 0)
 	if err := idx.Add(ctx, m, p, event.TierGPU, seqKeys(3, 1)); err != nil {
@@ -460,7 +461,7 @@ func TestRedisDownAtStart(t *testing.T) {
 		t.Fatalf("PodBlocks with redis down = %v", err)
 	}
 	s.Restart()
-	waitFor(t, "healthy after redis starts", func() bool { return idx.Healthy(ctx) == nil })
+	wait.For(t, "healthy after redis starts", func() bool { return idx.Healthy(ctx) == nil })
 	if err := idx.Add(ctx, m, p, event.TierGPU, seqKeys(3, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -500,7 +501,7 @@ func TestRedisLostWhileRunning(t *testing.T) {
 		t.Fatal("healthy with redis lost")
 	}
 	s.Restart() // empty: data, epochs and scripts are gone
-	waitFor(t, "healthy again", func() bool { return idx.Healthy(ctx) == nil })
+	wait.For(t, "healthy again", func() bool { return idx.Healthy(ctx) == nil })
 	if n, err := s.Do("DBSIZE"); err != nil || n != "0" {
 		t.Fatalf("after restart DBSIZE = %q, %v; want an empty server", n, err)
 	}
@@ -556,7 +557,7 @@ func TestClusterNodeDown(t *testing.T) {
 // ranks this process never interned (a daemon taking over an endpoint).
 func TestClearPodsNamed(t *testing.T) {
 	s := redistest.Start(t)
-	ns := uniqueNS(t)
+	ns := redistest.UniqueNS(t)
 	ctx := context.Background()
 	d1, in1 := newTestIndex(t, s.URL(), func(c *Config) { c.Namespace = ns })
 	m := in1.Model("m")

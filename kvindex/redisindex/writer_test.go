@@ -10,7 +10,8 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/indextest"
+	"github.com/kvindex/kvindex/internal/testkit/indextest"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/redis/go-redis/v9"
@@ -81,7 +82,7 @@ func TestWritesCoalesce(t *testing.T) {
 				wg.Add(1)
 				go add(p)
 			}
-			waitFor(t, "writes queued behind the held flush", func() bool { return idx.pendingWrites() == K })
+			wait.For(t, "writes queued behind the held flush", func() bool { return idx.pendingWrites() == K })
 			close(gate.release)
 			wg.Wait()
 			close(errs)
@@ -274,7 +275,7 @@ func TestLargeWriteIsChunked(t *testing.T) {
 	go func() { errs <- idx.Add(ctx, m, big, event.TierGPU, keys) }()
 	<-gate.entered // the first chunk's flush is on the wire, held
 	go func() { errs <- idx.Add(ctx, m, other, event.TierGPU, keys[1:2]) }()
-	waitFor(t, "the other pod's write queued", func() bool { return idx.pendingWrites() == 1 })
+	wait.For(t, "the other pod's write queued", func() bool { return idx.pendingWrites() == 1 })
 	close(gate.release)
 	for range 2 {
 		if err := <-errs; err != nil {

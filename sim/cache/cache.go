@@ -143,37 +143,37 @@ func (l *list) popHead(s *slab) int32 {
 // LRU: an access moves the block to most-recent; admitting into a full cache
 // evicts the least recent. O(1) per access.
 type LRU struct {
-	cap  int
-	s    slab
-	l    list
-	byID map[uint64]int32
+	cap     int
+	slab    slab
+	recency list
+	byID    map[uint64]int32
 }
 
 // NewLRU returns an empty LRU of capacity blocks (capacity >= 1).
 func NewLRU(capacity int) *LRU {
-	return &LRU{cap: capacity, l: newList(), byID: make(map[uint64]int32)}
+	return &LRU{cap: capacity, recency: newList(), byID: make(map[uint64]int32)}
 }
 
 func (c *LRU) Name() string           { return "lru" }
-func (c *LRU) Len() int               { return c.l.n }
+func (c *LRU) Len() int               { return c.recency.n }
 func (c *LRU) Capacity() int          { return c.cap }
 func (c *LRU) Contains(h uint64) bool { _, ok := c.byID[h]; return ok }
 
 func (c *LRU) Access(h uint64, evicted []uint64) []uint64 {
 	if i, ok := c.byID[h]; ok {
-		c.l.unlink(&c.s, i)
-		c.l.pushTail(&c.s, i)
+		c.recency.unlink(&c.slab, i)
+		c.recency.pushTail(&c.slab, i)
 		return evicted
 	}
-	if c.l.n >= c.cap {
-		v := c.l.popHead(&c.s)
-		k := c.s.nodes[v].key
+	if c.recency.n >= c.cap {
+		v := c.recency.popHead(&c.slab)
+		k := c.slab.nodes[v].key
 		delete(c.byID, k)
-		c.s.release(v)
+		c.slab.release(v)
 		evicted = append(evicted, k)
 	}
-	i := c.s.alloc(h)
-	c.l.pushTail(&c.s, i)
+	i := c.slab.alloc(h)
+	c.recency.pushTail(&c.slab, i)
 	c.byID[h] = i
 	return evicted
 }
@@ -185,7 +185,7 @@ func (c *LRU) Access(h uint64, evicted []uint64) []uint64 {
 // recent access. A binary min-heap on (count, last access) gives O(log n).
 type LFU struct {
 	cap  int
-	s    slab
+	slab slab
 	heap []int32
 	byID map[uint64]int32
 	now  uint64
@@ -202,7 +202,7 @@ func (c *LFU) Capacity() int          { return c.cap }
 func (c *LFU) Contains(h uint64) bool { _, ok := c.byID[h]; return ok }
 
 func (c *LFU) less(a, b int32) bool {
-	na, nb := &c.s.nodes[a], &c.s.nodes[b]
+	na, nb := &c.slab.nodes[a], &c.slab.nodes[b]
 	if na.freq != nb.freq {
 		return na.freq < nb.freq
 	}
@@ -211,8 +211,8 @@ func (c *LFU) less(a, b int32) bool {
 
 func (c *LFU) swap(i, j int) {
 	c.heap[i], c.heap[j] = c.heap[j], c.heap[i]
-	c.s.nodes[c.heap[i]].heapIdx = int32(i)
-	c.s.nodes[c.heap[j]].heapIdx = int32(j)
+	c.slab.nodes[c.heap[i]].heapIdx = int32(i)
+	c.slab.nodes[c.heap[j]].heapIdx = int32(j)
 }
 
 func (c *LFU) up(i int) {
@@ -248,7 +248,7 @@ func (c *LFU) down(i int) {
 func (c *LFU) Access(h uint64, evicted []uint64) []uint64 {
 	c.now++
 	if i, ok := c.byID[h]; ok {
-		nd := &c.s.nodes[i]
+		nd := &c.slab.nodes[i]
 		nd.freq++
 		nd.tick = c.now
 		c.down(int(nd.heapIdx)) // count and tick only grow: the node sinks
@@ -262,13 +262,13 @@ func (c *LFU) Access(h uint64, evicted []uint64) []uint64 {
 		if last > 0 {
 			c.down(0)
 		}
-		k := c.s.nodes[v].key
+		k := c.slab.nodes[v].key
 		delete(c.byID, k)
-		c.s.release(v)
+		c.slab.release(v)
 		evicted = append(evicted, k)
 	}
-	i := c.s.alloc(h)
-	nd := &c.s.nodes[i]
+	i := c.slab.alloc(h)
+	nd := &c.slab.nodes[i]
 	nd.freq, nd.tick = 1, c.now
 	nd.heapIdx = int32(len(c.heap))
 	c.heap = append(c.heap, i)
@@ -295,7 +295,7 @@ const (
 type S3FIFO struct {
 	cap, smallCap, mainCap, ghostCap int
 	maxFreq                          int32
-	s                                slab
+	slab                             slab
 	small, main, ghost               list
 	byID                             map[uint64]int32
 	evicted                          []uint64 // scratch of the access in progress
@@ -345,18 +345,18 @@ func (c *S3FIFO) Freq(h uint64) (int, string) {
 	if !ok {
 		return 0, ""
 	}
-	return int(c.s.nodes[i].freq), [...]string{"S", "M", "G"}[c.s.nodes[i].q]
+	return int(c.slab.nodes[i].freq), [...]string{"S", "M", "G"}[c.slab.nodes[i].q]
 }
 
 func (c *S3FIFO) Contains(h uint64) bool {
 	i, ok := c.byID[h]
-	return ok && c.s.nodes[i].q != qGhost
+	return ok && c.slab.nodes[i].q != qGhost
 }
 
 func (c *S3FIFO) Access(h uint64, evicted []uint64) []uint64 {
 	c.evicted = evicted
 	if i, ok := c.byID[h]; ok {
-		nd := &c.s.nodes[i]
+		nd := &c.slab.nodes[i]
 		switch nd.q {
 		case qSmall, qMain:
 			if nd.freq < c.maxFreq {
@@ -364,7 +364,7 @@ func (c *S3FIFO) Access(h uint64, evicted []uint64) []uint64 {
 			}
 		case qGhost:
 			// Ghost hit: leave G, enter the tail of M with freq 0.
-			c.ghost.unlink(&c.s, i)
+			c.ghost.unlink(&c.slab, i)
 			c.admitMain(i, 0)
 		}
 		return c.evicted
@@ -375,47 +375,47 @@ func (c *S3FIFO) Access(h uint64, evicted []uint64) []uint64 {
 
 func (c *S3FIFO) admitSmall(h uint64) {
 	for c.small.n >= c.smallCap {
-		v := c.small.popHead(&c.s)
-		if vf := c.s.nodes[v].freq; vf >= 1 {
+		v := c.small.popHead(&c.slab)
+		if vf := c.slab.nodes[v].freq; vf >= 1 {
 			c.admitMain(v, vf) // freq preserved, not reset
 		} else {
 			c.toGhost(v)
 		}
 	}
-	i := c.s.alloc(h)
+	i := c.slab.alloc(h)
 	c.byID[h] = i
-	c.s.nodes[i].q, c.s.nodes[i].freq = qSmall, 0
-	c.small.pushTail(&c.s, i)
+	c.slab.nodes[i].q, c.slab.nodes[i].freq = qSmall, 0
+	c.small.pushTail(&c.slab, i)
 }
 
 // admitMain appends node i (already unlinked from its queue) at the tail of M
 // with freq, first draining M until exactly one entry went to the ghost.
 func (c *S3FIFO) admitMain(i int32, freq int32) {
 	for c.main.n >= c.mainCap {
-		v := c.main.popHead(&c.s)
-		if c.s.nodes[v].freq >= 1 {
-			c.s.nodes[v].freq--
-			c.main.pushTail(&c.s, v) // second chance: back at the TAIL
+		v := c.main.popHead(&c.slab)
+		if c.slab.nodes[v].freq >= 1 {
+			c.slab.nodes[v].freq--
+			c.main.pushTail(&c.slab, v) // second chance: back at the TAIL
 			continue
 		}
 		c.toGhost(v)
 		break
 	}
-	c.s.nodes[i].q, c.s.nodes[i].freq = qMain, freq
-	c.main.pushTail(&c.s, i)
+	c.slab.nodes[i].q, c.slab.nodes[i].freq = qMain, freq
+	c.main.pushTail(&c.slab, i)
 }
 
 // toGhost moves a node that just left S or M (so it stops being resident) to
 // the tail of G, dropping G's oldest hash when G is full.
 func (c *S3FIFO) toGhost(i int32) {
-	c.evicted = append(c.evicted, c.s.nodes[i].key)
+	c.evicted = append(c.evicted, c.slab.nodes[i].key)
 	// A key lives in exactly one queue, so i cannot already be in G; the
 	// reference's "remove then re-append" case cannot arise here.
 	if c.ghost.n >= c.ghostCap {
-		g := c.ghost.popHead(&c.s)
-		delete(c.byID, c.s.nodes[g].key)
-		c.s.release(g)
+		g := c.ghost.popHead(&c.slab)
+		delete(c.byID, c.slab.nodes[g].key)
+		c.slab.release(g)
 	}
-	c.s.nodes[i].q, c.s.nodes[i].freq = qGhost, 0
-	c.ghost.pushTail(&c.s, i)
+	c.slab.nodes[i].q, c.slab.nodes[i].freq = qGhost, 0
+	c.ghost.pushTail(&c.slab, i)
 }

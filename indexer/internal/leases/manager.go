@@ -47,12 +47,12 @@ import (
 // so two daemons never apply the same endpoint's events for long: at most
 // one tick of overlap.
 type Manager struct {
-	c    redis.UniversalClient
-	ns   string
-	id   string
-	ttl  time.Duration
-	tick time.Duration
-	log  *slog.Logger
+	client redis.UniversalClient
+	ns     string
+	id     string
+	ttl    time.Duration
+	tick   time.Duration
+	log    *slog.Logger
 
 	mu   sync.Mutex
 	held map[string]time.Time // endpoint -> when the last successful renewal was sent
@@ -64,7 +64,7 @@ type Manager struct {
 func NewManager(c redis.UniversalClient, namespace, daemonID string, ttl time.Duration) *Manager {
 	ttl = max(ttl, 300*time.Millisecond)
 	return &Manager{
-		c: c, ns: namespace, id: daemonID, ttl: ttl, tick: ttl / 3,
+		client: c, ns: namespace, id: daemonID, ttl: ttl, tick: ttl / 3,
 		log:  slog.Default(),
 		held: map[string]time.Time{},
 	}
@@ -159,7 +159,7 @@ func (m *Manager) Run(ctx context.Context, endpoints func() []string, acquire fu
 func (m *Manager) step(ctx context.Context, eps []string, acquire func(context.Context, string) error, release func(string)) {
 	eps = slices.Compact(slices.Sorted(slices.Values(eps)))
 	start := time.Now()
-	live, err := leaseHeartbeat.Run(ctx, m.c, []string{m.ns + ":daemons"}, m.id, m.ttl.Milliseconds()).Int64()
+	live, err := leaseHeartbeat.Run(ctx, m.client, []string{m.ns + ":daemons"}, m.id, m.ttl.Milliseconds()).Int64()
 	if err != nil {
 		live = 0
 	}
@@ -183,7 +183,7 @@ func (m *Manager) renew(ctx context.Context, start time.Time, release func(strin
 		return
 	}
 	ttlMS := m.ttl.Milliseconds()
-	pipe := m.c.Pipeline()
+	pipe := m.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(held))
 	for i, ep := range held {
 		cmds[i] = leaseRenew.EvalSha(ctx, pipe, []string{m.leaseKey(ep)}, m.id, ttlMS)
@@ -192,7 +192,7 @@ func (m *Manager) renew(ctx context.Context, start time.Time, release func(strin
 	for i, ep := range held {
 		n, err := cmds[i].Int64()
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			n, err = leaseRenew.Run(ctx, m.c, []string{m.leaseKey(ep)}, m.id, ttlMS).Int64()
+			n, err = leaseRenew.Run(ctx, m.client, []string{m.leaseKey(ep)}, m.id, ttlMS).Int64()
 		}
 		switch {
 		case err == nil && n == 1:
@@ -254,7 +254,7 @@ func (m *Manager) takeFree(ctx context.Context, eps []string, share int, start t
 		if mine {
 			continue
 		}
-		ok, err := leaseAcquire.Run(ctx, m.c, []string{m.leaseKey(ep)}, m.id, m.ttl.Milliseconds()).Int64()
+		ok, err := leaseAcquire.Run(ctx, m.client, []string{m.leaseKey(ep)}, m.id, m.ttl.Milliseconds()).Int64()
 		if err != nil {
 			return
 		}
@@ -263,7 +263,7 @@ func (m *Manager) takeFree(ctx context.Context, eps []string, share int, start t
 		}
 		if err := acquire(ctx, ep); err != nil {
 			m.log.Warn("lease acquired but the endpoint could not be taken over; giving it back", "endpoint", ep, "daemon", m.id, "err", err)
-			if err := leaseRelease.Run(ctx, m.c, []string{m.leaseKey(ep)}, m.id).Err(); err != nil {
+			if err := leaseRelease.Run(ctx, m.client, []string{m.leaseKey(ep)}, m.id).Err(); err != nil {
 				m.log.Warn("lease release failed; it will expire", "endpoint", ep, "err", err)
 			}
 			continue
@@ -291,7 +291,7 @@ func (m *Manager) drop(ep string, release func(string)) {
 // Stop first: once the key is gone another daemon may start on it.
 func (m *Manager) releaseOne(ctx context.Context, ep string, release func(string)) {
 	m.drop(ep, release)
-	if err := leaseRelease.Run(ctx, m.c, []string{m.leaseKey(ep)}, m.id).Err(); err != nil && !errors.Is(err, context.Canceled) {
+	if err := leaseRelease.Run(ctx, m.client, []string{m.leaseKey(ep)}, m.id).Err(); err != nil && !errors.Is(err, context.Canceled) {
 		m.log.Warn("lease release failed; it will expire", "endpoint", ep, "err", err)
 	}
 }
@@ -302,5 +302,5 @@ func (m *Manager) releaseAll(release func(string)) {
 	for _, ep := range m.Held() {
 		m.releaseOne(ctx, ep, release)
 	}
-	_ = m.c.ZRem(ctx, m.ns+":daemons", m.id).Err()
+	_ = m.client.ZRem(ctx, m.ns+":daemons", m.id).Err()
 }

@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -74,24 +73,11 @@ func (o *owners) snapshot() map[string][]string {
 	return out
 }
 
-// waitFor polls cond until it holds; the deadline is a hang guard, not the
-// thing under test.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestLeaseTakeover(t *testing.T) {
 	s := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Protocol: 2, DisableIdentity: true})
 	defer c.Close()
-	ns := uniqueNS(t)
+	ns := redistest.UniqueNS(t)
 	eps := []string{"tcp://10.0.0.1:5557", "tcp://10.0.0.2:5557", "tcp://10.0.0.3:5557", "tcp://10.0.0.4:5557", "tcp://10.0.0.5:5557"}
 	list := func() []string { return eps }
 	own := newOwners()
@@ -110,13 +96,13 @@ func TestLeaseTakeover(t *testing.T) {
 	a := NewManager(ca, ns, "daemon-a", ttl)
 	a.SetLogger(quiet)
 	stopA := run(a, "a")
-	waitFor(t, "a holds all endpoints", func() bool { return len(own.snapshot()["a"]) == len(eps) })
+	wait.For(t, "a holds all endpoints", func() bool { return len(own.snapshot()["a"]) == len(eps) })
 
 	// A second daemon joins: the endpoints are split 3/2, disjointly.
 	b := NewManager(c, ns, "daemon-b", ttl)
 	b.SetLogger(quiet)
 	stopB := run(b, "b")
-	waitFor(t, "split between a and b", func() bool {
+	wait.For(t, "split between a and b", func() bool {
 		s := own.snapshot()
 		return len(s["a"])+len(s["b"]) == len(eps) && len(s["a"]) >= 2 && len(s["b"]) >= 2
 	})
@@ -134,19 +120,19 @@ func TestLeaseTakeover(t *testing.T) {
 	ca.Close()
 	stopA()
 	own.forget("a")
-	waitFor(t, "b takes over all endpoints", func() bool { return len(own.snapshot()["b"]) == len(eps) })
+	wait.For(t, "b takes over all endpoints", func() bool { return len(own.snapshot()["b"]) == len(eps) })
 
 	// A third daemon joins and leaves gracefully: its endpoints come back to
 	// B without waiting for a TTL (it deletes its leases).
 	cM := NewManager(c, ns, "daemon-c", ttl)
 	cM.SetLogger(quiet)
 	stopC := run(cM, "c")
-	waitFor(t, "c gets a share", func() bool { return len(own.snapshot()["c"]) >= 2 })
+	wait.For(t, "c gets a share", func() bool { return len(own.snapshot()["c"]) >= 2 })
 	stopC()
 	if n, _ := c.Exists(context.Background(), leaseKeysOf(ns, eps)...).Result(); n != int64(len(b.Held())) {
 		t.Fatalf("after c's graceful stop %d lease keys exist, b holds %v", n, b.Held())
 	}
-	waitFor(t, "b takes c's endpoints back", func() bool { return len(own.snapshot()["b"]) == len(eps) })
+	wait.For(t, "b takes c's endpoints back", func() bool { return len(own.snapshot()["b"]) == len(eps) })
 
 	// The endpoint list shrinks: the lease of a removed endpoint is released.
 	stopB()
@@ -161,13 +147,6 @@ func TestLeaseTakeover(t *testing.T) {
 }
 
 var quiet = slog.New(slog.DiscardHandler)
-
-var nsSeq atomic.Int64
-
-// uniqueNS gives each test its own namespace on a shared server.
-func uniqueNS(t testing.TB) string {
-	return fmt.Sprintf("t%d-%s", nsSeq.Add(1), strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
-}
 
 func newClient(s *redistest.Server) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: s.Addr(), Protocol: 2, DisableIdentity: true})
@@ -186,7 +165,7 @@ func TestLeaseEndpointRemovedAndRedisLoss(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Protocol: 2, DisableIdentity: true,
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, MaxRetries: -1})
 	defer c.Close()
-	ns := uniqueNS(t)
+	ns := redistest.UniqueNS(t)
 	var mu sync.Mutex
 	eps := []string{"e1", "e2", "e3"}
 	list := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(eps) }
@@ -197,12 +176,12 @@ func TestLeaseEndpointRemovedAndRedisLoss(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = m.Run(ctx, list, own.acquire("d"), own.release("d")) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, "all held", func() bool { return len(own.snapshot()["d"]) == 3 })
+	wait.For(t, "all held", func() bool { return len(own.snapshot()["d"]) == 3 })
 
 	mu.Lock()
 	eps = []string{"e1", "e3"}
 	mu.Unlock()
-	waitFor(t, "e2 released", func() bool { return slices.Equal(own.snapshot()["d"], []string{"e1", "e3"}) })
+	wait.For(t, "e2 released", func() bool { return slices.Equal(own.snapshot()["d"], []string{"e1", "e3"}) })
 	if n, _ := c.Exists(context.Background(), ns+":lease:e2").Result(); n != 0 {
 		t.Fatal("lease key of removed endpoint still exists")
 	}
@@ -210,9 +189,9 @@ func TestLeaseEndpointRemovedAndRedisLoss(t *testing.T) {
 	// Redis lost: the daemon must stop using its endpoints (it can no longer
 	// prove it owns them), and take them again once Redis is back.
 	s.Kill()
-	waitFor(t, "endpoints released while redis is down", func() bool { return len(own.snapshot()["d"]) == 0 })
+	wait.For(t, "endpoints released while redis is down", func() bool { return len(own.snapshot()["d"]) == 0 })
 	s.Restart()
-	waitFor(t, "endpoints re-acquired", func() bool { return len(own.snapshot()["d"]) == 2 })
+	wait.For(t, "endpoints re-acquired", func() bool { return len(own.snapshot()["d"]) == 2 })
 }
 
 // An endpoint whose takeover fails is not held: its lease is given back at
@@ -222,7 +201,7 @@ func TestLeaseAcquireFailureGivesTheLeaseBack(t *testing.T) {
 	s := redistest.Start(t)
 	c := newClient(s)
 	defer c.Close()
-	ns := uniqueNS(t)
+	ns := redistest.UniqueNS(t)
 	var mu sync.Mutex
 	tries := 0
 	m := NewManager(c, ns, "d", 3*time.Second)
@@ -241,7 +220,7 @@ func TestLeaseAcquireFailureGivesTheLeaseBack(t *testing.T) {
 			return fmt.Errorf("clearing the previous owner's pods failed")
 		}, func(string) {})
 	}()
-	waitFor(t, "bad retried at a later tick", func() bool { mu.Lock(); defer mu.Unlock(); return tries >= 2 })
+	wait.For(t, "bad retried at a later tick", func() bool { mu.Lock(); defer mu.Unlock(); return tries >= 2 })
 	if held := m.Held(); !slices.Equal(held, []string{"good"}) {
 		t.Fatalf("held %v, want only good", held)
 	}

@@ -34,8 +34,8 @@ type PodClearer interface {
 // one Track interval before its owner dies is not recorded yet and is not
 // cleared; its entries age out by the index TTL.
 type Takeover struct {
-	c  redis.UniversalClient
-	ns string
+	client redis.UniversalClient
+	ns     string
 	// maxNames bounds the names recorded per endpoint: a misbehaving engine
 	// inventing topic names must not grow Redis without bound.
 	maxNames int64
@@ -46,7 +46,7 @@ const DefaultMaxNames = 1024
 
 // NewTakeover uses client c under the index's namespace.
 func NewTakeover(c redis.UniversalClient, namespace string) *Takeover {
-	return &Takeover{c: c, ns: namespace, maxNames: DefaultMaxNames}
+	return &Takeover{client: c, ns: namespace, maxNames: DefaultMaxNames}
 }
 
 func (t *Takeover) key(ep string) string { return endpointKey(t.ns, "lease-pods", ep) }
@@ -62,7 +62,7 @@ func (t *Takeover) Record(ctx context.Context, seen map[string][]string) error {
 	eps := slices.Sorted(maps.Keys(seen))
 	// Read the sizes first (the bound), then add: two round trips, but only
 	// when something is new, which after warm-up is never.
-	pipe := t.c.Pipeline()
+	pipe := t.client.Pipeline()
 	has := make([]*redis.BoolSliceCmd, len(eps))
 	cards := make([]*redis.IntCmd, len(eps))
 	uniq := make(map[string][]string, len(eps))
@@ -82,7 +82,7 @@ func (t *Takeover) Record(ctx context.Context, seen map[string][]string) error {
 		return fmt.Errorf("leases: record pods: %w", err)
 	}
 	var full []string
-	add := t.c.Pipeline()
+	add := t.client.Pipeline()
 	for i, ep := range eps {
 		if has[i] == nil {
 			continue
@@ -117,7 +117,7 @@ func (t *Takeover) Record(ctx context.Context, seen map[string][]string) error {
 
 // Recorded lists the pod names recorded for ep, sorted.
 func (t *Takeover) Recorded(ctx context.Context, ep string) ([]string, error) {
-	names, err := t.c.SMembers(ctx, t.key(ep)).Result()
+	names, err := t.client.SMembers(ctx, t.key(ep)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("leases: recorded pods of %s: %w", ep, err)
 	}
@@ -151,7 +151,7 @@ func (t *Takeover) Prepare(ctx context.Context, ep, configuredPod string, idx Po
 		for i, n := range names {
 			args[i] = n
 		}
-		if err := t.c.SRem(ctx, t.key(ep), args...).Err(); err != nil {
+		if err := t.client.SRem(ctx, t.key(ep), args...).Err(); err != nil {
 			return fmt.Errorf("leases: forget pods of %s: %w", ep, err)
 		}
 	}

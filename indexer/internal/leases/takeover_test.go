@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
@@ -64,7 +65,7 @@ func livePods(t *testing.T, idx kvindex.Index, in *kvindex.Interner) string {
 // pod-x/1, pod-x/2 and both eng-t ranks in the index.
 func TestTakeoverClearsWhatTheOwnerIndexed(t *testing.T) {
 	s := redistest.Start(t)
-	ns := uniqueNS(t)
+	ns := redistest.UniqueNS(t)
 	ctx := context.Background()
 	const epPod, epTopic = "tcp://10.0.0.1:5557", "tcp://10.0.0.2:5557"
 	configured := map[string]string{epPod: "pod-x", epTopic: ""}
@@ -120,7 +121,7 @@ func TestTakeoverClearsWhatTheOwnerIndexed(t *testing.T) {
 			return nil
 		}, func(string) {})
 	})
-	waitFor(t, "a records the pods of both endpoints", func() bool {
+	wait.For(t, "a records the pods of both endpoints", func() bool {
 		p, _ := toA.Recorded(ctx, epPod)
 		q, _ := toA.Recorded(ctx, epTopic)
 		return slices.Equal(p, []string{"pod-x"}) && slices.Equal(q, []string{"eng-t"})
@@ -149,7 +150,7 @@ func TestTakeoverClearsWhatTheOwnerIndexed(t *testing.T) {
 		}, func(string) {})
 	}()
 	defer func() { cancelB(); <-done }()
-	waitFor(t, "b takes both endpoints over", func() bool { return len(b.Held()) == 2 })
+	wait.For(t, "b takes both endpoints over", func() bool { return len(b.Held()) == 2 })
 	if got := livePods(t, idxB, inB); got != "bystander/0" {
 		t.Fatalf("after the takeover b serves %q, want only bystander/0", got)
 	}
@@ -183,7 +184,7 @@ func TestRecordBounded(t *testing.T) {
 
 func testRecordBounded(t *testing.T, c redis.UniversalClient) {
 	ctx := context.Background()
-	ns := uniqueNS(t)
+	ns := redistest.UniqueNS(t)
 	to := NewTakeover(c, ns)
 	to.maxNames = 3
 	if err := to.Record(ctx, map[string][]string{"e{1}": {"a", "b", "a"}, "e2": {"z"}}); err != nil {
