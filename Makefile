@@ -35,7 +35,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: all build kvindexd docs run test test-deps test-short bench mooncake mooncake-short compare lint proto demo loadgen fetch-tokenizers fuzz clean image helm-check manifests mutation mutation-ci mutation-diff mutation-wiring helm-bin
+.PHONY: all build kvindexd docs run test test-deps test-short bench bench-smoke mooncake mooncake-short compare lint proto demo loadgen fetch-tokenizers fuzz clean image helm-check manifests mutation mutation-ci mutation-diff mutation-wiring helm-bin
 
 all: build
 
@@ -96,6 +96,11 @@ test-short:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+# Every benchmark once (-benchtime 1x, ~45 s): a benchmark whose setup or
+# check broke fails here instead of on the next performance run. CI runs it.
+bench-smoke:
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 15m $(PKGS)
 
 # The Mooncake open-loop replay, Dynamo mooncake_bench's method (the Flash
 # Indexer's yardstick; docs/performance.md#the-mooncake-replay): the full

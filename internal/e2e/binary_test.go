@@ -25,7 +25,7 @@ func TestBinaryServeAndGracefulStop(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	bin, err := harness.BuildDaemon(harness.RepoRoot(t), t.TempDir(),
-		append(buildFlags, "-ldflags", "-X main.version=v0.0.0-e2e -X main.commit=e2e0123")...)
+		append(harness.BuildFlags(), "-ldflags", "-X main.version=v0.0.0-e2e -X main.commit=e2e0123")...)
 	if err != nil {
 		t.Fatal(err)
 	}

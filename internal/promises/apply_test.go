@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/race"
 	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
@@ -68,7 +69,7 @@ func TestPromiseApplyFairness(t *testing.T) {
 	// held beyond the wait limit by the socket's reader), and the second,
 	// race-free pass of `make test` checks the shipped binary.
 	stall, floods := "250ms", 6
-	if raceBuild {
+	if race.Enabled {
 		stall, floods = "60s", 3
 	}
 	d := harness.Start(t, "--workers", "1", "--apply-stall-timeout", stall)
@@ -136,7 +137,7 @@ func TestPromiseApplyFairness(t *testing.T) {
 	if p, ok := d.Pod("pod-honest"); !ok || p.Overflows != 0 || !p.Complete {
 		t.Errorf("pod-honest %+v", p)
 	}
-	if took > 5*time.Second && !raceBuild {
+	if took > 5*time.Second && !race.Enabled {
 		t.Errorf("the honest pod's batch took %v to reach scores", took)
 	}
 	// The flood goes on for three health checks (one a second): the daemon
@@ -281,7 +282,7 @@ func TestPromiseApplyQueueShare(t *testing.T) {
 	if p, ok := d.Pod("pod-honest"); !ok || p.Overflows != 0 || !p.Complete {
 		t.Errorf("pod-honest %+v", p)
 	}
-	if took > 5*time.Second && !raceBuild {
+	if took > 5*time.Second && !race.Enabled {
 		t.Errorf("the honest pod's batch took %v to reach scores", took)
 	}
 	t.Logf("honest batch scored after %v; max queued %.1f MB, max apply lag %.2f s, flood overflows %v",

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/race"
 	"github.com/kvindex/kvindex/internal/testkit/wait"
 )
 
@@ -198,7 +199,7 @@ func TestPromiseTokenizeInflightBytes(t *testing.T) {
 	if v := d.Metric("kvindexd_prompt_tokenize_inflight_bytes"); v != 0 {
 		t.Errorf("in-flight bytes %v after every request ended", v)
 	}
-	if rss := d.PeakRSS(); rss > 1<<30 && !raceBuild { // the race detector's shadow memory is not the daemon's
+	if rss := d.PeakRSS(); rss > 1<<30 && !race.Enabled { // the race detector's shadow memory is not the daemon's
 		t.Errorf("peak RSS %d MB, want below 1 GiB", rss>>20)
 	}
 	t.Logf("%d of %d refused as busy; peak in-flight %v bytes; peak RSS %d MB", busy, len(codes), peak, d.PeakRSS()>>20)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/race"
 	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvevents/event"
@@ -359,7 +360,7 @@ func TestPromiseHoldTables(t *testing.T) {
 	d := harness.Start(t)
 	pub := d.Publisher()
 	pods, chunk, lossOK := 2000, 250, 0 // chunks below the publisher's high-water mark
-	if raceBuild {
+	if race.Enabled {
 		// The race-built daemon is slow enough that ZeroMQ drops messages
 		// anyway; the tables' size per pod, not delivery, is the promise.
 		pods, chunk, lossOK = 200, 50, 50
@@ -394,7 +395,7 @@ func TestPromiseHoldTables(t *testing.T) {
 	if limit := float64(pods * 128 << 10); bytes <= 0 || bytes > limit {
 		t.Errorf("kvindexd_hold_table_bytes = %v, want (0, %v]", bytes, limit)
 	}
-	if rss := d.PeakRSS(); rss > 1<<30 && !raceBuild {
+	if rss := d.PeakRSS(); rss > 1<<30 && !race.Enabled {
 		t.Errorf("peak RSS %d MB, want below 1 GiB", rss>>20)
 	}
 	t.Logf("tables %.1f MB for %d pods; peak RSS %d MB", bytes/1e6, pods, d.PeakRSS()>>20)

@@ -23,6 +23,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvindex/kvindex/internal/testkit/race"
 )
 
 // ReadyLimit bounds the wait for a started daemon's /readyz: a hang guard
@@ -84,11 +86,7 @@ func Binary(t testing.TB) string {
 			buildErr = err
 			return
 		}
-		var flags []string
-		if raceEnabled && !plainBuild {
-			flags = []string{"-race"}
-		}
-		binPath, buildErr = BuildDaemon(root, binDir, flags...)
+		binPath, buildErr = BuildDaemon(root, binDir, BuildFlags()...)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -122,6 +120,17 @@ func FindRepoRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// BuildFlags are the go build flags the daemon under test is built with:
+// -race when the test binary has it (unless PlainBuild), so that under
+// `go test -race` every package is already compiled and the build is a
+// link, and a data race in the daemon fails the test (exit status 66).
+func BuildFlags() []string {
+	if race.Enabled && !plainBuild {
+		return []string{"-race"}
+	}
+	return nil
 }
 
 // BuildDaemon builds ./cmd/kvindexd of the module at root into dir with the
