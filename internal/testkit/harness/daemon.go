@@ -129,7 +129,34 @@ func tryStart(t testing.TB, bin string, c Config) (*Daemon, error) {
 		d.Kill()
 		return d, err
 	}
+	// /readyz may have been answered by another test's daemon that took the
+	// port between FreePort and this one's bind (ours then exits with
+	// "address already in use" and StartConfig retries): this daemon is up
+	// once its own log says so. A daemon logging below info is taken at
+	// /readyz's word.
+	if !hasFlag(c.Flags, "--log-level") {
+		if err := waitOwnLog(d, "kvindexd running", ReadyLimit); err != nil {
+			return d, err
+		}
+	}
 	return d, nil
+}
+
+// waitOwnLog waits until d's log holds line, d exits or limit passes.
+func waitOwnLog(d *Daemon, line string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for !strings.Contains(d.Logs.String(), line) {
+		select {
+		case <-d.exited:
+			return fmt.Errorf("%w: %v", ErrExitedBeforeReady, d.waitErr)
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			d.Kill()
+			return fmt.Errorf("kvindexd answered /readyz but did not log %q within %v", line, limit)
+		}
+	}
+	return nil
 }
 
 func hasFlag(flags []string, name string) bool {
