@@ -131,6 +131,8 @@ type Params struct {
 	AIBrix        AIBrixParams
 	SGLang        SGLangParams
 	GuardedPrefix GuardedPrefixParams
+	// PD is the disaggregation decision of PickPD.
+	PD PDParams
 }
 
 // Defaults are the values each policy's doc comment cites.
@@ -141,6 +143,7 @@ func Defaults() Params {
 		AIBrix:        AIBrixParams{ImbalanceAbs: 16, StdDevFactor: 2},
 		SGLang:        SGLangParams{BalanceAbs: 64, BalanceRel: 1.5, CacheThreshold: 0.3},
 		GuardedPrefix: GuardedPrefixParams{GuardAbs: 4, MinMatch: 0},
+		PD:            DefaultPD(),
 	}
 }
 
