@@ -116,6 +116,11 @@ func (s *Server) Pick(ctx context.Context, req *kvindexv1.PickRequest) (*kvindex
 				ic.Events = indexer.EventsOn
 			}
 		}
+		var ok bool
+		if ic.Role, ok = routing.ParseRole(c.GetRole()); !ok {
+			s.pickMetrics.observe(codes.InvalidArgument, 0)
+			return nil, errorf(codes.InvalidArgument, "candidates[%d].role: %v", len(q.Candidates), badRole(c.GetRole())).grpc()
+		}
 		q.Candidates = append(q.Candidates, ic)
 	}
 	if err := s.pick(ctx, p); err != nil {
@@ -146,9 +151,48 @@ func toProtoPick(a *indexer.PickResult) *kvindexv1.PickResponse {
 		pc.Tiers = fillTiers(&tiers[i], &c.Tiers)
 		pc.Cached, pc.Score, pc.Cost = finiteOr0(c.Cached), finiteOr0(c.Score), finiteOr0(c.Cost)
 		pc.Session = c.Session
+		if a.PD {
+			pc.Role = c.Role.String()
+		}
 		resp.Candidates[i] = pc
 	}
+	if a.PD {
+		resp.Disaggregation = &kvindexv1.Disaggregation{Decision: a.Split.String(), NonCachedTokens: int32(a.NonCachedTokens),
+			PrefillWaiting: int32(a.PrefillWaiting), MaxLocalPrefillTokens: int32(a.PDParams.MaxLocalPrefillTokens),
+			MaxPrefillWaiting: int32(a.PDParams.MaxPrefillWaiting)}
+	}
+	if a.Prefill >= 0 {
+		pp := &kvindexv1.PrefillPod{Pod: a.PrefillPod, Candidate: int32(a.Prefill), Reason: a.PrefillReason.String(),
+			MatchedBlocks: int32(a.Candidates[a.Prefill].MatchedBlocks)}
+		if a.PrefillHasDPRank {
+			r := int32(a.PrefillDPRank)
+			pp.DpRank = &r
+		}
+		resp.PrefillPod = pp
+	}
+	if a.HasKVSource {
+		k := &a.KVSource
+		ks := &kvindexv1.KVSource{Pod: k.Pod, Blocks: int32(k.Blocks), ExtraBlocks: int32(k.ExtraBlocks),
+			Tiers: fillTiers(new(kvindexv1.TierCounts), &k.Tiers), Reason: kvSourceReason}
+		if k.HasDPRank {
+			r := int32(k.DPRank)
+			ks.DpRank = &r
+		}
+		if k.Candidate >= 0 {
+			c := int32(k.Candidate)
+			ks.Candidate = &c
+		}
+		resp.KvSource = ks
+	}
 	return resp
+}
+
+// kvSourceReason is kv_source's reason: the only one there is.
+const kvSourceReason = "holds-more-blocks"
+
+// badRole is the error of an unknown role value.
+func badRole(v string) error {
+	return fmt.Errorf("unknown role %q (want prefill, decode, both, prefill-decode or encode; empty = both)", v)
 }
 
 func finiteOr0(f float64) float64 {
@@ -233,7 +277,7 @@ func parsePickBody(data []byte, p *pickScratch) error {
 }
 
 // candidate reads one {"pod", "dp_rank", "waiting", "running", "kv_usage",
-// "events"} object.
+// "events", "role"} object.
 func (s *scanner) candidate(i int, c *indexer.Candidate) error {
 	return s.object(func(key string) error {
 		var err error
@@ -255,6 +299,17 @@ func (s *scanner) candidate(i int, c *indexer.Candidate) error {
 			c.Running = int(v)
 		case "kv_usage":
 			c.KVUsage, err = s.float()
+		case "role":
+			if s.null() {
+				return nil
+			}
+			var v string
+			if v, err = s.str(); err == nil {
+				var ok bool
+				if c.Role, ok = routing.ParseRole(v); !ok {
+					err = badRole(v)
+				}
+			}
 		case "events":
 			if s.null() {
 				return nil
@@ -267,7 +322,7 @@ func (s *scanner) candidate(i int, c *indexer.Candidate) error {
 				}
 			}
 		default:
-			return fmt.Errorf("candidates[%d]: unknown field %q (want pod, dp_rank, waiting, running, kv_usage, events)", i, key)
+			return fmt.Errorf("candidates[%d]: unknown field %q (want pod, dp_rank, waiting, running, kv_usage, events, role)", i, key)
 		}
 		if err != nil {
 			return fmt.Errorf("candidates[%d].%s: %v", i, key, err)
@@ -342,9 +397,63 @@ func appendPickJSON(b []byte, a *indexer.PickResult) []byte {
 		if c.Session {
 			b = append(b, `,"session":true`...)
 		}
+		if a.PD {
+			b = append(b, `,"role":`...)
+			b = appendString(b, c.Role.String())
+		}
 		b = append(b, '}')
 	}
-	return append(b, "]}\n"...)
+	b = append(b, ']')
+	if a.PD {
+		b = appendPDJSON(b, a)
+	}
+	return append(b, "}\n"...)
+}
+
+// appendPDJSON writes a P/D answer's disaggregation, prefill_pod and
+// kv_source (the last two only when set).
+func appendPDJSON(b []byte, a *indexer.PickResult) []byte {
+	b = append(b, `,"disaggregation":{"decision":`...)
+	b = appendString(b, a.Split.String())
+	b = append(b, `,"non_cached_tokens":`...)
+	b = strconv.AppendInt(b, int64(a.NonCachedTokens), 10)
+	b = append(b, `,"prefill_waiting":`...)
+	b = strconv.AppendInt(b, int64(a.PrefillWaiting), 10)
+	b = append(b, `,"max_local_prefill_tokens":`...)
+	b = strconv.AppendInt(b, int64(a.PDParams.MaxLocalPrefillTokens), 10)
+	b = append(b, `,"max_prefill_waiting":`...)
+	b = strconv.AppendInt(b, int64(a.PDParams.MaxPrefillWaiting), 10)
+	b = append(b, '}')
+	if a.Prefill >= 0 {
+		b = append(b, `,"prefill_pod":{"pod":`...)
+		b = appendString(b, a.PrefillPod)
+		b = append(b, `,"dp_rank":`...)
+		b = appendOptRank(b, a.PrefillHasDPRank, a.PrefillDPRank)
+		b = append(b, `,"candidate":`...)
+		b = strconv.AppendInt(b, int64(a.Prefill), 10)
+		b = append(b, `,"reason":`...)
+		b = appendString(b, a.PrefillReason.String())
+		b = append(b, `,"matched_blocks":`...)
+		b = strconv.AppendInt(b, int64(a.Candidates[a.Prefill].MatchedBlocks), 10)
+		b = append(b, '}')
+	}
+	if a.HasKVSource {
+		k := &a.KVSource
+		b = append(b, `,"kv_source":{"pod":`...)
+		b = appendString(b, k.Pod)
+		b = append(b, `,"dp_rank":`...)
+		b = appendOptRank(b, k.HasDPRank, k.DPRank)
+		b = append(b, `,"candidate":`...)
+		b = appendOptRank(b, k.Candidate >= 0, k.Candidate)
+		b = append(b, `,"blocks":`...)
+		b = strconv.AppendInt(b, int64(k.Blocks), 10)
+		b = append(b, `,"extra_blocks":`...)
+		b = strconv.AppendInt(b, int64(k.ExtraBlocks), 10)
+		b = append(b, `,"tiers":`...)
+		b = appendTiers(b, &k.Tiers)
+		b = append(b, `,"reason":"`+kvSourceReason+`"}`...)
+	}
+	return b
 }
 
 func appendOptRank(b []byte, ok bool, rank int) []byte {

@@ -18,6 +18,9 @@ type metrics struct {
 	// picks by [policy number][reason], resolved once
 	picks      [][routing.NumReasons]prometheus.Counter
 	specBlocks prometheus.Counter
+	// P/D picks by disaggregation decision, and those that named a kv_source
+	pdSplits   [routing.NumSplits]prometheus.Counter
+	pdSources  prometheus.Counter
 	specErrors prometheus.Counter
 	// sharedModels counts models interned on the read path because the
 	// shared index (Redis) holds them though this process saw no event.
@@ -54,6 +57,17 @@ func newMetrics(reg *prometheus.Registry, ix *Indexer) (*metrics, error) {
 			m.picks[i][r] = picks.WithLabelValues(p.Name(), r.String())
 		}
 	}
+	splits := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvindexd_pick_pd_total",
+		Help: "P/D picks (some candidate had a role) by disaggregation decision: disaggregated, few-uncached-tokens, prefill-pool-busy, no-prefill-pool.",
+	}, []string{"decision"})
+	for sp := range routing.NumSplits {
+		m.pdSplits[sp] = splits.WithLabelValues(sp.String())
+	}
+	m.pdSources = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kvindexd_pick_kv_sources_total",
+		Help: "P/D picks that named a kv_source: a pod holding more of the request's leading blocks than the chosen pods.",
+	})
 	m.specBlocks = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "kvindexd_pick_speculative_blocks_total",
 		Help: "Matched blocks that came from speculative entries (picked, not yet confirmed by events).",
@@ -81,7 +95,7 @@ func newMetrics(reg *prometheus.Registry, ix *Indexer) (*metrics, error) {
 		}
 		return float64(ix.sub.RestoreClears())
 	})
-	for _, c := range []prometheus.Collector{m.lookup, m.tokens, picks, m.specBlocks, m.specErrors, m.sharedModels, restoreClears, m.indexLost, stale, &statsCollector{indexer: ix}, keyCacheCollector{ix.keys}} {
+	for _, c := range []prometheus.Collector{m.lookup, m.tokens, picks, splits, m.pdSources, m.specBlocks, m.specErrors, m.sharedModels, restoreClears, m.indexLost, stale, &statsCollector{indexer: ix}, keyCacheCollector{ix.keys}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

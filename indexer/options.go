@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvindex/kvindex/applier"
 	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/indexer/routing"
 	"github.com/kvindex/kvindex/internal/option"
 	"github.com/kvindex/kvindex/kvindex"
 )
@@ -28,6 +29,7 @@ var Options = struct {
 	BlockSize, KeyCacheSize                    option.Int
 	SpeculativeTTL, HistoryTTL                 option.Duration
 	SpeculativeCapacity, HistoryCapacity       option.Int
+	PDMaxLocalPrefillTokens, PDMaxPrefillWait  option.Int
 	PredictionSampleRate                       option.Float
 	PredictionWindow                           option.Duration
 	PredictionCapacity                         option.Int
@@ -47,6 +49,14 @@ var Options = struct {
 		Help: "in-process speculative entries ((block, pod) pairs)"},
 	HistoryCapacity: option.Int{Name: "history-capacity", Default: 1 << 20, Min: 0, Max: maxHoldCapacity,
 		Help: "routing history bound in (block, pod) entries"},
+	// Dynamo's conditional disaggregation defaults (routing.PDParams
+	// cites them): max_local_prefill_length 1000, max_prefill_queue_size 2.
+	PDMaxLocalPrefillTokens: option.Int{Name: "pick-max-local-prefill-tokens", Default: int64(routing.DefaultPD().MaxLocalPrefillTokens),
+		Min: 0, Max: 1 << 24,
+		Help: "P/D picks: the decode pod prefills a request itself when it would compute at most this many prompt tokens; more go to a prefill pod"},
+	PDMaxPrefillWait: option.Int{Name: "pick-max-prefill-waiting", Default: int64(routing.DefaultPD().MaxPrefillWaiting),
+		Min: -1, Max: 1 << 20,
+		Help: "P/D picks: once the prefill candidates' waiting requests add up to this many, the decode pod prefills locally (-1 = no check)"},
 	// 1 in 100 scored requests: a miss rate within minutes at router
 	// traffic, at a cost the apply path does not show (see
 	// BenchmarkApplyWithPrediction).

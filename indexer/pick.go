@@ -39,6 +39,11 @@ type Candidate struct {
 	HasDPRank bool
 	Events    EventsMode
 	routing.Load
+	// Role is the pod's part in a disaggregated (P/D) fleet; the zero
+	// value, routing.RoleBoth, is an aggregated pod. A query whose
+	// candidates are all RoleBoth is answered exactly as before roles
+	// existed; any other role makes it a P/D pick (see PickResult).
+	Role routing.Role
 }
 
 // PickQuery is one pick request: the request as for Score (Query; its Pods
@@ -75,6 +80,31 @@ type CandidateResult struct {
 	// Session: the query named a session and this candidate stored blocks
 	// for it.
 	Session bool
+	// Role repeats the candidate's role.
+	Role routing.Role
+}
+
+// KVSource names where the pod that prefills a P/D request can pull cached
+// KV from instead of recomputing it (routing.KVSource): a pod, candidate or
+// not, holding more leading blocks of the request than every chosen pod.
+// Only blocks its own events confirmed count (not speculative entries, not
+// the routing history). Shared storage is never named: its blocks are
+// already counted in its readers' matched blocks (storage.go).
+type KVSource struct {
+	Pod       string
+	DPRank    int
+	HasDPRank bool
+	// Candidate is the source's index among the query's candidates, -1
+	// for a pod the router did not offer.
+	Candidate int
+	// Blocks is how many leading blocks of the request it holds;
+	// ExtraBlocks of them are beyond the most any chosen pod holds (what
+	// pulling from it saves).
+	Blocks      int
+	ExtraBlocks int
+	// Tiers counts Blocks by the tier they are on (a CPU or disk tier is
+	// slower to pull from).
+	Tiers TierCounts
 }
 
 // PickResult is the answer to one PickQuery. Like Result it is owned by
@@ -94,6 +124,27 @@ type PickResult struct {
 	BlockSize   int
 	Candidates  []CandidateResult
 
+	// P/D: set when some candidate has a role other than both. Pod is
+	// then the decode pod; Split is the disaggregation decision, from
+	// NonCachedTokens (the prompt tokens Pod would compute itself) and
+	// PrefillWaiting (the prefill candidates' queue); Prefill is the
+	// prefill pod's candidate index when Split is routing.SplitRemote,
+	// else -1, and PrefillPod, PrefillDPRank and PrefillReason name it.
+	PD               bool
+	PDParams         routing.PDParams // the thresholds Split read
+	Split            routing.Split
+	NonCachedTokens  int
+	PrefillWaiting   int
+	Prefill          int
+	PrefillPod       string
+	PrefillDPRank    int
+	PrefillHasDPRank bool
+	PrefillReason    routing.Reason
+	// KVSource is set (HasKVSource) in a P/D pick when a pod holds more
+	// leading blocks than the chosen ones.
+	KVSource    KVSource
+	HasKVSource bool
+
 	keys    []blockkeys.Key
 	ek      engineKeys
 	ids     []kvindex.PodID
@@ -111,6 +162,16 @@ type PickResult struct {
 	start       []int32
 	ext         []int32
 	table       holderTable
+	// P/D scratch: roles, PickPD's buffers, the best holder that is no
+	// candidate (srcPod < 0: none) and the kv_source candidates
+	roles    []routing.Role
+	sub      []routing.Candidate
+	at       []int32
+	src      []routing.Source
+	srcAt    []int32
+	srcPod   kvindex.PodID
+	srcOK    bool
+	srcScore kvindex.PodScore
 }
 
 // Reset empties r and drops oversized buffers; call it before pooling r.
@@ -124,6 +185,9 @@ func (r *PickResult) Reset() {
 func (r *PickResult) clear() {
 	r.Chosen, r.Pod, r.DPRank, r.HasDPRank, r.Policy, r.Reason = 0, "", 0, false, "", 0
 	r.TotalBlocks, r.BlockSize = 0, 0
+	r.PD, r.PDParams, r.Split, r.NonCachedTokens, r.PrefillWaiting = false, routing.PDParams{}, 0, 0, 0
+	r.Prefill, r.PrefillPod, r.PrefillDPRank, r.PrefillHasDPRank, r.PrefillReason = -1, "", 0, false, 0
+	r.KVSource, r.HasKVSource, r.srcOK = KVSource{}, false, false
 	clear(r.Candidates)
 	r.Candidates = r.Candidates[:0]
 	r.keys = r.keys[:0]
@@ -156,6 +220,8 @@ func (q *PickQuery) validate() *Error {
 			return errorf(InvalidArgument, "candidates[%d].kv_usage is %v, must be in [0, 1]", i, c.KVUsage)
 		case c.Events > EventsOff:
 			return errorf(InvalidArgument, "candidates[%d]: unknown events mode %d", i, c.Events)
+		case c.Role >= routing.NumRoles:
+			return errorf(InvalidArgument, "candidates[%d]: unknown role %d", i, c.Role)
 		}
 	}
 	return nil
@@ -180,6 +246,10 @@ func (ix *Indexer) Pick(ctx context.Context, q *PickQuery, r *PickResult) error 
 func (ix *Indexer) pickInto(ctx context.Context, q *PickQuery, r *PickResult) *Error {
 	if err := q.validate(); err != nil {
 		return err
+	}
+	r.PD = pdQuery(q)
+	if r.PD {
+		r.PDParams = ix.pick.pd
 	}
 	pol := ix.pick.def
 	if q.Policy != "" {
@@ -220,7 +290,18 @@ func (ix *Indexer) pickInto(ctx context.Context, q *PickQuery, r *PickResult) *E
 		tokens = r.TotalBlocks * r.BlockSize
 	}
 	p := ix.pick.order[pol]
-	chosen, why := p.Pick(routing.Request{Blocks: r.TotalBlocks, Tokens: tokens, BlockSize: r.BlockSize}, r.rc)
+	req := routing.Request{Blocks: r.TotalBlocks, Tokens: tokens, BlockSize: r.BlockSize}
+	var chosen int
+	var why routing.Reason
+	if r.PD {
+		ch, err := ix.pickPD(p, req, q, r)
+		if err != nil {
+			return err
+		}
+		chosen, why = ch.Decode, ch.DecodeReason
+	} else {
+		chosen, why = p.Pick(req, r.rc)
+	}
 	for i := range r.Candidates {
 		r.Candidates[i].Score, r.Candidates[i].Cost = r.rc[i].Score, r.rc[i].Cost
 	}
@@ -231,7 +312,16 @@ func (ix *Indexer) pickInto(ctx context.Context, q *PickQuery, r *PickResult) *E
 	r.Chosen, r.Pod, r.DPRank, r.HasDPRank = chosen, c.Pod, c.DPRank, c.HasDPRank
 	r.Policy, r.Reason = p.Name(), why
 	ix.m.picks[pol][why].Inc()
+	if r.PD {
+		ix.finishPD(q, r, gpu)
+	}
+	// The blocks go where they will be held afterwards: the pod that
+	// prefills computes and caches them, and a decode pod that received
+	// them from a prefill pod caches them too (docs/api.md, "P/D").
 	ix.record(ctx, q.Model, r, chosen, now)
+	if r.Prefill >= 0 {
+		ix.record(ctx, q.Model, r, r.Prefill, now)
+	}
 	return nil
 }
 
@@ -274,7 +364,7 @@ func (ix *Indexer) resolveCandidates(q *PickQuery, r *PickResult) *Error {
 		if qc.HasDPRank {
 			rank = qc.DPRank
 		}
-		r.Candidates[i] = CandidateResult{Pod: qc.Pod, DPRank: qc.DPRank, HasDPRank: qc.HasDPRank}
+		r.Candidates[i] = CandidateResult{Pod: qc.Pod, DPRank: qc.DPRank, HasDPRank: qc.HasDPRank, Role: qc.Role}
 		h := holderID(qc.Pod, rank)
 		if !r.table.put(h, int32(i)) {
 			r.releaseOwners()
@@ -427,7 +517,7 @@ func (r *PickResult) releaseOwners() {
 // and keeps each candidate's best rank.
 func (ix *Indexer) matchIndexed(ctx context.Context, in requestInfo, q *PickQuery, r *PickResult) *Error {
 	defer r.releaseOwners()
-	if !in.modelKnown || len(r.keys) == 0 || len(r.ids) == 0 {
+	if !in.modelKnown || len(r.keys) == 0 || (len(r.ids) == 0 && !r.PD) {
 		if len(r.ids) > 0 || hasMode(r.mode, EventsOn) {
 			// as Score: an index that is down is reported, not read as empty
 			if err := ix.Healthy(ctx); err != nil {
@@ -436,11 +526,23 @@ func (ix *Indexer) matchIndexed(ctx context.Context, in requestInfo, q *PickQuer
 		}
 		return nil
 	}
-	if err := ix.lookupAll(ctx, in.model, r.keys, &r.ek, r.ids, &r.res); err != nil {
+	ids := r.ids
+	if r.PD {
+		// every holder: the best one that is no candidate may be the
+		// kv_source
+		ids = nil
+	}
+	if err := ix.lookupAll(ctx, in.model, r.keys, &r.ek, ids, &r.res); err != nil {
 		return err
 	}
 	for _, ps := range r.res.Pods {
-		if int(ps.Pod) >= len(r.owner) || r.owner[ps.Pod] == 0 || !ix.trusted(ps.Pod) {
+		if !ix.trusted(ps.Pod) {
+			continue
+		}
+		if int(ps.Pod) >= len(r.owner) || r.owner[ps.Pod] == 0 {
+			if r.PD {
+				r.offerSource(ps)
+			}
 			continue
 		}
 		i := r.owner[ps.Pod] - 1

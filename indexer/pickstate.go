@@ -48,6 +48,8 @@ type picker struct {
 	spec    SpeculativeStore
 	specMem *holdMap
 	hist    *holdMap // nil = off
+	// pd is the disaggregation decision of P/D picks.
+	pd routing.PDParams
 }
 
 // newPicker builds the pick state. shared returns the store speculative
@@ -57,7 +59,10 @@ func newPicker(cfg PickConfig, shared func(ttl time.Duration) (SpeculativeStore,
 	if cfg.Params != nil {
 		params = *cfg.Params
 	}
-	p := &picker{now: cfg.Now}
+	if err := params.PD.Validate(); err != nil {
+		return nil, fmt.Errorf("indexer: pick: %w", err)
+	}
+	p := &picker{now: cfg.Now, pd: params.PD}
 	if p.now == nil {
 		p.now = time.Now
 	}

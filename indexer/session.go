@@ -70,6 +70,9 @@ func (ix *Indexer) pickSession(q *PickQuery, r *PickResult, chosen int) int {
 	}
 	for i := range r.Candidates {
 		c := &r.Candidates[i]
+		if r.PD && !q.Candidates[i].Role.Decodes() {
+			continue // a P/D pick's pod must decode
+		}
 		if c.Session && c.MatchedBlocks == ch.MatchedBlocks && c.Cached == ch.Cached && c.Score == ch.Score && c.Cost == ch.Cost {
 			return i
 		}

@@ -86,6 +86,9 @@ type Config struct {
 	SpecTTL         Duration `json:"speculative_ttl" yaml:"speculative_ttl"`
 	HistoryTTL      Duration `json:"history_ttl" yaml:"history_ttl"`
 	HistoryCapacity int      `json:"history_capacity" yaml:"history_capacity"`
+	// P/D picks' disaggregation decision (routing.PDParams).
+	PickMaxLocalPrefillTokens int `json:"pick_max_local_prefill_tokens" yaml:"pick_max_local_prefill_tokens"`
+	PickMaxPrefillWaiting     int `json:"pick_max_prefill_waiting" yaml:"pick_max_prefill_waiting"`
 	// Security: TLS, tokens, admin API, endpoint policy, HTTP limits
 	// (security.go).
 	SecurityConfig `yaml:",inline"`
@@ -162,6 +165,9 @@ func DefaultConfig() Config {
 		SpecTTL:         Duration(ix.Pick.SpeculativeTTL),
 		HistoryTTL:      Duration(ix.Pick.HistoryTTL),
 		HistoryCapacity: ix.Pick.HistoryCapacity,
+
+		PickMaxLocalPrefillTokens: int(indexer.Options.PDMaxLocalPrefillTokens.Default),
+		PickMaxPrefillWaiting:     int(indexer.Options.PDMaxPrefillWait.Default),
 
 		PredictionSampleRate: ix.Prediction.SampleRate,
 		PredictionWindow:     Duration(ix.Prediction.Window),
@@ -324,6 +330,8 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	durationOpt(fs, &cfg.SpecTTL, indexer.Options.SpeculativeTTL)
 	durationOpt(fs, &cfg.HistoryTTL, indexer.Options.HistoryTTL)
 	intOpt(fs, &cfg.HistoryCapacity, indexer.Options.HistoryCapacity)
+	intOpt(fs, &cfg.PickMaxLocalPrefillTokens, indexer.Options.PDMaxLocalPrefillTokens)
+	intOpt(fs, &cfg.PickMaxPrefillWaiting, indexer.Options.PDMaxPrefillWait)
 	floatOpt(fs, &cfg.PredictionSampleRate, indexer.Options.PredictionSampleRate)
 	durationOpt(fs, &cfg.PredictionWindow, indexer.Options.PredictionWindow)
 	intOpt(fs, &cfg.PredictionCapacity, indexer.Options.PredictionCapacity)
@@ -490,6 +498,9 @@ func (c *Config) pickConfig() (indexer.PickConfig, error) {
 		}
 	}
 	pc.SpeculativeTTL, pc.HistoryTTL = time.Duration(c.SpecTTL), time.Duration(c.HistoryTTL) // ranges checked by validateRanges
+	params := routing.Defaults()
+	params.PD = routing.PDParams{MaxLocalPrefillTokens: c.PickMaxLocalPrefillTokens, MaxPrefillWaiting: c.PickMaxPrefillWaiting}
+	pc.Params = &params
 	return pc, nil
 }
 

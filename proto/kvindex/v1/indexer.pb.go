@@ -1459,7 +1459,13 @@ type Candidate struct {
 	KvUsage float64 `protobuf:"fixed64,5,opt,name=kv_usage,json=kvUsage,proto3" json:"kv_usage,omitempty"`
 	// Whether the pod publishes KV events. Unset: yes if the index knows
 	// the pod. false: matched by the routing history of earlier picks.
-	Events        *bool `protobuf:"varint,6,opt,name=events,proto3,oneof" json:"events,omitempty"`
+	Events *bool `protobuf:"varint,6,opt,name=events,proto3,oneof" json:"events,omitempty"`
+	// The pod's part in a disaggregated (P/D) fleet, llm-d's llm-d.ai/role
+	// values: "prefill", "decode", "both" (also "prefill-decode"), "encode";
+	// empty = both. When every candidate is both the pick is aggregated,
+	// exactly as without roles; otherwise pod is the decode pod and the
+	// answer may name a prefill_pod and a kv_source (docs/api.md, "P/D").
+	Role          string `protobuf:"bytes,7,opt,name=role,proto3" json:"role,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1534,6 +1540,13 @@ func (x *Candidate) GetEvents() bool {
 		return *x.Events
 	}
 	return false
+}
+
+func (x *Candidate) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
 }
 
 type PickRequest struct {
@@ -1749,7 +1762,9 @@ type CandidateResult struct {
 	Score float64 `protobuf:"fixed64,8,opt,name=score,proto3" json:"score,omitempty"`
 	Cost  float64 `protobuf:"fixed64,9,opt,name=cost,proto3" json:"cost,omitempty"`
 	// The request named a session_id and this candidate stored blocks for it.
-	Session       bool `protobuf:"varint,10,opt,name=session,proto3" json:"session,omitempty"`
+	Session bool `protobuf:"varint,10,opt,name=session,proto3" json:"session,omitempty"`
+	// The candidate's role; set in P/D answers only.
+	Role          string `protobuf:"bytes,11,opt,name=role,proto3" json:"role,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1854,6 +1869,272 @@ func (x *CandidateResult) GetSession() bool {
 	return false
 }
 
+func (x *CandidateResult) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+// The pod that prefills a P/D request for the decode pod (pod).
+type PrefillPod struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Pod    string                 `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
+	DpRank *int32                 `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3,oneof" json:"dp_rank,omitempty"`
+	// Index among the request's candidates.
+	Candidate int32 `protobuf:"varint,3,opt,name=candidate,proto3" json:"candidate,omitempty"`
+	// Why the policy chose it among the prefill candidates.
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Leading blocks of the request it holds (its candidate's matched_blocks).
+	MatchedBlocks int32 `protobuf:"varint,5,opt,name=matched_blocks,json=matchedBlocks,proto3" json:"matched_blocks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrefillPod) Reset() {
+	*x = PrefillPod{}
+	mi := &file_kvindex_v1_indexer_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrefillPod) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrefillPod) ProtoMessage() {}
+
+func (x *PrefillPod) ProtoReflect() protoreflect.Message {
+	mi := &file_kvindex_v1_indexer_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrefillPod.ProtoReflect.Descriptor instead.
+func (*PrefillPod) Descriptor() ([]byte, []int) {
+	return file_kvindex_v1_indexer_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PrefillPod) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
+}
+
+func (x *PrefillPod) GetDpRank() int32 {
+	if x != nil && x.DpRank != nil {
+		return *x.DpRank
+	}
+	return 0
+}
+
+func (x *PrefillPod) GetCandidate() int32 {
+	if x != nil {
+		return x.Candidate
+	}
+	return 0
+}
+
+func (x *PrefillPod) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PrefillPod) GetMatchedBlocks() int32 {
+	if x != nil {
+		return x.MatchedBlocks
+	}
+	return 0
+}
+
+// The disaggregation decision of a P/D pick and the numbers it read.
+type Disaggregation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// disaggregated, few-uncached-tokens, prefill-pool-busy, no-prefill-pool.
+	Decision string `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
+	// Prompt tokens the decode pod would compute itself.
+	NonCachedTokens int32 `protobuf:"varint,2,opt,name=non_cached_tokens,json=nonCachedTokens,proto3" json:"non_cached_tokens,omitempty"`
+	// Waiting requests of the prefill candidates together.
+	PrefillWaiting int32 `protobuf:"varint,3,opt,name=prefill_waiting,json=prefillWaiting,proto3" json:"prefill_waiting,omitempty"`
+	// The thresholds: disaggregate when non_cached_tokens > the first and
+	// prefill_waiting < the second (negative: no queue check).
+	MaxLocalPrefillTokens int32 `protobuf:"varint,4,opt,name=max_local_prefill_tokens,json=maxLocalPrefillTokens,proto3" json:"max_local_prefill_tokens,omitempty"`
+	MaxPrefillWaiting     int32 `protobuf:"varint,5,opt,name=max_prefill_waiting,json=maxPrefillWaiting,proto3" json:"max_prefill_waiting,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *Disaggregation) Reset() {
+	*x = Disaggregation{}
+	mi := &file_kvindex_v1_indexer_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Disaggregation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Disaggregation) ProtoMessage() {}
+
+func (x *Disaggregation) ProtoReflect() protoreflect.Message {
+	mi := &file_kvindex_v1_indexer_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Disaggregation.ProtoReflect.Descriptor instead.
+func (*Disaggregation) Descriptor() ([]byte, []int) {
+	return file_kvindex_v1_indexer_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Disaggregation) GetDecision() string {
+	if x != nil {
+		return x.Decision
+	}
+	return ""
+}
+
+func (x *Disaggregation) GetNonCachedTokens() int32 {
+	if x != nil {
+		return x.NonCachedTokens
+	}
+	return 0
+}
+
+func (x *Disaggregation) GetPrefillWaiting() int32 {
+	if x != nil {
+		return x.PrefillWaiting
+	}
+	return 0
+}
+
+func (x *Disaggregation) GetMaxLocalPrefillTokens() int32 {
+	if x != nil {
+		return x.MaxLocalPrefillTokens
+	}
+	return 0
+}
+
+func (x *Disaggregation) GetMaxPrefillWaiting() int32 {
+	if x != nil {
+		return x.MaxPrefillWaiting
+	}
+	return 0
+}
+
+// A pod holding more leading blocks of the request than the chosen pods:
+// the one that prefills can pull them instead of recomputing.
+type KVSource struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Pod    string                 `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
+	DpRank *int32                 `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3,oneof" json:"dp_rank,omitempty"`
+	// Index among the request's candidates; unset for a pod not offered.
+	Candidate *int32 `protobuf:"varint,3,opt,name=candidate,proto3,oneof" json:"candidate,omitempty"`
+	// Leading blocks it holds, and how many beyond the chosen pods.
+	Blocks      int32       `protobuf:"varint,4,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	ExtraBlocks int32       `protobuf:"varint,5,opt,name=extra_blocks,json=extraBlocks,proto3" json:"extra_blocks,omitempty"`
+	Tiers       *TierCounts `protobuf:"bytes,6,opt,name=tiers,proto3" json:"tiers,omitempty"`
+	// Always "holds-more-blocks".
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVSource) Reset() {
+	*x = KVSource{}
+	mi := &file_kvindex_v1_indexer_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVSource) ProtoMessage() {}
+
+func (x *KVSource) ProtoReflect() protoreflect.Message {
+	mi := &file_kvindex_v1_indexer_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVSource.ProtoReflect.Descriptor instead.
+func (*KVSource) Descriptor() ([]byte, []int) {
+	return file_kvindex_v1_indexer_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *KVSource) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
+}
+
+func (x *KVSource) GetDpRank() int32 {
+	if x != nil && x.DpRank != nil {
+		return *x.DpRank
+	}
+	return 0
+}
+
+func (x *KVSource) GetCandidate() int32 {
+	if x != nil && x.Candidate != nil {
+		return *x.Candidate
+	}
+	return 0
+}
+
+func (x *KVSource) GetBlocks() int32 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
+func (x *KVSource) GetExtraBlocks() int32 {
+	if x != nil {
+		return x.ExtraBlocks
+	}
+	return 0
+}
+
+func (x *KVSource) GetTiers() *TierCounts {
+	if x != nil {
+		return x.Tiers
+	}
+	return nil
+}
+
+func (x *KVSource) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type PickResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Pod    string                 `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
@@ -1863,14 +2144,20 @@ type PickResponse struct {
 	// Full blocks in the request.
 	TotalBlocks int32 `protobuf:"varint,5,opt,name=total_blocks,json=totalBlocks,proto3" json:"total_blocks,omitempty"`
 	// In the order of the request's candidates.
-	Candidates    []*CandidateResult `protobuf:"bytes,6,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	Candidates []*CandidateResult `protobuf:"bytes,6,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	// P/D picks (some candidate has a role other than both) only.
+	Disaggregation *Disaggregation `protobuf:"bytes,7,opt,name=disaggregation,proto3" json:"disaggregation,omitempty"`
+	// Set when the decision is disaggregated: pod decodes, this pod prefills.
+	PrefillPod *PrefillPod `protobuf:"bytes,8,opt,name=prefill_pod,json=prefillPod,proto3" json:"prefill_pod,omitempty"`
+	// Set when a pod holds more leading blocks than pod and prefill_pod.
+	KvSource      *KVSource `protobuf:"bytes,9,opt,name=kv_source,json=kvSource,proto3" json:"kv_source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PickResponse) Reset() {
 	*x = PickResponse{}
-	mi := &file_kvindex_v1_indexer_proto_msgTypes[20]
+	mi := &file_kvindex_v1_indexer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1882,7 +2169,7 @@ func (x *PickResponse) String() string {
 func (*PickResponse) ProtoMessage() {}
 
 func (x *PickResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvindex_v1_indexer_proto_msgTypes[20]
+	mi := &file_kvindex_v1_indexer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1895,7 +2182,7 @@ func (x *PickResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PickResponse.ProtoReflect.Descriptor instead.
 func (*PickResponse) Descriptor() ([]byte, []int) {
-	return file_kvindex_v1_indexer_proto_rawDescGZIP(), []int{20}
+	return file_kvindex_v1_indexer_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PickResponse) GetPod() string {
@@ -1936,6 +2223,27 @@ func (x *PickResponse) GetTotalBlocks() int32 {
 func (x *PickResponse) GetCandidates() []*CandidateResult {
 	if x != nil {
 		return x.Candidates
+	}
+	return nil
+}
+
+func (x *PickResponse) GetDisaggregation() *Disaggregation {
+	if x != nil {
+		return x.Disaggregation
+	}
+	return nil
+}
+
+func (x *PickResponse) GetPrefillPod() *PrefillPod {
+	if x != nil {
+		return x.PrefillPod
+	}
+	return nil
+}
+
+func (x *PickResponse) GetKvSource() *KVSource {
+	if x != nil {
+		return x.KvSource
 	}
 	return nil
 }
@@ -2058,14 +2366,15 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\x16RemoveEndpointResponse\"\x16\n" +
 	"\x14ListEndpointsRequest\"K\n" +
 	"\x15ListEndpointsResponse\x122\n" +
-	"\tendpoints\x18\x01 \x03(\v2\x14.kvindex.v1.EndpointR\tendpoints\"\xbe\x01\n" +
+	"\tendpoints\x18\x01 \x03(\v2\x14.kvindex.v1.EndpointR\tendpoints\"\xd2\x01\n" +
 	"\tCandidate\x12\x10\n" +
 	"\x03pod\x18\x01 \x01(\tR\x03pod\x12\x1c\n" +
 	"\adp_rank\x18\x02 \x01(\x05H\x00R\x06dpRank\x88\x01\x01\x12\x18\n" +
 	"\awaiting\x18\x03 \x01(\x05R\awaiting\x12\x18\n" +
 	"\arunning\x18\x04 \x01(\x05R\arunning\x12\x19\n" +
 	"\bkv_usage\x18\x05 \x01(\x01R\akvUsage\x12\x1b\n" +
-	"\x06events\x18\x06 \x01(\bH\x01R\x06events\x88\x01\x01B\n" +
+	"\x06events\x18\x06 \x01(\bH\x01R\x06events\x88\x01\x01\x12\x12\n" +
+	"\x04role\x18\a \x01(\tR\x04roleB\n" +
 	"\n" +
 	"\b_dp_rankB\t\n" +
 	"\a_events\"\xfe\x03\n" +
@@ -2088,7 +2397,7 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\f \x01(\tR\tsessionIdB\a\n" +
 	"\x05inputB\x15\n" +
-	"\x13_add_special_tokens\"\xcf\x02\n" +
+	"\x13_add_special_tokens\"\xe3\x02\n" +
 	"\x0fCandidateResult\x12\x10\n" +
 	"\x03pod\x18\x01 \x01(\tR\x03pod\x12\x1c\n" +
 	"\adp_rank\x18\x02 \x01(\x05H\x00R\x06dpRank\x88\x01\x01\x12%\n" +
@@ -2100,9 +2409,37 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\x05score\x18\b \x01(\x01R\x05score\x12\x12\n" +
 	"\x04cost\x18\t \x01(\x01R\x04cost\x12\x18\n" +
 	"\asession\x18\n" +
-	" \x01(\bR\asessionB\n" +
+	" \x01(\bR\asession\x12\x12\n" +
+	"\x04role\x18\v \x01(\tR\x04roleB\n" +
 	"\n" +
-	"\b_dp_rank\"\xda\x01\n" +
+	"\b_dp_rank\"\xa5\x01\n" +
+	"\n" +
+	"PrefillPod\x12\x10\n" +
+	"\x03pod\x18\x01 \x01(\tR\x03pod\x12\x1c\n" +
+	"\adp_rank\x18\x02 \x01(\x05H\x00R\x06dpRank\x88\x01\x01\x12\x1c\n" +
+	"\tcandidate\x18\x03 \x01(\x05R\tcandidate\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12%\n" +
+	"\x0ematched_blocks\x18\x05 \x01(\x05R\rmatchedBlocksB\n" +
+	"\n" +
+	"\b_dp_rank\"\xea\x01\n" +
+	"\x0eDisaggregation\x12\x1a\n" +
+	"\bdecision\x18\x01 \x01(\tR\bdecision\x12*\n" +
+	"\x11non_cached_tokens\x18\x02 \x01(\x05R\x0fnonCachedTokens\x12'\n" +
+	"\x0fprefill_waiting\x18\x03 \x01(\x05R\x0eprefillWaiting\x127\n" +
+	"\x18max_local_prefill_tokens\x18\x04 \x01(\x05R\x15maxLocalPrefillTokens\x12.\n" +
+	"\x13max_prefill_waiting\x18\x05 \x01(\x05R\x11maxPrefillWaiting\"\xf8\x01\n" +
+	"\bKVSource\x12\x10\n" +
+	"\x03pod\x18\x01 \x01(\tR\x03pod\x12\x1c\n" +
+	"\adp_rank\x18\x02 \x01(\x05H\x00R\x06dpRank\x88\x01\x01\x12!\n" +
+	"\tcandidate\x18\x03 \x01(\x05H\x01R\tcandidate\x88\x01\x01\x12\x16\n" +
+	"\x06blocks\x18\x04 \x01(\x05R\x06blocks\x12!\n" +
+	"\fextra_blocks\x18\x05 \x01(\x05R\vextraBlocks\x12,\n" +
+	"\x05tiers\x18\x06 \x01(\v2\x16.kvindex.v1.TierCountsR\x05tiers\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reasonB\n" +
+	"\n" +
+	"\b_dp_rankB\f\n" +
+	"\n" +
+	"_candidate\"\x8a\x03\n" +
 	"\fPickResponse\x12\x10\n" +
 	"\x03pod\x18\x01 \x01(\tR\x03pod\x12\x1c\n" +
 	"\adp_rank\x18\x02 \x01(\x05H\x00R\x06dpRank\x88\x01\x01\x12\x16\n" +
@@ -2111,7 +2448,11 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\ftotal_blocks\x18\x05 \x01(\x05R\vtotalBlocks\x12;\n" +
 	"\n" +
 	"candidates\x18\x06 \x03(\v2\x1b.kvindex.v1.CandidateResultR\n" +
-	"candidatesB\n" +
+	"candidates\x12B\n" +
+	"\x0edisaggregation\x18\a \x01(\v2\x1a.kvindex.v1.DisaggregationR\x0edisaggregation\x127\n" +
+	"\vprefill_pod\x18\b \x01(\v2\x16.kvindex.v1.PrefillPodR\n" +
+	"prefillPod\x121\n" +
+	"\tkv_source\x18\t \x01(\v2\x14.kvindex.v1.KVSourceR\bkvSourceB\n" +
 	"\n" +
 	"\b_dp_rank2\xc8\x03\n" +
 	"\aIndexer\x12<\n" +
@@ -2134,7 +2475,7 @@ func file_kvindex_v1_indexer_proto_rawDescGZIP() []byte {
 	return file_kvindex_v1_indexer_proto_rawDescData
 }
 
-var file_kvindex_v1_indexer_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_kvindex_v1_indexer_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_kvindex_v1_indexer_proto_goTypes = []any{
 	(*TokenIDs)(nil),               // 0: kvindex.v1.TokenIDs
 	(*BlockHashes)(nil),            // 1: kvindex.v1.BlockHashes
@@ -2156,7 +2497,10 @@ var file_kvindex_v1_indexer_proto_goTypes = []any{
 	(*Candidate)(nil),              // 17: kvindex.v1.Candidate
 	(*PickRequest)(nil),            // 18: kvindex.v1.PickRequest
 	(*CandidateResult)(nil),        // 19: kvindex.v1.CandidateResult
-	(*PickResponse)(nil),           // 20: kvindex.v1.PickResponse
+	(*PrefillPod)(nil),             // 20: kvindex.v1.PrefillPod
+	(*Disaggregation)(nil),         // 21: kvindex.v1.Disaggregation
+	(*KVSource)(nil),               // 22: kvindex.v1.KVSource
+	(*PickResponse)(nil),           // 23: kvindex.v1.PickResponse
 }
 var file_kvindex_v1_indexer_proto_depIdxs = []int32{
 	0,  // 0: kvindex.v1.ScoreRequest.token_ids:type_name -> kvindex.v1.TokenIDs
@@ -2172,24 +2516,28 @@ var file_kvindex_v1_indexer_proto_depIdxs = []int32{
 	1,  // 10: kvindex.v1.PickRequest.block_hashes:type_name -> kvindex.v1.BlockHashes
 	17, // 11: kvindex.v1.PickRequest.candidates:type_name -> kvindex.v1.Candidate
 	3,  // 12: kvindex.v1.CandidateResult.tiers:type_name -> kvindex.v1.TierCounts
-	19, // 13: kvindex.v1.PickResponse.candidates:type_name -> kvindex.v1.CandidateResult
-	2,  // 14: kvindex.v1.Indexer.Score:input_type -> kvindex.v1.ScoreRequest
-	18, // 15: kvindex.v1.Indexer.Pick:input_type -> kvindex.v1.PickRequest
-	7,  // 16: kvindex.v1.Indexer.ListPods:input_type -> kvindex.v1.ListPodsRequest
-	11, // 17: kvindex.v1.Indexer.AddEndpoint:input_type -> kvindex.v1.AddEndpointRequest
-	13, // 18: kvindex.v1.Indexer.RemoveEndpoint:input_type -> kvindex.v1.RemoveEndpointRequest
-	15, // 19: kvindex.v1.Indexer.ListEndpoints:input_type -> kvindex.v1.ListEndpointsRequest
-	6,  // 20: kvindex.v1.Indexer.Score:output_type -> kvindex.v1.ScoreResponse
-	20, // 21: kvindex.v1.Indexer.Pick:output_type -> kvindex.v1.PickResponse
-	9,  // 22: kvindex.v1.Indexer.ListPods:output_type -> kvindex.v1.ListPodsResponse
-	12, // 23: kvindex.v1.Indexer.AddEndpoint:output_type -> kvindex.v1.AddEndpointResponse
-	14, // 24: kvindex.v1.Indexer.RemoveEndpoint:output_type -> kvindex.v1.RemoveEndpointResponse
-	16, // 25: kvindex.v1.Indexer.ListEndpoints:output_type -> kvindex.v1.ListEndpointsResponse
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	3,  // 13: kvindex.v1.KVSource.tiers:type_name -> kvindex.v1.TierCounts
+	19, // 14: kvindex.v1.PickResponse.candidates:type_name -> kvindex.v1.CandidateResult
+	21, // 15: kvindex.v1.PickResponse.disaggregation:type_name -> kvindex.v1.Disaggregation
+	20, // 16: kvindex.v1.PickResponse.prefill_pod:type_name -> kvindex.v1.PrefillPod
+	22, // 17: kvindex.v1.PickResponse.kv_source:type_name -> kvindex.v1.KVSource
+	2,  // 18: kvindex.v1.Indexer.Score:input_type -> kvindex.v1.ScoreRequest
+	18, // 19: kvindex.v1.Indexer.Pick:input_type -> kvindex.v1.PickRequest
+	7,  // 20: kvindex.v1.Indexer.ListPods:input_type -> kvindex.v1.ListPodsRequest
+	11, // 21: kvindex.v1.Indexer.AddEndpoint:input_type -> kvindex.v1.AddEndpointRequest
+	13, // 22: kvindex.v1.Indexer.RemoveEndpoint:input_type -> kvindex.v1.RemoveEndpointRequest
+	15, // 23: kvindex.v1.Indexer.ListEndpoints:input_type -> kvindex.v1.ListEndpointsRequest
+	6,  // 24: kvindex.v1.Indexer.Score:output_type -> kvindex.v1.ScoreResponse
+	23, // 25: kvindex.v1.Indexer.Pick:output_type -> kvindex.v1.PickResponse
+	9,  // 26: kvindex.v1.Indexer.ListPods:output_type -> kvindex.v1.ListPodsResponse
+	12, // 27: kvindex.v1.Indexer.AddEndpoint:output_type -> kvindex.v1.AddEndpointResponse
+	14, // 28: kvindex.v1.Indexer.RemoveEndpoint:output_type -> kvindex.v1.RemoveEndpointResponse
+	16, // 29: kvindex.v1.Indexer.ListEndpoints:output_type -> kvindex.v1.ListEndpointsResponse
+	24, // [24:30] is the sub-list for method output_type
+	18, // [18:24] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_kvindex_v1_indexer_proto_init() }
@@ -2214,13 +2562,15 @@ func file_kvindex_v1_indexer_proto_init() {
 	}
 	file_kvindex_v1_indexer_proto_msgTypes[19].OneofWrappers = []any{}
 	file_kvindex_v1_indexer_proto_msgTypes[20].OneofWrappers = []any{}
+	file_kvindex_v1_indexer_proto_msgTypes[22].OneofWrappers = []any{}
+	file_kvindex_v1_indexer_proto_msgTypes[23].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvindex_v1_indexer_proto_rawDesc), len(file_kvindex_v1_indexer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
