@@ -6,8 +6,9 @@
 // deadline passed), unavailable (its index is down) or failing, Pick does
 // not fail: it returns the least loaded candidate (fewest running +
 // waiting requests, then lowest KV usage, then the earliest; the daemon's
-// own least-loaded policy, run locally) with Decision.Fallback set and the
-// cause in Decision.Err. A router therefore always gets a pod while the
+// own least-loaded policy, run locally; with P/D roles, among the
+// candidates that decode, and with no prefill pod) with Decision.Fallback
+// set and the cause in Decision.Err. A router therefore always gets a pod while the
 // daemon restarts. Requests the daemon rejects as malformed
 // (InvalidArgument, FailedPrecondition) are errors: routing them anywhere
 // would hide a bug.
@@ -99,6 +100,11 @@ type Candidate struct {
 	// Events says whether the pod publishes KV events; nil = the daemon
 	// decides (yes if it has seen the pod's events).
 	Events *bool
+	// Role is the pod's part in a disaggregated fleet: "prefill",
+	// "decode", "both" (also "prefill-decode"), "encode"; "" = both. With
+	// any role other than both, Decision.Pod is the decode pod and
+	// Decision may name a PrefillPod and a KVSource (docs/api.md, "P/D").
+	Role string
 }
 
 // Request is one routing question: the request's model and exactly one of
@@ -127,6 +133,42 @@ type CandidateResult struct {
 	Approximate       bool
 	Score             float64
 	Cost              float64
+	// Role is the candidate's role in a P/D answer ("" otherwise).
+	Role string
+}
+
+// PrefillPod is the pod that prefills a P/D request for Decision.Pod.
+type PrefillPod struct {
+	// Index is its position in Request.Candidates.
+	Index         int
+	Pod           string
+	DPRank        *int
+	Reason        string
+	MatchedBlocks int
+}
+
+// Disaggregation is a P/D pick's decision and the numbers it read:
+// Decision is "disaggregated", "few-uncached-tokens", "prefill-pool-busy"
+// or "no-prefill-pool".
+type Disaggregation struct {
+	Decision              string
+	NonCachedTokens       int
+	PrefillWaiting        int
+	MaxLocalPrefillTokens int
+	MaxPrefillWaiting     int
+}
+
+// KVSource is a pod holding more leading blocks of the request than the
+// chosen pods: a connector that can pull (NIXL, LMCache P2P, Mooncake)
+// loads ExtraBlocks from it instead of recomputing them.
+type KVSource struct {
+	Pod    string
+	DPRank *int
+	// Index is its position in Request.Candidates, -1 for a pod the router
+	// did not offer.
+	Index       int
+	Blocks      int
+	ExtraBlocks int
 }
 
 // Decision is where to send the request.
@@ -141,6 +183,12 @@ type Decision struct {
 	// Candidates are the daemon's numbers, in request order (nil on
 	// fallback).
 	Candidates []CandidateResult
+	// P/D answers only (some candidate had a role other than both):
+	// Disaggregation always, PrefillPod when it disaggregates, KVSource
+	// when a pod holds more than the chosen ones.
+	Disaggregation *Disaggregation
+	PrefillPod     *PrefillPod
+	KVSource       *KVSource
 	// Fallback is set when the daemon could not answer and the least
 	// loaded candidate was chosen locally; Err is why.
 	Fallback bool
@@ -172,8 +220,10 @@ func (c *Client) Pick(ctx context.Context, r *Request) (*Decision, error) {
 	}
 	for i, pc := range resp.GetCandidates() {
 		d.Candidates[i] = CandidateResult{Pod: pc.GetPod(), MatchedBlocks: int(pc.GetMatchedBlocks()),
-			SpeculativeBlocks: int(pc.GetSpeculativeBlocks()), Approximate: pc.GetApproximate(), Score: pc.GetScore(), Cost: pc.GetCost()}
+			SpeculativeBlocks: int(pc.GetSpeculativeBlocks()), Approximate: pc.GetApproximate(), Score: pc.GetScore(), Cost: pc.GetCost(),
+			Role: pc.GetRole()}
 	}
+	readPD(d, resp)
 	for i := range r.Candidates {
 		if r.Candidates[i].Pod == d.Pod && (r.Candidates[i].DPRank == nil || d.DPRank == nil || *r.Candidates[i].DPRank == *d.DPRank) {
 			d.Index = i
@@ -186,14 +236,55 @@ func (c *Client) Pick(ctx context.Context, r *Request) (*Decision, error) {
 	return d, nil
 }
 
+// readPD copies a P/D answer's fields into d.
+func readPD(d *Decision, resp *kvindexv1.PickResponse) {
+	if x := resp.GetDisaggregation(); x != nil {
+		d.Disaggregation = &Disaggregation{Decision: x.GetDecision(), NonCachedTokens: int(x.GetNonCachedTokens()),
+			PrefillWaiting: int(x.GetPrefillWaiting()), MaxLocalPrefillTokens: int(x.GetMaxLocalPrefillTokens()),
+			MaxPrefillWaiting: int(x.GetMaxPrefillWaiting())}
+	}
+	if p := resp.GetPrefillPod(); p != nil {
+		d.PrefillPod = &PrefillPod{Index: int(p.GetCandidate()), Pod: p.GetPod(), Reason: p.GetReason(),
+			MatchedBlocks: int(p.GetMatchedBlocks())}
+		if p.DpRank != nil {
+			v := int(p.GetDpRank())
+			d.PrefillPod.DPRank = &v
+		}
+	}
+	if k := resp.GetKvSource(); k != nil {
+		d.KVSource = &KVSource{Pod: k.GetPod(), Index: -1, Blocks: int(k.GetBlocks()), ExtraBlocks: int(k.GetExtraBlocks())}
+		if k.DpRank != nil {
+			v := int(k.GetDpRank())
+			d.KVSource.DPRank = &v
+		}
+		if k.Candidate != nil {
+			d.KVSource.Index = int(k.GetCandidate())
+		}
+	}
+}
+
 // Fallback is the decision Pick returns without the daemon: the least
-// loaded candidate by routing.LeastLoaded, with cause as Err. r must have
-// at least one candidate.
+// loaded candidate by routing.LeastLoaded, with cause as Err; with P/D
+// roles, the least loaded of the candidates that decode (no prefill pod:
+// the decode pod prefills itself). r must have at least one candidate.
 func Fallback(r *Request, cause error) *Decision {
-	best := 0
+	decodes := func(c *Candidate) bool {
+		role, ok := routing.ParseRole(c.Role)
+		return !ok || role.Decodes() // an unknown role is the daemon's to reject
+	}
+	best := -1
 	for i := range r.Candidates {
-		if lessLoaded(&r.Candidates[i], &r.Candidates[best]) {
+		c := &r.Candidates[i]
+		if decodes(c) && (best < 0 || lessLoaded(c, &r.Candidates[best])) {
 			best = i
+		}
+	}
+	if best < 0 { // nobody decodes: the least loaded of all
+		best = 0
+		for i := range r.Candidates {
+			if lessLoaded(&r.Candidates[i], &r.Candidates[best]) {
+				best = i
+			}
 		}
 	}
 	c := &r.Candidates[best]
@@ -228,7 +319,7 @@ func toProto(r *Request) *kvindexv1.PickRequest {
 	cands := make([]kvindexv1.Candidate, len(r.Candidates))
 	for i := range r.Candidates {
 		c, pc := &r.Candidates[i], &cands[i]
-		pc.Pod, pc.Waiting, pc.Running, pc.KvUsage, pc.Events = c.Pod, int32(c.Waiting), int32(c.Running), c.KVUsage, c.Events
+		pc.Pod, pc.Waiting, pc.Running, pc.KvUsage, pc.Events, pc.Role = c.Pod, int32(c.Waiting), int32(c.Running), c.KVUsage, c.Events, c.Role
 		if c.DPRank != nil {
 			v := int32(*c.DPRank)
 			pc.DpRank = &v

@@ -259,3 +259,58 @@ func TestPickTokenIDs(t *testing.T) {
 		t.Fatalf("decision %+v (err %v)", dec, dec.Err)
 	}
 }
+
+// TestPickPD: candidate roles reach the daemon, and its P/D answer comes
+// back whole: the decode pod, the prefill pod holding the prefix, the
+// decision with its numbers, and a kv_source holding more than both.
+func TestPickPD(t *testing.T) {
+	d := startServer(t, nil)
+	// 300 blocks of 4 tokens (1200 tokens, above the 1000-token default):
+	// pf-b holds 100, pod-x (not offered) 250, the decode pods nothing.
+	hashes := make([]uint64, 300)
+	for i := range hashes {
+		hashes[i] = uint64(1000 + i)
+	}
+	d.store("pf-b", hashes[:100])
+	d.store("pod-x", hashes[:250])
+	c := newClient(t, d.ln.Addr().String(), time.Second)
+	req := &Request{Model: "m", BlockHashes: hashes, Candidates: []Candidate{{Pod: "pf-a", Role: "prefill"},
+		{Pod: "pf-b", Role: "prefill"}, {Pod: "dc-a", Role: "decode", KVUsage: 0.1}, {Pod: "dc-b", Role: "decode", KVUsage: 0.2}}}
+	dec, err := c.Pick(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec.Pod != "dc-a" || dec.Index != 2 || dec.Disaggregation == nil || dec.Disaggregation.Decision != "disaggregated" ||
+		dec.Disaggregation.NonCachedTokens != 1200 || dec.Disaggregation.MaxLocalPrefillTokens != 1000 {
+		t.Fatalf("decision %+v %+v", dec, dec.Disaggregation)
+	}
+	if p := dec.PrefillPod; p == nil || p.Pod != "pf-b" || p.Index != 1 || p.MatchedBlocks != 100 || p.Reason != "best-prefix" {
+		t.Fatalf("prefill pod %+v", p)
+	}
+	if k := dec.KVSource; k == nil || k.Pod != "pod-x" || k.Index != -1 || k.Blocks != 250 || k.ExtraBlocks != 150 {
+		t.Fatalf("kv source %+v", k)
+	}
+	if dec.Candidates[0].Role != "prefill" || dec.Candidates[2].Role != "decode" {
+		t.Fatalf("candidate roles %+v", dec.Candidates)
+	}
+	// A role the daemon does not know is an error, not a fallback.
+	req.Candidates[0].Role = "prefiller"
+	if _, err := c.Pick(context.Background(), req); status.Code(errors.Unwrap(err)) != codes.InvalidArgument {
+		t.Fatalf("unknown role: %v", err)
+	}
+}
+
+// TestFallbackPD: without the daemon, a P/D request goes to the least
+// loaded pod that decodes, never to a prefill-only pod.
+func TestFallbackPD(t *testing.T) {
+	r := &Request{Candidates: []Candidate{{Pod: "pf", Role: "prefill"}, {Pod: "dc-busy", Role: "decode", Running: 3},
+		{Pod: "dc", Role: "decode", Running: 1}, {Pod: "enc", Role: "encode"}}}
+	if d := Fallback(r, errors.New("down")); d.Pod != "dc" || d.Index != 2 || d.PrefillPod != nil {
+		t.Fatalf("fallback %+v", d)
+	}
+	// Nobody decodes: the least loaded of all (the daemon would refuse it).
+	r = &Request{Candidates: []Candidate{{Pod: "pf-a", Role: "prefill", Running: 2}, {Pod: "pf-b", Role: "prefill"}}}
+	if d := Fallback(r, errors.New("down")); d.Pod != "pf-b" {
+		t.Fatalf("fallback %+v", d)
+	}
+}
