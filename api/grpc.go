@@ -191,7 +191,7 @@ func (s *Server) ListPods(ctx context.Context, _ *kvindexv1.ListPodsRequest) (*k
 			Epoch: p.Epoch, UnverifiedReason: p.UnverifiedReason, RemoteBlocks: p.RemoteBlocks,
 			GroupSkippedBlocks: p.GroupSkippedBlocks, CopiesKept: p.CopiesKept,
 			FullAttentionGroups: int32(p.FullAttentionGroups), Stale: p.Stale, LastEvent: p.LastEvent,
-			ApplyLagSeconds: p.ApplyLagSeconds,
+			ApplyLagSeconds: p.ApplyLagSeconds, Role: p.Role,
 		}
 	}
 	return resp, nil

@@ -21,7 +21,8 @@ type PodInfo struct {
 	Model            string  `json:"model"`
 	Endpoint         string  `json:"endpoint"`
 	Engine           string  `json:"engine"`
-	Blocks           int64   `json:"blocks"` // -1 = index unavailable
+	Role             string  `json:"role,omitempty"` // P/D role (llm-d.ai/role), when discovery or the endpoint says
+	Blocks           int64   `json:"blocks"`         // -1 = index unavailable
 	EventsApplied    uint64  `json:"events_applied"`
 	BlocksStored     uint64  `json:"blocks_stored"`
 	BlocksRemoved    uint64  `json:"blocks_removed"`
@@ -103,6 +104,7 @@ func (s *Server) listPods(ctx context.Context) []PodInfo {
 			p.Model = st.Model
 		}
 		p.Endpoint = st.Endpoint
+		p.Role = st.Role
 		p.LastSeq = st.LastSeq
 		p.Batches = st.Batches
 		p.SeqGaps = st.SeqGaps

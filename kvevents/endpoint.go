@@ -32,12 +32,16 @@ type EndpointConfig struct {
 	// ipc://); when set, a stream that lost batches beyond what replay
 	// repairs has its state replaced by a snapshot (see snapshot.go).
 	SnapshotAddress string
+	// Role is the pod's P/D role as discovery read it (llm-d.ai/role) or
+	// the endpoint's configuration says, for listings only ("" = none).
+	Role string
 }
 
 // EndpointStatus describes one socket for listings.
 type EndpointStatus struct {
 	Address         string
 	Pod, Model      string
+	Role            string
 	Engine          blockkeys.Engine
 	ReplayAddress   string
 	SnapshotAddress string
@@ -53,6 +57,7 @@ type source struct {
 	engine    blockkeys.Engine
 	replay    string
 	snapshot  string
+	role      string
 	bound     bool
 	connected atomic.Bool
 	// ctx is the endpoint's lifetime once started (nil before): its reader
@@ -102,8 +107,8 @@ func (s *Subscriber) AddEndpoint(ep EndpointConfig) error {
 		return fmt.Errorf("kvevents: endpoint %q already added", ep.Address)
 	}
 	src := &source{addr: ep.Address, pod: ep.Pod, model: ep.Model, engine: ep.Engine, replay: ep.ReplayAddress,
-		snapshot: ep.SnapshotAddress,
-		msgs:     s.metrics.MessagesReceived.WithLabelValues("connect")}
+		snapshot: ep.SnapshotAddress, role: ep.Role,
+		msgs: s.metrics.MessagesReceived.WithLabelValues("connect")}
 	s.endpoints[ep.Address] = src
 	s.order = append(s.order, ep.Address)
 	if s.running && s.runCtx.Err() == nil {
@@ -186,7 +191,7 @@ func (s *Subscriber) Endpoints() []EndpointStatus {
 	}
 	for _, a := range s.order {
 		src := s.endpoints[a]
-		out = append(out, EndpointStatus{Address: a, Pod: src.pod, Model: src.model, Engine: src.engine,
+		out = append(out, EndpointStatus{Address: a, Pod: src.pod, Model: src.model, Role: src.role, Engine: src.engine,
 			ReplayAddress: src.replay, SnapshotAddress: src.snapshot, Connected: src.connected.Load()})
 	}
 	return out

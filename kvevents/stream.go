@@ -16,6 +16,7 @@ type StreamStats struct {
 	DPRank          int
 	Model           string
 	Endpoint        string // the endpoint (or bind address) it arrives on
+	Role            string // the endpoint's P/D role (EndpointConfig.Role)
 	Engine          blockkeys.Engine
 	LastSeq         uint64
 	Batches         uint64 // live batches accepted
@@ -260,7 +261,7 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *e
 	st.mu.Lock()
 	// The endpoint a stream's latest batch came through is the one whose
 	// removal clears it (RemoveEndpoint).
-	st.stats.Endpoint, st.stats.Engine, st.stats.Model = src.addr, src.engine, b.Model
+	st.stats.Endpoint, st.stats.Engine, st.stats.Model, st.stats.Role = src.addr, src.engine, b.Model, src.role
 	st.peer = src.peer
 	st.stats.DecodeErrors += uint64(evErrs)
 	st.stats.Epoch = st.epoch

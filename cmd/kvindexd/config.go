@@ -115,7 +115,7 @@ type ModelConfig struct {
 }
 
 // EndpointSpec is one engine publisher to connect to. On the command line:
-// address[,pod=NAME][,model=NAME][,engine=vllm|sglang|trtllm][,replay=ADDRESS][,snapshot=ADDRESS].
+// address[,pod=NAME][,model=NAME][,engine=vllm|sglang|trtllm][,replay=ADDRESS][,snapshot=ADDRESS][,role=ROLE].
 type EndpointSpec struct {
 	Address string `json:"address" yaml:"address"`
 	Pod     string `json:"pod" yaml:"pod"`
@@ -124,6 +124,9 @@ type EndpointSpec struct {
 	Replay  string `json:"replay" yaml:"replay"`
 	// Snapshot is SGLang's snapshot_endpoint (snapshot-v1).
 	Snapshot string `json:"snapshot" yaml:"snapshot"`
+	// Role is the pod's P/D role, shown in /v1/pods: prefill, decode,
+	// both, prefill-decode or encode (llm-d.ai/role's values).
+	Role string `json:"role" yaml:"role"`
 }
 
 // DefaultConfig is what the daemon runs with when told nothing. Every
@@ -198,9 +201,14 @@ func parseEndpointSpec(s string) (EndpointSpec, error) {
 			ep.Replay = v
 		case "snapshot":
 			ep.Snapshot = v
+		case "role":
+			ep.Role = v
 		default:
-			return ep, fmt.Errorf("endpoint %q: unknown option %q (pod, model, engine, replay, snapshot)", s, k)
+			return ep, fmt.Errorf("endpoint %q: unknown option %q (pod, model, engine, replay, snapshot, role)", s, k)
 		}
+	}
+	if _, ok := routing.ParseRole(ep.Role); !ok {
+		return ep, fmt.Errorf("endpoint %q: role %q: want prefill, decode, both, prefill-decode or encode", s, ep.Role)
 	}
 	if _, ok := blockkeys.ParseEngine(ep.Engine); !ok {
 		return ep, fmt.Errorf("endpoint %q: engine %q: want vllm, sglang or trtllm", s, ep.Engine)
@@ -301,7 +309,7 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP/JSON listen address: host:port, or unix:///path for a unix socket (mode 0660) (\"\" = off)")
 	fs.StringVar(&cfg.ZMQBind, "zmq-bind", cfg.ZMQBind, "ZMQ address the SUB socket binds for engines that connect (\"\" = off)")
 	fs.StringVar(&cfg.BindEngine, "bind-engine", cfg.BindEngine, "engine kind publishing to the bind socket: vllm, sglang or trtllm")
-	fs.Var(endpointsFlag{&cfg.Endpoints}, "endpoint", "engine publisher to connect to, repeatable: address[,pod=..][,model=..][,engine=vllm|sglang|trtllm][,replay=..][,snapshot=..]")
+	fs.Var(endpointsFlag{&cfg.Endpoints}, "endpoint", "engine publisher to connect to, repeatable: address[,pod=..][,model=..][,engine=vllm|sglang|trtllm][,replay=..][,snapshot=..][,role=prefill|decode|both|encode]")
 	fs.StringVar(&cfg.TopicFilter, "topic-filter", cfg.TopicFilter, "ZMQ topic prefix to subscribe to")
 	fs.BoolVar(&cfg.AllTopics, "all-topics", cfg.AllTopics, "subscribe to every topic (vLLM's default topic is \"\"; such streams need --endpoint ...,pod=NAME)")
 	intOpt(fs, &cfg.Workers, kvevents.Options.Workers)

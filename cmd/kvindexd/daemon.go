@@ -202,7 +202,7 @@ func (d *daemon) tokenizers() (*prefixstore.Store, *chatprompt.Renderer, error) 
 func (e EndpointSpec) kvevents() kvevents.EndpointConfig {
 	eng, _ := blockkeys.ParseEngine(e.Engine)
 	return kvevents.EndpointConfig{Address: e.Address, Pod: e.Pod, Model: e.Model, Engine: eng, ReplayAddress: e.Replay,
-		SnapshotAddress: e.Snapshot}
+		SnapshotAddress: e.Snapshot, Role: e.Role}
 }
 
 // eventsConfig is the subscriber's configuration: the bind socket, the

@@ -25,6 +25,7 @@ type DiscoveryConfig struct {
 	ServePort  int      `json:"serve_port" yaml:"serve_port"`
 	PodName    string   `json:"pod_name" yaml:"pod_name"`
 	ModelKey   string   `json:"model_key" yaml:"model_key"`
+	RoleLabel  string   `json:"role_label" yaml:"role_label"`
 	Engine     string   `json:"engine" yaml:"engine"`
 	Resync     Duration `json:"resync" yaml:"resync"`
 	MaxPods    int      `json:"max_pods" yaml:"max_pods"`
@@ -35,7 +36,7 @@ type DiscoveryConfig struct {
 func defaultDiscoveryConfig() DiscoveryConfig {
 	d := discovery.DefaultConfig()
 	return DiscoveryConfig{ZMQPort: d.ZMQPort, ReplayPort: d.ReplayPort, DPSize: d.DPSize, ServePort: d.ServePort,
-		PodName: d.PodName, ModelKey: d.ModelKey, Engine: d.Engine.String(), Resync: Duration(d.Resync), MaxPods: d.MaxPods}
+		PodName: d.PodName, ModelKey: d.ModelKey, RoleLabel: d.RoleLabel, Engine: d.Engine.String(), Resync: Duration(d.Resync), MaxPods: d.MaxPods}
 }
 
 func discoveryFlags(fs *flag.FlagSet, c *DiscoveryConfig) {
@@ -49,6 +50,7 @@ func discoveryFlags(fs *flag.FlagSet, c *DiscoveryConfig) {
 	intOpt(fs, &c.ServePort, o.ServePort)
 	fs.StringVar(&c.PodName, "discover-pod-name", c.PodName, "template of a discovered pod's name: {{.IP}} {{.ServePort}} {{.ZMQPort}} {{.Name}} {{.Namespace}}")
 	fs.StringVar(&c.ModelKey, "discover-model-key", c.ModelKey, "pod annotation or label holding the model name (absent: the topic's model)")
+	fs.StringVar(&c.RoleLabel, "discover-role-label", c.RoleLabel, "pod label holding the pod's P/D role (llm-d's values: prefill, decode, both, prefill-decode, encode), shown in /v1/pods")
 	fs.StringVar(&c.Engine, "discover-engine", c.Engine, "engine kind of discovered pods: vllm, sglang or trtllm; pod annotation "+discovery.AnnotationEngine)
 	durationOpt(fs, &c.Resync, o.Resync)
 	intOpt(fs, &c.MaxPods, o.MaxPods)
@@ -82,7 +84,7 @@ func (c *Config) discoveryConfig() (discovery.Config, error) {
 	eng, _ := blockkeys.ParseEngine(d.Engine)
 	resync := time.Duration(d.Resync) // validated
 	dc := discovery.Config{Namespaces: d.Namespaces, Selector: d.Selector, ZMQPort: d.ZMQPort, ReplayPort: d.ReplayPort,
-		DPSize: d.DPSize, ServePort: d.ServePort, PodName: d.PodName, ModelKey: d.ModelKey, Engine: eng,
+		DPSize: d.DPSize, ServePort: d.ServePort, PodName: d.PodName, ModelKey: d.ModelKey, RoleLabel: d.RoleLabel, Engine: eng,
 		Resync: resync, MaxPods: d.MaxPods}
 	// New validates everything but the cluster connection; a fake client
 	// suffices for that.

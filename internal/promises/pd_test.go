@@ -1,12 +1,14 @@
 package promises
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/internal/testkit/wait"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
@@ -186,7 +188,26 @@ func grpcPD(d *harness.Daemon) pdPicker {
 // bytes as all-"both" roles).
 func TestPromisePDPick(t *testing.T) {
 	t.Parallel()
-	d := harness.Start(t)
+	// One more decode pod reached through --endpoint with its role: /v1/pods
+	// and the status page show it.
+	dc9, err := enginepub.NewPublisher("tcp://127.0.0.1:0", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dc9.Close)
+	d := harness.Start(t, "--endpoint", dc9.Addr()+",pod=dc-9,role=decode")
+	ctx, cancel := context.WithTimeout(context.Background(), wait.Limit)
+	defer cancel()
+	if err := dc9.WaitSubscribed(ctx, "kv@"); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, dc9, "dc-9", model, 0, stored(engineHashes(t, prompt(9, 1)), prompt(9, 1)))
+	wait.Until(t, "dc-9 listed with its role", func() string {
+		if p, ok := d.Pod("dc-9"); !ok || p.Role != "decode" || p.Blocks != 1 {
+			return fmt.Sprintf("pod %+v", p)
+		}
+		return ""
+	})
 	pub := d.Publisher()
 	seq := map[string]uint64{}
 	send := func(pod string, tokens []uint32) {

@@ -37,6 +37,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/indexer/routing"
 	"github.com/kvindex/kvindex/internal/option"
 	"github.com/kvindex/kvindex/kvevents"
 )
@@ -56,6 +57,7 @@ const (
 	DefaultServePort = 8000
 	DefaultPodName   = "{{.IP}}:{{.ServePort}}"
 	DefaultModelKey  = "kvindex.io/model"
+	DefaultRoleLabel = "llm-d.ai/role"
 	DefaultResync    = 5 * time.Minute
 	DefaultMaxPods   = 4096
 )
@@ -90,6 +92,11 @@ type Config struct {
 	// ModelKey is the annotation, else label, holding the pod's model name;
 	// a pod without it is indexed under the model its topic names.
 	ModelKey string
+	// RoleLabel is the pod label holding its P/D role (default
+	// llm-d.ai/role, the label llm-d's router filters prefill and decode
+	// pods by); its value is shown in the pod listing (EndpointConfig.Role):
+	// a known value as routing.ParseRole reads it, any other as it is.
+	RoleLabel string
 	// Engine is the engine kind when the pod has no kvindex.io/engine
 	// annotation (zero = vLLM).
 	Engine blockkeys.Engine
@@ -300,6 +307,10 @@ func (d *Discoverer) wanted(pod *corev1.Pod) (map[string]kvevents.EndpointConfig
 	if !ok {
 		model = pod.Labels[d.cfg.ModelKey]
 	}
+	role := pod.Labels[d.cfg.RoleLabel]
+	if r, ok := routing.ParseRole(role); ok && role != "" {
+		role = r.String() // "prefill-decode" shows as "both"
+	}
 	name, err := render(d.name, podFields{IP: pod.Status.PodIP, Name: pod.Name, Namespace: pod.Namespace,
 		ServePort: servePort, ZMQPort: zmqPort})
 	if err != nil {
@@ -311,7 +322,7 @@ func (d *Discoverer) wanted(pod *corev1.Pod) (map[string]kvevents.EndpointConfig
 	}
 	out := make(map[string]kvevents.EndpointConfig, dpSize)
 	for r := range dpSize {
-		ep := kvevents.EndpointConfig{Address: "tcp://" + host + ":" + strconv.Itoa(zmqPort+r), Pod: name, Model: model, Engine: engine}
+		ep := kvevents.EndpointConfig{Address: "tcp://" + host + ":" + strconv.Itoa(zmqPort+r), Pod: name, Model: model, Engine: engine, Role: role}
 		if replayPort != 0 {
 			ep.ReplayAddress = "tcp://" + host + ":" + strconv.Itoa(replayPort+r)
 		}

@@ -78,6 +78,9 @@ func (r *recorder) state() string {
 		if ep.Engine != blockkeys.EngineVLLM {
 			s += " engine=" + ep.Engine.String()
 		}
+		if ep.Role != "" {
+			s += " role=" + ep.Role
+		}
 		out = append(out, s)
 	}
 	slices.Sort(out)
@@ -447,4 +450,22 @@ func TestSlimPodKeepsWhatReconcileReads(t *testing.T) {
 	if out, _ := slimPod(tomb); out != tomb {
 		t.Fatal("slimPod changed a non-pod")
 	}
+}
+
+// TestRoleLabel: the P/D role comes from llm-d's label by default (its
+// "prefill-decode" shown as "both", an unknown value as it is), from the
+// configured label otherwise; a pod without it has none.
+func TestRoleLabel(t *testing.T) {
+	pf := newPod("llm", "pf", "10.0.1.1", label("llm-d.ai/role", "prefill"))
+	pd := newPod("llm", "pd", "10.0.1.2", label("llm-d.ai/role", "prefill-decode"))
+	odd := newPod("llm", "odd", "10.0.1.3", label("llm-d.ai/role", "router"))
+	none := newPod("llm", "none", "10.0.1.4", label("tier", "decode"))
+	f := start(t, Config{Namespaces: []string{"llm"}, PodName: "{{.Name}}"}, pf, pd, odd, none)
+	f.rec.waitState(t, "roles from llm-d.ai/role",
+		"tcp://10.0.1.1:5557 pod=pf model=Qwen/Qwen3-8B role=prefill\n"+
+			"tcp://10.0.1.2:5557 pod=pd model=Qwen/Qwen3-8B role=both\n"+
+			"tcp://10.0.1.3:5557 pod=odd model=Qwen/Qwen3-8B role=router\n"+
+			"tcp://10.0.1.4:5557 pod=none model=Qwen/Qwen3-8B")
+	g := start(t, Config{Namespaces: []string{"llm"}, PodName: "{{.Name}}", RoleLabel: "tier"}, none)
+	g.rec.waitState(t, "role from a configured label", "tcp://10.0.1.4:5557 pod=none model=Qwen/Qwen3-8B role=decode")
 }

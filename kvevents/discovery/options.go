@@ -50,6 +50,9 @@ func (cfg Config) withDefaults() Config {
 	if cfg.ModelKey == "" {
 		cfg.ModelKey = DefaultModelKey
 	}
+	if cfg.RoleLabel == "" {
+		cfg.RoleLabel = DefaultRoleLabel
+	}
 	return cfg
 }
 

@@ -369,6 +369,7 @@ type PodInfo struct {
 	Reason        string  `json:"incomplete_reason"`
 	Overflows     uint64  `json:"overflows"`
 	ApplyLag      float64 `json:"apply_lag_seconds"`
+	Role          string  `json:"role"`
 }
 
 // Pods is GET /v1/pods.

@@ -762,8 +762,11 @@ type PodInfo struct {
 	// How late the index is for this pod: the age in seconds of its oldest
 	// batch still waiting to be applied (0 = none waits).
 	ApplyLagSeconds float64 `protobuf:"fixed64,37,opt,name=apply_lag_seconds,json=applyLagSeconds,proto3" json:"apply_lag_seconds,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The pod's P/D role (discovery's llm-d.ai/role label, or the endpoint's
+	// role= option); empty when neither says.
+	Role          string `protobuf:"bytes,38,opt,name=role,proto3" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PodInfo) Reset() {
@@ -1053,6 +1056,13 @@ func (x *PodInfo) GetApplyLagSeconds() float64 {
 		return x.ApplyLagSeconds
 	}
 	return 0
+}
+
+func (x *PodInfo) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
 }
 
 type ListPodsResponse struct {
@@ -2304,7 +2314,8 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\ftotal_blocks\x18\x01 \x01(\x05R\vtotalBlocks\x12(\n" +
 	"\x04pods\x18\x02 \x03(\v2\x14.kvindex.v1.PodScoreR\x04pods\x12'\n" +
 	"\x0funscored_reason\x18\x03 \x01(\tR\x0eunscoredReason\"\x11\n" +
-	"\x0fListPodsRequest\"\xf4\t\n" +
+	"\x0fListPodsRequest\"\x88\n" +
+	"\n" +
 	"\aPodInfo\x12\x10\n" +
 	"\x03pod\x18\x01 \x01(\tR\x03pod\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\x05R\x06dpRank\x12\x14\n" +
@@ -2346,7 +2357,8 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\x05stale\x18# \x01(\bR\x05stale\x12\x1d\n" +
 	"\n" +
 	"last_event\x18$ \x01(\tR\tlastEvent\x12*\n" +
-	"\x11apply_lag_seconds\x18% \x01(\x01R\x0fapplyLagSeconds\";\n" +
+	"\x11apply_lag_seconds\x18% \x01(\x01R\x0fapplyLagSeconds\x12\x12\n" +
+	"\x04role\x18& \x01(\tR\x04role\";\n" +
 	"\x10ListPodsResponse\x12'\n" +
 	"\x04pods\x18\x01 \x03(\v2\x13.kvindex.v1.PodInfoR\x04pods\"\xea\x01\n" +
 	"\bEndpoint\x12\x18\n" +
