@@ -351,6 +351,19 @@ func TestPickReusedResultDoesNotAllocate(t *testing.T) {
 			t.Errorf("%s: Pick allocates %.1f times per call", pol, a)
 		}
 	}
+	// A P/D pick too: half the pods prefill, the pair is chosen and a
+	// kv_source looked for among every holder.
+	for i := range q.Candidates {
+		q.Candidates[i].Role = routing.RolePrefill + routing.Role(i%2)
+	}
+	q.Policy = ""
+	mustPick(t, ix, q, &r)
+	if !r.PD {
+		t.Fatalf("not a P/D pick: %+v", r)
+	}
+	if a := testing.AllocsPerRun(50, func() { mustPick(t, ix, q, &r) }); a != 0 {
+		t.Errorf("P/D: Pick allocates %.1f times per call", a)
+	}
 }
 
 func counterValue(t *testing.T, ix *Indexer, name string, labels map[string]string) float64 {
