@@ -43,7 +43,9 @@ type IndexerClient interface {
 	// each pod's cached prefix (indexed, speculative, or from the routing
 	// history for pods without KV events) against its load with a policy.
 	// The chosen pod is then assumed to hold the request's blocks until its
-	// events confirm them or a short TTL passes.
+	// events confirm them or a short TTL passes. With candidate roles (P/D)
+	// it chooses the decode pod, decides whether to disaggregate, names the
+	// prefill pod and a pod to pull cached KV from (docs/api.md, "P/D").
 	Pick(ctx context.Context, in *PickRequest, opts ...grpc.CallOption) (*PickResponse, error)
 	// ListPods describes every (pod, data-parallel rank) the daemon has seen.
 	ListPods(ctx context.Context, in *ListPodsRequest, opts ...grpc.CallOption) (*ListPodsResponse, error)
@@ -135,7 +137,9 @@ type IndexerServer interface {
 	// each pod's cached prefix (indexed, speculative, or from the routing
 	// history for pods without KV events) against its load with a policy.
 	// The chosen pod is then assumed to hold the request's blocks until its
-	// events confirm them or a short TTL passes.
+	// events confirm them or a short TTL passes. With candidate roles (P/D)
+	// it chooses the decode pod, decides whether to disaggregate, names the
+	// prefill pod and a pod to pull cached KV from (docs/api.md, "P/D").
 	Pick(context.Context, *PickRequest) (*PickResponse, error)
 	// ListPods describes every (pod, data-parallel rank) the daemon has seen.
 	ListPods(context.Context, *ListPodsRequest) (*ListPodsResponse, error)
