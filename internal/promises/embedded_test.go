@@ -185,6 +185,37 @@ func TestEmbeddedMatchesDaemon(t *testing.T) {
 			t.Logf("Pick %s policy %q: %s", tc.q.Kind, tc.policy, emb)
 		}
 	}
+
+	// A P/D pick: pod-c decodes, pod-b prefills, pod-a (not offered) holds
+	// more than both. Same pair, decision and kv_source on both sides.
+	pdCands := []indexer.Candidate{{Pod: "pod-b", Role: routing.RolePrefill}, {Pod: "pod-c", Role: routing.RoleDecode}}
+	pq := indexer.PickQuery{Query: queries[0].q, Candidates: pdCands}
+	var pr indexer.PickResult
+	emb := ""
+	if err := idx.Pick(ctx, &pq, &pr); err != nil {
+		emb = "error: " + err.Error()
+	} else {
+		emb = fmt.Sprintf("%s %s %d prefill=%s source=%s/%d/%d", pr.Pod, pr.Split, pr.NonCachedTokens, pr.PrefillPod,
+			pr.KVSource.Pod, pr.KVSource.Blocks, pr.KVSource.ExtraBlocks)
+	}
+	req := &kvindexv1.PickRequest{Model: model, Input: &kvindexv1.PickRequest_TokenIds{TokenIds: tokens(queries[0].q.TokenIDs)},
+		Candidates: []*kvindexv1.Candidate{{Pod: "pod-b", Role: "prefill"}, {Pod: "pod-c", Role: "decode"}}}
+	c, cc := withToken("")
+	g, err := grpcC.Pick(c, req)
+	cc()
+	dmn := ""
+	if err != nil {
+		dmn = "error: " + err.Error()
+	} else {
+		dmn = fmt.Sprintf("%s %s %d prefill=%s source=%s/%d/%d", g.GetPod(), g.GetDisaggregation().GetDecision(),
+			g.GetDisaggregation().GetNonCachedTokens(), g.GetPrefillPod().GetPod(), g.GetKvSource().GetPod(),
+			g.GetKvSource().GetBlocks(), g.GetKvSource().GetExtraBlocks())
+	}
+	if emb != dmn {
+		t.Errorf("P/D pick:\n embedded %s\n daemon   %s", emb, dmn)
+	} else {
+		t.Logf("P/D pick: %s", emb)
+	}
 }
 
 func ranks(n int) string { return fmt.Sprintf("[%d ranks]", n) }
