@@ -157,9 +157,9 @@ type pdPod struct {
 	slotQ       []int // requests waiting for a slot
 	prefillQ    []int
 	prefillBusy bool
-	// The decode clock: a pod's decodes advance only while it is not
-	// prefilling (decodeClock). busyAcc is the prefill time before
-	// busySince, the start of the prefill in progress.
+	// The decode clock (vnow): a pod's decodes advance only while it is
+	// not prefilling. busyAcc is the prefill time before busySince, the
+	// start of the prefill in progress.
 	busyAcc, busySince float64
 	decodes            decodeHeap
 	gen                uint64 // invalidates the pending decode event
