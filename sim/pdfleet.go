@@ -276,6 +276,14 @@ func SimulatePD(cfg PDConfig, reqs []Request, routerName string) (PDResult, erro
 	if err != nil {
 		return PDResult{}, err
 	}
+	res, err := simulatePD(cfg, reqs, r)
+	res.WallSeconds = time.Since(start).Seconds()
+	return res, err
+}
+
+// simulatePD runs reqs behind router r (cfg validated).
+func simulatePD(cfg PDConfig, reqs []Request, r pdRouter) (PDResult, error) {
+	routerName := r.name()
 	n := cfg.PrefillPods + cfg.DecodePods
 	f := &pdFleet{cfg: cfg, reqs: reqs, router: r, pods: make([]pdPod, n), rs: make([]pdReq, len(reqs))}
 	f.st = pdState{Roles: make([]pdRole, n), Load: make([]int, n), Slots: make([]int, n), Matched: make([]int, n), Block: cfg.BlockSize}
@@ -297,6 +305,7 @@ func SimulatePD(cfg PDConfig, reqs []Request, routerName string) (PDResult, erro
 		f.st.Roles[p], f.st.Slots[p] = pd.role, pd.slots
 	}
 	if r.needsIndex() {
+		var err error
 		if f.index, err = newPreciseRouter(n, cfg.BlockSize, loadGuard{-1}, 0, false, 0); err != nil {
 			return PDResult{}, err
 		}
@@ -322,7 +331,6 @@ func SimulatePD(cfg PDConfig, reqs []Request, routerName string) (PDResult, erro
 		}
 	}
 	f.finish()
-	f.res.WallSeconds = time.Since(start).Seconds()
 	return f.res, nil
 }
 

@@ -211,3 +211,46 @@ func TestPDConfigErrors(t *testing.T) {
 		t.Error("request larger than a pod's cache: no error")
 	}
 }
+
+// scriptedPD routes request i as routes[i] says.
+type scriptedPD struct {
+	routes []pdRoute
+	next   int
+}
+
+func (*scriptedPD) name() string     { return "scripted" }
+func (*scriptedPD) needsIndex() bool { return false }
+func (s *scriptedPD) route(*Request, *pdState) pdRoute {
+	s.next++
+	return s.routes[s.next-1]
+}
+
+// A kv_source saves the prefill what it actually holds beyond the pod that
+// prefills, at the transfer cost per block, and nothing when it holds no
+// more.
+func TestPDPullFromKVSource(t *testing.T) {
+	cfg := pdTestConfig(1, 2) // pod 0 prefills, pods 1 and 2 decode
+	x := []uint64{1, 2, 3, 4}
+	reqs := []Request{
+		{Timestamp: 0, InputLength: 2048, OutputLength: 1, HashIDs: x},
+		{Timestamp: 10_000, InputLength: 3072, OutputLength: 1, HashIDs: append(slices.Clone(x), 5, 6)},
+		{Timestamp: 20_000, InputLength: 1024, OutputLength: 1, HashIDs: []uint64{1, 9}},
+	}
+	r := &scriptedPD{routes: []pdRoute{
+		{Decode: 1, Prefill: 0, Source: -1}, // pods 0 and 1 end up holding x
+		{Decode: 2, Prefill: -1, Source: 1}, // pod 2 pulls x from pod 1, computes 2 blocks
+		{Decode: 2, Prefill: -1, Source: 1}, // pod 2 already holds block 1; pod 1 holds no more
+	}}
+	res, err := simulatePD(cfg, reqs, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pullThenPrefill := 4*0.005 + 0.01 + 1024*1e-4
+	local := 0.01 + 512*1e-4
+	if res.Pulled != 4 || !nearEq(res.TTFTs[1], pullThenPrefill) || !nearEq(res.TTFTs[2], local) {
+		t.Fatalf("pulled %d, ttfts %v, want 4 and [_ %v %v]", res.Pulled, res.TTFTs, pullThenPrefill, local)
+	}
+	if want := int64(2048 + 1024 + 512); res.ComputedTokens != want {
+		t.Fatalf("computed %d tokens, want %d", res.ComputedTokens, want)
+	}
+}
