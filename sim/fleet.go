@@ -103,6 +103,7 @@ type simEvent struct {
 	pod  int
 	req  int
 	ops  []kvOp
+	gen  uint64 // the P/D fleet's decode events: stale unless equal to the pod's generation
 }
 
 type eventHeap []simEvent

@@ -23,6 +23,15 @@ type Request struct {
 	InputLength  int      `json:"input_length"`
 	OutputLength int      `json:"output_length"`
 	HashIDs      []uint64 `json:"hash_ids"`
+	// OutputHashIDs are the ids of the full blocks the answer completes
+	// (continuing HashIDs' chain), so that a pod that decoded the request
+	// caches them, as vLLM caches the full blocks of generated tokens. The
+	// Mooncake traces do not carry it; the generated multi-turn workload
+	// does (its next turn starts with them).
+	OutputHashIDs []uint64 `json:"output_hash_ids,omitempty"`
+	// prev is 1 + the index in the trace of the previous turn of the same
+	// conversation (0: none or unknown); only GenMultiTurn sets it.
+	prev int
 }
 
 // ReadTrace parses JSONL (plain or gzip, detected by its magic bytes). Blank

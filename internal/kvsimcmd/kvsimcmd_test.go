@@ -238,3 +238,42 @@ func simulateOut(t *testing.T, out string, v any, stdout *bytes.Buffer, args ...
 		t.Fatal(err)
 	}
 }
+
+func TestSimulatePDCommand(t *testing.T) {
+	dir := t.TempDir()
+	var out bytes.Buffer
+	args := []string{"--pd", "--multi-turn", "--mt-conversations", "15", "--capacity", "2000", "--markdown",
+		"--out", filepath.Join(dir, "pd.json")}
+	if err := Simulate(args, nil, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range sim.PDRouterOrder {
+		if !strings.Contains(out.String(), "| "+r+" |") {
+			t.Fatalf("no %s row:\n%s", r, out.String())
+		}
+	}
+	var rep sim.PDReport
+	f, _ := os.ReadFile(filepath.Join(dir, "pd.json"))
+	if err := json.Unmarshal(f, &rep); err != nil || len(rep.Results) != 4 || rep.Results[2].Router != sim.PDPrecise ||
+		rep.Config.PrefillPods != 4 {
+		t.Fatalf("json: %v %+v", err, rep)
+	}
+	out.Reset()
+	if err := Simulate([]string{"--pd", "--multi-turn", "--mt-conversations", "5", "--capacity", "2000", "--pd-routers", "pd-load",
+		"--pd-sensitivity"}, nil, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "| transfer_per_block x0.5 |") || !strings.Contains(out.String(), "| max_local_prefill_tokens x2 |") {
+		t.Fatalf("sensitivity table:\n%s", out.String())
+	}
+	for _, bad := range [][]string{
+		{"--pd", "--multi-turn", "--gen-workload"},
+		{"--pd", "--multi-turn", "--capacity", "2000", "--pd-routers", "nope"},
+		{"--pd", "--multi-turn", "--capacity", "2000", "--decode-pods", "0"},
+		{"--pd", "--multi-turn", "--mt-rate", "0"},
+	} {
+		if err := Simulate(bad, nil, io.Discard, io.Discard); err == nil {
+			t.Errorf("%v: no error", bad)
+		}
+	}
+}

@@ -59,6 +59,32 @@ func Simulate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	out := fs.String("out", "", "write results: .json or .csv by extension")
 	svg := fs.String("svg", "", "write an SVG chart comparing policies")
 	md := fs.Bool("markdown", false, "print the table as Markdown too")
+	pdOn := fs.Bool("pd", false, "compare P/D routings on a prefill/decode fleet (docs/simulator.md, \"P/D fleet model\"); "+
+		"uses --trace, --gen-workload or --multi-turn and the pod flags (--capacity, --policy, --max-batch, --prefill-*, --decode-per-token)")
+	pdc := sim.DefaultPDConfig()
+	fs.IntVar(&pdc.PrefillPods, "prefill-pods", pdc.PrefillPods, "--pd: prefill pods")
+	fs.IntVar(&pdc.DecodePods, "decode-pods", pdc.DecodePods, "--pd: decode pods (the aggregated fleet has prefill + decode pods of role both)")
+	fs.IntVar(&pdc.DecodeCapacity, "decode-capacity", pdc.DecodeCapacity, "--pd: concurrent sequences of a decode pod")
+	fs.Float64Var(&pdc.TransferPerBlock, "transfer-per-block", pdc.TransferPerBlock, "--pd: seconds to move one block's KV between pods")
+	fs.IntVar(&pdc.PD.MaxLocalPrefillTokens, "pd-max-local-prefill", pdc.PD.MaxLocalPrefillTokens,
+		"--pd: pd-conditional prefills on the decode pod when it would compute at most this many tokens")
+	fs.IntVar(&pdc.PD.MaxPrefillWaiting, "pd-max-prefill-waiting", pdc.PD.MaxPrefillWaiting,
+		"--pd: pd-conditional prefills on the decode pod once the prefill pods' waiting requests add up to this (-1: never)")
+	pdRouters := fs.String("pd-routers", strings.Join(sim.PDRouterOrder, ","), "--pd: comma-separated P/D routers")
+	pdSens := fs.Bool("pd-sensitivity", false, "--pd: also run each of "+strings.Join(sim.PDScaleKeys, ", ")+
+		" at x0.5 and x2 and print the sensitivity table (Markdown)")
+	multi := fs.Bool("multi-turn", false, "simulate the generated multi-turn chat workload (see --mt-* flags)")
+	mt := sim.DefaultMultiTurn()
+	fs.IntVar(&mt.Conversations, "mt-conversations", mt.Conversations, "--multi-turn: conversations")
+	fs.IntVar(&mt.TurnsMin, "mt-turns-min", mt.TurnsMin, "--multi-turn: fewest turns of a conversation")
+	fs.IntVar(&mt.TurnsMax, "mt-turns-max", mt.TurnsMax, "--multi-turn: most turns of a conversation")
+	fs.IntVar(&mt.SystemTokens, "mt-system-tokens", mt.SystemTokens, "--multi-turn: shared system prompt tokens")
+	fs.IntVar(&mt.UserTokens, "mt-user-tokens", mt.UserTokens, "--multi-turn: mean user message tokens")
+	fs.IntVar(&mt.OutputTokens, "mt-output-tokens", mt.OutputTokens, "--multi-turn: mean answer tokens")
+	fs.Float64Var(&mt.Rate, "mt-rate", mt.Rate, "--multi-turn: conversations started per second")
+	fs.Float64Var(&mt.ThinkMin, "mt-think-min", mt.ThinkMin, "--multi-turn: fixed seconds between a turn and the next")
+	fs.Float64Var(&mt.ThinkMean, "mt-think-mean", mt.ThinkMean, "--multi-turn: mean of the exponential part of the gap")
+	fs.Uint64Var(&mt.Seed, "mt-seed", mt.Seed, "--multi-turn: seed")
 	var scales scaleFlag
 	fs.Var(&scales, "scale", "with --scenario: KEY=FACTOR multiplies a scenario constant (repeatable; keys: "+
 		strings.Join(sim.ScaleKeys, ", ")+")")
@@ -103,20 +129,28 @@ func Simulate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	var err error
 	var name string
 	switch {
-	case *gen && *trace != "":
-		return errors.New("--trace and --gen-workload are exclusive")
+	case (*gen && *trace != "") || (*multi && (*gen || *trace != "")):
+		return errors.New("--trace, --gen-workload and --multi-turn are exclusive")
+	case *multi:
+		mt.BlockSize = fc.BlockSize
+		reqs, err = sim.GenMultiTurn(mt)
+		name = fmt.Sprintf("multi-turn(%d conversations of %d-%d turns, %g/s)", mt.Conversations, mt.TurnsMin, mt.TurnsMax, mt.Rate)
 	case *gen:
 		wl.BlockSize = fc.BlockSize
 		reqs, err = sim.GenWorkload(wl)
 		name = fmt.Sprintf("generated(%dx%d, %d+%d tok, %g rps)", wl.Groups, wl.Prompts, wl.SystemTokens, wl.UserTokens, wl.Rate)
 	case *trace == "":
-		return errors.New("--trace, --gen-workload or --scenario is required")
+		return errors.New("--trace, --gen-workload, --multi-turn or --scenario is required")
 	default:
 		reqs, err = sim.ReadTraceFile(*trace)
 		name = filepath.Base(*trace)
 	}
 	if err != nil {
 		return err
+	}
+	if *pdOn {
+		pdc.Cache, pdc.Service, pdc.BlockSize, pdc.Speedup, pdc.EventLag = fc.Cache, fc.Service, fc.BlockSize, fc.Speedup, fc.EventLag
+		return runPD(name, reqs, pdc, splitList(*pdRouters), *pdSens, *md, *out, stdout)
 	}
 	var policies []string
 	for _, rn := range strings.Split(*routers, ",") {
@@ -145,6 +179,51 @@ func Simulate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	if *svg != "" {
 		return writeFile(*svg, func(w io.Writer) error { return sim.WriteSVG(w, rep) })
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// runPD is `simulate --pd`: the P/D routers on one fleet, optionally with
+// the constants' sensitivity.
+func runPD(name string, reqs []sim.Request, cfg sim.PDConfig, routers []string, sens, md bool, out string, stdout io.Writer) error {
+	if sens {
+		rows, err := sim.PDSensitivity(name, reqs, cfg, routers)
+		if err != nil {
+			return err
+		}
+		sim.WritePDTable(stdout, rows[0].Report)
+		if md {
+			fmt.Fprintln(stdout)
+			sim.WritePDMarkdown(stdout, rows[0].Report)
+		}
+		fmt.Fprintln(stdout)
+		sim.WritePDSensitivityMarkdown(stdout, rows)
+		if out != "" {
+			return writeFile(out, func(w io.Writer) error { return sim.WritePDJSON(w, rows) })
+		}
+		return nil
+	}
+	rep, err := sim.RunPD(name, reqs, cfg, routers)
+	if err != nil {
+		return err
+	}
+	sim.WritePDTable(stdout, rep)
+	if md {
+		fmt.Fprintln(stdout)
+		sim.WritePDMarkdown(stdout, rep)
+	}
+	if out != "" {
+		return writeFile(out, func(w io.Writer) error { return sim.WritePDJSON(w, rep) })
 	}
 	return nil
 }
