@@ -57,6 +57,9 @@ func (a *Applier) removed(pod *podState, engine blockkeys.Engine, ev *event.Even
 			}
 			// Keep the alias: the block may still be held on another tier.
 		}
+		if a.answered != nil {
+			pod.answered = append(pod.answered, k)
+		}
 		if a.keepOnRemove(pod, engine, ev, i, bit, k, d) {
 			continue
 		}
