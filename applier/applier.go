@@ -90,9 +90,10 @@ type Config struct {
 //     full-attention groups a block is indexed while every one holds it and
 //     removed when any drops it. The index knows no groups: a block is
 //     held or not;
-//   - a hash stored twice is two physical copies: a removal keeps the block
-//     while remaining_copy_counts says copies remain, or, without that field
-//     (vLLM before it), while our own count of GPU copies does.
+//   - a hash stored twice is two physical copies (GPU) or two chunks holding
+//     it (vLLM's offloading connector, CPU and storage): a removal keeps the
+//     block while remaining_copy_counts says copies remain, or, without that
+//     field, while our own count of its announcements on that tier does.
 //
 // Error contract: an Index error is counted, the pod is marked untrusted and
 // the rest of the batch is dropped. Before the next batch of an untrusted pod

@@ -3,6 +3,8 @@ package promises
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/kvindex/kvindex/blockkeys"
@@ -97,5 +99,63 @@ func TestPromiseSpeculationFollowsEngineEvents(t *testing.T) {
 			t.Fatalf("after the engine evicted everything Score says 0 but Pick says %d matched (%d speculative)",
 				c.MatchedBlocks, c.SpeculativeBlocks)
 		}
+	}
+}
+
+// Issue 32: vLLM's offloading connector announces a hash once per chunk
+// holding it and asks consumers to reference-count
+// (vllm/distributed/kv_transfer/kv_connector/v1/offloading/events.py). Its
+// events, as hack/gen_offload_vectors.py generates them from that source
+// (kvevents/testdata/offload), go to the daemon over ZMQ: two requests
+// sharing 3 blocks, 2 blocks per chunk, the first request's second chunk
+// evicted, then a placeholder chunk (one block named) stored and evicted.
+// The second request then scores 4 of 4 on the CPU (before: 2, the shared
+// block removed with the first chunk), the first 3 of 4. The vectors use
+// block size 4, the daemon's default is 16: they are scored by their hashes
+// (indexed as published when the block size differs).
+func TestPromiseOffloadRefcounts(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t)
+	pub := d.Publisher()
+	dir := filepath.Join(harness.RepoRoot(t), "kvevents", "testdata", "offload")
+	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var man struct {
+		Steps []struct {
+			Name string   `json:"name"`
+			CPU  []uint64 `json:"cpu"`
+		} `json:"steps"`
+	}
+	if err := json.Unmarshal(raw, &man); err != nil || len(man.Steps) != 5 {
+		t.Fatalf("manifest: %v (%d steps)", err, len(man.Steps))
+	}
+	for i, st := range man.Steps {
+		payload, err := os.ReadFile(filepath.Join(dir, st.Name+".msgpack"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pub.Publish("kv@pod-off@"+model, uint64(i), payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const events = 6 // 2 stores, 1 store, 1 removal, 1 placeholder store, 1 removal
+	wait.Until(t, "the connector's events applied", func() string {
+		if p, _ := d.Pod("pod-off"); p.EventsApplied != events {
+			return fmt.Sprintf("%d events applied, want %d", p.EventsApplied, events)
+		}
+		return ""
+	})
+	a := man.Steps[0].CPU // a0..a3
+	b := man.Steps[4].CPU // a0, a1, a2, b3: what the CPU holds at the end
+	if got := d.Scores(map[string]any{"model": model, "block_hashes": b})["pod-off"]; got != 4 {
+		t.Errorf("request B scores %d of 4 blocks on the CPU, want 4: the engine holds them all", got)
+	}
+	if got := d.Scores(map[string]any{"model": model, "block_hashes": a})["pod-off"]; got != 3 {
+		t.Errorf("request A scores %d of 4 blocks, want 3 (its last chunk evicted, its shared block held by B's)", got)
+	}
+	if p, _ := d.Pod("pod-off"); p.Blocks != 4 {
+		t.Errorf("pod-off holds %d entries, want 4", p.Blocks)
 	}
 }
