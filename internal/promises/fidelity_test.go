@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/pypub"
 	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents/event"
 )
@@ -158,4 +159,112 @@ func TestPromiseOffloadRefcounts(t *testing.T) {
 	if p, _ := d.Pod("pod-off"); p.Blocks != 4 {
 		t.Errorf("pod-off holds %d entries, want 4", p.Blocks)
 	}
+}
+
+// scoreState is one pod's entry in a /v1/score answer.
+type scoreState struct {
+	Matched  int
+	Complete bool
+	Reason   string
+}
+
+func scoreStates(t *testing.T, d *harness.Daemon, tokens []uint32) map[string]scoreState {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"model": model, "token_ids": tokens})
+	code, out, _ := d.Do("POST", "/v1/score", string(body))
+	if code != 200 {
+		t.Fatalf("score: %d %s", code, out)
+	}
+	var ans struct {
+		Pods []struct {
+			Pod              string `json:"pod"`
+			MatchedBlocks    int    `json:"matched_blocks"`
+			Complete         bool   `json:"complete"`
+			IncompleteReason string `json:"incomplete_reason"`
+		} `json:"pods"`
+	}
+	if err := json.Unmarshal([]byte(out), &ans); err != nil {
+		t.Fatalf("score answer %s: %v", out, err)
+	}
+	res := map[string]scoreState{}
+	for _, p := range ans.Pods {
+		res[p.Pod] = scoreState{p.MatchedBlocks, p.Complete, p.IncompleteReason}
+	}
+	return res
+}
+
+func pyStored(topic string, seq uint64, t *testing.T, tokens []uint32) pypub.Batch {
+	return pypub.Batch{Topic: topic, Seq: seq, Form: "map", Events: []pypub.Event{{Type: "BlockStored",
+		BlockHashes: engineHashes(t, tokens), TokenIDs: tokens, BlockSize: blockSize, Medium: "GPU"}}}
+}
+
+// waitScore waits until the pod's score entry is want.
+func waitScore(t *testing.T, d *harness.Daemon, what, pod string, tokens []uint32, want scoreState) {
+	t.Helper()
+	wait.Until(t, what, func() string {
+		if got := scoreStates(t, d, tokens)[pod]; got != want {
+			return fmt.Sprintf("%s scores %+v, want %+v", pod, got, want)
+		}
+		return ""
+	})
+}
+
+// Issue 32: an engine killed with SIGKILL (a real libzmq publisher,
+// hack/kvpublisher.py) kept its blocks scored as complete until its first
+// event after a restart: the dropped connection was not used. The
+// connection's end now marks its pods `complete:false`,
+// `incomplete_reason:"disconnected"` at once, in both topologies (the
+// engine connects to the daemon's bind; the daemon connects to the engine's
+// bind), and the blocks stay scored, flagged, until the pod expiry
+// (--pod-expiry, 1 h) or the engine's next batch. A publisher that comes
+// back and continues its sequence (nothing was lost) makes the pod complete
+// again; one that restarts at seq 0 clears it and is complete from there.
+func TestPromiseDeadEngineIsIncomplete(t *testing.T) {
+	t.Parallel()
+	pypub.RequirePython(t)
+	engPort := harness.FreePort(t)
+	engAddr := fmt.Sprintf("tcp://127.0.0.1:%d", engPort)
+	d := harness.Start(t, "--endpoint", engAddr+",pod=pod-bind,model="+model)
+	toks := prompt(41, 4)
+	complete := scoreState{Matched: 4, Complete: true}
+	dead := scoreState{Matched: 4, Reason: "disconnected"}
+
+	t.Run("engine connects to the daemon", func(t *testing.T) {
+		const topic = "kv@pod-conn@" + model
+		pub := pypub.StartPublisher(t, d.ZMQ, false)
+		pub.WaitReady(wait.Limit)
+		pub.Send(pyStored(topic, 0, t, toks))
+		waitScore(t, d, "stored", "pod-conn", toks, complete)
+		pub.Kill()
+		waitScore(t, d, "the killed engine's pod incomplete", "pod-conn", toks, dead)
+		// It comes back and continues its sequence: nothing was lost.
+		again := pypub.StartPublisher(t, d.ZMQ, false)
+		again.WaitReady(wait.Limit)
+		more := prompt(42, 2)
+		again.Send(pyStored(topic, 1, t, more))
+		waitScore(t, d, "complete again after the next seq", "pod-conn", toks, complete)
+		again.Close()
+	})
+
+	t.Run("daemon connects to the engine", func(t *testing.T) {
+		const topic = "kv@pod-bind@" + model
+		pub := pypub.StartPublisher(t, engAddr, true)
+		pub.WaitReady(wait.Limit)
+		pub.Send(pyStored(topic, 0, t, toks[:2*blockSize]))
+		pub.Send(pyStored(topic, 1, t, toks)) // seq 1: the restart below is a jump back
+		waitScore(t, d, "stored", "pod-bind", toks, complete)
+		pub.Kill()
+		waitScore(t, d, "the killed engine's pod incomplete", "pod-bind", toks, dead)
+		// The engine restarts (seq 0) on the same address; the daemon
+		// redials: the pod is cleared and complete from seq 0.
+		again := pypub.StartPublisher(t, engAddr, true)
+		again.WaitReady(wait.Limit)
+		fresh := prompt(43, 3)
+		again.Send(pyStored(topic, 0, t, fresh))
+		waitScore(t, d, "the restarted engine complete", "pod-bind", fresh, scoreState{Matched: 3, Complete: true})
+		if s, ok := scoreStates(t, d, toks)["pod-bind"]; ok {
+			t.Errorf("the restarted engine's old blocks still scored: %+v", s)
+		}
+		again.Close()
+	})
 }
