@@ -49,6 +49,14 @@ type Config struct {
 	// enforces; required when PodShare > 0. It is handed over explicitly
 	// (not discovered on Index) so that wrapping the index cannot lose it.
 	Share ShareAccounting
+	// Answered, when set, is told after each batch which keys its
+	// BlockStored and BlockRemoved events answered for the pod: the keys
+	// the index holds them under (after aliasing), not the engine's hashes,
+	// which differ for a pod whose hashing is not kvindexd's. Pick's
+	// speculative entries are keyed as the index is, so they are dropped
+	// by these. keys is the applier's buffer, valid during the call; it is
+	// called with the pod's batches serialised.
+	Answered func(ctx context.Context, b *event.Batch, keys []blockkeys.Key)
 }
 
 // Applier applies decoded engine batches to an Index (it is the BatchSink of
@@ -82,9 +90,10 @@ type Config struct {
 //     full-attention groups a block is indexed while every one holds it and
 //     removed when any drops it. The index knows no groups: a block is
 //     held or not;
-//   - a hash stored twice is two physical copies: a removal keeps the block
-//     while remaining_copy_counts says copies remain, or, without that field
-//     (vLLM before it), while our own count of GPU copies does.
+//   - a hash stored twice is two physical copies (GPU) or two chunks holding
+//     it (vLLM's offloading connector, CPU and storage): a removal keeps the
+//     block while remaining_copy_counts says copies remain, or, without that
+//     field, while our own count of its announcements on that tier does.
 //
 // Error contract: an Index error is counted, the pod is marked untrusted and
 // the rest of the batch is dropped. Before the next batch of an untrusted pod
@@ -120,6 +129,8 @@ type Applier struct {
 
 	lim limitState
 
+	answered func(ctx context.Context, b *event.Batch, keys []blockkeys.Key)
+
 	sessions sessionTable // BlockStored.session_id per pod (sessions.go)
 
 	// engines: bit e set once a batch of Engine e was applied.
@@ -151,8 +162,11 @@ type podState struct {
 	overShare  bool            // logged that the pod reached its PodShare
 	keys       []blockkeys.Key // scratch for Add/Remove
 	removing   []blockkeys.Key // keys of the current run of BlockRemoved events (removed.go)
-	buf        []byte          // scratch for serialisation
-	hintFinal  bool            // the parity hint names a definite cause
+	// answered: the keys the current batch stored or removed, as indexed
+	// (Config.Answered); reset per batch.
+	answered  []blockkeys.Key
+	buf       []byte // scratch for serialisation
+	hintFinal bool   // the parity hint names a definite cause
 	// everMatched: some block of this pod matched, so a mismatch means unseen
 	// extra keys, not a configuration difference.
 	everMatched bool
@@ -200,6 +214,7 @@ func New(cfg Config) (*Applier, error) {
 		idx: cfg.Index, in: cfg.Interner, hashers: cfg.Hashers, m: cfg.Metrics, log: cfg.Logger,
 		dcSize: cfg.DigestCacheSize, aliasCap: cfg.AliasCacheSize, copyCap: cfg.CopyTableSize, maskCap: cfg.GroupMaskTableSize,
 		pods: map[podKey]*podState{}, digests: map[kvindex.ModelID]*digestCache{}, alt: map[blockkeys.KeyConfig]*blockkeys.Hasher{},
+		answered: cfg.Answered,
 	}
 	a.tables.limit, a.tables.gauge = cfg.HoldTableBytes, cfg.Metrics.holdTableBytes
 	if err := a.initLimits(cfg.Limits, cfg.Share); err != nil {
@@ -278,6 +293,7 @@ func (a *Applier) Apply(ctx context.Context, b *event.Batch) event.ApplyOutcome 
 	defer pod.applyMu.Unlock()
 	a.bindModel(pod, b.Model, b.Engine)
 	var d batchDelta
+	pod.answered = pod.answered[:0]
 	wasUntrusted := pod.untrusted
 	if pod.untrusted {
 		if err := a.idx.ClearPod(ctx, pod.id); err != nil {
@@ -336,8 +352,23 @@ func (a *Applier) Apply(ctx context.Context, b *event.Batch) event.ApplyOutcome 
 		d.events[ev.Kind]++
 	}
 	pod.removing = pod.removing[:0]
+	a.tellAnswered(ctx, pod, b)
 	a.finish(pod, b, &d, start, wasUntrusted)
 	return event.ApplyOutcome{IndexFailed: pod.untrusted}
+}
+
+// maxKeptAnswered bounds the answered buffer a pod keeps between batches.
+const maxKeptAnswered = 1 << 16
+
+// tellAnswered hands the batch's answered keys to Config.Answered.
+func (a *Applier) tellAnswered(ctx context.Context, pod *podState, b *event.Batch) {
+	if a.answered != nil && len(pod.answered) > 0 {
+		a.answered(ctx, b, pod.answered)
+	}
+	pod.answered = pod.answered[:0]
+	if cap(pod.answered) > maxKeptAnswered {
+		pod.answered = nil
+	}
 }
 
 // indexError marks the pod untrusted after the index failed on event i:

@@ -91,11 +91,17 @@ func (pod *podState) removeGroup(ev *event.Event) (bounds bool, bit uint16) {
 // indexed: a second physical copy of a block is only counted (vLLM), and
 // with several full-attention groups a block waits until all hold it.
 func (a *Applier) holdStored(pod *podState, engine blockkeys.Engine, ev *event.Event, bit uint16, keys []blockkeys.Key, d *batchDelta) []blockkeys.Key {
-	// Copies are counted on the GPU tier only: vLLM's block pool announces
-	// a hash once per physical block, so a second store is a second copy.
-	// Connectors (CPU offload, LMCache) may announce a block again without
-	// a second copy; counting those would keep a removed block indexed.
-	track := engine.Info().CountsCopies && !pod.copiesAuthority && ev.Medium == event.TierGPU
+	// Announcements are counted per (block, tier, group) on every tier:
+	// vLLM's block pool announces a hash once per physical GPU block, and
+	// its offloading connector announces a hash once per chunk that holds
+	// it (chunks of requests sharing a prefix that ends inside a chunk
+	// hold the shared blocks each) and removes it once per chunk evicted
+	// (offloading/events.py asks consumers to reference-count). A
+	// placeholder chunk event (no tokens, block_size 0) names one block,
+	// the chunk's last, and counts as one announcement of it: all it
+	// proves. On the GPU tier the engine's remaining_copy_counts, once
+	// sent, replace our count.
+	track := countsAnnouncements(pod, engine, ev.Medium)
 	if !track && bit == 0 {
 		return keys
 	}
@@ -147,7 +153,7 @@ func (a *Applier) keepOnRemove(pod *podState, engine blockkeys.Engine, ev *event
 			d.copiesKept++
 			return true
 		}
-	case engine.Info().CountsCopies && pod.copies != nil:
+	case countsAnnouncements(pod, engine, ev.Medium) && pod.copies != nil:
 		ck := entryKey(k, ev.Medium, ev.GroupIdx)
 		if c, held := pod.copies.get(ck); held && c > 1 {
 			pod.copies.put(ck, c-1)
@@ -168,4 +174,11 @@ func (a *Applier) keepOnRemove(pod *podState, engine blockkeys.Engine, ev *event
 		}
 	}
 	return false
+}
+
+// countsAnnouncements reports whether the applier counts the pod's
+// announcements of blocks on tier (see holdStored): vLLM pods, every tier,
+// except the GPU tier once the engine counts its copies itself.
+func countsAnnouncements(pod *podState, engine blockkeys.Engine, tier event.Tier) bool {
+	return engine.Info().CountsCopies && (tier != event.TierGPU || !pod.copiesAuthority)
 }

@@ -43,7 +43,10 @@ func (a *Applier) removed(pod *podState, engine blockkeys.Engine, ev *event.Even
 		return
 	}
 	if ev.HasRemainingCopies && !pod.copiesAuthority {
-		// The engine counts copies itself: ours are no longer needed.
+		// The engine counts its GPU copies itself: ours are no longer read
+		// for the GPU tier. The table goes (most of it is GPU counts); the
+		// other tiers' counts start again from the next store, losing
+		// precision once in the safe direction (tables.go).
 		pod.copies.release()
 		pod.copiesAuthority, pod.copies = true, nil
 	}
@@ -56,6 +59,9 @@ func (a *Applier) removed(pod *podState, engine blockkeys.Engine, ev *event.Even
 				k = blockkeys.Key(eh)
 			}
 			// Keep the alias: the block may still be held on another tier.
+		}
+		if a.answered != nil {
+			pod.answered = append(pod.answered, k)
 		}
 		if a.keepOnRemove(pod, engine, ev, i, bit, k, d) {
 			continue

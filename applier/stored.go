@@ -71,6 +71,9 @@ func (a *Applier) storedKeys(pod *podState, engine blockkeys.Engine, ev *event.E
 		return nil
 	}
 	keys := a.blockKeys(pod, engine, ev, d)
+	if a.answered != nil {
+		pod.answered = append(pod.answered, keys...)
+	}
 	keys = a.holdStored(pod, engine, ev, bit, keys, d)
 	keys = a.trimToShare(pod, keys)
 	pod.keys = keys

@@ -14,10 +14,12 @@ import (
 // asking the index what it holds (an index read per block would cost a Redis
 // round trip):
 //
-//   - copyTable (vLLM pods whose BlockRemoved carries no remaining_copy_counts):
-//     (key, tier, group) -> number of physical copies stored, GPU tier only. vLLM can cache
-//     one hash in two blocks (two requests computing the same block at once)
-//     and reports each; removing one copy must not unindex the block.
+//   - copyTable (vLLM pods): (key, tier, group) -> number of announcements
+//     stored and not yet removed, on every tier (the GPU tier only until the
+//     engine sends remaining_copy_counts). vLLM can cache one hash in two
+//     GPU blocks (two requests computing the same block at once) and reports
+//     each; its offloading connector announces a hash once per chunk holding
+//     it. Removing one announcement must not unindex the block.
 //   - maskTable (pods with more than one full-attention group): (key, tier) ->
 //     bit set of the full-attention groups holding it; the block is indexed
 //     only while every such group holds it.

@@ -186,7 +186,7 @@ func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
 	if ix.applier, err = applier.New(applier.Config{
 		Index: applied, Interner: ix.in, Hashers: hashers, DigestCacheSize: cfg.DigestCacheSize,
 		Metrics: applier.NewMetrics(cfg.Registry), Logger: cfg.Logger.With("component", "applier"),
-		Limits: cfg.ApplierLimits, Share: ix.backend.Share,
+		Limits: cfg.ApplierLimits, Share: ix.backend.Share, Answered: ix.dropAnswered,
 	}); err != nil {
 		return nil, err
 	}

@@ -18,9 +18,9 @@ type eventSink struct{ indexer *Indexer }
 var _ event.Sink = eventSink{}
 
 func (s eventSink) Apply(ctx context.Context, b *event.Batch) event.ApplyOutcome {
-	o := s.indexer.applier.Apply(ctx, b)
-	s.indexer.dropAnswered(ctx, b)
-	return o
+	// The applier drops the speculative entries the batch answers
+	// (Config.Answered: ix.dropAnswered) by the keys it indexed.
+	return s.indexer.applier.Apply(ctx, b)
 }
 
 // indexLost is the backend's loss report (Backend.Lost): counted, and every

@@ -2,7 +2,6 @@ package indexer
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/kvindex/kvindex/blockkeys"
@@ -29,9 +28,10 @@ type SpeculativeStore interface {
 	// Hold records holder for keys for the store's TTL.
 	Hold(ctx context.Context, model string, keys []blockkeys.Key, holder uint64) error
 	// Drop removes the entries of either holder (a pod named with and
-	// without its rank) for the blocks whose engine hashes are given: its
-	// real events for them arrived.
-	Drop(ctx context.Context, model string, hashes []uint64, holders [2]uint64) error
+	// without its rank) for keys: its real events for them arrived. keys
+	// are as the index holds the pod's blocks (Config.Answered), the keys
+	// Hold was given.
+	Drop(ctx context.Context, model string, keys []blockkeys.Key, holders [2]uint64) error
 }
 
 // sharedSpeculative is the store speculative entries are shared through:
@@ -45,47 +45,23 @@ func (ix *Indexer) sharedSpeculative(ttl time.Duration) (SpeculativeStore, error
 	return speculation.NewRedis(r.Client(), r.Namespace(), ttl)
 }
 
-// dropAnswered drops the speculative entries the events of b answer: a
-// BlockStored replaces the pod's speculative entry with a real one, a
-// BlockRemoved contradicts it.
-func (ix *Indexer) dropAnswered(ctx context.Context, b *event.Batch) {
+// dropAnswered drops the speculative entries a batch of the pod answers (the
+// applier's Config.Answered): a BlockStored replaces the pod's speculative
+// entry with a real one, a BlockRemoved contradicts it. keys are the keys
+// the applier indexed those blocks under, the keys Pick holds speculative
+// entries under: for a pod whose engine hashes differ from kvindexd's
+// (parity mismatch) they are kvindexd's keys, not the engine's hashes in
+// the events, which would match no entry and leave it for the full TTL.
+func (ix *Indexer) dropAnswered(ctx context.Context, b *event.Batch, keys []blockkeys.Key) {
 	p := ix.pick
-	if p.spec == nil || (p.specMem != nil && p.specMem.len() == 0) {
+	if p == nil || p.spec == nil || (p.specMem != nil && p.specMem.len() == 0) {
 		return
 	}
 	// The router may have named the pod with or without its rank. Every
-	// event's hashes go in one Drop: with the shared store that is one
+	// event's keys go in one Drop: with the shared store that is one
 	// round trip per batch, not one per event and holder.
 	holders := [2]uint64{holderID(b.Pod, b.DPRank), holderID(b.Pod, -1)}
-	var hashes []uint64
-	var buf *[]uint64
-	for i := range b.Events {
-		ev := &b.Events[i]
-		if ev.Kind != event.BlockStored && ev.Kind != event.BlockRemoved || len(ev.BlockHashes) == 0 {
-			continue
-		}
-		switch {
-		case hashes == nil:
-			hashes = ev.BlockHashes // the common batch: one event, no copy
-		case buf == nil:
-			buf = dropBufs.Get().(*[]uint64)
-			*buf = append(append((*buf)[:0], hashes...), ev.BlockHashes...)
-			hashes = *buf
-		default:
-			*buf = append(*buf, ev.BlockHashes...)
-			hashes = *buf
-		}
-	}
-	if err := p.spec.Drop(ctx, b.Model, hashes, holders); err != nil {
+	if err := p.spec.Drop(ctx, b.Model, keys, holders); err != nil {
 		ix.m.specErrors.Inc() // the entries expire by their TTL anyway
 	}
-	if buf != nil && cap(*buf) <= maxDropBuf {
-		dropBufs.Put(buf)
-	}
 }
-
-// dropBufs gathers the hashes of a batch's events for one Drop; a buffer
-// grown past maxDropBuf (a batch of unusual size) is left to the GC.
-var dropBufs = sync.Pool{New: func() any { return new([]uint64) }}
-
-const maxDropBuf = 1 << 16

@@ -26,10 +26,10 @@ func (m *memSpec) Hold(_ context.Context, model string, keys []blockkeys.Key, ho
 	return nil
 }
 
-func (m *memSpec) Drop(_ context.Context, model string, hashes []uint64, holders [2]uint64) error {
+func (m *memSpec) Drop(_ context.Context, model string, keys []blockkeys.Key, holders [2]uint64) error {
 	mh := modelHash(model)
-	m.h.drop(mh, hashes, holders[0])
-	m.h.drop(mh, hashes, holders[1])
+	m.h.drop(mh, keys, holders[0])
+	m.h.drop(mh, keys, holders[1])
 	return nil
 }
 
@@ -175,11 +175,11 @@ func (h *holdMap) popOldest(now int64) {
 }
 
 // drop forgets pod's entries for keys (its real events arrived).
-func (h *holdMap) drop(model uint64, keys []uint64, pod uint64) {
+func (h *holdMap) drop(model uint64, keys []blockkeys.Key, pod uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, k := range keys {
-		hk := holdKey{model, blockkeys.Key(k)}
+		hk := holdKey{model, k}
 		slots, ok := h.m[hk]
 		if !ok {
 			continue

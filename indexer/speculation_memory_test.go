@@ -65,11 +65,11 @@ func TestHoldMapTTLAndDrop(t *testing.T) {
 	if h.len() != 1 || len(h.m) != 1 {
 		t.Fatalf("after reclaim: len %d map %d", h.len(), len(h.m))
 	}
-	h.drop(1, []uint64{50}, 9) // another pod: nothing
+	h.drop(1, holdKeys(50, 1), 9) // another pod: nothing
 	if h.len() != 1 {
 		t.Fatal("dropped another pod's entry")
 	}
-	h.drop(1, []uint64{50}, 8)
+	h.drop(1, holdKeys(50, 1), 8)
 	if h.len() != 0 {
 		t.Fatalf("len after drop = %d", h.len())
 	}

@@ -181,8 +181,10 @@ func TestInteropFixturesIndexExactly(t *testing.T) {
 		py.SendJSON(obj{"raw_frames": []string{hex.EncodeToString([]byte(f.Topic)), hex.EncodeToString(seq[:]),
 			hex.EncodeToString(payload)}})
 	}
-	vpy.Close()
-	spy.Close()
+	// The publishers stay up until the streams are read: a closed
+	// connection marks its streams "disconnected" (lost.go).
+	defer vpy.Close()
+	defer spy.Close()
 	env.sink.wait(t, len(man.Fixtures))
 
 	pods := map[string]applier.PodStats{}
@@ -266,7 +268,7 @@ func TestInteropCatchUpAtFirstSight(t *testing.T) {
 					"token_ids": []int{1, 2}, "block_size": 2}}})
 			}
 			bs := sink.waitFor(t, "seq 3", hasSeq("pod-late", 3))
-			py.Close()
+			defer py.Close() // after the stream is read: a closed connection is "disconnected"
 			if len(bs) != tc.wantBatch {
 				t.Fatalf("got %s", describe(bs))
 			}
@@ -310,8 +312,8 @@ func TestInteropSGLangSnapshotResync(t *testing.T) {
 	py.SendJSON(store(3, false, toks(60))) // D: reveals the gap
 	py.SendJSON(obj{"sleep": 2})           // serve the snapshot request
 	py.SendJSON(store(5, false, toks(70))) // E: after the barrier (seq 4)
-	py.Close()
-	env.sink.wait(t, 4) // seq 0, 3, the snapshot, seq 5
+	defer py.Close()                       // after the stream is read: a closed connection is "disconnected"
+	env.sink.wait(t, 4)                    // seq 0, 3, the snapshot, seq 5
 
 	key := func(tokens ...uint32) uint64 {
 		return uint64(sglangKeys(t, tokens)[len(tokens)/4-1])
@@ -434,15 +436,22 @@ func TestInteropSGLangLateJoinSnapshot(t *testing.T) {
 				pages = 6
 			}
 			env.sink.wait(t, tc.batches)
-			py.Close()
+			defer py.Close() // after the stream is read: a closed connection is "disconnected"
 
 			st := s.Streams()[0]
 			if !st.Complete || st.IncompleteReason != "" || st.CompleteSinceSeq != tc.since || st.Epoch != "ep-7" ||
 				st.Restarts != 0 || st.Model != "m" {
 				t.Fatalf("stream %+v", st)
 			}
-			if metricValue(m.Snapshots.WithLabelValues("ok")) != 1 || metricValue(m.CatchUps.WithLabelValues("ok")) != 1 {
-				t.Fatal("snapshot or catch-up metrics")
+			// Counted when each exchange ends, which may be just after its
+			// batches were applied (before, closing the publisher first
+			// gave them that time).
+			for deadline := time.Now().Add(testTimeout); metricValue(m.Snapshots.WithLabelValues("ok")) != 1 ||
+				metricValue(m.CatchUps.WithLabelValues("ok")) != 1; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("snapshot or catch-up metrics: snapshots ok %v, catch-ups ok %v",
+						metricValue(m.Snapshots.WithLabelValues("ok")), metricValue(m.CatchUps.WithLabelValues("ok")))
+				}
 			}
 			tokens := make([]uint32, 0, len(prompt))
 			for _, v := range prompt {
@@ -504,7 +513,7 @@ func TestInteropTRTLLM(t *testing.T) {
 	py.SendJSON(obj{"topic": "", "seq": 4, "form": "trtllm", "events": []obj{{
 		"type": "BlockRemoved", "hash_tokens": true, "prefix_tokens": prompt[:20], "token_ids": prompt[20:24], "block_size": 4}}})
 	env.sink.wait(t, 5)
-	py.Close()
+	defer py.Close() // after the stream is read: a closed connection is "disconnected"
 
 	st := s.Streams()[0]
 	if !st.Complete || st.SeqGaps != 1 || st.ReplayedBatches != 1 || st.LastSeq != 4 || st.Engine != blockkeys.EngineTRTLLM {

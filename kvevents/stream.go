@@ -42,7 +42,10 @@ type StreamStats struct {
 	// restarted and its first batches were missed), "overflow" (a batch
 	// dropped on a full queue), "message_lost" (the connection it arrives on
 	// ended in the middle of a message, which may have been this stream's:
-	// its next batch tells, by its sequence number), "restored" (the state
+	// its next batch tells, by its sequence number), "disconnected" (the
+	// connection its latest batch came through ended: the engine died, closed
+	// it or was cut off; its next batch, on any connection, tells as for
+	// "message_lost"; lost.go), "restored" (the state
 	// was loaded from a saved index, which this process cannot vouch for,
 	// and no engine snapshot has replaced it yet), "index_lost" (the index
 	// backend lost entries: Redis restarted, evicted or was flushed) and

@@ -39,6 +39,7 @@ const (
 	whyRestart      = "restart"
 	whyOverflow     = "overflow"
 	whyMessageLost  = "message_lost"
+	whyDisconnected = "disconnected"
 	whyRestored     = "restored"
 	whyIndexLost    = "index_lost"
 	whyIndexError   = "index_error"

@@ -86,10 +86,10 @@ func (s *RedisStore) Hold(ctx context.Context, model string, keys []blockkeys.Ke
 	return err
 }
 
-// Drop removes the entries of the blocks whose engine hashes are given that
-// name either holder: one round trip per node once the script is loaded.
-func (s *RedisStore) Drop(ctx context.Context, model string, hashes []uint64, holders [2]uint64) error {
-	if len(hashes) == 0 {
+// Drop removes the entries of keys that name either holder: one round trip
+// per node once the script is loaded.
+func (s *RedisStore) Drop(ctx context.Context, model string, keys []blockkeys.Key, holders [2]uint64) error {
+	if len(keys) == 0 {
 		return nil
 	}
 	m := xxh3.HashString(model)
@@ -103,8 +103,8 @@ func (s *RedisStore) Drop(ctx context.Context, model string, hashes []uint64, ho
 			s.dropLoaded.Store(true)
 		}
 		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, h := range hashes {
-				dropScript.EvalSha(ctx, p, []string{s.key(m, blockkeys.Key(h))}, v0, v1)
+			for _, k := range keys {
+				dropScript.EvalSha(ctx, p, []string{s.key(m, k)}, v0, v1)
 			}
 			return nil
 		})

@@ -60,7 +60,7 @@ func TestHoldExtendDrop(t *testing.T) {
 		t.Fatalf("other model: %d %v", ext[0], err)
 	}
 	// Pod 7's events for blocks 10 and 5: 10 goes, 5 (now pod 9's) stays.
-	if err := s.Drop(ctx, "m", []uint64{uint64(ks[10]), uint64(ks[5])}, [2]uint64{7, 70}); err != nil {
+	if err := s.Drop(ctx, "m", []blockkeys.Key{ks[10], ks[5]}, [2]uint64{7, 70}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Extend(ctx, "m", ks, []uint64{7, 9}, []int32{6, 5}, ext[:2]); err != nil {
@@ -110,10 +110,7 @@ func TestDropBothHoldersOneRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	all := make([]uint64, len(ks))
-	for i, k := range ks {
-		all[i] = uint64(k)
-	}
+	all := ks
 	if err := s.Drop(ctx, "m", all[:1], [2]uint64{7, 70}); err != nil { // loads the script
 		t.Fatal(err)
 	}

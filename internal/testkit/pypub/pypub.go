@@ -194,6 +194,11 @@ func (p *Publisher) Close() {
 	}
 }
 
+// Kill ends the process with SIGKILL, as an engine that dies without
+// closing its sockets (the kernel closes them: the peer sees the TCP
+// connection end), and waits for it.
+func (p *Publisher) Kill() { p.kill() }
+
 func (p *Publisher) kill() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
