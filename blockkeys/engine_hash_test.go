@@ -29,6 +29,16 @@ func loadEngineVectors(t *testing.T) map[string][]engineVector {
 	if err := json.Unmarshal(b, &v); err != nil {
 		t.Fatal(err)
 	}
+	// SGLang with EAGLE: hack/gen_sglang_eagle_vectors.py, hashlib fed
+	// exactly SGLang's get_hash_str calls on its bigram keys.
+	if b, err = os.ReadFile("testdata/sglang_eagle_vectors.json"); err != nil {
+		t.Fatal(err)
+	}
+	var eagle map[string][]engineVector
+	if err := json.Unmarshal(b, &eagle); err != nil {
+		t.Fatal(err)
+	}
+	v[EngineSGLangEAGLE.String()] = eagle["sglang_eagle"]
 	return v
 }
 
