@@ -87,3 +87,26 @@ func TestEngineHashVectors(t *testing.T) {
 		t.Fatalf("TensorRT-LLM keys for a LoRA request: %x", got)
 	}
 }
+
+// TensorRT-LLM's cache-salt id against a BLAKE3 we did not write (npm
+// hash-wasm: hack/blake3/gen-salt-vectors.mjs).
+func TestTRTSaltIDVectors(t *testing.T) {
+	b, err := os.ReadFile("testdata/trt_salt_ids.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		IDs []struct {
+			Salt string `json:"salt"`
+			ID   uint64 `json:"salt_id,string"`
+		} `json:"trtllm_salt_ids"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil || len(v.IDs) == 0 {
+		t.Fatalf("vectors: %v", err)
+	}
+	for _, c := range v.IDs {
+		if got := TRTSaltID(c.Salt); got != c.ID {
+			t.Errorf("salt %q: id %d, want %d", c.Salt, got, c.ID)
+		}
+	}
+}

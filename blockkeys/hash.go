@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/zeebo/blake3"
 	"github.com/zeebo/xxh3"
 )
 
@@ -181,14 +182,21 @@ func trtRoot(x RequestExtras) [32]byte {
 	var b [9]byte
 	n := 1
 	if x.CacheSalt != "" {
-		// The salt id: the first 8 bytes of SHA-256(salt) read little-endian
-		// (KVCacheManagerV2._derive_reuse_salt).
-		d := sha256.Sum256([]byte(x.CacheSalt))
 		b[0] |= 2
-		copy(b[1:], d[:8])
+		binary.LittleEndian.PutUint64(b[1:], TRTSaltID(x.CacheSalt))
 		n = 9
 	}
 	return sha256.Sum256(b[:n])
+}
+
+// TRTSaltID is TensorRT-LLM's cache-salt id: the first 8 bytes of
+// BLAKE3(UTF-8 salt) read little-endian (tensorrt_llm/runtime/
+// kv_cache_hash.py get_cache_salt_id, used by request handling and by its
+// cache-aware router, which builds ReuseScope(salt=id)). BLAKE3's 8-byte
+// output is the prefix of its 32-byte digest.
+func TRTSaltID(salt string) uint64 {
+	d := blake3.Sum256([]byte(salt))
+	return binary.LittleEndian.Uint64(d[:8])
 }
 
 // Engine is the engine whose hashes h computes.
