@@ -371,4 +371,12 @@ func TestKeysDoesNotAllocate(t *testing.T) {
 			t.Errorf("%s: %v allocs per Keys call", a, n)
 		}
 	}
+	// The other engines' hashers, EAGLE's pair pages included.
+	set, _ := NewHasherSet(KeyConfig{Algo: AlgoSHA256, BlockSize: 16}, nil)
+	for e := range Engines {
+		h := set.ForEngine("m", Engine(e))
+		if n := testing.AllocsPerRun(20, func() { dst = h.Keys(dst[:0], toks, RequestExtras{}) }); n != 0 {
+			t.Errorf("%s: %v allocs per Keys call", Engine(e), n)
+		}
+	}
 }
