@@ -51,6 +51,7 @@ type source struct {
 	pod       string
 	model     string
 	engine    blockkeys.Engine
+	firstSeq  uint64 // the seq its publishers start at (Config.BindFirstSeq; 0 for endpoints)
 	replay    string
 	snapshot  string
 	bound     bool

@@ -32,15 +32,18 @@ import (
 // built-in defaults, the config file (--config, YAML or JSON), KVINDEX_*
 // environment variables, command-line flags.
 type Config struct {
-	GRPCAddr    string         `json:"grpc_addr" yaml:"grpc_addr"`
-	HTTPAddr    string         `json:"http_addr" yaml:"http_addr"`
-	ZMQBind     string         `json:"zmq_bind" yaml:"zmq_bind"`
-	BindEngine  string         `json:"bind_engine" yaml:"bind_engine"`
-	Endpoints   []EndpointSpec `json:"endpoints" yaml:"endpoints"`
-	TopicFilter string         `json:"topic_filter" yaml:"topic_filter"`
-	AllTopics   bool           `json:"all_topics" yaml:"all_topics"`
-	Workers     int            `json:"workers" yaml:"workers"`
-	QueueSize   int            `json:"queue_size" yaml:"queue_size"`
+	GRPCAddr   string `json:"grpc_addr" yaml:"grpc_addr"`
+	HTTPAddr   string `json:"http_addr" yaml:"http_addr"`
+	ZMQBind    string `json:"zmq_bind" yaml:"zmq_bind"`
+	BindEngine string `json:"bind_engine" yaml:"bind_engine"`
+	// BindFirstSeq: the seq the bind socket's publishers start at (1 for
+	// llm-d's publishers), so their first batch is not a late join.
+	BindFirstSeq int            `json:"bind_first_seq" yaml:"bind_first_seq"`
+	Endpoints    []EndpointSpec `json:"endpoints" yaml:"endpoints"`
+	TopicFilter  string         `json:"topic_filter" yaml:"topic_filter"`
+	AllTopics    bool           `json:"all_topics" yaml:"all_topics"`
+	Workers      int            `json:"workers" yaml:"workers"`
+	QueueSize    int            `json:"queue_size" yaml:"queue_size"`
 	// ApplyStallTimeout: an event worker inside one index write longer
 	// than this makes the daemon not ready (api.Config.ApplyStallTimeout).
 	ApplyStallTimeout Duration `json:"apply_stall_timeout" yaml:"apply_stall_timeout"`
@@ -298,6 +301,7 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.Var(endpointsFlag{&cfg.Endpoints}, "endpoint", "engine publisher to connect to, repeatable: address[,pod=..][,model=..][,engine=vllm|sglang|trtllm][,replay=..][,snapshot=..]")
 	fs.StringVar(&cfg.TopicFilter, "topic-filter", cfg.TopicFilter, "ZMQ topic prefix to subscribe to")
 	fs.BoolVar(&cfg.AllTopics, "all-topics", cfg.AllTopics, "subscribe to every topic (vLLM's default topic is \"\"; such streams need --endpoint ...,pod=NAME)")
+	intOpt(fs, &cfg.BindFirstSeq, kvevents.Options.BindFirstSeq)
 	intOpt(fs, &cfg.Workers, kvevents.Options.Workers)
 	intOpt(fs, &cfg.QueueSize, kvevents.Options.QueueSize)
 	durationOpt(fs, &cfg.ApplyStallTimeout, api.Options.ApplyStallTimeout)

@@ -209,7 +209,7 @@ func (e EndpointSpec) kvevents() kvevents.EndpointConfig {
 // endpoints, the queues and the limits.
 func (cfg Config) eventsConfig() kvevents.Config {
 	bindEngine, _ := blockkeys.ParseEngine(cfg.BindEngine)
-	c := kvevents.Config{Bind: cfg.ZMQBind, BindEngine: bindEngine, TopicFilter: cfg.TopicFilter,
+	c := kvevents.Config{Bind: cfg.ZMQBind, BindEngine: bindEngine, BindFirstSeq: uint64(cfg.BindFirstSeq), TopicFilter: cfg.TopicFilter,
 		AllTopics: cfg.AllTopics, Workers: cfg.Workers, QueueSize: cfg.QueueSize}
 	cfg.LimitsConfig.subscriber(&c)
 	for _, ep := range cfg.Endpoints {

@@ -251,3 +251,32 @@ func TestPromiseParentZeroIsNoParent(t *testing.T) {
 		t.Fatalf("parity %+v: want its 4 blocks checked, differing, and the hint naming llm-d's hash function", p)
 	}
 }
+
+// llm-d's publishers number batches from 1. With --bind-first-seq 1 a stream
+// whose first batch is 1 is complete from its start; with the default (the
+// engines count from 0) the same stream reads as joined late by one batch.
+func TestPromiseBindFirstSeq(t *testing.T) {
+	t.Parallel()
+	toks := prompt(78, 2)
+	hs := llmdHashes("", model, toks, blockSize)
+	for _, c := range []struct {
+		flags    []string
+		complete bool
+		reason   string
+	}{{[]string{"--bind-first-seq", "1"}, true, ""}, {nil, false, "joined_late"}} {
+		d := harness.Start(t, c.flags...)
+		if err := d.Publisher().Publish("kv@sim@"+model, 1, llmdBatch(t, hs, 0, toks, blockSize)); err != nil {
+			t.Fatal(err)
+		}
+		wait.Until(t, "llm-d pod listed", func() string {
+			p, ok := d.Pod("sim")
+			if !ok || p.EventsApplied == 0 {
+				return "not applied yet"
+			}
+			if p.Complete != c.complete || p.Reason != c.reason {
+				return fmt.Sprintf("flags %v: complete %v reason %q, want %v %q", c.flags, p.Complete, p.Reason, c.complete, c.reason)
+			}
+			return ""
+		})
+	}
+}
