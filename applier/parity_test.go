@@ -1,6 +1,9 @@
 package applier
 
 import (
+	"encoding/json"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -277,5 +280,143 @@ func TestApplierClearResetsParityHint(t *testing.T) {
 	}
 	if !e.idx.has(e.podID("p", 0), blockkeys.Key(right[1])) {
 		t.Fatal("matching block not indexed under its hash")
+	}
+}
+
+// Issue 32: an engine started without PYTHONHASHSEED (vLLM since PR #51875:
+// seed "vllm-none-hash" for the sha256 family) against a kvindex told
+// --hash-seed 0, and the reverse: the hint names the seed the engine uses
+// and the setting to change, not just "seed".
+func TestApplierParityHintNamesSeed(t *testing.T) {
+	for _, c := range []struct{ ours, engine, want string }{
+		{"0", blockkeys.DefaultSeed, `seed "vllm-none-hash" (vLLM's default with PYTHONHASHSEED unset`},
+		{blockkeys.DefaultSeed, "0", `seed "0" (PYTHONHASHSEED="0")`},
+		{blockkeys.DefaultSeed, "", `seed "" (PYTHONHASHSEED="")`},
+	} {
+		ours := cborSeed0
+		ours.Seed = c.ours
+		e := newApplierEnv(t, ours)
+		engineCfg := ours
+		engineCfg.Seed = c.engine
+		toks := seq(3, 8)
+		e.apply("p", 0, blockkeys.EngineVLLM, stored(engineKeys(t, engineCfg, toks, blockkeys.RequestExtras{}), toks, 4, 0, 2))
+		p := e.pod("p", 0)
+		if !strings.HasPrefix(p.ParityHint, "seed: the engine hashes with "+c.want) ||
+			!strings.Contains(p.ParityHint, fmt.Sprintf("set --hash-seed %q", c.engine)) {
+			t.Errorf("ours %q engine %q: hint %q", c.ours, c.engine, p.ParityHint)
+		}
+	}
+	// A seed nobody guesses: the hint says which settings to align.
+	e := newApplierEnv(t, cborSeed0)
+	engineCfg := cborSeed0
+	engineCfg.Seed = "31337"
+	toks := seq(3, 8)
+	e.apply("p", 0, blockkeys.EngineVLLM, stored(engineKeys(t, engineCfg, toks, blockkeys.RequestExtras{}), toks, 4, 0, 2))
+	if h := e.pod("p", 0).ParityHint; !strings.Contains(h, "set PYTHONHASHSEED on the engine and kvindex's --hash-seed") {
+		t.Errorf("unknown seed: hint %q", h)
+	}
+}
+
+// eagleVector is one case of blockkeys/testdata/sglang_eagle_vectors.json
+// (hack/gen_sglang_eagle_vectors.py: hashlib fed SGLang's get_hash_str calls
+// on its EAGLE bigram keys).
+type eagleVector struct {
+	BlockSize int      `json:"block_size"`
+	Tokens    []uint32 `json:"tokens"`
+	Keys      []int64  `json:"keys"`
+}
+
+func loadEagleVectors(t *testing.T) []eagleVector {
+	t.Helper()
+	b, err := os.ReadFile("../blockkeys/testdata/sglang_eagle_vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Cases []eagleVector `json:"sglang_eagle"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v.Cases
+}
+
+// Issue 32: SGLang with EAGLE publishes each position as the pair [t_i,
+// t_i+1], one BlockStored per page. Both tokens of every pair are checked
+// against SGLang's hash of the pairs, the pages are indexed under those
+// hashes, and the applier reports sglang-eagle as applied, so requests are
+// also scored by pair keys. Pairs that do not chain are no prompt's pages:
+// indexed under their hashes, unverified ("bigram").
+func TestApplierSGLangEAGLEPairs(t *testing.T) {
+	for _, v := range loadEagleVectors(t) {
+		if len(v.Keys) < 2 {
+			continue
+		}
+		bs := v.BlockSize
+		e := newApplierEnv(t, blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, BlockSize: bs})
+		var evs []event.Event
+		for k, h := range v.Keys {
+			ev := event.Event{Kind: event.BlockStored, BlockHashes: []uint64{uint64(h)}, BlockSize: bs, Bigram: true}
+			for i := k * bs; i < (k+1)*bs; i++ {
+				ev.TokenIDs = append(ev.TokenIDs, v.Tokens[i], v.Tokens[i+1])
+			}
+			if k > 0 {
+				ev.ParentHash, ev.HasParent = uint64(v.Keys[k-1]), true
+			}
+			evs = append(evs, ev)
+		}
+		e.apply("s", 0, blockkeys.EngineSGLang, evs...)
+		p := e.pod("s", 0)
+		if p.ParityMatches != uint64(len(v.Keys)) || p.ParityMismatches+p.ParityUnverified != 0 {
+			t.Fatalf("page size %d: %+v", bs, p)
+		}
+		id := e.podID("s", 0)
+		for k, h := range v.Keys {
+			if !e.idx.has(id, blockkeys.Key(uint64(h))) {
+				t.Fatalf("page size %d: page %d not indexed", bs, k)
+			}
+		}
+		if e.a.Engines()&(1<<blockkeys.EngineSGLangEAGLE) == 0 {
+			t.Fatalf("page size %d: sglang-eagle not reported as applied", bs)
+		}
+		if bs < 2 {
+			continue // one pair per page: nothing to chain within an event
+		}
+		// The same page with one pair broken: not a prompt's bigrams.
+		bad := evs[0]
+		bad.TokenIDs = append([]uint32(nil), bad.TokenIDs...)
+		bad.TokenIDs[1]++
+		e.apply("b", 0, blockkeys.EngineSGLang, bad)
+		if p := e.pod("b", 0); p.ParityUnverified != 1 || p.UnverifiedReason != "bigram" || !e.idx.has(e.podID("b", 0), blockkeys.Key(uint64(v.Keys[0]))) {
+			t.Fatalf("page size %d: broken pairs %+v", bs, p)
+		}
+	}
+	// Pairs from vLLM (whose hashing has none): unverified, no EAGLE bit.
+	e := newApplierEnv(t, blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, BlockSize: 2})
+	e.apply("v", 0, blockkeys.EngineVLLM, event.Event{Kind: event.BlockStored, BlockHashes: []uint64{5}, BlockSize: 2,
+		Bigram: true, TokenIDs: []uint32{1, 2, 2, 3}})
+	if p := e.pod("v", 0); p.UnverifiedReason != "bigram" || e.a.Engines()&(1<<blockkeys.EngineSGLangEAGLE) != 0 {
+		t.Fatalf("vLLM pairs: %+v", p)
+	}
+}
+
+// Issue 32: llm-d's publishers send llm-d's own block hashes (FNV-64a over
+// CBOR, blockkeys.LLMDBlockHash): the hint says the hash function differs,
+// not the seed, and the blocks are indexed under kvindex's keys.
+func TestApplierParityHintLLMD(t *testing.T) {
+	e := newApplierEnv(t, cborSeed0)
+	toks := seq(5, 8)
+	p1 := blockkeys.LLMDBlockHash(blockkeys.LLMDRoot("", "m"), toks[:4])
+	p2 := blockkeys.LLMDBlockHash(p1, toks[4:])
+	e.apply("sim", 0, blockkeys.EngineVLLM, stored([]uint64{p1, p2}, toks, 4, 0, 2))
+	p := e.pod("sim", 0)
+	if !strings.HasPrefix(p.ParityHint, "hash function: the engine publishes llm-d's block hashes") ||
+		!strings.Contains(p.ParityHint, `seed "", model "m"`) || p.ParityMismatches != 2 {
+		t.Fatalf("%+v", p)
+	}
+	for i, k := range ourKeys(t, cborSeed0, toks, blockkeys.RequestExtras{}) {
+		if !e.idx.has(e.podID("sim", 0), k) {
+			t.Fatalf("block %d not under kvindex's key", i)
+		}
 	}
 }

@@ -73,8 +73,9 @@ const (
 	unverifiedParent    // parent digest unknown (not seen, or evicted)
 	unverifiedExtraKeys // an extra key we cannot reproduce (typed key, float...)
 	unverifiedLoraName  // LoRA request without lora_name or extra_keys
-	// unverifiedBigram: SGLang with EAGLE hashes token pairs, and the
-	// event's last pair names a token of the next page, which it omits.
+	// unverifiedBigram: token pairs (SGLang with EAGLE) that do not chain
+	// ([t_i, t_i+1] whose t_i+1 is not the next pair's t_i) or from an
+	// engine that does not hash pairs.
 	unverifiedBigram
 	numUnverifiedReasons
 )

@@ -89,6 +89,15 @@ func (a *Applier) blockKeys(pod *podState, engine blockkeys.Engine, ev *event.Ev
 	bs, dlen := h.Config().BlockSize, h.DigestLen()
 	keys := pod.keys[:0]
 	base, bsWrong := pod.verifiable(engine, ev, d)
+	stride := bs // token ids per block: two per position when they are pairs
+	if ev.Bigram {
+		stride = 2 * bs
+		if base == unverifiedNone {
+			// Pairs that check out here are what a prompt's pair keys
+			// (EngineSGLangEAGLE) find: score requests under them too.
+			a.engines.Or(1 << blockkeys.EngineSGLangEAGLE)
+		}
+	}
 
 	var parent [32]byte
 	plen := dlen
@@ -115,7 +124,7 @@ func (a *Applier) blockKeys(pod *podState, engine blockkeys.Engine, ev *event.Ev
 		if reason == unverifiedNone {
 			var dg [32]byte
 			var err error
-			pod.buf, dg, err = h.BlockDigest(pod.buf, parent[:plen], ev.TokenIDs[i*bs:(i+1)*bs], &extraKeys)
+			pod.buf, dg, err = h.BlockDigest(pod.buf, parent[:plen], ev.TokenIDs[i*stride:(i+1)*stride], &extraKeys)
 			if err == nil {
 				pod.digests.put(eh, &dg)
 				parent, plen = dg, dlen
@@ -147,22 +156,29 @@ func (a *Applier) blockKeys(pod *podState, engine blockkeys.Engine, ev *event.Ev
 func (pod *podState) verifiable(engine blockkeys.Engine, ev *event.Event, d *batchDelta) (base unverifiedReason, bsWrong bool) {
 	n, bs := len(ev.BlockHashes), pod.hasher.Config().BlockSize
 	haveTokens := len(ev.TokenIDs) > 0
+	width := 1 // token ids per position
+	if ev.Bigram {
+		width = 2
+	}
 	bsWrong = haveTokens && ev.BlockSize > 0 && ev.BlockSize != bs
 	// A lone block shorter than the block size with exactly that many tokens
 	// is a trailing partial page (SGLang), not a different configuration:
 	// no hint from it.
-	partial := bsWrong && n == 1 && ev.BlockSize < bs && len(ev.TokenIDs) == ev.BlockSize
+	partial := bsWrong && n == 1 && ev.BlockSize < bs && len(ev.TokenIDs) == ev.BlockSize*width
 	bsWrong = bsWrong && !partial
 	switch {
 	case !haveTokens:
 		base = unverifiedNoTokens
-	case ev.Bigram:
+	case ev.Bigram && !(engine.Info().Scheme == blockkeys.SchemeSGLang && pairsChain(ev.TokenIDs)):
+		// Pairs hash as SGLang hashes them; from another engine, or
+		// pairs [t_i, t_i+1] whose t_i+1 is not the next pair's t_i (no
+		// prompt has them), they are not what a prompt's keys find.
 		base = unverifiedBigram
 	case partial:
 		base = unverifiedPartialBlock
 	case bsWrong:
 		base = unverifiedBlockSize
-	case len(ev.TokenIDs) != n*bs:
+	case len(ev.TokenIDs) != n*bs*width:
 		base = unverifiedTokenCount
 	}
 	if bsWrong {
@@ -175,6 +191,21 @@ func (pod *podState) verifiable(engine blockkeys.Engine, ev *event.Event, d *bat
 		}
 	}
 	return base, bsWrong
+}
+
+// pairsChain reports whether flattened pairs (t0, t1, t1', t2, ...) are the
+// bigrams of one token sequence: each pair's second token is the next pair's
+// first.
+func pairsChain(ids []uint32) bool {
+	if len(ids)%2 != 0 {
+		return false
+	}
+	for i := 1; i+1 < len(ids); i += 2 {
+		if ids[i] != ids[i+1] {
+			return false
+		}
+	}
+	return true
 }
 
 // checkedKey appends the key of block i of ev, whose hash eh we recomputed
@@ -261,6 +292,18 @@ func (a *Applier) diagnose(pod *podState, ev *event.Event, engine blockkeys.Engi
 	var extraKeys blockkeys.ExtraKeys
 	eventExtras(&extraKeys, ev, engine, 0)
 	toks := ev.TokenIDs[:cfg.BlockSize]
+	// llm-d's publishers hash with their own function (FNV-64a over CBOR),
+	// whatever the seed: no vLLM setting makes these match.
+	for _, seed := range append([]string{cfg.Seed}, commonSeeds...) {
+		if blockkeys.LLMDBlockHash(blockkeys.LLMDRoot(seed, pod.modelName), toks) == eh {
+			pod.hintFinal = true
+			d.hint = fmt.Sprintf("hash function: the engine publishes llm-d's block hashes (FNV-64a over CBOR, "+
+				"llm-d-kv-cache's token processor, seed %q, model %q; llm-d-inference-sim), not vLLM's; no seed or "+
+				"algorithm setting makes them equal; its blocks are indexed under kvindex's keys, which score by token ids",
+				seed, pod.modelName)
+			return
+		}
+	}
 	for _, algo := range blockkeys.HashAlgos {
 		if algo == cfg.Algo {
 			continue
@@ -280,10 +323,49 @@ func (a *Applier) diagnose(pod *podState, ev *event.Event, engine blockkeys.Engi
 			return
 		}
 	}
+	// Same algorithm, the seeds engines commonly run with: the hint can then
+	// name the setting and the value that differ.
+	for _, seed := range commonSeeds {
+		if seed == cfg.Seed {
+			continue
+		}
+		alt := a.altHasher(blockkeys.KeyConfig{Algo: cfg.Algo, Seed: seed, BlockSize: cfg.BlockSize})
+		if alt == nil {
+			continue
+		}
+		var dg [32]byte
+		var err error
+		root, rootLen := alt.Root()
+		pod.buf, dg, err = alt.BlockDigest(pod.buf, root[:rootLen], toks, &extraKeys)
+		if err == nil && uint64(alt.DigestKey(&dg)) == eh {
+			pod.hintFinal = true
+			d.hint = fmt.Sprintf("seed: the engine hashes with seed %q (%s) but kvindex's --hash-seed is %q; "+
+				"set --hash-seed %q (or the model's hash_seed)", seed, seedOrigin(seed), cfg.Seed, seed)
+			return
+		}
+	}
 	pod.hintFinal = true
-	d.hint = fmt.Sprintf("seed: a request's first block differs with every algorithm at seed %q; the engine's "+
-		"PYTHONHASHSEED differs or is unset (vLLM then uses a random NONE_HASH); set PYTHONHASHSEED=%s on the engine "+
-		"or kvindex's seed to the engine's (less likely: LoRA/cache_salt/multimodal extra keys not published)", cfg.Seed, cfg.Seed)
+	why := "the engine's PYTHONHASHSEED is another value"
+	if cfg.Algo.RandomSeed() {
+		why = fmt.Sprintf("vLLM seeds %s with random bytes when PYTHONHASHSEED is unset", cfg.Algo)
+	}
+	d.hint = fmt.Sprintf("seed: a request's first block differs with every algorithm at seed %q and with seeds %q: %s, "+
+		"or PYTHONHASHSEED is unset on a vLLM older than the fixed default seed (PR #51875, random bytes then); "+
+		"set PYTHONHASHSEED on the engine and kvindex's --hash-seed to the same value "+
+		"(less likely: LoRA/cache_salt/multimodal extra keys not published)", cfg.Seed, commonSeeds, why)
+}
+
+// commonSeeds are the seeds diagnose tries on a request's first block:
+// vLLM's default without PYTHONHASHSEED, the documented "0" and the empty
+// string (PYTHONHASHSEED set but empty).
+var commonSeeds = []string{blockkeys.DefaultSeed, "0", ""}
+
+// seedOrigin says how an engine comes to hash with seed.
+func seedOrigin(seed string) string {
+	if seed == blockkeys.DefaultSeed {
+		return "vLLM's default with PYTHONHASHSEED unset, since PR #51875, for the sha256 family"
+	}
+	return fmt.Sprintf("PYTHONHASHSEED=%q", seed)
 }
 
 func (a *Applier) altHasher(cfg blockkeys.KeyConfig) *blockkeys.Hasher {

@@ -14,6 +14,13 @@ const (
 	// EngineTRTLLM is TensorRT-LLM's KV-cache-manager-V2 ZMQ publisher
 	// (tensorrt_llm/_torch/pyexecutor/kv_cache_events.py).
 	EngineTRTLLM
+	// EngineSGLangEAGLE is SGLang with EAGLE speculative decoding: its radix
+	// tree and its events key every position by the pair [t_i, t_i+1]
+	// (mem_cache/utils.py convert_to_bigram_key), so page k hashes the pairs
+	// of positions kP..kP+P-1 and a prompt of n tokens has floor((n-1)/P)
+	// full pages. An SGLang stream that publishes pairs is scored under this
+	// row's keys (the applier sets its bit); it may also be configured.
+	EngineSGLangEAGLE
 	// NumEngines sizes per-engine tables.
 	NumEngines
 )
@@ -52,13 +59,17 @@ type EngineInfo struct {
 	// block (vLLM's block pool), so a second store is a second copy and a
 	// removal of one copy must not unindex the block.
 	CountsCopies bool
+	// Pairs: pages hash token pairs [t_i, t_i+1], each as two uint32 LE
+	// (SGLang's get_hash_str on bigram keys), not single tokens.
+	Pairs bool
 }
 
 // Engines is the engine table, indexed by Engine.
 var Engines = [NumEngines]EngineInfo{
-	EngineVLLM:   {Name: "vllm", Scheme: SchemeVLLM, CountsCopies: true},
-	EngineSGLang: {Name: "sglang", Scheme: SchemeSGLang, HeadKey: true},
-	EngineTRTLLM: {Name: "trtllm", Scheme: SchemeTRTLLM, HeadKey: true},
+	EngineVLLM:        {Name: "vllm", Scheme: SchemeVLLM, CountsCopies: true},
+	EngineSGLang:      {Name: "sglang", Scheme: SchemeSGLang, HeadKey: true},
+	EngineTRTLLM:      {Name: "trtllm", Scheme: SchemeTRTLLM, HeadKey: true},
+	EngineSGLangEAGLE: {Name: "sglang-eagle", Scheme: SchemeSGLang, HeadKey: true, Pairs: true},
 }
 
 // Info returns e's row; an out-of-range value gets vLLM's (the default

@@ -29,6 +29,16 @@ func loadEngineVectors(t *testing.T) map[string][]engineVector {
 	if err := json.Unmarshal(b, &v); err != nil {
 		t.Fatal(err)
 	}
+	// SGLang with EAGLE: hack/gen_sglang_eagle_vectors.py, hashlib fed
+	// exactly SGLang's get_hash_str calls on its bigram keys.
+	if b, err = os.ReadFile("testdata/sglang_eagle_vectors.json"); err != nil {
+		t.Fatal(err)
+	}
+	var eagle map[string][]engineVector
+	if err := json.Unmarshal(b, &eagle); err != nil {
+		t.Fatal(err)
+	}
+	v[EngineSGLangEAGLE.String()] = eagle["sglang_eagle"]
 	return v
 }
 
@@ -75,5 +85,28 @@ func TestEngineHashVectors(t *testing.T) {
 	set, _ := NewHasherSet(KeyConfig{Algo: AlgoSHA256, BlockSize: 4}, nil)
 	if got := set.ForEngine("", EngineTRTLLM).Keys(nil, []uint32{1, 2, 3, 4, 5, 6, 7, 8}, RequestExtras{LoraName: "sql"}); len(got) != 0 {
 		t.Fatalf("TensorRT-LLM keys for a LoRA request: %x", got)
+	}
+}
+
+// TensorRT-LLM's cache-salt id against a BLAKE3 we did not write (npm
+// hash-wasm: hack/blake3/gen-salt-vectors.mjs).
+func TestTRTSaltIDVectors(t *testing.T) {
+	b, err := os.ReadFile("testdata/trt_salt_ids.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		IDs []struct {
+			Salt string `json:"salt"`
+			ID   uint64 `json:"salt_id,string"`
+		} `json:"trtllm_salt_ids"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil || len(v.IDs) == 0 {
+		t.Fatalf("vectors: %v", err)
+	}
+	for _, c := range v.IDs {
+		if got := TRTSaltID(c.Salt); got != c.ID {
+			t.Errorf("salt %q: id %d, want %d", c.Salt, got, c.ID)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/zeebo/blake3"
 	"github.com/zeebo/xxh3"
 )
 
@@ -23,6 +24,24 @@ const (
 	AlgoXXHashCBOR    HashAlgo = "xxhash_cbor"    // canonical CBOR + xxh3_128
 	AlgoXXHashMsgpack HashAlgo = "xxhash_msgpack" // msgspec msgpack + xxh3_128
 )
+
+// DefaultSeed is the seed vLLM derives NONE_HASH from when PYTHONHASHSEED is
+// unset and the algorithm is cryptographic (the sha256 family):
+// DEFAULT_NONE_HASH_SEED in vllm/v1/core/kv_cache_utils.py,
+// resolve_none_hash_seed, since vllm-project/vllm PR #51875 (merged
+// 2026-08-11). Before it, and still for the xxhash family (RandomSeed), an
+// unset PYTHONHASHSEED meant random bytes: those engines must set it, and
+// kvindexd's seed must equal it. It is kvindexd's default seed, so a current
+// vLLM with its default algorithm matches out of the box.
+const DefaultSeed = "vllm-none-hash"
+
+// RandomSeed reports whether vLLM seeds algorithm a with random bytes when
+// PYTHONHASHSEED is unset: the non-cryptographic xxhash family
+// (_NON_CRYPTO_HASH_FUNCTIONS; xxhash_msgpack is counted with them, its
+// digest being as weak). Such engines match only with PYTHONHASHSEED set.
+func (a HashAlgo) RandomSeed() bool {
+	return a == AlgoXXHash || a == AlgoXXHashCBOR || a == AlgoXXHashMsgpack
+}
 
 // HashAlgos lists every supported algorithm.
 var HashAlgos = []HashAlgo{AlgoSHA256, AlgoSHA256CBOR, AlgoSHA256Msgpack, AlgoXXHash, AlgoXXHashCBOR, AlgoXXHashMsgpack}
@@ -81,6 +100,7 @@ type Hasher struct {
 	xxh    bool // digest: xxh3_128 (true) or SHA-256
 	dlen   int  // digest length: 32 (SHA-256) or 16 (xxh3_128)
 	head   bool // the key is the first 8 digest bytes (else the last 8)
+	pairs  bool // pages hash token pairs (EngineInfo.Pairs)
 	// rootLen is how many bytes of none a chain's first block hashes as its
 	// parent: dlen for vLLM (NONE_HASH), 0 for SGLang (no parent bytes).
 	rootLen int
@@ -89,8 +109,9 @@ type Hasher struct {
 
 // NewHasher validates cfg and precomputes NONE_HASH = H(seed as a str), the
 // parent of every request's first block (vllm/v1/core/kv_cache_utils.py
-// init_none_hash). An unset PYTHONHASHSEED makes vLLM use random bytes instead,
-// which no one can reproduce: the engine must set it.
+// init_none_hash). An engine without PYTHONHASHSEED hashes DefaultSeed (the
+// sha256 family, vLLM since PR #51875) or random bytes (the xxhash family,
+// and every algorithm before that PR), which no one can reproduce.
 func NewHasher(cfg KeyConfig) (*Hasher, error) {
 	algo, err := ParseHashAlgo(string(cfg.Algo))
 	if err != nil {
@@ -145,7 +166,7 @@ func NewEngineHasher(engine Engine, cfg KeyConfig) (*Hasher, error) {
 	if cfg.BlockSize < 1 || cfg.BlockSize > MaxBlockSize {
 		return nil, fmt.Errorf("block size %d out of range [1, %d]", cfg.BlockSize, MaxBlockSize)
 	}
-	h := &Hasher{cfg: cfg, engine: engine, scheme: info.Scheme, dlen: 32, head: info.HeadKey}
+	h := &Hasher{cfg: cfg, engine: engine, scheme: info.Scheme, dlen: 32, head: info.HeadKey, pairs: info.Pairs}
 	if info.Scheme == SchemeTRTLLM {
 		h.none, h.rootLen = trtRoot(RequestExtras{}), 32
 	}
@@ -161,14 +182,21 @@ func trtRoot(x RequestExtras) [32]byte {
 	var b [9]byte
 	n := 1
 	if x.CacheSalt != "" {
-		// The salt id: the first 8 bytes of SHA-256(salt) read little-endian
-		// (KVCacheManagerV2._derive_reuse_salt).
-		d := sha256.Sum256([]byte(x.CacheSalt))
 		b[0] |= 2
-		copy(b[1:], d[:8])
+		binary.LittleEndian.PutUint64(b[1:], TRTSaltID(x.CacheSalt))
 		n = 9
 	}
 	return sha256.Sum256(b[:n])
+}
+
+// TRTSaltID is TensorRT-LLM's cache-salt id: the first 8 bytes of
+// BLAKE3(UTF-8 salt) read little-endian (tensorrt_llm/runtime/
+// kv_cache_hash.py get_cache_salt_id, used by request handling and by its
+// cache-aware router, which builds ReuseScope(salt=id)). BLAKE3's 8-byte
+// output is the prefix of its 32-byte digest.
+func TRTSaltID(salt string) uint64 {
+	d := blake3.Sum256([]byte(salt))
+	return binary.LittleEndian.Uint64(d[:8])
 }
 
 // Engine is the engine whose hashes h computes.
@@ -362,6 +390,9 @@ func (h *Hasher) Keys(dst []Key, tokens []uint32, extras RequestExtras) []Key {
 		}
 		parent = trtRoot(extras)
 	}
+	if h.pairs {
+		return h.pairKeys(dst, buf, parent, plen, tokens)
+	}
 	var extraKeys ExtraKeys
 	bs := h.cfg.BlockSize
 	for i := 0; i+bs <= len(tokens); i += bs {
@@ -378,6 +409,28 @@ func (h *Hasher) Keys(dst []Key, tokens []uint32, extras RequestExtras) []Key {
 	}
 	return dst
 }
+
+// pairKeys is Keys for an engine that hashes token pairs (SGLang with
+// EAGLE): page k is SHA-256(page k-1's digest ‖ t_i, t_i+1 as uint32 LE for
+// every position i of the page), the first page with no parent bytes; a
+// page is full once the token after its last position is known, so n
+// tokens make floor((n-1)/P) pages. Extras do not enter SGLang's hash.
+func (h *Hasher) pairKeys(dst []Key, buf []byte, parent [32]byte, plen int, tokens []uint32) []Key {
+	bs := h.cfg.BlockSize
+	for i := 0; i+bs < len(tokens); i += bs {
+		buf = append(buf[:0], parent[:plen]...)
+		for j := i; j < i+bs; j++ {
+			buf = binary.LittleEndian.AppendUint32(buf, tokens[j])
+			buf = binary.LittleEndian.AppendUint32(buf, tokens[j+1])
+		}
+		parent, plen = sha256.Sum256(buf), 32
+		dst = append(dst, h.DigestKey(&parent))
+	}
+	return dst
+}
+
+// Pairs reports whether h's engine hashes token pairs (EngineInfo.Pairs).
+func (h *Hasher) Pairs() bool { return h.pairs }
 
 // HasherSet is the default KeyConfig plus per-model overrides (fleets where
 // models run with different block sizes or algorithms), with each engine's

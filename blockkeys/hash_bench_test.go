@@ -20,6 +20,19 @@ func BenchmarkBlockKeys(b *testing.B) {
 			}
 		})
 	}
+	// The other engines' SHA-256 page keys; sglang-eagle hashes 32 ids
+	// (16 pairs) per page.
+	set, _ := NewHasherSet(KeyConfig{Algo: AlgoSHA256, BlockSize: 16}, nil)
+	for e := EngineSGLang; e < NumEngines; e++ {
+		h := set.ForEngine("m", e)
+		dst := make([]Key, 0, blocks)
+		b.Run(e.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i += blocks {
+				dst = h.Keys(dst[:0], toks, RequestExtras{})
+			}
+		})
+	}
 }
 
 // BenchmarkBlockSerialize isolates our share of BenchmarkBlockKeys: building

@@ -158,7 +158,7 @@ func loadVectors(t testing.TB) *vectorFile {
 func TestBlockHashGoldenVectors(t *testing.T) {
 	vf := loadVectors(t)
 	t.Logf("vectors from %s: %s", vf.Generator, vf.Reference)
-	seenAlgo := map[HashAlgo]int{}
+	seenAlgo, seenDefault := map[HashAlgo]int{}, map[HashAlgo]int{}
 	for _, c := range vf.Cases {
 		c := c
 		t.Run(c.Name, func(t *testing.T) {
@@ -194,12 +194,25 @@ func TestBlockHashGoldenVectors(t *testing.T) {
 				parent = d[:h.DigestLen()]
 			}
 			seenAlgo[c.Algo]++
+			if c.Seed == DefaultSeed {
+				seenDefault[c.Algo]++
+			}
 		})
 	}
 	for _, a := range HashAlgos {
 		if seenAlgo[a] < 20 {
 			t.Errorf("only %d vectors for %s", seenAlgo[a], a)
 		}
+		// vLLM's seed with PYTHONHASHSEED unset (kvindexd's default) is
+		// proven for every algorithm (the sha256 family uses it unset; the
+		// xxhash family only with PYTHONHASHSEED=vllm-none-hash).
+		if seenDefault[a] == 0 {
+			t.Errorf("no vector with the default seed %q for %s", DefaultSeed, a)
+		}
+	}
+	if AlgoSHA256.RandomSeed() || AlgoSHA256CBOR.RandomSeed() || AlgoSHA256Msgpack.RandomSeed() ||
+		!AlgoXXHash.RandomSeed() || !AlgoXXHashCBOR.RandomSeed() || !AlgoXXHashMsgpack.RandomSeed() {
+		t.Error("RandomSeed: the xxhash family and only it seeds randomly without PYTHONHASHSEED")
 	}
 }
 
@@ -356,6 +369,14 @@ func TestKeysDoesNotAllocate(t *testing.T) {
 		})
 		if n != 0 {
 			t.Errorf("%s: %v allocs per Keys call", a, n)
+		}
+	}
+	// The other engines' hashers, EAGLE's pair pages included.
+	set, _ := NewHasherSet(KeyConfig{Algo: AlgoSHA256, BlockSize: 16}, nil)
+	for e := range Engines {
+		h := set.ForEngine("m", Engine(e))
+		if n := testing.AllocsPerRun(20, func() { dst = h.Keys(dst[:0], toks, RequestExtras{}) }); n != 0 {
+			t.Errorf("%s: %v allocs per Keys call", Engine(e), n)
 		}
 	}
 }

@@ -119,7 +119,9 @@ func tokenWord(blk []uint32, j int) uint64 {
 // Safe for concurrent use; it allocates only when dst must grow.
 func (c *KeyCache) Keys(dst []Key, tokens []uint32, extras RequestExtras) []Key {
 	h := c.h
-	if extras != (RequestExtras{}) {
+	// Pair pages (SGLang with EAGLE) also hash the token after the page,
+	// which the cache's (parent, block) entries do not hold: not cached.
+	if extras != (RequestExtras{}) || h.pairs {
 		return h.Keys(dst, tokens, extras)
 	}
 	var sp *[]byte

@@ -24,6 +24,9 @@ CUDA) is needed:
     reference here.
   - none_hash mirrors vllm/v1/core/kv_cache_utils.py init_none_hash:
         NONE_HASH = hash_fn(os.getenv("PYTHONHASHSEED"))   (the seed as a str)
+    and resolve_none_hash_seed (vllm-project/vllm PR #51875): with
+    PYTHONHASHSEED unset, the sha256 family hashes DEFAULT_NONE_HASH_SEED =
+    "vllm-none-hash" the same way (one of SEEDS; kvindexd's default seed).
   - hash_block_tokens mirrors kv_cache_utils.hash_block_tokens and
     hashing.get_block_hash_fn:
         hash_fn((parent or NONE_HASH, tuple(block_token_ids), extra_keys))
@@ -145,7 +148,7 @@ REFERENCE = ("CPython %s pickle (C _pickle), cbor2 %s, msgpack %s, hashlib, pyth
                  sys.version.split()[0], importlib.metadata.version("cbor2"),
                  ".".join(map(str, msgpack.version)), _xxhash.VERSION))
 
-SEEDS = ["0", "12345", "", "random", "h\u00e4sh-\u79cd\u5b50-\U0001f511"]
+SEEDS = ["0", "12345", "", "random", "vllm-none-hash", "h\u00e4sh-\u79cd\u5b50-\U0001f511"]
 BIG = [1 << 16, (1 << 16) + 1, (1 << 31) - 1, 1 << 31, (1 << 31) + 7, (1 << 32) - 1]
 
 

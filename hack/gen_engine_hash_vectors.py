@@ -22,8 +22,11 @@ StreamingEventSink::wireHash, tensorrt_llm/_torch/pyexecutor/kv_cache_events.py)
   root key = SHA-256(ReuseScope bytes: one mask byte, bit 0 = LoRA task id
   present, bit 1 = salt present, then each present value as uint64 LE); no
   LoRA and no salt = SHA-256(b"\x00"). Salt id = the first 8 bytes of
-  SHA-256(UTF-8 cache_salt) read little-endian (KVCacheManagerV2.
-  _derive_reuse_salt). Block key = SHA-256(parent key (32 bytes; the root key
+  BLAKE3(UTF-8 cache_salt) read little-endian (tensorrt_llm/runtime/
+  kv_cache_hash.py get_cache_salt_id; the router builds ReuseScope(salt=id)).
+  BLAKE3 is not in hashlib: the ids come from blockkeys/testdata/
+  trt_salt_ids.json, written by hack/blake3/gen-salt-vectors.mjs with npm
+  hash-wasm's BLAKE3. Block key = SHA-256(parent key (32 bytes; the root key
   for the first block) + each token as 4 bytes little-endian). The wire hash is
   the first 8 key bytes big-endian as a SIGNED int64.
 
@@ -34,7 +37,11 @@ vectors may name a "cache_salt".
 
 import hashlib
 import json
+import os
 import random
+
+with open(os.path.join(os.path.dirname(__file__), "..", "blockkeys", "testdata", "trt_salt_ids.json")) as f:
+    SALT_IDS = {c["salt"]: int(c["salt_id"]) for c in json.load(f)["trtllm_salt_ids"]}
 
 
 def sglang_get_hash_str(token_ids, prior_hash=None):
@@ -59,8 +66,7 @@ def trt_root(lora_id=None, salt=None):
         tail += lora_id.to_bytes(8, "little")
     if salt is not None:
         mask |= 2
-        salt_id = int.from_bytes(hashlib.sha256(salt.encode("utf-8")).digest()[:8], "little")
-        tail += salt_id.to_bytes(8, "little")
+        tail += SALT_IDS[salt].to_bytes(8, "little")
     return hashlib.sha256(bytes([mask]) + tail).digest()
 
 

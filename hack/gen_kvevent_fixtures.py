@@ -30,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import gen_blockhash_vectors as ref  # noqa: E402
 import gen_engine_hash_vectors as engines  # noqa: E402
+import gen_sglang_eagle_vectors as eagle  # noqa: E402
 
 OUT = os.path.join(HERE, "..", "kvevents", "testdata", "fixtures")
 FUZZ = os.path.join(HERE, "..", "kvevents", "testdata", "fuzz", "FuzzDecode")
@@ -195,13 +196,15 @@ def main():
         ["BlockStored", [sg[1]], sg[0], TOKENS[BS:], BS, None, "GPU"],
     ]), [want("gpu", [k & (2**64 - 1) for k in sg], pod="pod-sg")], (2, 0),
         topic="kv@pod-sg@model-a\x00sgl-kv-epoch=e1", engine="sglang")
-    # EAGLE token pairs: the last pair's successor is on the next page, which
-    # the event omits, so the pages cannot be rehashed: indexed under their
-    # hashes, unverified.
+    # EAGLE token pairs (bigram keys of TOKENS + [9]): SGLang hashes both
+    # tokens of every pair, one BlockStored per page; the pages are rehashed
+    # from the pairs and match.
     pairs = [[t, t + 1] for t in TOKENS]
+    eg, _ = eagle.cache_request(TOKENS + [TOKENS[-1] + 1], BS)
     add("sglang_eagle", "SGLang (EAGLE token pairs)", batch([
-        ["BlockStored", [s64(0xF000000000000001), 7], None, pairs, BS, None, "GPU"],
-    ]), [want("gpu", [0xF000000000000001, 7], pod="pod-sge")], (0, 2),
+        ["BlockStored", [eg[0]], None, pairs[:BS], BS, None, "GPU"],
+        ["BlockStored", [eg[1]], eg[0], pairs[BS:], BS, None, "GPU"],
+    ]), [want("gpu", [k & (2**64 - 1) for k in eg], pod="pod-sge")], (2, 0),
         topic="kv@pod-sge@model-a\x00sgl-kv-epoch=e1", engine="sglang")
 
     with open(os.path.join(OUT, "manifest.json"), "w") as f:

@@ -70,7 +70,8 @@ them); {"echo": "ready"} and {"wait_subscriber": true} then synchronise.
       "hash_tokens": true the block keys are computed here from token_ids as its KV
       cache manager V2 does (tensorrt_llm/runtime/kv_cache_manager_v2/
       _block_radix_tree.py: SHA-256(parent key + uint32 LE tokens) from the root key
-      SHA-256(b"\x00"), or with "cache_salt" the salted root; the wire hash is the
+      SHA-256(b"\x00"), or with "cache_salt" the salted root (salt id: BLAKE3, from
+      blockkeys/testdata/trt_salt_ids.json); the wire hash is the
       first 8 key bytes as a signed int64, StreamingEventSink::wireHash), continuing
       "prefix_tokens"; consecutive blocks go in one BlockStored, as it coalesces them.
       Replay for it is the >= 0.26 layout (with the topic).
@@ -173,8 +174,17 @@ def trt_blocks(tokens, block, prefix, salt=None):
     import hashlib
     scope = b"\x00"
     if salt is not None:
-        sid = hashlib.sha256(salt.encode("utf-8")).digest()[:8]  # salt id, LE uint64 = these bytes
-        scope = b"\x02" + sid
+        # The salt id is the first 8 bytes of BLAKE3(salt), read LE
+        # (kv_cache_hash.py get_cache_salt_id). hashlib has no BLAKE3: the
+        # ids come from blockkeys/testdata/trt_salt_ids.json (npm hash-wasm,
+        # hack/blake3/gen-salt-vectors.mjs); other salts are refused.
+        import os
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "blockkeys", "testdata",
+                               "trt_salt_ids.json")) as f:
+            ids = {c["salt"]: int(c["salt_id"]) for c in json.load(f)["trtllm_salt_ids"]}
+        if salt not in ids:
+            raise ValueError("no BLAKE3 salt id for %r in trt_salt_ids.json" % salt)
+        scope = b"\x02" + ids[salt].to_bytes(8, "little")
     key = hashlib.sha256(scope).digest()
     out, parent = [], None
     allt = list(prefix) + list(tokens)

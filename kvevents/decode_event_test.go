@@ -98,15 +98,26 @@ func TestDecodeRangeEndsAreValid(t *testing.T) {
 	}
 }
 
-// SGLang EAGLE bigram token ids: each position a pair, the first kept.
+// SGLang EAGLE bigram token ids: each position a pair, both kept, in order.
 func TestDecodeBigramTokens(t *testing.T) {
 	ev := encodeValue(t, []any{"BlockStored", []uint64{5}, nil, [][]uint32{{1, 2}, {3, 70000}, {70000, 4}}, 3})
 	got, st := mustDecode(t, batchOf(ev), blockkeys.EngineSGLang)
 	if st.IgnoredFields != 0 || len(got.Events) != 1 {
 		t.Fatalf("%+v %+v", got.Events, st)
 	}
-	if e := got.Events[0]; !e.Bigram || !reflect.DeepEqual(e.TokenIDs, []uint32{1, 3, 70000}) || e.BlockSize != 3 {
+	if e := got.Events[0]; !e.Bigram || !reflect.DeepEqual(e.TokenIDs, []uint32{1, 2, 3, 70000, 70000, 4}) || e.BlockSize != 3 {
 		t.Fatalf("event %+v", e)
+	}
+	// Pairs and plain ids in one array: token_ids skipped, the block kept.
+	ev = encodeValue(t, []any{"BlockStored", []uint64{5}, nil, []any{[]uint32{1, 2}, uint32(3)}, 2})
+	got, st = mustDecode(t, batchOf(ev), blockkeys.EngineSGLang)
+	if st.IgnoredFields != 1 || st.FirstIgnored != "token_ids" || len(got.Events) != 1 {
+		t.Fatalf("mixed: %+v %+v", got.Events, st)
+	}
+	ev = encodeValue(t, []any{"BlockStored", []uint64{5}, nil, []any{uint32(3), []uint32{1, 2}}, 2})
+	got, st = mustDecode(t, batchOf(ev), blockkeys.EngineSGLang)
+	if st.IgnoredFields != 1 || st.FirstIgnored != "token_ids" || len(got.Events) != 1 {
+		t.Fatalf("mixed, pair second: %+v %+v", got.Events, st)
 	}
 	// A pair of three is not a bigram: token_ids skipped, the block kept.
 	ev = encodeValue(t, []any{"BlockStored", []uint64{5}, nil, [][]uint32{{1, 2, 3}}, 3})
@@ -204,5 +215,22 @@ func TestDecodeExtraKeyMapNestingLimit(t *testing.T) {
 	}
 	if v := decodeTuple(t, inner); !reflect.DeepEqual(v, []any{"x"}) {
 		t.Fatalf("within the limit: %#v", v)
+	}
+}
+
+// Issue 32: llm-d's publishers (llm-d-inference-sim pkg/kv-cache
+// kv_cache_sender.go, llm-d-kv-cache kvevents) send parent_block_hash 0,
+// kvblock.EmptyBlockHash, for a chain's first block in the array form: it
+// is "no parent", as nil is; any other value is a parent.
+func TestDecodeParentZeroIsNoParent(t *testing.T) {
+	for _, c := range []struct {
+		parent any
+		has    bool
+	}{{uint64(0), false}, {int64(0), false}, {nil, false}, {uint64(1), true}, {int64(-1), true}} {
+		ev := encodeValue(t, []any{"BlockStored", []uint64{5}, c.parent, []uint32{1}, 1})
+		got, st := mustDecode(t, batchOf(ev), blockkeys.EngineVLLM)
+		if st.EventErrors != 0 || len(got.Events) != 1 || got.Events[0].HasParent != c.has {
+			t.Errorf("parent %#v: %+v %+v", c.parent, got.Events, st)
+		}
 	}
 }

@@ -55,6 +55,7 @@ type source struct {
 	pod       string
 	model     string
 	engine    blockkeys.Engine
+	firstSeq  uint64 // the seq its publishers start at (Config.BindFirstSeq; 0 for endpoints)
 	replay    string
 	snapshot  string
 	role      string

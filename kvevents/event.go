@@ -151,7 +151,13 @@ func decodeField(r *reader, engine blockkeys.Engine, ev *event.Event, f field, e
 			return nil
 		}
 		ev.ParentHash, err = decodeHash(r, engine)
-		ev.HasParent = err == nil
+		// 0 is "no parent": llm-d's publishers (llm-d-kv-cache kvevents,
+		// llm-d-inference-sim) send kvblock.EmptyBlockHash = 0 for a
+		// chain's first block where vLLM sends nil. No engine's real hash
+		// is 0 but by chance: each is 64 bits of a SHA-256 or xxh3_128
+		// digest (vLLM, SGLang, TensorRT-LLM), 2^-64 per block, the odds
+		// of any two blocks colliding, which every key already accepts.
+		ev.HasParent = err == nil && ev.ParentHash != 0
 		if err != nil {
 			err = fmt.Errorf("parent_block_hash: %w", err)
 		}

@@ -106,8 +106,10 @@ func normaliseHashBytes(b []byte, engine blockkeys.Engine) (uint64, error) {
 
 // decodeTokens reads token_ids. SGLang with EAGLE speculative decoding keys
 // its radix tree by bigrams and publishes each position as a pair [t_i,
-// t_i+1]: the first token is the token at that position, the second its
-// successor. The first is kept (bigram reports that pairs were seen).
+// t_i+1] (mem_cache/utils.py convert_to_bigram_key), hashing both tokens of
+// every pair. Both are kept: a pair event's out is the pairs flattened, two
+// ids per position (bigram reports it), which is exactly the byte sequence
+// SGLang hashes. An array holding both pairs and plain ids is an error.
 func decodeTokens(r *reader) (out []uint32, bigram bool, err error) {
 	if r.nextNil() {
 		return nil, false, nil
@@ -115,6 +117,12 @@ func decodeTokens(r *reader) (out []uint32, bigram bool, err error) {
 	n, err := r.arrayLen()
 	if err != nil {
 		return nil, false, err
+	}
+	if n > 0 {
+		if c, err := r.peek(); err == nil && isArrayCode(c) {
+			out, err = tokenPairs(r, n)
+			return out, true, err
+		}
 	}
 	out = make([]uint32, n)
 	b := r.b
@@ -135,18 +143,34 @@ func decodeTokens(r *reader) (out []uint32, bigram bool, err error) {
 				r.p += 5
 				continue
 			case isArrayCode(c):
-				if out[i], err = tokenPair(r); err != nil {
-					return nil, false, fmt.Errorf("[%d]: %w", i, err)
-				}
-				bigram = true
-				continue
+				return nil, false, fmt.Errorf("[%d]: a token pair among plain token ids", i)
 			}
 		}
 		if out[i], err = tokenID(r); err != nil {
 			return nil, false, fmt.Errorf("[%d]: %w", i, err)
 		}
 	}
-	return out, bigram, nil
+	return out, false, nil
+}
+
+// tokenPairs reads n EAGLE bigrams [t_i, t_i+1] into 2n ids.
+func tokenPairs(r *reader, n int) ([]uint32, error) {
+	out := make([]uint32, 2*n)
+	for i := 0; i < n; i++ {
+		m, err := r.arrayLen()
+		if err != nil {
+			return nil, fmt.Errorf("[%d]: %w", i, err)
+		}
+		if m != 2 {
+			return nil, fmt.Errorf("[%d]: token pair has %d elements", i, m)
+		}
+		for j := 0; j < 2; j++ {
+			if out[2*i+j], err = tokenID(r); err != nil {
+				return nil, fmt.Errorf("[%d]: %w", i, err)
+			}
+		}
+	}
+	return out, nil
 }
 
 func tokenID(r *reader) (uint32, error) {
@@ -158,21 +182,4 @@ func tokenID(r *reader) (uint32, error) {
 		return 0, fmt.Errorf("token id %d out of range", int64(v))
 	}
 	return uint32(v), nil
-}
-
-// tokenPair reads an EAGLE bigram [t_i, t_i+1] and returns t_i.
-func tokenPair(r *reader) (uint32, error) {
-	n, err := r.arrayLen()
-	if err != nil {
-		return 0, err
-	}
-	if n != 2 {
-		return 0, fmt.Errorf("token pair has %d elements", n)
-	}
-	t, err := tokenID(r)
-	if err != nil {
-		return 0, err
-	}
-	_, err = tokenID(r)
-	return t, err
 }

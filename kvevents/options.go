@@ -20,6 +20,7 @@ var Options = struct {
 	ReplayTimeout, RebuildTimeout, PodExpiry    option.Duration
 	MaxMessageSize, MaxConns                    option.Int
 	HandshakeTimeout, MessageTimeout, EvictIdle option.Duration
+	BindFirstSeq                                option.Int
 }{
 	Workers: option.Int{Name: "workers", Default: 0, Min: 0, Max: 1024,
 		Help: "event apply workers; a stream (pod, dp rank) always maps to the same one (0 = one per CPU)"},
@@ -50,6 +51,10 @@ var Options = struct {
 		Help: "deadline for a ZMQ peer's whole handshake"},
 	MessageTimeout: option.Duration{Name: "zmq-message-timeout", Default: zmtp.DefaultMessageTimeout, Range: option.Positive,
 		Help: "deadline for a ZMQ message to arrive whole once its first byte has"},
+	BindFirstSeq: option.Int{Name: "bind-first-seq", Default: 0, Min: 0, Max: 1,
+		Help: "the sequence number the publishers on the bind socket start at: 0 (vLLM, SGLang, TensorRT-LLM) or 1 " +
+			"(llm-d's publishers, llm-d-inference-sim); a stream whose first batch carries it is complete from its start, " +
+			"any other first number is a late join"},
 	EvictIdle: option.Duration{Name: "zmq-evict-idle-after", Default: zmtp.DefaultEvictIdleAfter, Range: option.Positive,
 		Help: "a ZMQ peer that delivered nothing this long may be evicted when the bind socket is full"},
 }
@@ -88,6 +93,7 @@ func ValidateConfig(cfg Config) error {
 		o.Workers.Check(int64(cfg.Workers)), o.QueueSize.Check(int64(cfg.QueueSize)),
 		o.MaxStreams.Check(int64(cfg.MaxStreams)), o.MaxModels.Check(int64(cfg.MaxModels)), o.MaxDPRanks.Check(int64(cfg.MaxDPRanks)),
 		o.ReplayTimeout.Check(cfg.ReplayTimeout), o.RebuildTimeout.Check(cfg.RebuildTimeout),
+		o.BindFirstSeq.Check(int64(cfg.BindFirstSeq)),
 		o.MaxMessageSize.Check(cfg.Transport.MaxMessageSize), o.MaxConns.Check(int64(cfg.Transport.MaxConns)),
 		o.HandshakeTimeout.Check(cfg.Transport.HandshakeTimeout), o.MessageTimeout.Check(cfg.Transport.MessageTimeout),
 		o.EvictIdle.Check(cfg.Transport.EvictIdleAfter),

@@ -63,6 +63,8 @@ type seqInput struct {
 	replay, snapshot bool
 	// clears: the batch holds the engine's own AllBlocksCleared.
 	clears bool
+	// first is the seq the publisher starts at (0, or 1 for llm-d's).
+	first uint64
 }
 
 // seqKind is what a batch is to its stream.
@@ -169,10 +171,11 @@ func decideSeq(cur seqState, in seqInput) seqDecision {
 		d.kind, d.missed, d.from = seqGap, in.seq-last-1, last+1
 	case cur.hasSeq:
 		d.kind, d.missed = seqRestart, in.seq
-	case in.seq == 0:
+	case in.seq == in.first:
 		d.kind = seqFirst
 	default:
-		d.kind, d.missed = seqJoin, in.seq
+		// Missed: the batches from the publisher's first seq to this one.
+		d.kind, d.missed = seqJoin, in.seq-min(in.seq, in.first)
 	}
 	d.clear = d.kind == seqRestart
 	d.replay = d.missed > 0 && in.replay && in.how == fromLive

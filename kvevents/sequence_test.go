@@ -63,6 +63,17 @@ func TestDecideSeq(t *testing.T) {
 		{name: "first at 0 with an epoch", in: liveE(0, "a"),
 			want:  seqDecision{kind: seqFirst, newEpoch: true, next: inEpoch(0, "a")},
 			wantC: complete},
+		// Issue 32: llm-d's publishers count from 1 (--bind-first-seq 1);
+		// for the engines, which count from 0, a first 1 is a late join.
+		{name: "first at 1 from a publisher counting from 1", in: seqInput{seq: 1, how: fromLive, first: 1},
+			want:  seqDecision{kind: seqFirst, seq: 1, next: at(1)},
+			wantC: complete},
+		{name: "first at 1 from an engine counting from 0", in: live(1),
+			want:  seqDecision{kind: seqJoin, seq: 1, missed: 1, why: "joined_late", next: at(1)},
+			wantC: lost(1, "joined_late")},
+		{name: "first at 2 from a publisher counting from 1", in: seqInput{seq: 2, how: fromLive, first: 1},
+			want:  seqDecision{kind: seqJoin, seq: 2, missed: 1, why: "joined_late", next: at(2)},
+			wantC: lost(2, "joined_late")},
 		{name: "joined late, no replay", in: live(7),
 			want:  seqDecision{kind: seqJoin, seq: 7, missed: 7, why: "joined_late", next: at(7)},
 			wantC: lost(7, "joined_late")},

@@ -243,7 +243,7 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *e
 	st.mu.Unlock()
 	last := st.lastSeq
 	d := decideSeq(st.seqState, seqInput{seq: b.Seq, epoch: epoch, how: how,
-		replay: src.replay != "", snapshot: src.snapshot != "", clears: hasClear(b)})
+		replay: src.replay != "", snapshot: src.snapshot != "", clears: hasClear(b), first: src.firstSeq})
 	if d.drop != "" {
 		s.drop(d.drop)
 		if d.warn {

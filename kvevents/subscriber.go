@@ -39,6 +39,10 @@ type Config struct {
 	// DefaultBind ("tcp://*:5557").
 	Bind       string
 	BindEngine blockkeys.Engine
+	// BindFirstSeq is the sequence number the bind socket's publishers
+	// start at (Options.BindFirstSeq): 0 for the engines, 1 for llm-d's
+	// publishers. Only a first batch carrying it starts a stream complete.
+	BindFirstSeq uint64
 	// TopicFilter is the subscription prefix; "" means DefaultTopicFilter
 	// ("kv@"). Set AllTopics to subscribe to every topic (vLLM's default
 	// topic is ""; such streams need an endpoint with an explicit Pod).
@@ -239,7 +243,7 @@ func NewSubscriber(cfg Config, sink event.Sink, m *Metrics, logger *slog.Logger)
 			s.bindAddr = "tcp://" + a.String()
 		}
 		s.bindDial = dialable(cfg.Bind, sock.Addr())
-		s.bindSrc = &source{addr: s.bindAddr, engine: cfg.BindEngine, bound: true,
+		s.bindSrc = &source{addr: s.bindAddr, engine: cfg.BindEngine, bound: true, firstSeq: cfg.BindFirstSeq,
 			msgs: m.MessagesReceived.WithLabelValues("bind")}
 		s.bindSrc.connected.Store(true)
 	}

@@ -32,15 +32,18 @@ import (
 // built-in defaults, the config file (--config, YAML or JSON), KVINDEX_*
 // environment variables, command-line flags.
 type Config struct {
-	GRPCAddr    string         `json:"grpc_addr" yaml:"grpc_addr"`
-	HTTPAddr    string         `json:"http_addr" yaml:"http_addr"`
-	ZMQBind     string         `json:"zmq_bind" yaml:"zmq_bind"`
-	BindEngine  string         `json:"bind_engine" yaml:"bind_engine"`
-	Endpoints   []EndpointSpec `json:"endpoints" yaml:"endpoints"`
-	TopicFilter string         `json:"topic_filter" yaml:"topic_filter"`
-	AllTopics   bool           `json:"all_topics" yaml:"all_topics"`
-	Workers     int            `json:"workers" yaml:"workers"`
-	QueueSize   int            `json:"queue_size" yaml:"queue_size"`
+	GRPCAddr   string `json:"grpc_addr" yaml:"grpc_addr"`
+	HTTPAddr   string `json:"http_addr" yaml:"http_addr"`
+	ZMQBind    string `json:"zmq_bind" yaml:"zmq_bind"`
+	BindEngine string `json:"bind_engine" yaml:"bind_engine"`
+	// BindFirstSeq: the seq the bind socket's publishers start at (1 for
+	// llm-d's publishers), so their first batch is not a late join.
+	BindFirstSeq int            `json:"bind_first_seq" yaml:"bind_first_seq"`
+	Endpoints    []EndpointSpec `json:"endpoints" yaml:"endpoints"`
+	TopicFilter  string         `json:"topic_filter" yaml:"topic_filter"`
+	AllTopics    bool           `json:"all_topics" yaml:"all_topics"`
+	Workers      int            `json:"workers" yaml:"workers"`
+	QueueSize    int            `json:"queue_size" yaml:"queue_size"`
 	// ApplyStallTimeout: an event worker inside one index write longer
 	// than this makes the daemon not ready (api.Config.ApplyStallTimeout).
 	ApplyStallTimeout Duration `json:"apply_stall_timeout" yaml:"apply_stall_timeout"`
@@ -146,8 +149,8 @@ func DefaultConfig() Config {
 		Index:             "memory",
 		Capacity:          ix.Index.Capacity,
 		LeaseTTL:          Duration(ix.Leases.TTL),
-		HashAlgo:          string(ix.Keys.Algo), // vLLM's default since v0.10.2
-		HashSeed:          "",
+		HashAlgo:          string(ix.Keys.Algo),  // vLLM's default since v0.10.2
+		HashSeed:          blockkeys.DefaultSeed, // vLLM's seed without PYTHONHASHSEED (sha256 family)
 		BlockSize:         ix.Keys.BlockSize,
 		TierWeights:       "gpu=1.0,cpu=0.8,disk=0.5,external=0.3,shared=0.4",
 		StorageReaders:    "SHARED_STORAGE=*;OBJECT_STORE=*",
@@ -308,10 +311,11 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address: host:port, or unix:///path for a unix socket (mode 0660) (\"\" = off)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP/JSON listen address: host:port, or unix:///path for a unix socket (mode 0660) (\"\" = off)")
 	fs.StringVar(&cfg.ZMQBind, "zmq-bind", cfg.ZMQBind, "ZMQ address the SUB socket binds for engines that connect (\"\" = off)")
-	fs.StringVar(&cfg.BindEngine, "bind-engine", cfg.BindEngine, "engine kind publishing to the bind socket: vllm, sglang or trtllm")
+	fs.StringVar(&cfg.BindEngine, "bind-engine", cfg.BindEngine, "engine kind publishing to the bind socket: "+blockkeys.EngineNames()+" (an sglang stream that publishes EAGLE token pairs is scored as sglang-eagle by itself)")
 	fs.Var(endpointsFlag{&cfg.Endpoints}, "endpoint", "engine publisher to connect to, repeatable: address[,pod=..][,model=..][,engine=vllm|sglang|trtllm][,replay=..][,snapshot=..][,role=prefill|decode|both|encode]")
 	fs.StringVar(&cfg.TopicFilter, "topic-filter", cfg.TopicFilter, "ZMQ topic prefix to subscribe to")
 	fs.BoolVar(&cfg.AllTopics, "all-topics", cfg.AllTopics, "subscribe to every topic (vLLM's default topic is \"\"; such streams need --endpoint ...,pod=NAME)")
+	intOpt(fs, &cfg.BindFirstSeq, kvevents.Options.BindFirstSeq)
 	intOpt(fs, &cfg.Workers, kvevents.Options.Workers)
 	intOpt(fs, &cfg.QueueSize, kvevents.Options.QueueSize)
 	durationOpt(fs, &cfg.ApplyStallTimeout, api.Options.ApplyStallTimeout)
@@ -321,7 +325,7 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	durationOpt(fs, &cfg.LeaseTTL, indexer.Options.LeaseTTL)
 	fs.StringVar(&cfg.DaemonID, "daemon-id", cfg.DaemonID, "with --leases: this daemon's unique id (default hostname-pid)")
 	fs.StringVar(&cfg.HashAlgo, "hash-algo", cfg.HashAlgo, "vLLM --prefix-caching-hash-algo: "+blockkeys.HashAlgoNames())
-	fs.StringVar(&cfg.HashSeed, "hash-seed", cfg.HashSeed, "the engines' PYTHONHASHSEED (string, as set in their environment)")
+	fs.StringVar(&cfg.HashSeed, "hash-seed", cfg.HashSeed, "the engines' PYTHONHASHSEED (string, as set in their environment); the default is vLLM's seed when PYTHONHASHSEED is unset (sha256 family, vLLM since PR #51875); the xxhash family and older vLLM seed randomly unless PYTHONHASHSEED is set")
 	intOpt(fs, &cfg.BlockSize, indexer.Options.BlockSize)
 	fs.StringVar(&cfg.TierWeights, "tier-weights", cfg.TierWeights, "score weight per tier: gpu=1,cpu=0.8,disk=0.5,external=0.3,shared=0.4 (shared: blocks a pod can load from a storage source, see --storage-readers)")
 	fs.StringVar(&cfg.StorageReaders, "storage-readers", cfg.StorageReaders, "storage sources (the pod slot of a storage publisher's topic, e.g. llm-d's kv@SHARED_STORAGE@<model>) and the pods that load their blocks, credited to them as the shared tier: SOURCE=podA,podB;SOURCE=* (every pod publishing for the model);SOURCE= (none). Sources are never scored or picked; entries are added to the defaults")

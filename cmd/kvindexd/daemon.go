@@ -209,7 +209,7 @@ func (e EndpointSpec) kvevents() kvevents.EndpointConfig {
 // endpoints, the queues and the limits.
 func (cfg Config) eventsConfig() kvevents.Config {
 	bindEngine, _ := blockkeys.ParseEngine(cfg.BindEngine)
-	c := kvevents.Config{Bind: cfg.ZMQBind, BindEngine: bindEngine, TopicFilter: cfg.TopicFilter,
+	c := kvevents.Config{Bind: cfg.ZMQBind, BindEngine: bindEngine, BindFirstSeq: uint64(cfg.BindFirstSeq), TopicFilter: cfg.TopicFilter,
 		AllTopics: cfg.AllTopics, Workers: cfg.Workers, QueueSize: cfg.QueueSize}
 	cfg.LimitsConfig.subscriber(&c)
 	for _, ep := range cfg.Endpoints {
@@ -287,11 +287,8 @@ func (d *daemon) Run(ctx context.Context) error {
 		})
 		d.log.Info("HTTP listening", "addr", d.HTTPAddr())
 	}
-	if d.cfg.HashSeed == "" {
-		d.log.Warn("--hash-seed is not set: start every engine with PYTHONHASHSEED=0 and this daemon with --hash-seed 0 " +
-			"(or KVINDEX_HASH_SEED=0, or hash_seed: \"0\" in the config file; any value works if both sides use the same). " +
-			"Unset, it matches only engines started with PYTHONHASHSEED set to the empty string; an engine without " +
-			"PYTHONHASHSEED hashes with a random seed no indexer can reproduce (parity_mismatches in /v1/pods)")
+	if w := seedWarning(d.cfg.HashAlgo, d.cfg.HashSeed); w != "" {
+		d.log.Warn(w)
 	}
 	d.log.Info("kvindexd running", "zmq_bind", d.cfg.ZMQBind, "endpoints", len(d.cfg.Endpoints),
 		"hash_algo", d.cfg.HashAlgo, "block_size", d.cfg.BlockSize, "index", redactIndex(d.cfg.Index))
@@ -371,4 +368,21 @@ func newLogger(cfg Config, w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return slog.New(slog.NewTextHandler(w, opts)), nil
+}
+
+// seedWarning is what the daemon says at start about its seed, or "" when
+// the seed is one engines reproduce: vLLM derives NONE_HASH from
+// PYTHONHASHSEED when set; unset, from blockkeys.DefaultSeed for the sha256
+// family (since vllm-project/vllm PR #51875) and from random bytes for the
+// xxhash family (and, before that PR, for every algorithm).
+func seedWarning(algo, seed string) string {
+	if seed != blockkeys.DefaultSeed {
+		return "" // set on purpose: it must equal the engines' PYTHONHASHSEED
+	}
+	if blockkeys.HashAlgo(algo).RandomSeed() {
+		return fmt.Sprintf("--hash-algo %s with the default --hash-seed: vLLM seeds %s with random bytes when PYTHONHASHSEED "+
+			"is unset, which no indexer can reproduce; start every engine with PYTHONHASHSEED=0 and this daemon with "+
+			"--hash-seed 0 (or KVINDEX_HASH_SEED, or hash_seed in the config file; any value both sides share)", algo, algo)
+	}
+	return ""
 }

@@ -16,9 +16,9 @@ import (
 	"github.com/kvindex/kvindex/kvevents/event"
 )
 
-// The daemon's defaults the scenarios rely on: vLLM's block size and hash
-// algorithm and an unset --hash-seed (the empty PYTHONHASHSEED string), so
-// the engine hashes the tests compute equal the daemon's keys without adding
+// The daemon's defaults the scenarios rely on: vLLM's block size, hash
+// algorithm and seed without PYTHONHASHSEED (blockkeys.DefaultSeed), so the
+// engine hashes the tests compute equal the daemon's keys without adding
 // --hash-seed to the flags under test.
 const (
 	blockSize = 16
@@ -63,7 +63,7 @@ func prompt(base, nBlocks int) []uint32 {
 // key settings sends for tokens.
 func engineHashes(t testing.TB, tokens []uint32) []uint64 {
 	t.Helper()
-	h, err := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, BlockSize: blockSize})
+	h, err := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: blockkeys.DefaultSeed, BlockSize: blockSize})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ func TestEmbeddedMatchesDaemon(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	// The embedded index with the daemon's default keys (what
 	// engineHashes computes) and pick settings, bound as the daemon is.
-	idx, err := indexer.New(ctx, indexer.Config{Keys: blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, BlockSize: blockSize},
+	idx, err := indexer.New(ctx, indexer.Config{Keys: blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: blockkeys.DefaultSeed, BlockSize: blockSize},
 		Events: &kvevents.Config{Bind: "tcp://127.0.0.1:0"}})
 	if err != nil {
 		cancel()

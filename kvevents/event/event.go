@@ -44,25 +44,31 @@ func (t Tier) String() string {
 //   - gpu: the engine's own device cache (vLLM "GPU"; "HBM", "CUDA",
 //     "DEVICE", "XPU", "NPU" from other accelerators' ports).
 //   - cpu: host memory of the same pod: vLLM's CPU offloading ("CPU",
-//     "CPU_PINNED"), SGLang's HiCache L2 ("CPU_PINNED"), LMCache's
-//     "LocalCPUBackend", "DRAM", "HOST".
+//     "CPU_PINNED"), SGLang's HiCache L2 ("CPU_PINNED"; "CPU_TIER1" in the
+//     tiered events of sgl-project/sglang PR #18205: host memory, written by
+//     write_backup, removed by evict_host), LMCache's "LocalCPUBackend",
+//     "DRAM", "HOST".
 //   - disk: storage local to the pod: "DISK", "FS", "SSD", "NVME",
 //     "LOCAL_DISK", LMCache's "LocalDiskBackend", "GDS".
 //   - external: storage other pods can read too, so holding a block there
 //     says little about this pod: "STORAGE", "SHARED_STORAGE",
 //     "OBJECT_STORE", "OBJ", "EXTERNAL" (SGLang's L4, e.g. Mooncake), "REMOTE",
-//     LMCache's "RemoteBackend", "P2P", "MOONCAKE", "S3".
+//     LMCache's "RemoteBackend", "P2P", "MOONCAKE", "S3", and SGLang's
+//     "CPU_TIER2" (PR #18205: HiCache L3, written by write_backup_storage to
+//     the storage backend, Mooncake, 3FS, NIXL or AIBrix, never removed by
+//     an event: the name says CPU, the medium is that shared storage).
 //
 // A medium missing from the table is external (never dropped, never counted
 // as the pod's GPU cache); the decoder counts it as unknown.
 var MediumTiers = map[string]Tier{
 	"GPU": TierGPU, "HBM": TierGPU, "CUDA": TierGPU, "DEVICE": TierGPU, "XPU": TierGPU, "NPU": TierGPU,
 	"CPU": TierCPU, "CPU_PINNED": TierCPU, "DRAM": TierCPU, "HOST": TierCPU, "LOCALCPUBACKEND": TierCPU,
-	"DISK": TierDisk, "FS": TierDisk, "SSD": TierDisk, "NVME": TierDisk, "LOCAL_DISK": TierDisk,
+	"CPU_TIER1": TierCPU,
+	"DISK":      TierDisk, "FS": TierDisk, "SSD": TierDisk, "NVME": TierDisk, "LOCAL_DISK": TierDisk,
 	"LOCALDISKBACKEND": TierDisk, "GDS": TierDisk,
 	"STORAGE": TierExternal, "SHARED_STORAGE": TierExternal, "OBJECT_STORE": TierExternal, "OBJ": TierExternal,
 	"EXTERNAL": TierExternal, "REMOTE": TierExternal, "REMOTEBACKEND": TierExternal, "P2P": TierExternal,
-	"MOONCAKE": TierExternal, "S3": TierExternal,
+	"MOONCAKE": TierExternal, "S3": TierExternal, "CPU_TIER2": TierExternal,
 }
 
 // ParseTier normalises an engine's medium string. Missing ("") means GPU;
@@ -211,8 +217,9 @@ type Event struct {
 	RemainingCopies    []uint32
 	HasRemainingCopies bool
 	// Bigram: the engine sent token pairs (SGLang with EAGLE speculative
-	// decoding); TokenIDs holds the first token of each pair, the token at
-	// that position.
+	// decoding: each position as [t_i, t_i+1]); TokenIDs then holds the
+	// pairs flattened, two ids per position (t_i, t_i+1, t_i+1, t_i+2, ...),
+	// the sequence SGLang hashes. BlockSize still counts positions.
 	Bigram bool
 }
 

@@ -18,3 +18,15 @@ func TestTierStringEdges(t *testing.T) {
 		}
 	}
 }
+
+// Issue 32: SGLang's HiCache tier names (sgl-project/sglang PR #18205,
+// disaggregation/kv_events.py MEDIUM_CPU_TIER1/2) are known media: L2 host
+// memory is the pod's CPU tier, L3 (the storage backend) external.
+func TestSGLangHiCacheTiers(t *testing.T) {
+	for medium, want := range map[string]Tier{"CPU_TIER1": TierCPU, "cpu_tier1": TierCPU, "CPU_TIER2": TierExternal} {
+		got, known := LookupTier(medium)
+		if got != want || !known {
+			t.Errorf("LookupTier(%q) = %v, %v; want %v, known", medium, got, known, want)
+		}
+	}
+}
