@@ -25,7 +25,7 @@ const (
 	// reflection, and every path not named below.
 	ScopeRead
 	// ScopeAdmin: endpoint management (POST/DELETE /v1/endpoints,
-	// AddEndpoint, RemoveEndpoint).
+	// Dynamo's POST /register and /unregister, AddEndpoint, RemoveEndpoint).
 	ScopeAdmin
 )
 

@@ -48,7 +48,7 @@ var errAdminOff = errorf(codes.PermissionDenied,
 // httpScope is the scope an HTTP request needs.
 func (s *Server) httpScope(r *http.Request) Scope {
 	switch r.URL.Path {
-	case "/healthz", "/readyz":
+	case "/healthz", "/readyz", "/health":
 		return ScopeNone
 	case "/":
 		// The status page is a static file with no data: a browser cannot
@@ -68,6 +68,9 @@ func (s *Server) httpScope(r *http.Request) Scope {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			return ScopeAdmin
 		}
+	case "/register", "/unregister":
+		// Dynamo's runtime subscriptions are endpoint management.
+		return ScopeAdmin
 	}
 	return ScopeRead
 }

@@ -32,6 +32,14 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/pick", s.handlePick)
 	mux.HandleFunc("POST /query", s.handleMooncakeQuery)
 	mux.HandleFunc("POST /query_by_hash", s.handleMooncakeQueryByHash)
+	mux.HandleFunc("POST /register", s.handleDynamoRegister)
+	mux.HandleFunc("POST /unregister", s.handleDynamoUnregister)
+	mux.HandleFunc("GET /workers", s.handleDynamoWorkers)
+	mux.HandleFunc("GET /dump", s.handleDynamoDump)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		// Dynamo's liveness probe: 200 with no body, whatever the state.
+		w.WriteHeader(http.StatusOK)
+	})
 	mux.HandleFunc("GET /v1/pods", s.handlePods)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /v1/endpoints", s.handleListEndpoints)

@@ -44,16 +44,22 @@ const mooncakeDefaultTenant = "default"
 var mooncakeMedia = [event.NumStoredTiers]string{"GPU", "CPU", "DISK", "EXTERNAL"}
 
 type mooncakeRequest struct {
-	Model      string        `json:"model"`
-	LoraName   string        `json:"lora_name"`
-	LoraID     *int64        `json:"lora_id"`
-	TokenIDs   []uint32      `json:"token_ids"`
-	SeqHashes  []json.Number `json:"seq_hashes"`
-	BlockHash  []json.Number `json:"block_hash"`
-	TenantID   string        `json:"tenant_id"`
-	InstanceID string        `json:"instance_id"`
-	BlockSize  int           `json:"block_size"`
-	CacheSalt  string        `json:"cache_salt"`
+	Model string `json:"model"`
+	// ModelName is Dynamo's name for model; a body naming it gets Dynamo's
+	// answer (dynamo.go), a body naming model Mooncake's.
+	ModelName string        `json:"model_name"`
+	LoraName  string        `json:"lora_name"`
+	LoraID    *int64        `json:"lora_id"`
+	TokenIDs  []uint32      `json:"token_ids"`
+	SeqHashes []json.Number `json:"seq_hashes"`
+	BlockHash []json.Number `json:"block_hash"`
+	// BlockHashes is Dynamo's name for seq_hashes.
+	BlockHashes  []json.Number `json:"block_hashes"`
+	RoutingGroup *string       `json:"routing_group"`
+	TenantID     string        `json:"tenant_id"`
+	InstanceID   string        `json:"instance_id"`
+	BlockSize    int           `json:"block_size"`
+	CacheSalt    string        `json:"cache_salt"`
 }
 
 func (s *Server) handleMooncakeQuery(w http.ResponseWriter, r *http.Request) {
@@ -68,6 +74,14 @@ func (s *Server) mooncake(w http.ResponseWriter, r *http.Request, byHash bool) {
 	req, q, e := parseMooncake(w, r, byHash)
 	if e != nil {
 		s.metrics.observeRequest(indexer.InputNone, e.Code, 0)
+		writeError(w, e)
+		return
+	}
+	dynamo := req.ModelName != ""
+	if dynamo && !s.modelKnown(req.Model) {
+		// Dynamo's 404 for a (model, tenant) it has no indexer for.
+		e := errorf(codes.NotFound, "no indexer for model=%s tenant=%s", req.Model, dynamoDefaultTenant)
+		s.metrics.observeRequest(q.Kind, e.Code, 0)
 		writeError(w, e)
 		return
 	}
@@ -86,6 +100,11 @@ func (s *Server) mooncake(w http.ResponseWriter, r *http.Request, byHash bool) {
 		return
 	}
 	defer putResult(res)
+	if dynamo {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(appendDynamoScores(nil, res, s.treeSizes(r.Context(), res)))
+		return
+	}
 	tenant := req.TenantID
 	if tenant == "" {
 		tenant = mooncakeDefaultTenant
@@ -139,8 +158,23 @@ func parseMooncake(w http.ResponseWriter, r *http.Request, byHash bool) (mooncak
 	if err := dec.Decode(&req); err != nil {
 		return req, indexer.Query{}, errorf(codes.InvalidArgument, "invalid JSON body: %v", err)
 	}
-	if req.Model == "" {
-		return req, indexer.Query{}, errorf(codes.InvalidArgument, "model is required")
+	switch {
+	case req.Model != "" && req.ModelName != "":
+		return req, indexer.Query{}, errorf(codes.InvalidArgument, "give model (Mooncake) or model_name (Dynamo), not both")
+	case req.ModelName != "":
+		// Dynamo's form: one index serves every tenant, so only Dynamo's
+		// default tenant may be named.
+		if req.TenantID != "" && req.TenantID != dynamoDefaultTenant {
+			return req, indexer.Query{}, errTenant(req.TenantID)
+		}
+		if e := tenantOf(nil, req.RoutingGroup); e != nil {
+			return req, indexer.Query{}, e
+		}
+		req.Model = req.ModelName
+	case req.Model == "":
+		return req, indexer.Query{}, errorf(codes.InvalidArgument, "model is required (Mooncake's model, or Dynamo's model_name)")
+	case req.RoutingGroup != nil:
+		return req, indexer.Query{}, errorf(codes.InvalidArgument, "routing_group is Dynamo's field: send it with model_name")
 	}
 	if req.LoraID != nil {
 		return req, indexer.Query{}, errorf(codes.InvalidArgument, "lora_id is not supported: send lora_name (the adapter name the engine hashes)")
@@ -153,7 +187,7 @@ func parseMooncake(w http.ResponseWriter, r *http.Request, byHash bool) (mooncak
 		q.Pods = []string{req.InstanceID}
 	}
 	if !byHash {
-		if req.SeqHashes != nil || req.BlockHash != nil {
+		if req.SeqHashes != nil || req.BlockHash != nil || req.BlockHashes != nil {
 			return req, q, errorf(codes.InvalidArgument, "/query takes token_ids; send hashes to /query_by_hash")
 		}
 		q.Kind, q.TokenIDs = indexer.InputTokens, req.TokenIDs
@@ -162,12 +196,16 @@ func parseMooncake(w http.ResponseWriter, r *http.Request, byHash bool) (mooncak
 	if req.TokenIDs != nil {
 		return req, q, errorf(codes.InvalidArgument, "/query_by_hash takes seq_hashes; send token ids to /query")
 	}
-	hashes := req.SeqHashes
-	if req.BlockHash != nil {
-		if hashes != nil {
-			return req, q, errorf(codes.InvalidArgument, "give seq_hashes or block_hash, not both")
+	var hashes []json.Number
+	n := 0
+	for _, h := range [][]json.Number{req.SeqHashes, req.BlockHash, req.BlockHashes} {
+		if h != nil {
+			hashes = h
+			n++
 		}
-		hashes = req.BlockHash
+	}
+	if n > 1 {
+		return req, q, errorf(codes.InvalidArgument, "give one of seq_hashes, block_hash (Mooncake) or block_hashes (Dynamo), not both")
 	}
 	q.Kind, q.BlockHashes = indexer.InputHashes, make([]uint64, len(hashes))
 	for i, h := range hashes {

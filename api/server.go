@@ -2,8 +2,9 @@
 // llm-d compatible indexer.v1.IndexerService, grpc.health.v1 and reflection,
 // and the HTTP/JSON surface registered in Handler (http.go): the status page
 // at /, /v1/status, /v1/score, /v1/pick, Mooncake's /query and
-// /query_by_hash, /v1/pods, /v1/models, /v1/endpoints, /metrics, /healthz
-// and /readyz (TestPackageDocNamesEveryRoute keeps this list whole). It is
+// /query_by_hash (also in Dynamo's form), Dynamo's /register, /unregister,
+// /workers, /dump and /health, /v1/pods, /v1/models, /v1/endpoints,
+// /metrics, /healthz and /readyz (TestPackageDocNamesEveryRoute keeps this list whole). It is
 // transport only: it decodes requests into
 // indexer.Query values, encodes indexer.Result answers, maps indexer error
 // codes to gRPC codes and HTTP statuses, and keeps request metrics and
@@ -88,6 +89,9 @@ type Config struct {
 	// daemon unready. 0 = readiness ignores the apply path; it also needs
 	// Subscriber.
 	ApplyStallTimeout time.Duration
+	// MaxRegistrations caps the workers registered through Dynamo's POST
+	// /register (0 = DefaultMaxRegistrations; kvindexd passes --max-streams).
+	MaxRegistrations int
 	// Build identifies the running binary: GET /v1/status reports it and
 	// the kvindexd_build_info gauge carries it as labels, so a dashboard
 	// can tell which version each replica runs.
@@ -119,6 +123,10 @@ type Server struct {
 	stopping     atomic.Bool
 	llmd         llmdService
 	guardMetrics *guardMetrics
+	// dynReg and dynamo: Dynamo's /register registry and its series
+	// (dynamo.go).
+	dynReg dynRegistry
+	dynamo *dynamoMetrics
 }
 
 // New checks the config and registers the metrics.
@@ -143,6 +151,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if s.guardMetrics, err = newGuardMetrics(cfg.Registry); err != nil {
+		return nil, err
+	}
+	if s.dynamo, err = newDynamoMetrics(cfg.Registry, &s.dynReg); err != nil {
 		return nil, err
 	}
 	if err := registerBuildInfo(cfg.Registry, cfg.Build); err != nil {

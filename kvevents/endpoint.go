@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +36,14 @@ type EndpointConfig struct {
 	// Role is the pod's P/D role as discovery read it (llm-d.ai/role) or
 	// the endpoint's configuration says, for listings only ("" = none).
 	Role string
+	// DPRank is the data-parallel rank of batches that carry none (one
+	// socket per rank, as NVIDIA Dynamo's /register declares it); a
+	// batch's own data_parallel_rank wins. Below --max-dp-ranks.
+	DPRank int
+	// AllTopics subscribes to every topic of this endpoint whatever the
+	// daemon's --topic-filter: Pod names the stream, so the topic need not
+	// (vLLM's default topic is "", which NVIDIA Dynamo's listener reads).
+	AllTopics bool
 }
 
 // EndpointStatus describes one socket for listings.
@@ -45,20 +54,24 @@ type EndpointStatus struct {
 	Engine          blockkeys.Engine
 	ReplayAddress   string
 	SnapshotAddress string
+	DPRank          int  // EndpointConfig.DPRank
 	Connected       bool // connect topology: a publisher is attached; bind: listening
 	Bound           bool // this is the bind socket
 }
 
 // source is one socket's worth of configuration and state.
 type source struct {
-	addr      string
-	pod       string
-	model     string
-	engine    blockkeys.Engine
-	firstSeq  uint64 // the seq its publishers start at (Config.BindFirstSeq; 0 for endpoints)
-	replay    string
-	snapshot  string
-	role      string
+	addr     string
+	pod      string
+	model    string
+	engine   blockkeys.Engine
+	firstSeq uint64 // the seq its publishers start at (Config.BindFirstSeq; 0 for endpoints)
+	replay   string
+	snapshot string
+	role     string
+	dpRank   int // default rank of batches that carry none
+	// noFilter: the endpoint takes every topic (EndpointConfig.AllTopics).
+	noFilter  bool
 	bound     bool
 	connected atomic.Bool
 	// ctx is the endpoint's lifetime once started (nil before): its reader
@@ -102,13 +115,16 @@ func (s *Subscriber) AddEndpoint(ep EndpointConfig) error {
 	if !ep.Engine.Valid() {
 		return fmt.Errorf("kvevents: endpoint %q: unknown engine %d", ep.Address, ep.Engine)
 	}
+	if ep.DPRank < 0 || (ep.DPRank > 0 && ep.DPRank >= s.cfg.MaxDPRanks) {
+		return fmt.Errorf("kvevents: endpoint %q: dp_rank %d outside 0..%d (--max-dp-ranks)", ep.Address, ep.DPRank, s.cfg.MaxDPRanks-1)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, dup := s.endpoints[ep.Address]; dup {
 		return fmt.Errorf("kvevents: endpoint %q already added", ep.Address)
 	}
 	src := &source{addr: ep.Address, pod: ep.Pod, model: ep.Model, engine: ep.Engine, replay: ep.ReplayAddress,
-		snapshot: ep.SnapshotAddress, role: ep.Role,
+		snapshot: ep.SnapshotAddress, role: ep.Role, dpRank: ep.DPRank, noFilter: ep.AllTopics && ep.Pod != "",
 		msgs: s.metrics.MessagesReceived.WithLabelValues("connect")}
 	s.endpoints[ep.Address] = src
 	s.order = append(s.order, ep.Address)
@@ -182,6 +198,19 @@ func (s *Subscriber) RemoveEndpoint(address string) error {
 	return nil
 }
 
+// topicFilter is the subscription prefix of src's socket.
+func (s *Subscriber) topicFilter(src *source) string {
+	if src.noFilter {
+		return ""
+	}
+	return s.filter
+}
+
+// topicAllowed reports whether src takes a message of topic.
+func (s *Subscriber) topicAllowed(src *source, topic []byte) bool {
+	return src.noFilter || bytes.HasPrefix(topic, s.filterBytes)
+}
+
 // Endpoints lists the bind socket (if any) and every connect endpoint.
 func (s *Subscriber) Endpoints() []EndpointStatus {
 	s.mu.Lock()
@@ -193,7 +222,7 @@ func (s *Subscriber) Endpoints() []EndpointStatus {
 	for _, a := range s.order {
 		src := s.endpoints[a]
 		out = append(out, EndpointStatus{Address: a, Pod: src.pod, Model: src.model, Role: src.role, Engine: src.engine,
-			ReplayAddress: src.replay, SnapshotAddress: src.snapshot, Connected: src.connected.Load()})
+			ReplayAddress: src.replay, SnapshotAddress: src.snapshot, DPRank: src.dpRank, Connected: src.connected.Load()})
 	}
 	return out
 }
@@ -215,7 +244,7 @@ func (s *Subscriber) connectLoop(ctx context.Context, src *source) {
 	for {
 		// The dial and the handshake are bounded; the connection is not.
 		dctx, cancel := context.WithTimeout(ctx, max(s.cfg.ReconnectMax, time.Second))
-		sock, err := zmtp.DialSub(dctx, src.addr, s.cfg.Transport, s.filter)
+		sock, err := zmtp.DialSub(dctx, src.addr, s.cfg.Transport, s.topicFilter(src))
 		cancel()
 		if err == nil {
 			start := time.Now()

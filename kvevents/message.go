@@ -93,7 +93,7 @@ func (s *Subscriber) handle(ctx context.Context, src *source, frames [][]byte) {
 		return
 	}
 	topic := frames[0]
-	if !bytes.HasPrefix(topic, s.filterBytes) {
+	if !s.topicAllowed(src, topic) {
 		s.drop("topic_filter")
 		return
 	}
@@ -146,6 +146,9 @@ func (s *Subscriber) decode(payload []byte, b *event.Batch, src *source) (bool, 
 		}
 		s.warn(src.addr+"|"+b.Pod, "dropping malformed KV event message", "pod", b.Pod, "seq", b.Seq, "endpoint", src.addr, "err", err)
 		return false, 0
+	}
+	if !ds.HasDPRank {
+		b.DPRank = src.dpRank // the endpoint's declared rank (0 unless set)
 	}
 	s.counts.batches[e].Inc()
 	for i := range b.Events {

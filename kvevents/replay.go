@@ -94,7 +94,7 @@ func (s *Subscriber) catchUp(ctx context.Context, src *source) {
 		pod, model := src.pod, src.model
 		var epoch []byte
 		if topic != nil {
-			if !bytes.HasPrefix(topic, s.filterBytes) {
+			if !s.topicAllowed(src, topic) {
 				s.drop("topic_filter")
 				return
 			}

@@ -448,6 +448,14 @@ func TestConfigErrors(t *testing.T) {
 			t.Fatalf("replay address %q accepted", replay)
 		}
 	}
+	// An endpoint's declared DP rank (EndpointConfig.DPRank) is a rank like
+	// any batch's: 0..--max-dp-ranks-1.
+	for _, rank := range []int{-1, DefaultMaxDPRanks} {
+		ep := EndpointConfig{Address: "tcp://127.0.0.1:1", DPRank: rank}
+		if _, err := NewSubscriber(Config{Endpoints: []EndpointConfig{ep}}, newCollectSink(), nil, nil); err == nil {
+			t.Fatalf("dp_rank %d accepted", rank)
+		}
+	}
 	s := startSub(t, Config{Bind: "tcp://127.0.0.1:0"}, newCollectSink(), nil)
 	if _, err := NewSubscriber(Config{Bind: s.BindAddr()}, newCollectSink(), nil, nil); err == nil {
 		t.Fatal("second bind on the same port accepted")

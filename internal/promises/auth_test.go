@@ -56,6 +56,10 @@ func TestPromiseAuthScopes(t *testing.T) {
 	endpoint := func() string {
 		return fmt.Sprintf(`{"address":"tcp://127.0.0.1:%d","pod":"pod-x","model":"org/model"}`, harness.FreePort(t))
 	}
+	dynRegister := func() string {
+		return fmt.Sprintf(`{"instance_id":%d,"endpoint":"tcp://127.0.0.1:%d","model_name":"org/model","block_size":16}`,
+			harness.FreePort(t), harness.FreePort(t))
+	}
 	for _, c := range []struct {
 		token, method, path, body string
 		want                      int
@@ -71,6 +75,10 @@ func TestPromiseAuthScopes(t *testing.T) {
 		{"", "GET", "/some/future/path", "", 401},
 		{readToken, "POST", "/v1/endpoints", endpoint(), 403},
 		{adminToken, "POST", "/v1/endpoints", endpoint(), 201},
+		// Dynamo's runtime registration is endpoint management too.
+		{readToken, "POST", "/register", dynRegister(), 403},
+		{adminToken, "POST", "/register", dynRegister(), 201},
+		{"", "GET", "/health", "", 200},
 		{adminToken, "POST", "/v1/score", scoreBody, 200},
 	} {
 		d.Token = c.token
@@ -121,7 +129,7 @@ func TestPromiseAuthScopes(t *testing.T) {
 	}{
 		{`kvindexd_auth_denied_total{reason="missing_token",transport="http"}`, 3},
 		{`kvindexd_auth_denied_total{reason="bad_token",transport="http"}`, 1},
-		{`kvindexd_auth_denied_total{reason="scope",transport="http"}`, 1},
+		{`kvindexd_auth_denied_total{reason="scope",transport="http"}`, 2},
 		{`kvindexd_auth_denied_total{reason="missing_token",transport="grpc"}`, 1},
 		{`kvindexd_auth_denied_total{reason="bad_token",transport="grpc"}`, 1},
 		{`kvindexd_auth_denied_total{reason="scope",transport="grpc"}`, 1},

@@ -1,0 +1,576 @@
+package api
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+
+	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/kvevents"
+)
+
+// NVIDIA Dynamo's standalone KV indexer (dynamo-kv-indexer) HTTP API, served
+// on the HTTP port so a router written for it works unchanged: POST
+// /register and /unregister (runtime ZMQ subscriptions, admin scope, the
+// same endpoint policy as POST /v1/endpoints), GET /workers, GET /health,
+// GET /dump, and the Dynamo forms of POST /query and /query_by_hash (told
+// from Mooncake's by model_name, see mooncake.go). The shapes, statuses and
+// error bodies follow Dynamo's server code, lib/kv-router/src/
+// standalone_indexer/server.rs at ai-dynamo/dynamo@bc2583516003 (the
+// version with tenant_id; docs/api.md lists where kvindexd differs).
+//
+// A registered worker is the pod named by its instance_id in decimal, so
+// Mooncake's instance_id filter and /v1/pods name it the same way; each
+// (instance_id, dp_rank) is one endpoint whose batches without a
+// data_parallel_rank are that rank's (kvevents.EndpointConfig.DPRank).
+
+// dynamoDefaultTenant is Dynamo's default tenant_id. kvindexd keeps one
+// index for every tenant, so only this one is accepted: answering another
+// tenant from the shared index would pretend an isolation that does not
+// exist.
+const dynamoDefaultTenant = "default"
+
+// DefaultMaxRegistrations caps the workers registered through POST
+// /register when Config.MaxRegistrations is 0 (kvindexd passes
+// --max-streams: a registration is at least one (pod, rank) stream, so more
+// could never be indexed).
+const DefaultMaxRegistrations = kvevents.DefaultMaxStreams
+
+// maxRegisterBody bounds a /register or /unregister body: a few short
+// strings and numbers.
+const maxRegisterBody = 64 << 10
+
+func errTenant(tenant string) *Error {
+	return errorf(codes.InvalidArgument, "tenant_id %q: tenants are not yet isolated in kvindexd (one index serves every tenant), so only %q is accepted",
+		tenant, dynamoDefaultTenant)
+}
+
+// dynKey names one registration: Dynamo keys its listeners by instance and
+// dp_rank within a (model, tenant) indexer.
+type dynKey struct {
+	model    string
+	instance uint64
+	rank     int
+}
+
+type dynWorker struct {
+	address   string
+	replay    string
+	blockSize int
+}
+
+// dynRegistry is what POST /register added, for /workers and /unregister.
+// It is capped (Config.MaxRegistrations) and counted
+// (kvindexd_dynamo_registrations).
+type dynRegistry struct {
+	mu      sync.Mutex
+	workers map[dynKey]dynWorker
+}
+
+type dynamoMetrics struct {
+	registrations prometheus.GaugeFunc
+	rejected      *prometheus.CounterVec
+}
+
+func newDynamoMetrics(reg *prometheus.Registry, r *dynRegistry) (*dynamoMetrics, error) {
+	m := &dynamoMetrics{
+		registrations: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "kvindexd_dynamo_registrations",
+			Help: "Workers (instance, dp_rank) registered through Dynamo's POST /register; at most --max-streams.",
+		}, func() float64 { r.mu.Lock(); defer r.mu.Unlock(); return float64(len(r.workers)) }),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvindexd_dynamo_register_rejected_total",
+			Help: "Dynamo POST /register calls refused, by reason (invalid, tenant, policy, block_size, duplicate, limit, subscribe).",
+		}, []string{"reason"}),
+	}
+	for _, r := range []string{"invalid", "tenant", "policy", "block_size", "duplicate", "limit", "subscribe"} {
+		m.rejected.WithLabelValues(r)
+	}
+	for _, c := range []prometheus.Collector{m.registrations, m.rejected} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (s *Server) maxRegistrations() int {
+	if s.cfg.MaxRegistrations > 0 {
+		return s.cfg.MaxRegistrations
+	}
+	return DefaultMaxRegistrations
+}
+
+// dynamoStatus writes Dynamo's success body {"status":"ok"}.
+func dynamoStatus(w http.ResponseWriter, status int) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+}
+
+// decodeDynamo decodes a small JSON body strictly: an unknown field is a
+// mistake worth a 400 naming it (Dynamo would ignore it silently).
+func decodeDynamo(w http.ResponseWriter, r *http.Request, v any) *Error {
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxRegisterBody)); err != nil {
+		if tooBig := new(http.MaxBytesError); errors.As(err, &tooBig) {
+			return errorf(codes.ResourceExhausted, "read body: %v", err)
+		}
+		return errorf(codes.InvalidArgument, "read body: %v", err)
+	}
+	dec := json.NewDecoder(&buf)
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		return errorf(codes.InvalidArgument, "invalid JSON body: %v", err)
+	}
+	return nil
+}
+
+// parseInstance reads Dynamo's instance_id, an unsigned 64-bit integer.
+func parseInstance(n json.Number) (uint64, *Error) {
+	if n == "" {
+		return 0, errorf(codes.InvalidArgument, "instance_id is required (Dynamo's worker id, an unsigned integer)")
+	}
+	v, err := strconv.ParseUint(n.String(), 10, 64)
+	if err != nil {
+		return 0, errorf(codes.InvalidArgument, "instance_id %s: want an unsigned 64-bit integer", n)
+	}
+	return v, nil
+}
+
+type dynRegisterRequest struct {
+	InstanceID     json.Number `json:"instance_id"`
+	Endpoint       string      `json:"endpoint"`
+	ModelName      string      `json:"model_name"`
+	BlockSize      int         `json:"block_size"`
+	TenantID       *string     `json:"tenant_id"`
+	RoutingGroup   *string     `json:"routing_group"`
+	DPRank         *int        `json:"dp_rank"`
+	ReplayEndpoint string      `json:"replay_endpoint"`
+	// Engine is kvindexd's own addition: the wire format of the endpoint's
+	// events (default vllm, which Dynamo's listener decodes).
+	Engine string `json:"engine"`
+}
+
+// tenantOf checks tenant_id (and routing_group, Dynamo's later name for
+// the same partition): absent or the default tenant.
+func tenantOf(tenant, group *string) *Error {
+	for _, t := range []*string{tenant, group} {
+		if t != nil && *t != dynamoDefaultTenant {
+			return errTenant(*t)
+		}
+	}
+	return nil
+}
+
+func (s *Server) handleDynamoRegister(w http.ResponseWriter, r *http.Request) {
+	reason, status, e := s.dynamoRegister(w, r)
+	if e != nil {
+		s.dynamo.rejected.WithLabelValues(reason).Inc()
+		if status == 0 {
+			status = httpStatus(e.Code)
+		}
+		writeErrorStatus(w, status, e)
+		return
+	}
+	dynamoStatus(w, http.StatusCreated)
+}
+
+// dynamoRegister subscribes one (instance, dp_rank) endpoint. Statuses as
+// Dynamo's: 400 for an address its validation (here: the endpoint policy)
+// refuses, 409 for what its registry refuses (a duplicate, a block size
+// other than the model's); 0 = the code's own.
+func (s *Server) dynamoRegister(w http.ResponseWriter, r *http.Request) (reason string, status int, e *Error) {
+	if !s.adminEnabled() {
+		return "invalid", 0, errAdminOff
+	}
+	if s.cfg.Subscriber == nil {
+		return "invalid", 0, errorf(codes.Unimplemented, "no event subscriber is running")
+	}
+	var req dynRegisterRequest
+	if e := decodeDynamo(w, r, &req); e != nil {
+		return "invalid", 0, e
+	}
+	inst, e := parseInstance(req.InstanceID)
+	if e != nil {
+		return "invalid", 0, e
+	}
+	req.Endpoint = strings.TrimSpace(req.Endpoint)
+	switch {
+	case req.Endpoint == "":
+		return "invalid", 0, errorf(codes.InvalidArgument, "endpoint is required (the engine's ZMQ PUB address, e.g. tcp://10.0.0.7:5557)")
+	case req.ModelName == "":
+		return "invalid", 0, errorf(codes.InvalidArgument, "model_name is required")
+	case req.BlockSize <= 0:
+		return "invalid", 0, errorf(codes.InvalidArgument, "block_size is required and must be positive (the engine's block size)")
+	}
+	rank := 0
+	if req.DPRank != nil {
+		rank = *req.DPRank
+	}
+	if e := tenantOf(req.TenantID, req.RoutingGroup); e != nil {
+		return "tenant", 0, e
+	}
+	eng, ok := blockkeys.ParseEngine(req.Engine)
+	if !ok {
+		return "invalid", 0, errorf(codes.InvalidArgument, "engine %q: want vllm, sglang or trtllm", req.Engine)
+	}
+	if err := s.endpointPolicy().CheckEndpoint(r.Context(), req.Endpoint, req.ReplayEndpoint, ""); err != nil {
+		return "policy", http.StatusBadRequest, errorf(codes.InvalidArgument, "%v", err)
+	}
+	if bs := s.idx.KeyConfig(req.ModelName).BlockSize; bs != req.BlockSize {
+		return "block_size", http.StatusConflict, errorf(codes.FailedPrecondition,
+			"block_size %d: model %q is indexed in blocks of %d tokens (--block-size, models.NAME.block_size)", req.BlockSize, req.ModelName, bs)
+	}
+	key := dynKey{model: req.ModelName, instance: inst, rank: rank}
+	reg := &s.dynReg
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	s.pruneLocked()
+	if _, dup := reg.workers[key]; dup {
+		return "duplicate", http.StatusConflict, errorf(codes.AlreadyExists,
+			"instance %d dp_rank %d is already registered for model %q: POST /unregister first", inst, rank, req.ModelName)
+	}
+	if len(reg.workers) >= s.maxRegistrations() {
+		return "limit", http.StatusConflict, errorf(codes.ResourceExhausted,
+			"%d workers are registered, the limit (--max-streams): POST /unregister some first", len(reg.workers))
+	}
+	pod := strconv.FormatUint(inst, 10)
+	err := s.cfg.Subscriber.AddEndpoint(kvevents.EndpointConfig{Address: req.Endpoint, Pod: pod, Model: req.ModelName,
+		Engine: eng, ReplayAddress: req.ReplayEndpoint, DPRank: rank, AllTopics: true})
+	if err != nil {
+		return "subscribe", http.StatusConflict, errorf(codes.AlreadyExists, "register instance %d dp_rank %d: %v", inst, rank, err)
+	}
+	if reg.workers == nil {
+		reg.workers = make(map[dynKey]dynWorker)
+	}
+	reg.workers[key] = dynWorker{address: req.Endpoint, replay: req.ReplayEndpoint, blockSize: req.BlockSize}
+	s.log.Info("dynamo worker registered", "instance_id", inst, "dp_rank", rank, "model", req.ModelName, "endpoint", req.Endpoint, "engine", eng)
+	return "", 0, nil
+}
+
+// pruneLocked drops registrations whose endpoint was removed another way
+// (DELETE /v1/endpoints, gRPC RemoveEndpoint). reg.mu is held.
+func (s *Server) pruneLocked() {
+	reg := &s.dynReg
+	if len(reg.workers) == 0 {
+		return
+	}
+	live := make(map[string]bool)
+	for _, ep := range s.cfg.Subscriber.Endpoints() {
+		live[ep.Address] = true
+	}
+	for k, wk := range reg.workers {
+		if !live[wk.address] {
+			delete(reg.workers, k)
+		}
+	}
+}
+
+type dynUnregisterRequest struct {
+	InstanceID   json.Number `json:"instance_id"`
+	ModelName    string      `json:"model_name"`
+	TenantID     *string     `json:"tenant_id"`
+	RoutingGroup *string     `json:"routing_group"`
+	DPRank       *int        `json:"dp_rank"`
+}
+
+// handleDynamoUnregister removes an instance's registrations for a model:
+// every rank, or one (dp_rank); every tenant (tenant_id absent) or the one
+// named, which can only be the default. Its endpoints are unsubscribed and
+// their blocks leave the index (the subscriber clears a removed endpoint's
+// streams), as Dynamo removes the worker from its tree. 404 when nothing
+// matched, as Dynamo's.
+func (s *Server) handleDynamoUnregister(w http.ResponseWriter, r *http.Request) {
+	if e := s.dynamoUnregister(w, r); e != nil {
+		writeError(w, e)
+		return
+	}
+	dynamoStatus(w, http.StatusOK)
+}
+
+func (s *Server) dynamoUnregister(w http.ResponseWriter, r *http.Request) *Error {
+	if !s.adminEnabled() {
+		return errAdminOff
+	}
+	if s.cfg.Subscriber == nil {
+		return errorf(codes.Unimplemented, "no event subscriber is running")
+	}
+	var req dynUnregisterRequest
+	if e := decodeDynamo(w, r, &req); e != nil {
+		return e
+	}
+	inst, e := parseInstance(req.InstanceID)
+	if e != nil {
+		return e
+	}
+	if req.ModelName == "" {
+		return errorf(codes.InvalidArgument, "model_name is required")
+	}
+	if e := tenantOf(req.TenantID, req.RoutingGroup); e != nil {
+		return e
+	}
+	reg := &s.dynReg
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	s.pruneLocked()
+	var gone []dynKey
+	for k := range reg.workers {
+		if k.model == req.ModelName && k.instance == inst && (req.DPRank == nil || *req.DPRank == k.rank) {
+			gone = append(gone, k)
+		}
+	}
+	if len(gone) == 0 {
+		what := fmt.Sprintf("instance %d", inst)
+		if req.DPRank != nil {
+			what += fmt.Sprintf(" dp_rank %d", *req.DPRank)
+		}
+		return errorf(codes.NotFound, "%s is not registered for model=%s tenant=%s", what, req.ModelName, dynamoDefaultTenant)
+	}
+	for _, k := range gone {
+		addr := reg.workers[k].address
+		if err := s.cfg.Subscriber.RemoveEndpoint(addr); err != nil && !errors.Is(err, kvevents.ErrUnknownEndpoint) {
+			return errorf(codes.Unavailable, "unregister instance %d dp_rank %d: %v", k.instance, k.rank, err)
+		}
+		delete(reg.workers, k)
+		s.log.Info("dynamo worker unregistered", "instance_id", k.instance, "dp_rank", k.rank, "model", k.model, "endpoint", addr)
+	}
+	return nil
+}
+
+// dynListener and dynWorkerInfo are one entry of GET /workers: Dynamo's
+// fields (instance_id, endpoints by dp_rank) plus the ones its later
+// versions and test harness read (source, status, listeners).
+type dynListener struct {
+	Endpoint string `json:"endpoint"`
+	Status   string `json:"status"`
+}
+
+type dynWorkerInfo struct {
+	InstanceID uint64                 `json:"instance_id"`
+	Source     string                 `json:"source"`
+	Status     string                 `json:"status"`
+	ModelName  string                 `json:"model_name"`
+	TenantID   string                 `json:"tenant_id"`
+	BlockSize  int                    `json:"block_size"`
+	Endpoints  map[string]string      `json:"endpoints"`
+	Listeners  map[string]dynListener `json:"listeners"`
+}
+
+// handleDynamoWorkers lists the registered workers, one entry per
+// (instance, model), optionally filtered by ?model_name= (and tenant_id or
+// routing_group, which can only name the default tenant). A listener is
+// "active" while its publisher is connected, "pending" otherwise; the
+// worker's status is its worst listener's.
+func (s *Server) handleDynamoWorkers(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for _, name := range []string{"tenant_id", "routing_group"} {
+		if q.Has(name) && q.Get(name) != dynamoDefaultTenant {
+			writeError(w, errTenant(q.Get(name)))
+			return
+		}
+	}
+	model := q.Get("model_name")
+	connected := map[string]bool{}
+	if s.cfg.Subscriber != nil {
+		for _, ep := range s.cfg.Subscriber.Endpoints() {
+			connected[ep.Address] = ep.Connected
+		}
+	}
+	type group struct {
+		model    string
+		instance uint64
+	}
+	byGroup := map[group]*dynWorkerInfo{}
+	reg := &s.dynReg
+	reg.mu.Lock()
+	for k, wk := range reg.workers {
+		c, live := connected[wk.address]
+		if !live || (model != "" && k.model != model) {
+			continue
+		}
+		g := group{k.model, k.instance}
+		info := byGroup[g]
+		if info == nil {
+			info = &dynWorkerInfo{InstanceID: k.instance, Source: "zmq", Status: "active", ModelName: k.model,
+				TenantID: dynamoDefaultTenant, BlockSize: wk.blockSize, Endpoints: map[string]string{}, Listeners: map[string]dynListener{}}
+			byGroup[g] = info
+		}
+		st := "active"
+		if !c {
+			st, info.Status = "pending", "pending"
+		}
+		rank := strconv.Itoa(k.rank)
+		info.Endpoints[rank] = wk.address
+		info.Listeners[rank] = dynListener{Endpoint: wk.address, Status: st}
+	}
+	reg.mu.Unlock()
+	out := make([]*dynWorkerInfo, 0, len(byGroup))
+	for _, info := range byGroup {
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(a, b *dynWorkerInfo) int {
+		if c := cmp.Compare(a.InstanceID, b.InstanceID); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ModelName, b.ModelName)
+	})
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleDynamoDump answers GET /dump with 501: Dynamo's dump is its radix
+// tree replayed as RouterEvents (parent hash, engine block hash and token
+// hash per block), which peers load to recover. kvindexd's index keeps
+// neither parent links nor token hashes, so it cannot write that dump, and
+// an approximation a Dynamo peer would load as truth is worse than none.
+func (s *Server) handleDynamoDump(w http.ResponseWriter, _ *http.Request) {
+	writeError(w, errorf(codes.Unimplemented, "GET /dump (Dynamo's RouterEvent tree dump) is not served: kvindexd's index keeps "+
+		"no parent links or token hashes to rebuild it from; per-pod block counts are in GET /v1/pods"))
+}
+
+// modelKnown reports whether model has an index here in Dynamo's sense: a
+// worker registered for it, an endpoint or a stream of it. Dynamo answers
+// 404 for a query naming a model it has no indexer for.
+func (s *Server) modelKnown(model string) bool {
+	reg := &s.dynReg
+	reg.mu.Lock()
+	for k := range reg.workers {
+		if k.model == model {
+			reg.mu.Unlock()
+			return true
+		}
+	}
+	reg.mu.Unlock()
+	if s.cfg.Subscriber == nil {
+		return false
+	}
+	for _, ep := range s.cfg.Subscriber.Endpoints() {
+		if ep.Model == model {
+			return true
+		}
+	}
+	for _, st := range s.cfg.Subscriber.Streams() {
+		if st.Model == model {
+			return true
+		}
+	}
+	return false
+}
+
+// appendDynamoScores writes Dynamo's score answer: scores (matched tokens
+// by instance then dp_rank, only ranks matching at least one block, as
+// Dynamo lists only workers its tree walk met), frequencies (per matched
+// block depth, how many (instance, rank) hold the prefix that deep) and
+// tree_sizes (blocks each listed rank holds).
+func appendDynamoScores(b []byte, res *indexer.Result, sizes map[indexer.PodRef]int64) []byte {
+	bs := int64(res.BlockSize)
+	b = append(b, `{"scores":{`...)
+	first := true
+	deepest := 0
+	for i := range res.Pods {
+		p := &res.Pods[i]
+		if p.MatchedBlocks == 0 {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = appendString(b, p.Pod)
+		b = append(b, ":{"...)
+		n := 0
+		for _, rk := range p.Ranks {
+			if rk.MatchedBlocks == 0 {
+				continue
+			}
+			if n > 0 {
+				b = append(b, ',')
+			}
+			n++
+			b = append(b, '"')
+			b = strconv.AppendInt(b, int64(rk.DPRank), 10)
+			b = append(b, `":`...)
+			b = strconv.AppendInt(b, int64(rk.MatchedBlocks)*bs, 10)
+			deepest = max(deepest, rk.MatchedBlocks)
+		}
+		b = append(b, '}')
+	}
+	b = append(b, `},"frequencies":[`...)
+	for d := 0; d < deepest; d++ {
+		if d > 0 {
+			b = append(b, ',')
+		}
+		c := 0
+		for i := range res.Pods {
+			for _, rk := range res.Pods[i].Ranks {
+				if rk.MatchedBlocks > d {
+					c++
+				}
+			}
+		}
+		b = strconv.AppendInt(b, int64(c), 10)
+	}
+	b = append(b, `],"tree_sizes":{`...)
+	first = true
+	for i := range res.Pods {
+		p := &res.Pods[i]
+		if p.MatchedBlocks == 0 {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = appendString(b, p.Pod)
+		b = append(b, ":{"...)
+		n := 0
+		for _, rk := range p.Ranks {
+			if rk.MatchedBlocks == 0 {
+				continue
+			}
+			if n > 0 {
+				b = append(b, ',')
+			}
+			n++
+			b = append(b, '"')
+			b = strconv.AppendInt(b, int64(rk.DPRank), 10)
+			b = append(b, `":`...)
+			b = strconv.AppendInt(b, max(sizes[indexer.PodRef{Name: p.Pod, DPRank: rk.DPRank}], 0), 10)
+		}
+		b = append(b, '}')
+	}
+	return append(b, "}}\n"...)
+}
+
+// treeSizes reads the block count of every (pod, rank) in res that
+// matched: one pod listing (a batched read on Redis).
+func (s *Server) treeSizes(ctx context.Context, res *indexer.Result) map[indexer.PodRef]int64 {
+	want := false
+	for i := range res.Pods {
+		if res.Pods[i].MatchedBlocks > 0 {
+			want = true
+			break
+		}
+	}
+	if !want {
+		return nil
+	}
+	out := map[indexer.PodRef]int64{}
+	for _, ps := range s.idx.Pods(ctx, nil) {
+		out[indexer.PodRef{Name: ps.Stats.Pod, DPRank: ps.Stats.DPRank}] = ps.Blocks
+	}
+	return out
+}
