@@ -83,7 +83,7 @@ var Options = struct {
 func DefaultConfig() Config {
 	o := &Options
 	return Config{
-		Keys:            blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, BlockSize: int(o.BlockSize.Default)},
+		Keys:            blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: blockkeys.DefaultSeed, BlockSize: int(o.BlockSize.Default)},
 		Index:           IndexConfig{Capacity: kvindex.MemoryOptions.Capacity.Default},
 		DigestCacheSize: int(applier.Options.DigestCacheSize.Default),
 		KeyCacheSize:    int(o.KeyCacheSize.Default),
