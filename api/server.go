@@ -29,6 +29,7 @@ import (
 
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/internal/grpcbuf"
+	"github.com/kvindex/kvindex/internal/tracing"
 	"github.com/kvindex/kvindex/kvevents"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 	indexerv1 "github.com/kvindex/kvindex/proto/llmd/indexer/v1"
@@ -88,6 +89,11 @@ type Config struct {
 	// daemon unready. 0 = readiness ignores the apply path; it also needs
 	// Subscriber.
 	ApplyStallTimeout time.Duration
+	// Tracer makes the request spans of Score and Pick (HTTP and gRPC)
+	// with the caller's W3C trace context as parent; nil = tracing off.
+	// The indexer's stage spans come from its own Config.Tracer (the
+	// daemon passes the same one).
+	Tracer *tracing.Tracer
 	// Build identifies the running binary: GET /v1/status reports it and
 	// the kvindexd_build_info gauge carries it as labels, so a dashboard
 	// can tell which version each replica runs.
@@ -119,6 +125,7 @@ type Server struct {
 	stopping     atomic.Bool
 	llmd         llmdService
 	guardMetrics *guardMetrics
+	tr           *tracing.Tracer
 }
 
 // New checks the config and registers the metrics.
@@ -132,7 +139,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, idx: cfg.Indexer, log: cfg.Logger, healthSrv: health.NewServer()}
+	s := &Server{cfg: cfg, idx: cfg.Indexer, log: cfg.Logger, healthSrv: health.NewServer(), tr: cfg.Tracer}
 	s.llmd.server = s
 	m, err := newMetrics(cfg.Registry, s)
 	if err != nil {

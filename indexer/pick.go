@@ -3,7 +3,10 @@ package indexer
 import (
 	"context"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/internal/tracing"
 	"github.com/kvindex/kvindex/indexer/routing"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
@@ -111,6 +114,8 @@ type PickResult struct {
 	start       []int32
 	ext         []int32
 	table       holderTable
+	// now is the pick's time (speculative and history entries).
+	now int64
 }
 
 // Reset empties r and drops oversized buffers; call it before pooling r.
@@ -188,27 +193,64 @@ func (ix *Indexer) pickInto(ctx context.Context, q *PickQuery, r *PickResult) *E
 			return errorf(InvalidArgument, "unknown policy %q (want one of %v)", q.Policy, routing.Names())
 		}
 	}
-	in, err := ix.requestKeys(ctx, &q.Query, &r.keys, &r.ek)
+	clk := ix.clock(OpPick)
+	in, err := ix.requestKeys(ctx, &q.Query, &r.keys, &r.ek, &clk)
 	if err != nil {
 		return err
 	}
 	r.BlockSize, r.TotalBlocks = in.blockSize, len(r.keys)
 	n := len(q.Candidates)
 	r.prepare(n)
+	lctx, span := ix.tr.Start(ctx, tracing.SpanLookup)
+	err = ix.pickMatch(lctx, &in, q, r)
+	if span.IsRecording() {
+		matched, best := 0, 0
+		for i := range r.Candidates {
+			if m := r.Candidates[i].MatchedBlocks; m > 0 {
+				matched++
+				best = max(best, m)
+			}
+		}
+		span.SetAttributes(tracing.Blocks.Int(len(r.keys)), tracing.PickCandidates.Int(n),
+			tracing.PodsMatched.Int(matched), tracing.BestBlocks.Int(best))
+	}
+	endStage(span, err)
+	if err != nil {
+		return err
+	}
+	clk.lap(StageLookup)
+
+	pctx, span := ix.tr.Start(ctx, tracing.SpanPick)
+	ix.decide(pctx, pol, in, q, r)
+	if span.IsRecording() {
+		span.SetAttributes(pickAttrs(r)...)
+	}
+	span.End()
+	clk.lap(StagePolicy)
+	return nil
+}
+
+// pickMatch matches every candidate: index, speculative entries, routing
+// history.
+func (ix *Indexer) pickMatch(ctx context.Context, in *requestInfo, q *PickQuery, r *PickResult) *Error {
 	if err := ix.resolveCandidates(q, r); err != nil {
 		return err
 	}
-	if err := ix.resolveShared(ctx, &in, q, r); err != nil {
+	if err := ix.resolveShared(ctx, in, q, r); err != nil {
 		r.releaseOwners()
 		return err
 	}
-	if err := ix.matchIndexed(ctx, in, q, r); err != nil {
+	if err := ix.matchIndexed(ctx, *in, q, r); err != nil {
 		return err
 	}
-	now := ix.pick.now().UnixNano()
+	r.now = ix.pick.now().UnixNano()
 	ix.matchSpeculative(ctx, q.Model, r)
-	ix.matchHistory(q.Model, r, now)
+	ix.matchHistory(q.Model, r, r.now)
+	return nil
+}
 
+// decide runs policy pol over the matched candidates and records the pick.
+func (ix *Indexer) decide(ctx context.Context, pol int, in requestInfo, q *PickQuery, r *PickResult) {
 	gpu := ix.scorer.Weights()[event.TierGPU]
 	for i := range r.Candidates {
 		c := &r.Candidates[i]
@@ -231,8 +273,24 @@ func (ix *Indexer) pickInto(ctx context.Context, q *PickQuery, r *PickResult) *E
 	r.Chosen, r.Pod, r.DPRank, r.HasDPRank = chosen, c.Pod, c.DPRank, c.HasDPRank
 	r.Policy, r.Reason = p.Name(), why
 	ix.m.picks[pol][why].Inc()
-	ix.record(ctx, q.Model, r, chosen, now)
-	return nil
+	ix.record(ctx, q.Model, r, chosen, r.now)
+}
+
+// pickAttrs are the pick span's attributes: the decision and what decided
+// it. Only names and counts.
+func pickAttrs(r *PickResult) []attribute.KeyValue {
+	a := []attribute.KeyValue{
+		tracing.PickPolicy.String(r.Policy), tracing.PickReason.String(r.Reason.String()),
+		tracing.PickPod.String(r.Pod), tracing.PickCandidates.Int(len(r.Candidates)),
+		tracing.PickMatched.Int(r.Candidates[r.Chosen].MatchedBlocks),
+	}
+	if r.HasDPRank {
+		a = append(a, tracing.PickDPRank.Int(r.DPRank))
+	}
+	// A disaggregated (P/D) pick adds its prefill and decode pods here
+	// (kvindex.pick.prefill_pod, kvindex.pick.decode_pod) once Pick
+	// answers with a pair.
+	return a
 }
 
 func (p *picker) index(name string) (int, bool) {

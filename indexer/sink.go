@@ -18,6 +18,10 @@ type eventSink struct{ indexer *Indexer }
 var _ event.Sink = eventSink{}
 
 func (s eventSink) Apply(ctx context.Context, b *event.Batch) event.ApplyOutcome {
+	return s.applyTraced(ctx, b)
+}
+
+func (s eventSink) apply(ctx context.Context, b *event.Batch) event.ApplyOutcome {
 	o := s.indexer.applier.Apply(ctx, b)
 	s.indexer.dropAnswered(ctx, b)
 	return o

@@ -48,6 +48,8 @@ type Index struct {
 	// loss watches for a Redis that lost entries (loss.go), lost counts
 	// what it found.
 	callTimeout time.Duration
+	// nodeHook is Config.NodeHook (guard.go installs it per node).
+	nodeHook func(addr string) redis.Hook
 	loss        lossWatch
 	lost        atomic.Int64
 
@@ -151,6 +153,7 @@ func newIndex(c redis.UniversalClient, cluster bool, ns string, ttl time.Duratio
 		loss:     lossWatch{runID: map[string]string{}, evicted: map[string]int64{}},
 
 		callTimeout: orDur(cfg.CallTimeout, DefaultCallTimeout),
+		nodeHook:    cfg.NodeHook,
 	}
 	if x.log == nil {
 		x.log = slog.Default()
