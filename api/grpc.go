@@ -26,7 +26,7 @@ func (s *Server) Score(ctx context.Context, req *kvindexv1.ScoreRequest) (*kvind
 		endRequest(span, true, nil, e)
 		return nil, e.grpc()
 	}
-	start = s.stage(indexer.OpScore, indexer.StageParse, start)
+	s.stage(indexer.OpScore, indexer.StageParse, start)
 	a, err := s.score(ctx, &q)
 	endRequest(span, true, &q, err)
 	if err != nil {

@@ -128,7 +128,7 @@ func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
 		writeError(w, perr)
 		return
 	}
-	start = s.stage(indexer.OpScore, indexer.StageParse, start)
+	s.stage(indexer.OpScore, indexer.StageParse, start)
 	a, err := s.score(ctx, &q)
 	endRequest(span, false, &q, err)
 	if err != nil {

@@ -103,7 +103,7 @@ func (s *Server) Pick(ctx context.Context, req *kvindexv1.PickRequest) (*kvindex
 		endRequest(span, true, nil, e)
 		return nil, e.grpc()
 	}
-	start = s.stage(indexer.OpPick, indexer.StageParse, start)
+	s.stage(indexer.OpPick, indexer.StageParse, start)
 	err := s.pick(ctx, p)
 	endRequest(span, true, &q.Query, err)
 	if err != nil {
@@ -198,7 +198,7 @@ func (s *Server) handlePick(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	start = s.stage(indexer.OpPick, indexer.StageParse, start)
+	s.stage(indexer.OpPick, indexer.StageParse, start)
 	e := s.pick(ctx, p)
 	endRequest(span, false, &p.query.Query, e)
 	if e != nil {

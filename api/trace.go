@@ -81,9 +81,7 @@ func endRequest(span trace.Span, grpc bool, q *indexer.Query, e *Error) {
 	span.End()
 }
 
-// stage observes the time since start as stage s of op and returns now.
-func (s *Server) stage(op indexer.Op, st indexer.Stage, start time.Time) time.Time {
-	now := time.Now()
-	s.idx.ObserveStage(op, st, now.Sub(start))
-	return now
+// stage observes the time since start as stage st of op.
+func (s *Server) stage(op indexer.Op, st indexer.Stage, start time.Time) {
+	s.idx.ObserveStage(op, st, time.Since(start))
 }

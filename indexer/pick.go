@@ -6,8 +6,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/kvindex/kvindex/blockkeys"
-	"github.com/kvindex/kvindex/internal/tracing"
 	"github.com/kvindex/kvindex/indexer/routing"
+	"github.com/kvindex/kvindex/internal/tracing"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )

@@ -48,10 +48,11 @@ type Index struct {
 	// loss watches for a Redis that lost entries (loss.go), lost counts
 	// what it found.
 	callTimeout time.Duration
-	// nodeHook is Config.NodeHook (guard.go installs it per node).
-	nodeHook func(addr string) redis.Hook
 	loss        lossWatch
 	lost        atomic.Int64
+
+	// nodeHook is Config.NodeHook (guard.go installs it per node).
+	nodeHook func(addr string) redis.Hook
 
 	// hung-node guards (guard.go): the probes of hung nodes, and when the
 	// Cluster slot map was last reloaded because of a failed call.
