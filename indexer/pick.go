@@ -201,7 +201,7 @@ func (ix *Indexer) pickInto(ctx context.Context, q *PickQuery, r *PickResult) *E
 	r.BlockSize, r.TotalBlocks = in.blockSize, len(r.keys)
 	n := len(q.Candidates)
 	r.prepare(n)
-	lctx, span := ix.tr.Start(ctx, tracing.SpanLookup)
+	lctx, span := ix.tr.StartChild(ctx, tracing.SpanLookup)
 	err = ix.pickMatch(lctx, &in, q, r)
 	if span.IsRecording() {
 		matched, best := 0, 0
@@ -220,7 +220,7 @@ func (ix *Indexer) pickInto(ctx context.Context, q *PickQuery, r *PickResult) *E
 	}
 	clk.lap(StageLookup)
 
-	pctx, span := ix.tr.Start(ctx, tracing.SpanPick)
+	pctx, span := ix.tr.StartChild(ctx, tracing.SpanPick)
 	ix.decide(pctx, pol, in, q, r)
 	if span.IsRecording() {
 		span.SetAttributes(pickAttrs(r)...)

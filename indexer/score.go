@@ -44,7 +44,7 @@ func (ix *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 	r.BlockSize = in.blockSize
 	r.TotalBlocks = len(r.keys)
 	r.UnscoredReason = in.unscored
-	lctx, span := ix.tr.Start(ctx, tracing.SpanLookup)
+	lctx, span := ix.tr.StartChild(ctx, tracing.SpanLookup)
 	err = ix.scoreLookup(lctx, q, r, in)
 	if span.IsRecording() {
 		best := 0
@@ -174,7 +174,7 @@ func (ix *Indexer) requestKeys(ctx context.Context, q *Query, keys *[]blockkeys.
 	case InputTokens:
 		tokens = q.TokenIDs
 	case InputHashes:
-		_, span := ix.tr.Start(ctx, tracing.SpanKeys)
+		_, span := ix.tr.StartChild(ctx, tracing.SpanKeys)
 		for _, h := range q.BlockHashes {
 			*keys = append(*keys, blockkeys.Key(h))
 		}
@@ -201,7 +201,7 @@ func (ix *Indexer) requestKeys(ctx context.Context, q *Query, keys *[]blockkeys.
 		tokens, in.unscored = chat.IDs, chat.Unscored
 	}
 	in.tokens = len(tokens)
-	_, span := ix.tr.Start(ctx, tracing.SpanKeys)
+	_, span := ix.tr.StartChild(ctx, tracing.SpanKeys)
 	hits := ix.tokenKeys(keys, hasher, tokens, q)
 	ix.engineTokenKeys(ek, q.Model, tokens, q)
 	if span.IsRecording() {
@@ -216,7 +216,7 @@ func (ix *Indexer) requestKeys(ctx context.Context, q *Query, keys *[]blockkeys.
 // reports its reuse into the returned Reuse (nil otherwise: no allocation
 // untraced).
 func (ix *Indexer) startTokenize(ctx context.Context) (context.Context, trace.Span, *prefixstore.Reuse) {
-	ctx, span := ix.tr.Start(ctx, tracing.SpanTokenize)
+	ctx, span := ix.tr.StartChild(ctx, tracing.SpanTokenize)
 	if !span.IsRecording() {
 		return ctx, span, nil
 	}
@@ -295,9 +295,9 @@ func (ix *Indexer) chatTokens(ctx context.Context, q *Query, clk *stageClock) (c
 	}
 	if reuse != nil {
 		rendered := start.Add(tokens.Rendered)
-		_, rs := ix.tr.Start(ctx, tracing.SpanRender, trace.WithTimestamp(start))
+		_, rs := ix.tr.StartChild(ctx, tracing.SpanRender, trace.WithTimestamp(start))
 		rs.End(trace.WithTimestamp(rendered))
-		_, ts := ix.tr.Start(ctx, tracing.SpanTokenize, trace.WithTimestamp(rendered))
+		_, ts := ix.tr.StartChild(ctx, tracing.SpanTokenize, trace.WithTimestamp(rendered))
 		endTokenize(ts, reuse, len(tokens.IDs), e)
 	}
 	if e != nil {

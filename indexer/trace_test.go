@@ -51,7 +51,7 @@ func TestTraceRedisRoundTripsAndBatches(t *testing.T) {
 
 	ctx, req := tr.Start(context.Background(), "request")
 	var r Result
-	mustScore(t, ix, &Query{Model: testModel, Kind: InputTokens, TokenIDs: toks}, &r) // untraced caller: root spans
+	mustScore(t, ix, &Query{Model: testModel, Kind: InputTokens, TokenIDs: toks}, &r) // untraced caller: no spans
 	if len(r.Pods) != 1 || r.Pods[0].MatchedBlocks != 4 {
 		t.Fatalf("fixture: %s", summary(&r))
 	}
@@ -79,6 +79,9 @@ func TestTraceRedisRoundTripsAndBatches(t *testing.T) {
 	}
 	var redisUnderLookup, lookups, picks, batches int
 	for _, s := range spans {
+		if s.Name() != tracing.SpanApply && s.Name() != "request" && !s.Parent().IsValid() {
+			t.Errorf("%s is a root span: stages of an untraced request make none", s.Name())
+		}
 		switch {
 		case s.Name() == tracing.SpanLookup && parentName(s) == "request":
 			lookups++

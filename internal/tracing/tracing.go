@@ -69,6 +69,17 @@ func (t *Tracer) Start(ctx context.Context, name string, opts ...trace.SpanStart
 	return t.t.Start(ctx, name, opts...)
 }
 
+// StartChild is Start for a stage of a request: a span only under a
+// recording span in ctx. The stages of a request that is not traced (not
+// sampled, or come through an entry point without a request span) make
+// none, instead of a root span per stage.
+func (t *Tracer) StartChild(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if t == nil || !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, noopSpan
+	}
+	return t.t.Start(ctx, name, opts...)
+}
+
 // Shutdown flushes the spans still queued and stops the exporter. Nil-safe.
 func (t *Tracer) Shutdown(ctx context.Context) error {
 	if t == nil || t.shutdown == nil {
