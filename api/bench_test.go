@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/internal/tracing"
 	"github.com/kvindex/kvindex/kvevents/event"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
@@ -18,7 +20,13 @@ import (
 // decreasing length of one prompt of 512 blocks (of testBlock tokens). It
 // runs on b so the servers it starts are stopped when the benchmark ends.
 func benchStack(b *testing.B, pods int) (*stack, []uint32) {
-	st := newStack(b)
+	return benchStackTraced(b, pods, nil)
+}
+
+// benchStackTraced is benchStack with tr given to the indexer and the API
+// (nil = tracing off).
+func benchStackTraced(b *testing.B, pods int, tr *tracing.Tracer) (*stack, []uint32) {
+	st := newStackWith(b, indexer.Config{Keys: testKeys, Tracer: tr}, func(c *Config) { c.Tracer = tr })
 	prompt := seqTokens(7, 512*testBlock)
 	for p := 0; p < pods; p++ {
 		st.store(fmt.Sprintf("pod-%02d", p), 0, event.TierGPU, prompt, 512-p*(512/pods)/2, blockkeys.RequestExtras{})

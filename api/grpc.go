@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -15,19 +16,27 @@ func (e *Error) grpc() error { return status.Error(e.Code, e.Msg) }
 
 // Score implements kvindex.v1.Indexer/Score.
 func (s *Server) Score(ctx context.Context, req *kvindexv1.ScoreRequest) (*kvindexv1.ScoreResponse, error) {
+	ctx, span := s.startGRPC(ctx, spanGRPCScore, grpcMethodScr)
+	start := time.Now()
 	// q stays on the stack (score does not retain it): no pool needed.
 	q := indexer.Query{Model: req.GetModel(), LoraName: req.GetLoraName(), CacheSalt: req.GetCacheSalt(), Pods: req.GetPods(),
 		SessionID: req.GetSessionId()}
 	if kind, e := setGRPCInput(&q, req.GetInput(), req.AddSpecialTokens); e != nil {
 		s.metrics.observeRequest(kind, e.Code, 0)
+		endRequest(span, true, nil, e)
 		return nil, e.grpc()
 	}
+	s.stage(indexer.OpScore, indexer.StageParse, start)
 	a, err := s.score(ctx, &q)
+	endRequest(span, true, &q, err)
 	if err != nil {
 		return nil, err.grpc()
 	}
 	defer putResult(a)
-	return toProtoScore(a), nil
+	start = time.Now()
+	resp := toProtoScore(a)
+	s.stage(indexer.OpScore, indexer.StageEncode, start)
+	return resp, nil
 }
 
 // setGRPCInput sets q's input from the input oneof of a Score or a Pick

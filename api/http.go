@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
@@ -126,19 +127,26 @@ func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
 			httpPool.Put(sc)
 		}
 	}()
+	ctx, span := s.startHTTP(r, spanHTTPScore, routeScore)
+	start := time.Now()
 	q, perr := sc.parse(w, r)
 	if perr != nil {
 		s.metrics.observeRequest(indexer.InputNone, perr.Code, 0)
+		endRequest(span, false, nil, perr)
 		writeError(w, perr)
 		return
 	}
-	a, err := s.score(r.Context(), &q)
+	s.stage(indexer.OpScore, indexer.StageParse, start)
+	a, err := s.score(ctx, &q)
+	endRequest(span, false, &q, err)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	start = time.Now()
 	sc.out = appendScoreJSON(sc.out[:0], a)
 	putResult(a)
+	s.stage(indexer.OpScore, indexer.StageEncode, start)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(sc.out)))
 	_, _ = w.Write(sc.out)

@@ -95,15 +95,34 @@ func (s *Server) pick(ctx context.Context, p *pickScratch) *Error {
 func (s *Server) Pick(ctx context.Context, req *kvindexv1.PickRequest) (*kvindexv1.PickResponse, error) {
 	p := pickPool.Get().(*pickScratch)
 	defer putPick(p)
+	ctx, span := s.startGRPC(ctx, spanGRPCPick, grpcMethodPick)
+	start := time.Now()
 	q := &p.query
-	q.Model, q.LoraName, q.CacheSalt, q.Policy, q.SessionID = req.GetModel(), req.GetLoraName(), req.GetCacheSalt(), req.GetPolicy(), req.GetSessionId()
-	if _, e := setGRPCInput(&q.Query, req.GetInput(), req.AddSpecialTokens); e != nil {
+	if e := s.pickRequest(req, q); e != nil {
 		s.pickMetrics.observe(e.Code, 0)
+		endRequest(span, true, nil, e)
 		return nil, e.grpc()
 	}
+	s.stage(indexer.OpPick, indexer.StageParse, start)
+	err := s.pick(ctx, p)
+	endRequest(span, true, &q.Query, err)
+	if err != nil {
+		return nil, err.grpc()
+	}
+	start = time.Now()
+	resp := toProtoPick(&p.res)
+	s.stage(indexer.OpPick, indexer.StageEncode, start)
+	return resp, nil
+}
+
+// pickRequest decodes a gRPC PickRequest into q.
+func (s *Server) pickRequest(req *kvindexv1.PickRequest, q *indexer.PickQuery) *Error {
+	q.Model, q.LoraName, q.CacheSalt, q.Policy, q.SessionID = req.GetModel(), req.GetLoraName(), req.GetCacheSalt(), req.GetPolicy(), req.GetSessionId()
+	if _, e := setGRPCInput(&q.Query, req.GetInput(), req.AddSpecialTokens); e != nil {
+		return e
+	}
 	if len(req.GetCandidates()) > indexer.MaxCandidates {
-		s.pickMetrics.observe(codes.InvalidArgument, 0)
-		return nil, errorf(codes.InvalidArgument, "candidates has %d entries, limit %d", len(req.GetCandidates()), indexer.MaxCandidates).grpc()
+		return errorf(codes.InvalidArgument, "candidates has %d entries, limit %d", len(req.GetCandidates()), indexer.MaxCandidates)
 	}
 	for _, c := range req.GetCandidates() {
 		ic := indexer.Candidate{Pod: c.GetPod(), Load: routing.Load{Waiting: int(c.GetWaiting()), Running: int(c.GetRunning()), KVUsage: c.GetKvUsage()}}
@@ -118,15 +137,11 @@ func (s *Server) Pick(ctx context.Context, req *kvindexv1.PickRequest) (*kvindex
 		}
 		var ok bool
 		if ic.Role, ok = routing.ParseRole(c.GetRole()); !ok {
-			s.pickMetrics.observe(codes.InvalidArgument, 0)
-			return nil, errorf(codes.InvalidArgument, "candidates[%d].role: %v", len(q.Candidates), badRole(c.GetRole())).grpc()
+			return errorf(codes.InvalidArgument, "candidates[%d].role: %v", len(q.Candidates), badRole(c.GetRole()))
 		}
 		q.Candidates = append(q.Candidates, ic)
 	}
-	if err := s.pick(ctx, p); err != nil {
-		return nil, err.grpc()
-	}
-	return toProtoPick(&p.res), nil
+	return nil
 }
 
 func toProtoPick(a *indexer.PickResult) *kvindexv1.PickResponse {
@@ -205,6 +220,8 @@ func finiteOr0(f float64) float64 {
 func (s *Server) handlePick(w http.ResponseWriter, r *http.Request) {
 	p := pickPool.Get().(*pickScratch)
 	defer putPick(p)
+	ctx, span := s.startHTTP(r, spanHTTPPick, routePick)
+	start := time.Now()
 	sc := httpPool.Get().(*httpScratch)
 	sc.buf.Reset()
 	_, err := sc.buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes))
@@ -220,14 +237,20 @@ func (s *Server) handlePick(w http.ResponseWriter, r *http.Request) {
 			e = errorf(codes.InvalidArgument, "%v", err)
 		}
 		s.pickMetrics.observe(e.Code, 0)
+		endRequest(span, false, nil, e)
 		writeError(w, e)
 		return
 	}
-	if e := s.pick(r.Context(), p); e != nil {
+	s.stage(indexer.OpPick, indexer.StageParse, start)
+	e := s.pick(ctx, p)
+	endRequest(span, false, &p.query.Query, e)
+	if e != nil {
 		writeError(w, e)
 		return
 	}
+	start = time.Now()
 	p.out = appendPickJSON(p.out[:0], &p.res)
+	s.stage(indexer.OpPick, indexer.StageEncode, start)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(p.out)))
 	_, _ = w.Write(p.out)

@@ -30,6 +30,7 @@ import (
 
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/internal/grpcbuf"
+	"github.com/kvindex/kvindex/internal/tracing"
 	"github.com/kvindex/kvindex/kvevents"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 	indexerv1 "github.com/kvindex/kvindex/proto/llmd/indexer/v1"
@@ -92,6 +93,11 @@ type Config struct {
 	// MaxRegistrations caps the workers registered through Dynamo's POST
 	// /register (0 = DefaultMaxRegistrations; kvindexd passes --max-streams).
 	MaxRegistrations int
+	// Tracer makes the request spans of Score and Pick (HTTP and gRPC)
+	// with the caller's W3C trace context as parent; nil = tracing off.
+	// The indexer's stage spans come from its own Config.Tracer (the
+	// daemon passes the same one).
+	Tracer *tracing.Tracer
 	// Build identifies the running binary: GET /v1/status reports it and
 	// the kvindexd_build_info gauge carries it as labels, so a dashboard
 	// can tell which version each replica runs.
@@ -127,6 +133,7 @@ type Server struct {
 	// (dynamo.go).
 	dynReg dynRegistry
 	dynamo *dynamoMetrics
+	tr     *tracing.Tracer
 }
 
 // New checks the config and registers the metrics.
@@ -140,7 +147,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, idx: cfg.Indexer, log: cfg.Logger, healthSrv: health.NewServer()}
+	s := &Server{cfg: cfg, idx: cfg.Indexer, log: cfg.Logger, healthSrv: health.NewServer(), tr: cfg.Tracer}
 	s.llmd.server = s
 	m, err := newMetrics(cfg.Registry, s)
 	if err != nil {

@@ -118,11 +118,18 @@ func tokenWord(blk []uint32, j int) uint64 {
 // as c.Hasher().Keys would, hashing only the blocks the cache does not hold.
 // Safe for concurrent use; it allocates only when dst must grow.
 func (c *KeyCache) Keys(dst []Key, tokens []uint32, extras RequestExtras) []Key {
+	dst, _ = c.KeysHits(dst, tokens, extras)
+	return dst
+}
+
+// KeysHits is Keys that also returns how many of the keys came from the
+// cache (a request's trace span reports it).
+func (c *KeyCache) KeysHits(dst []Key, tokens []uint32, extras RequestExtras) ([]Key, int) {
 	h := c.h
 	// Pair pages (SGLang with EAGLE) also hash the token after the page,
 	// which the cache's (parent, block) entries do not hold: not cached.
 	if extras != (RequestExtras{}) || h.pairs {
-		return h.Keys(dst, tokens, extras)
+		return h.Keys(dst, tokens, extras), 0
 	}
 	var sp *[]byte
 	var buf []byte
@@ -164,7 +171,7 @@ func (c *KeyCache) Keys(dst []Key, tokens []uint32, extras RequestExtras) []Key 
 	if evictions > 0 {
 		c.evictions.Add(evictions)
 	}
-	return dst
+	return dst, int(hits)
 }
 
 // get looks tag up without a lock: it succeeds only if the set was not

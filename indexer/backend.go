@@ -97,6 +97,9 @@ func buildBackend(ctx context.Context, cfg Config, in *kvindex.Interner, log *sl
 	if rc.Logger == nil {
 		rc.Logger = log.With("component", "redisindex")
 	}
+	if cfg.Tracer.On() && rc.NodeHook == nil {
+		rc.NodeHook = cfg.Tracer.RedisHook
+	}
 	r, err := redisindex.New(ctx, rc)
 	if err != nil {
 		return Backend{}, fmt.Errorf("index: %w", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvindex/kvindex/applier"
 	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/internal/tracing"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
@@ -96,6 +97,10 @@ type Config struct {
 	// credited to the readers as event.TierShared and the sources are
 	// never scored or picked (storage.go). nil = DefaultStorageReaders.
 	StorageReaders map[string][]string
+	// Tracer makes the score and pick stage spans, the Redis round-trip
+	// spans and the sampled event-batch spans (package internal/tracing);
+	// nil = tracing off, which costs one pointer test per stage.
+	Tracer *tracing.Tracer
 }
 
 // Indexer owns the wired parts. Every method is safe for concurrent use.
@@ -123,7 +128,13 @@ type Indexer struct {
 	podOrder nameOrder
 	storage  storageSources
 	m        *metrics
-	log      *slog.Logger
+	// stages are the per-stage latency series (stages.go).
+	stages *stageMetrics
+	// tr is Config.Tracer (nil = off); batchSpans paces the event-batch
+	// spans (trace.go).
+	tr         *tracing.Tracer
+	batchSpans batchSampler
+	log        *slog.Logger
 	// sub is the event subscriber (nil without Config.Events); persist and
 	// leases are its features (nil when off).
 	sub *kvevents.Subscriber
@@ -157,7 +168,7 @@ func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
 		return nil, err
 	}
 	ix := &Indexer{in: kvindex.NewInterner(), hashers: hashers, tok: cfg.Tokenizer, chat: cfg.Chat, storage: newStorageSources(cfg.StorageReaders),
-		keys: newKeyCaches(hashers, cfg.ModelKeys, cfg.KeyCacheSize), log: cfg.Logger}
+		keys: newKeyCaches(hashers, cfg.ModelKeys, cfg.KeyCacheSize), log: cfg.Logger, tr: cfg.Tracer}
 	if ix.backend, err = buildBackend(ctx, cfg, ix.in, cfg.Logger); err != nil {
 		return nil, err
 	}
@@ -195,6 +206,9 @@ func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
 		return nil, err
 	}
 	if ix.m, err = newMetrics(cfg.Registry, ix); err != nil {
+		return nil, err
+	}
+	if ix.stages, err = newStageMetrics(cfg.Registry); err != nil {
 		return nil, err
 	}
 	if err := ix.startEvents(cfg); err != nil {

@@ -50,10 +50,16 @@ func newKeyCaches(hashers *blockkeys.HasherSet, models map[string]blockkeys.KeyC
 
 // keys appends the keys of tokens under h, through h's cache when it has one.
 func (kc keyCaches) keys(h *blockkeys.Hasher, dst []blockkeys.Key, tokens []uint32, ix blockkeys.RequestExtras) []blockkeys.Key {
+	dst, _ = kc.keysHits(h, dst, tokens, ix)
+	return dst
+}
+
+// keysHits is keys that also returns how many keys the cache held.
+func (kc keyCaches) keysHits(h *blockkeys.Hasher, dst []blockkeys.Key, tokens []uint32, ix blockkeys.RequestExtras) ([]blockkeys.Key, int) {
 	if s := kc[h]; s != nil {
-		return s.cache().Keys(dst, tokens, ix)
+		return s.cache().KeysHits(dst, tokens, ix)
 	}
-	return h.Keys(dst, tokens, ix)
+	return h.Keys(dst, tokens, ix), 0
 }
 
 func (kc keyCaches) stats() (s blockkeys.KeyCacheStats) {

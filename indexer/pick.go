@@ -3,8 +3,11 @@ package indexer
 import (
 	"context"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer/routing"
+	"github.com/kvindex/kvindex/internal/tracing"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/kvindex/kvindex/kvindex"
 )
@@ -172,6 +175,8 @@ type PickResult struct {
 	srcPod   kvindex.PodID
 	srcOK    bool
 	srcScore kvindex.PodScore
+	// now is the pick's time (speculative and history entries).
+	now int64
 }
 
 // Reset empties r and drops oversized buffers; call it before pooling r.
@@ -258,27 +263,68 @@ func (ix *Indexer) pickInto(ctx context.Context, q *PickQuery, r *PickResult) *E
 			return errorf(InvalidArgument, "unknown policy %q (want one of %v)", q.Policy, routing.Names())
 		}
 	}
-	in, err := ix.requestKeys(ctx, &q.Query, &r.keys, &r.ek)
+	clk := ix.clock(OpPick)
+	in, err := ix.requestKeys(ctx, &q.Query, &r.keys, &r.ek, &clk)
 	if err != nil {
 		return err
 	}
 	r.BlockSize, r.TotalBlocks = in.blockSize, len(r.keys)
 	n := len(q.Candidates)
 	r.prepare(n)
+	lctx, span := ix.tr.StartChild(ctx, tracing.SpanLookup)
+	err = ix.pickMatch(lctx, &in, q, r)
+	if span.IsRecording() {
+		matched, best := 0, 0
+		for i := range r.Candidates {
+			if m := r.Candidates[i].MatchedBlocks; m > 0 {
+				matched++
+				best = max(best, m)
+			}
+		}
+		span.SetAttributes(tracing.Blocks.Int(len(r.keys)), tracing.PickCandidates.Int(n),
+			tracing.PodsMatched.Int(matched), tracing.BestBlocks.Int(best))
+	}
+	endStage(span, err)
+	if err != nil {
+		return err
+	}
+	clk.lap(StageLookup)
+
+	pctx, span := ix.tr.StartChild(ctx, tracing.SpanPick)
+	err = ix.decide(pctx, pol, in, q, r)
+	if err == nil && span.IsRecording() {
+		span.SetAttributes(pickAttrs(r)...)
+	}
+	endStage(span, err)
+	if err != nil {
+		return err
+	}
+	clk.lap(StagePolicy)
+	return nil
+}
+
+// pickMatch matches every candidate: index, speculative entries, routing
+// history.
+func (ix *Indexer) pickMatch(ctx context.Context, in *requestInfo, q *PickQuery, r *PickResult) *Error {
 	if err := ix.resolveCandidates(q, r); err != nil {
 		return err
 	}
-	if err := ix.resolveShared(ctx, &in, q, r); err != nil {
+	if err := ix.resolveShared(ctx, in, q, r); err != nil {
 		r.releaseOwners()
 		return err
 	}
-	if err := ix.matchIndexed(ctx, in, q, r); err != nil {
+	if err := ix.matchIndexed(ctx, *in, q, r); err != nil {
 		return err
 	}
-	now := ix.pick.now().UnixNano()
+	r.now = ix.pick.now().UnixNano()
 	ix.matchSpeculative(ctx, q.Model, r)
-	ix.matchHistory(q.Model, r, now)
+	ix.matchHistory(q.Model, r, r.now)
+	return nil
+}
 
+// decide runs policy pol over the matched candidates (P/D: the pair) and
+// records the pick.
+func (ix *Indexer) decide(ctx context.Context, pol int, in requestInfo, q *PickQuery, r *PickResult) *Error {
 	gpu := ix.scorer.Weights()[event.TierGPU]
 	for i := range r.Candidates {
 		c := &r.Candidates[i]
@@ -318,11 +364,34 @@ func (ix *Indexer) pickInto(ctx context.Context, q *PickQuery, r *PickResult) *E
 	// The blocks go where they will be held afterwards: the pod that
 	// prefills computes and caches them, and a decode pod that received
 	// them from a prefill pod caches them too (docs/api.md, "P/D").
-	ix.record(ctx, q.Model, r, chosen, now)
+	ix.record(ctx, q.Model, r, chosen, r.now)
 	if r.Prefill >= 0 {
-		ix.record(ctx, q.Model, r, r.Prefill, now)
+		ix.record(ctx, q.Model, r, r.Prefill, r.now)
 	}
 	return nil
+}
+
+// pickAttrs are the pick span's attributes: the decision and what decided
+// it. Only names and counts.
+func pickAttrs(r *PickResult) []attribute.KeyValue {
+	a := []attribute.KeyValue{
+		tracing.PickPolicy.String(r.Policy), tracing.PickReason.String(r.Reason.String()),
+		tracing.PickPod.String(r.Pod), tracing.PickCandidates.Int(len(r.Candidates)),
+		tracing.PickMatched.Int(r.Candidates[r.Chosen].MatchedBlocks),
+	}
+	if r.HasDPRank {
+		a = append(a, tracing.PickDPRank.Int(r.DPRank))
+	}
+	if r.PD {
+		a = append(a, tracing.PickSplit.String(r.Split.String()))
+		if r.Prefill >= 0 {
+			a = append(a, tracing.PickPrefillPod.String(r.PrefillPod))
+		}
+		if r.HasKVSource {
+			a = append(a, tracing.PickKVSource.String(r.KVSource.Pod))
+		}
+	}
+	return a
 }
 
 func (p *picker) index(name string) (int, bool) {

@@ -10,7 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/internal/tracing"
 	"github.com/kvindex/kvindex/kvindex"
 	"github.com/kvindex/kvindex/prefixstore"
 	"github.com/kvindex/kvindex/tokenization/chattemplate"
@@ -33,14 +36,31 @@ func (ix *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 	if err := q.validate(); err != nil {
 		return err
 	}
-	in, err := ix.requestKeys(ctx, q, &r.keys, &r.ek)
+	clk := ix.clock(OpScore)
+	in, err := ix.requestKeys(ctx, q, &r.keys, &r.ek, &clk)
 	if err != nil {
 		return err
 	}
-	modelID, modelKnown := in.model, in.modelKnown
 	r.BlockSize = in.blockSize
 	r.TotalBlocks = len(r.keys)
 	r.UnscoredReason = in.unscored
+	lctx, span := ix.tr.StartChild(ctx, tracing.SpanLookup)
+	err = ix.scoreLookup(lctx, q, r, in)
+	if span.IsRecording() {
+		best := 0
+		if len(r.Pods) > 0 {
+			best = r.Pods[0].MatchedBlocks
+		}
+		span.SetAttributes(tracing.Blocks.Int(len(r.keys)), tracing.PodsMatched.Int(len(r.Pods)), tracing.BestBlocks.Int(best))
+	}
+	endStage(span, err)
+	clk.lap(StageLookup)
+	return err
+}
+
+// scoreLookup matches r's keys against the index into r's pods.
+func (ix *Indexer) scoreLookup(ctx context.Context, q *Query, r *Result, in requestInfo) *Error {
+	modelID, modelKnown := in.model, in.modelKnown
 	if !modelKnown && len(r.keys) > 0 && ix.backend.Names != nil {
 		var err *Error
 		if modelID, modelKnown, err = ix.sharedModel(ctx, q.Model, r.keys[0]); err != nil {
@@ -134,8 +154,9 @@ type requestInfo struct {
 
 // requestKeys turns a validated query's input into its block keys (into
 // *keys, reused) and, for token inputs, into every other applied engine's
-// keys (into ek): the one path Score and Pick share.
-func (ix *Indexer) requestKeys(ctx context.Context, q *Query, keys *[]blockkeys.Key, ek *engineKeys) (requestInfo, *Error) {
+// keys (into ek): the one path Score and Pick share. clk times its stages
+// (render, tokenize, keys) and each has a span when tracing is on.
+func (ix *Indexer) requestKeys(ctx context.Context, q *Query, keys *[]blockkeys.Key, ek *engineKeys, clk *stageClock) (requestInfo, *Error) {
 	var in requestInfo
 	// A model nobody has published for is known to the interner only once an
 	// event arrived; scoring it is legal (nobody holds anything) but the name
@@ -148,33 +169,66 @@ func (ix *Indexer) requestKeys(ctx context.Context, q *Query, keys *[]blockkeys.
 	in.blockSize = hasher.Config().BlockSize
 	*keys = (*keys)[:0]
 	ek.clear()
+	var tokens []uint32
 	switch q.Kind {
 	case InputTokens:
-		in.tokens = len(q.TokenIDs)
-		ix.tokenKeys(keys, hasher, q.TokenIDs, q)
-		ix.engineTokenKeys(ek, q.Model, q.TokenIDs, q)
+		tokens = q.TokenIDs
 	case InputHashes:
+		_, span := ix.tr.StartChild(ctx, tracing.SpanKeys)
 		for _, h := range q.BlockHashes {
 			*keys = append(*keys, blockkeys.Key(h))
 		}
+		if span.IsRecording() {
+			span.SetAttributes(tracing.Blocks.Int(len(*keys)))
+		}
+		span.End()
+		clk.lap(StageKeys)
+		return in, nil
 	case InputPrompt:
-		tokens, err := ix.promptTokens(ctx, q)
+		tctx, span, reuse := ix.startTokenize(ctx)
+		var err *Error
+		tokens, err = ix.promptTokens(tctx, q)
+		endTokenize(span, reuse, len(tokens), err)
 		if err != nil {
 			return in, err
 		}
-		in.tokens = len(tokens)
-		ix.tokenKeys(keys, hasher, tokens, q)
-		ix.engineTokenKeys(ek, q.Model, tokens, q)
+		clk.lap(StageTokenize)
 	case InputMessages:
-		chat, err := ix.chatTokens(ctx, q)
+		chat, err := ix.chatTokens(ctx, q, clk)
 		if err != nil {
 			return in, err
 		}
-		in.tokens, in.unscored = len(chat.IDs), chat.Unscored
-		ix.tokenKeys(keys, hasher, chat.IDs, q)
-		ix.engineTokenKeys(ek, q.Model, chat.IDs, q)
+		tokens, in.unscored = chat.IDs, chat.Unscored
 	}
+	in.tokens = len(tokens)
+	_, span := ix.tr.StartChild(ctx, tracing.SpanKeys)
+	hits := ix.tokenKeys(keys, hasher, tokens, q)
+	ix.engineTokenKeys(ek, q.Model, tokens, q)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.Tokens.Int(len(tokens)), tracing.Blocks.Int(len(*keys)), tracing.KeyCacheHits.Int(hits))
+	}
+	span.End()
+	clk.lap(StageKeys)
 	return in, nil
+}
+
+// startTokenize starts a tokenize span; when it records, the prefix store
+// reports its reuse into the returned Reuse (nil otherwise: no allocation
+// untraced).
+func (ix *Indexer) startTokenize(ctx context.Context) (context.Context, trace.Span, *prefixstore.Reuse) {
+	ctx, span := ix.tr.StartChild(ctx, tracing.SpanTokenize)
+	if !span.IsRecording() {
+		return ctx, span, nil
+	}
+	reuse := new(prefixstore.Reuse)
+	return prefixstore.WithReuse(ctx, reuse), span, reuse
+}
+
+func endTokenize(span trace.Span, reuse *prefixstore.Reuse, tokens int, err *Error) {
+	if reuse != nil {
+		span.SetAttributes(tracing.Tokens.Int(tokens), tracing.ReusedTokens.Int(reuse.Reused), tracing.PrefixStoreHit.Bool(reuse.Hits > 0))
+	}
+	endStage(span, err)
 }
 
 const noTokenizers = "no tokenizers: see --tokenizers-dir, --hf-cache-dir, tokenizer model map"
@@ -221,36 +275,66 @@ func promptLimitError(what string, err error) *Error {
 // chatTokens renders and tokenizes a chat request. A request the template
 // refuses (raise_exception, malformed messages) is the caller's fault; a
 // model without a usable template or tokenizer is this daemon's limit.
-func (ix *Indexer) chatTokens(ctx context.Context, q *Query) (chattemplate.Tokens, *Error) {
+func (ix *Indexer) chatTokens(ctx context.Context, q *Query, clk *stageClock) (chattemplate.Tokens, *Error) {
 	if ix.chat == nil {
 		return chattemplate.Tokens{}, errorf(FailedPrecondition, "chat scoring is not configured (%s)", noTokenizers)
 	}
 	addSpecial := q.AddSpecialTokens != nil && *q.AddSpecialTokens
-	tokens, err := ix.chat.TokenizeChat(ctx, q.Model, q.Chat, addSpecial)
-	if err != nil {
-		if ctx.Err() != nil {
-			return chattemplate.Tokens{}, ctxError(ctx.Err())
-		}
-		if e := promptLimitError("rendered messages", err); e != nil {
-			return chattemplate.Tokens{}, e
-		}
-		var re *chattemplate.RequestError
-		if errors.As(err, &re) {
-			return chattemplate.Tokens{}, errorf(InvalidArgument, "messages: %v", err)
-		}
-		return chattemplate.Tokens{}, errorf(FailedPrecondition, "render messages for model %q: %v", q.Model, err)
+	// One call renders and tokenizes: both spans are recorded after the
+	// fact from the renderer's measured render time.
+	start := time.Now()
+	tctx, reuse := ctx, (*prefixstore.Reuse)(nil)
+	if ix.tr.On() && trace.SpanFromContext(ctx).IsRecording() {
+		reuse = new(prefixstore.Reuse)
+		tctx = prefixstore.WithReuse(ctx, reuse)
 	}
-	if len(tokens.IDs) > MaxInputLen {
-		return chattemplate.Tokens{}, errorf(InvalidArgument, "rendered messages have %d tokens, limit %d", len(tokens.IDs), MaxInputLen)
+	tokens, err := ix.chat.TokenizeChat(tctx, q.Model, q.Chat, addSpecial)
+	e := chatError(ctx, q, err)
+	if e == nil && len(tokens.IDs) > MaxInputLen {
+		e = errorf(InvalidArgument, "rendered messages have %d tokens, limit %d", len(tokens.IDs), MaxInputLen)
 	}
+	if reuse != nil {
+		rendered := start.Add(tokens.Rendered)
+		_, rs := ix.tr.StartChild(ctx, tracing.SpanRender, trace.WithTimestamp(start))
+		rs.End(trace.WithTimestamp(rendered))
+		_, ts := ix.tr.StartChild(ctx, tracing.SpanTokenize, trace.WithTimestamp(rendered))
+		endTokenize(ts, reuse, len(tokens.IDs), e)
+	}
+	if e != nil {
+		return chattemplate.Tokens{}, e
+	}
+	clk.split(StageRender, tokens.Rendered)
+	clk.lap(StageTokenize)
 	return tokens, nil
+}
+
+// chatError maps a chat render or tokenize failure (nil for none). A
+// request the template refuses (raise_exception, malformed messages) is the
+// caller's fault; a model without a usable template or tokenizer is this
+// daemon's limit.
+func chatError(ctx context.Context, q *Query, err error) *Error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctxError(ctx.Err())
+	}
+	if e := promptLimitError("rendered messages", err); e != nil {
+		return e
+	}
+	var re *chattemplate.RequestError
+	if errors.As(err, &re) {
+		return errorf(InvalidArgument, "messages: %v", err)
+	}
+	return errorf(FailedPrecondition, "render messages for model %q: %v", q.Model, err)
 }
 
 // tokenKeys hashes the full blocks of tokens into *keys, reusing the keys
 // of blocks an earlier request already hashed.
-func (ix *Indexer) tokenKeys(keys *[]blockkeys.Key, h *blockkeys.Hasher, tokens []uint32, q *Query) {
+func (ix *Indexer) tokenKeys(keys *[]blockkeys.Key, h *blockkeys.Hasher, tokens []uint32, q *Query) (hits int) {
 	ix.m.tokens.Observe(float64(len(tokens)))
-	*keys = ix.keys.keys(h, (*keys)[:0], tokens, blockkeys.RequestExtras{LoraName: q.LoraName, CacheSalt: q.CacheSalt})
+	*keys, hits = ix.keys.keysHits(h, (*keys)[:0], tokens, blockkeys.RequestExtras{LoraName: q.LoraName, CacheSalt: q.CacheSalt})
+	return hits
 }
 
 // aggregate folds the scorer's per-(pod, rank) results into one entry per

@@ -18,8 +18,13 @@ type eventSink struct{ indexer *Indexer }
 var _ event.Sink = eventSink{}
 
 func (s eventSink) Apply(ctx context.Context, b *event.Batch) event.ApplyOutcome {
-	// The applier drops the speculative entries the batch answers
-	// (Config.Answered: ix.dropAnswered) by the keys it indexed.
+	return s.applyTraced(ctx, b)
+}
+
+// apply runs the batch through the applier, which drops the speculative
+// entries the batch answers (Config.Answered: ix.dropAnswered) by the keys
+// it indexed.
+func (s eventSink) apply(ctx context.Context, b *event.Batch) event.ApplyOutcome {
 	return s.indexer.applier.Apply(ctx, b)
 }
 

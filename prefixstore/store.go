@@ -167,26 +167,57 @@ func (s *Store) TokenizeRendered(ctx context.Context, model, prompt string) ([]u
 	return s.tokenize(ctx, model, prompt, false)
 }
 
+// Reuse receives what tokenizations under one context took from the store:
+// a traced request attaches one (WithReuse) and reports it as span
+// attributes. Counts only, never the text or the ids.
+type Reuse struct {
+	// Tokens is the ids returned; Reused how many of them came from the
+	// store (a cached prefix); Hits the calls that found a prefix.
+	Tokens, Reused, Hits int
+}
+
+type reuseKey struct{}
+
+// WithReuse returns ctx carrying r: every tokenization under it adds to r.
+// r must not be shared between goroutines.
+func WithReuse(ctx context.Context, r *Reuse) context.Context {
+	return context.WithValue(ctx, reuseKey{}, r)
+}
+
 func (s *Store) tokenize(ctx context.Context, model, prompt string, addSpecial bool) ([]uint32, error) {
+	ids, reused, err := s.tokenizeReuse(ctx, model, prompt, addSpecial)
+	if err == nil {
+		if r, ok := ctx.Value(reuseKey{}).(*Reuse); ok {
+			r.Tokens += len(ids)
+			r.Reused += reused
+			if reused > 0 {
+				r.Hits++
+			}
+		}
+	}
+	return ids, err
+}
+
+func (s *Store) tokenizeReuse(ctx context.Context, model, prompt string, addSpecial bool) ([]uint32, int, error) {
 	start := time.Now()
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if len(prompt) > s.cfg.MaxPromptBytes {
 		s.m.refused.WithLabelValues("too_long").Inc()
-		return nil, fmt.Errorf("%w: %d bytes, limit %d (--max-prompt-bytes)", ErrPromptTooLong, len(prompt), s.cfg.MaxPromptBytes)
+		return nil, 0, fmt.Errorf("%w: %d bytes, limit %d (--max-prompt-bytes)", ErrPromptTooLong, len(prompt), s.cfg.MaxPromptBytes)
 	}
 	tok, err := s.reg.Get(model)
 	if err != nil {
 		s.m.errors.Inc()
-		return nil, err
+		return nil, 0, err
 	}
 	if err := s.inflight.acquire(ctx, len(prompt), inflightWait); err != nil {
 		if errors.Is(err, ErrBusy) {
 			s.m.refused.WithLabelValues("busy").Inc()
-			return nil, fmt.Errorf("%w: %d prompt bytes are being tokenized (--tokenize-max-inflight-bytes %d); retry later", ErrBusy, s.inflight.used(), s.cfg.MaxInflightBytes)
+			return nil, 0, fmt.Errorf("%w: %d prompt bytes are being tokenized (--tokenize-max-inflight-bytes %d); retry later", ErrBusy, s.inflight.used(), s.cfg.MaxInflightBytes)
 		}
-		return nil, err
+		return nil, 0, err
 	}
 	defer s.inflight.release(len(prompt))
 	ms := s.modelStore(storeKey{tok, addSpecial}, model)
@@ -220,13 +251,13 @@ func (s *Store) tokenize(ctx context.Context, model, prompt string, addSpecial b
 		full, bounds, err := tok.EncodeBoundariesContext(ctx, prompt, addSpecial)
 		if err != nil {
 			s.countError(ctx)
-			return nil, fmt.Errorf("tokenize prompt for model %q: %w", model, err)
+			return nil, 0, fmt.Errorf("tokenize prompt for model %q: %w", model, err)
 		}
 		if nChunks > 0 {
 			ms.insert(prompt, c, margin, hashes, 0, tokenization.Boundary{}, full, bounds)
 		}
 		s.observe(start, len(full), 0)
-		return full, nil
+		return full, 0, nil
 	}
 
 	s.m.hits.Inc()
@@ -235,14 +266,14 @@ func (s *Store) tokenize(ctx context.Context, model, prompt string, addSpecial b
 	suffix, sb, err := tok.EncodeSuffixBoundariesContext(ctx, prompt, bound.Offset, addSpecial)
 	if err != nil {
 		s.countError(ctx)
-		return nil, fmt.Errorf("tokenize prompt for model %q: %w", model, err)
+		return nil, 0, fmt.Errorf("tokenize prompt for model %q: %w", model, err)
 	}
 	ids = append(ids, suffix...)
 	if matched < nChunks {
 		ms.insert(prompt, c, margin, hashes, matched, bound, ids, sb)
 	}
 	s.observe(start, len(ids), reused)
-	return ids, nil
+	return ids, reused, nil
 }
 
 // countError counts a tokenization failure; a request that was cancelled or

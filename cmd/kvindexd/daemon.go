@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -22,6 +24,7 @@ import (
 	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/internal/redact"
+	"github.com/kvindex/kvindex/internal/tracing"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvevents/discovery"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
@@ -57,6 +60,34 @@ type daemon struct {
 	httpSrv        *http.Server
 	closers        []func() error
 	sec            *security
+	// tr is the OpenTelemetry tracer the OTEL_* environment configures;
+	// nil = tracing off (the default). The indexer and the API get it
+	// explicitly.
+	tr *tracing.Tracer
+}
+
+// setupTracing builds the tracer from the standard OTEL_* environment
+// variables only (internal/tracing.Config says which and what they mean).
+func (d *daemon) setupTracing(ctx context.Context) error {
+	tr, st, err := tracing.FromEnv(ctx, os.Getenv, buildInfo().Version)
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	if tr == nil {
+		return nil
+	}
+	// The SDK reports export failures (collector down) through this one
+	// process-wide handler; they go to the daemon's log, redacted.
+	log := d.log
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing", "err", err) }))
+	d.tr = tr
+	d.closers = append(d.closers, func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		defer cancel()
+		return tr.Shutdown(sctx)
+	})
+	d.log.Info("tracing on", "exporter", st.Exporter, "protocol", st.Protocol, "sampler", st.Sampler)
+	return nil
 }
 
 // newDaemon builds every part and opens the listeners (so their addresses
@@ -74,6 +105,11 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 		}
 	}()
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Tracing first: its closer runs last, after the servers stopped, so
+	// the spans of the last requests are flushed.
+	if err := d.setupTracing(ctx); err != nil {
+		return nil, err
+	}
 
 	def, perModel, err := cfg.keyConfigs()
 	if err != nil {
@@ -115,7 +151,7 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 		Keys: def, ModelKeys: perModel, Index: idxCfg, TierWeights: &weights,
 		DigestCacheSize: cfg.DigestCacheSize, KeyCacheSize: cfg.KeyCacheSize, Tokenizer: prompts, Chat: chats, Prediction: cfg.predictionConfig(),
 		ApplierLimits: cfg.LimitsConfig.applier(index.Memory), Registry: d.reg, Logger: log, Pick: pick,
-		Events: &events, Persist: cfg.persistConfig(), Leases: leases, StorageReaders: storage,
+		Events: &events, Persist: cfg.persistConfig(), Leases: leases, StorageReaders: storage, Tracer: d.tr,
 	})
 	if err != nil {
 		return nil, err
@@ -133,6 +169,7 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 		Auth: d.sec.tokens, MetricsAuth: cfg.MetricsAuth, AdminAPI: cfg.AdminAPI, Endpoints: d.sec.policy,
 		MaxBodyBytes: cfg.HTTPMaxBodyBytes, Build: buildInfo(), ApplyStallTimeout: time.Duration(cfg.ApplyStallTimeout),
 		MaxRegistrations: cfg.MaxStreams,
+		Tracer:           d.tr,
 	})
 	if err != nil {
 		return nil, err

@@ -104,6 +104,11 @@ type Config struct {
 	// expirations cannot be counted because keyspace notifications are off).
 	// Default slog.Default().
 	Logger *slog.Logger
+	// NodeHook, when set, is called once per node client (every Cluster
+	// node as it is created) with the node's address; a non-nil hook it
+	// returns is installed on that node (the daemon's tracing: a span per
+	// round trip).
+	NodeHook func(addr string) redis.Hook
 }
 
 // ErrUnavailable is wrapped by every error caused by Redis being unreachable

@@ -75,6 +75,11 @@ type nodeGuard struct {
 func (x *Index) guard(c redis.UniversalClient) {
 	add := func(n *redis.Client) {
 		n.AddHook(&nodeGuard{x: x, c: n, err: &NodeHungError{Addr: n.Options().Addr}})
+		if x.nodeHook != nil {
+			if h := x.nodeHook(n.Options().Addr); h != nil {
+				n.AddHook(h)
+			}
+		}
 	}
 	switch cc := c.(type) {
 	case *redis.ClusterClient:

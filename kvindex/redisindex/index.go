@@ -51,6 +51,9 @@ type Index struct {
 	loss        lossWatch
 	lost        atomic.Int64
 
+	// nodeHook is Config.NodeHook (guard.go installs it per node).
+	nodeHook func(addr string) redis.Hook
+
 	// hung-node guards (guard.go): the probes of hung nodes, and when the
 	// Cluster slot map was last reloaded because of a failed call.
 	probeMu             sync.Mutex
@@ -151,6 +154,7 @@ func newIndex(c redis.UniversalClient, cluster bool, ns string, ttl time.Duratio
 		loss:     lossWatch{runID: map[string]string{}, evicted: map[string]int64{}},
 
 		callTimeout: orDur(cfg.CallTimeout, DefaultCallTimeout),
+		nodeHook:    cfg.NodeHook,
 	}
 	if x.log == nil {
 		x.log = slog.Default()

@@ -134,16 +134,20 @@ func (r *Renderer) Render(model string, req *chattemplate.Request) (chattemplate
 // add_special_tokens) is set. A prompt with media yields the tokens before
 // its first media item (chattemplate.Prompt.Tokenize).
 func (r *Renderer) TokenizeChat(ctx context.Context, model string, req *chattemplate.Request, addSpecial bool) (chattemplate.Tokens, error) {
+	start := time.Now()
 	prompt, err := r.Render(model, req)
 	if err != nil {
 		return chattemplate.Tokens{}, err
 	}
-	return prompt.Tokenize(func(text string) ([]uint32, error) {
+	rendered := time.Since(start)
+	tokens, err := prompt.Tokenize(func(text string) ([]uint32, error) {
 		if addSpecial {
 			return r.tok.TokenizePrompt(ctx, model, text)
 		}
 		return r.tok.TokenizeRendered(ctx, model, text)
 	})
+	tokens.Rendered = rendered
+	return tokens, err
 }
 
 func isRequestError(err error) bool {

@@ -621,6 +621,10 @@ type Tokens struct {
 	// Unscored says why the prompt goes on past IDs ("media": an image,
 	// audio or video item starts there); empty when IDs are the whole prompt.
 	Unscored string
+	// Rendered is how long rendering the template took, when the renderer
+	// measured it (chatprompt.Renderer does): the caller's per-stage
+	// latency separates render from tokenize with it. 0 = not measured.
+	Rendered time.Duration
 }
 
 // UnscoredMedia is Tokens.Unscored for a prompt cut at its first media item.

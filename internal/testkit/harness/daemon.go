@@ -47,6 +47,9 @@ type Config struct {
 	Flags []string
 	// Dir is the daemon's working directory; "" is the test's.
 	Dir string
+	// Env is added to the daemon's environment (which holds no KVINDEX_*
+	// or OTEL_* variable of the test's own: EnvWithoutKVIndex).
+	Env []string
 	// Cleanup registers the daemon's end; nil is t.Cleanup. Subtests that
 	// share one daemon pass their parent's.
 	Cleanup func(func())
@@ -110,7 +113,7 @@ func tryStart(t testing.TB, bin string, c Config) (*Daemon, error) {
 	}
 	d.cmd = exec.Command(bin, d.Args...)
 	d.cmd.Dir = c.Dir
-	d.cmd.Env = EnvWithoutKVIndex()
+	d.cmd.Env = append(EnvWithoutKVIndex(), c.Env...)
 	d.cmd.Stdout, d.cmd.Stderr = d.Logs, d.Logs
 	if err := d.cmd.Start(); err != nil {
 		return d, err

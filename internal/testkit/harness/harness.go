@@ -157,12 +157,15 @@ func FreePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// EnvWithoutKVIndex is the process environment without KVINDEX_* variables:
-// a daemon started with it runs on its defaults plus the flags it is given.
+// EnvWithoutKVIndex is the process environment without KVINDEX_* and OTEL_*
+// variables: a daemon started with it runs on its defaults plus the flags it
+// is given, untraced.
 func EnvWithoutKVIndex() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "KVINDEX_") {
+		// OTEL_*: a developer's tracing set-up must not make the
+		// daemons under test export spans.
+		if !strings.HasPrefix(kv, "KVINDEX_") && !strings.HasPrefix(kv, "OTEL_") {
 			env = append(env, kv)
 		}
 	}
