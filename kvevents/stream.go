@@ -264,9 +264,10 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *e
 	st.peer = src.peer
 	st.stats.DecodeErrors += uint64(evErrs)
 	st.stats.Epoch = st.epoch
+	counted := min(d.missed, maxCountedMissed)
 	if d.kind == seqGap {
 		st.stats.SeqGaps++
-		st.stats.MissedBatches += d.missed
+		st.stats.MissedBatches += counted
 	}
 	st.stats.Replaying = d.replay
 	if d.kind == seqRestart {
@@ -281,7 +282,7 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *e
 			"dp_rank", b.DPRank, "last_seq", last, "seq", b.Seq, "epoch", st.epoch)
 	case seqGap:
 		s.metrics.SeqGaps.Inc()
-		s.metrics.MissedBatches.Add(float64(d.missed))
+		s.metrics.MissedBatches.Add(float64(counted))
 		s.warn(src.addr+"|"+b.Pod, "KV event sequence gap: batches lost", "pod", b.Pod, "dp_rank", b.DPRank,
 			"last_seq", last, "seq", b.Seq, "missed", d.missed, "replay", d.replay)
 	case seqJoin:

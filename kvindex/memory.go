@@ -297,6 +297,22 @@ func (idx *MemoryIndex) PodEntries(pod PodID) int64 {
 	return 0
 }
 
+// PodsEntries is how many (block, tier) entries the pods hold together,
+// read under one lock: a pod's share spans its DP ranks.
+func (idx *MemoryIndex) PodsEntries(pods []PodID) int64 {
+	idx.podMu.Lock()
+	defer idx.podMu.Unlock()
+	var n int64
+	for _, pod := range pods {
+		if pod < MaxPods {
+			if c := idx.count(pod); c != nil {
+				n += c.entries
+			}
+		}
+	}
+	return n
+}
+
 // Stats returns the index counters. Keys counts occupied slots, which
 // includes keys whose holders all belong to cleared pods until reclaimed.
 func (idx *MemoryIndex) Stats() IndexStats {
