@@ -54,6 +54,9 @@ type Limits struct {
 	// BlockStored.session_id (sessions.go); 0 = DefaultSessionsPerPod,
 	// < 0 = sessions are not remembered.
 	SessionsPerPod int
+	// MaxSessions bounds the sessions remembered by all pods together
+	// (sessions.go); 0 = DefaultMaxSessions.
+	MaxSessions int
 }
 
 // ShareAccounting is what Limits.PodShare needs from the index: its
@@ -109,7 +112,7 @@ func (a *Applier) initLimits(l Limits, share ShareAccounting) error {
 	// l comes resolved (Config.withDefaults).
 	a.lim.maxDigest, a.lim.maxAlias, a.lim.dcRefs, a.lim.m = l.MaxDigestCaches, l.MaxAliasTables, map[kvindex.ModelID]int{}, a.m.limits
 	if l.SessionsPerPod > 0 {
-		a.sessions.limit = l.SessionsPerPod
+		a.sessions.limit, a.sessions.global = l.SessionsPerPod, l.MaxSessions
 	}
 	a.sessions.pods, a.sessions.m = map[kvindex.PodID]*podSessions{}, a.m.sessions
 	if err := Options.PodShare.Check(int64(l.PodShare)); err != nil {
