@@ -46,8 +46,9 @@ type StreamStats struct {
 	// and no engine snapshot has replaced it yet), "index_lost" (the index
 	// backend lost entries: Redis restarted, evicted or was flushed) and
 	// "index_error" (a write of the pod's failed, as the sink's ApplyOutcome
-	// said, and the pod is cleared and rebuilt from later events only);
-	// those two last until an engine snapshot or a rebuild from the replay
+	// said, and the pod is cleared and rebuilt from later events only) and
+	// "evicted_for_capacity" (the in-memory index dropped some of the pod's
+	// blocks to stay within its capacity: MarkEvicted); those three last until an engine snapshot or a rebuild from the replay
 	// buffer replaces the pod's state, or the engine clears or restarts its
 	// cache (MarkIndexLost, trust.go, rebuild.go). The names are the why*
 	// constants (trust.go).

@@ -42,6 +42,7 @@ const (
 	whyRestored     = "restored"
 	whyIndexLost    = "index_lost"
 	whyIndexError   = "index_error"
+	whyEvicted      = "evicted_for_capacity"
 )
 
 // completion is what a stream says of its completeness: the index holds its

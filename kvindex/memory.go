@@ -69,7 +69,13 @@ type MemoryIndex struct {
 	live   atomic.Int64                     // live (block, holder) entries, all pods
 
 	evictions atomic.Int64
-	bufs      sync.Pool // *lookupBuf
+	// evicted lists the pods that lost a live entry to the capacity sweep
+	// since TakeEvicted last drained it, each once (podCount.evicted);
+	// anyEvicted lets TakeEvicted skip the lock when it is empty. Under
+	// podMu; at most one entry per pod.
+	evicted    []PodID
+	anyEvicted atomic.Bool
+	bufs       sync.Pool // *lookupBuf
 	scores    sync.Pool // *memScore
 }
 
@@ -128,6 +134,7 @@ type epochPage [podPageSize]atomic.Uint32
 type podCount struct {
 	blocks  int64 // distinct (model, key) with a live holder of this pod
 	entries int64 // live (model, key, tier) holders of this pod
+	evicted bool  // listed in MemoryIndex.evicted
 }
 
 var _ Index = (*MemoryIndex)(nil)
@@ -267,7 +274,7 @@ func (idx *MemoryIndex) ClearPod(ctx context.Context, pod PodID) error {
 	e.Store((e.Load() + 1) & epochMask)
 	c := idx.count(pod)
 	idx.live.Add(-c.entries)
-	*c = podCount{}
+	*c = podCount{evicted: c.evicted} // still listed until TakeEvicted
 	idx.podMu.Unlock()
 	return nil
 }
@@ -321,6 +328,27 @@ func (idx *MemoryIndex) Stats() IndexStats {
 		keys += idx.shards[i].keys.Load()
 	}
 	return IndexStats{Entries: idx.live.Load(), Keys: keys, Evictions: idx.evictions.Load()}
+}
+
+// TakeEvicted appends to dst the pods that lost entries to the capacity
+// sweep since the last call (each once) and forgets them: the caller says
+// so in their answers (the indexer marks their streams incomplete,
+// "evicted_for_capacity"). One atomic load when no pod lost any.
+func (idx *MemoryIndex) TakeEvicted(dst []PodID) []PodID {
+	if !idx.anyEvicted.Load() {
+		return dst
+	}
+	idx.podMu.Lock()
+	defer idx.podMu.Unlock()
+	for _, p := range idx.evicted {
+		if c := idx.count(p); c != nil {
+			c.evicted = false
+		}
+	}
+	dst = append(dst, idx.evicted...)
+	idx.evicted = idx.evicted[:0]
+	idx.anyEvicted.Store(false)
+	return dst
 }
 
 // Capacity is the configured bound on (block, holder) entries.
