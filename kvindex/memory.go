@@ -76,7 +76,7 @@ type MemoryIndex struct {
 	evicted    []PodID
 	anyEvicted atomic.Bool
 	bufs       sync.Pool // *lookupBuf
-	scores    sync.Pool // *memScore
+	scores     sync.Pool // *memScore
 }
 
 // MemoryConfig configures NewMemoryIndex.
