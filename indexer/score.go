@@ -41,6 +41,9 @@ func (ix *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 	r.BlockSize = in.blockSize
 	r.TotalBlocks = len(r.keys)
 	r.UnscoredReason = in.unscored
+	if ix.sub != nil {
+		r.IndexRebuilding = ix.sub.Rebuilding()
+	}
 	if !modelKnown && len(r.keys) > 0 && ix.backend.Names != nil {
 		var err *Error
 		if modelID, modelKnown, err = ix.sharedModel(ctx, q.Model, r.keys[0]); err != nil {

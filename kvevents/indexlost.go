@@ -73,3 +73,10 @@ func (s *Subscriber) MarkEvicted(pod string, dpRank int) {
 		st.markIndexLost(whyEvicted)
 	}
 }
+
+// Rebuilding is how many streams still say "index_lost": the backend lost
+// entries and neither a snapshot, a rebuild nor the engine has replaced
+// those pods' state yet. The score path reads it with one atomic load to
+// say so in every answer (an empty answer then means "rebuilding", not
+// "no pod holds the prompt").
+func (s *Subscriber) Rebuilding() int { return int(s.lostStreams.Load()) }

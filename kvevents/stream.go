@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvindex/kvindex/blockkeys"
@@ -118,6 +119,9 @@ type stream struct {
 	// stands and when the last one began.
 	rebuildPhase rebuildPhase
 	lastRebuild  time.Time
+	// lostCount is the subscriber's count of streams whose reason is
+	// "index_lost" (Subscriber.Rebuilding), kept by setCompletionLocked.
+	lostCount *atomic.Int64
 }
 
 func (st *stream) currentStats() StreamStats {
