@@ -178,7 +178,9 @@ func (s *Subscriber) releaseModelLocked(model string) {
 func (s *Subscriber) forgetStreamLocked(k streamKey) {
 	if st := s.streams[k]; st != nil {
 		st.mu.Lock()
-		st.setCompletionLocked(completion{}) // out of the index_lost count
+		if st.lostCount != nil && st.stats.IncompleteReason == whyIndexLost {
+			st.lostCount.Add(-1) // out of the index_lost count; its stats stay as they were
+		}
 		st.lostCount = nil
 		st.mu.Unlock()
 	}
