@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -138,7 +139,8 @@ func setAddSpecialTokens(q *indexer.Query, v *bool, openAI bool) *Error {
 
 func toProtoScore(a *indexer.Result) *kvindexv1.ScoreResponse {
 	resp := &kvindexv1.ScoreResponse{TotalBlocks: int32(a.TotalBlocks), UnscoredReason: a.UnscoredReason,
-		Pods: make([]*kvindexv1.PodScore, len(a.Pods))}
+		IndexRebuildingPods: int32(min(a.IndexRebuilding, math.MaxInt32)),
+		Pods:                make([]*kvindexv1.PodScore, len(a.Pods))}
 	// One backing array per kind keeps allocations per response constant in
 	// the number of pods.
 	pods := make([]kvindexv1.PodScore, len(a.Pods))

@@ -233,6 +233,10 @@ func parseHash(s string) (uint64, error) {
 func appendScoreJSON(b []byte, a *indexer.Result) []byte {
 	b = append(b, `{"total_blocks":`...)
 	b = strconv.AppendInt(b, int64(a.TotalBlocks), 10)
+	if a.IndexRebuilding > 0 {
+		b = append(b, `,"index_rebuilding_pods":`...)
+		b = strconv.AppendInt(b, int64(a.IndexRebuilding), 10)
+	}
 	if a.UnscoredReason != "" {
 		// Only a prompt cut short says so: other answers keep their shape.
 		b = append(b, `,"unscored_reason":`...)

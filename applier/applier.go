@@ -160,6 +160,7 @@ type podState struct {
 	// aliasOwner counts alias tables against Limits.MaxAliasTables.
 	aliasOwner *limitState
 	overShare  bool            // logged that the pod reached its PodShare
+	ranks      []kvindex.PodID // scratch: the pod's DP ranks, for its share
 	keys       []blockkeys.Key // scratch for Add/Remove
 	removing   []blockkeys.Key // keys of the current run of BlockRemoved events (removed.go)
 	// answered: the keys the current batch stored or removed, as indexed

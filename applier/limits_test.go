@@ -202,3 +202,47 @@ func TestRefusedPodReleasesNoDigestCache(t *testing.T) {
 		t.Fatalf("digest caches %v after every pod left", got)
 	}
 }
+
+// The share is a pod's across its DP ranks (issue 35: one pod on 5 ranks
+// held 8.1M of 8.39M entries), and an engine snapshot's records are held to
+// it like stored blocks (one snapshot of 4.19M records put them all on one
+// pod). Both floods leave the victim's blocks in place.
+func TestPodShareSpansRanksAndSnapshots(t *testing.T) {
+	const capacity, share = 1 << 16, 1 << 14 // PodShare 4
+	for _, tc := range []struct {
+		name  string
+		flood func(e *applierEnv)
+	}{
+		{"ranks", func(e *applierEnv) {
+			for rank := range 5 {
+				e.a.Apply(context.Background(), &event.Batch{Pod: "flood", DPRank: rank, Model: testModel,
+					Events: []event.Event{unverified(1<<40+rank<<30, capacity/2)}})
+			}
+		}},
+		{"snapshots", func(e *applierEnv) {
+			for i := range 3 {
+				ev := unverified(1<<40+i<<30, capacity)
+				ev.Kind = event.BlockSnapshot
+				e.a.Apply(context.Background(), &event.Batch{Pod: "flood", DPRank: i, Model: testModel, Events: []event.Event{ev}})
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: capacity})
+			e, _ := limitedEnv(t, cborSeed0, mem, Limits{PodShare: 4})
+			victimBlocks := capacity / 8
+			e.a.Apply(context.Background(), &event.Batch{Pod: "victim", Model: testModel, Events: []event.Event{unverified(1, victimBlocks)}})
+			tc.flood(e)
+			var held int64
+			for _, id := range e.in.PodsNamed("flood") {
+				held += mem.PodEntries(id)
+			}
+			if held != share {
+				t.Errorf("the flooding pod holds %d entries over its ranks, its share is %d", held, share)
+			}
+			if n, _ := mem.PodBlocks(context.Background(), e.podID("victim", 0)); n != int64(victimBlocks) {
+				t.Errorf("victim holds %d of its %d blocks (evictions %d)", n, victimBlocks, mem.Stats().Evictions)
+			}
+		})
+	}
+}

@@ -17,7 +17,7 @@ import (
 // caller knows). A negative SessionsPerPod turns sessions off; the daemon's
 // flag has no negative values, so there 0 is off.
 var Options = struct {
-	DigestCacheSize, MaxDigestCaches, MaxAliasTables, SessionsPerPod, PodShare option.Int
+	DigestCacheSize, MaxDigestCaches, MaxAliasTables, SessionsPerPod, MaxSessions, PodShare option.Int
 }{
 	DigestCacheSize: option.Int{Name: "digest-cache-size", Default: DefaultDigestCacheSize, Min: 0, Max: 1 << 24,
 		Help: "recent block digests kept per model for the live parity check"},
@@ -28,6 +28,9 @@ var Options = struct {
 	SessionsPerPod: option.Int{Name: "max-sessions-per-pod", Default: DefaultSessionsPerPod, Min: 0, Max: 1 << 20,
 		Help: "sessions remembered per pod from vLLM's BlockStored.session_id, " +
 			"the least recently stored forgotten first (kvindexd_session_evictions_total); 0 = not remembered"},
+	MaxSessions: option.Int{Name: "max-sessions", Default: DefaultMaxSessions, Min: 1, Max: 1 << 24,
+		Help: "sessions remembered by all pods together (~700 bytes each at most); beyond it a new session " +
+			"evicts the least recently stored one of the pod holding the most (kvindexd_session_cap_evictions_total)"},
 	PodShare: option.Int{Name: "pod-share", Default: DefaultPodShare, Min: 0, Max: 1 << 20,
 		Help: "one pod holds at most capacity/N entries of the in-memory index (0 = no per-pod bound; " +
 			"Redis has no per-pod accounting, so a number there fails at start)"},
@@ -38,7 +41,7 @@ var Options = struct {
 func DefaultLimits() Limits {
 	o := &Options
 	return Limits{MaxDigestCaches: int(o.MaxDigestCaches.Default), MaxAliasTables: int(o.MaxAliasTables.Default),
-		PodShare: int(o.PodShare.Default), SessionsPerPod: int(o.SessionsPerPod.Default)}
+		PodShare: int(o.PodShare.Default), SessionsPerPod: int(o.SessionsPerPod.Default), MaxSessions: int(o.MaxSessions.Default)}
 }
 
 // ValidateConfig checks cfg's tunables against Options (a zero field is
@@ -49,6 +52,7 @@ func ValidateConfig(cfg Config) error {
 	if err := errors.Join(o.DigestCacheSize.Check(int64(cfg.DigestCacheSize)),
 		o.MaxDigestCaches.Check(int64(l.MaxDigestCaches)), o.MaxAliasTables.Check(int64(l.MaxAliasTables)),
 		o.SessionsPerPod.Check(int64(max(l.SessionsPerPod, 0))), // negative: off
+		o.MaxSessions.Check(int64(l.MaxSessions)),
 		o.PodShare.Check(int64(l.PodShare))); err != nil {
 		return fmt.Errorf("applier: %w", err)
 	}
@@ -63,6 +67,7 @@ func (cfg Config) withDefaults() Config {
 	l.MaxDigestCaches = int(o.MaxDigestCaches.Or(int64(l.MaxDigestCaches)))
 	l.MaxAliasTables = int(o.MaxAliasTables.Or(int64(l.MaxAliasTables)))
 	l.SessionsPerPod = int(o.SessionsPerPod.Or(int64(l.SessionsPerPod)))
+	l.MaxSessions = int(o.MaxSessions.Or(int64(l.MaxSessions)))
 	if cfg.AliasCacheSize <= 0 {
 		cfg.AliasCacheSize = DefaultAliasCacheSize
 	}

@@ -20,8 +20,15 @@ func (a *Applier) snapshot(ctx context.Context, pod *podState, ev *event.Event, 
 		return err
 	}
 	pod.resetHolding()
+	// The snapshot replaces the pod's state: its records are held to the
+	// pod's share like stored blocks (the pod was just cleared, so its
+	// other ranks' entries are what is left of the share), and the records
+	// beyond it are not even looked at, so a snapshot costs the apply
+	// worker at most a share's worth of work. Before, one snapshot of
+	// 4.19M records put them all on one pod.
+	hashes := ev.BlockHashes[:a.shareAllows(pod, len(ev.BlockHashes))]
 	keys := pod.keys[:0]
-	for _, eh := range ev.BlockHashes {
+	for _, eh := range hashes {
 		keys = uncheckedKey(pod, eh, keys)
 	}
 	pod.keys = keys

@@ -16,18 +16,36 @@ import (
 // naming a session can prefer that session's pod among pods whose prefixes
 // tie. Memory is bounded: at most SessionsPerPod sessions per pod, the
 // least recently stored one evicted first (CLOCK-like second chance, O(1)
-// amortised), counted in kvindexd_session_evictions_total.
+// amortised), counted in kvindexd_session_evictions_total. All pods
+// together hold at most MaxSessions: at that cap a new session evicts the
+// least recently stored one of the pod holding the most (the recording pod
+// itself when it holds at least its fair part, MaxSessions / pods), counted
+// in kvindexd_session_cap_evictions_total. So pods flooding sessions lose
+// their own, and a pod below its fair part keeps what it has: 1,200 pods x
+// 4,096 unique 256-byte ids (4.9M sessions, 3.3 GB) now stop at the cap.
+//
+// What losing a session costs: only affinity. A session never adds to a
+// score or a match; it orders pods whose score and matched blocks tie
+// (preferSession), so a forgotten session makes such a tie fall to the
+// usual order (name) and the request may go to another pod that matches
+// exactly as much. Scores, matches and completeness are unchanged.
 
 // DefaultSessionsPerPod bounds the sessions remembered per pod.
 const DefaultSessionsPerPod = 4096
 
+// DefaultMaxSessions bounds the sessions remembered by all pods together:
+// at most ~700 bytes each with 256-byte ids (the id, its map entry and its
+// ring slot), so ~180 MB.
+const DefaultMaxSessions = 1 << 18
+
 // sessionTable is the applier's per-pod session memory.
 type sessionTable struct {
-	mu    sync.RWMutex
-	limit int // 0 = off
-	pods  map[kvindex.PodID]*podSessions
-	n     int
-	m     sessionMetrics
+	mu     sync.RWMutex
+	limit  int // per pod; 0 = off
+	global int // all pods together
+	pods   map[kvindex.PodID]*podSessions
+	n      int
+	m      sessionMetrics
 }
 
 type podSessions struct {
@@ -48,18 +66,21 @@ type sessionSlot struct {
 }
 
 type sessionMetrics struct {
-	entries   prometheus.Gauge
-	evictions prometheus.Counter
+	entries      prometheus.Gauge
+	evictions    prometheus.Counter
+	capEvictions prometheus.Counter
 }
 
 func newSessionMetrics(ns string) (sessionMetrics, []prometheus.Collector) {
 	m := sessionMetrics{
 		entries: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "session_entries",
-			Help: "(pod, session) pairs remembered from BlockStored.session_id (bounded per pod by --max-sessions-per-pod)."}),
+			Help: "(pod, session) pairs remembered from BlockStored.session_id (bounded per pod by --max-sessions-per-pod, in all by --max-sessions)."}),
 		evictions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "session_evictions_total",
 			Help: "Sessions forgotten because their pod reached --max-sessions-per-pod (least recently stored first)."}),
+		capEvictions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "session_cap_evictions_total",
+			Help: "Sessions forgotten because all pods together reached --max-sessions (the least recently stored of the pod holding the most)."}),
 	}
-	return m, []prometheus.Collector{m.entries, m.evictions}
+	return m, []prometheus.Collector{m.entries, m.evictions, m.capEvictions}
 }
 
 // record notes that session stored key (its last block) on pod.
@@ -83,11 +104,35 @@ func (t *sessionTable) record(pod kvindex.PodID, session string, key blockkeys.K
 		sessions.evict()
 		t.n--
 		t.m.evictions.Inc()
+	} else if t.global > 0 && t.n >= t.global {
+		t.evictForCap(sessions)
 	}
 	sessions.last[session] = sessionEntry{key: key, stamp: sessions.clock}
 	sessions.ring = append(sessions.ring, sessionSlot{name: session, stamp: sessions.clock})
 	t.n++
 	t.m.entries.Set(float64(t.n))
+}
+
+// evictForCap makes room under the global cap for a new session of mine:
+// the least recently stored session of the pod holding the most goes, mine
+// when I hold at least my fair part (so a flood of new pods' sessions
+// evicts its own in O(1)); finding the largest otherwise is one pass over
+// the pods (at most --max-streams).
+func (t *sessionTable) evictForCap(mine *podSessions) {
+	victim := mine
+	if len(mine.last) == 0 || len(mine.last) < t.global/len(t.pods) {
+		for _, p := range t.pods {
+			if len(p.last) > len(victim.last) {
+				victim = p
+			}
+		}
+	}
+	if len(victim.last) == 0 {
+		return
+	}
+	victim.evict()
+	t.n--
+	t.m.capEvictions.Inc()
 }
 
 // evict drops the least recently stored session: a slot whose session was

@@ -94,3 +94,51 @@ func TestSessionsOff(t *testing.T) {
 		t.Fatalf("sessions kept while off: %v", got)
 	}
 }
+
+// Issue 35: sessions had no global cap (1,200 pods x 4,096 unique ids held
+// 4.9M sessions, 3.3 GB). All pods together hold at most MaxSessions: a
+// flood of pods with unique ids stops at the cap, evicting the flooders' own
+// sessions, and an honest pod below its fair part keeps all of its.
+func TestSessionsGlobalCap(t *testing.T) {
+	const perPod, global = 64, 200
+	e, _ := limitedEnv(t, cborSeed0, nil, Limits{SessionsPerPod: perPod, MaxSessions: global})
+	tokens := seq(100, 4*2)
+	h := engineKeys(t, cborSeed0, tokens, blockkeys.RequestExtras{})
+	store := func(pod, session string) {
+		ev := stored(h, tokens, 4, 0, 1)
+		ev.SessionID = session
+		e.apply(pod, 0, blockkeys.EngineVLLM, ev)
+	}
+	const honest = 3 // below its fair part, global / 51 pods
+	for i := range honest {
+		store("honest", fmt.Sprintf("h%d", i))
+	}
+	for p := range 50 {
+		for i := range perPod {
+			store(fmt.Sprintf("flood-%d", p), fmt.Sprintf("f%d-%d", p, i))
+		}
+	}
+	if n := e.metric("kvindexd_session_entries"); n != global {
+		t.Errorf("session_entries %v, want the cap %d", n, global)
+	}
+	if v := e.metric("kvindexd_session_cap_evictions_total"); v != 50*perPod+honest-global {
+		t.Errorf("session_cap_evictions_total %v, want %d", v, 50*perPod+honest-global)
+	}
+	for i := range honest {
+		if _, ok := e.a.SessionLastBlock(e.podID("honest", 0), fmt.Sprintf("h%d", i)); !ok {
+			t.Errorf("the honest pod lost session h%d to the flood", i)
+		}
+	}
+	// the flooders end with about a fair part each, none far above it
+	for p := range 50 {
+		n := 0
+		for i := range perPod {
+			if _, ok := e.a.SessionLastBlock(e.podID(fmt.Sprintf("flood-%d", p), 0), fmt.Sprintf("f%d-%d", p, i)); ok {
+				n++
+			}
+		}
+		if n > global/51+2 {
+			t.Errorf("flood-%d holds %d sessions, fair part %d", p, n, global/51)
+		}
+	}
+}

@@ -38,6 +38,12 @@ type Backend struct {
 	// evicted or was flushed); nil: it cannot. The indexer marks every
 	// event stream incomplete then ("index_lost").
 	Lost func(notify func(reason string))
+	// Evicted appends the pods that lost entries to the backend's own
+	// capacity bound since its last call (the memory index's
+	// TakeEvicted); nil: it evicts nothing behind the daemon (Redis
+	// reports through Lost). The indexer marks those pods' streams
+	// incomplete ("evicted_for_capacity").
+	Evicted func(dst []kvindex.PodID) []kvindex.PodID
 	// Close releases what the backend holds; nil: nothing to release.
 	Close func() error
 
@@ -55,7 +61,7 @@ type BackendFunc func(ctx context.Context, in *kvindex.Interner) (Backend, error
 
 // MemoryBackend is the in-process index with every capability it has.
 func MemoryBackend(m *kvindex.MemoryIndex) Backend {
-	return Backend{Index: m, Prefix: m, Share: m, memory: m}
+	return Backend{Index: m, Prefix: m, Share: m, Evicted: m.TakeEvicted, memory: m}
 }
 
 // RedisBackend is the shared Redis index with every capability it has. It

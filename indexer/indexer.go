@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -142,6 +143,9 @@ type Indexer struct {
 	streams StreamStates
 	persist *persistence
 	leases  *leaseLoop
+	// evictedMu guards evictedBuf, reportEvicted's reused buffer.
+	evictedMu  sync.Mutex
+	evictedBuf []kvindex.PodID
 }
 
 // New builds the interner, hashers, backend, scorer, applier and, when

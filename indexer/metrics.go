@@ -28,6 +28,9 @@ type metrics struct {
 	// indexLost counts the backend's reports that it lost entries, by
 	// reason (redisindex: restart, eviction, flush).
 	indexLost *prometheus.CounterVec
+	// evictedPods counts pods marked incomplete because the index evicted
+	// their blocks for capacity.
+	evictedPods prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, ix *Indexer) (*metrics, error) {
@@ -81,6 +84,10 @@ func newMetrics(reg *prometheus.Registry, ix *Indexer) (*metrics, error) {
 		Name: "kvindexd_index_lost_total",
 		Help: "Times the index backend lost entries behind the daemon (Redis restart, eviction, flush); every pod's stream is then incomplete (index_lost).",
 	}, []string{"reason"})
+	m.evictedPods = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kvindexd_capacity_evicted_pods_total",
+		Help: "Times the in-memory index evicted a pod's blocks to stay within --capacity; the pod's stream is then incomplete (evicted_for_capacity) until an engine snapshot, clear or restart.",
+	})
 	stale := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kvindexd_snapshot_stale_pods",
 		Help: "Pods loaded from a snapshot that are not served until their stream resumes.",
@@ -95,7 +102,7 @@ func newMetrics(reg *prometheus.Registry, ix *Indexer) (*metrics, error) {
 		}
 		return float64(ix.sub.RestoreClears())
 	})
-	for _, c := range []prometheus.Collector{m.lookup, m.tokens, picks, splits, m.pdSources, m.specBlocks, m.specErrors, m.sharedModels, restoreClears, m.indexLost, stale, &statsCollector{indexer: ix}, keyCacheCollector{ix.keys}} {
+	for _, c := range []prometheus.Collector{m.lookup, m.tokens, picks, splits, m.pdSources, m.specBlocks, m.specErrors, m.sharedModels, restoreClears, m.indexLost, m.evictedPods, stale, &statsCollector{indexer: ix}, keyCacheCollector{ix.keys}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -113,6 +113,9 @@ func ValidateConfig(cfg Config) error {
 		o.PredictionCapacity.Check(int64(cfg.Prediction.Capacity)),
 		o.PredictionWindow.Check(cfg.Prediction.Window),
 	}
+	if cfg.TierWeights != nil {
+		errs = append(errs, cfg.TierWeights.Validate())
+	}
 	if cfg.Leases.Enabled {
 		errs = append(errs, o.LeaseTTL.Check(cfg.Leases.TTL))
 	}

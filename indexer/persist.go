@@ -18,9 +18,16 @@ type PersistConfig struct {
 	// Interval between two snapshots (0 = Options.SnapshotInterval's default).
 	Interval time.Duration
 	// MaxAge: an older snapshot is not loaded (cold start), since engines
-	// restarted meanwhile may have sequence numbers past it. 0 = no bound.
+	// restarted meanwhile may have sequence numbers past it. A file dated
+	// more than maxSnapshotClockSkew in the future is not loaded either. 0 =
+	// no bound.
 	MaxAge time.Duration
 }
+
+// maxSnapshotClockSkew is how far in the future a snapshot file's date may
+// be (clocks of the writer and the loader, a copied file) before its age
+// counts as unknown.
+const maxSnapshotClockSkew = time.Minute
 
 // persistence is the snapshot feature: the memory index it saves, the
 // saver, and the metrics of both directions.
@@ -83,9 +90,18 @@ func (p *persistence) load() *persist.Loaded {
 		log.Warn("snapshot unreadable: cold start", "path", path, "err", err)
 		return nil
 	}
-	if age := time.Since(st.ModTime()); p.cfg.MaxAge > 0 && age > p.cfg.MaxAge {
+	age := time.Since(st.ModTime())
+	if p.cfg.MaxAge > 0 && age > p.cfg.MaxAge {
 		log.Warn("snapshot older than the maximum age: cold start", "path", path, "age", age.Round(time.Second),
 			"max_age", p.cfg.MaxAge)
+		return nil
+	}
+	// A file dated in the future has no age we can trust: a clock set
+	// back, or a file touched to pass the check (dated 2200, it would be
+	// loaded forever). Beyond a small skew it is refused like a stale one.
+	if p.cfg.MaxAge > 0 && age < -maxSnapshotClockSkew {
+		log.Warn("snapshot dated in the future: its age is unknown, cold start", "path", path,
+			"mod_time", st.ModTime().UTC(), "max_age", p.cfg.MaxAge)
 		return nil
 	}
 	t0 := time.Now()

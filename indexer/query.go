@@ -177,7 +177,13 @@ type Result struct {
 	// hash, which the request does not give. Empty when every full block
 	// of the prompt was scored.
 	UnscoredReason string
-	Pods           []PodResult
+	// IndexRebuilding is how many pods' streams still say "index_lost": the
+	// backend lost entries (a Redis restart, flush or eviction) and their
+	// state is not rebuilt yet, so the answer may lack pods that hold the
+	// prompt (an empty answer then means "rebuilding", not "held nowhere").
+	// 0 when no rebuild is pending.
+	IndexRebuilding int
+	Pods            []PodResult
 
 	keys    []blockkeys.Key
 	ek      engineKeys
@@ -217,7 +223,7 @@ func (r *Result) Reset() {
 }
 
 func (r *Result) clear() {
-	r.TotalBlocks, r.BlockSize, r.UnscoredReason = 0, 0, ""
+	r.TotalBlocks, r.BlockSize, r.UnscoredReason, r.IndexRebuilding = 0, 0, "", 0
 	clear(r.byName)
 	for i := range r.Pods {
 		r.Pods[i] = PodResult{}

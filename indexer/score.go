@@ -44,6 +44,9 @@ func (ix *Indexer) score(ctx context.Context, q *Query, r *Result) *Error {
 	r.BlockSize = in.blockSize
 	r.TotalBlocks = len(r.keys)
 	r.UnscoredReason = in.unscored
+	if ix.sub != nil {
+		r.IndexRebuilding = ix.sub.Rebuilding()
+	}
 	lctx, span := ix.tr.StartChild(ctx, tracing.SpanLookup)
 	err = ix.scoreLookup(lctx, q, r, in)
 	if span.IsRecording() {

@@ -25,7 +25,28 @@ func (s eventSink) Apply(ctx context.Context, b *event.Batch) event.ApplyOutcome
 // entries the batch answers (Config.Answered: ix.dropAnswered) by the keys
 // it indexed.
 func (s eventSink) apply(ctx context.Context, b *event.Batch) event.ApplyOutcome {
-	return s.indexer.applier.Apply(ctx, b)
+	o := s.indexer.applier.Apply(ctx, b)
+	s.indexer.reportEvicted()
+	return o
+}
+
+// reportEvicted marks the streams of the pods the index evicted blocks of
+// (Backend.Evicted) incomplete: every pod whose blocks were dropped for
+// capacity says so in its answers, whichever pod's batch made the room.
+// One atomic load when nothing was evicted; the buffer is reused under
+// evictedMu (several apply workers).
+func (ix *Indexer) reportEvicted() {
+	if ix.backend.Evicted == nil || ix.sub == nil {
+		return
+	}
+	ix.evictedMu.Lock()
+	defer ix.evictedMu.Unlock()
+	ix.evictedBuf = ix.backend.Evicted(ix.evictedBuf[:0])
+	for _, id := range ix.evictedBuf {
+		name, rank := ix.in.PodName(id)
+		ix.sub.MarkEvicted(name, rank)
+		ix.m.evictedPods.Inc()
+	}
 }
 
 // indexLost is the backend's loss report (Backend.Lost): counted, and every

@@ -54,3 +54,29 @@ func (st *stream) markIndexLost(reason string) {
 	}
 	st.setCompletionLocked(completion{since: st.stats.LastSeq + 1, why: reason})
 }
+
+// MarkEvicted marks the stream of (pod, dpRank) incomplete with
+// "evicted_for_capacity": the index dropped some of the pod's blocks to stay
+// within its capacity (the composition root relays the memory index's
+// report), so its answers may miss blocks the pod holds. It stays so until
+// what proves the pod's state whole again, as after "index_lost": an engine
+// snapshot (asked at the stream's next batch when the endpoint has one),
+// the engine's own AllBlocksCleared, or a restart. Unlike a loss no rebuild
+// by replay is started: re-adding a pod's lifetime to a full index would
+// evict another pod's blocks, and so on round the fleet. An unknown stream
+// (another daemon's) is ignored.
+func (s *Subscriber) MarkEvicted(pod string, dpRank int) {
+	s.mu.Lock()
+	st := s.streams[streamKey{pod, dpRank}]
+	s.mu.Unlock()
+	if st != nil {
+		st.markIndexLost(whyEvicted)
+	}
+}
+
+// Rebuilding is how many streams still say "index_lost": the backend lost
+// entries and neither a snapshot, a rebuild nor the engine has replaced
+// those pods' state yet. The score path reads it with one atomic load to
+// say so in every answer (an empty answer then means "rebuilding", not
+// "no pod holds the prompt").
+func (s *Subscriber) Rebuilding() int { return int(s.lostStreams.Load()) }

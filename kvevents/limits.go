@@ -138,7 +138,7 @@ func (s *Subscriber) admit(k streamKey, model string) (*stream, string) {
 		s.limits.nModel.Store(int64(len(s.limits.models)))
 	}
 	if st == nil {
-		st = &stream{key: k, worker: s.dispatcher.workerFor(k)}
+		st = &stream{key: k, worker: s.dispatcher.workerFor(k), lostCount: &s.lostStreams}
 		st.stats.Pod, st.stats.DPRank = k.pod, k.rank
 		s.streams[k] = st
 		s.limits.nStream.Store(int64(len(s.streams)))
@@ -176,6 +176,14 @@ func (s *Subscriber) releaseModelLocked(model string) {
 // forgetStreamLocked drops k from the streams and the limits' bookkeeping;
 // s.mu is held.
 func (s *Subscriber) forgetStreamLocked(k streamKey) {
+	if st := s.streams[k]; st != nil {
+		st.mu.Lock()
+		if st.lostCount != nil && st.stats.IncompleteReason == whyIndexLost {
+			st.lostCount.Add(-1) // out of the index_lost count; its stats stay as they were
+		}
+		st.lostCount = nil
+		st.mu.Unlock()
+	}
 	delete(s.streams, k)
 	if m, ok := s.limits.modelOf[k]; ok {
 		delete(s.limits.modelOf, k)

@@ -6,6 +6,13 @@ package kvevents
 // Subscriber.sequence is left with the effects: statistics, logs, the
 // replay and snapshot exchanges, queuing.
 
+// maxCountedMissed bounds what one forward jump adds to MissedBatches (the
+// stream's and kvindexd_kvevents_missed_batches_total): a jump of 2^64-2 is
+// a peer's claim, not batches an engine published, and would swamp the
+// counter for good. No engine publishes 2^24 batches between two that reach
+// us; the log line still says how far the sequence jumped.
+const maxCountedMissed = 1 << 24
+
 // seqState is the part of a stream the decision reads and replaces. It is
 // embedded in stream (guarded by stream.order), so its fields read as the
 // stream's own.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/kvindex/kvindex/blockkeys"
@@ -30,6 +31,25 @@ import (
 const DefaultMaxSnapshotRecords = 1 << 22
 
 var snapshotRequest = []byte("snapshot-v1")
+
+// maxSnapshotLead bounds how far past the batch that asked for it a
+// snapshot's barrier may be: the batches the engine publishes during one
+// exchange (ReplayTimeout), far fewer than 2^16 at any engine's rate.
+const maxSnapshotLead = 1 << 16
+
+// maxPeerText bounds the text of an engine's (or any peer's) reply that goes
+// into an error or a log line: a 32 MiB "error" reply must not become a
+// 32 MiB log line.
+const maxPeerText = 256
+
+// peerText is b quoted for a log line, cut to maxPeerText bytes with the
+// length it had.
+func peerText(b []byte) string {
+	if len(b) <= maxPeerText {
+		return strconv.Quote(string(b))
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(string(b[:maxPeerText])), len(b))
+}
 
 type snapshotHeader struct {
 	epoch       string
@@ -75,9 +95,9 @@ func fetchSnapshot(ctx context.Context, endpoint string, timeout time.Duration, 
 			}
 			return true, nil
 		case "error":
-			return false, fmt.Errorf("engine: %s", body)
+			return false, fmt.Errorf("engine: %s", peerText(body))
 		default:
-			return false, fmt.Errorf("unknown reply %q", kind)
+			return false, fmt.Errorf("unknown reply %s", peerText(f[0]))
 		}
 		return false, nil
 	})
@@ -181,15 +201,25 @@ func (s *Subscriber) resync(ctx context.Context, st *stream, src *source, model 
 	case err != nil:
 		result = "error"
 	case st.epoch != "" && h.epoch != st.epoch:
-		result, err = "stale", fmt.Errorf("snapshot epoch %q, stream epoch %q", h.epoch, st.epoch)
+		result, err = "stale", fmt.Errorf("snapshot epoch %s, stream epoch %s", peerText([]byte(h.epoch)), peerText([]byte(st.epoch)))
 	case h.replicaRank != int64(st.key.rank):
 		result, err = "stale", fmt.Errorf("snapshot of replica %d for DP rank %d", h.replicaRank, st.key.rank)
 	case h.barrierSeq < st.lastSeq:
 		result, err = "stale", fmt.Errorf("snapshot cut at seq %d, before the last batch held (%d)", h.barrierSeq, st.lastSeq)
+	case h.barrierSeq-st.lastSeq > maxSnapshotLead:
+		// The barrier is the next seq the engine assigns after the batch
+		// that asked: a few more at most, for batches published during
+		// the exchange. One far ahead would make every live batch up to it
+		// read as already included and be dropped while the pod says
+		// complete.
+		result, err = "stale", fmt.Errorf("snapshot cut at seq %d, more than %d past the last batch held (%d)", h.barrierSeq, maxSnapshotLead, st.lastSeq)
 	}
 	s.metrics.Snapshots.WithLabelValues(result).Inc()
 	if err != nil {
-		s.log.Warn("engine snapshot not applied; pod stays incomplete", "pod", st.key.pod, "dp_rank", st.key.rank,
+		// Through the limiter, keyed by the endpoint: an engine that fails
+		// every snapshot (or answers each with a huge error) writes a few
+		// bounded lines, not one per attempt.
+		s.warn(src.snapshot+"|snapshot", "engine snapshot not applied; pod stays incomplete", "pod", st.key.pod, "dp_rank", st.key.rank,
 			"endpoint", src.snapshot, "err", err)
 		return false
 	}

@@ -44,3 +44,20 @@ func TestSnapshotHeaderAndChunk(t *testing.T) {
 		t.Fatal("record without hashes accepted")
 	}
 }
+
+// Issue 35: an engine's snapshot error reply of 32 MiB became one 32 MB log
+// line per attempt. What the engine says goes into errors and logs quoted
+// and cut to maxPeerText bytes, with its length.
+func TestPeerTextBounded(t *testing.T) {
+	if got := peerText([]byte("busy\n")); got != `"busy\n"` {
+		t.Errorf("short text: %s", got)
+	}
+	huge := make([]byte, 32<<20)
+	for i := range huge {
+		huge[i] = 'x'
+	}
+	got := peerText(huge)
+	if len(got) > maxPeerText+40 || !strings.HasSuffix(got, "... (33554432 bytes)") {
+		t.Errorf("32 MiB text: %d bytes, ends %q", len(got), got[max(0, len(got)-30):])
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvindex/kvindex/blockkeys"
@@ -50,8 +51,9 @@ type StreamStats struct {
 	// and no engine snapshot has replaced it yet), "index_lost" (the index
 	// backend lost entries: Redis restarted, evicted or was flushed) and
 	// "index_error" (a write of the pod's failed, as the sink's ApplyOutcome
-	// said, and the pod is cleared and rebuilt from later events only);
-	// those two last until an engine snapshot or a rebuild from the replay
+	// said, and the pod is cleared and rebuilt from later events only) and
+	// "evicted_for_capacity" (the in-memory index dropped some of the pod's
+	// blocks to stay within its capacity: MarkEvicted); those three last until an engine snapshot or a rebuild from the replay
 	// buffer replaces the pod's state, or the engine clears or restarts its
 	// cache (MarkIndexLost, trust.go, rebuild.go). The names are the why*
 	// constants (trust.go).
@@ -121,6 +123,9 @@ type stream struct {
 	// stands and when the last one began.
 	rebuildPhase rebuildPhase
 	lastRebuild  time.Time
+	// lostCount is the subscriber's count of streams whose reason is
+	// "index_lost" (Subscriber.Rebuilding), kept by setCompletionLocked.
+	lostCount *atomic.Int64
 }
 
 func (st *stream) currentStats() StreamStats {
@@ -268,9 +273,10 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *e
 	st.peer = src.peer
 	st.stats.DecodeErrors += uint64(evErrs)
 	st.stats.Epoch = st.epoch
+	counted := min(d.missed, maxCountedMissed)
 	if d.kind == seqGap {
 		st.stats.SeqGaps++
-		st.stats.MissedBatches += d.missed
+		st.stats.MissedBatches += counted
 	}
 	st.stats.Replaying = d.replay
 	if d.kind == seqRestart {
@@ -285,7 +291,7 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *e
 			"dp_rank", b.DPRank, "last_seq", last, "seq", b.Seq, "epoch", st.epoch)
 	case seqGap:
 		s.metrics.SeqGaps.Inc()
-		s.metrics.MissedBatches.Add(float64(d.missed))
+		s.metrics.MissedBatches.Add(float64(counted))
 		s.warn(src.addr+"|"+b.Pod, "KV event sequence gap: batches lost", "pod", b.Pod, "dp_rank", b.DPRank,
 			"last_seq", last, "seq", b.Seq, "missed", d.missed, "replay", d.replay)
 	case seqJoin:

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvindex/kvindex/blockkeys"
@@ -146,6 +147,9 @@ type Subscriber struct {
 	counts      decodeCounters
 	dispatcher  *dispatcher
 	logs        *logLimiter
+	// lostStreams counts the streams whose reason is "index_lost"
+	// (Rebuilding).
+	lostStreams atomic.Int64
 
 	ctx       context.Context // lifetime of the bind socket; ended by Close
 	cancel    context.CancelFunc

@@ -43,6 +43,7 @@ const (
 	whyRestored     = "restored"
 	whyIndexLost    = "index_lost"
 	whyIndexError   = "index_error"
+	whyEvicted      = "evicted_for_capacity"
 )
 
 // completion is what a stream says of its completeness: the index holds its
@@ -57,6 +58,13 @@ type completion struct {
 // settles a tentative "message_lost" (lost.go): whatever sets completeness
 // knows more than that mark did. st.mu is held.
 func (st *stream) setCompletionLocked(c completion) {
+	if st.lostCount != nil && (st.stats.IncompleteReason == whyIndexLost) != (c.why == whyIndexLost) {
+		if c.why == whyIndexLost {
+			st.lostCount.Add(1)
+		} else {
+			st.lostCount.Add(-1)
+		}
+	}
 	st.stats.Complete, st.stats.IncompleteReason, st.stats.CompleteSinceSeq = c.why == "", c.why, c.since
 	st.lostFrom = nil
 }

@@ -69,8 +69,14 @@ type MemoryIndex struct {
 	live   atomic.Int64                     // live (block, holder) entries, all pods
 
 	evictions atomic.Int64
-	bufs      sync.Pool // *lookupBuf
-	scores    sync.Pool // *memScore
+	// evicted lists the pods that lost a live entry to the capacity sweep
+	// since TakeEvicted last drained it, each once (podCount.evicted);
+	// anyEvicted lets TakeEvicted skip the lock when it is empty. Under
+	// podMu; at most one entry per pod.
+	evicted    []PodID
+	anyEvicted atomic.Bool
+	bufs       sync.Pool // *lookupBuf
+	scores     sync.Pool // *memScore
 }
 
 // MemoryConfig configures NewMemoryIndex.
@@ -128,6 +134,7 @@ type epochPage [podPageSize]atomic.Uint32
 type podCount struct {
 	blocks  int64 // distinct (model, key) with a live holder of this pod
 	entries int64 // live (model, key, tier) holders of this pod
+	evicted bool  // listed in MemoryIndex.evicted
 }
 
 var _ Index = (*MemoryIndex)(nil)
@@ -267,7 +274,7 @@ func (idx *MemoryIndex) ClearPod(ctx context.Context, pod PodID) error {
 	e.Store((e.Load() + 1) & epochMask)
 	c := idx.count(pod)
 	idx.live.Add(-c.entries)
-	*c = podCount{}
+	*c = podCount{evicted: c.evicted} // still listed until TakeEvicted
 	idx.podMu.Unlock()
 	return nil
 }
@@ -297,6 +304,22 @@ func (idx *MemoryIndex) PodEntries(pod PodID) int64 {
 	return 0
 }
 
+// PodsEntries is how many (block, tier) entries the pods hold together,
+// read under one lock: a pod's share spans its DP ranks.
+func (idx *MemoryIndex) PodsEntries(pods []PodID) int64 {
+	idx.podMu.Lock()
+	defer idx.podMu.Unlock()
+	var n int64
+	for _, pod := range pods {
+		if pod < MaxPods {
+			if c := idx.count(pod); c != nil {
+				n += c.entries
+			}
+		}
+	}
+	return n
+}
+
 // Stats returns the index counters. Keys counts occupied slots, which
 // includes keys whose holders all belong to cleared pods until reclaimed.
 func (idx *MemoryIndex) Stats() IndexStats {
@@ -305,6 +328,27 @@ func (idx *MemoryIndex) Stats() IndexStats {
 		keys += idx.shards[i].keys.Load()
 	}
 	return IndexStats{Entries: idx.live.Load(), Keys: keys, Evictions: idx.evictions.Load()}
+}
+
+// TakeEvicted appends to dst the pods that lost entries to the capacity
+// sweep since the last call (each once) and forgets them: the caller says
+// so in their answers (the indexer marks their streams incomplete,
+// "evicted_for_capacity"). One atomic load when no pod lost any.
+func (idx *MemoryIndex) TakeEvicted(dst []PodID) []PodID {
+	if !idx.anyEvicted.Load() {
+		return dst
+	}
+	idx.podMu.Lock()
+	defer idx.podMu.Unlock()
+	for _, p := range idx.evicted {
+		if c := idx.count(p); c != nil {
+			c.evicted = false
+		}
+	}
+	dst = append(dst, idx.evicted...)
+	idx.evicted = idx.evicted[:0]
+	idx.anyEvicted.Store(false)
+	return dst
 }
 
 // Capacity is the configured bound on (block, holder) entries.

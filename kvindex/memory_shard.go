@@ -394,6 +394,11 @@ func (sh *shard) evictSlot(idx *MemoryIndex, t []uint64, i int, hs []uint64) {
 		if first {
 			c.blocks--
 		}
+		if !c.evicted {
+			c.evicted = true
+			idx.evicted = append(idx.evicted, p)
+			idx.anyEvicted.Store(true)
+		}
 		idx.live.Add(-1)
 		idx.evictions.Add(1)
 	}

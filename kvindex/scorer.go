@@ -4,11 +4,13 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"sync"
 
 	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/internal/option"
 	"github.com/kvindex/kvindex/kvevents/event"
 )
 
@@ -22,6 +24,25 @@ type TierWeights [event.NumTiers]float64
 // for its shared_storage tier (llm-d-router issue #2808).
 func DefaultTierWeights() TierWeights {
 	return TierWeights{event.TierGPU: 1.0, event.TierCPU: 0.8, event.TierDisk: 0.5, event.TierExternal: 0.3, event.TierShared: 0.4}
+}
+
+// TierWeightOption is the range of each weight of TierWeights (kvindexd's
+// --tier-weights, a list, so the row is checked by Validate rather than
+// bound to a flag of its own). A weight multiplies matched blocks into a
+// score: NaN or an infinity would make every comparison of scores false or
+// equal, and a huge one overflows the sum to +Inf, so weights are finite and
+// at most 1000 (a GPU block is 1; nothing needs a tier worth 1000 of it).
+var TierWeightOption = option.Float{Name: "tier-weights", Default: 1, Min: 0, Max: 1000,
+	Help: "score weight of one matched block on a tier"}
+
+// Validate says which weight is outside TierWeightOption's range.
+func (w TierWeights) Validate() error {
+	for t, v := range w {
+		if err := TierWeightOption.Check(v); err != nil {
+			return fmt.Errorf("%s weight: %w", event.Tier(t), err)
+		}
+	}
+	return nil
 }
 
 // PodScore is one pod's match for a key sequence.

@@ -327,7 +327,7 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.HashAlgo, "hash-algo", cfg.HashAlgo, "vLLM --prefix-caching-hash-algo: "+blockkeys.HashAlgoNames())
 	fs.StringVar(&cfg.HashSeed, "hash-seed", cfg.HashSeed, "the engines' PYTHONHASHSEED (string, as set in their environment); the default is vLLM's seed when PYTHONHASHSEED is unset (sha256 family, vLLM since PR #51875); the xxhash family and older vLLM seed randomly unless PYTHONHASHSEED is set")
 	intOpt(fs, &cfg.BlockSize, indexer.Options.BlockSize)
-	fs.StringVar(&cfg.TierWeights, "tier-weights", cfg.TierWeights, "score weight per tier: gpu=1,cpu=0.8,disk=0.5,external=0.3,shared=0.4 (shared: blocks a pod can load from a storage source, see --storage-readers)")
+	fs.StringVar(&cfg.TierWeights, "tier-weights", cfg.TierWeights, "score weight per tier: gpu=1,cpu=0.8,disk=0.5,external=0.3,shared=0.4 (each 0..1000; shared: blocks a pod can load from a storage source, see --storage-readers)")
 	fs.StringVar(&cfg.StorageReaders, "storage-readers", cfg.StorageReaders, "storage sources (the pod slot of a storage publisher's topic, e.g. llm-d's kv@SHARED_STORAGE@<model>) and the pods that load their blocks, credited to them as the shared tier: SOURCE=podA,podB;SOURCE=* (every pod publishing for the model);SOURCE= (none). Sources are never scored or picked; entries are added to the defaults")
 	intOpt(fs, &cfg.KeyCacheSize, indexer.Options.KeyCacheSize)
 	intOpt(fs, &cfg.DigestCacheSize, applier.Options.DigestCacheSize)
@@ -635,10 +635,13 @@ func parseTierWeights(s string) (kvindex.TierWeights, error) {
 			return w, fmt.Errorf("--tier-weights: unknown tier %q (gpu, cpu, disk, external, shared)", k)
 		}
 		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if err != nil || f < 0 {
-			return w, fmt.Errorf("--tier-weights: %s weight %q is not a non-negative number", k, v)
+		if err != nil {
+			return w, fmt.Errorf("--tier-weights: %s weight %q is not a number", k, v)
 		}
 		w[t] = f
+	}
+	if err := w.Validate(); err != nil {
+		return w, fmt.Errorf("--tier-weights: %w", err)
 	}
 	return w, nil
 }

@@ -33,6 +33,7 @@ type LimitsConfig struct {
 	MaxDigestCaches     int      `json:"max_digest_caches" yaml:"max_digest_caches"`
 	MaxAliasTables      int      `json:"max_alias_tables" yaml:"max_alias_tables"`
 	MaxSessionsPerPod   int      `json:"max_sessions_per_pod" yaml:"max_sessions_per_pod"`
+	MaxSessions         int      `json:"max_sessions" yaml:"max_sessions"`
 	// PodShare is nil for the backend's default: applier.Options.PodShare's
 	// with the in-memory index, none with Redis (which has no per-pod
 	// accounting; a share set explicitly there is a start-up error).
@@ -58,6 +59,7 @@ func defaultLimits(ev kvevents.Config, ix indexer.Config) LimitsConfig {
 		MaxDigestCaches:     ix.ApplierLimits.MaxDigestCaches,
 		MaxAliasTables:      ix.ApplierLimits.MaxAliasTables,
 		MaxSessionsPerPod:   ix.ApplierLimits.SessionsPerPod,
+		MaxSessions:         ix.ApplierLimits.MaxSessions,
 	}
 }
 
@@ -77,6 +79,7 @@ func limitFlags(fs *flag.FlagSet, l *LimitsConfig) {
 	intOpt(fs, &l.MaxDigestCaches, ap.MaxDigestCaches)
 	intOpt(fs, &l.MaxAliasTables, ap.MaxAliasTables)
 	intOpt(fs, &l.MaxSessionsPerPod, ap.SessionsPerPod)
+	intOpt(fs, &l.MaxSessions, ap.MaxSessions)
 	declare(fs, &podShareFlag{&l.PodShare, ap.PodShare}, ap.PodShare.Name, ap.PodShare.Help)
 }
 
@@ -110,7 +113,7 @@ func (l *LimitsConfig) applier(memory bool) applier.Limits {
 		sessions = -1 // off (0 is the applier's default)
 	}
 	return applier.Limits{MaxDigestCaches: l.MaxDigestCaches, MaxAliasTables: l.MaxAliasTables, PodShare: share,
-		SessionsPerPod: sessions}
+		SessionsPerPod: sessions, MaxSessions: l.MaxSessions}
 }
 
 // podShareFlag is --pod-share: a number, or auto (unset) for the

@@ -27,7 +27,7 @@ func TestLimitsConfig(t *testing.T) {
 		t.Fatalf("subscriber config %+v", sc)
 	}
 	if a := cfg.LimitsConfig.applier(true); a != (applier.Limits{MaxDigestCaches: applier.DefaultMaxDigestCaches,
-		MaxAliasTables: applier.DefaultMaxAliasTables, SessionsPerPod: applier.DefaultSessionsPerPod}) {
+		MaxAliasTables: applier.DefaultMaxAliasTables, SessionsPerPod: applier.DefaultSessionsPerPod, MaxSessions: applier.DefaultMaxSessions}) {
 		t.Fatalf("applier limits %+v", a)
 	}
 	def, err := loadConfig(nil, func(string) string { return "" }, io.Discard)

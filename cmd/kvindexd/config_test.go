@@ -92,6 +92,13 @@ func TestConfigJSONFileAndErrors(t *testing.T) {
 		{"--block-size", "0"},
 		{"--tier-weights", "gpu=x"},
 		{"--tier-weights", "tpu=1"},
+		// issue 35: each weight within kvindex.TierWeightOption's range
+		{"--tier-weights", "gpu=NaN"},
+		{"--tier-weights", "gpu=+Inf"},
+		{"--tier-weights", "gpu=1e308"},
+		{"--tier-weights", "cpu=-1"},
+		{"--pod-share", "9223372036854775807"},
+		{"--pod-share", "-1"},
 		{"--endpoint", "tcp://a:1,color=blue"},
 		{"--endpoint", "tcp://a:1,engine=tgi"},
 		{"--log-format", "xml"},

@@ -1,6 +1,7 @@
 package promises
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvindex/redisindex/redistest"
+	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
 // Daemons sharing Redis answer the same: a daemon that never received an
@@ -168,6 +170,18 @@ func TestPromiseRedisLossIsIncomplete(t *testing.T) {
 		}
 		return ""
 	})
+	// Issue 35: the score answer itself says the index is rebuilding (the
+	// pod list is empty: Redis lost the pod's entries), over HTTP and gRPC.
+	req, _ := json.Marshal(map[string]any{"model": model, "token_ids": toks})
+	if code, body, _ := d.Do("POST", "/v1/score", string(req)); code != http.StatusOK ||
+		!regexp.MustCompile(`"index_rebuilding_pods":1\b`).MatchString(body) {
+		t.Errorf("score after the loss: %d %s, want index_rebuilding_pods 1", code, body)
+	}
+	ic, _ := grpcClient(t, d)
+	if resp, err := ic.Score(context.Background(), &kvindexv1.ScoreRequest{Model: model, Input: &kvindexv1.ScoreRequest_TokenIds{TokenIds: &kvindexv1.TokenIDs{Ids: toks}}}); err != nil ||
+		resp.GetIndexRebuildingPods() != 1 {
+		t.Errorf("gRPC score after the loss: %v, %v; want index_rebuilding_pods 1", resp, err)
+	}
 	// An in-order batch rebuilds only what it carries: still incomplete.
 	more := prompt(32, 1)
 	publish(t, pub, "pod-lost", model, 1, stored(engineHashes(t, more), more))

@@ -82,3 +82,34 @@ func TestPromiseSnapshotValidation(t *testing.T) {
 		})
 	}
 }
+
+// Issue 35: a snapshot file dated in the future has no age --snapshot-max-age can
+// bound (dated 2200, it would be loaded for ever): beyond a minute's clock skew it
+// is refused like a stale one (cold start, logged); one dated now is loaded.
+func TestPromiseSnapshotDatedInTheFutureIsNotLoaded(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		mtime   time.Time
+		entries float64
+	}{
+		{"year_2200", time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC), 0},
+		{"now", time.Now(), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "snap.bin")
+			writeSnapshot(t, path, map[string]int{"pod-a": 0})
+			if err := os.Chtimes(path, tc.mtime, tc.mtime); err != nil {
+				t.Fatal(err)
+			}
+			d := harness.Start(t, "--snapshot-path", path)
+			if v := d.Metric("kvindexd_snapshot_restored_entries"); v != tc.entries {
+				t.Errorf("restored entries %v, want %v", v, tc.entries)
+			}
+			if future := strings.Contains(d.Logs.String(), "snapshot dated in the future"); future != (tc.entries == 0) {
+				t.Errorf("log says the file is dated in the future: %v", future)
+			}
+		})
+	}
+}

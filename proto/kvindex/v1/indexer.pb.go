@@ -610,8 +610,14 @@ type ScoreResponse struct {
 	// video item is scored up to its first media item (the blocks from there
 	// on carry the media's hash, which the request does not give).
 	UnscoredReason string `protobuf:"bytes,3,opt,name=unscored_reason,json=unscoredReason,proto3" json:"unscored_reason,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Pods whose index state is still being rebuilt after the backend lost
+	// entries (a Redis restart, flush or eviction: their streams say
+	// "index_lost"); 0 when none. While it is above 0 the answer may lack
+	// pods that hold the prompt: an empty list means "rebuilding", not
+	// "held nowhere".
+	IndexRebuildingPods int32 `protobuf:"varint,4,opt,name=index_rebuilding_pods,json=indexRebuildingPods,proto3" json:"index_rebuilding_pods,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ScoreResponse) Reset() {
@@ -663,6 +669,13 @@ func (x *ScoreResponse) GetUnscoredReason() string {
 		return x.UnscoredReason
 	}
 	return ""
+}
+
+func (x *ScoreResponse) GetIndexRebuildingPods() int32 {
+	if x != nil {
+		return x.IndexRebuildingPods
+	}
+	return 0
 }
 
 type ListPodsRequest struct {
@@ -2309,11 +2322,12 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\x11apply_lag_seconds\x18\b \x01(\x01R\x0fapplyLagSeconds\x12\x1a\n" +
 	"\bcomplete\x18\t \x01(\bR\bcomplete\x12+\n" +
 	"\x11incomplete_reason\x18\n" +
-	" \x01(\tR\x10incompleteReason\"\x85\x01\n" +
+	" \x01(\tR\x10incompleteReason\"\xb9\x01\n" +
 	"\rScoreResponse\x12!\n" +
 	"\ftotal_blocks\x18\x01 \x01(\x05R\vtotalBlocks\x12(\n" +
 	"\x04pods\x18\x02 \x03(\v2\x14.kvindex.v1.PodScoreR\x04pods\x12'\n" +
-	"\x0funscored_reason\x18\x03 \x01(\tR\x0eunscoredReason\"\x11\n" +
+	"\x0funscored_reason\x18\x03 \x01(\tR\x0eunscoredReason\x122\n" +
+	"\x15index_rebuilding_pods\x18\x04 \x01(\x05R\x13indexRebuildingPods\"\x11\n" +
 	"\x0fListPodsRequest\"\x88\n" +
 	"\n" +
 	"\aPodInfo\x12\x10\n" +
