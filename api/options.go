@@ -37,9 +37,9 @@ var Options = struct {
 	MaxBodyBytes: option.Int{Name: "http-max-body-bytes", Default: 64 << 20, Min: 0, Max: 1 << 32,
 		Help: "request body cap (larger: 413)"},
 	HTTPMaxConns: option.Int{Name: "http-max-conns", Default: DefaultMaxConns, Min: 0, Max: 1 << 20,
-		Help: "open HTTP connections at most; more wait in the kernel backlog (0 = no limit)"},
+		Help: "open HTTP connections at most; at the cap a connection with no request in progress gives way to a new one, else it waits in the kernel backlog (0 = no limit)"},
 	GRPCMaxConns: option.Int{Name: "grpc-max-conns", Default: DefaultMaxConns, Min: 0, Max: 1 << 20,
-		Help: "open gRPC connections at most (0 = no limit)"},
+		Help: "open gRPC connections at most; at the cap a connection with no call in flight gives way to a new one (0 = no limit)"},
 	GRPCIdleTimeout: option.Duration{Name: "grpc-idle-timeout", Default: DefaultIdleTimeout, Range: option.Positive,
 		Help: "gRPC connections without a call this long are closed (GOAWAY, then closed within 5 s even if the client ignores it)"},
 	ApplyStallTimeout: option.Duration{Name: "apply-stall-timeout", Default: DefaultApplyStallTimeout, Range: option.NonNegative,
@@ -49,6 +49,9 @@ var Options = struct {
 
 // DefaultHTTPLimits is HTTPLimits with every field at its default.
 func DefaultHTTPLimits() HTTPLimits { return HTTPLimits{}.withDefaults() }
+
+// EffectiveHTTPLimits is l with each zero field at its default.
+func EffectiveHTTPLimits(l HTTPLimits) HTTPLimits { return l.withDefaults() }
 
 // ValidateHTTPLimits checks l against the ranges of Options (a zero field is
 // valid: it stands for the default).

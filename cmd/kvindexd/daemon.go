@@ -145,8 +145,12 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 		// Idle connections give their slot back, as on HTTP: without it
 		// --grpc-max-conns connections that finished the HTTP/2 preface
 		// and went quiet would lock every client out.
+		// At the cap, an idle connection gives way to a new one
+		// (api.LimitListener): the stats handler tells it which are idle.
+		// Headers are capped as on HTTP (gRPC's own default is 16 MB).
 		opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.ConnectionTimeout(grpcHandshakeTimeout),
-			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: time.Duration(cfg.GRPCIdleTimeout)})}
+			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: time.Duration(cfg.GRPCIdleTimeout)}),
+			api.GRPCConnTracking(), grpc.MaxHeaderListSize(uint32(api.EffectiveHTTPLimits(cfg.httpLimits()).MaxHeaderBytes))}
 		if d.sec.grpcTLS != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(d.sec.grpcTLS.ServerConfig("h2"))))
 		}
