@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kvindex/kvindex/internal/unixsock"
 )
 
 // Message is one multipart message and the address of the peer it came from.
@@ -96,7 +98,15 @@ func (s *socket) listen(endpoint string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen(network, addr)
+	var ln net.Listener
+	if network == "unix" {
+		// As the HTTP and gRPC unix sockets: mode 0660 whatever the umask,
+		// and a stale file left by a killed daemon is replaced (only when
+		// nothing accepts on it), so a restart is not a crash loop.
+		ln, err = unixsock.Listen(addr, unixsock.Mode)
+	} else {
+		ln, err = net.Listen(network, addr)
+	}
 	if err != nil {
 		return fmt.Errorf("zmtp: bind %s: %w", endpoint, err)
 	}
