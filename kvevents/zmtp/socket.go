@@ -18,6 +18,8 @@ import (
 type Message struct {
 	Frames [][]byte
 	Peer   string
+	// from is the connection it came on, for Sub.MarkUseful.
+	from *conn
 }
 
 type item struct {
@@ -446,9 +448,11 @@ func (s *socket) serve(c *conn) error {
 		case "ROUTER":
 			frames = append([][]byte{[]byte(c.routingID)}, frames...)
 		}
-		s.delivered(c)
+		if !s.opts.UsefulMarks {
+			s.delivered(c)
+		}
 		select {
-		case s.msgs <- item{Message{frames, c.peer}, reserved}:
+		case s.msgs <- item{Message{frames, c.peer, c}, reserved}:
 		case <-s.done:
 			s.budget.give(reserved)
 			return ErrClosed
