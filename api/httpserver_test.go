@@ -119,31 +119,6 @@ func TestConnectionLimitEvictsOldestIdle(t *testing.T) {
 	}
 }
 
-// timeout, and the waiting /healthz is served.
-func TestConnectionLimit(t *testing.T) {
-	addr, m := serveLimited(t, Config{}, HTTPLimits{ReadHeaderTimeout: time.Second}, 5)
-	var idle []net.Conn
-	for range 5 {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		idle = append(idle, c)
-	}
-	wait.For(t, "5 connections open", func() bool { return value(m.open.WithLabelValues("http")) == 5 })
-	healthz(t, addr)
-	if got := value(m.waited.WithLabelValues("http")); got < 1 {
-		t.Errorf("connections_limited_total = %v, want >= 1", got)
-	}
-	for _, c := range idle {
-		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
-		if _, err := io.Copy(io.Discard, c); err != nil {
-			t.Errorf("idle connection not closed: %v", err)
-		}
-	}
-}
-
 func TestBodyAndHeaderCaps(t *testing.T) {
 	addr, _ := serveLimited(t, Config{MaxBodyBytes: 1000}, HTTPLimits{MaxHeaderBytes: 4096}, 0)
 	post := func(body string, chunked bool) int {

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/internal/bytebudget"
 	"github.com/kvindex/kvindex/internal/grpcbuf"
 	"github.com/kvindex/kvindex/kvevents"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
@@ -79,6 +80,12 @@ type Config struct {
 	// MaxBodyBytes caps an HTTP request body (0 = no cap beyond each
 	// handler's own).
 	MaxBodyBytes int64
+	// MaxPromptBytes is the prompt cap (--max-prompt-bytes): bodies are
+	// capped at what the largest prompt needs (bodyCap; 0 = not derived).
+	MaxPromptBytes int
+	// BodyBudgetBytes bounds the request bodies over 1 MiB in progress
+	// together (0 = DefaultBodyBudget).
+	BodyBudgetBytes int64
 	// ApplyStallTimeout makes the daemon not ready while an event worker
 	// has been inside one apply (one batch written to the index, or one
 	// pod forgotten) longer than this: the backend hangs and every pod on
@@ -119,6 +126,8 @@ type Server struct {
 	stopping     atomic.Bool
 	llmd         llmdService
 	guardMetrics *guardMetrics
+	// bodies is the request body budget (bodybudget.go).
+	bodies *bytebudget.Budget
 }
 
 // New checks the config and registers the metrics.
@@ -145,6 +154,7 @@ func New(cfg Config) (*Server, error) {
 	if s.guardMetrics, err = newGuardMetrics(cfg.Registry); err != nil {
 		return nil, err
 	}
+	s.bodies = s.newBodyBudget()
 	if err := registerBuildInfo(cfg.Registry, cfg.Build); err != nil {
 		return nil, err
 	}
