@@ -21,9 +21,10 @@ import (
 // that never finishes. The header budget counts raw header bytes as they
 // are read: beyond it a connection is closed before its headers are
 // parsed. Peak RSS stays within the documented bound (docs/security.md:
-// ~10 x the budget + ~25 KB per connection); the same attack took 2.66 GB
-// when the budget was checked only after parsing. /healthz answers
-// meanwhile.
+// ~10 x the budget + ~25 KB per connection; the test fails above
+// 512 MiB): 245 MB, where the same test took 827 MB (and the attack run
+// 2.66 GB) when the budget was checked only after parsing. /healthz
+// answers meanwhile.
 func TestPromiseHTTPHeaderMemory(t *testing.T) {
 	t.Parallel()
 	harness.Heavy(t)
@@ -70,7 +71,7 @@ func TestPromiseHTTPHeaderMemory(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	rss := d.PeakRSS()
 	t.Logf("peak RSS %d MB; %v refused by the header budget", rss>>20, d.Metric("kvindexd_http_header_budget_rejected_total"))
-	if rss > 768<<20 && !race.Enabled {
-		t.Errorf("peak RSS %d MB with %d connections of 60 KiB headers, want below 768 MiB", rss>>20, conns)
+	if rss > 512<<20 && !race.Enabled {
+		t.Errorf("peak RSS %d MB with %d connections of 60 KiB headers, want below 512 MiB", rss>>20, conns)
 	}
 }
