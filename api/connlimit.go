@@ -192,7 +192,7 @@ type limitConn struct {
 
 	// httpActive is the HTTP server's view (ConnState), so that its
 	// transitions count once whatever order they come in.
-	httpActive bool
+	httpActive atomic.Bool
 	// hdr is the header budget this connection's unparsed request bytes
 	// count against (HTTP only; nil: not counted); pending is what it
 	// holds of it.
@@ -276,11 +276,7 @@ func (c *limitConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (c *limitConn) countingHeaders() bool {
-	c.listener.mu.Lock()
-	defer c.listener.mu.Unlock()
-	return !c.httpActive
-}
+func (c *limitConn) countingHeaders() bool { return !c.httpActive.Load() }
 
 // releaseHeaders gives back what the unparsed headers held.
 func (c *limitConn) releaseHeaders() {
@@ -319,10 +315,7 @@ func trackHTTP(b *headerBudget) func(net.Conn, http.ConnState) {
 		case http.StateNew:
 			c.hdr = b
 		case http.StateActive:
-			c.listener.mu.Lock()
-			was := c.httpActive
-			c.httpActive = true
-			c.listener.mu.Unlock()
+			was := c.httpActive.Swap(true)
 			// The parsed headers now count in the handler (headerBudget);
 			// the raw bytes read for them are given back.
 			c.releaseHeaders()
@@ -330,10 +323,7 @@ func trackHTTP(b *headerBudget) func(net.Conn, http.ConnState) {
 				c.begin()
 			}
 		case http.StateIdle, http.StateHijacked, http.StateClosed:
-			c.listener.mu.Lock()
-			was := c.httpActive
-			c.httpActive = false
-			c.listener.mu.Unlock()
+			was := c.httpActive.Swap(false)
 			if was {
 				c.end()
 			}
