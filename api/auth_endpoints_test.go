@@ -274,7 +274,7 @@ func TestConnMetricsRegistered(t *testing.T) {
 	for _, mf := range mfs {
 		got[mf.GetName()] = true
 	}
-	for _, name := range []string{"kvindexd_open_connections", "kvindexd_connections_limited_total"} {
+	for _, name := range []string{"kvindexd_open_connections", "kvindexd_connections_limited_total", "kvindexd_connections_evicted_total"} {
 		if !got[name] {
 			t.Errorf("%s is not on the registry given to NewConnMetrics", name)
 		}

@@ -128,17 +128,11 @@ func (s *Server) guard(next http.Handler) http.Handler {
 				"Content-Type %q: admin calls take application/json", r.Header.Get("Content-Type")))
 			return
 		}
-		if max := s.cfg.MaxBodyBytes; max > 0 {
-			if r.ContentLength > max {
-				writeError(w, errorf(codes.ResourceExhausted, "request body of %d bytes is above the limit of %d", r.ContentLength, max))
-				return
-			}
-			// The score handler caps its body at maxBodyBytes itself: wrap
-			// (one allocation) only for a lower cap.
-			if max < maxBodyBytes && hasBody(r) {
-				r.Body = http.MaxBytesReader(w, r.Body, max)
-			}
+		done := s.admitBody(w, r)
+		if done == nil {
+			return
 		}
+		defer done()
 		next.ServeHTTP(w, r)
 	})
 }

@@ -1,9 +1,7 @@
 package api
 
 import (
-	"net"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,36 +48,67 @@ const (
 	DefaultMaxConns = 10000
 )
 
-// NewHTTPServer returns the HTTP server for Handler with lim applied.
+// NewHTTPServer returns the HTTP server for Handler with lim applied. Served
+// on a LimitListener, its connections count their unparsed header bytes
+// against the header budget and tell the listener which are inside a
+// request.
 func (s *Server) NewHTTPServer(lim HTTPLimits) *http.Server {
 	lim = lim.withDefaults()
+	b := &headerBudget{limit: lim.HeaderBudget, rejected: s.metrics.headerBudgetRejected}
 	return &http.Server{
-		Handler:           s.headerBudget(lim.HeaderBudget, s.Handler()),
+		Handler:           s.headerBudget(b, s.Handler()),
 		ReadHeaderTimeout: lim.ReadHeaderTimeout,
 		ReadTimeout:       lim.ReadTimeout,
 		WriteTimeout:      lim.WriteTimeout,
 		IdleTimeout:       lim.IdleTimeout,
 		MaxHeaderBytes:    lim.MaxHeaderBytes,
+		ConnState:         trackHTTP(b),
 	}
 }
 
+// headerBudget is the request line and header bytes of the HTTP requests
+// in progress: raw bytes while a connection reads them (limitConn.Read),
+// then the parsed headers until the request's handler returns.
+type headerBudget struct {
+	limit    int64
+	used     atomic.Int64
+	rejected prometheus.Counter
+}
+
+// smallHeaders is what one request's unparsed headers may hold in the last
+// quarter of the budget: requests with large headers can take three
+// quarters of it, never the room ordinary ones (~500 bytes) need.
+const smallHeaders = 8 << 10
+
+// take adds n raw header bytes of a connection that now holds held; false
+// (nothing added) when they do not fit.
+func (b *headerBudget) take(n, held int64) bool {
+	u := b.used.Add(n)
+	if u <= b.limit && (held <= smallHeaders || u <= b.limit/4*3) {
+		return true
+	}
+	b.used.Add(-n)
+	return false
+}
+
+func (b *headerBudget) rejectedEarly() { b.rejected.Inc() }
+
 // headerBudget answers 503 to a request whose headers would take the
-// header bytes of the requests in progress past limit; the others hold
-// theirs until their handler returns (a trickled body included).
-func (s *Server) headerBudget(limit int64, next http.Handler) http.Handler {
-	var used atomic.Int64
+// header bytes of the requests in progress past the budget; the others
+// hold theirs until their handler returns (a trickled body included).
+func (s *Server) headerBudget(b *headerBudget, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := headerBytes(r)
-		if used.Add(n) > limit {
-			used.Add(-n)
-			s.metrics.headerBudgetRejected.Inc()
+		if b.used.Add(n) > b.limit {
+			b.used.Add(-n)
+			b.rejected.Inc()
 			w.Header().Set("Connection", "close")
 			w.Header().Set("Retry-After", "1")
 			writeErrorStatus(w, http.StatusServiceUnavailable, errorf(codes.Unavailable,
-				"the headers of the requests in progress are at --http-header-budget-bytes (%d); retry", limit))
+				"the headers of the requests in progress are at --http-header-budget-bytes (%d); retry", b.limit))
 			return
 		}
-		defer used.Add(-n)
+		defer b.used.Add(-n)
 		next.ServeHTTP(w, r)
 	})
 }
@@ -94,102 +123,4 @@ func headerBytes(r *http.Request) int64 {
 		}
 	}
 	return int64(n)
-}
-
-// ConnMetrics count the connections of the daemon's listeners.
-type ConnMetrics struct {
-	open   *prometheus.GaugeVec
-	waited *prometheus.CounterVec
-}
-
-// NewConnMetrics registers kvindexd_open_connections{server} and
-// kvindexd_connections_limited_total{server} on reg (nil = unregistered).
-func NewConnMetrics(reg *prometheus.Registry) (*ConnMetrics, error) {
-	m := &ConnMetrics{
-		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "kvindexd_open_connections", Help: "Open client connections per server (http, grpc).",
-		}, []string{"server"}),
-		waited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvindexd_connections_limited_total",
-			Help: "Connections that waited in the kernel backlog because the server was at its connection limit.",
-		}, []string{"server"}),
-	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.open, m.waited} {
-			if err := reg.Register(c); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return m, nil
-}
-
-// LimitListener accepts at most n connections at once (n <= 0: no limit,
-// still counted): at the limit, Accept waits until a connection closes, so
-// extra clients wait in the kernel backlog instead of costing a goroutine
-// and buffers each. The server's read timeouts make sure slots free up.
-func LimitListener(l net.Listener, n int, name string, m *ConnMetrics) net.Listener {
-	ll := &limitListener{Listener: l, open: m.open.WithLabelValues(name), waited: m.waited.WithLabelValues(name),
-		done: make(chan struct{})}
-	if n > 0 {
-		ll.sem = make(chan struct{}, n)
-	}
-	return ll
-}
-
-type limitListener struct {
-	net.Listener
-	sem    chan struct{}
-	open   prometheus.Gauge
-	waited prometheus.Counter
-	// done is closed by Close so an Accept waiting for a slot returns.
-	done      chan struct{}
-	closeOnce sync.Once
-}
-
-func (l *limitListener) Close() error {
-	err := l.Listener.Close()
-	l.closeOnce.Do(func() { close(l.done) })
-	return err
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	if l.sem != nil {
-		select {
-		case l.sem <- struct{}{}:
-		default:
-			l.waited.Inc()
-			select {
-			case l.sem <- struct{}{}:
-			case <-l.done:
-				return nil, net.ErrClosed
-			}
-		}
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		if l.sem != nil {
-			<-l.sem
-		}
-		return nil, err
-	}
-	l.open.Inc()
-	return &limitConn{Conn: c, listener: l}, nil
-}
-
-type limitConn struct {
-	net.Conn
-	listener *limitListener
-	once     sync.Once
-}
-
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(func() {
-		c.listener.open.Dec()
-		if c.listener.sem != nil {
-			<-c.listener.sem
-		}
-	})
-	return err
 }

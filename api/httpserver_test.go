@@ -2,10 +2,12 @@ package api
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -83,11 +85,11 @@ func TestSlowBodiesAreCutOff(t *testing.T) {
 	wait.For(t, "open connections back to zero", func() bool { return value(open) == 0 })
 }
 
-// At the connection limit a new client waits (counted) until a slot frees:
-// here the idle connections holding every slot are closed by the header
-// timeout, and the waiting /healthz is served.
-func TestConnectionLimit(t *testing.T) {
-	addr, m := serveLimited(t, Config{}, HTTPLimits{ReadHeaderTimeout: time.Second}, 5)
+// At the connection limit a new client evicts the connection accepted
+// longest ago that never had a request (counted), and is served at once;
+// the other idle connections stay.
+func TestConnectionLimitEvictsOldestIdle(t *testing.T) {
+	addr, m := serveLimited(t, Config{}, HTTPLimits{ReadHeaderTimeout: 30 * time.Second}, 5)
 	var idle []net.Conn
 	for range 5 {
 		c, err := net.Dial("tcp", addr)
@@ -96,16 +98,23 @@ func TestConnectionLimit(t *testing.T) {
 		}
 		defer c.Close()
 		idle = append(idle, c)
+		wait.For(t, "connection open", func() bool { return value(m.open.WithLabelValues("http")) == float64(len(idle)) })
 	}
-	wait.For(t, "5 connections open", func() bool { return value(m.open.WithLabelValues("http")) == 5 })
 	healthz(t, addr)
-	if got := value(m.waited.WithLabelValues("http")); got < 1 {
-		t.Errorf("connections_limited_total = %v, want >= 1", got)
+	if got := value(m.evicted.WithLabelValues("http")); got != 1 {
+		t.Errorf("connections_evicted_total = %v, want 1", got)
 	}
-	for _, c := range idle {
-		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
-		if _, err := io.Copy(io.Discard, c); err != nil {
-			t.Errorf("idle connection not closed: %v", err)
+	if got := value(m.waited.WithLabelValues("http")); got != 0 {
+		t.Errorf("connections_limited_total = %v, want 0 (an idle connection gave way)", got)
+	}
+	_ = idle[0].SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.Copy(io.Discard, idle[0]); err != nil {
+		t.Errorf("the oldest idle connection was not evicted: %v", err)
+	}
+	for i, c := range idle[1:] {
+		_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("idle connection %d, newer than the evicted one, was touched: %v", i+1, err)
 		}
 	}
 }

@@ -25,6 +25,9 @@ type metrics struct {
 	// headerBudgetRejected counts HTTP requests answered 503 because the
 	// header bytes of the requests in progress were at the budget.
 	headerBudgetRejected prometheus.Counter
+	// bodyBudgetRejected and bodyInflight are the request body budget's.
+	bodyBudgetRejected prometheus.Counter
+	bodyInflight       prometheus.Gauge
 }
 
 func newMetrics(reg *prometheus.Registry, s *Server) (*metrics, error) {
@@ -42,6 +45,14 @@ func newMetrics(reg *prometheus.Registry, s *Server) (*metrics, error) {
 			Name: "kvindexd_http_header_budget_rejected_total",
 			Help: "HTTP requests answered 503 because the headers of the requests in progress were at --http-header-budget-bytes.",
 		}),
+		bodyBudgetRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindexd_http_body_budget_rejected_total",
+			Help: "HTTP requests answered 503 because their body found no room in --http-body-budget-bytes within 2 s.",
+		}),
+		bodyInflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvindexd_http_body_inflight_bytes",
+			Help: "Bytes of --http-body-budget-bytes held by request bodies over 1 MiB being read or served.",
+		}),
 	}
 	for k := range indexer.NumInputKinds {
 		for c := codes.OK; c <= codes.Unauthenticated; c++ {
@@ -49,7 +60,7 @@ func newMetrics(reg *prometheus.Registry, s *Server) (*metrics, error) {
 		}
 		m.durations[k] = m.duration.WithLabelValues(k.String())
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.headerBudgetRejected, &statsCollector{server: s}} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.headerBudgetRejected, m.bodyBudgetRejected, m.bodyInflight, &statsCollector{server: s}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -17,7 +17,7 @@ import (
 // in HTTPLimits a zero field is the row's default.
 var Options = struct {
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout option.Duration
-	MaxHeaderBytes, HeaderBudget, MaxBodyBytes                option.Int
+	MaxHeaderBytes, HeaderBudget, MaxBodyBytes, BodyBudget    option.Int
 	HTTPMaxConns, GRPCMaxConns                                option.Int
 	GRPCIdleTimeout, ApplyStallTimeout                        option.Duration
 }{
@@ -36,10 +36,12 @@ var Options = struct {
 	// A 1M-token request is ~8 MB of JSON.
 	MaxBodyBytes: option.Int{Name: "http-max-body-bytes", Default: 64 << 20, Min: 0, Max: 1 << 32,
 		Help: "request body cap (larger: 413)"},
+	BodyBudget: option.Int{Name: "http-body-budget-bytes", Default: DefaultBodyBudget, Min: 1, Max: 1 << 40,
+		Help: "bytes of all HTTP request bodies over 1 MiB in progress together (reserved by Content-Length, or the body cap for a chunked body); a body finding no room within 2 s is answered 503"},
 	HTTPMaxConns: option.Int{Name: "http-max-conns", Default: DefaultMaxConns, Min: 0, Max: 1 << 20,
-		Help: "open HTTP connections at most; more wait in the kernel backlog (0 = no limit)"},
+		Help: "open HTTP connections at most; at the cap a connection with no request in progress gives way to a new one, else it waits in the kernel backlog (0 = no limit)"},
 	GRPCMaxConns: option.Int{Name: "grpc-max-conns", Default: DefaultMaxConns, Min: 0, Max: 1 << 20,
-		Help: "open gRPC connections at most (0 = no limit)"},
+		Help: "open gRPC connections at most; at the cap a connection with no call in flight gives way to a new one (0 = no limit)"},
 	GRPCIdleTimeout: option.Duration{Name: "grpc-idle-timeout", Default: DefaultIdleTimeout, Range: option.Positive,
 		Help: "gRPC connections without a call this long are closed (GOAWAY, then closed within 5 s even if the client ignores it)"},
 	ApplyStallTimeout: option.Duration{Name: "apply-stall-timeout", Default: DefaultApplyStallTimeout, Range: option.NonNegative,
@@ -49,6 +51,9 @@ var Options = struct {
 
 // DefaultHTTPLimits is HTTPLimits with every field at its default.
 func DefaultHTTPLimits() HTTPLimits { return HTTPLimits{}.withDefaults() }
+
+// EffectiveHTTPLimits is l with each zero field at its default.
+func EffectiveHTTPLimits(l HTTPLimits) HTTPLimits { return l.withDefaults() }
 
 // ValidateHTTPLimits checks l against the ranges of Options (a zero field is
 // valid: it stands for the default).

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/internal/bytebudget"
 	"github.com/kvindex/kvindex/internal/grpcbuf"
 	"github.com/kvindex/kvindex/internal/tracing"
 	"github.com/kvindex/kvindex/kvevents"
@@ -81,6 +82,12 @@ type Config struct {
 	// MaxBodyBytes caps an HTTP request body (0 = no cap beyond each
 	// handler's own).
 	MaxBodyBytes int64
+	// MaxPromptBytes is the prompt cap (--max-prompt-bytes): bodies are
+	// capped at what the largest prompt needs (bodyCap; 0 = not derived).
+	MaxPromptBytes int
+	// BodyBudgetBytes bounds the request bodies over 1 MiB in progress
+	// together (0 = DefaultBodyBudget).
+	BodyBudgetBytes int64
 	// ApplyStallTimeout makes the daemon not ready while an event worker
 	// has been inside one apply (one batch written to the index, or one
 	// pod forgotten) longer than this: the backend hangs and every pod on
@@ -134,6 +141,8 @@ type Server struct {
 	dynReg dynRegistry
 	dynamo *dynamoMetrics
 	tr     *tracing.Tracer
+	// bodies is the request body budget (bodybudget.go).
+	bodies *bytebudget.Budget
 }
 
 // New checks the config and registers the metrics.
@@ -163,6 +172,7 @@ func New(cfg Config) (*Server, error) {
 	if s.dynamo, err = newDynamoMetrics(cfg.Registry, &s.dynReg); err != nil {
 		return nil, err
 	}
+	s.bodies = s.newBodyBudget()
 	if err := registerBuildInfo(cfg.Registry, cfg.Build); err != nil {
 		return nil, err
 	}

@@ -296,7 +296,12 @@ func (s *Subscriber) recvLoop(ctx context.Context, sock *zmtp.Sub, src *source) 
 			return err
 		}
 		src.peer = msg.Peer
-		s.handle(ctx, src, msg.Frames)
+		if s.handle(ctx, src, msg.Frames) && src.bound {
+			// Only a batch with events earns its connection a place
+			// (zmtp.Options.UsefulMarks): a peer sending empty batches is
+			// as evictable as a silent one.
+			sock.MarkUseful(msg)
+		}
 	}
 }
 

@@ -81,21 +81,22 @@ func parseTopic(topic []byte) (pod, model []byte) {
 }
 
 // handle turns one live message [topic, seq, payload] into a batch and
-// passes it to its stream.
-func (s *Subscriber) handle(ctx context.Context, src *source, frames [][]byte) {
+// passes it to its stream; useful says it was a batch with events that was
+// admitted (what earns a bound connection its slot).
+func (s *Subscriber) handle(ctx context.Context, src *source, frames [][]byte) (useful bool) {
 	src.msgs.Inc()
 	if len(frames) != 3 {
 		s.drop("frame_count")
-		return
+		return false
 	}
 	if len(frames[1]) != 8 {
 		s.drop("seq_length")
-		return
+		return false
 	}
 	topic := frames[0]
 	if !s.topicAllowed(src, topic) {
 		s.drop("topic_filter")
-		return
+		return false
 	}
 	podB, modelB := parseTopic(topic)
 	_, epoch, _ := splitTopicMeta(topic)
@@ -108,29 +109,32 @@ func (s *Subscriber) handle(ctx context.Context, src *source, frames [][]byte) {
 	}
 	if pod == "" {
 		s.drop("no_pod")
-		return
+		return false
 	}
 	if why := checkName(podB, MaxPodNameBytes); why != "" && src.pod == "" {
 		s.drop("pod_name_" + why)
 		s.warn(src.addr, "dropping KV events: pod name in topic rejected", "endpoint", src.addr, "reason", why, "pod", printable(podB))
-		return
+		return false
 	}
 	if why := checkName(modelB, MaxModelNameBytes); why != "" && src.model == "" {
 		s.drop("model_name_" + why)
 		s.warn(src.addr+"|"+pod, "dropping KV events: model name in topic rejected", "endpoint", src.addr, "pod", pod,
 			"reason", why, "model", printable(modelB))
-		return
+		return false
 	}
 	b := &event.Batch{Pod: pod, Model: model, Engine: src.engine, Seq: binary.BigEndian.Uint64(frames[1])}
 	ok, evErrs := s.decode(frames[2], b, src)
 	if !ok {
-		return
+		return false
 	}
 	st := s.admitBatch(src, b)
 	if st == nil {
-		return
+		return false
 	}
+	// Counted before sequence, which may hand b on.
+	useful = len(b.Events) > 0
 	s.sequence(ctx, st, src, b, evErrs, epoch, fromLive)
+	return useful
 }
 
 // decode decodes payload into b and counts the outcome; it reports whether

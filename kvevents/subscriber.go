@@ -236,7 +236,9 @@ func NewSubscriber(cfg Config, sink event.Sink, m *Metrics, logger *slog.Logger)
 			s.cancel()
 			return nil, fmt.Errorf("kvevents: bind engine %d: want one of %s", cfg.BindEngine, blockkeys.EngineNames())
 		}
-		sock, err := zmtp.ListenSub(cfg.Bind, cfg.Transport, filter)
+		bindOpts := cfg.Transport
+		bindOpts.UsefulMarks = true
+		sock, err := zmtp.ListenSub(cfg.Bind, bindOpts, filter)
 		if err != nil {
 			s.cancel()
 			return nil, fmt.Errorf("kvevents: bind %s: %w", cfg.Bind, err)

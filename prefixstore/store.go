@@ -38,6 +38,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/kvindex/kvindex/internal/bytebudget"
 	"github.com/kvindex/kvindex/tokenization"
 	"github.com/zeebo/xxh3"
 )
@@ -90,7 +91,7 @@ type Store struct {
 	reg *tokenization.Registry
 	m   *Metrics
 
-	inflight *byteBudget
+	inflight *bytebudget.Budget
 
 	mu sync.Mutex
 	// One cache per tokenizer and mode, not per model name: names that
@@ -118,7 +119,7 @@ func New(cfg Config, reg *tokenization.Registry, m *Metrics) *Store {
 		m = NewMetrics(nil)
 	}
 	return &Store{cfg: cfg, reg: reg, m: m, models: map[storeKey]*modelStore{},
-		inflight: newByteBudget(cfg.MaxInflightBytes, m.inflightBytes)}
+		inflight: bytebudget.New(cfg.MaxInflightBytes, m.inflightBytes)}
 }
 
 // Stats is a snapshot of one tokenizer's cache in one mode.
@@ -212,14 +213,14 @@ func (s *Store) tokenizeReuse(ctx context.Context, model, prompt string, addSpec
 		s.m.errors.Inc()
 		return nil, 0, err
 	}
-	if err := s.inflight.acquire(ctx, len(prompt), inflightWait); err != nil {
-		if errors.Is(err, ErrBusy) {
+	if err := s.inflight.Acquire(ctx, len(prompt), inflightWait); err != nil {
+		if errors.Is(err, bytebudget.ErrBusy) {
 			s.m.refused.WithLabelValues("busy").Inc()
-			return nil, 0, fmt.Errorf("%w: %d prompt bytes are being tokenized (--tokenize-max-inflight-bytes %d); retry later", ErrBusy, s.inflight.used(), s.cfg.MaxInflightBytes)
+			return nil, 0, fmt.Errorf("%w: %d prompt bytes are being tokenized (--tokenize-max-inflight-bytes %d); retry later", ErrBusy, s.inflight.Used(), s.cfg.MaxInflightBytes)
 		}
 		return nil, 0, err
 	}
-	defer s.inflight.release(len(prompt))
+	defer s.inflight.Release(len(prompt))
 	ms := s.modelStore(storeKey{tok, addSpecial}, model)
 	margin := 2*tok.MaxAddedTokenBytes() + 16
 
@@ -554,89 +555,4 @@ func (rs *runScanner) limit(end, margin, floor int) int {
 		return floor
 	}
 	return rs.prev
-}
-
-// byteBudget is a weighted semaphore over prompt bytes, served in arrival
-// order so a large prompt is not starved by a stream of small ones.
-type byteBudget struct {
-	mu      sync.Mutex
-	size    int
-	held    int
-	waiters []*budgetWaiter
-	gauge   interface{ Set(float64) }
-}
-
-type budgetWaiter struct {
-	n     int
-	ready chan struct{} // closed when the bytes were granted
-}
-
-func newByteBudget(size int, gauge interface{ Set(float64) }) *byteBudget {
-	return &byteBudget{size: size, gauge: gauge}
-}
-
-func (b *byteBudget) used() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.held
-}
-
-// acquire takes n bytes (n <= size), waiting at most wait for them; it
-// returns ErrBusy after wait, or ctx's error when ctx ends first.
-func (b *byteBudget) acquire(ctx context.Context, n int, wait time.Duration) error {
-	b.mu.Lock()
-	if len(b.waiters) == 0 && b.held+n <= b.size {
-		b.held += n
-		b.gauge.Set(float64(b.held))
-		b.mu.Unlock()
-		return nil
-	}
-	w := &budgetWaiter{n: n, ready: make(chan struct{})}
-	b.waiters = append(b.waiters, w)
-	b.mu.Unlock()
-
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	var err error
-	select {
-	case <-w.ready:
-		return nil
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-t.C:
-		err = ErrBusy
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	select {
-	case <-w.ready: // granted meanwhile: give it back
-		b.held -= n
-	default:
-		for i, x := range b.waiters {
-			if x == w {
-				b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
-				break
-			}
-		}
-	}
-	b.grant()
-	return err
-}
-
-func (b *byteBudget) release(n int) {
-	b.mu.Lock()
-	b.held -= n
-	b.grant()
-	b.mu.Unlock()
-}
-
-// grant hands bytes to the waiters at the head of the queue. Called with mu.
-func (b *byteBudget) grant() {
-	for len(b.waiters) > 0 && b.held+b.waiters[0].n <= b.size {
-		w := b.waiters[0]
-		b.waiters = b.waiters[1:]
-		b.held += w.n
-		close(w.ready)
-	}
-	b.gauge.Set(float64(b.held))
 }

@@ -167,7 +167,7 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	d.api, err = api.New(api.Config{
 		Indexer: d.idx, Subscriber: d.idx.Subscriber(), Registry: d.reg, Logger: log.With("component", "api"),
 		Auth: d.sec.tokens, MetricsAuth: cfg.MetricsAuth, AdminAPI: cfg.AdminAPI, Endpoints: d.sec.policy,
-		MaxBodyBytes: cfg.HTTPMaxBodyBytes, Build: buildInfo(), ApplyStallTimeout: time.Duration(cfg.ApplyStallTimeout),
+		MaxBodyBytes: cfg.HTTPMaxBodyBytes, MaxPromptBytes: cfg.MaxPromptBytes, BodyBudgetBytes: cfg.HTTPBodyBudgetBytes, Build: buildInfo(), ApplyStallTimeout: time.Duration(cfg.ApplyStallTimeout),
 		MaxRegistrations: cfg.MaxStreams,
 		Tracer:           d.tr,
 	})
@@ -179,12 +179,17 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 			return nil, fmt.Errorf("--grpc-addr: %w", err)
 		}
 		d.grpcLn = api.LimitListener(d.grpcLn, cfg.GRPCMaxConns, "grpc", d.sec.conns)
-		// A 1M-token request is ~5 MB of protobuf: above gRPC's 4 MB default.
+		// A 1M-token request is ~5 MB of protobuf: above gRPC's 4 MB default;
+		// the cap is what the largest prompt needs (api.GRPCMaxRecvMsgSize).
 		// Idle connections give their slot back, as on HTTP: without it
 		// --grpc-max-conns connections that finished the HTTP/2 preface
 		// and went quiet would lock every client out.
-		opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.ConnectionTimeout(grpcHandshakeTimeout),
-			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: time.Duration(cfg.GRPCIdleTimeout)})}
+		// At the cap, an idle connection gives way to a new one
+		// (api.LimitListener): the stats handler tells it which are idle.
+		// Headers are capped as on HTTP (gRPC's own default is 16 MB).
+		opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(d.api.GRPCMaxRecvMsgSize()), grpc.ConnectionTimeout(grpcHandshakeTimeout),
+			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: time.Duration(cfg.GRPCIdleTimeout)}),
+			api.GRPCConnTracking(), grpc.MaxHeaderListSize(uint32(api.EffectiveHTTPLimits(cfg.httpLimits()).MaxHeaderBytes))}
 		if d.sec.grpcTLS != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(d.sec.grpcTLS.ServerConfig("h2"))))
 		}

@@ -33,6 +33,7 @@ type SecurityConfig struct {
 	HTTPMaxHeaderBytes    int      `json:"http_max_header_bytes" yaml:"http_max_header_bytes"`
 	HTTPHeaderBudget      int64    `json:"http_header_budget_bytes" yaml:"http_header_budget_bytes"`
 	HTTPMaxBodyBytes      int64    `json:"http_max_body_bytes" yaml:"http_max_body_bytes"`
+	HTTPBodyBudgetBytes   int64    `json:"http_body_budget_bytes" yaml:"http_body_budget_bytes"`
 	HTTPMaxConns          int      `json:"http_max_conns" yaml:"http_max_conns"`
 	GRPCMaxConns          int      `json:"grpc_max_conns" yaml:"grpc_max_conns"`
 	GRPCIdleTimeout       Duration `json:"grpc_idle_timeout" yaml:"grpc_idle_timeout"`
@@ -49,6 +50,7 @@ func defaultSecurity() SecurityConfig {
 		HTTPMaxHeaderBytes:    l.MaxHeaderBytes,
 		HTTPHeaderBudget:      l.HeaderBudget,
 		HTTPMaxBodyBytes:      o.MaxBodyBytes.Default,
+		HTTPBodyBudgetBytes:   o.BodyBudget.Default,
 		HTTPMaxConns:          int(o.HTTPMaxConns.Default),
 		GRPCMaxConns:          int(o.GRPCMaxConns.Default),
 		GRPCIdleTimeout:       Duration(o.GRPCIdleTimeout.Default),
@@ -71,6 +73,7 @@ func securityFlags(fs *flag.FlagSet, c *SecurityConfig) {
 	intOpt(fs, &c.HTTPMaxHeaderBytes, o.MaxHeaderBytes)
 	int64Opt(fs, &c.HTTPHeaderBudget, o.HeaderBudget)
 	int64Opt(fs, &c.HTTPMaxBodyBytes, o.MaxBodyBytes)
+	int64Opt(fs, &c.HTTPBodyBudgetBytes, o.BodyBudget)
 	intOpt(fs, &c.HTTPMaxConns, o.HTTPMaxConns)
 	intOpt(fs, &c.GRPCMaxConns, o.GRPCMaxConns)
 	durationOpt(fs, &c.GRPCIdleTimeout, o.GRPCIdleTimeout)

@@ -82,6 +82,14 @@ type Options struct {
 	// slot. An evicted engine reconnects (libzmq does by itself) and loses
 	// nothing: it had nothing in flight. Default 30 s.
 	EvictIdleAfter time.Duration
+	// UsefulMarks makes a bound Sub's consumer the judge of which
+	// messages count as delivered: only those passed to Sub.MarkUseful
+	// make a connection busy (not evictable for EvictIdleAfter) and its
+	// host known (allowed the reserved slots). A peer that only sends
+	// messages the consumer has no use for (empty batches every few
+	// seconds) is then as evictable as a silent one, and never earns a
+	// reserved slot. Default false: every message counts.
+	UsefulMarks bool
 	// RecvQueue is how many received messages wait for Recv before the
 	// connections stop reading (TCP then pushes back on the peers).
 	// Default 256.

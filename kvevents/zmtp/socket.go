@@ -10,12 +10,16 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kvindex/kvindex/internal/unixsock"
 )
 
 // Message is one multipart message and the address of the peer it came from.
 type Message struct {
 	Frames [][]byte
 	Peer   string
+	// from is the connection it came on, for Sub.MarkUseful.
+	from *conn
 }
 
 type item struct {
@@ -96,7 +100,15 @@ func (s *socket) listen(endpoint string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen(network, addr)
+	var ln net.Listener
+	if network == "unix" {
+		// As the HTTP and gRPC unix sockets: mode 0660 whatever the umask,
+		// and a stale file left by a killed daemon is replaced (only when
+		// nothing accepts on it), so a restart is not a crash loop.
+		ln, err = unixsock.Listen(addr, unixsock.Mode)
+	} else {
+		ln, err = net.Listen(network, addr)
+	}
 	if err != nil {
 		return fmt.Errorf("zmtp: bind %s: %w", endpoint, err)
 	}
@@ -436,9 +448,11 @@ func (s *socket) serve(c *conn) error {
 		case "ROUTER":
 			frames = append([][]byte{[]byte(c.routingID)}, frames...)
 		}
-		s.delivered(c)
+		if !s.opts.UsefulMarks {
+			s.delivered(c)
+		}
 		select {
-		case s.msgs <- item{Message{frames, c.peer}, reserved}:
+		case s.msgs <- item{Message{frames, c.peer, c}, reserved}:
 		case <-s.done:
 			s.budget.give(reserved)
 			return ErrClosed

@@ -49,6 +49,16 @@ func (s *Sub) Addr() net.Addr {
 	return s.sock.ln.Addr()
 }
 
+// MarkUseful records that m, received from this Sub, was of use (with
+// Options.UsefulMarks): its connection is not idle, and its host is known
+// from now on. It may be called on any goroutine, also after the
+// connection ended.
+func (s *Sub) MarkUseful(m Message) {
+	if m.from != nil && m.from.bound {
+		s.sock.delivered(m.from)
+	}
+}
+
 // Stats reads the socket's counters (shared ones when Options.Counters was
 // set).
 func (s *Sub) Stats() Stats { return s.sock.counters.Read() }
