@@ -89,6 +89,9 @@ type PickResult struct {
 	HasDPRank bool
 	Policy    string
 	Reason    routing.Reason
+	// PickID names this decision for Feedback (never 0): a router hands it
+	// back with the engine's reported cached tokens.
+	PickID uint64
 	// TotalBlocks and BlockSize are as in Result.
 	TotalBlocks int
 	BlockSize   int
@@ -122,7 +125,7 @@ func (r *PickResult) Reset() {
 }
 
 func (r *PickResult) clear() {
-	r.Chosen, r.Pod, r.DPRank, r.HasDPRank, r.Policy, r.Reason = 0, "", 0, false, "", 0
+	r.Chosen, r.Pod, r.DPRank, r.HasDPRank, r.Policy, r.Reason, r.PickID = 0, "", 0, false, "", 0, 0
 	r.TotalBlocks, r.BlockSize = 0, 0
 	clear(r.Candidates)
 	r.Candidates = r.Candidates[:0]
@@ -224,6 +227,7 @@ func (ix *Indexer) pickInto(ctx context.Context, q *PickQuery, r *PickResult) *E
 	for i := range r.Candidates {
 		r.Candidates[i].Score, r.Candidates[i].Cost = r.rc[i].Score, r.rc[i].Cost
 	}
+	policyChosen := chosen
 	if q.SessionID != "" {
 		chosen = ix.pickSession(q, r, chosen)
 	}
@@ -231,6 +235,7 @@ func (ix *Indexer) pickInto(ctx context.Context, q *PickQuery, r *PickResult) *E
 	r.Chosen, r.Pod, r.DPRank, r.HasDPRank = chosen, c.Pod, c.DPRank, c.HasDPRank
 	r.Policy, r.Reason = p.Name(), why
 	ix.m.picks[pol][why].Inc()
+	r.PickID = ix.quality.observe(in.model, in.modelKnown, r, policyChosen, in.tokens)
 	ix.record(ctx, q.Model, r, chosen, now)
 	return nil
 }
