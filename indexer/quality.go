@@ -61,6 +61,9 @@ const (
 	feedbackMinSamples = 16
 )
 
+// QualityStepDuration is the length of one step of ModelQuality.History.
+const QualityStepDuration = qualityStep
+
 // shareBounds are the upper bounds of the cached-share histogram.
 var shareBounds = []float64{0, 0.1, 0.25, 0.5, 0.75, 0.9, 1}
 
@@ -397,6 +400,14 @@ func (ix *Indexer) Feedback(f Feedback) (FeedbackResult, error) {
 		return FeedbackResult{}, err
 	}
 	return res, nil
+}
+
+// RejectFeedback counts a feedback call refused before it reached
+// Feedback (a transport's parse error) with the invalid ones.
+func (ix *Indexer) RejectFeedback() {
+	ix.quality.mu.Lock()
+	ix.quality.rejected[rejectInvalid]++
+	ix.quality.mu.Unlock()
 }
 
 func (q *quality) feedback(f Feedback) (FeedbackResult, *Error) {
