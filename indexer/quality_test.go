@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -322,5 +323,34 @@ func TestFeedbackPendingCapacity(t *testing.T) {
 	q.mu.Unlock()
 	if q.live != 0 || q.expired != FeedbackCapacity-1 {
 		t.Fatalf("after the TTL: live %d expired %d", q.live, q.expired)
+	}
+}
+
+// The (model, pod) table behind the per-pod series is bounded by
+// MaxQualityPods: pods beyond it are counted, not kept.
+func TestQualityPodTableIsBounded(t *testing.T) {
+	clk := newFakeClock()
+	ix, _ := feedbackIndexer(t, clk)
+	q := ix.quality
+	q.mu.Lock()
+	for i := range MaxQualityPods + 5 {
+		q.pod(q.other, "pod-"+strconv.Itoa(i))
+	}
+	n, kept := q.nPods, len(q.other.pods)
+	q.mu.Unlock()
+	if n != MaxQualityPods || kept != MaxQualityPods {
+		t.Fatalf("pods kept %d (%d), want %d", n, kept, MaxQualityPods)
+	}
+	if got := counterValue(t, ix, "kvindexd_pick_quality_pods_omitted_total", nil); got != 5 {
+		t.Fatalf("omitted = %v, want 5", got)
+	}
+	// A pick choosing one more pod still counts for its model.
+	var r PickResult
+	mustPick(t, ix, tokenQuery("m", seqTokens(1, 4*testBlock), idle("one-more")), &r)
+	if got := counterValue(t, ix, "kvindexd_pick_quality_pods_omitted_total", nil); got != 6 {
+		t.Fatalf("omitted = %v after a pick of a new pod, want 6", got)
+	}
+	if n, _ := histogram(t, ix, "kvindexd_pick_cached_share", OtherModel); n != 1 {
+		t.Fatalf("the model's picks = %d", n)
 	}
 }
