@@ -31,6 +31,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/status", s.handleStatus)
 	mux.HandleFunc("POST /v1/score", s.handleScore)
 	mux.HandleFunc("POST /v1/pick", s.handlePick)
+	mux.HandleFunc("POST /v1/feedback", s.handleFeedback)
 	mux.HandleFunc("POST /query", s.handleMooncakeQuery)
 	mux.HandleFunc("POST /query_by_hash", s.handleMooncakeQueryByHash)
 	mux.HandleFunc("POST /register", s.handleDynamoRegister)

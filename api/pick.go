@@ -145,7 +145,7 @@ func (s *Server) pickRequest(req *kvindexv1.PickRequest, q *indexer.PickQuery) *
 }
 
 func toProtoPick(a *indexer.PickResult) *kvindexv1.PickResponse {
-	resp := &kvindexv1.PickResponse{Pod: a.Pod, Policy: a.Policy, Reason: a.Reason.String(), TotalBlocks: int32(a.TotalBlocks),
+	resp := &kvindexv1.PickResponse{Pod: a.Pod, Policy: a.Policy, Reason: a.Reason.String(), TotalBlocks: int32(a.TotalBlocks), PickId: FormatPickID(a.PickID),
 		Candidates: make([]*kvindexv1.CandidateResult, len(a.Candidates))}
 	if a.HasDPRank {
 		r := int32(a.DPRank)
@@ -391,7 +391,9 @@ func appendPickJSON(b []byte, a *indexer.PickResult) []byte {
 	b = appendString(b, a.Policy)
 	b = append(b, `,"reason":`...)
 	b = appendString(b, a.Reason.String())
-	b = append(b, `,"total_blocks":`...)
+	b = append(b, `,"pick_id":"`...)
+	b = appendPickID(b, a.PickID)
+	b = append(b, `","total_blocks":`...)
 	b = strconv.AppendInt(b, int64(a.TotalBlocks), 10)
 	b = append(b, `,"candidates":[`...)
 	for i := range a.Candidates {

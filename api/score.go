@@ -41,6 +41,7 @@ var grpcCodes = map[indexer.Code]codes.Code{
 	indexer.DeadlineExceeded:   codes.DeadlineExceeded,
 	indexer.Canceled:           codes.Canceled,
 	indexer.ResourceExhausted:  codes.ResourceExhausted,
+	indexer.NotFound:           codes.NotFound,
 }
 
 // fromIndexer turns an indexer failure into a transport error; anything

@@ -1,7 +1,7 @@
 // Package api is what routers call: the kvindex.v1.Indexer gRPC service, the
 // llm-d compatible indexer.v1.IndexerService, grpc.health.v1 and reflection,
 // and the HTTP/JSON surface registered in Handler (http.go): the status page
-// at /, /v1/status, /v1/score, /v1/pick, Mooncake's /query and
+// at /, /v1/status, /v1/score, /v1/pick, /v1/feedback, Mooncake's /query and
 // /query_by_hash (also in Dynamo's form), Dynamo's /register, /unregister,
 // /workers, /dump and /health, /v1/pods, /v1/models, /v1/endpoints,
 // /metrics, /healthz and /readyz (TestPackageDocNamesEveryRoute keeps this list whole). It is

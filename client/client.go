@@ -180,6 +180,8 @@ type Decision struct {
 	DPRank *int
 	Policy string
 	Reason string
+	// PickID names the decision for Feedback ("" on fallback).
+	PickID string
 	// Candidates are the daemon's numbers, in request order (nil on
 	// fallback).
 	Candidates []CandidateResult
@@ -212,7 +214,7 @@ func (c *Client) Pick(ctx context.Context, r *Request) (*Decision, error) {
 		}
 		return Fallback(r, err), nil
 	}
-	d := &Decision{Index: -1, Pod: resp.GetPod(), Policy: resp.GetPolicy(), Reason: resp.GetReason(),
+	d := &Decision{Index: -1, Pod: resp.GetPod(), Policy: resp.GetPolicy(), Reason: resp.GetReason(), PickID: resp.GetPickId(),
 		Candidates: make([]CandidateResult, len(resp.GetCandidates()))}
 	if resp.DpRank != nil {
 		v := int(resp.GetDpRank())

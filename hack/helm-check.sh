@@ -47,6 +47,31 @@ fi
 if "$HELM" template kvindexd "$chart" --set discovery.selector= >/dev/null 2>&1; then
   echo "helm template accepted discovery without a selector" >&2; exit 1
 fi
+# Autoscaling on affinity pressure: off by default, a KEDA ScaledObject or
+# an HPA on the external metric per listed model, refused without models.
+if "$HELM" template kvindexd "$chart" | grep -qE 'kind: (ScaledObject|HorizontalPodAutoscaler)'; then
+  echo "the default rendering scales something (autoscaling must be off by default)" >&2; exit 1
+fi
+scale=(--set-string "autoscaling.models[0].model=Qwen/Qwen3-8B" --set "autoscaling.models[0].scaleTargetRef.name=vllm-qwen3"
+  --set "autoscaling.models[0].maxReplicas=8" --set-string "autoscaling.models[0].target=0.1" --set "autoscaling.models[0].namespace=llm")
+keda=$("$HELM" template kvindexd "$chart" --namespace kvindex --set autoscaling.mode=keda "${scale[@]}")
+"$HELM" lint --strict "$chart" --set autoscaling.mode=keda "${scale[@]}" >/dev/null
+for want in 'kind: ScaledObject' 'namespace: llm' 'name: vllm-qwen3' 'maxReplicaCount: 8' 'type: prometheus' \
+  'query: "sum(rate(kvindexd_pick_affinity_pressure_total{model=\"Qwen/Qwen3-8B\"}[2m]))"' 'threshold: "0.1"'; do
+  grep -qF -- "$want" <<<"$keda" || { echo "the KEDA rendering lacks: $want" >&2; echo "$keda" | grep -A30 ScaledObject >&2; exit 1; }
+done
+hpa=$("$HELM" template kvindexd "$chart" --namespace kvindex --set autoscaling.mode=hpa "${scale[@]}")
+"$HELM" lint --strict "$chart" --set autoscaling.mode=hpa "${scale[@]}" >/dev/null
+for want in 'kind: HorizontalPodAutoscaler' 'type: External' 'name: kvindexd_pick_affinity_pressure' 'model_k8s: "Qwen_Qwen3-8B"' \
+  'averageValue: "0.1"' 'maxReplicas: 8'; do
+  grep -qF -- "$want" <<<"$hpa" || { echo "the HPA rendering lacks: $want" >&2; echo "$hpa" | grep -A30 HorizontalPodAutoscaler >&2; exit 1; }
+done
+if "$HELM" template kvindexd "$chart" --set autoscaling.mode=keda >/dev/null 2>&1; then
+  echo "helm template accepted autoscaling without models" >&2; exit 1
+fi
+if "$HELM" template kvindexd "$chart" --set autoscaling.mode=vpa "${scale[@]}" >/dev/null 2>&1; then
+  echo "helm template accepted an unknown autoscaling mode" >&2; exit 1
+fi
 if ! diff -u "$out" <(render_default) >/dev/null; then
   diff -u "$out" <(render_default) | head -50 >&2 || true
   echo "deploy/manifests/kvindexd.yaml is out of date: run make manifests" >&2

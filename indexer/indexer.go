@@ -125,6 +125,9 @@ type Indexer struct {
 	// Apply owns the outcomes it returns.
 	trusted func(kvindex.PodID) bool
 	pick    *picker
+	// quality counts what picks found and chose, and holds the picks
+	// awaiting the engines' feedback (quality.go).
+	quality *quality
 	// podOrder ranks pod names for ordering answers (score.go).
 	podOrder nameOrder
 	storage  storageSources
@@ -209,6 +212,7 @@ func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
 	if ix.pick, err = newPicker(cfg.Pick, ix.sharedSpeculative); err != nil {
 		return nil, err
 	}
+	ix.quality = newQuality(ix.in, ix.pick.now, cfg.Logger.With("component", "quality"))
 	if ix.m, err = newMetrics(cfg.Registry, ix); err != nil {
 		return nil, err
 	}

@@ -102,7 +102,7 @@ func newMetrics(reg *prometheus.Registry, ix *Indexer) (*metrics, error) {
 		}
 		return float64(ix.sub.RestoreClears())
 	})
-	for _, c := range []prometheus.Collector{m.lookup, m.tokens, picks, splits, m.pdSources, m.specBlocks, m.specErrors, m.sharedModels, restoreClears, m.indexLost, m.evictedPods, stale, &statsCollector{indexer: ix}, keyCacheCollector{ix.keys}} {
+	for _, c := range []prometheus.Collector{m.lookup, m.tokens, picks, splits, m.pdSources, m.specBlocks, m.specErrors, m.sharedModels, restoreClears, m.indexLost, m.evictedPods, stale, &statsCollector{indexer: ix}, keyCacheCollector{ix.keys}, qualityCollector{ix.quality}, ix.quality.shareVec} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

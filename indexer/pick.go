@@ -122,6 +122,9 @@ type PickResult struct {
 	HasDPRank bool
 	Policy    string
 	Reason    routing.Reason
+	// PickID names this decision for Feedback (never 0): a router hands it
+	// back with the engine's reported cached tokens.
+	PickID uint64
 	// TotalBlocks and BlockSize are as in Result.
 	TotalBlocks int
 	BlockSize   int
@@ -188,7 +191,7 @@ func (r *PickResult) Reset() {
 }
 
 func (r *PickResult) clear() {
-	r.Chosen, r.Pod, r.DPRank, r.HasDPRank, r.Policy, r.Reason = 0, "", 0, false, "", 0
+	r.Chosen, r.Pod, r.DPRank, r.HasDPRank, r.Policy, r.Reason, r.PickID = 0, "", 0, false, "", 0, 0
 	r.TotalBlocks, r.BlockSize = 0, 0
 	r.PD, r.PDParams, r.Split, r.NonCachedTokens, r.PrefillWaiting = false, routing.PDParams{}, 0, 0, 0
 	r.Prefill, r.PrefillPod, r.PrefillDPRank, r.PrefillHasDPRank, r.PrefillReason = -1, "", 0, false, 0
@@ -351,6 +354,7 @@ func (ix *Indexer) decide(ctx context.Context, pol int, in requestInfo, q *PickQ
 	for i := range r.Candidates {
 		r.Candidates[i].Score, r.Candidates[i].Cost = r.rc[i].Score, r.rc[i].Cost
 	}
+	policyChosen := chosen
 	if q.SessionID != "" {
 		chosen = ix.pickSession(q, r, chosen)
 	}
@@ -358,6 +362,7 @@ func (ix *Indexer) decide(ctx context.Context, pol int, in requestInfo, q *PickQ
 	r.Chosen, r.Pod, r.DPRank, r.HasDPRank = chosen, c.Pod, c.DPRank, c.HasDPRank
 	r.Policy, r.Reason = p.Name(), why
 	ix.m.picks[pol][why].Inc()
+	r.PickID = ix.quality.observe(in.model, in.modelKnown, r, policyChosen, in.tokens)
 	if r.PD {
 		ix.finishPD(q, r, gpu)
 	}

@@ -254,9 +254,12 @@ const (
 	// ResourceExhausted: a shared budget is in use by other requests (HTTP
 	// 429); the same query may succeed later.
 	ResourceExhausted
+	// NotFound: the query names something the daemon does not hold (a pick
+	// id no longer awaiting feedback; HTTP 404).
+	NotFound
 )
 
-var codeNames = [...]string{"", "InvalidArgument", "FailedPrecondition", "Unavailable", "DeadlineExceeded", "Canceled", "ResourceExhausted"}
+var codeNames = [...]string{"", "InvalidArgument", "FailedPrecondition", "Unavailable", "DeadlineExceeded", "Canceled", "ResourceExhausted", "NotFound"}
 
 func (c Code) String() string {
 	if int(c) < len(codeNames) && c != 0 {

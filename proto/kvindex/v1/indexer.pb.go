@@ -2173,7 +2173,9 @@ type PickResponse struct {
 	// Set when the decision is disaggregated: pod decodes, this pod prefills.
 	PrefillPod *PrefillPod `protobuf:"bytes,8,opt,name=prefill_pod,json=prefillPod,proto3" json:"prefill_pod,omitempty"`
 	// Set when a pod holds more leading blocks than pod and prefill_pod.
-	KvSource      *KVSource `protobuf:"bytes,9,opt,name=kv_source,json=kvSource,proto3" json:"kv_source,omitempty"`
+	KvSource *KVSource `protobuf:"bytes,9,opt,name=kv_source,json=kvSource,proto3" json:"kv_source,omitempty"`
+	// Names this decision for Feedback: 16 hex digits, never empty.
+	PickId        string `protobuf:"bytes,10,opt,name=pick_id,json=pickId,proto3" json:"pick_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2269,6 +2271,157 @@ func (x *PickResponse) GetKvSource() *KVSource {
 		return x.KvSource
 	}
 	return nil
+}
+
+func (x *PickResponse) GetPickId() string {
+	if x != nil {
+		return x.PickId
+	}
+	return ""
+}
+
+type FeedbackRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The PickResponse's pick_id.
+	PickId string `protobuf:"bytes,1,opt,name=pick_id,json=pickId,proto3" json:"pick_id,omitempty"`
+	// The engine's reported cached prompt tokens (>= 0).
+	CachedTokens int32 `protobuf:"varint,2,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	// The engine's prompt length (usage.prompt_tokens); 0 = not given. Needed
+	// for picks by block hashes; otherwise checked against the pick's tokens.
+	PromptTokens  int32 `protobuf:"varint,3,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FeedbackRequest) Reset() {
+	*x = FeedbackRequest{}
+	mi := &file_kvindex_v1_indexer_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FeedbackRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FeedbackRequest) ProtoMessage() {}
+
+func (x *FeedbackRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvindex_v1_indexer_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FeedbackRequest.ProtoReflect.Descriptor instead.
+func (*FeedbackRequest) Descriptor() ([]byte, []int) {
+	return file_kvindex_v1_indexer_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *FeedbackRequest) GetPickId() string {
+	if x != nil {
+		return x.PickId
+	}
+	return ""
+}
+
+func (x *FeedbackRequest) GetCachedTokens() int32 {
+	if x != nil {
+		return x.CachedTokens
+	}
+	return 0
+}
+
+func (x *FeedbackRequest) GetPromptTokens() int32 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+type FeedbackResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Model string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	Pod   string                 `protobuf:"bytes,2,opt,name=pod,proto3" json:"pod,omitempty"`
+	// What the engine should have reported if the index was right: the chosen
+	// pod's matched blocks in tokens under the engine's rules (whole blocks,
+	// the prompt's last token always computed).
+	PredictedTokens int32 `protobuf:"varint,3,opt,name=predicted_tokens,json=predictedTokens,proto3" json:"predicted_tokens,omitempty"`
+	ReportedTokens  int32 `protobuf:"varint,4,opt,name=reported_tokens,json=reportedTokens,proto3" json:"reported_tokens,omitempty"`
+	// The two differ by a block or more.
+	Disagrees     bool `protobuf:"varint,5,opt,name=disagrees,proto3" json:"disagrees,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FeedbackResponse) Reset() {
+	*x = FeedbackResponse{}
+	mi := &file_kvindex_v1_indexer_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FeedbackResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FeedbackResponse) ProtoMessage() {}
+
+func (x *FeedbackResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvindex_v1_indexer_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FeedbackResponse.ProtoReflect.Descriptor instead.
+func (*FeedbackResponse) Descriptor() ([]byte, []int) {
+	return file_kvindex_v1_indexer_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *FeedbackResponse) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *FeedbackResponse) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
+}
+
+func (x *FeedbackResponse) GetPredictedTokens() int32 {
+	if x != nil {
+		return x.PredictedTokens
+	}
+	return 0
+}
+
+func (x *FeedbackResponse) GetReportedTokens() int32 {
+	if x != nil {
+		return x.ReportedTokens
+	}
+	return 0
+}
+
+func (x *FeedbackResponse) GetDisagrees() bool {
+	if x != nil {
+		return x.Disagrees
+	}
+	return false
 }
 
 var File_kvindex_v1_indexer_proto protoreflect.FileDescriptor
@@ -2465,7 +2618,7 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\n" +
 	"\b_dp_rankB\f\n" +
 	"\n" +
-	"_candidate\"\x8a\x03\n" +
+	"_candidate\"\xa3\x03\n" +
 	"\fPickResponse\x12\x10\n" +
 	"\x03pod\x18\x01 \x01(\tR\x03pod\x12\x1c\n" +
 	"\adp_rank\x18\x02 \x01(\x05H\x00R\x06dpRank\x88\x01\x01\x12\x16\n" +
@@ -2478,12 +2631,25 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\x0edisaggregation\x18\a \x01(\v2\x1a.kvindex.v1.DisaggregationR\x0edisaggregation\x127\n" +
 	"\vprefill_pod\x18\b \x01(\v2\x16.kvindex.v1.PrefillPodR\n" +
 	"prefillPod\x121\n" +
-	"\tkv_source\x18\t \x01(\v2\x14.kvindex.v1.KVSourceR\bkvSourceB\n" +
+	"\tkv_source\x18\t \x01(\v2\x14.kvindex.v1.KVSourceR\bkvSource\x12\x17\n" +
+	"\apick_id\x18\n" +
+	" \x01(\tR\x06pickIdB\n" +
 	"\n" +
-	"\b_dp_rank2\xc8\x03\n" +
+	"\b_dp_rank\"t\n" +
+	"\x0fFeedbackRequest\x12\x17\n" +
+	"\apick_id\x18\x01 \x01(\tR\x06pickId\x12#\n" +
+	"\rcached_tokens\x18\x02 \x01(\x05R\fcachedTokens\x12#\n" +
+	"\rprompt_tokens\x18\x03 \x01(\x05R\fpromptTokens\"\xac\x01\n" +
+	"\x10FeedbackResponse\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x10\n" +
+	"\x03pod\x18\x02 \x01(\tR\x03pod\x12)\n" +
+	"\x10predicted_tokens\x18\x03 \x01(\x05R\x0fpredictedTokens\x12'\n" +
+	"\x0freported_tokens\x18\x04 \x01(\x05R\x0ereportedTokens\x12\x1c\n" +
+	"\tdisagrees\x18\x05 \x01(\bR\tdisagrees2\x8f\x04\n" +
 	"\aIndexer\x12<\n" +
 	"\x05Score\x12\x18.kvindex.v1.ScoreRequest\x1a\x19.kvindex.v1.ScoreResponse\x129\n" +
 	"\x04Pick\x12\x17.kvindex.v1.PickRequest\x1a\x18.kvindex.v1.PickResponse\x12E\n" +
+	"\bFeedback\x12\x1b.kvindex.v1.FeedbackRequest\x1a\x1c.kvindex.v1.FeedbackResponse\x12E\n" +
 	"\bListPods\x12\x1b.kvindex.v1.ListPodsRequest\x1a\x1c.kvindex.v1.ListPodsResponse\x12N\n" +
 	"\vAddEndpoint\x12\x1e.kvindex.v1.AddEndpointRequest\x1a\x1f.kvindex.v1.AddEndpointResponse\x12W\n" +
 	"\x0eRemoveEndpoint\x12!.kvindex.v1.RemoveEndpointRequest\x1a\".kvindex.v1.RemoveEndpointResponse\x12T\n" +
@@ -2501,7 +2667,7 @@ func file_kvindex_v1_indexer_proto_rawDescGZIP() []byte {
 	return file_kvindex_v1_indexer_proto_rawDescData
 }
 
-var file_kvindex_v1_indexer_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_kvindex_v1_indexer_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_kvindex_v1_indexer_proto_goTypes = []any{
 	(*TokenIDs)(nil),               // 0: kvindex.v1.TokenIDs
 	(*BlockHashes)(nil),            // 1: kvindex.v1.BlockHashes
@@ -2527,6 +2693,8 @@ var file_kvindex_v1_indexer_proto_goTypes = []any{
 	(*Disaggregation)(nil),         // 21: kvindex.v1.Disaggregation
 	(*KVSource)(nil),               // 22: kvindex.v1.KVSource
 	(*PickResponse)(nil),           // 23: kvindex.v1.PickResponse
+	(*FeedbackRequest)(nil),        // 24: kvindex.v1.FeedbackRequest
+	(*FeedbackResponse)(nil),       // 25: kvindex.v1.FeedbackResponse
 }
 var file_kvindex_v1_indexer_proto_depIdxs = []int32{
 	0,  // 0: kvindex.v1.ScoreRequest.token_ids:type_name -> kvindex.v1.TokenIDs
@@ -2549,18 +2717,20 @@ var file_kvindex_v1_indexer_proto_depIdxs = []int32{
 	22, // 17: kvindex.v1.PickResponse.kv_source:type_name -> kvindex.v1.KVSource
 	2,  // 18: kvindex.v1.Indexer.Score:input_type -> kvindex.v1.ScoreRequest
 	18, // 19: kvindex.v1.Indexer.Pick:input_type -> kvindex.v1.PickRequest
-	7,  // 20: kvindex.v1.Indexer.ListPods:input_type -> kvindex.v1.ListPodsRequest
-	11, // 21: kvindex.v1.Indexer.AddEndpoint:input_type -> kvindex.v1.AddEndpointRequest
-	13, // 22: kvindex.v1.Indexer.RemoveEndpoint:input_type -> kvindex.v1.RemoveEndpointRequest
-	15, // 23: kvindex.v1.Indexer.ListEndpoints:input_type -> kvindex.v1.ListEndpointsRequest
-	6,  // 24: kvindex.v1.Indexer.Score:output_type -> kvindex.v1.ScoreResponse
-	23, // 25: kvindex.v1.Indexer.Pick:output_type -> kvindex.v1.PickResponse
-	9,  // 26: kvindex.v1.Indexer.ListPods:output_type -> kvindex.v1.ListPodsResponse
-	12, // 27: kvindex.v1.Indexer.AddEndpoint:output_type -> kvindex.v1.AddEndpointResponse
-	14, // 28: kvindex.v1.Indexer.RemoveEndpoint:output_type -> kvindex.v1.RemoveEndpointResponse
-	16, // 29: kvindex.v1.Indexer.ListEndpoints:output_type -> kvindex.v1.ListEndpointsResponse
-	24, // [24:30] is the sub-list for method output_type
-	18, // [18:24] is the sub-list for method input_type
+	24, // 20: kvindex.v1.Indexer.Feedback:input_type -> kvindex.v1.FeedbackRequest
+	7,  // 21: kvindex.v1.Indexer.ListPods:input_type -> kvindex.v1.ListPodsRequest
+	11, // 22: kvindex.v1.Indexer.AddEndpoint:input_type -> kvindex.v1.AddEndpointRequest
+	13, // 23: kvindex.v1.Indexer.RemoveEndpoint:input_type -> kvindex.v1.RemoveEndpointRequest
+	15, // 24: kvindex.v1.Indexer.ListEndpoints:input_type -> kvindex.v1.ListEndpointsRequest
+	6,  // 25: kvindex.v1.Indexer.Score:output_type -> kvindex.v1.ScoreResponse
+	23, // 26: kvindex.v1.Indexer.Pick:output_type -> kvindex.v1.PickResponse
+	25, // 27: kvindex.v1.Indexer.Feedback:output_type -> kvindex.v1.FeedbackResponse
+	9,  // 28: kvindex.v1.Indexer.ListPods:output_type -> kvindex.v1.ListPodsResponse
+	12, // 29: kvindex.v1.Indexer.AddEndpoint:output_type -> kvindex.v1.AddEndpointResponse
+	14, // 30: kvindex.v1.Indexer.RemoveEndpoint:output_type -> kvindex.v1.RemoveEndpointResponse
+	16, // 31: kvindex.v1.Indexer.ListEndpoints:output_type -> kvindex.v1.ListEndpointsResponse
+	25, // [25:32] is the sub-list for method output_type
+	18, // [18:25] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name
@@ -2596,7 +2766,7 @@ func file_kvindex_v1_indexer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvindex_v1_indexer_proto_rawDesc), len(file_kvindex_v1_indexer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

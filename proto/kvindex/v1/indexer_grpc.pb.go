@@ -25,6 +25,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Indexer_Score_FullMethodName          = "/kvindex.v1.Indexer/Score"
 	Indexer_Pick_FullMethodName           = "/kvindex.v1.Indexer/Pick"
+	Indexer_Feedback_FullMethodName       = "/kvindex.v1.Indexer/Feedback"
 	Indexer_ListPods_FullMethodName       = "/kvindex.v1.Indexer/ListPods"
 	Indexer_AddEndpoint_FullMethodName    = "/kvindex.v1.Indexer/AddEndpoint"
 	Indexer_RemoveEndpoint_FullMethodName = "/kvindex.v1.Indexer/RemoveEndpoint"
@@ -47,6 +48,13 @@ type IndexerClient interface {
 	// it chooses the decode pod, decides whether to disaggregate, names the
 	// prefill pod and a pod to pull cached KV from (docs/api.md, "P/D").
 	Pick(ctx context.Context, in *PickRequest, opts ...grpc.CallOption) (*PickResponse, error)
+	// Feedback hands back, for one Pick answer, the cached prompt tokens the
+	// chosen engine reported for the request (vLLM's
+	// usage.prompt_tokens_details.cached_tokens, SGLang's cached_tokens). The
+	// daemon compares them with what the index predicted, per model and pod,
+	// and raises a drift alarm when they disagree. NotFound: the pick id is
+	// answered already, older than the TTL, dropped at capacity, or foreign.
+	Feedback(ctx context.Context, in *FeedbackRequest, opts ...grpc.CallOption) (*FeedbackResponse, error)
 	// ListPods describes every (pod, data-parallel rank) the daemon has seen.
 	ListPods(ctx context.Context, in *ListPodsRequest, opts ...grpc.CallOption) (*ListPodsResponse, error)
 	// AddEndpoint subscribes to an engine's publisher (connect topology).
@@ -79,6 +87,16 @@ func (c *indexerClient) Pick(ctx context.Context, in *PickRequest, opts ...grpc.
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PickResponse)
 	err := c.cc.Invoke(ctx, Indexer_Pick_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *indexerClient) Feedback(ctx context.Context, in *FeedbackRequest, opts ...grpc.CallOption) (*FeedbackResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FeedbackResponse)
+	err := c.cc.Invoke(ctx, Indexer_Feedback_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -141,6 +159,13 @@ type IndexerServer interface {
 	// it chooses the decode pod, decides whether to disaggregate, names the
 	// prefill pod and a pod to pull cached KV from (docs/api.md, "P/D").
 	Pick(context.Context, *PickRequest) (*PickResponse, error)
+	// Feedback hands back, for one Pick answer, the cached prompt tokens the
+	// chosen engine reported for the request (vLLM's
+	// usage.prompt_tokens_details.cached_tokens, SGLang's cached_tokens). The
+	// daemon compares them with what the index predicted, per model and pod,
+	// and raises a drift alarm when they disagree. NotFound: the pick id is
+	// answered already, older than the TTL, dropped at capacity, or foreign.
+	Feedback(context.Context, *FeedbackRequest) (*FeedbackResponse, error)
 	// ListPods describes every (pod, data-parallel rank) the daemon has seen.
 	ListPods(context.Context, *ListPodsRequest) (*ListPodsResponse, error)
 	// AddEndpoint subscribes to an engine's publisher (connect topology).
@@ -164,6 +189,9 @@ func (UnimplementedIndexerServer) Score(context.Context, *ScoreRequest) (*ScoreR
 }
 func (UnimplementedIndexerServer) Pick(context.Context, *PickRequest) (*PickResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Pick not implemented")
+}
+func (UnimplementedIndexerServer) Feedback(context.Context, *FeedbackRequest) (*FeedbackResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Feedback not implemented")
 }
 func (UnimplementedIndexerServer) ListPods(context.Context, *ListPodsRequest) (*ListPodsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListPods not implemented")
@@ -230,6 +258,24 @@ func _Indexer_Pick_Handler(srv interface{}, ctx context.Context, dec func(interf
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(IndexerServer).Pick(ctx, req.(*PickRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Indexer_Feedback_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FeedbackRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IndexerServer).Feedback(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Indexer_Feedback_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IndexerServer).Feedback(ctx, req.(*FeedbackRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -320,6 +366,10 @@ var Indexer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Pick",
 			Handler:    _Indexer_Pick_Handler,
+		},
+		{
+			MethodName: "Feedback",
+			Handler:    _Indexer_Feedback_Handler,
 		},
 		{
 			MethodName: "ListPods",
