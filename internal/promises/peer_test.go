@@ -2,8 +2,11 @@ package promises
 
 import (
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/internal/testkit/wait"
@@ -44,7 +47,12 @@ func livePeer(t *testing.T, flags ...string) (*harness.Daemon, []uint32, []uint3
 func TestPromisePeerRecovery(t *testing.T) {
 	t.Parallel()
 	first, a, b := livePeer(t)
-	second := harness.Start(t, "--peers", "http://"+first.HTTP, "--peer-token-file", writeFile(t, "peer-token", adminToken+"\n"))
+	// The first peer listed is down: the next one gives the copy.
+	dead := "http://127.0.0.1:" + strconv.Itoa(harness.FreePort(t))
+	second := harness.Start(t, "--peers", dead+",http://"+first.HTTP, "--peer-token-file", writeFile(t, "peer-token", adminToken+"\n"))
+	if v := second.Metric(`kvindexd_peer_recovery_total{result="unreachable"}`); v != 1 {
+		t.Errorf(`kvindexd_peer_recovery_total{result="unreachable"} = %v, want 1 (the dead peer)`, v)
+	}
 	if v := second.Metric(`kvindexd_peer_recovery_total{result="ok"}`); v != 1 {
 		t.Fatalf(`kvindexd_peer_recovery_total{result="ok"} = %v, want 1; logs:
 %s`, v, harness.LastLines(second.Logs.String(), 20))
@@ -128,5 +136,44 @@ func TestPromisePeerRecoveryRefused(t *testing.T) {
 	}
 	if v := first.Metric(`kvindexd_peer_copies_served_total{result="hash_config"}`); v != 1 {
 		t.Errorf(`the peer's kvindexd_peer_copies_served_total{result="hash_config"} = %v, want 1`, v)
+	}
+}
+
+// --peer-timeout bounds the recovery: a peer that accepts the connection
+// and never answers costs the daemon that long, then it starts cold.
+func TestPromisePeerRecoveryTimeout(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { ln.Close(); <-done })
+	go func() {
+		defer close(done)
+		var held []net.Conn // open, never answered
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	t0 := time.Now()
+	d := harness.Start(t, "--peers", "http://"+ln.Addr().String(), "--peer-timeout", "1s")
+	if took := time.Since(t0); took < time.Second {
+		t.Errorf("ready after %v, before the 1 s deadline", took)
+	}
+	if v := d.Metric(`kvindexd_peer_recovery_total{result="timeout"}`); v != 1 {
+		t.Errorf(`kvindexd_peer_recovery_total{result="timeout"} = %v, want 1`, v)
+	}
+	if logs := d.Logs.String(); !strings.Contains(logs, "--peer-timeout") || !strings.Contains(logs, "cold start") {
+		t.Errorf("logs do not name the deadline and the cold start:\n%s", harness.LastLines(logs, 10))
 	}
 }
