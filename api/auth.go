@@ -25,7 +25,8 @@ const (
 	// reflection, and every path not named below.
 	ScopeRead
 	// ScopeAdmin: endpoint management (POST/DELETE /v1/endpoints,
-	// Dynamo's POST /register and /unregister, AddEndpoint, RemoveEndpoint).
+	// Dynamo's POST /register and /unregister, AddEndpoint, RemoveEndpoint)
+	// and a copy of the whole index for a peer (GET /v1/admin/snapshot).
 	ScopeAdmin
 )
 

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvindex/kvindex/indexer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -70,6 +72,9 @@ func (s *Server) httpScope(r *http.Request) Scope {
 		}
 	case "/register", "/unregister":
 		// Dynamo's runtime subscriptions are endpoint management.
+		return ScopeAdmin
+	case indexer.PeerSnapshotPath:
+		// the whole index: what every pod holds, for a peer to start from
 		return ScopeAdmin
 	}
 	return ScopeRead

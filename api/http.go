@@ -47,6 +47,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/endpoints", s.handleListEndpoints)
 	mux.HandleFunc("POST /v1/endpoints", s.handleAddEndpoint)
 	mux.HandleFunc("DELETE /v1/endpoints", s.handleRemoveEndpoint)
+	mux.HandleFunc("GET "+indexer.PeerSnapshotPath, s.handlePeerSnapshot)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{Registry: s.cfg.Registry}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -143,6 +143,9 @@ type Server struct {
 	tr     *tracing.Tracer
 	// bodies is the request body budget (bodybudget.go).
 	bodies *bytebudget.Budget
+	// peerCopy admits one peer copy at a time (peer.go); peerCopies counts them.
+	peerCopy   chan struct{}
+	peerCopies *prometheus.CounterVec
 }
 
 // New checks the config and registers the metrics.
@@ -174,6 +177,16 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.bodies = s.newBodyBudget()
 	if err := registerBuildInfo(cfg.Registry, cfg.Build); err != nil {
+		return nil, err
+	}
+	s.peerCopy = make(chan struct{}, 1)
+	s.peerCopies = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvindexd_peer_copies_served_total",
+		Help: "Copies of the index asked for by a peer starting empty (GET /v1/admin/snapshot), by result (ok, hash_config: refused, the peer keys blocks otherwise, busy: another copy was streaming, error: interrupted)."},
+		[]string{"result"})
+	for _, r := range []string{"ok", "hash_config", "busy", "error"} {
+		s.peerCopies.WithLabelValues(r)
+	}
+	if err := cfg.Registry.Register(s.peerCopies); err != nil {
 		return nil, err
 	}
 	// Until the first health check ran, an index that can fail is not ready.

@@ -15,8 +15,8 @@ import (
 // cannot support it is an error.
 func (ix *Indexer) startEvents(cfg Config) error {
 	if cfg.Events == nil {
-		if cfg.Persist.Path != "" || cfg.Leases.Enabled {
-			return errors.New("indexer: persistence and leases need an event subscriber (Config.Events)")
+		if cfg.Persist.Path != "" || len(cfg.Peers.URLs) > 0 || cfg.Leases.Enabled {
+			return errors.New("indexer: persistence, peers and leases need an event subscriber (Config.Events)")
 		}
 		return nil
 	}
@@ -41,6 +41,16 @@ func (ix *Indexer) startEvents(cfg Config) error {
 		// Loaded before the subscriber exists: no batch can reach the
 		// index before the snapshot's entries are in it.
 		restored = ix.persist.load()
+	}
+	if restored == nil && len(cfg.Peers.URLs) > 0 {
+		// Same place and same contract as the file: loaded into the fresh
+		// index before the subscriber exists, then resumed at the copy's
+		// sequence numbers.
+		lim := persist.Limits{MaxPods: subCfg.MaxStreams, MaxModels: subCfg.MaxModels, MaxDPRanks: subCfg.MaxDPRanks}
+		var err error
+		if restored, err = ix.recoverFromPeers(cfg.Peers, lim, cfg.Registry); err != nil {
+			return err
+		}
 	}
 	var err error
 	ix.sub, err = kvevents.NewSubscriber(subCfg, ix.Sink(), kvevents.NewMetrics(cfg.Registry), ix.log)

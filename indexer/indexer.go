@@ -88,6 +88,9 @@ type Config struct {
 	// Persist saves the in-memory index to a file and restores it at start
 	// (persist.go). Needs Events (a restored pod waits for its stream).
 	Persist PersistConfig
+	// Peers: a daemon that starts without a loaded snapshot fetches a live
+	// peer's index instead (peer.go). Needs Events, like Persist.
+	Peers PeerConfig
 	// Leases divide the Events endpoints between the daemons sharing a
 	// Redis index (leases.go).
 	Leases LeaseConfig
@@ -108,13 +111,16 @@ type Config struct {
 type Indexer struct {
 	in      *kvindex.Interner
 	hashers *blockkeys.HasherSet
-	keys    keyCaches
-	idx     kvindex.Index
-	backend Backend
-	applier *applier.Applier
-	scorer  *kvindex.Scorer
-	tok     PromptTokenizer
-	chat    ChatTokenizer
+	// keyCfg and modelKeyCfg are what hashers were built from (HashConfigID).
+	keyCfg      blockkeys.KeyConfig
+	modelKeyCfg map[string]blockkeys.KeyConfig
+	keys        keyCaches
+	idx         kvindex.Index
+	backend     Backend
+	applier     *applier.Applier
+	scorer      *kvindex.Scorer
+	tok         PromptTokenizer
+	chat        ChatTokenizer
 	// pred is nil when prediction sampling is off.
 	pred *predictor
 	// trusted is the candidate filter, held as a typed func so scoring
@@ -174,7 +180,7 @@ func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
 	if err != nil {
 		return nil, err
 	}
-	ix := &Indexer{in: kvindex.NewInterner(), hashers: hashers, tok: cfg.Tokenizer, chat: cfg.Chat, storage: newStorageSources(cfg.StorageReaders),
+	ix := &Indexer{in: kvindex.NewInterner(), hashers: hashers, keyCfg: cfg.Keys, modelKeyCfg: cfg.ModelKeys, tok: cfg.Tokenizer, chat: cfg.Chat, storage: newStorageSources(cfg.StorageReaders),
 		keys: newKeyCaches(hashers, cfg.ModelKeys, cfg.KeyCacheSize), log: cfg.Logger, tr: cfg.Tracer}
 	if ix.backend, err = buildBackend(ctx, cfg, ix.in, cfg.Logger); err != nil {
 		return nil, err

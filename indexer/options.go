@@ -34,6 +34,8 @@ var Options = struct {
 	PredictionWindow                           option.Duration
 	PredictionCapacity                         option.Int
 	LeaseTTL, SnapshotInterval, SnapshotMaxAge option.Duration
+	PeerMaxBytes                               option.Int
+	PeerTimeout                                option.Duration
 }{
 	BlockSize: option.Int{Name: "block-size", Default: 16, Min: 1, Max: 1 << 16,
 		Help: "vLLM --block-size"},
@@ -72,6 +74,15 @@ var Options = struct {
 		Help: "time between two snapshots"},
 	SnapshotMaxAge: option.Duration{Name: "snapshot-max-age", Default: time.Hour, Range: option.NonNegative,
 		Help: "a snapshot older than this is not loaded (cold start): engines restarted meanwhile may have sequence numbers past it (0 = no bound)"},
+	// About 7 bytes per (block, pod) entry: 1 GiB is ~150M entries, more
+	// than a daemon's default capacity holds; the copy is held in memory
+	// while it loads.
+	PeerMaxBytes: option.Int{Name: "peer-max-bytes", Default: 1 << 30, Min: 1 << 10, Max: 1 << 40,
+		Help: "with --peers: a peer's copy of the index larger than this is refused (it is held in memory while it loads)"},
+	// 10M entries stream and load in seconds on loopback (performance.md);
+	// a minute leaves room for a busy peer without delaying a cold start long.
+	PeerTimeout: option.Duration{Name: "peer-timeout", Default: time.Minute, Range: option.Positive,
+		Help: "with --peers: the deadline for fetching and loading a peer's index at start, every peer tried included; past it the daemon starts cold"},
 }
 
 // DefaultConfig is an in-memory indexer with every tunable of Options at its
@@ -94,6 +105,7 @@ func DefaultConfig() Config {
 			Capacity: int(o.PredictionCapacity.Default)},
 		Leases:  LeaseConfig{TTL: o.LeaseTTL.Default},
 		Persist: PersistConfig{Interval: o.SnapshotInterval.Default, MaxAge: o.SnapshotMaxAge.Default},
+		Peers:   PeerConfig{MaxBytes: o.PeerMaxBytes.Default, Timeout: o.PeerTimeout.Default},
 	}
 }
 
@@ -121,6 +133,9 @@ func ValidateConfig(cfg Config) error {
 	}
 	if cfg.Persist.Path != "" {
 		errs = append(errs, o.SnapshotInterval.Check(cfg.Persist.Interval), o.SnapshotMaxAge.Check(cfg.Persist.MaxAge))
+	}
+	if len(cfg.Peers.URLs) > 0 {
+		errs = append(errs, o.PeerMaxBytes.Check(o.PeerMaxBytes.Or(cfg.Peers.MaxBytes)), o.PeerTimeout.Check(o.PeerTimeout.Or(cfg.Peers.Timeout)))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("indexer: %w", err)

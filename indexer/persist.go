@@ -56,16 +56,7 @@ func (ix *Indexer) newPersistence(cfg PersistConfig, lim persist.Limits, reg *pr
 
 // streams are the stream positions a snapshot records: the content is at
 // least as new as these numbers (the saver reads them before the index).
-func (p *persistence) streams() []persist.StreamSeq {
-	ss := p.indexer.sub.Streams()
-	out := make([]persist.StreamSeq, 0, len(ss))
-	for _, s := range ss {
-		if s.Batches > 0 || s.LastSeq > 0 {
-			out = append(out, persist.StreamSeq{Pod: s.Pod, DPRank: s.DPRank, Seq: s.LastSeq})
-		}
-	}
-	return out
-}
+func (p *persistence) streams() []persist.StreamSeq { return p.indexer.streamSeqs() }
 
 // load loads the snapshot into the fresh index, before any event. Any
 // failure is logged and the daemon starts cold: a snapshot is an
@@ -123,6 +114,10 @@ func (p *persistence) load() *persist.Loaded {
 // restarted; until then the pod is not served (restore.go).
 func (ix *Indexer) resumeRestored(l *persist.Loaded) {
 	for _, p := range l.Pods {
+		if p.Complete && p.HasSeq {
+			ix.sub.ResumeFromPeer(p.Name, p.DPRank, p.Seq, p.CompleteSince)
+			continue
+		}
 		ix.sub.ResumeFrom(p.Name, p.DPRank, p.Seq, p.HasSeq)
 	}
 }

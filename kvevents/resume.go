@@ -21,6 +21,10 @@ package kvevents
 // engine snapshot at the stream's first batch, which also gives the stream
 // its epoch (a restored stream has none, and SGLang's replay carries none).
 func (s *Subscriber) ResumeFrom(pod string, dpRank int, seq uint64, hasSeq bool) {
+	s.resume(pod, dpRank, seq, hasSeq, nil)
+}
+
+func (s *Subscriber) resume(pod string, dpRank int, seq uint64, hasSeq bool, vouched *completion) {
 	k := streamKey{pod, dpRank}
 	// The model is not known until the first batch; admit re-homes the
 	// stream's model count then.
@@ -38,6 +42,7 @@ func (s *Subscriber) ResumeFrom(pod string, dpRank int, seq uint64, hasSeq bool)
 	}
 	s.trust.set(k, trustEntry{hold: holdRestored})
 	st.incomplete = true
+	st.vouched = vouched
 	if hasSeq {
 		st.hasSeq, st.lastSeq = true, seq
 	} else {
@@ -47,4 +52,16 @@ func (s *Subscriber) ResumeFrom(pod string, dpRank int, seq uint64, hasSeq bool)
 	st.stats.LastSeq = seq
 	st.setCompletionLocked(completion{since: seq + 1, why: whyRestored})
 	st.mu.Unlock()
+}
+
+// ResumeFromPeer is ResumeFrom (with a sequence number) for a state copied
+// from a live peer whose stream was complete since completeSince when the
+// copy was taken at seq. The pod is held and incomplete ("restored") as
+// after ResumeFrom; if the stream's first batch continues the copy (the
+// next number, or a gap the replay fills), the stream is complete since
+// completeSince: the peer's run and this one's join with nothing missed.
+// A first batch that contradicts the copy (a restart, a gap not replayed)
+// is decided as after ResumeFrom.
+func (s *Subscriber) ResumeFromPeer(pod string, dpRank int, seq, completeSince uint64) {
+	s.resume(pod, dpRank, seq, true, &completion{since: completeSince})
 }

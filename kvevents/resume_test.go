@@ -67,3 +67,53 @@ func TestResumeFrom(t *testing.T) {
 		}
 	}
 }
+
+// A stream resumed from a peer's copy that the peer had complete is
+// complete once its first batch continues the copy in order, and since the
+// peer's number; a gap nothing replays, a restart, or a plain ResumeFrom
+// leave it as they would anyway (incomplete, or complete only from the
+// restart's start).
+func TestResumeFromPeer(t *testing.T) {
+	sink := newCollectSink()
+	s := startSub(t, Config{Bind: "tcp://127.0.0.1:0"}, sink, NewMetrics(nil))
+	s.ResumeFromPeer("peer-next", 0, 10, 3)
+	s.ResumeFromPeer("peer-gap", 0, 10, 0)
+	s.ResumeFromPeer("peer-restart", 0, 10, 0)
+	s.ResumeFrom("file-next", 0, 10, true)
+	for _, st := range s.Streams() {
+		if st.Complete || st.IncompleteReason != "restored" {
+			t.Errorf("%s before its first batch: %+v, want incomplete (restored)", st.Pod, st)
+		}
+	}
+	pub := startPub(t, s.BindAddr(), false)
+	pub.WaitSubscribed(testCtx(t), "kv@")
+	pub.Publish("kv@peer-next@m", 11, payload(t, storedBatch(1)))
+	pub.Publish("kv@peer-gap@m", 14, payload(t, storedBatch(2)))
+	pub.Publish("kv@peer-restart@m", 0, payload(t, storedBatch(3)))
+	pub.Publish("kv@file-next@m", 11, payload(t, storedBatch(4)))
+	sink.waitFor(t, "four batches", func(bs []*event.Batch) bool { return len(bs) == 4 })
+	for _, pod := range []string{"peer-next", "peer-gap", "peer-restart", "file-next"} {
+		waitStream(t, s, pod, pod+" served", func(st StreamStats) bool { return st.Held == "" })
+	}
+	for _, st := range s.Streams() {
+		switch st.Pod {
+		case "peer-next":
+			if !st.Complete || st.CompleteSinceSeq != 3 {
+				t.Errorf("in order after a complete copy: %+v, want complete since 3", st)
+			}
+		case "peer-gap":
+			if st.Complete {
+				t.Errorf("gap not replayed after the copy: %+v, want incomplete", st)
+			}
+		case "peer-restart":
+			// cleared, then seen from its new start
+			if !st.Complete || st.CompleteSinceSeq != 0 || st.Restarts != 1 {
+				t.Errorf("restart after the copy: %+v, want cleared and complete from seq 0", st)
+			}
+		case "file-next":
+			if st.Complete || st.IncompleteReason != "restored" {
+				t.Errorf("in order after a file (ResumeFrom): %+v, want still restored", st)
+			}
+		}
+	}
+}

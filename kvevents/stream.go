@@ -94,6 +94,10 @@ type stream struct {
 	// take it.
 	order sync.Mutex
 	seqState
+	// vouched is the completeness a live peer vouched for with the state
+	// copied from it (ResumeFromPeer), granted at the stream's first batch
+	// if that batch continues the copy; guarded by order.
+	vouched *completion
 	// needClear: a synthetic AllBlocksCleared goes in front of the next
 	// batch queued (enqueue), for the reason clearWhy.
 	needClear bool
@@ -309,6 +313,16 @@ func (s *Subscriber) sequence(ctx context.Context, st *stream, src *source, b *e
 		}
 	}
 	c := d.completeness(r)
+	if v := st.vouched; v != nil {
+		st.vouched = nil
+		// In order after the copy, or its gap replayed: the copy and the
+		// batches since are the peer's unbroken run, so the stream is as
+		// complete as the peer's was. A restart, a clear or a gap not
+		// replayed decides as it would anyway.
+		if !c.set && !d.clear && (d.kind == seqNext || d.kind == seqGap) {
+			c = completeness{set: true, since: v.since}
+		}
+	}
 	if c.set {
 		st.setComplete(c.since, c.why)
 	} else {

@@ -159,8 +159,9 @@ func DefaultConfig() Config {
 		LogLevel:          "info",
 		LogFormat:         "text",
 		SecurityConfig:    defaultSecurity(),
-		SnapshotConfig:    SnapshotConfig{SnapshotInterval: Duration(ix.Persist.Interval), SnapshotMaxAge: Duration(ix.Persist.MaxAge)},
-		LimitsConfig:      defaultLimits(ev, ix),
+		SnapshotConfig: SnapshotConfig{SnapshotInterval: Duration(ix.Persist.Interval), SnapshotMaxAge: Duration(ix.Persist.MaxAge),
+			PeerMaxBytes: ix.Peers.MaxBytes, PeerTimeout: Duration(ix.Peers.Timeout)},
+		LimitsConfig: defaultLimits(ev, ix),
 
 		PrefixChunkBytes:         ps.ChunkBytes,
 		PrefixCapacity:           ps.Capacity,

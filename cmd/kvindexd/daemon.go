@@ -147,11 +147,15 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	if err != nil {
 		return nil, err
 	}
+	peers, err := cfg.peerConfig()
+	if err != nil {
+		return nil, err
+	}
 	d.idx, err = indexer.New(ctx, indexer.Config{
 		Keys: def, ModelKeys: perModel, Index: idxCfg, TierWeights: &weights,
 		DigestCacheSize: cfg.DigestCacheSize, KeyCacheSize: cfg.KeyCacheSize, Tokenizer: prompts, Chat: chats, Prediction: cfg.predictionConfig(),
 		ApplierLimits: cfg.LimitsConfig.applier(index.Memory), Registry: d.reg, Logger: log, Pick: pick,
-		Events: &events, Persist: cfg.persistConfig(), Leases: leases, StorageReaders: storage, Tracer: d.tr,
+		Events: &events, Persist: cfg.persistConfig(), Peers: peers, Leases: leases, StorageReaders: storage, Tracer: d.tr,
 	})
 	if err != nil {
 		return nil, err

@@ -279,6 +279,11 @@ var metricVariants = []metricVariant{
 		c.SnapshotPath = filepath.Join(dir, "index.snap")
 		return nil
 	}},
+	{"--peers", func(c *Config, _ string) error {
+		// Nothing listens there: the fetch is refused at once, a cold start.
+		c.Peers = []string{"http://127.0.0.1:1"}
+		return nil
+	}},
 	{"--tls-cert-file", func(c *Config, dir string) error {
 		c.TLSCertFile, c.TLSKeyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 		return writeSelfSignedCert(c.TLSCertFile, c.TLSKeyFile)

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -97,4 +99,43 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// --peers takes http(s) base URLs and the in-memory index; the bounds are
+// their rows' ranges; the token file must hold a token.
+func TestPeersConfig(t *testing.T) {
+	noenv := func(string) string { return "" }
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--peers", "kvindexd-0:8080"}, "http:// or https://"},
+		{[]string{"--peers", "tcp://kvindexd-0:8080"}, "http:// or https://"},
+		{[]string{"--peers", "http://"}, "http:// or https://"},
+		{[]string{"--peers", "http://kvindexd-0:8080", "--index", "redis://127.0.0.1:1"}, "in-memory index"},
+		{[]string{"--peers", "http://kvindexd-0:8080", "--peer-max-bytes", "10"}, "peer-max-bytes"},
+		{[]string{"--peers", "http://kvindexd-0:8080", "--peer-timeout", "0s"}, "peer-timeout"},
+	} {
+		if _, err := loadConfig(tc.args, noenv, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+	cfg, err := loadConfig([]string{"--peers", "http://a:8080,https://b:8443", "--peer-token-file", filepath.Join(t.TempDir(), "none")}, noenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cfg.Peers, " "); got != "http://a:8080 https://b:8443" {
+		t.Errorf("peers %q", got)
+	}
+	if _, err := cfg.peerConfig(); err == nil || !strings.Contains(err.Error(), "--peer-token-file") {
+		t.Errorf("missing token file: %v", err)
+	}
+	empty := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.PeerTokenFile = empty
+	if _, err := cfg.peerConfig(); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Errorf("empty token file: %v", err)
+	}
 }

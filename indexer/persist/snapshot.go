@@ -7,6 +7,8 @@
 //	"KVIXSNAP" u32 version  i64 created (Unix ns)  u64 probe key
 //	uvarint models, each: uvarint id (= its position), string name, u64 SlotKeyOf(id, probe)
 //	uvarint pods, each: string name, uvarint dp rank, u8 has seq, uvarint seq
+//	    (version 2: u8 flags, bit 0 has seq, bit 1 complete, uvarint seq, and
+//	    when complete uvarint complete-since seq)
 //	blocks, each: u8 1, u64 slot key, uvarint holders, each: uvarint pod (its
 //	    position in the pod table), uvarint tier
 //	u8 0, u64 blocks, u64 entries
@@ -49,6 +51,9 @@ import (
 const (
 	magic   = "KVIXSNAP"
 	version = 1
+	// version2 adds each stream's completeness, which only a copy for a
+	// peer records (StreamSeq.Complete); a file without it stays version 1.
+	version2 = 2
 	// probeKey is any fixed key: its slot key per model pins the mixing.
 	probeKey   = blockkeys.Key(0x6b76696e64657821)
 	maxNameLen = 1 << 16
@@ -61,6 +66,11 @@ type StreamSeq struct {
 	Pod    string
 	DPRank int
 	Seq    uint64
+	// Complete: the stream's run was unbroken since CompleteSince (0 = an
+	// empty cache), as kvevents.StreamStats says. Only a copy for a live
+	// peer records it: a file is loaded after a downtime nothing vouches for.
+	Complete      bool
+	CompleteSince uint64
 }
 
 // BlockRanger walks an index's blocks (kvindex.MemoryIndex.RangeBlocks).
@@ -85,19 +95,10 @@ type Written struct {
 
 // Write takes a snapshot of src into path atomically.
 func Write(path string, src Source, now time.Time) (Written, error) {
-	var w Written
-	var seqs map[StreamSeq]uint64
-	if src.Streams != nil {
-		ss := src.Streams()
-		seqs = make(map[StreamSeq]uint64, len(ss))
-		for _, s := range ss {
-			seqs[StreamSeq{Pod: s.Pod, DPRank: s.DPRank}] = s.Seq
-		}
-	}
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
 	if err != nil {
-		return w, fmt.Errorf("snapshot: %w", err)
+		return Written{}, fmt.Errorf("snapshot: %w", err)
 	}
 	tmp := f.Name()
 	defer func() {
@@ -106,11 +107,64 @@ func Write(path string, src Source, now time.Time) (Written, error) {
 			os.Remove(tmp)
 		}
 	}()
+	w, err := Encode(f, src, now)
+	if err != nil {
+		return w, fmt.Errorf("%w (%s)", err, tmp)
+	}
+	if err := f.Sync(); err != nil {
+		return w, fmt.Errorf("snapshot: fsync %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return w, fmt.Errorf("snapshot: close %s: %w", tmp, err)
+	}
+	f = nil
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return w, fmt.Errorf("snapshot: %w", err)
+	}
+	// The rename is durable only once the directory is.
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return w, nil
+}
+
+// countingWriter counts the bytes of a snapshot as they are written.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+// Encode writes a snapshot of src to out: the file's bytes, checksum
+// included, so a peer's copy streamed over HTTP (indexer/peer.go) is the
+// same format a file is and is loaded by the same code.
+func Encode(out io.Writer, src Source, now time.Time) (Written, error) {
+	var w Written
+	var seqs map[StreamSeq]StreamSeq
+	ver := uint32(version)
+	if src.Streams != nil {
+		ss := src.Streams()
+		seqs = make(map[StreamSeq]StreamSeq, len(ss))
+		for _, s := range ss {
+			seqs[StreamSeq{Pod: s.Pod, DPRank: s.DPRank}] = s
+			if s.Complete {
+				ver = version2
+			}
+		}
+	}
+	cw := &countingWriter{w: out}
 	crc := crc32.New(castagnoli)
-	bw := bufio.NewWriterSize(io.MultiWriter(f, crc), 1<<20)
+	bw := bufio.NewWriterSize(io.MultiWriter(cw, crc), 1<<20)
 	e := encoder{w: bw}
 	e.raw([]byte(magic))
-	e.u32(version)
+	e.u32(ver)
 	e.u64(uint64(now.UnixNano()))
 	e.u64(uint64(probeKey))
 
@@ -129,15 +183,21 @@ func Write(path string, src Source, now time.Time) (Written, error) {
 		name, rank := src.Interner.PodName(kvindex.PodID(id))
 		e.str(name)
 		e.uvarint(uint64(rank))
-		seq, ok := seqs[StreamSeq{Pod: name, DPRank: rank}]
+		ss, ok := seqs[StreamSeq{Pod: name, DPRank: rank}]
+		var flags byte
 		if ok {
-			e.u8(1)
-		} else {
-			e.u8(0)
+			flags |= 1
 		}
-		e.uvarint(seq)
+		if ok && ss.Complete {
+			flags |= 2
+		}
+		e.u8(flags)
+		e.uvarint(ss.Seq)
+		if flags&2 != 0 {
+			e.uvarint(ss.CompleteSince)
+		}
 	}
-	err = src.Index.RangeBlocks(func(k kvindex.SlotKey, hs []kvindex.Holder) error {
+	err := src.Index.RangeBlocks(func(k kvindex.SlotKey, hs []kvindex.Holder) error {
 		n := 0
 		for _, h := range hs {
 			if int(h.Pod) < np {
@@ -177,33 +237,14 @@ func Write(path string, src Source, now time.Time) (Written, error) {
 		e.err = bw.Flush()
 	}
 	if e.err != nil {
-		return w, fmt.Errorf("snapshot: write %s: %w", tmp, e.err)
+		return w, fmt.Errorf("snapshot: write: %w", e.err)
 	}
 	var sum [4]byte
 	binary.LittleEndian.PutUint32(sum[:], crc.Sum32())
-	if _, err := f.Write(sum[:]); err != nil {
-		return w, fmt.Errorf("snapshot: write %s: %w", tmp, err)
+	if _, err := cw.Write(sum[:]); err != nil {
+		return w, fmt.Errorf("snapshot: write: %w", err)
 	}
-	if err := f.Sync(); err != nil {
-		return w, fmt.Errorf("snapshot: fsync %s: %w", tmp, err)
-	}
-	st, err := f.Stat()
-	if err == nil {
-		w.Bytes = st.Size()
-	}
-	if err := f.Close(); err != nil {
-		return w, fmt.Errorf("snapshot: close %s: %w", tmp, err)
-	}
-	f = nil
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return w, fmt.Errorf("snapshot: %w", err)
-	}
-	// The rename is durable only once the directory is.
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
+	w.Bytes = cw.n
 	w.Pods, w.Models = np, nm
 	return w, nil
 }
@@ -249,6 +290,10 @@ type RestoredPod struct {
 	// is false for a pod whose stream was unknown when the snapshot was taken.
 	Seq    uint64
 	HasSeq bool
+	// Complete: the peer the copy came from had the stream complete since
+	// CompleteSince (version 2 only; never in a file).
+	Complete      bool
+	CompleteSince uint64
 }
 
 // Loaded describes a snapshot that was loaded.
@@ -308,17 +353,31 @@ func LoadLimited(path string, idx *kvindex.MemoryIndex, in *kvindex.Interner, li
 	if err != nil {
 		return nil, err
 	}
-	size := st.Size()
+	l, err := LoadFrom(f, st.Size(), path, idx, in, lim)
+	if l != nil {
+		// A file is loaded after a downtime nothing vouches for, whatever
+		// it says (kvindexd writes completeness only into a peer's copy).
+		for i := range l.Pods {
+			l.Pods[i].Complete, l.Pods[i].CompleteSince = false, 0
+		}
+	}
+	return l, err
+}
+
+// LoadFrom is LoadLimited reading size bytes from r (a file, or a peer's
+// copy held in memory); name is what errors call it.
+func LoadFrom(r io.ReaderAt, size int64, name string, idx *kvindex.MemoryIndex, in *kvindex.Interner, lim Limits) (*Loaded, error) {
+	path := name
 	if size < int64(len(magic))+4+8+8+4 {
 		return nil, fmt.Errorf("%w: %s: %d bytes", ErrCorrupt, path, size)
 	}
 	// Pass 1: the checksum, before anything is believed or allocated.
 	crc := crc32.New(castagnoli)
-	if _, err := io.CopyN(crc, f, size-4); err != nil {
+	if _, err := io.Copy(crc, io.NewSectionReader(r, 0, size-4)); err != nil {
 		return nil, fmt.Errorf("snapshot: read %s: %w", path, err)
 	}
 	var sum [4]byte
-	if _, err := io.ReadFull(f, sum[:]); err != nil {
+	if _, err := r.ReadAt(sum[:], size-4); err != nil {
 		return nil, fmt.Errorf("snapshot: read %s: %w", path, err)
 	}
 	if binary.LittleEndian.Uint32(sum[:]) != crc.Sum32() {
@@ -328,16 +387,13 @@ func LoadLimited(path string, idx *kvindex.MemoryIndex, in *kvindex.Interner, li
 	// (see MemoryIndex.Reserve); bounded by the file, as each block takes
 	// at least 10 bytes.
 	var trailer [16]byte
-	if _, err := f.ReadAt(trailer[:], size-4-16); err != nil {
+	if _, err := r.ReadAt(trailer[:], size-4-16); err != nil {
 		return nil, fmt.Errorf("snapshot: read %s: %w", path, err)
 	}
 	if blocks := binary.LittleEndian.Uint64(trailer[:8]); blocks <= uint64(size/10) {
 		idx.Reserve(int64(blocks))
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return nil, err
-	}
-	d := &decoder{r: bufio.NewReaderSize(io.LimitReader(f, size-4), 1<<20), left: size - 4}
+	d := &decoder{r: bufio.NewReaderSize(io.NewSectionReader(r, 0, size-4), 1<<20), left: size - 4}
 	l, err := load(d, idx, in, lim.withDefaults())
 	if err != nil {
 		if l != nil {
@@ -354,8 +410,9 @@ func load(d *decoder, idx *kvindex.MemoryIndex, in *kvindex.Interner, lim Limits
 	if string(d.bytes(len(magic))) != magic {
 		return nil, fmt.Errorf("%w: not a kvindex snapshot", ErrCorrupt)
 	}
-	if v := d.u32(); d.err == nil && v != version {
-		return nil, fmt.Errorf("snapshot version %d: this kvindexd reads version %d", v, version)
+	ver := d.u32()
+	if d.err == nil && ver != version && ver != version2 {
+		return nil, fmt.Errorf("snapshot version %d: this kvindexd reads versions %d and %d", ver, version, version2)
 	}
 	l := &Loaded{Created: time.Unix(0, int64(d.u64()))}
 	probe := blockkeys.Key(d.u64())
@@ -390,10 +447,14 @@ func load(d *decoder, idx *kvindex.MemoryIndex, in *kvindex.Interner, lim Limits
 		rank := d.uvarint()
 		has := d.u8()
 		seq := d.uvarint()
+		var since uint64
+		if has&2 != 0 {
+			since = d.uvarint()
+		}
 		if d.err != nil {
 			return l, d.err
 		}
-		if has > 1 {
+		if (ver == version && has > 1) || has > 3 || has == 2 {
 			return l, fmt.Errorf("%w: pod table", ErrCorrupt)
 		}
 		// checked before the name is interned: an interned name is exported
@@ -406,7 +467,8 @@ func load(d *decoder, idx *kvindex.MemoryIndex, in *kvindex.Interner, lim Limits
 		}
 		id := in.Pod(name, int(rank))
 		ids = append(ids, id)
-		l.Pods = append(l.Pods, RestoredPod{ID: id, Name: name, DPRank: int(rank), Seq: seq, HasSeq: has == 1})
+		l.Pods = append(l.Pods, RestoredPod{ID: id, Name: name, DPRank: int(rank), Seq: seq, HasSeq: has&1 != 0,
+			Complete: has&2 != 0, CompleteSince: since})
 	}
 	var hs []kvindex.Holder
 	for {
