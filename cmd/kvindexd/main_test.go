@@ -38,7 +38,7 @@ func TestBadFlagPrintsErrorAndHint(t *testing.T) {
 		{[]string{"serve", "--workers", "many"}, `kvindexd serve: invalid value "many" for flag -workers: parse error`, "Run 'kvindexd serve --help' for usage."},
 		{[]string{"serve", "stray"}, `kvindexd serve: unexpected arguments ["stray"]`, "Run 'kvindexd serve --help' for usage."},
 		{[]string{"serve", "--endpoint", "tcp://u:s3cr3t@10.0.0.1:5557,colour=red"},
-			`kvindexd serve: invalid value "tcp://xxxxx@10.0.0.1:5557,colour=red" for flag -endpoint: endpoint "tcp://xxxxx@10.0.0.1:5557,colour=red": unknown option "colour" (pod, model, engine, replay, snapshot)`,
+			`kvindexd serve: invalid value "tcp://xxxxx@10.0.0.1:5557,colour=red" for flag -endpoint: endpoint "tcp://xxxxx@10.0.0.1:5557,colour=red": unknown option "colour" (pod, model, engine, replay, snapshot, role)`,
 			"Run 'kvindexd serve --help' for usage."},
 		{[]string{"blockhash", "--sede", "0"}, "kvindexd blockhash: flag provided but not defined: -sede", "Run 'kvindexd blockhash --help' for usage."},
 		{[]string{"version", "--short"}, "kvindexd version: flag provided but not defined: -short", "Run 'kvindexd version --help' for usage."},
