@@ -218,7 +218,7 @@ func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
 	if ix.pick, err = newPicker(cfg.Pick, ix.sharedSpeculative); err != nil {
 		return nil, err
 	}
-	ix.quality = newQuality(ix.in, ix.pick.now, cfg.Logger.With("component", "quality"))
+	ix.quality = newQuality(ix.in, ix.pick.now, cfg.Logger.With("component", "quality"), cfg.Pick.FeedbackCapacity, cfg.Pick.FeedbackTTL)
 	if ix.m, err = newMetrics(cfg.Registry, ix); err != nil {
 		return nil, err
 	}

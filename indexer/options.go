@@ -36,6 +36,8 @@ var Options = struct {
 	LeaseTTL, SnapshotInterval, SnapshotMaxAge option.Duration
 	PeerMaxBytes                               option.Int
 	PeerTimeout                                option.Duration
+	FeedbackCapacity                           option.Int
+	FeedbackTTL                                option.Duration
 }{
 	BlockSize: option.Int{Name: "block-size", Default: 16, Min: 1, Max: 1 << 16,
 		Help: "vLLM --block-size"},
@@ -83,6 +85,16 @@ var Options = struct {
 	// a minute leaves room for a busy peer without delaying a cold start long.
 	PeerTimeout: option.Duration{Name: "peer-timeout", Default: time.Minute, Range: option.Positive,
 		Help: "with --peers: the deadline for fetching and loading a peer's index at start, every peer tried included; past it the daemon starts cold"},
+	// A pick is held in 72 bytes: the default is under 5 MiB at most, and
+	// covers a router's in-flight requests at thousands of picks a second
+	// for as long as a generation takes. The maximum keeps the table's
+	// page index small (4,096 pages of 1,024).
+	FeedbackCapacity: option.Int{Name: "feedback-capacity", Default: 1 << 16, Min: 1, Max: 1 << 22,
+		Help: "picks awaiting their engine's feedback (POST /v1/feedback); when full a new pick drops the oldest, counted"},
+	// Longer than a long generation: the engine reports its usage when the
+	// response is complete.
+	FeedbackTTL: option.Duration{Name: "feedback-ttl", Default: 10 * time.Minute, Range: option.Positive,
+		Help: "how long a pick awaits its engine's feedback before it is dropped, counted"},
 }
 
 // DefaultConfig is an in-memory indexer with every tunable of Options at its
@@ -100,7 +112,8 @@ func DefaultConfig() Config {
 		KeyCacheSize:    int(o.KeyCacheSize.Default),
 		ApplierLimits:   applier.DefaultLimits(),
 		Pick: PickConfig{SpeculativeTTL: o.SpeculativeTTL.Default, HistoryTTL: o.HistoryTTL.Default,
-			SpeculativeCapacity: int(o.SpeculativeCapacity.Default), HistoryCapacity: int(o.HistoryCapacity.Default)},
+			SpeculativeCapacity: int(o.SpeculativeCapacity.Default), HistoryCapacity: int(o.HistoryCapacity.Default),
+			FeedbackCapacity: int(o.FeedbackCapacity.Default), FeedbackTTL: o.FeedbackTTL.Default},
 		Prediction: PredictionConfig{SampleRate: o.PredictionSampleRate.Default, Window: o.PredictionWindow.Default,
 			Capacity: int(o.PredictionCapacity.Default)},
 		Leases:  LeaseConfig{TTL: o.LeaseTTL.Default},
@@ -121,6 +134,8 @@ func ValidateConfig(cfg Config) error {
 		applier.ValidateConfig(applier.Config{DigestCacheSize: cfg.DigestCacheSize, Limits: cfg.ApplierLimits}),
 		o.SpeculativeCapacity.Check(int64(cfg.Pick.SpeculativeCapacity)),
 		o.HistoryCapacity.Check(int64(cfg.Pick.HistoryCapacity)),
+		o.FeedbackCapacity.Check(int64(cfg.Pick.FeedbackCapacity)),
+		o.FeedbackTTL.Check(cfg.Pick.FeedbackTTL),
 		o.PredictionSampleRate.Check(cfg.Prediction.SampleRate),
 		o.PredictionCapacity.Check(int64(cfg.Prediction.Capacity)),
 		o.PredictionWindow.Check(cfg.Prediction.Window),
@@ -154,6 +169,8 @@ func (cfg Config) withDefaults() Config {
 	p.HistoryTTL = o.HistoryTTL.Or(p.HistoryTTL)
 	p.SpeculativeCapacity = orInt(o.SpeculativeCapacity, p.SpeculativeCapacity)
 	p.HistoryCapacity = orInt(o.HistoryCapacity, p.HistoryCapacity)
+	p.FeedbackCapacity = orInt(o.FeedbackCapacity, p.FeedbackCapacity)
+	p.FeedbackTTL = o.FeedbackTTL.Or(p.FeedbackTTL)
 	cfg.Prediction.Window = o.PredictionWindow.Or(cfg.Prediction.Window)
 	cfg.Prediction.Capacity = orInt(o.PredictionCapacity, cfg.Prediction.Capacity)
 	cfg.Leases.TTL = o.LeaseTTL.Or(cfg.Leases.TTL)

@@ -307,6 +307,9 @@ func TestPickConfigErrors(t *testing.T) {
 		{Params: &routing.Params{Cost: routing.CostParams{OverlapWeight: -1}}},
 		{SpeculativeCapacity: -1},
 		{HistoryCapacity: maxHoldCapacity + 1},
+		{FeedbackCapacity: -1},
+		{FeedbackCapacity: int(Options.FeedbackCapacity.Max) + 1},
+		{FeedbackTTL: -time.Second},
 	}
 	for _, pc := range bad {
 		if _, err := New(context.Background(), Config{Keys: testKeys, Pick: pc}); err == nil {

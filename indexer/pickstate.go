@@ -29,6 +29,13 @@ type PickConfig struct {
 	// HistoryCapacity bounds the routing history ((block, pod) pairs;
 	// 0 = Options.HistoryCapacity's default).
 	HistoryCapacity int
+	// FeedbackCapacity bounds the picks awaiting their engine's feedback
+	// (0 = Options.FeedbackCapacity's default); when full, a new pick
+	// drops the oldest, counted.
+	FeedbackCapacity int
+	// FeedbackTTL is how long a pick awaits its feedback (0 =
+	// Options.FeedbackTTL's default).
+	FeedbackTTL time.Duration
 	// Now is the clock of both TTLs (nil = time.Now); tests and the
 	// simulator inject theirs.
 	Now func() time.Time

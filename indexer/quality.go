@@ -36,10 +36,12 @@ import (
 // OtherModel labels the picks of models no engine has published for.
 const OtherModel = "_other"
 
-// Quality bounds and windows. They are constants, not flags: the pending
-// capacity and TTL cover a router's in-flight requests at any realistic
-// rate (feedback arrives when the engine's response is complete), and the
-// per-pod table is as large as the per-pod series the daemon exports.
+// Quality bounds and windows. The picks awaiting feedback are bounded by
+// PickConfig.FeedbackCapacity and FeedbackTTL (rows of Options: a router
+// with more picks in flight than the default, or slower engines, raises
+// them); the rest are constants: the per-pod table is as large as the
+// per-pod series the daemon exports, and the drift alarm's window and
+// thresholds are what the metrics' help states.
 const (
 	// qualityStep and qualitySteps are the history kept per model for the
 	// status page: 60 steps of 10 s.
@@ -48,12 +50,6 @@ const (
 	// MaxQualityPods bounds the (model, pod) pairs with quality and
 	// feedback series; pairs beyond it are counted, not kept.
 	MaxQualityPods = MaxPodSeries
-	// FeedbackCapacity bounds the picks awaiting feedback; the oldest is
-	// dropped (counted) when a pick finds the table full.
-	FeedbackCapacity = 1 << 16
-	// FeedbackTTL is how long a pick awaits its feedback: longer than a
-	// long generation, after which the engine reports its usage.
-	FeedbackTTL = 10 * time.Minute
 	// feedbackWindow is the recent feedback per (model, pod) the drift
 	// alarm reads; the alarm needs feedbackMinSamples of them and is raised
 	// when at least half disagree, cleared when fewer than a quarter do.
@@ -126,7 +122,7 @@ type pendingPick struct {
 }
 
 // pendingSlot is one slot of the ring of picks awaiting feedback: pick id
-// i lives in slot i % FeedbackCapacity until a later id takes it.
+// i lives in slot i % capacity until a later id takes it.
 type pendingSlot struct {
 	pendingPick
 	id   uint64
@@ -154,9 +150,11 @@ type quality struct {
 	nPods       int
 	podsOmitted uint64 // picks and feedback of pairs beyond MaxQualityPods
 
-	ttl int64
-	// ids oldest..nextID were issued; those still live await feedback
-	pages    [FeedbackCapacity / feedbackPage]*[feedbackPage]pendingSlot
+	ttl      int64
+	capacity uint64 // pending picks at most (PickConfig.FeedbackCapacity)
+	// ids oldest..nextID were issued; those still live await feedback.
+	// The ring's capacity slots are split in pages of feedbackPage.
+	pages    []*[feedbackPage]pendingSlot
 	oldest   uint64
 	nextID   uint64
 	live     int
@@ -175,7 +173,9 @@ const (
 
 var rejectNames = [numFeedbackRejects]string{"invalid", "unknown_pick"}
 
-func newQuality(in *kvindex.Interner, now func() time.Time, log *slog.Logger) *quality {
+// newQuality holds at most capacity picks awaiting feedback, each for ttl
+// (both in range: PickConfig's defaults are resolved by the caller).
+func newQuality(in *kvindex.Interner, now func() time.Time, log *slog.Logger, capacity int, ttl time.Duration) *quality {
 	shareVec := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "kvindexd_pick_cached_share",
 		Help:    "Share of a pick's full blocks the chosen pod held at pick time (picks with at least one full block).",
@@ -185,14 +185,15 @@ func newQuality(in *kvindex.Interner, now func() time.Time, log *slog.Logger) *q
 		other: &modelQuality{name: OtherModel, pods: map[string]*podQuality{}, share: shareVec.WithLabelValues(OtherModel)},
 		// a random start: a restarted daemon does not accept its
 		// predecessor's pick ids as its own
-		ttl: int64(FeedbackTTL), nextID: rand.Uint64()}
+		ttl: int64(ttl), capacity: uint64(capacity), pages: make([]*[feedbackPage]pendingSlot, (capacity+feedbackPage-1)/feedbackPage),
+		nextID: rand.Uint64()}
 	q.oldest = q.nextID + 1
 	return q
 }
 
 // slot returns pick id's slot, allocating its page when alloc.
 func (q *quality) slot(id uint64, alloc bool) *pendingSlot {
-	i := id % FeedbackCapacity
+	i := id % q.capacity
 	p := q.pages[i/feedbackPage]
 	if p == nil {
 		if !alloc {
@@ -315,8 +316,8 @@ func (q *quality) hold(now int64, p pendingPick) uint64 {
 	p.deadline = now + q.ttl
 	*sl = pendingSlot{pendingPick: p, id: q.nextID, live: true}
 	q.live++
-	if q.nextID-q.oldest >= FeedbackCapacity {
-		q.oldest = q.nextID - FeedbackCapacity + 1
+	if q.nextID-q.oldest >= q.capacity {
+		q.oldest = q.nextID - q.capacity + 1
 	}
 	return q.nextID
 }
@@ -395,7 +396,8 @@ func EngineCachedTokens(matched, blockSize, promptTokens int) int {
 
 // Feedback compares an engine's reported cached tokens with what the pick
 // predicted for the pod it chose. A pick is answered once: a second
-// feedback, one after FeedbackTTL or one for a pick evicted at capacity is
+// feedback, one after PickConfig.FeedbackTTL or one for a pick evicted at
+// PickConfig.FeedbackCapacity is
 // NotFound.
 func (ix *Indexer) Feedback(f Feedback) (FeedbackResult, error) {
 	res, err := ix.quality.feedback(f)
@@ -435,7 +437,7 @@ func (q *quality) feedback(f Feedback) (FeedbackResult, *Error) {
 	if !ok {
 		q.rejected[rejectUnknown]++
 		return FeedbackResult{}, errorf(NotFound, "pick_id %016x is not awaiting feedback: answered already, older than %v, "+
-			"dropped at the capacity of %d, or issued by another daemon", f.PickID, FeedbackTTL, FeedbackCapacity)
+			"dropped at the capacity of %d, or issued by another daemon", f.PickID, time.Duration(q.ttl), q.capacity)
 	}
 	prompt := int(p.prompt)
 	if prompt > 0 && f.PromptTokens > 0 && f.PromptTokens != prompt {
@@ -601,9 +603,9 @@ var (
 	descFeedbackDrift     = prometheus.NewDesc("kvindexd_feedback_drift", "Share of the pod's last 64 feedbacks whose prediction was off by a block or more.", modelPodLabels, nil)
 	descFeedbackAlarm     = prometheus.NewDesc("kvindexd_feedback_alarm", "1 while the pod's engine disagrees with the index (half of the recent feedback off by a block or more; cleared below a quarter).", modelPodLabels, nil)
 	descFeedbackMismatch  = prometheus.NewDesc("kvindexd_feedback_prompt_mismatches_total", "Feedback whose engine prompt length differs from the tokens the pick hashed (chat template or tokenizer differ).", modelLabel, nil)
-	descFeedbackPending   = prometheus.NewDesc("kvindexd_feedback_pending", "Picks awaiting feedback (bounded by FeedbackCapacity, 65536).", nil, nil)
+	descFeedbackPending   = prometheus.NewDesc("kvindexd_feedback_pending", "Picks awaiting feedback (bounded by --feedback-capacity).", nil, nil)
 	descFeedbackEvicted   = prometheus.NewDesc("kvindexd_feedback_evicted_total", "Picks dropped from the feedback table at its capacity before their TTL.", nil, nil)
-	descFeedbackExpired   = prometheus.NewDesc("kvindexd_feedback_expired_total", "Picks whose feedback did not arrive within the TTL (10 min).", nil, nil)
+	descFeedbackExpired   = prometheus.NewDesc("kvindexd_feedback_expired_total", "Picks whose feedback did not arrive within --feedback-ttl.", nil, nil)
 	descFeedbackRejected  = prometheus.NewDesc("kvindexd_feedback_rejected_total", "Feedback calls refused: invalid (bad numbers) or unknown_pick (answered, expired, evicted or foreign id).", []string{"reason"}, nil)
 )
 

@@ -284,7 +284,7 @@ func TestFeedbackRejects(t *testing.T) {
 
 	// A pick older than the TTL is gone, counted as expired.
 	mustPick(t, ix, tokenQuery(testModel, prompt, idle("a")), &r)
-	clk.Advance(FeedbackTTL)
+	clk.Advance(Options.FeedbackTTL.Default)
 	_, err = ix.Feedback(Feedback{PickID: r.PickID})
 	wantCode(t, err, NotFound)
 	if got := counterValue(t, ix, "kvindexd_feedback_expired_total", nil); got != 1 {
@@ -292,37 +292,55 @@ func TestFeedbackRejects(t *testing.T) {
 	}
 }
 
-// The pending picks are bounded by FeedbackCapacity: the oldest gives way,
-// counted, and the table never holds more.
+// The pending picks are bounded by the capacity: the oldest gives way,
+// counted, and the table never holds more. The default (a whole number of
+// pages) and capacities that end inside a page (3, 1500) are all checked.
 func TestFeedbackPendingCapacity(t *testing.T) {
-	clk := newFakeClock()
-	q := newQuality(nil, clk.Now, slog.New(slog.DiscardHandler))
-	m := q.other
-	first := q.hold(clk.Now().UnixNano(), pendingPick{model: m, blockSize: 4})
-	for range FeedbackCapacity + 9 {
-		q.hold(clk.Now().UnixNano(), pendingPick{model: m, blockSize: 4})
-	}
-	if q.live != FeedbackCapacity || q.evicted != 10 {
-		t.Fatalf("live %d evicted %d, want %d and 10", q.live, q.evicted, FeedbackCapacity)
-	}
-	if _, err := q.feedback(Feedback{PickID: first}); err == nil || err.Code != NotFound {
-		t.Fatalf("the evicted pick was answered: %v", err)
-	}
-	if _, err := q.feedback(Feedback{PickID: q.nextID}); err != nil {
-		t.Fatalf("the newest pick: %v", err)
-	}
-	// Pages, not a slot per pick, are allocated: the full ring is its pages.
-	for i, p := range q.pages {
-		if p == nil {
-			t.Fatalf("page %d never allocated", i)
-		}
-	}
-	clk.Advance(FeedbackTTL + time.Second)
-	q.mu.Lock()
-	q.expire(clk.Now().UnixNano())
-	q.mu.Unlock()
-	if q.live != 0 || q.expired != FeedbackCapacity-1 {
-		t.Fatalf("after the TTL: live %d expired %d", q.live, q.expired)
+	for _, capacity := range []int{int(Options.FeedbackCapacity.Default), 1500, 3, 1} {
+		t.Run(strconv.Itoa(capacity), func(t *testing.T) {
+			clk := newFakeClock()
+			ttl := time.Minute
+			q := newQuality(nil, clk.Now, slog.New(slog.DiscardHandler), capacity, ttl)
+			m := q.other
+			first := q.hold(clk.Now().UnixNano(), pendingPick{model: m, blockSize: 4})
+			for range capacity + 9 {
+				q.hold(clk.Now().UnixNano(), pendingPick{model: m, blockSize: 4})
+			}
+			if q.live != capacity || q.evicted != 10 {
+				t.Fatalf("live %d evicted %d, want %d and 10", q.live, q.evicted, capacity)
+			}
+			if _, err := q.feedback(Feedback{PickID: first}); err == nil || err.Code != NotFound {
+				t.Fatalf("the evicted pick was answered: %v", err)
+			}
+			if _, err := q.feedback(Feedback{PickID: q.nextID}); err != nil {
+				t.Fatalf("the newest pick: %v", err)
+			}
+			// Pages, not a slot per pick, are allocated: the full ring is
+			// its pages, and no more of them.
+			if want := (capacity + feedbackPage - 1) / feedbackPage; len(q.pages) != want {
+				t.Fatalf("%d pages, want %d", len(q.pages), want)
+			}
+			for i, p := range q.pages {
+				if p == nil {
+					t.Fatalf("page %d never allocated", i)
+				}
+			}
+			// Still live just before the TTL, expired after it.
+			clk.Advance(ttl - time.Second)
+			q.mu.Lock()
+			q.expire(clk.Now().UnixNano())
+			q.mu.Unlock()
+			if q.live != capacity-1 {
+				t.Fatalf("before the TTL: live %d", q.live)
+			}
+			clk.Advance(2 * time.Second)
+			q.mu.Lock()
+			q.expire(clk.Now().UnixNano())
+			q.mu.Unlock()
+			if q.live != 0 || q.expired != uint64(capacity-1) {
+				t.Fatalf("after the TTL: live %d expired %d", q.live, q.expired)
+			}
+		})
 	}
 }
 

@@ -89,6 +89,9 @@ type Config struct {
 	SpecTTL         Duration `json:"speculative_ttl" yaml:"speculative_ttl"`
 	HistoryTTL      Duration `json:"history_ttl" yaml:"history_ttl"`
 	HistoryCapacity int      `json:"history_capacity" yaml:"history_capacity"`
+	// Picks awaiting their engine's feedback (POST /v1/feedback).
+	FeedbackCapacity int      `json:"feedback_capacity" yaml:"feedback_capacity"`
+	FeedbackTTL      Duration `json:"feedback_ttl" yaml:"feedback_ttl"`
 	// P/D picks' disaggregation decision (routing.PDParams).
 	PickMaxLocalPrefillTokens int `json:"pick_max_local_prefill_tokens" yaml:"pick_max_local_prefill_tokens"`
 	PickMaxPrefillWaiting     int `json:"pick_max_prefill_waiting" yaml:"pick_max_prefill_waiting"`
@@ -172,6 +175,9 @@ func DefaultConfig() Config {
 		SpecTTL:         Duration(ix.Pick.SpeculativeTTL),
 		HistoryTTL:      Duration(ix.Pick.HistoryTTL),
 		HistoryCapacity: ix.Pick.HistoryCapacity,
+
+		FeedbackCapacity: ix.Pick.FeedbackCapacity,
+		FeedbackTTL:      Duration(ix.Pick.FeedbackTTL),
 
 		PickMaxLocalPrefillTokens: int(indexer.Options.PDMaxLocalPrefillTokens.Default),
 		PickMaxPrefillWaiting:     int(indexer.Options.PDMaxPrefillWait.Default),
@@ -343,6 +349,8 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	durationOpt(fs, &cfg.SpecTTL, indexer.Options.SpeculativeTTL)
 	durationOpt(fs, &cfg.HistoryTTL, indexer.Options.HistoryTTL)
 	intOpt(fs, &cfg.HistoryCapacity, indexer.Options.HistoryCapacity)
+	intOpt(fs, &cfg.FeedbackCapacity, indexer.Options.FeedbackCapacity)
+	durationOpt(fs, &cfg.FeedbackTTL, indexer.Options.FeedbackTTL)
 	intOpt(fs, &cfg.PickMaxLocalPrefillTokens, indexer.Options.PDMaxLocalPrefillTokens)
 	intOpt(fs, &cfg.PickMaxPrefillWaiting, indexer.Options.PDMaxPrefillWait)
 	floatOpt(fs, &cfg.PredictionSampleRate, indexer.Options.PredictionSampleRate)
@@ -504,7 +512,8 @@ func (c *Config) validate() error {
 // pickConfig turns the pick settings into the indexer's PickConfig (the
 // shared speculative store is the daemon's to add).
 func (c *Config) pickConfig() (indexer.PickConfig, error) {
-	pc := indexer.PickConfig{DefaultPolicy: c.PickPolicy, HistoryCapacity: c.HistoryCapacity}
+	pc := indexer.PickConfig{DefaultPolicy: c.PickPolicy, HistoryCapacity: c.HistoryCapacity,
+		FeedbackCapacity: c.FeedbackCapacity, FeedbackTTL: time.Duration(c.FeedbackTTL)}
 	if c.PickPolicy != "" {
 		if _, err := routing.New(c.PickPolicy, routing.Defaults()); err != nil {
 			return pc, fmt.Errorf("--pick-policy: %w", err)

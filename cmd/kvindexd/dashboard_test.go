@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"regexp"
 	"slices"
@@ -98,6 +99,19 @@ func TestDashboardMetricsExist(t *testing.T) {
 		`{"model":"no/tokenizer","prompt":"hi"}`,
 	} {
 		e.do("POST", "/v1/score", body)
+	}
+	// A pick and its engine's feedback: the decision-quality series are
+	// per model and pod, exposed once a pick (and a feedback) made them.
+	code, body := e.do("POST", "/v1/pick", fmt.Sprintf(`{"model":%q,"token_ids":%s,"candidates":[{"pod":"pod-a"},{"pod":"pod-b"}]}`,
+		fleetModel, mustJSON(ids)))
+	var pick struct {
+		PickID string `json:"pick_id"`
+	}
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &pick) != nil || pick.PickID == "" {
+		t.Fatalf("/v1/pick: %d %s", code, body)
+	}
+	if code, body := e.do("POST", "/v1/feedback", fmt.Sprintf(`{"pick_id":%q,"cached_tokens":0}`, pick.PickID)); code != http.StatusOK {
+		t.Fatalf("/v1/feedback: %d %s", code, body)
 	}
 	_, exposition := e.get("/metrics")
 	exposed := map[string]bool{}

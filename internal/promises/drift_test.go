@@ -18,7 +18,7 @@ import (
 // the sections of each that must hold a table with a `test` column: the
 // bounds live with the threat model, the other guarantees on their own page.
 var promiseDocs = map[string][]string{
-	"docs/security.md": {"### Bearer tokens", "### HTTP server limits", "### Prompt limits", "#### Transport limits",
+	"docs/security.md": {"### Bearer tokens", "### HTTP server limits", "### Pick state", "### Prompt limits", "#### Transport limits",
 		"#### State limits"},
 	"docs/promises.md": {"## Guarantees"},
 }
