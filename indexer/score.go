@@ -263,11 +263,11 @@ func (ix *Indexer) promptTokens(ctx context.Context, q *Query) ([]uint32, *Error
 }
 
 // promptLimitError maps the prefix store's request bounds: a prompt above
-// the byte limit is the caller's fault, a full tokenization budget is
+// the byte or the token limit is the caller's fault, a full tokenization budget is
 // transient. nil for any other error.
 func promptLimitError(what string, err error) *Error {
 	switch {
-	case errors.Is(err, prefixstore.ErrPromptTooLong):
+	case errors.Is(err, prefixstore.ErrPromptTooLong), errors.Is(err, prefixstore.ErrTooManyTokens):
 		return errorf(InvalidArgument, "%s: %v", what, err)
 	case errors.Is(err, prefixstore.ErrBusy):
 		return errorf(ResourceExhausted, "%s: %v", what, err)

@@ -3,6 +3,7 @@ package prefixstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -62,5 +63,60 @@ func TestPromptTooLongRefused(t *testing.T) {
 	}
 	if s := New(Config{MaxPromptBytes: 5000, MaxInflightBytes: 10}, registry(), nil); s.cfg.MaxInflightBytes != 5000 {
 		t.Fatalf("a budget below the largest prompt must be raised to it, got %d", s.cfg.MaxInflightBytes)
+	}
+}
+
+// A prompt whose ids pass MaxPromptTokens is refused with ErrTooManyTokens
+// naming the limit, counted as refused{too_many_tokens} (not an error), on
+// a miss and on a hit (the cached prefix's ids count towards the limit);
+// prompts at the limit get Encode's ids.
+func TestPromptTooManyTokensRefused(t *testing.T) {
+	needModel(t, "qwen3")
+	m := NewMetrics(nil)
+	s := New(Config{MaxPromptTokens: 400, ChunkBytes: 64}, registry(), m)
+	tok, err := registry().Get("qwen3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	base := strings.Repeat("several short words, ", 50) // ~200 ids, cached below
+	ids, err := s.TokenizePrompt(ctx, "qwen3", base)
+	if err != nil || len(ids) > 300 {
+		t.Fatalf("base: %d ids, err %v", len(ids), err)
+	}
+	for _, tc := range []struct {
+		name, prompt string
+		hit          bool
+	}{
+		{"miss", strings.Repeat("other words here; ", 100), false},
+		{"hit", base + strings.Repeat("more words, ", 200), true},
+	} {
+		hits := value(m.hits)
+		_, err := s.TokenizePrompt(ctx, "qwen3", tc.prompt)
+		if !errors.Is(err, ErrTooManyTokens) || !strings.Contains(err.Error(), "limit 400") {
+			t.Fatalf("%s: err = %v, want ErrTooManyTokens naming limit 400", tc.name, err)
+		}
+		if got := value(m.hits) > hits; got != tc.hit {
+			t.Fatalf("%s: prefix hit = %v, want %v", tc.name, got, tc.hit)
+		}
+	}
+	if r, e := value(m.refused.WithLabelValues("too_many_tokens")), value(m.errors); r != 2 || e != 0 {
+		t.Fatalf("refused{too_many_tokens} = %v, errors = %v; want 2, 0", r, e)
+	}
+	// the longest base + "x x ..." within 400 ids (a hit) gets Encode's ids
+	prompt, want := base, ids
+	for next := base + " x"; ; next += " x" {
+		ids, _ := tok.Encode(next, true)
+		if len(ids) > 400 {
+			break
+		}
+		prompt, want = next, ids
+	}
+	got, err := s.TokenizePrompt(ctx, "qwen3", prompt)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("%d ids under the limit: got %d ids, err %v", len(want), len(got), err)
+	}
+	if DefaultConfig().MaxPromptTokens != DefaultMaxPromptTokens {
+		t.Fatalf("default limit %d", DefaultConfig().MaxPromptTokens)
 	}
 }

@@ -45,7 +45,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kvindexd_prompt_tokenize_cancelled_total", Help: "Prompt tokenizations stopped part-way because their request ended (client gone or deadline passed)."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvindexd_prompt_tokenize_refused_total",
-			Help: "Prompts refused before tokenization: too_long (above --max-prompt-bytes), busy (no room in --tokenize-max-inflight-bytes in time)."}, []string{"reason"}),
+			Help: "Prompts refused before tokenization: too_long (above --max-prompt-bytes), busy (no room in --tokenize-max-inflight-bytes in time), too_many_tokens (tokenization stopped once the ids passed the 1,048,576-token limit)."}, []string{"reason"}),
 		inflightBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvindexd_prompt_tokenize_inflight_bytes", Help: "Bytes of the prompts being tokenized now."}),
 		evictions: prometheus.NewCounter(prometheus.CounterOpts{
@@ -55,7 +55,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		chunks: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvindexd_prefixstore_chunks", Help: "Chunks cached in the prefix store, all models."}),
 	}
-	for _, r := range []string{"too_long", "busy"} {
+	for _, r := range []string{"too_long", "busy", "too_many_tokens"} {
 		m.refused.WithLabelValues(r)
 	}
 	if reg != nil {

@@ -52,5 +52,8 @@ func (cfg Config) withDefaults() Config {
 	cfg.Capacity = int(o.Capacity.Or(int64(cfg.Capacity)))
 	cfg.MaxPromptBytes = int(o.MaxPromptBytes.Or(int64(cfg.MaxPromptBytes)))
 	cfg.MaxInflightBytes = int(o.MaxInflightBytes.Or(int64(cfg.MaxInflightBytes)))
+	if cfg.MaxPromptTokens <= 0 { // fixed, not a flag: the token_ids bound
+		cfg.MaxPromptTokens = DefaultMaxPromptTokens
+	}
 	return cfg
 }

@@ -70,7 +70,15 @@ const inflightWait = 2 * time.Second
 var (
 	ErrPromptTooLong = errors.New("prompt too long")
 	ErrBusy          = errors.New("tokenization budget in use")
+	// ErrTooManyTokens is returned once a prompt's ids pass
+	// Config.MaxPromptTokens: tokenization stops there (the caller's fault:
+	// an InvalidArgument).
+	ErrTooManyTokens = tokenization.ErrTooManyTokens
 )
+
+// DefaultMaxPromptTokens is the longest prompt in ids, the bound on a
+// query's token_ids (indexer.MaxInputLen; a test keeps them equal).
+const DefaultMaxPromptTokens = 1 << 20
 
 // Config configures a Store.
 type Config struct {
@@ -83,6 +91,10 @@ type Config struct {
 	// once (the memory tokenization holds); others wait for room. 0 =
 	// DefaultMaxInflightBytes; raised to MaxPromptBytes when below it.
 	MaxInflightBytes int
+	// MaxPromptTokens refuses a prompt whose ids number more, as soon as
+	// the tokenizer passes it (not after the whole prompt); 0 =
+	// DefaultMaxPromptTokens.
+	MaxPromptTokens int
 }
 
 // Store is the prefix cache for all models. Safe for concurrent use.
@@ -249,10 +261,9 @@ func (s *Store) tokenizeReuse(ctx context.Context, model, prompt string, addSpec
 	}
 	if !hit {
 		s.m.misses.Inc()
-		full, bounds, err := tok.EncodeBoundariesContext(ctx, prompt, addSpecial)
+		full, bounds, err := tok.EncodeBoundariesLimit(ctx, prompt, addSpecial, s.cfg.MaxPromptTokens)
 		if err != nil {
-			s.countError(ctx)
-			return nil, 0, fmt.Errorf("tokenize prompt for model %q: %w", model, err)
+			return nil, 0, s.encodeError(ctx, model, err)
 		}
 		if nChunks > 0 {
 			ms.insert(prompt, c, margin, hashes, 0, tokenization.Boundary{}, full, bounds)
@@ -264,10 +275,11 @@ func (s *Store) tokenizeReuse(ctx context.Context, model, prompt string, addSpec
 	s.m.hits.Inc()
 	reused := len(ids)
 	// the suffix's boundaries let the prompt's new chunks be cached too
-	suffix, sb, err := tok.EncodeSuffixBoundariesContext(ctx, prompt, bound.Offset, addSpecial)
+	// reused < MaxPromptTokens: cached prefixes come from prompts that were
+	// under it, but a later, lower limit is still honoured
+	suffix, sb, err := tok.EncodeSuffixBoundariesLimit(ctx, prompt, bound.Offset, addSpecial, max(s.cfg.MaxPromptTokens-reused, 1))
 	if err != nil {
-		s.countError(ctx)
-		return nil, 0, fmt.Errorf("tokenize prompt for model %q: %w", model, err)
+		return nil, 0, s.encodeError(ctx, model, err)
 	}
 	ids = append(ids, suffix...)
 	if matched < nChunks {
@@ -275,6 +287,17 @@ func (s *Store) tokenizeReuse(ctx context.Context, model, prompt string, addSpec
 	}
 	s.observe(start, len(ids), reused)
 	return ids, reused, nil
+}
+
+// encodeError counts and wraps an encode's error. Too many tokens is a
+// refusal, named with the limit as the indexer's own token_ids bound is.
+func (s *Store) encodeError(ctx context.Context, model string, err error) error {
+	if errors.Is(err, tokenization.ErrTooManyTokens) {
+		s.m.refused.WithLabelValues("too_many_tokens").Inc()
+		return fmt.Errorf("%w: more than the limit %d", ErrTooManyTokens, s.cfg.MaxPromptTokens)
+	}
+	s.countError(ctx)
+	return fmt.Errorf("tokenize prompt for model %q: %w", model, err)
 }
 
 // countError counts a tokenization failure; a request that was cancelled or

@@ -1,8 +1,12 @@
 package tokenization
 
 import (
+	"context"
+	"errors"
+	"math/rand/v2"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -130,4 +134,49 @@ func BenchmarkEncodeLongRun(b *testing.B) {
 			})
 		}
 	}
+}
+
+// cjkSentences is about n bytes of random CJK ideographs in sentences of
+// 1 to 40 characters, each ended by a full-width comma or stop: every
+// sentence is a pre-token of its own, as in real CJK text.
+func cjkSentences(n int) string {
+	r := rand.New(rand.NewPCG(5, 6))
+	var sb strings.Builder
+	sb.Grow(n + 128)
+	for sb.Len() < n {
+		for k := 1 + r.IntN(40); k > 0; k-- {
+			sb.WriteRune(rune(0x4E00 + r.IntN(20000)))
+		}
+		sb.WriteString([]string{"，", "。"}[r.IntN(2)])
+	}
+	return sb.String()
+}
+
+// BenchmarkEncodeOverLimit is issue 35's over-limit prompt: 8.1 MB of CJK
+// sentences (~4M ids) against the daemon's 1,048,576-token limit. "full" is
+// the work before the limit stopped the encoder (everything, then refused
+// for its length), "limit" the work now (up to the limit, then refused).
+// go test ./tokenization -run '^$' -bench EncodeOverLimit -benchtime 2x
+func BenchmarkEncodeOverLimit(b *testing.B) {
+	tk := encLoad(b, "qwen3")
+	text := cjkSentences(8_100_000)
+	const limit = 1 << 20
+	b.Run("full", func(b *testing.B) {
+		b.SetBytes(int64(len(text)))
+		for b.Loop() {
+			ids, _, err := tk.EncodeBoundariesContext(context.Background(), text, true)
+			if err != nil || len(ids) <= limit {
+				b.Fatalf("%d ids, err %v: want an over-limit prompt", len(ids), err)
+			}
+			b.ReportMetric(float64(len(ids)), "ids")
+		}
+	})
+	b.Run("limit", func(b *testing.B) {
+		b.SetBytes(int64(len(text)))
+		for b.Loop() {
+			if _, _, err := tk.EncodeBoundariesLimit(context.Background(), text, true, limit); !errors.Is(err, ErrTooManyTokens) {
+				b.Fatalf("err = %v, want ErrTooManyTokens", err)
+			}
+		}
+	})
 }

@@ -145,7 +145,14 @@ type encState struct {
 	// (and inside the merging of one long word).
 	done      context.Context
 	unchecked int
+	// limit is the most ids the caller accepts (0: no limit), checked after
+	// every word so an over-limit prompt stops there, not at its end.
+	limit int
 }
+
+// ErrTooManyTokens is the error of the *Limit encodes once the ids passed
+// their limit: the rest of the text is not encoded.
+var ErrTooManyTokens = errors.New("too many tokens")
 
 // ctxCheckBytes is how many bytes of words are encoded between two checks
 // of the request's context: tens of microseconds of work.
@@ -159,7 +166,16 @@ func (t *Tokenizer) MaxAddedTokenBytes() int { return t.maxAdded }
 // Encode returns the ids of text; with addSpecialTokens the post-processor's
 // special tokens (e.g. BOS) are added.
 func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]uint32, error) {
-	ids, _, err := t.encode(context.Background(), text, 0, addSpecialTokens, false)
+	ids, _, err := t.encode(context.Background(), text, 0, addSpecialTokens, false, 0)
+	return ids, err
+}
+
+// EncodeLimit is Encode that gives up with ErrTooManyTokens as soon as the
+// ids (special tokens included) number more than maxTokens (<= 0: no
+// limit), within one pre-tokenized word of the point where they passed it.
+// Below the limit the ids are Encode's.
+func (t *Tokenizer) EncodeLimit(text string, addSpecialTokens bool, maxTokens int) ([]uint32, error) {
+	ids, _, err := t.encode(context.Background(), text, 0, addSpecialTokens, false, maxTokens)
 	return ids, err
 }
 
@@ -168,14 +184,22 @@ func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]uint32, error)
 // == ids; the end of the text is always the last boundary (none is
 // reported at offset 0).
 func (t *Tokenizer) EncodeBoundaries(text string, addSpecialTokens bool) ([]uint32, []Boundary, error) {
-	return t.encode(context.Background(), text, 0, addSpecialTokens, true)
+	return t.encode(context.Background(), text, 0, addSpecialTokens, true, 0)
 }
 
 // EncodeBoundariesContext is EncodeBoundaries that stops with ctx's error
 // soon after ctx is done (a request whose client left must not keep a core
 // busy on a long prompt).
 func (t *Tokenizer) EncodeBoundariesContext(ctx context.Context, text string, addSpecialTokens bool) ([]uint32, []Boundary, error) {
-	return t.encode(ctx, text, 0, addSpecialTokens, true)
+	return t.encode(ctx, text, 0, addSpecialTokens, true, 0)
+}
+
+// EncodeBoundariesLimit is EncodeBoundariesContext that also gives up with
+// ErrTooManyTokens once the ids number more than maxTokens (see
+// EncodeLimit): a prompt the caller will refuse for its length costs the
+// work up to the limit, not the work of all of it.
+func (t *Tokenizer) EncodeBoundariesLimit(ctx context.Context, text string, addSpecialTokens bool, maxTokens int) ([]uint32, []Boundary, error) {
+	return t.encode(ctx, text, 0, addSpecialTokens, true, maxTokens)
 }
 
 // EncodeSuffix returns the ids of text[from:] exactly as they follow the
@@ -186,7 +210,7 @@ func (t *Tokenizer) EncodeSuffix(text string, from int, addSpecialTokens bool) (
 	if from < 0 || from > len(text) {
 		return nil, fmt.Errorf("EncodeSuffix: offset %d out of range [0,%d]", from, len(text))
 	}
-	ids, _, err := t.encode(context.Background(), text, from, addSpecialTokens, false)
+	ids, _, err := t.encode(context.Background(), text, from, addSpecialTokens, false, 0)
 	return ids, err
 }
 
@@ -198,7 +222,7 @@ func (t *Tokenizer) EncodeSuffixBoundaries(text string, from int, addSpecialToke
 	if from < 0 || from > len(text) {
 		return nil, nil, fmt.Errorf("EncodeSuffixBoundaries: offset %d out of range [0,%d]", from, len(text))
 	}
-	return t.encode(context.Background(), text, from, addSpecialTokens, true)
+	return t.encode(context.Background(), text, from, addSpecialTokens, true, 0)
 }
 
 // EncodeSuffixBoundariesContext is EncodeSuffixBoundaries that stops with
@@ -207,19 +231,33 @@ func (t *Tokenizer) EncodeSuffixBoundariesContext(ctx context.Context, text stri
 	if from < 0 || from > len(text) {
 		return nil, nil, fmt.Errorf("EncodeSuffixBoundaries: offset %d out of range [0,%d]", from, len(text))
 	}
-	return t.encode(ctx, text, from, addSpecialTokens, true)
+	return t.encode(ctx, text, from, addSpecialTokens, true, 0)
 }
 
-func (t *Tokenizer) encode(ctx context.Context, text string, from int, add, wantB bool) ([]uint32, []Boundary, error) {
+// EncodeSuffixBoundariesLimit is EncodeSuffixBoundariesContext that gives
+// up with ErrTooManyTokens once the suffix's ids number more than maxTokens
+// (the caller passes its limit less the ids before from).
+func (t *Tokenizer) EncodeSuffixBoundariesLimit(ctx context.Context, text string, from int, addSpecialTokens bool, maxTokens int) ([]uint32, []Boundary, error) {
+	if from < 0 || from > len(text) {
+		return nil, nil, fmt.Errorf("EncodeSuffixBoundaries: offset %d out of range [0,%d]", from, len(text))
+	}
+	return t.encode(ctx, text, from, addSpecialTokens, true, maxTokens)
+}
+
+func (t *Tokenizer) encode(ctx context.Context, text string, from int, add, wantB bool, limit int) ([]uint32, []Boundary, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
 	st := t.state.Get().(*encState)
 	defer t.state.Put(st)
 	st.bounds = st.bounds[:0]
-	st.done, st.unchecked = ctx, 0
+	st.done, st.unchecked, st.limit = ctx, 0, max(limit, 0)
 	defer func() { st.done = nil }() // do not keep the request's context in the pool
-	ids := make([]uint32, 0, 16+(len(text)-from)/3)
+	n := 16 + (len(text)-from)/3
+	if limit > 0 {
+		n = min(n, limit+16) // an over-limit prompt does not get ids for all of it
+	}
+	ids := make([]uint32, 0, n)
 	normCont, preCont := false, false
 	if from > 0 {
 		var err error
@@ -240,6 +278,9 @@ func (t *Tokenizer) encode(ctx context.Context, text string, from int, add, want
 	}
 	if add {
 		ids = append(ids, t.tmpl.trail...)
+	}
+	if st.limit > 0 && len(ids) > st.limit {
+		return nil, nil, st.tooMany()
 	}
 	return ids, bounds, nil
 }
@@ -349,6 +390,9 @@ func (t *Tokenizer) run(st *encState, ids []uint32, text string, from int, normC
 				if ids, err = t.model.encodeWord(st.done, ids, w.text); err != nil {
 					return nil, err
 				}
+				if st.limit > 0 && len(ids) > st.limit {
+					return nil, st.tooMany()
+				}
 				if st.unchecked += len(w.text); st.unchecked >= ctxCheckBytes {
 					st.unchecked = 0
 					if err := st.done.Err(); err != nil {
@@ -359,6 +403,10 @@ func (t *Tokenizer) run(st *encState, ids []uint32, text string, from int, normC
 		}
 	}
 	return ids, nil
+}
+
+func (st *encState) tooMany() error {
+	return fmt.Errorf("%w: more than %d", ErrTooManyTokens, st.limit)
 }
 
 // pretokenize runs the pre-tokenizer stages over one input piece.
