@@ -197,10 +197,11 @@ func (ix *Indexer) creditStorage(model kvindex.ModelID, cands []kvindex.PodID, s
 // from shared storage enters Cached at the shared tier weight only, which
 // kvindex.TierWeights.Validate keeps at or below the gpu, cpu and disk
 // weights, and is never part of Matched. So, of two pods whose runs come
-// from the same prefix, one holding k blocks itself (on gpu, cpu or disk)
-// and one whose j <= k blocks come only from storage, the first has the
-// larger Matched (k > 0 = j's 0) and an equal-or-larger Cached, and no
-// policy prefers the second for its cache; load may still decide.
+// from the same prefix, one holding k >= 1 blocks itself (on gpu, cpu or
+// disk) and one whose j <= k blocks come only from storage, the first has
+// the larger Matched (k against 0) and an equal-or-larger Cached
+// (k*own weight >= j*shared weight), so no policy prefers the second for
+// its cache; load may still decide.
 // Score answers keep reporting the credited run in matched_blocks, with
 // the credit in tiers.shared.
 
