@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -124,13 +125,16 @@ func (s *Server) listPods(ctx context.Context) []PodInfo {
 
 // splitStorage moves the storage sources (indexer.Config.StorageReaders)
 // out of a pod listing: they are tiers of other pods, never a candidate a
-// router could discover from the listing.
+// router could discover from the listing. A storage medium no source
+// configures (indexer.StorageMedia: its batches are refused) is in neither.
 func (s *Server) splitStorage(all []PodInfo) (pods, storage []PodInfo) {
 	pods = make([]PodInfo, 0, len(all))
 	for _, p := range all {
-		if s.idx.IsStorage(p.Pod) {
+		switch {
+		case s.idx.IsStorage(p.Pod):
 			storage = append(storage, p)
-		} else {
+		case slices.Contains(indexer.StorageMedia, p.Pod): // refused: listed nowhere
+		default:
 			pods = append(pods, p)
 		}
 	}

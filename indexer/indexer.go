@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -99,7 +100,9 @@ type Config struct {
 	// pod names that can load their blocks; a nil list = every pod that
 	// publishes for the same model, an empty one = none. Their blocks are
 	// credited to the readers as event.TierShared and the sources are
-	// never scored or picked (storage.go). nil = DefaultStorageReaders.
+	// never scored or picked (storage.go). nil = DefaultStorageReaders
+	// (none): a batch whose topic names a StorageMedia entry that is not
+	// configured here is refused.
 	StorageReaders map[string][]string
 	// Tracer makes the score and pick stage spans, the Redis round-trip
 	// spans and the sampled event-batch spans (package internal/tracing);
@@ -137,7 +140,10 @@ type Indexer struct {
 	// podOrder ranks pod names for ordering answers (score.go).
 	podOrder nameOrder
 	storage  storageSources
-	m        *metrics
+	// storageLogAt is when the last refused storage claim was logged
+	// (unix ns): one line per storageLogEvery.
+	storageLogAt atomic.Int64
+	m            *metrics
 	// stages are the per-stage latency series (stages.go).
 	stages *stageMetrics
 	// tr is Config.Tracer (nil = off); batchSpans paces the event-batch

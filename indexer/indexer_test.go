@@ -536,7 +536,8 @@ func benchScore(b *testing.B, ix *Indexer, q *Query) {
 // Configured tier weights replace the defaults, zeros included.
 func TestTierWeights(t *testing.T) {
 	w := kvindex.DefaultTierWeights()
-	w[event.TierCPU], w[event.TierGPU] = 2, 0
+	// shared 0 too: a shared weight above gpu's is refused (storage.go)
+	w[event.TierCPU], w[event.TierGPU], w[event.TierShared] = 2, 0, 0
 	ix := newTestIndexer(t, Config{TierWeights: &w})
 	prompt := seqTokens(1, 4*testBlock)
 	apply(ix, "pod-gpu", 0, storeEvent(prompt, 4, event.TierGPU))

@@ -31,6 +31,9 @@ type metrics struct {
 	// evictedPods counts pods marked incomplete because the index evicted
 	// their blocks for capacity.
 	evictedPods prometheus.Counter
+	// storageRefused counts batches dropped because their topic named a
+	// storage medium no --storage-readers entry configures (storage.go).
+	storageRefused prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, ix *Indexer) (*metrics, error) {
@@ -48,6 +51,10 @@ func newMetrics(reg *prometheus.Registry, ix *Indexer) (*metrics, error) {
 		sharedModels: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvindexd_shared_models_interned_total",
 			Help: "Models this daemon learned from the shared index on the read path (no event for them received here).",
+		}),
+		storageRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindexd_storage_claims_refused_total",
+			Help: "Event batches dropped because their topic's pod slot names a storage medium (SHARED_STORAGE, OBJECT_STORE) that --storage-readers does not configure.",
 		}),
 	}
 	picks := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -102,7 +109,7 @@ func newMetrics(reg *prometheus.Registry, ix *Indexer) (*metrics, error) {
 		}
 		return float64(ix.sub.RestoreClears())
 	})
-	for _, c := range []prometheus.Collector{m.lookup, m.tokens, picks, splits, m.pdSources, m.specBlocks, m.specErrors, m.sharedModels, restoreClears, m.indexLost, m.evictedPods, stale, &statsCollector{indexer: ix}, keyCacheCollector{ix.keys}, qualityCollector{ix.quality}, ix.quality.shareVec} {
+	for _, c := range []prometheus.Collector{m.lookup, m.tokens, picks, splits, m.pdSources, m.specBlocks, m.specErrors, m.sharedModels, m.storageRefused, restoreClears, m.indexLost, m.evictedPods, stale, &statsCollector{indexer: ix}, keyCacheCollector{ix.keys}, qualityCollector{ix.quality}, ix.quality.shareVec} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

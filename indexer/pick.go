@@ -332,7 +332,7 @@ func (ix *Indexer) decide(ctx context.Context, pol int, in requestInfo, q *PickQ
 	for i := range r.Candidates {
 		c := &r.Candidates[i]
 		c.Cached += float64(c.MatchedBlocks-int(c.Tiers.sum())) * gpu
-		r.rc[i] = routing.Candidate{Load: q.Candidates[i].Load, Matched: c.MatchedBlocks, Cached: c.Cached}
+		r.rc[i] = routing.Candidate{Load: q.Candidates[i].Load, Matched: routeMatched(c.MatchedBlocks, c.Tiers[event.TierShared]), Cached: c.Cached}
 	}
 	tokens := in.tokens
 	if tokens == 0 {

@@ -25,6 +25,9 @@ func (s eventSink) Apply(ctx context.Context, b *event.Batch) event.ApplyOutcome
 // entries the batch answers (Config.Answered: ix.dropAnswered) by the keys
 // it indexed.
 func (s eventSink) apply(ctx context.Context, b *event.Batch) event.ApplyOutcome {
+	if s.indexer.refuseStorageClaim(b) {
+		return event.ApplyOutcome{}
+	}
 	o := s.indexer.applier.Apply(ctx, b)
 	s.indexer.reportEvicted()
 	return o

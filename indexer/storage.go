@@ -3,6 +3,7 @@ package indexer
 import (
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/kvindex/kvindex/applier"
 	"github.com/kvindex/kvindex/kvevents/event"
@@ -23,13 +24,44 @@ import (
 // the storage's run, the extra blocks counted on the shared tier. Storage
 // sources never appear in a score or a pick.
 
+// Who may speak for shared storage. A storage source's blocks are credited
+// to many pods at once, so a claim is worth more than any one pod's events;
+// the topic's pod slot is whatever the publisher wrote. Hence no source is
+// trusted by default: DefaultStorageReaders is empty, and a batch whose
+// topic names one of StorageMedia that --storage-readers does not configure
+// is refused (dropped, counted in kvindexd_storage_claims_refused_total,
+// logged at most once per storageLogEvery), never indexed as a pod either.
+// An operator who runs llm-d's connector opts in with
+// --storage-readers SHARED_STORAGE=* (docs/security.md says who can then
+// publish under that name).
+
+// StorageMedia are the pod-slot names llm-d's connector publishes storage
+// blocks under; they are refused unless configured as sources.
+var StorageMedia = []string{"OBJECT_STORE", "SHARED_STORAGE"}
+
+// storageLogEvery spaces the refused-claim log lines.
+const storageLogEvery = 10 * time.Second
+
 // DefaultStorageReaders are the storage sources known without
-// configuration: the two media llm-d's connector publishes, each readable
-// by every pod that publishes for the same model (the connector's storage
-// directory is per model and every pod configured with the same
-// shared_storage_path loads from it).
+// configuration: none (see above).
 func DefaultStorageReaders() map[string][]string {
-	return map[string][]string{"SHARED_STORAGE": nil, "OBJECT_STORE": nil}
+	return map[string][]string{}
+}
+
+// refuseStorageClaim reports whether b claims to speak for a storage medium
+// no configured source names; such a batch is counted, logged (rate
+// limited) and not applied.
+func (ix *Indexer) refuseStorageClaim(b *event.Batch) bool {
+	if !slices.Contains(StorageMedia, b.Pod) || ix.IsStorage(b.Pod) {
+		return false
+	}
+	ix.m.storageRefused.Inc()
+	now := time.Now().UnixNano()
+	if last := ix.storageLogAt.Load(); now-last >= int64(storageLogEvery) && ix.storageLogAt.CompareAndSwap(last, now) {
+		ix.log.Warn("storage claim refused: the topic names a storage medium --storage-readers does not configure",
+			"pod", b.Pod, "model", b.Model[:min(len(b.Model), 128)])
+	}
+	return true
 }
 
 // storageSources is Config.StorageReaders, fixed at New.
@@ -156,4 +188,25 @@ func (ix *Indexer) creditStorage(model kvindex.ModelID, cands []kvindex.PodID, s
 		}
 	}
 	slices.SortFunc(res.Pods, kvindex.ComparePodScores)
+}
+
+// The rule that keeps a storage credit below a pod's own blocks. Pick's
+// policies read two numbers per candidate: Matched, the blocks the pod
+// holds (its load guards and prefix thresholds compare these), and Cached,
+// the tier-weighted blocks (the cost and score policies). A block credited
+// from shared storage enters Cached at the shared tier weight only, which
+// kvindex.TierWeights.Validate keeps at or below the gpu, cpu and disk
+// weights, and is never part of Matched. So, of two pods whose runs come
+// from the same prefix, one holding k >= 1 blocks itself (on gpu, cpu or
+// disk) and one whose j <= k blocks come only from storage, the first has
+// the larger Matched (k against 0) and an equal-or-larger Cached
+// (k*own weight >= j*shared weight), so no policy prefers the second for
+// its cache; load may still decide.
+// Score answers keep reporting the credited run in matched_blocks, with
+// the credit in tiers.shared.
+
+// routeMatched is the Matched a policy sees: the candidate's run without
+// the blocks credited from shared storage.
+func routeMatched(matched int, shared int32) int {
+	return max(matched-int(shared), 0)
 }

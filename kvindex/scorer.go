@@ -42,6 +42,14 @@ func (w TierWeights) Validate() error {
 			return fmt.Errorf("%s weight: %w", event.Tier(t), err)
 		}
 	}
+	// A block a pod can only load from shared storage is never worth more
+	// than one it holds itself (indexer/storage.go): shared weighs at most
+	// the gpu, cpu and disk weights.
+	for _, t := range []event.Tier{event.TierGPU, event.TierCPU, event.TierDisk} {
+		if w[event.TierShared] > w[t] {
+			return fmt.Errorf("shared weight %v exceeds the %s weight %v: a storage credit would outrank a pod's own blocks", w[event.TierShared], t, w[t])
+		}
+	}
 	return nil
 }
 

@@ -156,7 +156,7 @@ func DefaultConfig() Config {
 		HashSeed:          blockkeys.DefaultSeed, // vLLM's seed without PYTHONHASHSEED (sha256 family)
 		BlockSize:         ix.Keys.BlockSize,
 		TierWeights:       "gpu=1.0,cpu=0.8,disk=0.5,external=0.3,shared=0.4",
-		StorageReaders:    "SHARED_STORAGE=*;OBJECT_STORE=*",
+		StorageReaders:    "",
 		DigestCacheSize:   ix.DigestCacheSize,
 		KeyCacheSize:      ix.KeyCacheSize,
 		LogLevel:          "info",
@@ -335,7 +335,7 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.HashSeed, "hash-seed", cfg.HashSeed, "the engines' PYTHONHASHSEED (string, as set in their environment); the default is vLLM's seed when PYTHONHASHSEED is unset (sha256 family, vLLM since PR #51875); the xxhash family and older vLLM seed randomly unless PYTHONHASHSEED is set")
 	intOpt(fs, &cfg.BlockSize, indexer.Options.BlockSize)
 	fs.StringVar(&cfg.TierWeights, "tier-weights", cfg.TierWeights, "score weight per tier: gpu=1,cpu=0.8,disk=0.5,external=0.3,shared=0.4 (each 0..1000; shared: blocks a pod can load from a storage source, see --storage-readers)")
-	fs.StringVar(&cfg.StorageReaders, "storage-readers", cfg.StorageReaders, "storage sources (the pod slot of a storage publisher's topic, e.g. llm-d's kv@SHARED_STORAGE@<model>) and the pods that load their blocks, credited to them as the shared tier: SOURCE=podA,podB;SOURCE=* (every pod publishing for the model);SOURCE= (none). Sources are never scored or picked; entries are added to the defaults")
+	fs.StringVar(&cfg.StorageReaders, "storage-readers", cfg.StorageReaders, "storage sources (the pod slot of a storage publisher's topic, e.g. llm-d's kv@SHARED_STORAGE@<model>) and the pods that load their blocks, credited to them as the shared tier: SOURCE=podA,podB;SOURCE=* (every pod publishing for the model);SOURCE= (none). Sources are never scored or picked. Default none: a topic naming SHARED_STORAGE or OBJECT_STORE that is not listed here is refused (kvindexd_storage_claims_refused_total)")
 	intOpt(fs, &cfg.KeyCacheSize, indexer.Options.KeyCacheSize)
 	intOpt(fs, &cfg.DigestCacheSize, applier.Options.DigestCacheSize)
 	fs.Var(listFlag{&cfg.TokenizersDir}, "tokenizers-dir", "directory whose subdirectories hold tokenizer.json per model (repeatable)")

@@ -97,6 +97,7 @@ func TestConfigJSONFileAndErrors(t *testing.T) {
 		{"--tier-weights", "gpu=+Inf"},
 		{"--tier-weights", "gpu=1e308"},
 		{"--tier-weights", "cpu=-1"},
+		{"--tier-weights", "shared=0.6"}, // above disk's 0.5: storage would outrank own blocks
 		{"--pod-share", "9223372036854775807"},
 		{"--pod-share", "-1"},
 		{"--endpoint", "tcp://a:1,color=blue"},

@@ -17,7 +17,7 @@ import (
 // storage's blocks extend every pod of the model as the shared tier, and
 // SHARED_STORAGE is never a pod of a score, a pick or the pod listing.
 func TestSharedStorageIsATier(t *testing.T) {
-	e := startInProcess(t, func(c *Config) { c.AdminAPI = true })
+	e := startInProcess(t, func(c *Config) { c.AdminAPI = true; c.StorageReaders = "SHARED_STORAGE=*" })
 	h, err := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: e2eSeed, BlockSize: e2eBlock})
 	if err != nil {
 		t.Fatal(err)
