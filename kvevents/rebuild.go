@@ -36,7 +36,8 @@ import (
 // overflowing, since it queues a whole buffer for one pod); the batches
 // rebuilt are those up to the last seq seen live and the run that continues
 // it, each at most once; at most rebuildWorkers rebuilds at a time, each
-// stream queued once however often it is marked. A mark while its rebuild
+// stream queued once however often it is marked, and each replay exchange
+// held to its endpoint's share of a worker (rebuild_budget.go). A mark while its rebuild
 // runs means what it queued may be lost too: the outcome is not trusted
 // ("superseded") and the stream is rebuilt again, not before rebuildSpacing
 // after the previous one began, so a Redis that keeps evicting (or failing)
