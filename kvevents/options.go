@@ -18,6 +18,8 @@ var Options = struct {
 	Workers, QueueSize                          option.Int
 	MaxStreams, MaxModels, MaxDPRanks           option.Int
 	ReplayTimeout, RebuildTimeout, PodExpiry    option.Duration
+	RebuildAttemptTimeout                       option.Duration
+	RebuildMaxBytes                             option.Int
 	MaxMessageSize, MaxConns                    option.Int
 	HandshakeTimeout, MessageTimeout, EvictIdle option.Duration
 	BindFirstSeq                                option.Int
@@ -38,6 +40,12 @@ var Options = struct {
 	RebuildTimeout: option.Duration{Name: "rebuild-timeout", Default: DefaultRebuildTimeout, Range: option.Positive,
 		Help: "bound on rebuilding a pod the index lost from its engine's whole replay buffer " +
 			"(exchange and queuing); the pod's batches wait for it, and a rebuild cut short leaves the pod incomplete"},
+	RebuildAttemptTimeout: option.Duration{Name: "rebuild-attempt-timeout", Default: DefaultRebuildAttemptTimeout, Range: option.Positive,
+		Help: "bound on one rebuild's exchange with a replay address, the waits for room in the pod's queue share excluded " +
+			"(the rebuild-timeout still bounds the whole); a replay past it is cut and the pod stays index_lost, so " +
+			"one replay endpoint holds a rebuild worker at most this long"},
+	RebuildMaxBytes: option.Int{Name: "rebuild-max-bytes", Default: DefaultRebuildMaxBytes, Min: 1, Max: 1 << 40,
+		Help: "topics and payloads one rebuild's replay may send, bytes (more: the replay is cut and the pod stays index_lost)"},
 	// In Config a negative PodExpiry is "never" and 0 the default; the
 	// daemon's flag has no negative values, so there 0 is "never".
 	PodExpiry: option.Duration{Name: "pod-expiry", Default: DefaultPodExpiry, Range: option.NonNegative,
@@ -64,16 +72,18 @@ var Options = struct {
 func DefaultConfig() Config {
 	o := &Options
 	return Config{
-		Bind:           DefaultBind,
-		TopicFilter:    DefaultTopicFilter,
-		Workers:        int(o.Workers.Default),
-		QueueSize:      int(o.QueueSize.Default),
-		ReplayTimeout:  o.ReplayTimeout.Default,
-		RebuildTimeout: o.RebuildTimeout.Default,
-		MaxStreams:     int(o.MaxStreams.Default),
-		MaxModels:      int(o.MaxModels.Default),
-		MaxDPRanks:     int(o.MaxDPRanks.Default),
-		PodExpiry:      o.PodExpiry.Default,
+		Bind:                  DefaultBind,
+		TopicFilter:           DefaultTopicFilter,
+		Workers:               int(o.Workers.Default),
+		QueueSize:             int(o.QueueSize.Default),
+		ReplayTimeout:         o.ReplayTimeout.Default,
+		RebuildTimeout:        o.RebuildTimeout.Default,
+		RebuildAttemptTimeout: o.RebuildAttemptTimeout.Default,
+		RebuildMaxBytes:       o.RebuildMaxBytes.Default,
+		MaxStreams:            int(o.MaxStreams.Default),
+		MaxModels:             int(o.MaxModels.Default),
+		MaxDPRanks:            int(o.MaxDPRanks.Default),
+		PodExpiry:             o.PodExpiry.Default,
 		Transport: zmtp.Options{
 			MaxMessageSize:   o.MaxMessageSize.Default,
 			MaxConns:         int(o.MaxConns.Default),
@@ -93,6 +103,7 @@ func ValidateConfig(cfg Config) error {
 		o.Workers.Check(int64(cfg.Workers)), o.QueueSize.Check(int64(cfg.QueueSize)),
 		o.MaxStreams.Check(int64(cfg.MaxStreams)), o.MaxModels.Check(int64(cfg.MaxModels)), o.MaxDPRanks.Check(int64(cfg.MaxDPRanks)),
 		o.ReplayTimeout.Check(cfg.ReplayTimeout), o.RebuildTimeout.Check(cfg.RebuildTimeout),
+		o.RebuildAttemptTimeout.Check(cfg.RebuildAttemptTimeout), o.RebuildMaxBytes.Check(cfg.RebuildMaxBytes),
 		o.BindFirstSeq.Check(int64(cfg.BindFirstSeq)),
 		o.MaxMessageSize.Check(cfg.Transport.MaxMessageSize), o.MaxConns.Check(int64(cfg.Transport.MaxConns)),
 		o.HandshakeTimeout.Check(cfg.Transport.HandshakeTimeout), o.MessageTimeout.Check(cfg.Transport.MessageTimeout),
@@ -115,6 +126,8 @@ func (cfg Config) withDefaults() Config {
 	cfg.MaxDPRanks = int(o.MaxDPRanks.Or(int64(cfg.MaxDPRanks)))
 	cfg.ReplayTimeout = o.ReplayTimeout.Or(cfg.ReplayTimeout)
 	cfg.RebuildTimeout = o.RebuildTimeout.Or(cfg.RebuildTimeout)
+	cfg.RebuildAttemptTimeout = o.RebuildAttemptTimeout.Or(cfg.RebuildAttemptTimeout)
+	cfg.RebuildMaxBytes = o.RebuildMaxBytes.Or(cfg.RebuildMaxBytes)
 	cfg.PodExpiry = o.PodExpiry.Or(cfg.PodExpiry)
 	t := &cfg.Transport
 	t.MaxMessageSize = o.MaxMessageSize.Or(t.MaxMessageSize)

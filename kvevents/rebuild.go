@@ -2,6 +2,8 @@ package kvevents
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -34,7 +36,8 @@ import (
 // overflowing, since it queues a whole buffer for one pod); the batches
 // rebuilt are those up to the last seq seen live and the run that continues
 // it, each at most once; at most rebuildWorkers rebuilds at a time, each
-// stream queued once however often it is marked. A mark while its rebuild
+// stream queued once however often it is marked, and each replay exchange
+// held to its endpoint's share of a worker (rebuild_budget.go). A mark while its rebuild
 // runs means what it queued may be lost too: the outcome is not trusted
 // ("superseded") and the stream is rebuilt again, not before rebuildSpacing
 // after the previous one began, so a Redis that keeps evicting (or failing)
@@ -240,8 +243,38 @@ func (s *Subscriber) rebuild(ctx context.Context, st *stream, src *source) rebui
 		st.mu.Unlock()
 		pending, merged, size, evErrs = nil, 0, 0, 0
 	}
-	r.err = fetchReplay(ctx, src.replay, 0, s.cfg.RebuildTimeout, s.cfg.Transport, s.drop, func(topic []byte, seq uint64, payload []byte) {
+	// The replay's own share of the worker (see replayBudget): the
+	// exchange is cut, and the rebuild fails, when it breaks a budget or
+	// outlives RebuildAttemptTimeout. The attempt's clock stops while the
+	// rebuild waits for room in the pod's share (a slow index is not the
+	// engine's fault); the whole rebuild's ctx does not.
+	exCtx, cut := context.WithCancelCause(ctx)
+	defer cut(nil)
+	budget := newReplayBudget(st.lastSeq, s.cfg.RebuildMaxBytes)
+	attempt := newPausableDeadline(s.cfg.RebuildAttemptTimeout, func() { cut(errRebuildAttempt) })
+	defer attempt.stop()
+	cutFor := func(err error) {
+		r.aborted = true
+		s.drop(err.Error())
+		cut(err)
+	}
+	flushIn := func() {
+		attempt.pause()
+		flush()
+		attempt.resume()
+	}
+	drop := func(reason string) {
+		s.drop(reason)
+		if err := budget.reply(0, 0, false); err != nil && !r.aborted {
+			cutFor(err)
+		}
+	}
+	r.err = fetchReplay(exCtx, src.replay, 0, s.cfg.RebuildTimeout, s.cfg.Transport, drop, func(topic []byte, seq uint64, payload []byte) {
 		if r.aborted {
+			return
+		}
+		if err := budget.reply(seq, len(topic)+len(payload), true); err != nil {
+			cutFor(err)
 			return
 		}
 		var epoch []byte
@@ -274,9 +307,15 @@ func (s *Subscriber) rebuild(ctx context.Context, st *stream, src *source) rebui
 		size += batchBytes(b)
 		evErrs += errs
 		if size >= mergeBytes {
-			flush()
+			flushIn()
 		}
 	})
+	if cause := context.Cause(exCtx); r.err != nil && cause != nil && exCtx.Err() != nil {
+		r.err = fmt.Errorf("%w (%w)", r.err, cause)
+		if errors.Is(cause, errRebuildAttempt) {
+			s.drop(errRebuildAttempt.Error())
+		}
+	}
 	if parent.Err() == nil { // else the endpoint is being removed, or the subscriber stopping
 		flush()
 	}

@@ -69,6 +69,12 @@ type Config struct {
 	// the engine's whole replay buffer, its exchange and queuing included
 	// (Options.RebuildTimeout). The stream's live batches wait for it.
 	RebuildTimeout time.Duration
+	// RebuildAttemptTimeout bounds one rebuild's replay exchange, the
+	// waits for room in the pod's queue share excluded, and RebuildMaxBytes
+	// the topics and payloads it may send (Options; rebuild_budget.go):
+	// one replay endpoint's share of the rebuild workers.
+	RebuildAttemptTimeout time.Duration
+	RebuildMaxBytes       int64
 	// DisableCatchUp stops the subscriber from asking an endpoint's replay
 	// address for its buffer each time it (re)connects; gaps are still
 	// replayed. Catching up is what lets a daemon that starts after an

@@ -26,6 +26,8 @@ type LimitsConfig struct {
 	ZMQEvictIdleAfter   Duration `json:"zmq_evict_idle_after" yaml:"zmq_evict_idle_after"`
 	ReplayTimeout       Duration `json:"replay_timeout" yaml:"replay_timeout"`
 	RebuildTimeout      Duration `json:"rebuild_timeout" yaml:"rebuild_timeout"`
+	RebuildAttempt      Duration `json:"rebuild_attempt_timeout" yaml:"rebuild_attempt_timeout"`
+	RebuildMaxBytes     int64    `json:"rebuild_max_bytes" yaml:"rebuild_max_bytes"`
 	MaxStreams          int      `json:"max_streams" yaml:"max_streams"`
 	MaxModels           int      `json:"max_models" yaml:"max_models"`
 	MaxDPRanks          int      `json:"max_dp_ranks" yaml:"max_dp_ranks"`
@@ -52,6 +54,8 @@ func defaultLimits(ev kvevents.Config, ix indexer.Config) LimitsConfig {
 		ZMQEvictIdleAfter:   Duration(ev.Transport.EvictIdleAfter),
 		ReplayTimeout:       Duration(ev.ReplayTimeout),
 		RebuildTimeout:      Duration(ev.RebuildTimeout),
+		RebuildAttempt:      Duration(ev.RebuildAttemptTimeout),
+		RebuildMaxBytes:     ev.RebuildMaxBytes,
 		MaxStreams:          ev.MaxStreams,
 		MaxModels:           ev.MaxModels,
 		MaxDPRanks:          ev.MaxDPRanks,
@@ -72,6 +76,8 @@ func limitFlags(fs *flag.FlagSet, l *LimitsConfig) {
 	durationOpt(fs, &l.ZMQEvictIdleAfter, ev.EvictIdle)
 	durationOpt(fs, &l.ReplayTimeout, ev.ReplayTimeout)
 	durationOpt(fs, &l.RebuildTimeout, ev.RebuildTimeout)
+	durationOpt(fs, &l.RebuildAttempt, ev.RebuildAttemptTimeout)
+	int64Opt(fs, &l.RebuildMaxBytes, ev.RebuildMaxBytes)
 	intOpt(fs, &l.MaxStreams, ev.MaxStreams)
 	intOpt(fs, &l.MaxModels, ev.MaxModels)
 	intOpt(fs, &l.MaxDPRanks, ev.MaxDPRanks)
@@ -92,6 +98,7 @@ func (l *LimitsConfig) subscriber(c *kvevents.Config) {
 	c.Transport.MessageTimeout, c.Transport.EvictIdleAfter = time.Duration(l.ZMQMessageTimeout), time.Duration(l.ZMQEvictIdleAfter) // validated
 	c.MaxStreams, c.MaxModels, c.MaxDPRanks = l.MaxStreams, l.MaxModels, l.MaxDPRanks
 	c.ReplayTimeout, c.RebuildTimeout = time.Duration(l.ReplayTimeout), time.Duration(l.RebuildTimeout) // validated
+	c.RebuildAttemptTimeout, c.RebuildMaxBytes = time.Duration(l.RebuildAttempt), l.RebuildMaxBytes     // validated
 	c.PodExpiry = expiry
 	if expiry == 0 {
 		c.PodExpiry = -1 // never
