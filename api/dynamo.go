@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/internal/tenant"
 	"github.com/kvindex/kvindex/kvevents"
 )
 
@@ -36,11 +37,13 @@ import (
 // (instance_id, dp_rank) is one endpoint whose batches without a
 // data_parallel_rank are that rank's (kvevents.EndpointConfig.DPRank).
 
-// dynamoDefaultTenant is Dynamo's default tenant_id. kvindexd keeps one
-// index for every tenant, so only this one is accepted: answering another
-// tenant from the shared index would pretend an isolation that does not
-// exist.
-const dynamoDefaultTenant = "default"
+// Tenants (tenant_id, or routing_group, Dynamo's later name for the same
+// partition) are namespaces of models (internal/tenant): a worker
+// registered for tenant T and model M is subscribed under the model name
+// tenant.Model(T, M), and a query for (T, M) reads that name only, so no
+// tenant's answer counts another tenant's blocks, in memory or in Redis.
+// At most Config.MaxTenants tenants besides the default one hold
+// registrations at a time (kvindexd_dynamo_tenants).
 
 // DefaultMaxRegistrations caps the workers registered through POST
 // /register when Config.MaxRegistrations is 0 (kvindexd passes
@@ -52,14 +55,10 @@ const DefaultMaxRegistrations = kvevents.DefaultMaxStreams
 // strings and numbers.
 const maxRegisterBody = 64 << 10
 
-func errTenant(tenant string) *Error {
-	return errorf(codes.InvalidArgument, "tenant_id %q: tenants are not yet isolated in kvindexd (one index serves every tenant), so only %q is accepted",
-		tenant, dynamoDefaultTenant)
-}
-
 // dynKey names one registration: Dynamo keys its listeners by instance and
 // dp_rank within a (model, tenant) indexer.
 type dynKey struct {
+	tenant   string
 	model    string
 	instance uint64
 	rank     int
@@ -81,6 +80,7 @@ type dynRegistry struct {
 
 type dynamoMetrics struct {
 	registrations prometheus.GaugeFunc
+	tenants       prometheus.GaugeFunc
 	rejected      *prometheus.CounterVec
 }
 
@@ -90,20 +90,44 @@ func newDynamoMetrics(reg *prometheus.Registry, r *dynRegistry) (*dynamoMetrics,
 			Name: "kvindexd_dynamo_registrations",
 			Help: "Workers (instance, dp_rank) registered through Dynamo's POST /register; at most --max-streams.",
 		}, func() float64 { r.mu.Lock(); defer r.mu.Unlock(); return float64(len(r.workers)) }),
+		tenants: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "kvindexd_dynamo_tenants",
+			Help: "Tenants other than \"default\" holding workers registered through Dynamo's POST /register; at most --max-tenants.",
+		}, func() float64 { r.mu.Lock(); defer r.mu.Unlock(); return float64(r.tenantsLocked("")) }),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvindexd_dynamo_register_rejected_total",
-			Help: "Dynamo POST /register calls refused, by reason (invalid, tenant, policy, block_size, duplicate, limit, subscribe).",
+			Help: "Dynamo POST /register calls refused, by reason (invalid, tenant, tenant_limit, policy, block_size, duplicate, limit, subscribe).",
 		}, []string{"reason"}),
 	}
-	for _, r := range []string{"invalid", "tenant", "policy", "block_size", "duplicate", "limit", "subscribe"} {
+	for _, r := range []string{"invalid", "tenant", "tenant_limit", "policy", "block_size", "duplicate", "limit", "subscribe"} {
 		m.rejected.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.registrations, m.rejected} {
+	for _, c := range []prometheus.Collector{m.registrations, m.tenants, m.rejected} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// tenantsLocked counts the tenants other than the default holding
+// registrations, plus extra when it is a tenant holding none yet (the
+// count a registration for it would make). r.mu is held.
+func (r *dynRegistry) tenantsLocked(extra string) int {
+	seen := map[string]bool{}
+	for k := range r.workers {
+		if k.tenant != tenant.Default {
+			seen[k.tenant] = true
+		}
+	}
+	if extra != "" && extra != tenant.Default {
+		seen[extra] = true
+	}
+	return len(seen)
+}
+
+func (s *Server) maxTenants() int {
+	return int(Options.MaxTenants.Or(int64(s.cfg.MaxTenants)))
 }
 
 func (s *Server) maxRegistrations() int {
@@ -165,15 +189,32 @@ type dynRegisterRequest struct {
 	Engine string `json:"engine"`
 }
 
-// tenantOf checks tenant_id (and routing_group, Dynamo's later name for
-// the same partition): absent or the default tenant.
-func tenantOf(tenant, group *string) *Error {
-	for _, t := range []*string{tenant, group} {
-		if t != nil && *t != dynamoDefaultTenant {
-			return errTenant(*t)
+// tenantOf reads tenant_id and routing_group (Dynamo's later name for the
+// same partition): the tenant they name, "" when neither is given. Both
+// given must agree.
+func tenantOf(tid, group *string) (string, *Error) {
+	t := ""
+	for _, p := range []*string{tid, group} {
+		if p == nil {
+			continue
 		}
+		if err := tenant.Check(*p); err != nil {
+			return "", errorf(codes.InvalidArgument, "%v", err)
+		}
+		if t != "" && t != *p {
+			return "", errorf(codes.InvalidArgument, "tenant_id %q and routing_group %q differ: they name the same partition, send one", *tid, *group)
+		}
+		t = *p
 	}
-	return nil
+	return t, nil
+}
+
+// orDefault is t, or the default tenant for "".
+func orDefault(t string) string {
+	if t == "" {
+		return tenant.Default
+	}
+	return t
 }
 
 func (s *Server) handleDynamoRegister(w http.ResponseWriter, r *http.Request) {
@@ -214,6 +255,8 @@ func (s *Server) dynamoRegister(w http.ResponseWriter, r *http.Request) (reason 
 		return "invalid", 0, errorf(codes.InvalidArgument, "endpoint is required (the engine's ZMQ PUB address, e.g. tcp://10.0.0.7:5557)")
 	case req.ModelName == "":
 		return "invalid", 0, errorf(codes.InvalidArgument, "model_name is required")
+	case tenant.CheckModel(req.ModelName) != nil:
+		return "invalid", 0, errorf(codes.InvalidArgument, "%v", tenant.CheckModel(req.ModelName))
 	case req.BlockSize <= 0:
 		return "invalid", 0, errorf(codes.InvalidArgument, "block_size is required and must be positive (the engine's block size)")
 	}
@@ -221,9 +264,11 @@ func (s *Server) dynamoRegister(w http.ResponseWriter, r *http.Request) (reason 
 	if req.DPRank != nil {
 		rank = *req.DPRank
 	}
-	if e := tenantOf(req.TenantID, req.RoutingGroup); e != nil {
+	tn, e := tenantOf(req.TenantID, req.RoutingGroup)
+	if e != nil {
 		return "tenant", 0, e
 	}
+	tn = orDefault(tn)
 	eng, ok := blockkeys.ParseEngine(req.Engine)
 	if !ok {
 		return "invalid", 0, errorf(codes.InvalidArgument, "engine %q: want vllm, sglang or trtllm", req.Engine)
@@ -235,21 +280,26 @@ func (s *Server) dynamoRegister(w http.ResponseWriter, r *http.Request) (reason 
 		return "block_size", http.StatusConflict, errorf(codes.FailedPrecondition,
 			"block_size %d: model %q is indexed in blocks of %d tokens (--block-size, models.NAME.block_size)", req.BlockSize, req.ModelName, bs)
 	}
-	key := dynKey{model: req.ModelName, instance: inst, rank: rank}
+	key := dynKey{tenant: tn, model: req.ModelName, instance: inst, rank: rank}
 	reg := &s.dynReg
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
 	s.pruneLocked()
 	if _, dup := reg.workers[key]; dup {
 		return "duplicate", http.StatusConflict, errorf(codes.AlreadyExists,
-			"instance %d dp_rank %d is already registered for model %q: POST /unregister first", inst, rank, req.ModelName)
+			"instance %d dp_rank %d is already registered for model %q tenant %q: POST /unregister first", inst, rank, req.ModelName, tn)
+	}
+	if n := reg.tenantsLocked(tn); n > s.maxTenants() {
+		return "tenant_limit", http.StatusConflict, errorf(codes.ResourceExhausted,
+			"tenant_id %q: %d tenants besides %q hold registrations, the limit (--max-tenants): POST /unregister a tenant's workers first",
+			tn, n-1, tenant.Default)
 	}
 	if len(reg.workers) >= s.maxRegistrations() {
 		return "limit", http.StatusConflict, errorf(codes.ResourceExhausted,
 			"%d workers are registered, the limit (--max-streams): POST /unregister some first", len(reg.workers))
 	}
 	pod := strconv.FormatUint(inst, 10)
-	err := s.cfg.Subscriber.AddEndpoint(kvevents.EndpointConfig{Address: req.Endpoint, Pod: pod, Model: req.ModelName,
+	err := s.cfg.Subscriber.AddEndpoint(kvevents.EndpointConfig{Address: req.Endpoint, Pod: pod, Model: tenant.Model(tn, req.ModelName),
 		Engine: eng, ReplayAddress: req.ReplayEndpoint, DPRank: rank, AllTopics: true})
 	if err != nil {
 		return "subscribe", http.StatusConflict, errorf(codes.AlreadyExists, "register instance %d dp_rank %d: %v", inst, rank, err)
@@ -258,7 +308,7 @@ func (s *Server) dynamoRegister(w http.ResponseWriter, r *http.Request) (reason 
 		reg.workers = make(map[dynKey]dynWorker)
 	}
 	reg.workers[key] = dynWorker{address: req.Endpoint, replay: req.ReplayEndpoint, blockSize: req.BlockSize}
-	s.log.Info("dynamo worker registered", "instance_id", inst, "dp_rank", rank, "model", req.ModelName, "endpoint", req.Endpoint, "engine", eng)
+	s.log.Info("dynamo worker registered", "instance_id", inst, "dp_rank", rank, "model", req.ModelName, "tenant", tn, "endpoint", req.Endpoint, "engine", eng)
 	return "", 0, nil
 }
 
@@ -290,7 +340,7 @@ type dynUnregisterRequest struct {
 
 // handleDynamoUnregister removes an instance's registrations for a model:
 // every rank, or one (dp_rank); every tenant (tenant_id absent) or the one
-// named, which can only be the default. Its endpoints are unsubscribed and
+// named. Its endpoints are unsubscribed and
 // their blocks leave the index (the subscriber clears a removed endpoint's
 // streams), as Dynamo removes the worker from its tree. 404 when nothing
 // matched, as Dynamo's.
@@ -320,7 +370,8 @@ func (s *Server) dynamoUnregister(w http.ResponseWriter, r *http.Request) *Error
 	if req.ModelName == "" {
 		return errorf(codes.InvalidArgument, "model_name is required")
 	}
-	if e := tenantOf(req.TenantID, req.RoutingGroup); e != nil {
+	tn, e := tenantOf(req.TenantID, req.RoutingGroup)
+	if e != nil {
 		return e
 	}
 	reg := &s.dynReg
@@ -329,7 +380,7 @@ func (s *Server) dynamoUnregister(w http.ResponseWriter, r *http.Request) *Error
 	s.pruneLocked()
 	var gone []dynKey
 	for k := range reg.workers {
-		if k.model == req.ModelName && k.instance == inst && (req.DPRank == nil || *req.DPRank == k.rank) {
+		if k.model == req.ModelName && k.instance == inst && (req.DPRank == nil || *req.DPRank == k.rank) && (tn == "" || tn == k.tenant) {
 			gone = append(gone, k)
 		}
 	}
@@ -338,7 +389,11 @@ func (s *Server) dynamoUnregister(w http.ResponseWriter, r *http.Request) *Error
 		if req.DPRank != nil {
 			what += fmt.Sprintf(" dp_rank %d", *req.DPRank)
 		}
-		return errorf(codes.NotFound, "%s is not registered for model=%s tenant=%s", what, req.ModelName, dynamoDefaultTenant)
+		tenants := "any tenant"
+		if tn != "" {
+			tenants = "tenant=" + tn
+		}
+		return errorf(codes.NotFound, "%s is not registered for model=%s %s", what, req.ModelName, tenants)
 	}
 	for _, k := range gone {
 		addr := reg.workers[k].address
@@ -346,7 +401,7 @@ func (s *Server) dynamoUnregister(w http.ResponseWriter, r *http.Request) *Error
 			return errorf(codes.Unavailable, "unregister instance %d dp_rank %d: %v", k.instance, k.rank, err)
 		}
 		delete(reg.workers, k)
-		s.log.Info("dynamo worker unregistered", "instance_id", k.instance, "dp_rank", k.rank, "model", k.model, "endpoint", addr)
+		s.log.Info("dynamo worker unregistered", "instance_id", k.instance, "dp_rank", k.rank, "model", k.model, "tenant", k.tenant, "endpoint", addr)
 	}
 	return nil
 }
@@ -371,17 +426,25 @@ type dynWorkerInfo struct {
 }
 
 // handleDynamoWorkers lists the registered workers, one entry per
-// (instance, model), optionally filtered by ?model_name= (and tenant_id or
-// routing_group, which can only name the default tenant). A listener is
+// (instance, model, tenant), optionally filtered by ?model_name= and
+// ?tenant_id= (or ?routing_group=). A listener is
 // "active" while its publisher is connected, "pending" otherwise; the
 // worker's status is its worst listener's.
 func (s *Server) handleDynamoWorkers(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	for _, name := range []string{"tenant_id", "routing_group"} {
-		if q.Has(name) && q.Get(name) != dynamoDefaultTenant {
-			writeError(w, errTenant(q.Get(name)))
-			return
-		}
+	var tid, rg *string
+	if q.Has("tenant_id") {
+		v := q.Get("tenant_id")
+		tid = &v
+	}
+	if q.Has("routing_group") {
+		v := q.Get("routing_group")
+		rg = &v
+	}
+	tn, e := tenantOf(tid, rg)
+	if e != nil {
+		writeError(w, e)
+		return
 	}
 	model := q.Get("model_name")
 	connected := map[string]bool{}
@@ -391,6 +454,7 @@ func (s *Server) handleDynamoWorkers(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	type group struct {
+		tenant   string
 		model    string
 		instance uint64
 	}
@@ -399,14 +463,14 @@ func (s *Server) handleDynamoWorkers(w http.ResponseWriter, r *http.Request) {
 	reg.mu.Lock()
 	for k, wk := range reg.workers {
 		c, live := connected[wk.address]
-		if !live || (model != "" && k.model != model) {
+		if !live || (model != "" && k.model != model) || (tn != "" && k.tenant != tn) {
 			continue
 		}
-		g := group{k.model, k.instance}
+		g := group{k.tenant, k.model, k.instance}
 		info := byGroup[g]
 		if info == nil {
 			info = &dynWorkerInfo{InstanceID: k.instance, Source: "zmq", Status: "active", ModelName: k.model,
-				TenantID: dynamoDefaultTenant, BlockSize: wk.blockSize, Endpoints: map[string]string{}, Listeners: map[string]dynListener{}}
+				TenantID: k.tenant, BlockSize: wk.blockSize, Endpoints: map[string]string{}, Listeners: map[string]dynListener{}}
 			byGroup[g] = info
 		}
 		st := "active"
@@ -426,7 +490,10 @@ func (s *Server) handleDynamoWorkers(w http.ResponseWriter, r *http.Request) {
 		if c := cmp.Compare(a.InstanceID, b.InstanceID); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.ModelName, b.ModelName)
+		if c := cmp.Compare(a.ModelName, b.ModelName); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.TenantID, b.TenantID)
 	})
 	writeJSON(w, http.StatusOK, out)
 }
@@ -441,14 +508,15 @@ func (s *Server) handleDynamoDump(w http.ResponseWriter, _ *http.Request) {
 		"no parent links or token hashes to rebuild it from; per-pod block counts are in GET /v1/pods"))
 }
 
-// modelKnown reports whether model has an index here in Dynamo's sense: a
-// worker registered for it, an endpoint or a stream of it. Dynamo answers
-// 404 for a query naming a model it has no indexer for.
+// modelKnown reports whether model (an internal name, tenant.Model) has an
+// index here in Dynamo's sense: a worker registered for it, an endpoint or
+// a stream of it. Dynamo answers 404 for a query naming a (model, tenant)
+// it has no indexer for.
 func (s *Server) modelKnown(model string) bool {
 	reg := &s.dynReg
 	reg.mu.Lock()
 	for k := range reg.workers {
-		if k.model == model {
+		if tenant.Model(k.tenant, k.model) == model {
 			reg.mu.Unlock()
 			return true
 		}

@@ -30,9 +30,9 @@ func TestDynamoScoresAnswer(t *testing.T) {
 	}
 }
 
-// TestDynamoQueryForm: a body with model_name is Dynamo's; its tenant must
-// be the default one, it cannot also name model, and a model this daemon
-// has no worker, endpoint or stream of is Dynamo's 404.
+// TestDynamoQueryForm: a body with model_name is Dynamo's; it cannot also
+// name model, and a (model, tenant) this daemon has no worker, endpoint or
+// stream of is Dynamo's 404.
 func TestDynamoQueryForm(t *testing.T) {
 	st := newStack(t)
 	for _, tc := range []struct {
@@ -40,8 +40,11 @@ func TestDynamoQueryForm(t *testing.T) {
 		status     int
 		want       string
 	}{
-		{"/query", `{"model_name":"m","token_ids":[1,2,3,4],"tenant_id":"t2"}`, http.StatusBadRequest, "tenants are not yet isolated"},
-		{"/query", `{"model_name":"m","token_ids":[1,2,3,4],"routing_group":"g"}`, http.StatusBadRequest, "tenants are not yet isolated"},
+		{"/query", `{"model_name":"m","token_ids":[1,2,3,4],"tenant_id":"t2"}`, http.StatusNotFound, "no indexer for model=m tenant=t2"},
+		{"/query", `{"model_name":"m","token_ids":[1,2,3,4],"routing_group":"g"}`, http.StatusNotFound, "no indexer for model=m tenant=g"},
+		{"/query", `{"model_name":"m","token_ids":[1,2,3,4],"routing_group":"g","tenant_id":"h"}`, http.StatusBadRequest, "differ"},
+		{"/query", `{"model_name":"m","token_ids":[1,2,3,4],"tenant_id":"a b"}`, http.StatusBadRequest, "not allowed in a tenant id"},
+		{"/query", `{"model_name":"a\\m","token_ids":[1,2,3,4],"tenant_id":"t"}`, http.StatusBadRequest, "backslash is reserved"},
 		{"/query", `{"model":"m","token_ids":[1,2,3,4],"routing_group":"default"}`, http.StatusBadRequest, "send it with model_name"},
 		{"/query", `{"model_name":"m","model":"m","token_ids":[1]}`, http.StatusBadRequest, "not both"},
 		{"/query_by_hash", `{"model_name":"m","block_hashes":[1],"seq_hashes":[1]}`, http.StatusBadRequest, "not both"},

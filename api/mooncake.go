@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/internal/tenant"
 	"github.com/kvindex/kvindex/kvevents/event"
 )
 
@@ -26,16 +27,16 @@ import (
 //     engine mixed them into the hashes already);
 //   - block_size: optional; when given it must equal the model's configured
 //     block size, since the index holds blocks of that size only;
-//   - tenant_id: kvindexd keeps one index for every tenant, so it only names
-//     the answer's top-level key (default "default").
+//   - tenant_id: selects the tenant's namespace of models
+//     (internal/tenant; the one Dynamo's POST /register with that tenant_id
+//     fills) and names the answer's top-level key (default "default"): a
+//     query for one tenant never counts another tenant's blocks.
 //
 // The answer is {tenant: {pod: {"longest_matched": T, "GPU": T, "CPU": T,
 // "DISK": T, "EXTERNAL": T, "DP": {"rank": T}}}} in tokens: longest_matched
 // is the pod's best DP rank's run of consecutive blocks from block 0 times
 // the block size, each medium the tokens of that run held on it, and DP
 // each rank's own run. Pods holding not even the first block are left out.
-
-const mooncakeDefaultTenant = "default"
 
 // mooncakeMedia are the answer's medium keys by stored tier. Mooncake's
 // answer has no key for blocks a pod loads from a storage source
@@ -78,9 +79,9 @@ func (s *Server) mooncake(w http.ResponseWriter, r *http.Request, byHash bool) {
 		return
 	}
 	dynamo := req.ModelName != ""
-	if dynamo && !s.modelKnown(req.Model) {
+	if dynamo && !s.modelKnown(q.Model) {
 		// Dynamo's 404 for a (model, tenant) it has no indexer for.
-		e := errorf(codes.NotFound, "no indexer for model=%s tenant=%s", req.Model, dynamoDefaultTenant)
+		e := errorf(codes.NotFound, "no indexer for model=%s tenant=%s", req.Model, req.TenantID)
 		s.metrics.observeRequest(q.Kind, e.Code, 0)
 		writeError(w, e)
 		return
@@ -105,11 +106,7 @@ func (s *Server) mooncake(w http.ResponseWriter, r *http.Request, byHash bool) {
 		_, _ = w.Write(appendDynamoScores(nil, res, s.treeSizes(r.Context(), res)))
 		return
 	}
-	tenant := req.TenantID
-	if tenant == "" {
-		tenant = mooncakeDefaultTenant
-	}
-	b := append([]byte(`{`), appendString(nil, tenant)...)
+	b := append([]byte(`{`), appendString(nil, req.TenantID)...)
 	b = append(b, ":{"...)
 	bs := int64(res.BlockSize)
 	for i := range res.Pods {
@@ -162,19 +159,25 @@ func parseMooncake(w http.ResponseWriter, r *http.Request, byHash bool) (mooncak
 	case req.Model != "" && req.ModelName != "":
 		return req, indexer.Query{}, errorf(codes.InvalidArgument, "give model (Mooncake) or model_name (Dynamo), not both")
 	case req.ModelName != "":
-		// Dynamo's form: one index serves every tenant, so only Dynamo's
-		// default tenant may be named.
-		if req.TenantID != "" && req.TenantID != dynamoDefaultTenant {
-			return req, indexer.Query{}, errTenant(req.TenantID)
-		}
-		if e := tenantOf(nil, req.RoutingGroup); e != nil {
-			return req, indexer.Query{}, e
-		}
 		req.Model = req.ModelName
 	case req.Model == "":
 		return req, indexer.Query{}, errorf(codes.InvalidArgument, "model is required (Mooncake's model, or Dynamo's model_name)")
 	case req.RoutingGroup != nil:
 		return req, indexer.Query{}, errorf(codes.InvalidArgument, "routing_group is Dynamo's field: send it with model_name")
+	}
+	var tid *string
+	if req.TenantID != "" {
+		tid = &req.TenantID
+	}
+	tn, e := tenantOf(tid, req.RoutingGroup)
+	if e != nil {
+		return req, indexer.Query{}, e
+	}
+	req.TenantID = orDefault(tn)
+	if req.TenantID != tenant.Default {
+		if err := tenant.CheckModel(req.Model); err != nil {
+			return req, indexer.Query{}, errorf(codes.InvalidArgument, "%v", err)
+		}
 	}
 	if req.LoraID != nil {
 		return req, indexer.Query{}, errorf(codes.InvalidArgument, "lora_id is not supported: send lora_name (the adapter name the engine hashes)")
@@ -182,7 +185,7 @@ func parseMooncake(w http.ResponseWriter, r *http.Request, byHash bool) (mooncak
 	if req.BlockSize < 0 {
 		return req, indexer.Query{}, errorf(codes.InvalidArgument, "block_size %d is negative", req.BlockSize)
 	}
-	q := indexer.Query{Model: req.Model, LoraName: req.LoraName, CacheSalt: req.CacheSalt}
+	q := indexer.Query{Model: tenant.Model(req.TenantID, req.Model), LoraName: req.LoraName, CacheSalt: req.CacheSalt}
 	if req.InstanceID != "" {
 		q.Pods = []string{req.InstanceID}
 	}

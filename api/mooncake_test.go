@@ -37,9 +37,13 @@ func TestMooncakeQuery(t *testing.T) {
 		{"tokens", "/query", `{"model":"` + testModel + `","token_ids":` + string(ids) + `}`, wantAll},
 		{"hashes", "/query_by_hash", `{"model":"` + testModel + `","seq_hashes":` + string(hashes) + `,"block_size":4}`, wantAll},
 		{"older hash field", "/query_by_hash", `{"model":"` + testModel + `","block_hash":` + string(hashes) + `}`, wantAll},
-		{"instance and tenant", "/query", `{"model":"` + testModel + `","token_ids":` + string(ids) +
-			`,"instance_id":"pod-c","tenant_id":"team-a","block_size":4}`,
-			`{"team-a":{"pod-c":{"longest_matched":28,"GPU":28,"CPU":0,"DISK":0,"EXTERNAL":0,"DP":{"1":28,"0":8}}}}`},
+		{"instance", "/query", `{"model":"` + testModel + `","token_ids":` + string(ids) +
+			`,"instance_id":"pod-c","tenant_id":"default","block_size":4}`,
+			`{"default":{"pod-c":{"longest_matched":28,"GPU":28,"CPU":0,"DISK":0,"EXTERNAL":0,"DP":{"1":28,"0":8}}}}`},
+		// tenant_id selects the tenant's namespace: these blocks are the
+		// default tenant's, so team-a's answer counts none of them.
+		{"another tenant", "/query", `{"model":"` + testModel + `","token_ids":` + string(ids) +
+			`,"instance_id":"pod-c","tenant_id":"team-a","block_size":4}`, `{"team-a":{}}`},
 		{"lora by tokens", "/query", `{"model":"` + testModel + `","lora_name":"sql-adapter","token_ids":` + string(ids) + `}`,
 			`{"default":{"pod-l":{"longest_matched":12,"GPU":0,"CPU":0,"DISK":12,"EXTERNAL":0,"DP":{"0":12}}}}`},
 		// RFC clients send lora_name along with hashes that already include it.

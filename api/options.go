@@ -20,6 +20,7 @@ var Options = struct {
 	MaxHeaderBytes, HeaderBudget, MaxBodyBytes, BodyBudget    option.Int
 	HTTPMaxConns, GRPCMaxConns                                option.Int
 	GRPCIdleTimeout, ApplyStallTimeout                        option.Duration
+	MaxTenants                                                option.Int
 }{
 	ReadHeaderTimeout: option.Duration{Name: "http-read-header-timeout", Default: DefaultReadHeaderTimeout, Range: option.NonNegative,
 		Help: "time a client has to send its request headers"},
@@ -47,6 +48,10 @@ var Options = struct {
 	ApplyStallTimeout: option.Duration{Name: "apply-stall-timeout", Default: DefaultApplyStallTimeout, Range: option.NonNegative,
 		Help: "not ready while an event worker has been inside one index write (one batch) this long: " +
 			"the backend hangs (0 = readiness ignores the apply path; a pod's own lag is in its scores, never in readiness)"},
+	// Each tenant is a namespace of models with its own index entries; the
+	// cap bounds the namespaces a registering client can open.
+	MaxTenants: option.Int{Name: "max-tenants", Default: 64, Min: 1, Max: 1 << 16,
+		Help: "tenants (Dynamo's tenant_id / routing_group) besides \"default\" that may hold registered workers at once; POST /register for one more is refused (409)"},
 }
 
 // DefaultHTTPLimits is HTTPLimits with every field at its default.

@@ -100,6 +100,9 @@ type Config struct {
 	// MaxRegistrations caps the workers registered through Dynamo's POST
 	// /register (0 = DefaultMaxRegistrations; kvindexd passes --max-streams).
 	MaxRegistrations int
+	// MaxTenants caps the tenants besides the default holding Dynamo
+	// registrations (0 = Options.MaxTenants' default; --max-tenants).
+	MaxTenants int
 	// Tracer makes the request spans of Score and Pick (HTTP and gRPC)
 	// with the caller's W3C trace context as parent; nil = tracing off.
 	// The indexer's stage spans come from its own Config.Tracer (the

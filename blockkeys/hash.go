@@ -11,6 +11,8 @@ import (
 
 	"github.com/zeebo/blake3"
 	"github.com/zeebo/xxh3"
+
+	"github.com/kvindex/kvindex/internal/tenant"
 )
 
 // HashAlgo names vLLM's --prefix-caching-hash-algo choices.
@@ -498,10 +500,19 @@ func (s *HasherSet) ForEngine(model string, engine Engine) *Hasher {
 	return s.engines[h][engine]
 }
 
-// For returns the model's Hasher, or the default one.
+// For returns the model's Hasher, or the default one. A tenant's model
+// (tenant.Model) hashes as the model itself: the engines publish the same
+// hashes whoever the tenant.
 func (s *HasherSet) For(model string) *Hasher {
 	if h, ok := s.perModel[model]; ok {
 		return h
+	}
+	if len(s.perModel) > 0 {
+		if base := tenant.Base(model); len(base) != len(model) {
+			if h, ok := s.perModel[base]; ok {
+				return h
+			}
+		}
 	}
 	return s.def
 }

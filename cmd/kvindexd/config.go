@@ -47,6 +47,9 @@ type Config struct {
 	// ApplyStallTimeout: an event worker inside one index write longer
 	// than this makes the daemon not ready (api.Config.ApplyStallTimeout).
 	ApplyStallTimeout Duration `json:"apply_stall_timeout" yaml:"apply_stall_timeout"`
+	// MaxTenants caps the tenants besides "default" holding workers
+	// registered through Dynamo's POST /register (api.Config.MaxTenants).
+	MaxTenants int `json:"max_tenants" yaml:"max_tenants"`
 
 	Index    string `json:"index" yaml:"index"`
 	Capacity int64  `json:"capacity" yaml:"capacity"`
@@ -149,6 +152,7 @@ func DefaultConfig() Config {
 		Workers:           ev.Workers,
 		QueueSize:         ev.QueueSize,
 		ApplyStallTimeout: Duration(api.Options.ApplyStallTimeout.Default),
+		MaxTenants:        int(api.Options.MaxTenants.Default),
 		Index:             "memory",
 		Capacity:          ix.Index.Capacity,
 		LeaseTTL:          Duration(ix.Leases.TTL),
@@ -326,6 +330,7 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	intOpt(fs, &cfg.Workers, kvevents.Options.Workers)
 	intOpt(fs, &cfg.QueueSize, kvevents.Options.QueueSize)
 	durationOpt(fs, &cfg.ApplyStallTimeout, api.Options.ApplyStallTimeout)
+	intOpt(fs, &cfg.MaxTenants, api.Options.MaxTenants)
 	fs.StringVar(&cfg.Index, "index", cfg.Index, "index backend: memory | redis://[user:pass@]host:port/db | rediss://... | redis-cluster://h1:p1,h2:p2")
 	int64Opt(fs, &cfg.Capacity, kvindex.MemoryOptions.Capacity)
 	fs.BoolVar(&cfg.Leases, "leases", cfg.Leases, "share the --endpoint list with other daemons through leases in Redis (connect topology)")

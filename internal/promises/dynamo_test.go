@@ -235,8 +235,8 @@ func TestPromiseDynamoIndexerConformance(t *testing.T) {
 }
 
 // TestPromiseDynamoIndexerErrors: Dynamo's statuses and error bodies, and
-// the limits kvindexd adds (the endpoint policy of /v1/endpoints, tenants
-// refused until they are isolated).
+// the limits kvindexd adds (the endpoint policy of /v1/endpoints, tenant
+// ids and model names that would make a tenant's namespace ambiguous).
 func TestPromiseDynamoIndexerErrors(t *testing.T) {
 	t.Parallel()
 	off := harness.Start(t)
@@ -262,15 +262,19 @@ func TestPromiseDynamoIndexerErrors(t *testing.T) {
 		{"POST", "/register", map[string]any{"instance_id": 6, "endpoint": addr, "model_name": model, "block_size": 32}, http.StatusConflict, "blocks of 16"},
 		{"POST", "/register", map[string]any{"instance_id": 6, "endpoint": "tcp://10.1.2.3:5557", "model_name": model, "block_size": blockSize}, http.StatusBadRequest, "allowed-endpoint-cidrs"},
 		{"POST", "/register", map[string]any{"instance_id": 6, "endpoint": "udp://127.0.0.1:5557", "model_name": model, "block_size": blockSize}, http.StatusBadRequest, "not allowed"},
-		{"POST", "/register", map[string]any{"instance_id": 6, "endpoint": addr, "model_name": model, "block_size": blockSize, "tenant_id": "team-a"}, http.StatusBadRequest, "not yet isolated"},
+		{"POST", "/register", map[string]any{"instance_id": 6, "endpoint": addr, "model_name": model, "block_size": blockSize, "tenant_id": `team\\a`}, http.StatusBadRequest, "not allowed in a tenant id"},
+		{"POST", "/register", map[string]any{"instance_id": 6, "endpoint": addr, "model_name": `team\\m`, "block_size": blockSize}, http.StatusBadRequest, "backslash is reserved"},
+		{"POST", "/register", map[string]any{"instance_id": 6, "endpoint": addr, "model_name": model, "block_size": blockSize, "tenant_id": "a", "routing_group": "b"}, http.StatusBadRequest, "differ"},
 		{"POST", "/register", map[string]any{"instance_id": -6, "endpoint": addr, "model_name": model, "block_size": blockSize}, http.StatusBadRequest, "unsigned"},
 		{"POST", "/query", map[string]any{"token_ids": prompt(1, 1), "model_name": "no/such-model"}, http.StatusNotFound, "no indexer for model=no/such-model tenant=default"},
-		{"POST", "/query", map[string]any{"token_ids": prompt(1, 1), "model_name": model, "tenant_id": "team-a"}, http.StatusBadRequest, "not yet isolated"},
-		{"POST", "/query_by_hash", map[string]any{"block_hashes": []int64{-1}, "model_name": model, "tenant_id": "team-a"}, http.StatusBadRequest, "not yet isolated"},
+		// A tenant with no worker for the model has no indexer for it, even
+		// though the default tenant has one.
+		{"POST", "/query", map[string]any{"token_ids": prompt(1, 1), "model_name": model, "tenant_id": "team-a"}, http.StatusNotFound, "tenant=team-a"},
+		{"POST", "/query_by_hash", map[string]any{"block_hashes": []int64{-1}, "model_name": model, "routing_group": "team-a"}, http.StatusNotFound, "tenant=team-a"},
 		{"POST", "/query", map[string]any{"token_ids": prompt(1, 1), "model_name": model, "model": model}, http.StatusBadRequest, "not both"},
 		{"POST", "/unregister", map[string]any{"instance_id": 9, "model_name": model}, http.StatusNotFound, "not registered"},
-		{"POST", "/unregister", map[string]any{"instance_id": 5, "model_name": model, "tenant_id": "team-a"}, http.StatusBadRequest, "not yet isolated"},
-		{"GET", "/workers?tenant_id=team-a", nil, http.StatusBadRequest, "not yet isolated"},
+		{"POST", "/unregister", map[string]any{"instance_id": 5, "model_name": model, "tenant_id": "team-a"}, http.StatusNotFound, "tenant=team-a"},
+		{"GET", "/workers?tenant_id=a%20b", nil, http.StatusBadRequest, "not allowed in a tenant id"},
 		{"GET", "/dump", nil, http.StatusNotImplemented, "not served"},
 	} {
 		var code int
