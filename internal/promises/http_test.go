@@ -335,6 +335,10 @@ func TestPromiseFlagRanges(t *testing.T) {
 		{"--index", "redis://127.0.0.1:1?pool_size=2000000000"},
 		{"--index", "redis://127.0.0.1:1?call_timeout=2m"},
 		{"--index", "redis-cluster://127.0.0.1:1?loss_check=10ms"},
+		{"--pod-share=9223372036854775807"},
+		{"--tier-weights", "gpu=NaN"},
+		{"--tier-weights", "gpu=+Inf"},
+		{"--tier-weights", "gpu=1e308"},
 	} {
 		d, err := harness.TryStart(t, harness.Config{Flags: flags})
 		if err == nil {
