@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -79,6 +81,13 @@ var ErrNoShareAccounting = errors.New("kvindex: a pod share needs an index that 
 type limitState struct {
 	maxDigest, maxAlias int
 	share               int64 // entries per pod; 0 = unbounded
+	// shareLocks make the share's check and the index write one step per
+	// pod name: a pod's DP ranks are applied by different workers, and
+	// each reading what the others held before any wrote let a pod on 5
+	// ranks exceed its share. Striped by pod name (no map to bound); a
+	// stripe is held for one event's check and write.
+	shareLocks [64]sync.Mutex
+	shareSeed  maphash.Seed
 	shareIdx            ShareAccounting
 	dcRefs              map[kvindex.ModelID]int // pods bound to each digest cache; under Applier.mu
 	aliasTables         atomic.Int64
@@ -123,6 +132,7 @@ func (a *Applier) initLimits(l Limits, share ShareAccounting) error {
 			return ErrNoShareAccounting
 		}
 		a.lim.shareIdx, a.lim.share = share, max(share.Capacity()/int64(l.PodShare), 1)
+		a.lim.shareSeed = maphash.MakeSeed()
 	}
 	return nil
 }
@@ -183,6 +193,23 @@ func (pod *podState) dropAlias() {
 	pod.alias = nil
 	pod.aliasOwner.aliasTables.Add(-1)
 	pod.aliasOwner.m.aliasTables.Dec()
+}
+
+// lockShare locks pod's share stripe while the caller checks the share and
+// writes the index, and returns it for unlockShare (nil without a share).
+func (a *Applier) lockShare(pod *podState) *sync.Mutex {
+	if a.lim.share == 0 {
+		return nil
+	}
+	mu := &a.lim.shareLocks[maphash.String(a.lim.shareSeed, pod.name)%uint64(len(a.lim.shareLocks))]
+	mu.Lock()
+	return mu
+}
+
+func unlockShare(mu *sync.Mutex) {
+	if mu != nil {
+		mu.Unlock()
+	}
 }
 
 // trimToShare returns the prefix of keys that pod may still add under

@@ -26,6 +26,8 @@ func (a *Applier) snapshot(ctx context.Context, pod *podState, ev *event.Event, 
 	// beyond it are not even looked at, so a snapshot costs the apply
 	// worker at most a share's worth of work. Before, one snapshot of
 	// 4.19M records put them all on one pod.
+	mu := a.lockShare(pod)
+	defer unlockShare(mu)
 	hashes := ev.BlockHashes[:a.shareAllows(pod, len(ev.BlockHashes))]
 	keys := pod.keys[:0]
 	for _, eh := range hashes {

@@ -36,8 +36,11 @@ func eventExtras(extraKeys *blockkeys.ExtraKeys, ev *event.Event, engine blockke
 // the only index call. The decisions are thus the same whatever the index
 // (memory, Redis, a failing one) and can be tested without one.
 func (a *Applier) stored(ctx context.Context, pod *podState, engine blockkeys.Engine, ev *event.Event, d *batchDelta) error {
+	mu := a.lockShare(pod)
 	keys := a.storedKeys(pod, engine, ev, d)
-	if err := a.addStored(ctx, pod, ev, keys, d); err != nil {
+	err := a.addStored(ctx, pod, ev, keys, d)
+	unlockShare(mu)
+	if err != nil {
 		return err
 	}
 	// A reuse report (kv_cache_report_mode="full") re-stores blocks the pod
