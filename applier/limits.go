@@ -86,12 +86,12 @@ type limitState struct {
 	// each reading what the others held before any wrote let a pod on 5
 	// ranks exceed its share. Striped by pod name (no map to bound); a
 	// stripe is held for one event's check and write.
-	shareLocks [64]sync.Mutex
-	shareSeed  maphash.Seed
-	shareIdx            ShareAccounting
-	dcRefs              map[kvindex.ModelID]int // pods bound to each digest cache; under Applier.mu
-	aliasTables         atomic.Int64
-	m                   limitMetrics
+	shareLocks  [64]sync.Mutex
+	shareSeed   maphash.Seed
+	shareIdx    ShareAccounting
+	dcRefs      map[kvindex.ModelID]int // pods bound to each digest cache; under Applier.mu
+	aliasTables atomic.Int64
+	m           limitMetrics
 }
 
 type limitMetrics struct {
