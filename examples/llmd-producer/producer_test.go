@@ -45,7 +45,7 @@ func prompt(base, n int) []uint32 {
 // settings publishes for tokens.
 func engineHashes(t *testing.T, tokens []uint32) []uint64 {
 	t.Helper()
-	h, err := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, BlockSize: blockSize})
+	h, err := blockkeys.NewHasher(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: blockkeys.DefaultSeed, BlockSize: blockSize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestProducerAgainstDaemon(t *testing.T) {
 	})
 
 	const name = "precise-prefix-cache-producer" // the instance name the scorer already references
-	p := newProducer(t, name, fmt.Sprintf(`{"kvindexAddr": %q, "speculativeIndexing": true}`, d.GRPC))
+	p := newProducer(t, name, fmt.Sprintf(`{"kvindexAddr": %q, "speculativeIndexing": true, "timeout": "10s"}`, d.GRPC))
 	if got := p.TypedName(); got != (plugin.TypedName{Type: PluginType, Name: name}) {
 		t.Errorf("TypedName %+v", got)
 	}
@@ -245,7 +245,7 @@ func TestProducerErrors(t *testing.T) {
 	})
 	eps := []scheduling.Endpoint{endpoint("10.0.0.1:8000")}
 
-	p := newProducer(t, "x", fmt.Sprintf(`{"kvindexAddr": %q, "blockSize": 8}`, d.GRPC))
+	p := newProducer(t, "x", fmt.Sprintf(`{"kvindexAddr": %q, "blockSize": 8, "timeout": "10s"}`, d.GRPC))
 	if err := p.Produce(context.Background(), request("r", toks), eps); err == nil || !strings.Contains(err.Error(), "blocks of 16 tokens, blockSize is 8") {
 		t.Errorf("block size mismatch: %v", err)
 	}
@@ -268,7 +268,7 @@ func TestProducerErrors(t *testing.T) {
 	}
 
 	// The pending state between Produce and PreRequest is capped.
-	capped := newProducer(t, "c", fmt.Sprintf(`{"kvindexAddr": %q, "speculativeIndexing": true, "maxPending": 1, "podIdentifier": "name"}`, d.GRPC))
+	capped := newProducer(t, "c", fmt.Sprintf(`{"kvindexAddr": %q, "speculativeIndexing": true, "maxPending": 1, "podIdentifier": "name", "timeout": "10s"}`, d.GRPC))
 	for _, id := range []string{"r1", "r2"} {
 		if err := capped.Produce(context.Background(), request(id, toks), eps); err != nil {
 			t.Fatal(err)
@@ -287,7 +287,7 @@ func TestProducerErrors(t *testing.T) {
 	if err := p.Produce(context.Background(), mm, eps); err == nil {
 		t.Fatal("blockSize 8 producer accepted")
 	}
-	ok := newProducer(t, "ok", fmt.Sprintf(`{"kvindexAddr": %q}`, d.GRPC))
+	ok := newProducer(t, "ok", fmt.Sprintf(`{"kvindexAddr": %q, "timeout": "10s"}`, d.GRPC))
 	if err := ok.Produce(context.Background(), mm, eps); err != nil {
 		t.Fatal(err)
 	}
