@@ -182,7 +182,8 @@ func TestPromiseTokenizeInflightBytes(t *testing.T) {
 		switch {
 		case c == http.StatusTooManyRequests && strings.Contains(bodies[i], "ResourceExhausted"):
 			busy++
-		case c == http.StatusBadRequest && strings.Contains(bodies[i], "tokens, limit"):
+		case c == http.StatusBadRequest && strings.Contains(bodies[i], "InvalidArgument") &&
+			(strings.Contains(bodies[i], "tokens, limit") || strings.Contains(bodies[i], "too many tokens")):
 		default:
 			t.Errorf("client %d: %d %s; want 429 ResourceExhausted or 400 (token limit)", i, c, bodies[i])
 		}
