@@ -89,7 +89,9 @@ func TestSpeculationDroppedForMismatchedPod(t *testing.T) {
 // the pod names, and lived the full TTL: after an eviction Pick said the
 // pod held what Score said it did not.
 func TestSpeculationFollowsEachEnginesEvents(t *testing.T) {
-	for _, e := range []blockkeys.Engine{blockkeys.EngineSGLang, blockkeys.EngineTRTLLM} {
+	// SGLang with EAGLE publishes as SGLang, each position a pair
+	// [t_i, t_i+1]; its pages are the pair keys (floor((n-1)/P) of them).
+	for _, e := range []blockkeys.Engine{blockkeys.EngineSGLang, blockkeys.EngineTRTLLM, blockkeys.EngineSGLangEAGLE} {
 		t.Run(blockkeys.Engines[e].Name, func(t *testing.T) {
 			clk := newFakeClock()
 			ix := newPickIndexer(t, clk, PickConfig{})
@@ -98,13 +100,24 @@ func TestSpeculationFollowsEachEnginesEvents(t *testing.T) {
 			if eh[0] == blockHashes(prompt, blockkeys.RequestExtras{})[0] {
 				t.Fatal("the engine's hashes equal vLLM's: nothing to test")
 			}
+			total := len(eh) // 10, EAGLE 9
+			pub, pairs := e, e == blockkeys.EngineSGLangEAGLE
+			if pairs {
+				pub = blockkeys.EngineSGLang
+			}
 			store := func(from, to int) {
 				ev := event.Event{Kind: event.BlockStored, BlockSize: testBlock, TokenIDs: prompt[from*testBlock : to*testBlock],
-					Medium: event.TierGPU, BlockHashes: eh[from:to]}
+					Medium: event.TierGPU, BlockHashes: eh[from:to], Bigram: pairs}
+				if pairs {
+					ev.TokenIDs = nil
+					for i := from * testBlock; i < to*testBlock; i++ {
+						ev.TokenIDs = append(ev.TokenIDs, prompt[i], prompt[i+1])
+					}
+				}
 				if from > 0 {
 					ev.ParentHash, ev.HasParent = eh[from-1], true
 				}
-				ix.Sink().Apply(context.Background(), &event.Batch{Pod: "p", Model: testModel, Engine: e, Events: []event.Event{ev}})
+				ix.Sink().Apply(context.Background(), &event.Batch{Pod: "p", Model: testModel, Engine: pub, Events: []event.Event{ev}})
 			}
 			// The pod has published (its engine is known) and holds 2 blocks.
 			store(0, 2)
@@ -117,24 +130,24 @@ func TestSpeculationFollowsEachEnginesEvents(t *testing.T) {
 			if c := r.Candidates[0]; c.MatchedBlocks != 2 || c.SpeculativeBlocks != 0 {
 				t.Fatalf("first pick: %+v, want 2 matched", c)
 			}
-			if n := ix.pick.specMem.len(); n != 8 {
-				t.Fatalf("speculative entries after the pick = %d, want 8", n)
+			if n := ix.pick.specMem.len(); n != int64(total-2) {
+				t.Fatalf("speculative entries after the pick = %d, want %d", n, total-2)
 			}
 			mustPick(t, ix, q(), &r)
-			if c := r.Candidates[0]; c.MatchedBlocks != 10 || c.SpeculativeBlocks != 8 {
-				t.Fatalf("second pick: %+v, want 10 matched, 8 speculative", c)
+			if c := r.Candidates[0]; c.MatchedBlocks != total || c.SpeculativeBlocks != total-2 {
+				t.Fatalf("second pick: %+v, want %d matched, %d speculative", c, total, total-2)
 			}
 			// The engine stores blocks 2..7 under its hashes: their entries go.
 			store(2, 8)
-			if n := ix.pick.specMem.len(); n != 2 {
-				t.Fatalf("speculative entries after 6 stored blocks = %d, want 2", n)
+			if n := ix.pick.specMem.len(); n != int64(total-8) {
+				t.Fatalf("speculative entries after 6 stored blocks = %d, want %d", n, total-8)
 			}
-			if got := gaugeValue(t, ix, "kvindexd_pick_assumed_entries", "speculative"); got != 2 {
-				t.Fatalf("kvindexd_pick_assumed_entries{store=speculative} = %v, want 2", got)
+			if got := gaugeValue(t, ix, "kvindexd_pick_assumed_entries", "speculative"); got != float64(total-8) {
+				t.Fatalf("kvindexd_pick_assumed_entries{store=speculative} = %v, want %d", got, total-8)
 			}
 			// It evicts everything: Score says 0, and so must Pick (blocks
-			// 8..9 stay speculative after a gap that ends the run).
-			ix.Sink().Apply(context.Background(), &event.Batch{Pod: "p", Model: testModel, Engine: e,
+			// 8.. stay speculative after a gap that ends the run).
+			ix.Sink().Apply(context.Background(), &event.Batch{Pod: "p", Model: testModel, Engine: pub,
 				Events: []event.Event{{Kind: event.BlockRemoved, Medium: event.TierGPU, BlockHashes: eh[:8]}}})
 			var sr Result
 			if got := mustScore(t, ix, &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}, &sr); got != "total=10" {
