@@ -135,6 +135,9 @@ type Applier struct {
 
 	// engines: bit e set once a batch of Engine e was applied.
 	engines atomic.Uint32
+	// podEngines: the engine whose keys each pod is indexed under
+	// (pod_engine.go).
+	podEngines podEngines
 }
 
 type podKey struct {
@@ -258,6 +261,7 @@ func (a *Applier) bindModel(pod *podState, model string, engine blockkeys.Engine
 	if engine.Valid() {
 		a.engines.Or(1 << engine)
 	}
+	a.podEngines.set(pod.id, engine)
 }
 
 // Engines is the set of engines whose batches were applied, bit e for

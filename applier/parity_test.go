@@ -379,6 +379,10 @@ func TestApplierSGLangEAGLEPairs(t *testing.T) {
 		if e.a.Engines()&(1<<blockkeys.EngineSGLangEAGLE) == 0 {
 			t.Fatalf("page size %d: sglang-eagle not reported as applied", bs)
 		}
+		// Pick holds the pod's speculative entries under the pair keys.
+		if eng, ok := e.a.PodEngine(id); !ok || eng != blockkeys.EngineSGLangEAGLE {
+			t.Fatalf("page size %d: pod engine %v %v, want sglang-eagle", bs, eng, ok)
+		}
 		if bs < 2 {
 			continue // one pair per page: nothing to chain within an event
 		}
@@ -397,6 +401,12 @@ func TestApplierSGLangEAGLEPairs(t *testing.T) {
 		Bigram: true, TokenIDs: []uint32{1, 2, 2, 3}})
 	if p := e.pod("v", 0); p.UnverifiedReason != "bigram" || e.a.Engines()&(1<<blockkeys.EngineSGLangEAGLE) != 0 {
 		t.Fatalf("vLLM pairs: %+v", p)
+	}
+	if eng, ok := e.a.PodEngine(e.podID("v", 0)); !ok || eng != blockkeys.EngineVLLM {
+		t.Fatalf("vLLM pairs: pod engine %v %v, want vllm", eng, ok)
+	}
+	if _, ok := e.a.PodEngine(e.podID("v", 0) + 1); ok {
+		t.Fatal("a pod that never published has an engine")
 	}
 }
 

@@ -95,6 +95,11 @@ func (a *Applier) blockKeys(pod *podState, engine blockkeys.Engine, ev *event.Ev
 	stride := bs // token ids per block: two per position when they are pairs
 	if ev.Bigram {
 		stride = 2 * bs
+		if engine.Info().Scheme == blockkeys.SchemeSGLang {
+			// The pod's pages are SGLang pair pages, checked or not: Pick
+			// holds its speculative entries under the pair keys.
+			a.podEngines.set(pod.id, blockkeys.EngineSGLangEAGLE)
+		}
 		if base == unverifiedNone {
 			// Pairs that check out here are what a prompt's pair keys
 			// (EngineSGLangEAGLE) find: score requests under them too.

@@ -19,8 +19,11 @@ import (
 // engineKeys holds a request's keys under the engines other than vLLM.
 type engineKeys struct {
 	keys [blockkeys.NumEngines][]blockkeys.Key // [EngineVLLM] unused: the primary keys
-	res  kvindex.ScoreResult                   // scratch for one engine's scores
-	st   storageScratch                        // storage sources (storage.go)
+	// computed: bit e set when keys[e] was computed from the request's
+	// tokens (empty may then mean "no full block", not "not computed").
+	computed uint32
+	res      kvindex.ScoreResult // scratch for one engine's scores
+	st       storageScratch      // storage sources (storage.go)
 }
 
 func (ek *engineKeys) clear() {
@@ -30,6 +33,7 @@ func (ek *engineKeys) clear() {
 		}
 		ek.keys[i] = ek.keys[i][:0]
 	}
+	ek.computed = 0
 }
 
 // otherEngines is the set of engines other than vLLM whose batches were
@@ -50,6 +54,7 @@ func (ix *Indexer) engineTokenKeys(ek *engineKeys, model string, tokens []uint32
 		}
 		h := ix.hashers.ForEngine(model, e)
 		ek.keys[e] = ix.keys.keys(h, ek.keys[e][:0], tokens, blockkeys.RequestExtras{LoraName: q.LoraName, CacheSalt: q.CacheSalt})
+		ek.computed |= 1 << e
 	}
 }
 

@@ -160,7 +160,10 @@ type PickResult struct {
 	rc      []routing.Candidate
 	mode    []EventsMode // resolved: EventsOn or EventsOff
 	holders []uint64
-	run     []int32
+	// eng: the engine each candidate's blocks are indexed under (the
+	// primary keys' engine, vLLM, when unknown); see keysOf.
+	eng []blockkeys.Engine
+	run []int32
 	// the candidates whose runs speculative entries may extend, their
 	// holders and where their indexed runs end
 	specAt      []int32
@@ -414,6 +417,7 @@ func (r *PickResult) prepare(n int) {
 	r.rc = grow(r.rc, n)
 	r.mode = grow(r.mode, n)
 	r.holders = grow(r.holders, n)
+	r.eng = grow(r.eng, n)
 	r.run = grow(r.run, n)
 	r.ids = r.ids[:0]
 	r.table.reset(n)
@@ -446,6 +450,7 @@ func (ix *Indexer) resolveCandidates(q *PickQuery, r *PickResult) *Error {
 		}
 		r.holders[i] = h
 		r.run[i] = -1 // not matched by the routing history
+		r.eng[i] = blockkeys.EngineVLLM
 		before := len(r.ids)
 		if qc.Events != EventsOff {
 			if qc.HasDPRank {
@@ -463,6 +468,7 @@ func (ix *Indexer) resolveCandidates(q *PickQuery, r *PickResult) *Error {
 			continue
 		}
 		r.mode[i] = EventsOn
+		r.eng[i] = ix.podEngine(r.ids[before:])
 		if err := r.own(q, i, before); err != nil {
 			return err
 		}
@@ -645,16 +651,40 @@ func hasMode(m []EventsMode, want EventsMode) bool {
 }
 
 // matchSpeculative extends the indexed runs of candidates with events by
-// their speculative entries. A failing shared store costs the speculation,
-// not the pick: it is counted and the entries are read as absent.
+// their speculative entries, read under each candidate's engine's keys (the
+// keys record held them under). A failing shared store costs the
+// speculation, not the pick: it is counted and the entries are read as
+// absent.
 func (ix *Indexer) matchSpeculative(ctx context.Context, model string, r *PickResult) {
 	p := ix.pick
 	if p.spec == nil || len(r.keys) == 0 || (p.specMem != nil && p.specMem.len() == 0) {
 		return
 	}
-	r.specAt, r.specHolders, r.start = r.specAt[:0], r.specHolders[:0], r.start[:0]
+	// one Extend per engine among the candidates (almost always one)
+	var seen uint32
 	for i, m := range r.mode {
-		if m == EventsOn && r.Candidates[i].MatchedBlocks < len(r.keys) {
+		if m != EventsOn {
+			continue
+		}
+		e := r.keyEngine(i)
+		if seen&(1<<e) != 0 {
+			continue
+		}
+		seen |= 1 << e
+		ix.extendEngine(ctx, model, r, e)
+	}
+}
+
+// extendEngine extends the candidates whose keys are engine e's.
+func (ix *Indexer) extendEngine(ctx context.Context, model string, r *PickResult, e blockkeys.Engine) {
+	r.specAt, r.specHolders, r.start = r.specAt[:0], r.specHolders[:0], r.start[:0]
+	var keys []blockkeys.Key
+	for i, m := range r.mode {
+		if m != EventsOn || r.keyEngine(i) != e {
+			continue
+		}
+		keys = r.keysOf(i)
+		if r.Candidates[i].MatchedBlocks < len(keys) {
 			r.specAt = append(r.specAt, int32(i))
 			r.specHolders = append(r.specHolders, r.holders[i])
 			r.start = append(r.start, int32(r.Candidates[i].MatchedBlocks))
@@ -664,18 +694,50 @@ func (ix *Indexer) matchSpeculative(ctx context.Context, model string, r *PickRe
 		return
 	}
 	r.ext = grow(r.ext, len(r.specAt))
-	if err := p.spec.Extend(ctx, model, r.keys, r.specHolders, r.start, r.ext); err != nil {
+	if err := ix.pick.spec.Extend(ctx, model, keys, r.specHolders, r.start, r.ext); err != nil {
 		ix.m.specErrors.Inc()
 		return
 	}
 	for j, i := range r.specAt {
-		if e := r.ext[j]; e > 0 {
+		if n := r.ext[j]; n > 0 {
 			c := &r.Candidates[i]
-			c.MatchedBlocks += int(e)
-			c.SpeculativeBlocks = int(e)
-			ix.m.specBlocks.Add(float64(e))
+			c.MatchedBlocks += int(n)
+			c.SpeculativeBlocks = int(n)
+			ix.m.specBlocks.Add(float64(n))
 		}
 	}
+}
+
+// keyEngine is the engine whose keys candidate i is matched, and its
+// speculative entries held, under: its pod's engine when the request's
+// keys were computed for it, else the primary keys' (vLLM, or the caller's
+// block_hashes).
+func (r *PickResult) keyEngine(i int) blockkeys.Engine {
+	if e := r.eng[i]; e != blockkeys.EngineVLLM && r.ek.computed&(1<<e) != 0 {
+		return e
+	}
+	return blockkeys.EngineVLLM
+}
+
+// keysOf is candidate i's request keys: the ones the index holds its blocks
+// under, so that its engine's BlockStored/BlockRemoved answer (drop) the
+// speculative entries held under them.
+func (r *PickResult) keysOf(i int) []blockkeys.Key {
+	if e := r.keyEngine(i); e != blockkeys.EngineVLLM {
+		return r.ek.keys[e]
+	}
+	return r.keys
+}
+
+// podEngine is the engine a candidate's pods (its DP ranks) are indexed
+// under: the first one the applier knows, else vLLM's.
+func (ix *Indexer) podEngine(ids []kvindex.PodID) blockkeys.Engine {
+	for _, id := range ids {
+		if e, ok := ix.applier.PodEngine(id); ok {
+			return e
+		}
+	}
+	return blockkeys.EngineVLLM
 }
 
 // matchHistory matches candidates without events through the routing
@@ -705,10 +767,13 @@ func (ix *Indexer) record(ctx context.Context, model string, r *PickResult, chos
 		}
 		return
 	}
-	if p.spec == nil || c.MatchedBlocks >= len(r.keys) {
+	// under the keys the index holds the pod's blocks under: its own
+	// events then drop them (Config.Answered reports those keys)
+	keys := r.keysOf(chosen)
+	if p.spec == nil || c.MatchedBlocks >= len(keys) {
 		return
 	}
-	if err := p.spec.Hold(ctx, model, r.keys[c.MatchedBlocks:], r.holders[chosen]); err != nil {
+	if err := p.spec.Hold(ctx, model, keys[c.MatchedBlocks:], r.holders[chosen]); err != nil {
 		ix.m.specErrors.Inc()
 	}
 }

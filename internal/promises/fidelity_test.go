@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/internal/testkit/pypub"
 	"github.com/kvindex/kvindex/internal/testkit/wait"
@@ -267,4 +268,66 @@ func TestPromiseDeadEngineIsIncomplete(t *testing.T) {
 		}
 		again.Close()
 	})
+}
+
+// Issue 32: an SGLang pod is indexed under SGLang's page hashes, and the
+// speculative entries Pick holds for it are too: its own BlockStored and
+// BlockRemoved, sent over ZMQ in SGLang's format, drop them (before, they
+// were held under vLLM's keys, which no SGLang event names, and lived the
+// full TTL), and after its eviction Pick matches what Score matches.
+func TestPromiseSpeculationFollowsSGLangEvents(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, "--bind-engine", "sglang", "--speculative-ttl", "1m")
+	pub := d.Publisher()
+	toks := prompt(33, 10)
+	hs, err := blockkeys.NewHasherSet(blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: blockkeys.DefaultSeed, BlockSize: blockSize}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sg []uint64
+	for _, k := range hs.ForEngine(model, blockkeys.EngineSGLang).Keys(nil, toks, blockkeys.RequestExtras{}) {
+		sg = append(sg, uint64(k))
+	}
+	if sg[0] == engineHashes(t, toks)[0] {
+		t.Fatal("SGLang's hashes equal vLLM's: nothing to test")
+	}
+	send := func(seq uint64, b *event.Batch) {
+		t.Helper()
+		payload, err := enginepub.EncodeSGLangBatch(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pub.Publish("kv@sg@"+model, seq, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scores := func(want int) {
+		t.Helper()
+		wait.Until(t, "the SGLang pod's blocks scored", func() string {
+			if got := d.ScoreTokens(model, toks)["sg"]; got != want {
+				return fmt.Sprintf("sg scores %d, want %d", got, want)
+			}
+			return ""
+		})
+	}
+	send(0, stored(sg[:2], toks[:2*blockSize]))
+	scores(2)
+	if a := pickTokens(t, d, toks, "sg"); a.Pod != "sg" {
+		t.Fatalf("picked %q", a.Pod)
+	}
+	waitMetric(t, d, `kvindexd_pick_assumed_entries{store="speculative"}`, 8)
+	rest := stored(sg[2:], toks[2*blockSize:])
+	rest.Events[0].ParentHash, rest.Events[0].HasParent = sg[1], true
+	send(1, rest)
+	scores(10)
+	waitMetric(t, d, `kvindexd_pick_assumed_entries{store="speculative"}`, 0)
+	send(2, &event.Batch{Events: []event.Event{{Kind: event.BlockRemoved, BlockHashes: sg}}})
+	scores(0)
+	a := pickTokens(t, d, toks, "sg", "other")
+	for _, c := range a.Candidates {
+		if c.Pod == "sg" && (c.MatchedBlocks != 0 || c.SpeculativeBlocks != 0) {
+			t.Fatalf("after the SGLang pod evicted everything Score says 0 but Pick says %d matched (%d speculative)",
+				c.MatchedBlocks, c.SpeculativeBlocks)
+		}
+	}
 }
