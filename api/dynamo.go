@@ -545,38 +545,13 @@ func (s *Server) modelKnown(model string) bool {
 // tree_sizes (blocks each listed rank holds).
 func appendDynamoScores(b []byte, res *indexer.Result, sizes map[indexer.PodRef]int64) []byte {
 	bs := int64(res.BlockSize)
-	b = append(b, `{"scores":{`...)
-	first := true
 	deepest := 0
-	for i := range res.Pods {
-		p := &res.Pods[i]
-		if p.MatchedBlocks == 0 {
-			continue
-		}
-		if !first {
-			b = append(b, ',')
-		}
-		first = false
-		b = appendString(b, p.Pod)
-		b = append(b, ":{"...)
-		n := 0
-		for _, rk := range p.Ranks {
-			if rk.MatchedBlocks == 0 {
-				continue
-			}
-			if n > 0 {
-				b = append(b, ',')
-			}
-			n++
-			b = append(b, '"')
-			b = strconv.AppendInt(b, int64(rk.DPRank), 10)
-			b = append(b, `":`...)
-			b = strconv.AppendInt(b, int64(rk.MatchedBlocks)*bs, 10)
-			deepest = max(deepest, rk.MatchedBlocks)
-		}
-		b = append(b, '}')
-	}
-	b = append(b, `},"frequencies":[`...)
+	b = append(b, `{"scores":`...)
+	b = appendByRank(b, res, func(pod string, rk indexer.RankScore) int64 {
+		deepest = max(deepest, rk.MatchedBlocks)
+		return int64(rk.MatchedBlocks) * bs
+	})
+	b = append(b, `,"frequencies":[`...)
 	for d := 0; d < deepest; d++ {
 		if d > 0 {
 			b = append(b, ',')
@@ -591,8 +566,19 @@ func appendDynamoScores(b []byte, res *indexer.Result, sizes map[indexer.PodRef]
 		}
 		b = strconv.AppendInt(b, int64(c), 10)
 	}
-	b = append(b, `],"tree_sizes":{`...)
-	first = true
+	b = append(b, `],"tree_sizes":`...)
+	b = appendByRank(b, res, func(pod string, rk indexer.RankScore) int64 {
+		return max(sizes[indexer.PodRef{Name: pod, DPRank: rk.DPRank}], 0)
+	})
+	return append(b, "}\n"...)
+}
+
+// appendByRank writes {"<pod>": {"<dp_rank>": value, ...}, ...} over the
+// ranks of res that match at least one block (Dynamo lists only the
+// workers its tree walk met).
+func appendByRank(b []byte, res *indexer.Result, value func(pod string, rk indexer.RankScore) int64) []byte {
+	b = append(b, '{')
+	first := true
 	for i := range res.Pods {
 		p := &res.Pods[i]
 		if p.MatchedBlocks == 0 {
@@ -616,11 +602,11 @@ func appendDynamoScores(b []byte, res *indexer.Result, sizes map[indexer.PodRef]
 			b = append(b, '"')
 			b = strconv.AppendInt(b, int64(rk.DPRank), 10)
 			b = append(b, `":`...)
-			b = strconv.AppendInt(b, max(sizes[indexer.PodRef{Name: p.Pod, DPRank: rk.DPRank}], 0), 10)
+			b = strconv.AppendInt(b, value(p.Pod, rk), 10)
 		}
 		b = append(b, '}')
 	}
-	return append(b, "}}\n"...)
+	return append(b, '}')
 }
 
 // treeSizes reads the block count of every (pod, rank) in res that
