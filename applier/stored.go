@@ -276,6 +276,21 @@ func (a *Applier) addStored(ctx context.Context, pod *podState, ev *event.Event,
 	return nil
 }
 
+// hashesAs reports whether a root block of toks hashes to the engine's
+// hash eh under cfg (an algorithm or seed other than ours): what the parity
+// hint tries before naming the setting that differs.
+func (a *Applier) hashesAs(pod *podState, cfg blockkeys.KeyConfig, toks []uint32, extraKeys *blockkeys.ExtraKeys, eh uint64) bool {
+	alt := a.altHasher(cfg)
+	if alt == nil {
+		return false
+	}
+	var dg [32]byte
+	var err error
+	root, rootLen := alt.Root()
+	pod.buf, dg, err = alt.BlockDigest(pod.buf, root[:rootLen], toks, extraKeys)
+	return err == nil && uint64(alt.DigestKey(&dg)) == eh
+}
+
 // diagnose names the likely cause of a parity mismatch. On a request's first
 // block (parent = NONE_HASH) it can tell algorithm from seed: it rehashes the
 // block with the other algorithms and the same seed.
@@ -316,15 +331,7 @@ func (a *Applier) diagnose(pod *podState, ev *event.Event, engine blockkeys.Engi
 		if algo == cfg.Algo {
 			continue
 		}
-		alt := a.altHasher(blockkeys.KeyConfig{Algo: algo, Seed: cfg.Seed, BlockSize: cfg.BlockSize})
-		if alt == nil {
-			continue
-		}
-		var dg [32]byte
-		var err error
-		root, rootLen := alt.Root()
-		pod.buf, dg, err = alt.BlockDigest(pod.buf, root[:rootLen], toks, &extraKeys)
-		if err == nil && uint64(alt.DigestKey(&dg)) == eh {
+		if a.hashesAs(pod, blockkeys.KeyConfig{Algo: algo, Seed: cfg.Seed, BlockSize: cfg.BlockSize}, toks, &extraKeys, eh) {
 			pod.hintFinal = true
 			d.hint = fmt.Sprintf("hash algorithm: the engine hashes with %s but kvindex is configured with %s; "+
 				"set --prefix-caching-hash-algo or kvindex's algorithm to agree", algo, cfg.Algo)
@@ -337,15 +344,7 @@ func (a *Applier) diagnose(pod *podState, ev *event.Event, engine blockkeys.Engi
 		if seed == cfg.Seed {
 			continue
 		}
-		alt := a.altHasher(blockkeys.KeyConfig{Algo: cfg.Algo, Seed: seed, BlockSize: cfg.BlockSize})
-		if alt == nil {
-			continue
-		}
-		var dg [32]byte
-		var err error
-		root, rootLen := alt.Root()
-		pod.buf, dg, err = alt.BlockDigest(pod.buf, root[:rootLen], toks, &extraKeys)
-		if err == nil && uint64(alt.DigestKey(&dg)) == eh {
+		if a.hashesAs(pod, blockkeys.KeyConfig{Algo: cfg.Algo, Seed: seed, BlockSize: cfg.BlockSize}, toks, &extraKeys, eh) {
 			pod.hintFinal = true
 			d.hint = fmt.Sprintf("seed: the engine hashes with seed %q (%s) but kvindex's --hash-seed is %q; "+
 				"set --hash-seed %q (or the model's hash_seed)", seed, seedOrigin(seed), cfg.Seed, seed)
