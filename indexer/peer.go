@@ -91,37 +91,33 @@ func (ix *Indexer) WriteSnapshot(w io.Writer) (persist.Written, error) {
 
 // vouchedSeqs are streamSeqs with each stream's completeness, which the
 // copy's receiver grants once its stream continues the copy.
-func (ix *Indexer) vouchedSeqs() []persist.StreamSeq {
-	if ix.sub == nil {
-		return nil
-	}
-	ss := ix.sub.Streams()
-	out := make([]persist.StreamSeq, 0, len(ss))
-	for _, s := range ss {
-		if s.Batches > 0 || s.LastSeq > 0 {
-			// a pod not served (restored, waiting for its stream) vouches for nothing
-			complete := s.Complete && ix.sub.Servable(s.Pod, s.DPRank)
-			out = append(out, persist.StreamSeq{Pod: s.Pod, DPRank: s.DPRank, Seq: s.LastSeq,
-				Complete: complete, CompleteSince: s.CompleteSinceSeq})
-		}
-	}
-	return out
-}
+func (ix *Indexer) vouchedSeqs() []persist.StreamSeq { return ix.seqs(true) }
 
 // CanSnapshot reports whether WriteSnapshot can work (the in-memory index).
 func (ix *Indexer) CanSnapshot() bool { return ix.backend.memory != nil }
 
 // streamSeqs are the streams' last applied sequence numbers.
-func (ix *Indexer) streamSeqs() []persist.StreamSeq {
+func (ix *Indexer) streamSeqs() []persist.StreamSeq { return ix.seqs(false) }
+
+// seqs lists every stream that applied a batch with its last sequence
+// number and, when vouch, its completeness: a pod not served (restored,
+// waiting for its stream) vouches for nothing.
+func (ix *Indexer) seqs(vouch bool) []persist.StreamSeq {
 	if ix.sub == nil {
 		return nil
 	}
 	ss := ix.sub.Streams()
 	out := make([]persist.StreamSeq, 0, len(ss))
 	for _, s := range ss {
-		if s.Batches > 0 || s.LastSeq > 0 {
-			out = append(out, persist.StreamSeq{Pod: s.Pod, DPRank: s.DPRank, Seq: s.LastSeq})
+		if s.Batches == 0 && s.LastSeq == 0 {
+			continue
 		}
+		seq := persist.StreamSeq{Pod: s.Pod, DPRank: s.DPRank, Seq: s.LastSeq}
+		if vouch {
+			seq.Complete = s.Complete && ix.sub.Servable(s.Pod, s.DPRank)
+			seq.CompleteSince = s.CompleteSinceSeq
+		}
+		out = append(out, seq)
 	}
 	return out
 }
