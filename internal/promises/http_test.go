@@ -171,10 +171,7 @@ func TestPromiseHTTPMaxConns(t *testing.T) {
 		return c
 	}
 	held := []net.Conn{busy(), busy()}
-	// Both parsed: inside their handlers. Under the race detector with the
-	// whole suite on 2 cores, 2 s was once not enough for the server to
-	// read the second one's headers (it was then a stranger, evicted).
-	time.Sleep(5 * time.Second)
+	time.Sleep(2 * time.Second) // both parsed: inside their handlers
 	waiting := rawDial(t, d.HTTP)
 	if _, err := io.WriteString(waiting, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 		t.Fatal(err)
