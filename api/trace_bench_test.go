@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/kvindex/kvindex/internal/testkit/cputime"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -109,7 +110,7 @@ func BenchmarkScoreTracingCPU(b *testing.B) {
 	b.ResetTimer()
 	for done := 0; done < b.N; done += 100 {
 		for i, s := range servers {
-			t0, ok := threadCPU()
+			t0, ok := cputime.Thread()
 			if !ok {
 				b.Skip("no per-thread CPU time on this system")
 			}
@@ -118,7 +119,7 @@ func BenchmarkScoreTracingCPU(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			t1, _ := threadCPU()
+			t1, _ := cputime.Thread()
 			spent[i] += t1 - t0
 		}
 	}

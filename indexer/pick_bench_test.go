@@ -3,6 +3,7 @@ package indexer
 import (
 	"context"
 	"fmt"
+	"github.com/kvindex/kvindex/internal/testkit/cputime"
 	"runtime"
 	"testing"
 
@@ -93,14 +94,14 @@ func BenchmarkPickVsScore512x64(b *testing.B) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	cpu := func(f func()) float64 {
-		t0, ok := threadCPU()
+		t0, ok := cputime.Thread()
 		if !ok {
 			b.Skip("no per-thread CPU time on this system")
 		}
 		for range b.N {
 			f()
 		}
-		t1, _ := threadCPU()
+		t1, _ := cputime.Thread()
 		return float64((t1 - t0).Nanoseconds()) / float64(b.N)
 	}
 	ctx := context.Background()
