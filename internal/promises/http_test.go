@@ -170,8 +170,15 @@ func TestPromiseHTTPMaxConns(t *testing.T) {
 		}
 		return c
 	}
-	held := []net.Conn{busy(), busy()}
-	time.Sleep(2 * time.Second) // both parsed: inside their handlers
+	// One at a time, each given 2 s to be parsed (inside its handler):
+	// the harness's readiness poll left a keep-alive connection, so the
+	// second busy client is admitted by evicting a connection without a
+	// call, and a first one whose headers the server had not read yet
+	// would be a stranger, evicted before that idle connection by design.
+	held := []net.Conn{busy()}
+	time.Sleep(2 * time.Second)
+	held = append(held, busy())
+	time.Sleep(2 * time.Second)
 	waiting := rawDial(t, d.HTTP)
 	if _, err := io.WriteString(waiting, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 		t.Fatal(err)
