@@ -133,12 +133,24 @@ type stream struct {
 }
 
 func (st *stream) currentStats() StreamStats {
-	lag := st.backlog.lag(time.Now())
+	lag, snap := st.backlog.state(time.Now())
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	out := st.stats
 	out.ApplyLag = lag
+	out.Complete, out.IncompleteReason = reported(out.Complete, out.IncompleteReason, snap)
 	return out
+}
+
+// reported is the completeness a stream answers with: a stream whose
+// engine snapshot is still being applied is incomplete (snapshot_applying)
+// although its sequence says complete, since the snapshot goes into the
+// index in turns (dispatcher_workqueue.go). Any other reason stands.
+func reported(complete bool, why string, snapshotQueued bool) (bool, string) {
+	if complete && snapshotQueued {
+		return false, whySnapshotApplying
+	}
+	return complete, why
 }
 
 // Streams lists every (pod, dp rank) stream seen, sorted by pod then rank.
@@ -203,9 +215,10 @@ func (s *Subscriber) StreamStates(refs []StreamRef, out []StreamState) {
 			out[i] = StreamState{Held: held}
 			continue
 		}
-		lag := st.backlog.lag(now)
+		lag, snap := st.backlog.state(now)
 		st.mu.Lock()
-		out[i] = StreamState{Known: true, Held: held, ApplyLag: lag, Complete: st.stats.Complete, IncompleteReason: st.stats.IncompleteReason}
+		complete, why := reported(st.stats.Complete, st.stats.IncompleteReason, snap)
+		out[i] = StreamState{Known: true, Held: held, ApplyLag: lag, Complete: complete, IncompleteReason: why}
 		st.mu.Unlock()
 	}
 }
