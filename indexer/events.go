@@ -52,6 +52,10 @@ func (ix *Indexer) startEvents(cfg Config) error {
 			return err
 		}
 	}
+	// A storage claim no configured source names is refused before its
+	// stream is admitted, so it holds no --max-streams slot (the sink
+	// refuses it too, for batches that reach it another way).
+	subCfg.Refuse = ix.refuseStorageClaim
 	var err error
 	ix.sub, err = kvevents.NewSubscriber(subCfg, ix.Sink(), kvevents.NewMetrics(cfg.Registry), ix.log)
 	if err != nil {
