@@ -214,42 +214,48 @@ func (e *SGLangEngine) serve(ctx context.Context) {
 		if hook != nil {
 			hook(n)
 		}
-		for _, reply := range e.answer() {
-			if e.router.Send(ctx, id, nil, reply[0], reply[1]) != nil {
-				break
-			}
-		}
+		e.answer(ctx, id)
 	}
 }
 
-// answer cuts the snapshot: publishes the barrier batch and returns the
-// replies, the mirror as of the barrier.
-func (e *SGLangEngine) answer() [][2][]byte {
+// answer cuts the snapshot (the barrier batch published and the records
+// taken under the lock, as of the barrier) and sends it, a chunk encoded at
+// a time.
+func (e *SGLangEngine) answer(ctx context.Context, id []byte) {
+	send := func(kind string, body []byte) bool { return e.router.Send(ctx, id, nil, []byte(kind), body) == nil }
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.fault.Error != nil {
-		return [][2][]byte{{[]byte("error"), e.fault.Error}}
+		text := e.fault.Error
+		e.mu.Unlock()
+		send("error", text)
+		return
 	}
 	barrier := e.next
 	e.next++
-	id := fmt.Sprintf("cut-%d", barrier)
+	bid := fmt.Sprintf("cut-%d", barrier)
 	empty, err := msgpack.Marshal([]any{0.0, []any{}, e.rank})
 	if err == nil {
-		err = e.Publish(e.topic+"\x00sgl-kv-snapshot="+id, barrier, empty)
-	}
-	if err != nil {
-		return [][2][]byte{{[]byte("error"), []byte(err.Error())}}
+		err = e.Publish(e.topic+"\x00sgl-kv-snapshot="+bid, barrier, empty)
 	}
 	recs := e.records()
 	cut := barrier + e.fault.BarrierAhead
-	header, _ := msgpack.Marshal([]any{1, e.epoch, e.rank, int64(cut + 1), int64(cut), id, len(recs)})
-	out := [][2][]byte{{[]byte("header"), header}}
+	e.mu.Unlock()
+	if err != nil {
+		send("error", []byte(err.Error()))
+		return
+	}
+	header, _ := msgpack.Marshal([]any{1, e.epoch, e.rank, int64(cut + 1), int64(cut), bid, len(recs)})
+	if !send("header", header) {
+		return
+	}
 	for len(recs) > 0 {
 		n := min(len(recs), SnapshotChunk)
-		out = append(out, [2][]byte{[]byte("chunk"), encodeChunk(recs[:n])})
+		if !send("chunk", encodeChunk(recs[:n])) {
+			return
+		}
 		recs = recs[n:]
 	}
-	return append(out, [2][]byte{[]byte("end"), nil})
+	send("end", nil)
 }
 
 // encodeChunk is a chunk's records [[parent, [hash]], ...], hashes signed
