@@ -133,7 +133,8 @@ func (q *workQueue) push(it queued) {
 }
 
 // pop takes the next item by deficit round robin and gives back its slot;
-// false when nothing is queued.
+// false when nothing is queued. A snapshot applied in turns comes out once
+// per turn, its slot given back with its last (queued.turn says which).
 func (q *workQueue) pop() (queued, bool) {
 	q.mu.Lock()
 	if q.tail < 0 {

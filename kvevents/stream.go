@@ -55,8 +55,11 @@ type StreamStats struct {
 	// "evicted_for_capacity" (the in-memory index dropped some of the pod's
 	// blocks to stay within its capacity: MarkEvicted); those three last until an engine snapshot or a rebuild from the replay
 	// buffer replaces the pod's state, or the engine clears or restarts its
-	// cache (MarkIndexLost, trust.go, rebuild.go). The names are the why*
-	// constants (trust.go).
+	// cache (MarkIndexLost, trust.go, rebuild.go). Reported only, never
+	// stored: "snapshot_applying" (an engine snapshot is queued or being
+	// applied in turns of the worker, so the index holds part of it at
+	// most) stands for a complete stream until its last turn. The names are
+	// the why* constants (trust.go).
 	Complete         bool
 	CompleteSinceSeq uint64
 	IncompleteReason string
