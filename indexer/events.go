@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvindex/kvindex/indexer/persist"
 	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // startEvents builds the subscriber and its features (persistence, leases)
@@ -55,7 +56,11 @@ func (ix *Indexer) startEvents(cfg Config) error {
 	// A storage claim no configured source names is refused before its
 	// stream is admitted, so it holds no --max-streams slot (the sink
 	// refuses it too, for batches that reach it another way).
-	subCfg.Refuse = ix.refuseStorageClaim
+	if own := subCfg.Refuse; own != nil {
+		subCfg.Refuse = func(b *event.Batch) bool { return ix.refuseStorageClaim(b) || own(b) }
+	} else {
+		subCfg.Refuse = ix.refuseStorageClaim
+	}
 	var err error
 	ix.sub, err = kvevents.NewSubscriber(subCfg, ix.Sink(), kvevents.NewMetrics(cfg.Registry), ix.log)
 	if err != nil {

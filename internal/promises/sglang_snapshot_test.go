@@ -217,7 +217,8 @@ func TestPromiseSnapshotAppliedInTurns(t *testing.T) {
 	})
 	sgLose(t, e, &event.Batch{})
 	sgPublish(t, e, &event.Batch{}) // the gap: the daemon asks for the snapshot
-	wait.Until(t, "the snapshot queued", func() string {
+	// The exchange of 48 MiB and its decoding take seconds under -race.
+	wait.UntilWithin(t, 3*time.Minute, "the snapshot queued", func() string {
 		if p, _ := d.Pod("sg-big"); p.ApplyLag == 0 {
 			return fmt.Sprintf("sg-big %+v", p)
 		}
@@ -244,7 +245,8 @@ func TestPromiseSnapshotAppliedInTurns(t *testing.T) {
 	if late > 2*time.Second {
 		t.Fatalf("the honest update was scored %v after it was published, want within 2 s", late)
 	}
-	wait.Until(t, "the snapshot applied", func() string {
+	// 128 turns, 2,097,152 entries indexed: long under -race.
+	wait.UntilWithin(t, 3*time.Minute, "the snapshot applied", func() string {
 		if p, _ := d.Pod("sg-big"); !p.Complete || p.ApplyLag != 0 || p.Blocks != records/2 {
 			return fmt.Sprintf("sg-big %+v", p)
 		}
