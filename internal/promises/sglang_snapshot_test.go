@@ -11,6 +11,7 @@ import (
 	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/race"
 	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents/event"
 )
@@ -186,9 +187,11 @@ func TestPromiseSnapshotErrorRepliesBounded(t *testing.T) {
 // late"): with every pod on one apply worker (--workers 1, the worst case), a
 // pod's snapshot of 4,194,304 records (the most one may hold) is applied in
 // turns of that worker, so an honest pod's update published while it is
-// applied is scored within 2 s, while the snapshotting pod is still
-// applying it and says so (complete:false, "snapshot_applying"), and is
-// complete once all of it is in, at its share of the index.
+// applied is scored within 2 s (10 s under -race), while the snapshotting
+// pod is still applying it and says so (complete:false,
+// "snapshot_applying"), and is complete once all of it is in, at its share
+// of the index. Before the turns it was scored only after the whole
+// snapshot (1.94 s later, the test failing on that).
 func TestPromiseSnapshotAppliedInTurns(t *testing.T) {
 	t.Parallel()
 	harness.Heavy(t)
@@ -242,8 +245,16 @@ func TestPromiseSnapshotAppliedInTurns(t *testing.T) {
 	if p.Complete || p.Reason != "snapshot_applying" {
 		t.Fatalf("while its snapshot is applied sg-big says complete=%v (%q)", p.Complete, p.Reason)
 	}
-	if late > 2*time.Second {
-		t.Fatalf("the honest update was scored %v after it was published, want within 2 s", late)
+	// The bound is a turn of 32,768 records plus the honest batch's own
+	// way (bind socket, apply, score): 42 ms measured, 1.6 s with the
+	// daemon and the test under -race on a loaded 2-core machine. What
+	// proves the turns is above: the update overtook the snapshot.
+	bound := 2 * time.Second
+	if race.Enabled {
+		bound = 10 * time.Second
+	}
+	if late > bound {
+		t.Fatalf("the honest update was scored %v after it was published, want within %v", late, bound)
 	}
 	// 128 turns, 2,097,152 entries indexed: long under -race.
 	wait.UntilWithin(t, 3*time.Minute, "the snapshot applied", func() string {
