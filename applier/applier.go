@@ -346,7 +346,9 @@ func (a *Applier) Apply(ctx context.Context, b *event.Batch) event.ApplyOutcome 
 				pod.resetHolding()
 			}
 		case event.BlockSnapshot:
-			err = a.snapshot(ctx, pod, ev, &d)
+			if err = a.snapshot(ctx, pod, ev, &d); err == nil && ev.SnapshotPart {
+				continue // one snapshot however many parts: counted with its first
+			}
 		default:
 			continue // decoders do not produce other kinds; nothing to apply
 		}

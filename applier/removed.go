@@ -15,11 +15,17 @@ import (
 // engine's cache being unchanged, parity conclusions and aliases are kept. The records name no medium: they are indexed on
 // ev.Medium (GPU). Clear then add is not atomic for readers: a score in
 // between sees the pod empty (an under-report, never a stale block).
+//
+// A part (ev.SnapshotPart: kvevents applies a large snapshot in turns)
+// adds its records to what the earlier parts put in, without clearing: the
+// pod's stream says it is incomplete until the last part is applied.
 func (a *Applier) snapshot(ctx context.Context, pod *podState, ev *event.Event, d *batchDelta) error {
-	if err := a.idx.ClearPod(ctx, pod.id); err != nil {
-		return err
+	if !ev.SnapshotPart {
+		if err := a.idx.ClearPod(ctx, pod.id); err != nil {
+			return err
+		}
+		pod.resetHolding()
 	}
-	pod.resetHolding()
 	// The snapshot replaces the pod's state: its records are held to the
 	// pod's share like stored blocks (the pod was just cleared, so its
 	// other ranks' entries are what is left of the share), and the records

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvindex/kvindex/indexer/persist"
 	"github.com/kvindex/kvindex/kvevents"
+	"github.com/kvindex/kvindex/kvevents/event"
 )
 
 // startEvents builds the subscriber and its features (persistence, leases)
@@ -51,6 +52,14 @@ func (ix *Indexer) startEvents(cfg Config) error {
 		if restored, err = ix.recoverFromPeers(cfg.Peers, lim, cfg.Registry); err != nil {
 			return err
 		}
+	}
+	// A storage claim no configured source names is refused before its
+	// stream is admitted, so it holds no --max-streams slot (the sink
+	// refuses it too, for batches that reach it another way).
+	if own := subCfg.Refuse; own != nil {
+		subCfg.Refuse = func(b *event.Batch) bool { return ix.refuseStorageClaim(b) || own(b) }
+	} else {
+		subCfg.Refuse = ix.refuseStorageClaim
 	}
 	var err error
 	ix.sub, err = kvevents.NewSubscriber(subCfg, ix.Sink(), kvevents.NewMetrics(cfg.Registry), ix.log)

@@ -55,10 +55,11 @@ type dispatcher struct {
 	draining    chan struct{} // closed when shutdown begins
 	workers     sync.WaitGroup
 	lost        atomic.Int64 // batches dropped at shutdown, for the log
+	views       []turnView   // per worker (applyTurn)
 }
 
 func newDispatcher(sink event.Sink, workers, queueSize int, queueBytes int64, m *Metrics, log *slog.Logger) *dispatcher {
-	d := &dispatcher{sink: sink, queues: make([]*workQueue, workers), busy: make([]atomic.Int64, workers),
+	d := &dispatcher{sink: sink, queues: make([]*workQueue, workers), busy: make([]atomic.Int64, workers), views: make([]turnView, workers),
 		dropped: m.ShutdownDropped, log: log, draining: make(chan struct{}), budget: byteBudget{limit: queueBytes},
 		share: newQueueShare(queueSize, queueBytes)}
 	for i := range d.queues {
@@ -83,6 +84,48 @@ type queued struct {
 	// size is what the batch was charged (batchBytes) in the byte budget
 	// and its owner's share; the worker's turns are counted in it too.
 	size int64
+	// A snapshot applied in turns (dispatcher_workqueue.go): turn says
+	// which this is (turnNone for any other item), and the turn applies
+	// the snapshot's records [turnFrom, turnEnd). In the queue, turnFrom is
+	// where the next turn starts.
+	turn              turnKind
+	turnFrom, turnEnd int
+}
+
+type turnKind uint8
+
+const (
+	turnNone turnKind = iota
+	turnPart          // more turns follow: the item is still queued
+	turnLast          // the item is released with it
+)
+
+// inTurns reports whether the item is a snapshot applied in turns, and its
+// records: a batch whose last event is a BlockSnapshot (the events before it,
+// a synthetic clear at most, go with its first turn) larger than a quantum.
+func (it *queued) inTurns() (int, bool) {
+	if it.batch == nil || it.size <= drrQuantum {
+		return 0, false
+	}
+	if ev := lastSnapshot(it.batch); ev != nil {
+		return len(ev.BlockHashes), true
+	}
+	return 0, false
+}
+
+// lastSnapshot is b's last event if it is a BlockSnapshot (nil otherwise).
+func lastSnapshot(b *event.Batch) *event.Event {
+	if n := len(b.Events); n > 0 && b.Events[n-1].Kind == event.BlockSnapshot && !b.Events[n-1].SnapshotPart {
+		return &b.Events[n-1]
+	}
+	return nil
+}
+
+// turnView is a worker's batch for one turn of a snapshot: reused, so a turn
+// allocates nothing.
+type turnView struct {
+	b   event.Batch
+	evs []event.Event
 }
 
 // workerFor spreads streams over the workers.
@@ -127,8 +170,64 @@ func (d *dispatcher) work(w int) {
 // applyTimed is apply with worker w marked busy meanwhile.
 func (d *dispatcher) applyTimed(w int, it queued) {
 	d.busy[w].Store(time.Now().UnixNano())
-	d.apply(it)
+	if it.turn != turnNone {
+		d.applyTurn(&d.views[w], it)
+	} else {
+		d.apply(it)
+	}
 	d.busy[w].Store(0)
+}
+
+// applyTurn applies one turn of a snapshot (dispatcher_workqueue.go): the
+// records [turnFrom, turnEnd), the first turn with the events before the
+// snapshot and as the BlockSnapshot that replaces the pod's state, the
+// later ones as its parts (event.Event.SnapshotPart). The last turn gives
+// back what the item held. A turn that fails (the sink left the pod
+// untrusted) or finds shutdown past its drain bound cuts the snapshot
+// there: the records after it are dropped, as the rest of a failed batch is.
+// Only this worker reads the snapshot's records while the item is queued
+// (pop, on this goroutine), so the cut needs no lock.
+func (d *dispatcher) applyTurn(v *turnView, it queued) {
+	b := it.batch
+	snap := lastSnapshot(b)
+	if it.turn == turnLast {
+		defer d.budget.give(it.size)
+		if it.owner != nil {
+			defer it.owner.applied(it.size)
+			defer it.owner.snapshotApplied()
+		}
+	}
+	if d.applyCtx.Err() != nil {
+		snap.BlockHashes = snap.BlockHashes[:it.turnEnd]
+		if it.turn == turnLast {
+			d.dropped.Inc()
+			d.lost.Add(1)
+		}
+		return
+	}
+	if it.turnFrom == it.turnEnd {
+		return // cut after a failed turn: only the release is left
+	}
+	v.b = event.Batch{Pod: b.Pod, Model: b.Model, DPRank: b.DPRank, Engine: b.Engine, Seq: b.Seq, Timestamp: b.Timestamp}
+	evs := v.evs[:0]
+	if it.turnFrom == 0 {
+		evs = append(evs, b.Events[:len(b.Events)-1]...)
+	}
+	evs = append(evs, *snap)
+	part := &evs[len(evs)-1]
+	part.BlockHashes, part.SnapshotPart = snap.BlockHashes[it.turnFrom:it.turnEnd], it.turnFrom > 0
+	v.b.Events = evs
+	o := d.sink.Apply(d.applyCtx, &v.b)
+	if d.rec != nil {
+		d.rec.applied(&v.b, o)
+	}
+	if o.IndexFailed {
+		snap.BlockHashes = snap.BlockHashes[:it.turnEnd]
+	}
+	// Nothing of the snapshot stays reachable from the worker once it is
+	// released.
+	clear(evs)
+	v.evs, v.b = evs[:0], event.Batch{}
 }
 
 // apply hands the item to the sink, or drops and counts a batch once the
@@ -144,6 +243,9 @@ func (d *dispatcher) apply(it queued) {
 	defer d.budget.give(it.size)
 	if it.owner != nil {
 		defer it.owner.applied(it.size)
+		if lastSnapshot(b) != nil {
+			defer it.owner.snapshotApplied()
+		}
 	}
 	if d.applyCtx.Err() != nil {
 		d.dropped.Inc()

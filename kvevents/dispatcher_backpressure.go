@@ -56,9 +56,18 @@ func (d *dispatcher) queueBounded(w int, owner *streamBacklog, b *event.Batch) b
 	if owner != nil && !owner.reserve(size, d.share, time.Now()) {
 		return false
 	}
+	// A snapshot is counted as pending before the worker can see it, so
+	// its stream says incomplete until the worker is done with it.
+	snap := owner != nil && lastSnapshot(b) != nil
+	if snap {
+		owner.snapshotQueued()
+	}
 	ok := d.tryQueue(w, b, owner) || d.backpressure.wait > 0 && d.waitQueue(w, b, owner, size, timer)
 	if !ok && owner != nil {
 		owner.unreserve(size)
+		if snap {
+			owner.snapshotApplied()
+		}
 	}
 	return ok
 }

@@ -57,6 +57,22 @@ type streamBacklog struct {
 	// space is signalled when a batch is applied, for a rebuild waiting
 	// for room in its share (waitRoom); made by the first such wait.
 	space chan struct{}
+	// snapshots is how many of the queued batches are engine snapshots:
+	// while one is, the stream is not complete (a snapshot is applied in
+	// turns, and between them the index holds only part of it).
+	snapshots int
+}
+
+func (q *streamBacklog) snapshotQueued() {
+	q.mu.Lock()
+	q.snapshots++
+	q.mu.Unlock()
+}
+
+func (q *streamBacklog) snapshotApplied() {
+	q.mu.Lock()
+	q.snapshots--
+	q.mu.Unlock()
 }
 
 // full reports whether a batch of size bytes would be refused under share.
@@ -138,12 +154,18 @@ func (q *streamBacklog) applied(size int64) {
 // since the batch was queued (the times are wall clock) gives the least
 // lag, not none.
 func (q *streamBacklog) lag(now time.Time) time.Duration {
+	lag, _ := q.state(now)
+	return lag
+}
+
+// state is lag and whether an engine snapshot is still being applied.
+func (q *streamBacklog) state(now time.Time) (time.Duration, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.batches == 0 {
-		return 0
+		return 0, q.snapshots > 0
 	}
-	return max(now.Sub(time.Unix(0, q.queuedAt[q.head])), time.Nanosecond)
+	return max(now.Sub(time.Unix(0, q.queuedAt[q.head])), time.Nanosecond), q.snapshots > 0
 }
 
 // maxApplyLag is the largest ApplyLag of all streams.

@@ -32,11 +32,27 @@ import "sync"
 // clear and forget order have not been applied yet. The gauge
 // kvindexd_kvevents_active_streams counts them.
 
+// A snapshot (SGLang's, event.BlockSnapshot: a pod's whole state, up to
+// 4,194,304 records, 32 MiB) is one queued item like any batch, but it is
+// not applied as one: that held every other flow of its worker behind the
+// whole of it (issue 35: an update 42.5 s late behind repeated snapshots).
+// Each visit of its flow applies one turn of it instead, snapshotTurn
+// records (a quantum's worth), and the flow goes to the back of the ring
+// with the item still at its head, its slot still held; its last turn
+// releases it as any batch. So another flow's batch waits behind at most one
+// turn of it; the snapshotting stream's own later items stay behind the
+// whole snapshot, in order; and what the item holds (its slot, bytes and
+// share) is given back when it is all applied.
+
 // drrQuantum is the credit a flow gets per visit. It is above most engine
 // batches (a step's events: a few KB to tens of KB), so an honest batch is
 // applied on its stream's first visit; a flooder's ~900 KB batches need
 // four visits each.
 const drrQuantum = 256 << 10
+
+// snapshotTurn is how many of a snapshot's records one turn applies: a
+// quantum's worth at the 8 bytes a record is charged (batchBytes).
+const snapshotTurn = drrQuantum / 8
 
 // workQueue is one worker's queue.
 type workQueue struct {
@@ -117,7 +133,8 @@ func (q *workQueue) push(it queued) {
 }
 
 // pop takes the next item by deficit round robin and gives back its slot;
-// false when nothing is queued.
+// false when nothing is queued. A snapshot applied in turns comes out once
+// per turn, its slot given back with its last (queued.turn says which).
 func (q *workQueue) pop() (queued, bool) {
 	q.mu.Lock()
 	if q.tail < 0 {
@@ -129,7 +146,22 @@ func (q *workQueue) pop() (queued, bool) {
 		fl := &q.flows[f]
 		first := &q.items[fl.head]
 		fl.deficit += drrQuantum
-		if first.it.size > fl.deficit {
+		if n, ok := first.it.inTurns(); ok {
+			// One turn per visit, whatever the credit: a turn is a
+			// quantum's worth.
+			out := first.it
+			out.turnEnd = min(out.turnFrom+snapshotTurn, n)
+			if out.turnEnd < n {
+				first.it.turnFrom = out.turnEnd
+				fl.deficit = 0
+				q.tail = f // to the back, the rest of the snapshot still queued
+				q.mu.Unlock()
+				out.turn = turnPart
+				return out, true // its slot stays taken: the item is still queued
+			}
+			out.turn = turnLast
+			first.it = out // released below as any batch
+		} else if first.it.size > fl.deficit {
 			q.tail = f // not yet: to the back, keeping its credit
 			continue
 		}

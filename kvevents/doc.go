@@ -47,7 +47,9 @@
 // so only blocks whose BlockStored was seen (the hash -> key alias) are
 // indexed; the others are counted unkeyed. The records name no medium: they
 // are indexed as GPU. Catching up through the replay buffer (below) carries
-// token ids and is tried first.
+// token ids and is tried first. A large snapshot is applied in turns of its
+// worker (dispatcher_workqueue.go), the pod incomplete
+// ("snapshot_applying") until the last.
 //
 // # Sequence numbers
 //

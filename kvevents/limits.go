@@ -148,13 +148,17 @@ func (s *Subscriber) admit(k streamKey, model string) (*stream, string) {
 }
 
 // admitBatch is admit for a decoded batch: its data-parallel rank must be
-// under the limit and its stream admitted; otherwise the batch is dropped,
-// counted and logged (rate-limited), and nil returned.
+// under the limit, Config.Refuse must not refuse it and its stream must be
+// admitted; otherwise the batch is dropped, counted and logged
+// (rate-limited; a refused batch by Refuse), and nil returned.
 func (s *Subscriber) admitBatch(src *source, b *event.Batch) *stream {
 	if b.DPRank >= s.cfg.MaxDPRanks {
 		s.drop("dp_rank_limit")
 		s.warn(src.addr+"|"+b.Pod, "dropping KV events: data-parallel rank beyond the limit", "pod", b.Pod,
 			"dp_rank", b.DPRank, "max_dp_ranks", s.cfg.MaxDPRanks)
+		return nil
+	}
+	if s.cfg.Refuse != nil && s.cfg.Refuse(b) {
 		return nil
 	}
 	st, why := s.admit(streamKey{b.Pod, b.DPRank}, b.Model)

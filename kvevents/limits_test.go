@@ -319,3 +319,24 @@ func TestQueueByteBudget(t *testing.T) {
 		t.Fatalf("%d queued", len(q))
 	}
 }
+
+// Config.Refuse is asked before a batch's stream is admitted: a refused
+// batch (the indexer's storage claims) takes no --max-streams slot, so the
+// next stream is still admitted.
+func TestRefusedBatchTakesNoStream(t *testing.T) {
+	s, src, m := handleOnly(t, Config{MaxStreams: 1, Refuse: func(b *event.Batch) bool { return b.Pod == "SHARED_STORAGE" }}, nil)
+	ctx := context.Background()
+	if s.handle(ctx, src, frames(t, "kv@SHARED_STORAGE@m", 0, storedBatch(1))) {
+		t.Error("a refused batch counted as useful (it would earn a bind connection its slot)")
+	}
+	s.handle(ctx, src, frames(t, "kv@pod-a@m", 0, storedBatch(2)))
+	if got := drain(s); len(got) != 1 || got[0].Pod != "pod-a" {
+		t.Fatalf("applied %d batches, want pod-a's alone", len(got))
+	}
+	if n := metricValue(m.DroppedFrames.WithLabelValues("stream_limit")); n != 0 {
+		t.Errorf("%v batches dropped at the stream limit", n)
+	}
+	if n := len(s.Streams()); n != 1 {
+		t.Errorf("%d streams, want 1", n)
+	}
+}

@@ -55,8 +55,11 @@ type StreamStats struct {
 	// "evicted_for_capacity" (the in-memory index dropped some of the pod's
 	// blocks to stay within its capacity: MarkEvicted); those three last until an engine snapshot or a rebuild from the replay
 	// buffer replaces the pod's state, or the engine clears or restarts its
-	// cache (MarkIndexLost, trust.go, rebuild.go). The names are the why*
-	// constants (trust.go).
+	// cache (MarkIndexLost, trust.go, rebuild.go). Reported only, never
+	// stored: "snapshot_applying" (an engine snapshot is queued or being
+	// applied in turns of the worker, so the index holds part of it at
+	// most) stands for a complete stream until its last turn. The names are
+	// the why* constants (trust.go).
 	Complete         bool
 	CompleteSinceSeq uint64
 	IncompleteReason string
@@ -133,12 +136,24 @@ type stream struct {
 }
 
 func (st *stream) currentStats() StreamStats {
-	lag := st.backlog.lag(time.Now())
+	lag, snap := st.backlog.state(time.Now())
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	out := st.stats
 	out.ApplyLag = lag
+	out.Complete, out.IncompleteReason = reported(out.Complete, out.IncompleteReason, snap)
 	return out
+}
+
+// reported is the completeness a stream answers with: a stream whose
+// engine snapshot is still being applied is incomplete (snapshot_applying)
+// although its sequence says complete, since the snapshot goes into the
+// index in turns (dispatcher_workqueue.go). Any other reason stands.
+func reported(complete bool, why string, snapshotQueued bool) (bool, string) {
+	if complete && snapshotQueued {
+		return false, whySnapshotApplying
+	}
+	return complete, why
 }
 
 // Streams lists every (pod, dp rank) stream seen, sorted by pod then rank.
@@ -203,9 +218,10 @@ func (s *Subscriber) StreamStates(refs []StreamRef, out []StreamState) {
 			out[i] = StreamState{Held: held}
 			continue
 		}
-		lag := st.backlog.lag(now)
+		lag, snap := st.backlog.state(now)
 		st.mu.Lock()
-		out[i] = StreamState{Known: true, Held: held, ApplyLag: lag, Complete: st.stats.Complete, IncompleteReason: st.stats.IncompleteReason}
+		complete, why := reported(st.stats.Complete, st.stats.IncompleteReason, snap)
+		out[i] = StreamState{Known: true, Held: held, ApplyLag: lag, Complete: complete, IncompleteReason: why}
 		st.mu.Unlock()
 	}
 }

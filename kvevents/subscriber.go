@@ -98,6 +98,15 @@ type Config struct {
 	MaxStreams, MaxModels, MaxDPRanks int
 	PodExpiry                         time.Duration
 	QueueBytes                        int64
+	// Refuse, when set, is asked about every decoded batch before its
+	// stream is admitted; a batch it refuses is dropped there (Refuse
+	// counts and logs it) and takes no stream under MaxStreams, no model
+	// under MaxModels and no queue room, nor earns a bind connection its
+	// slot. The indexer refuses the storage claims no configured source
+	// names with it: before, each refused claim's stream still counted
+	// against MaxStreams. It is called on the socket readers' goroutines,
+	// concurrently.
+	Refuse func(b *event.Batch) bool
 	// Transport bounds what a ZMQ peer can make every socket (bind,
 	// connect, replay) do: message size, handshake deadline, connections,
 	// buffered bytes. A zero field means its row in Options where it has one

@@ -44,6 +44,10 @@ const (
 	whyIndexLost    = "index_lost"
 	whyIndexError   = "index_error"
 	whyEvicted      = "evicted_for_capacity"
+	// whySnapshotApplying is never stored: it is reported while an engine
+	// snapshot of a stream complete by its sequence is still being applied
+	// (stream.go, reported).
+	whySnapshotApplying = "snapshot_applying"
 )
 
 // completion is what a stream says of its completeness: the index holds its

@@ -92,3 +92,37 @@ func pick(t *testing.T, d *harness.Daemon, hashes []uint64) string {
 	}
 	return out.Pod
 }
+
+// docs/security.md, "Storage claims" (issue 35): a refused storage claim
+// takes no stream slot. With --max-streams 1 a kv@SHARED_STORAGE@<model>
+// batch (default flags otherwise: no source configured) comes first and is
+// refused; pod-a's batch after it still gets the one stream. Before, the
+// refused claim's stream was admitted and held the slot, so pod-a was
+// dropped (stream_limit) and never indexed.
+func TestPromiseStorageClaimTakesNoStream(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, "--max-streams", "1")
+	pub := d.Publisher()
+	toks := prompt(37, 2)
+	hs := engineHashes(t, toks)
+	publish(t, pub, "SHARED_STORAGE", model, 0, stored(hs, toks))
+	wait.Until(t, "the claim refused", func() string {
+		if n := d.Metric("kvindexd_storage_claims_refused_total"); n != 1 {
+			return fmt.Sprintf("refused %v, want 1", n)
+		}
+		return ""
+	})
+	publish(t, pub, "pod-a", model, 0, stored(hs[:1], toks[:blockSize]))
+	wait.Until(t, "pod-a indexed in the one stream slot", func() string {
+		if got := fmt.Sprint(d.ScoreTokens(model, toks)); got != "map[pod-a:1]" {
+			return "scores " + got
+		}
+		return ""
+	})
+	if n := d.Metric(`kvindexd_kvevents_dropped_frames_total{reason="stream_limit"}`); n != 0 {
+		t.Errorf("%v batches dropped at the stream limit", n)
+	}
+	if ps := d.Pods(); len(ps) != 1 || ps[0].Pod != "pod-a" {
+		t.Errorf("pods %+v, want pod-a alone", ps)
+	}
+}

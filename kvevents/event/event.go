@@ -110,6 +110,7 @@ const (
 	// BlockSnapshot is the pod's whole state at one point (SGLang's
 	// snapshot protocol): exactly BlockHashes are cached, nothing else. No
 	// engine sends it as an event; kvevents builds it from a snapshot reply.
+	// A large one reaches the sink in parts (Event.SnapshotPart).
 	BlockSnapshot
 )
 
@@ -216,6 +217,13 @@ type Event struct {
 	// this removal. HasRemainingCopies is false when the engine sent none.
 	RemainingCopies    []uint32
 	HasRemainingCopies bool
+	// SnapshotPart marks a BlockSnapshot that continues the one before it:
+	// kvevents applies a large snapshot in turns of its apply worker (so
+	// other pods' batches on that worker are not held behind all of it),
+	// the first turn as the BlockSnapshot, which replaces the pod's state,
+	// the later ones with this set, whose records are added to what the
+	// first turns put in. It is never set on a decoded engine event.
+	SnapshotPart bool
 	// Bigram: the engine sent token pairs (SGLang with EAGLE speculative
 	// decoding: each position as [t_i, t_i+1]); TokenIDs then holds the
 	// pairs flattened, two ids per position (t_i, t_i+1, t_i+1, t_i+2, ...),
