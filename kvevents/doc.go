@@ -43,9 +43,10 @@
 //
 // An SGLang snapshot is the cache's state at its barrier: kvindex replaces
 // what the index holds for the pod with it (event.BlockSnapshot), which
-// repairs lost removals. Its records carry SGLang hashes without token ids,
-// so only blocks whose BlockStored was seen (the hash -> key alias) are
-// indexed; the others are counted unkeyed. The records name no medium: they
+// repairs lost removals. Its records carry SGLang hashes without token ids:
+// a block whose BlockStored was seen is indexed under its key (the hash ->
+// key alias), the others under the engine's hash, which is how that pod's
+// unverified blocks are keyed anyway. The records name no medium: they
 // are indexed as GPU. Catching up through the replay buffer (below) carries
 // token ids and is tried first. A large snapshot is applied in turns of its
 // worker (dispatcher_workqueue.go), the pod incomplete
