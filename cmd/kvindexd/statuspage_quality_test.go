@@ -4,13 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-
-	"image/png"
 )
 
 // post sends one JSON body and decodes the answer into out.
@@ -106,17 +102,7 @@ func TestStatusPageRoutingQualityInBrowser(t *testing.T) {
 		t.Fatalf("no affinity-pressure bar in the chart\nDOM:\n%s", dom)
 	}
 
-	shot := filepath.Join(artifacts(t), "status-page-quality.png")
-	headless(t, chromium, e.base+"/", "--screenshot="+shot)
-	f, err := os.Open(shot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	img, err := png.Decode(f)
-	if err != nil {
-		t.Fatalf("screenshot %s: %v", shot, err)
-	}
+	shot, img := screenshot(t, chromium, e.base+"/", "status-page-quality.png")
 	// The share bars (#7b3fe4) and the pressure bar (#d6336c) are on
 	// screen, not only in the DOM.
 	if n := countColor(img, 0x7b, 0x3f, 0xe4); n < 300 {

@@ -104,8 +104,21 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	requireAxes(t, dom)
 
-	shot := filepath.Join(artifacts(t), "status-page.png")
-	headless(t, chromium, pageURL, "--screenshot="+shot)
+	shot, img := screenshot(t, chromium, pageURL, "status-page.png")
+	// The GPU segments of the bars (#2f6fdb) must be on screen, not just in
+	// the DOM.
+	if n := countColor(img, 0x2f, 0x6f, 0xdb); n < 500 {
+		t.Fatalf("screenshot %s shows %d pixels of the GPU bar colour", shot, n)
+	}
+	t.Logf("status page screenshot: %s (set KVINDEX_TEST_ARTIFACTS to keep it)", shot)
+}
+
+// screenshot renders url in headless chromium to name under artifacts and
+// decodes it.
+func screenshot(t *testing.T, chromium, url, name string) (string, image.Image) {
+	t.Helper()
+	shot := filepath.Join(artifacts(t), name)
+	headless(t, chromium, url, "--screenshot="+shot)
 	f, err := os.Open(shot)
 	if err != nil {
 		t.Fatal(err)
@@ -115,12 +128,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatalf("screenshot %s: %v", shot, err)
 	}
-	// The GPU segments of the bars (#2f6fdb) must be on screen, not just in
-	// the DOM.
-	if n := countColor(img, 0x2f, 0x6f, 0xdb); n < 500 {
-		t.Fatalf("screenshot %s shows %d pixels of the GPU bar colour", shot, n)
-	}
-	t.Logf("status page screenshot: %s (set KVINDEX_TEST_ARTIFACTS to keep it)", shot)
+	return shot, img
 }
 
 // artifacts is where screenshots go: $KVINDEX_TEST_ARTIFACTS to keep them.
