@@ -52,6 +52,7 @@ const (
 // are kept sorted per node (CSR) and found by binary search: ~18 bytes per
 // node, about 6 MB for a 150k-token byte-level vocabulary.
 type segAutomaton struct {
+	root  []int32  // symbol -> the root's child (0: none): most steps start there
 	first []int32  // node -> start of its children in syms/child; len nodes+1
 	syms  []uint32 // child symbols, ascending per node
 	child []int32
@@ -60,6 +61,12 @@ type segAutomaton struct {
 }
 
 func (a *segAutomaton) next(node int32, s uint32) (int32, bool) {
+	if node == 0 {
+		if int(s) < len(a.root) && a.root[s] != 0 {
+			return a.root[s], true
+		}
+		return 0, false
+	}
 	lo, hi := int(a.first[node]), int(a.first[node+1])
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
@@ -247,6 +254,12 @@ func newSegAutomaton(exps [][][]uint32) *segAutomaton {
 	}
 	for i := 1; i <= nodes; i++ {
 		a.first[i] += a.first[i-1]
+	}
+	if k := a.first[1]; k > 0 {
+		a.root = make([]int32, a.syms[k-1]+1)
+		for i := int32(0); i < k; i++ {
+			a.root[a.syms[i]] = a.child[i]
+		}
 	}
 	// breadth first, so a node's failure link (shallower) is done before it
 	queue := []int32{0}
