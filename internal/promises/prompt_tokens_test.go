@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/race"
 )
 
 // cjkSentences is about n bytes of random CJK ideographs in sentences of 1
@@ -73,4 +74,32 @@ func clipBody(s string) string {
 		return s[:300] + "..."
 	}
 	return s
+}
+
+// Issue 35: a prompt that is one pre-tokenized word (an unbroken run of
+// 2.7M CJK ideographs, 8.1 MB, 4.3M tokens) and provably over the token
+// limit is refused before it is merged: a lower bound on its ids
+// (tokenization/bound.go) passes the limit. Merging it whole costs ~80 bytes
+// per byte (~650 MB of RSS) before the refusal; the test fails above
+// 320 MiB of peak RSS (the daemon, the 8 MB body and its decoded prompt, the
+// bound's 2 bytes per byte, the automaton).
+func TestPromisePromptTokenLimitOneWord(t *testing.T) {
+	t.Parallel()
+	harness.Heavy(t)
+	d := harness.Start(t, tokenizerFlag(t))
+	code, body := scorePrompt(d, cjkRun(2_700_000))
+	if code != http.StatusBadRequest || !strings.Contains(body, "InvalidArgument") || !strings.Contains(body, "limit 1048576") {
+		t.Fatalf("one-word 8.1 MB CJK prompt: %d %s; want 400 InvalidArgument naming the token limit", code, clipBody(body))
+	}
+	if v := d.Metric(`kvindexd_prompt_tokenize_refused_total{reason="too_many_tokens"}`); v != 1 {
+		t.Fatalf(`refused_total{reason="too_many_tokens"} = %v, want 1`, v)
+	}
+	rss := d.PeakRSS()
+	t.Logf("peak RSS %d MB", rss>>20)
+	if rss > 320<<20 && !race.Enabled {
+		t.Errorf("peak RSS %d MB refusing one 8.1 MB word, want below 320 MiB (it was merged)", rss>>20)
+	}
+	if code, body := scorePrompt(d, "a prompt of usual size, 普通の長さ"); code != http.StatusOK {
+		t.Fatalf("normal prompt: %d %s", code, body)
+	}
 }
