@@ -79,10 +79,10 @@ func clipBody(s string) string {
 // Issue 35: a prompt that is one pre-tokenized word (an unbroken run of
 // 2.7M CJK ideographs, 8.1 MB, 4.3M tokens) and provably over the token
 // limit is refused before it is merged: a lower bound on its ids
-// (tokenization/bound.go) passes the limit. Merging it whole costs ~80 bytes
-// per byte (~650 MB of RSS) before the refusal; the test fails above
-// 320 MiB of peak RSS (the daemon, the 8 MB body and its decoded prompt, the
-// bound's 2 bytes per byte, the automaton).
+// (tokenization/bound.go) passes the limit. The test fails above 320 MiB of
+// peak RSS (the daemon, the 8 MB body and its decoded prompt, the bound's 2
+// bytes per byte, the automaton): 197 MB; merged whole before the refusal,
+// as before the bound, the same test peaked at 552 MB.
 func TestPromisePromptTokenLimitOneWord(t *testing.T) {
 	t.Parallel()
 	harness.Heavy(t)
