@@ -85,7 +85,7 @@ func grpcHeaderAttack(size int, finish bool) []byte {
 // that does not fit closes its connection before gRPC decodes it; a call
 // whose decoded headers do not fit is refused (Unavailable). Peak RSS stays
 // within the documented bound (docs/security.md; the test fails above
-// 448 MiB): 258 MB with 3,591 connections closed by the budget, the gRPC
+// 448 MiB): 258 MB with 3,591 refused by the budget (closed before decoding, or the call refused), the gRPC
 // health check answered in 0.16 s; with gRPC outside the budget the same
 // test peaked at 653 MB, the health check took 2.4 s. /healthz and the gRPC
 // health check must answer during the burst.
