@@ -119,7 +119,9 @@ func allocated(f func()) uint64 {
 func TestEncodeLimitStopsEarlyOneWord(t *testing.T) {
 	tk := encLoad(t, "qwen3")
 	// the automaton is built once per model, on the first long word
-	tk.model.segOnce.Do(func() { tk.model.seg = tk.model.buildSegAutomaton() })
+	if a, err := tk.model.segAutomaton(context.Background()); a == nil || err != nil {
+		t.Fatalf("qwen3 has no bound automaton (%v)", err)
+	}
 	for _, c := range []struct {
 		name string
 		text string
@@ -217,4 +219,26 @@ func TestEncodeLimitDecisionIsExact(t *testing.T) {
 		t.Fatal("the bound refused no word at half its ids: the test does not reach it")
 	}
 	t.Logf("%d words refused by the bound at half their ids", bounded)
+}
+
+// The automaton is built once per model in the background: a request that
+// ends while it is built returns with its context's error at once, and the
+// next request gets the automaton.
+func TestBoundAutomatonBuildLeavesCancelledRequest(t *testing.T) {
+	tj, cj, err := ReadTokenizerFiles(encFixtureDir("qwen3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, err := Load(tj, cj) // a model of its own: nothing built yet
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if a, err := tk.model.segAutomaton(ctx); a != nil || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled request while the automaton is built: %v, %v; want context.Canceled", a != nil, err)
+	}
+	if a, err := tk.model.segAutomaton(context.Background()); a == nil || err != nil {
+		t.Fatalf("next request: automaton %v, err %v", a != nil, err)
+	}
 }
