@@ -111,13 +111,9 @@ func (c headerCreds) Clone() credentials.TransportCredentials {
 	return headerCreds{inner: c.inner.Clone(), budget: c.budget}
 }
 
-//nolint:staticcheck // part of the interface
-func (c headerCreds) OverrideServerName(name string) error {
-	if c.inner == nil {
-		return nil
-	}
-	return c.inner.OverrideServerName(name) //nolint:staticcheck
-}
+// OverrideServerName is part of the interface (deprecated there); a
+// server's credentials never need it.
+func (c headerCreds) OverrideServerName(string) error { return nil }
 
 const (
 	http2PrefaceLen     = 24 // "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
