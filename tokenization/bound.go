@@ -31,7 +31,8 @@ import (
 // back from the end to 0 where a jump from p may land anywhere in
 // [p-l(p), p-1] is at most the number of pieces of any segmentation. The
 // bound is computed only when the word has more initial symbols than the
-// ids the caller still accepts, so ordinary words never pay for it.
+// ids the caller still accepts and at least 1 KiB (minBoundedWord), so
+// ordinary words never pay for it.
 //
 // When the merge table is too odd to expand (a cycle of merges, an id far
 // above the vocabulary's size, expansions beyond the caps below) there is no

@@ -180,7 +180,7 @@ func TestEncodeLimitDecisionIsExact(t *testing.T) {
 	bounded := 0
 	for _, m := range models {
 		for _, a := range alphabets {
-			for _, n := range []int{1, 2, 5, 40, 300, 3000} {
+			for _, n := range []int{1, 2, 5, 40, 300, 1500, 3000} { // from 1 KiB the bound runs
 				text := word([]rune(a), n)
 				for _, add := range []bool{false, true} {
 					full, err := m.tk.Encode(text, add)
