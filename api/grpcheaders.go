@@ -64,7 +64,8 @@ func (s *Server) GRPCHeaderBudget(lim HTTPLimits, creds credentials.TransportCre
 }
 
 // headerBudgetFor is the server's one header budget, made on first use:
-// HTTP and gRPC share it.
+// HTTP and gRPC share it (the first caller's limit holds; kvindexd passes
+// both the same limits).
 func (s *Server) headerBudgetFor(limit int64) *headerBudget {
 	s.hdrOnce.Do(func() {
 		s.hdrBudget = &headerBudget{limit: limit, rejected: s.metrics.headerBudgetRejected}
