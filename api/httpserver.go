@@ -54,7 +54,7 @@ const (
 // request.
 func (s *Server) NewHTTPServer(lim HTTPLimits) *http.Server {
 	lim = lim.withDefaults()
-	b := &headerBudget{limit: lim.HeaderBudget, rejected: s.metrics.headerBudgetRejected}
+	b := s.headerBudgetFor(lim.HeaderBudget) // shared with gRPC (GRPCHeaderBudget)
 	return &http.Server{
 		Handler:           s.headerBudget(b, s.Handler()),
 		ReadHeaderTimeout: lim.ReadHeaderTimeout,

@@ -43,7 +43,7 @@ func newMetrics(reg *prometheus.Registry, s *Server) (*metrics, error) {
 		}, []string{"input"}),
 		headerBudgetRejected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvindexd_http_header_budget_rejected_total",
-			Help: "HTTP requests answered 503 because the headers of the requests in progress were at --http-header-budget-bytes.",
+			Help: "HTTP requests answered 503, gRPC calls refused Unavailable, and connections closed before their headers were parsed, because the headers in progress were at --http-header-budget-bytes.",
 		}),
 		bodyBudgetRejected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvindexd_http_body_budget_rejected_total",

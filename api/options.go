@@ -33,7 +33,7 @@ var Options = struct {
 	MaxHeaderBytes: option.Int{Name: "http-max-header-bytes", Default: DefaultMaxHeaderBytes, Min: 0, Max: 16 << 20,
 		Help: "request line + headers cap"},
 	HeaderBudget: option.Int{Name: "http-header-budget-bytes", Default: DefaultHeaderBudget, Min: 1, Max: 1 << 40,
-		Help: "request line + header bytes of all HTTP requests in progress together; beyond it a request is answered 503 at once"},
+		Help: "request line + header bytes of all HTTP requests and gRPC header blocks in progress together; beyond it a request is answered 503 (gRPC: Unavailable) at once"},
 	// A 1M-token request is ~8 MB of JSON.
 	MaxBodyBytes: option.Int{Name: "http-max-body-bytes", Default: 64 << 20, Min: 0, Max: 1 << 32,
 		Help: "request body cap (larger: 413)"},

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -124,10 +125,13 @@ type BuildInfo struct {
 // Server implements both gRPC services and the HTTP handler.
 type Server struct {
 	kvindexv1.UnimplementedIndexerServer
-	cfg     Config
-	idx     *indexer.Indexer
-	log     *slog.Logger
-	metrics *metrics
+	// hdrBudget is the header budget HTTP and gRPC share (headerBudgetFor).
+	hdrOnce   sync.Once
+	hdrBudget *headerBudget
+	cfg       Config
+	idx       *indexer.Indexer
+	log       *slog.Logger
+	metrics   *metrics
 	// pickMetrics are the Pick request series (both transports).
 	pickMetrics *pickMetrics
 

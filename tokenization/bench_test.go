@@ -155,7 +155,8 @@ func cjkSentences(n int) string {
 // BenchmarkEncodeOverLimit is issue 35's over-limit prompt: 8.1 MB of CJK
 // sentences (~4M ids) against the daemon's 1,048,576-token limit. "full" is
 // the work before the limit stopped the encoder (everything, then refused
-// for its length), "limit" the work now (up to the limit, then refused).
+// for its length), "limit" the work now (up to the limit, then refused);
+// "word-*" are the same for a prompt that is one word.
 // go test ./tokenization -run '^$' -bench EncodeOverLimit -benchtime 2x
 func BenchmarkEncodeOverLimit(b *testing.B) {
 	tk := encLoad(b, "qwen3")
@@ -175,6 +176,29 @@ func BenchmarkEncodeOverLimit(b *testing.B) {
 		b.SetBytes(int64(len(text)))
 		for b.Loop() {
 			if _, _, err := tk.EncodeBoundariesLimit(context.Background(), text, true, limit); !errors.Is(err, ErrTooManyTokens) {
+				b.Fatalf("err = %v, want ErrTooManyTokens", err)
+			}
+		}
+	})
+	// The same size as one word, an unbroken run of CJK ideographs: "word-full"
+	// merges all of it (the work before the bound, bound.go), "word-limit"
+	// is refused by the bound before merging.
+	word := cjkRun(2_700_000)
+	b.Run("word-full", func(b *testing.B) {
+		b.SetBytes(int64(len(word)))
+		for b.Loop() {
+			ids, _, err := tk.EncodeBoundariesContext(context.Background(), word, true)
+			if err != nil || len(ids) <= limit {
+				b.Fatalf("%d ids, err %v: want an over-limit prompt", len(ids), err)
+			}
+			b.ReportMetric(float64(len(ids)), "ids")
+		}
+	})
+	b.Run("word-limit", func(b *testing.B) {
+		_, _ = tk.model.segAutomaton(context.Background()) // built once per model
+		b.SetBytes(int64(len(word)))
+		for b.Loop() {
+			if _, _, err := tk.EncodeBoundariesLimit(context.Background(), word, true, limit); !errors.Is(err, ErrTooManyTokens) {
 				b.Fatalf("err = %v, want ErrTooManyTokens", err)
 			}
 		}

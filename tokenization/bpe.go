@@ -38,6 +38,12 @@ type bpeModel struct {
 	suffix       string
 	cache        *wordCache
 	heapPool     sync.Pool
+	// seg bounds the ids of a long word before it is merged (bound.go);
+	// built on first need (segReady closes then), nil when the merge table
+	// cannot be expanded.
+	segOnce  sync.Once
+	segReady chan struct{}
+	seg      *segAutomaton
 }
 
 func parseBPE(raw json.RawMessage) (*bpeModel, error) {
@@ -173,7 +179,10 @@ type bpeWork struct {
 // encodeWord appends the ids of one pre-tokenized word. A word is one
 // pre-token, which can be as long as the text (a run of letters with no
 // space), so merging checks ctx as it goes and returns its error once done.
-func (m *bpeModel) encodeWord(ctx context.Context, dst []uint32, w string) ([]uint32, error) {
+// budget >= 0 is the most ids the caller still accepts: a word whose ids
+// provably number more (bound.go) is refused with errWordOverBudget before
+// it is merged.
+func (m *bpeModel) encodeWord(ctx context.Context, dst []uint32, w string, budget int) ([]uint32, error) {
 	if w == "" {
 		return dst, nil
 	}
@@ -188,8 +197,57 @@ func (m *bpeModel) encodeWord(ctx context.Context, dst []uint32, w string) ([]ui
 			return append(dst, ids...), nil
 		}
 	}
+	// A word has at most one initial symbol per byte, and BPE never gives
+	// more ids than initial symbols: only a word longer than the budget can
+	// pass it. A short word is merged and then counted, cheaper than the
+	// bound (and than building its automaton).
+	if len(w) < minBoundedWord {
+		budget = -1
+	}
+	if budget >= 0 && len(w) > budget && m.raw {
+		// byte-level: bounded from the bytes, before any symbol is made
+		if err := m.checkBound(ctx, len(w), budget, func(emit func(uint32) bool) error {
+			for i := 0; i < len(w); i++ {
+				if i%mergeCheckEvery == mergeCheckEvery-1 {
+					if err := ctx.Err(); err != nil {
+						return err
+					}
+				}
+				// as initialSymbols: a byte with no id is unk, or nothing
+				if id := m.byteIDs[w[i]]; id >= 0 {
+					if !emit(uint32(id)) {
+						return nil
+					}
+				} else if m.unkID >= 0 && !emit(uint32(m.unkID)) {
+					return nil
+				}
+			}
+			return nil
+		}); err != nil {
+			return dst, err
+		}
+	}
 	wk := m.heapPool.Get().(*bpeWork)
 	wk.syms = m.initialSymbols(wk.syms[:0], w)
+	if budget >= 0 && len(wk.syms) > budget && !m.raw {
+		syms := wk.syms
+		if err := m.checkBound(ctx, len(syms), budget, func(emit func(uint32) bool) error {
+			for i := range syms {
+				if i%mergeCheckEvery == mergeCheckEvery-1 {
+					if err := ctx.Err(); err != nil {
+						return err
+					}
+				}
+				if !emit(syms[i].id) {
+					return nil
+				}
+			}
+			return nil
+		}); err != nil {
+			m.putWork(wk)
+			return dst, err
+		}
+	}
 	if err := m.mergeAll(ctx, wk); err != nil {
 		m.putWork(wk)
 		return dst, err
@@ -205,6 +263,47 @@ func (m *bpeModel) encodeWord(ctx context.Context, dst []uint32, w string) ([]ui
 	}
 	m.putWork(wk)
 	return dst, nil
+}
+
+// minBoundedWord is the shortest word whose ids are bounded before it is
+// merged: merging 1 KiB takes tens of microseconds.
+const minBoundedWord = 1 << 10
+
+// checkBound is errWordOverBudget when a word of n initial symbols (fed
+// by feed) provably gives more than budget ids; ctx's error if it ends.
+func (m *bpeModel) checkBound(ctx context.Context, n, budget int, feed func(emit func(uint32) bool) error) error {
+	seg, err := m.segAutomaton(ctx)
+	if err != nil || seg == nil {
+		return err
+	}
+	lb, err := seg.segmentBound(n, feed)
+	if err != nil {
+		return err
+	}
+	if lb > budget {
+		return errWordOverBudget
+	}
+	return nil
+}
+
+// segAutomaton is the model's bound automaton (nil: none), built once on
+// first need. The build takes ~0.7 s of CPU for a 150k-token vocabulary, so
+// it runs on its own: a request that ends meanwhile returns at once and the
+// build finishes for the next one.
+func (m *bpeModel) segAutomaton(ctx context.Context) (*segAutomaton, error) {
+	m.segOnce.Do(func() {
+		m.segReady = make(chan struct{})
+		go func() {
+			m.seg = m.buildSegAutomaton()
+			close(m.segReady)
+		}()
+	})
+	select {
+	case <-m.segReady:
+		return m.seg, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // maxPooledSymbols bounds the buffers kept for reuse: one long word (a prompt

@@ -1,7 +1,10 @@
 package tokenization
 
 import (
+	"context"
 	"errors"
+	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -85,5 +88,157 @@ func TestEncodeLimitCountsSpecialTokens(t *testing.T) {
 	}
 	if _, err := tk.EncodeLimit("hello world", false, len(ids)-1); err != nil {
 		t.Fatalf("without BOS the ids fit: %v", err)
+	}
+}
+
+// latinRun is n random lower-case letters: one pre-tokenized word.
+func latinRun(n int) string {
+	r := rand.New(rand.NewPCG(7, 8))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte('a' + r.IntN(26))
+	}
+	return string(b)
+}
+
+// allocated is the bytes f allocates (the encoder's memory is its work: a
+// merged word costs ~28 bytes per byte in symbols and merge queue).
+func allocated(f func()) uint64 {
+	var a, b runtime.MemStats
+	runtime.ReadMemStats(&a)
+	f()
+	runtime.ReadMemStats(&b)
+	return b.TotalAlloc - a.TotalAlloc
+}
+
+// A prompt that is one pre-tokenized word (a run of CJK ideographs, a run
+// of letters) and provably over the limit is refused before it is merged:
+// the refusal allocates the bound's 2 bytes per byte and the ids' room up to
+// the limit (4 bytes per id, ~1.3 per byte here), not the merge's ~28; at its
+// id count the same word is merged (the check can fail).
+func TestEncodeLimitStopsEarlyOneWord(t *testing.T) {
+	tk := encLoad(t, "qwen3")
+	// the automaton is built once per model, on the first long word
+	if a, err := tk.model.segAutomaton(context.Background()); a == nil || err != nil {
+		t.Fatalf("qwen3 has no bound automaton (%v)", err)
+	}
+	for _, c := range []struct {
+		name string
+		text string
+	}{{"cjk", cjkRun(200_000)}, {"latin", latinRun(600_000)}} {
+		t.Run(c.name, func(t *testing.T) {
+			full, err := tk.Encode(c.text, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			limit := len(full) * 3 / 4
+			var lerr error
+			got := allocated(func() { _, _, lerr = tk.EncodeBoundariesLimit(context.Background(), c.text, true, limit) })
+			if !errors.Is(lerr, ErrTooManyTokens) {
+				t.Fatalf("%d ids, limit %d: err = %v, want ErrTooManyTokens", len(full), limit, lerr)
+			}
+			if max := uint64(len(c.text))*2 + uint64(limit)*4 + 1<<20; got > max {
+				t.Fatalf("refusing %d bytes (%d ids, limit %d) allocated %d bytes, want at most %d (2 per byte, 4 per id): it was merged",
+					len(c.text), len(full), limit, got, max)
+			}
+			all := allocated(func() { _, _, err = tk.EncodeBoundariesLimit(context.Background(), c.text, true, len(full)) })
+			if err != nil || all < uint64(len(c.text))*16 {
+				t.Fatalf("at its id count: err %v, %d bytes allocated, want a merge (at least 16 per byte)", err, all)
+			}
+			t.Logf("%d bytes, %d ids, limit %d: refusal allocated %d bytes, the encode %d", len(c.text), len(full), limit, got, all)
+		})
+	}
+}
+
+// The refusal is exact: on the committed models (qwen3 and the synthetic
+// variant tokenizers, byte fallback, unk, prefix and suffix schemes
+// included), EncodeLimit refuses a prompt exactly when its full encode has
+// more ids than the limit, and below it gives the full encode's ids, for
+// one-word prompts at, under and over the limit.
+func TestEncodeLimitDecisionIsExact(t *testing.T) {
+	type model struct {
+		name string
+		tk   *Tokenizer
+	}
+	models := []model{{"qwen3", encLoad(t, "qwen3")}}
+	for _, v := range variantFixtures {
+		tk, err := Load([]byte(v.tokenizerJSON), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		models = append(models, model{v.name, tk})
+	}
+	r := rand.New(rand.NewPCG(11, 12))
+	alphabets := []string{"abcdefghijklmnopqrstuvwxyz", "helo wrd", "漢字仮名語", "aé漢🙂12", "ababababab", "xyzq"}
+	word := func(alpha []rune, n int) string {
+		var sb strings.Builder
+		for range n {
+			sb.WriteRune(alpha[r.IntN(len(alpha))])
+		}
+		return sb.String()
+	}
+	bounded := 0
+	for _, m := range models {
+		for _, a := range alphabets {
+			for _, n := range []int{1, 2, 5, 40, 300, 1500, 3000} { // from 1 KiB the bound runs
+				text := word([]rune(a), n)
+				for _, add := range []bool{false, true} {
+					full, err := m.tk.Encode(text, add)
+					if err != nil {
+						t.Fatal(err)
+					}
+					k := len(full)
+					for _, limit := range []int{1, k / 2, k*9/10 - 1, k - 2, k - 1, k, k + 1, 2 * k} {
+						if limit <= 0 {
+							continue
+						}
+						got, err := m.tk.EncodeLimit(text, add, limit)
+						over := errors.Is(err, ErrTooManyTokens)
+						if over != (k > limit) || (!over && (err != nil || !slices.Equal(got, full))) {
+							t.Fatalf("%s: %q add=%v: %d ids, limit %d: got %d ids, err %v", m.name, clip(text, 80), add, k, limit, len(got), err)
+						}
+					}
+				}
+				// and the bound itself refuses some words before merging
+				ids, _ := m.tk.Encode(text, false)
+				if len(ids) > 2 && m.tk.model.checkBound(context.Background(), len(text), len(ids)/2, func(emit func(uint32) bool) error {
+					syms := m.tk.model.initialSymbols(nil, text)
+					for _, s := range syms {
+						if !emit(s.id) {
+							break
+						}
+					}
+					return nil
+				}) != nil {
+					bounded++
+				}
+			}
+		}
+	}
+	if bounded == 0 {
+		t.Fatal("the bound refused no word at half its ids: the test does not reach it")
+	}
+	t.Logf("%d words refused by the bound at half their ids", bounded)
+}
+
+// The automaton is built once per model in the background: a request that
+// ends while it is built returns with its context's error at once, and the
+// next request gets the automaton.
+func TestBoundAutomatonBuildLeavesCancelledRequest(t *testing.T) {
+	tj, cj, err := ReadTokenizerFiles(encFixtureDir("qwen3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, err := Load(tj, cj) // a model of its own: nothing built yet
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if a, err := tk.model.segAutomaton(ctx); a != nil || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled request while the automaton is built: %v, %v; want context.Canceled", a != nil, err)
+	}
+	if a, err := tk.model.segAutomaton(context.Background()); a == nil || err != nil {
+		t.Fatalf("next request: automaton %v, err %v", a != nil, err)
 	}
 }

@@ -386,8 +386,15 @@ func (t *Tokenizer) run(st *encState, ids []uint32, text string, from int, normC
 						t.addBoundary(st, o, len(ids))
 					}
 				}
+				budget := -1
+				if st.limit > 0 {
+					budget = max(st.limit-len(ids), 0)
+				}
 				var err error
-				if ids, err = t.model.encodeWord(st.done, ids, w.text); err != nil {
+				if ids, err = t.model.encodeWord(st.done, ids, w.text, budget); err != nil {
+					if errors.Is(err, errWordOverBudget) {
+						return nil, st.tooMany()
+					}
 					return nil, err
 				}
 				if st.limit > 0 && len(ids) > st.limit {

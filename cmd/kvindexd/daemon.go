@@ -190,13 +190,17 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 		// and went quiet would lock every client out.
 		// At the cap, an idle connection gives way to a new one
 		// (api.LimitListener): the stats handler tells it which are idle.
-		// Headers are capped as on HTTP (gRPC's own default is 16 MB).
+		// Headers are capped as on HTTP (gRPC's own default is 16 MB), and
+		// count in HTTP's header budget while they are read, decoded and
+		// their call runs (api.GRPCHeaderBudget).
 		opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(d.api.GRPCMaxRecvMsgSize()), grpc.ConnectionTimeout(grpcHandshakeTimeout),
 			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: time.Duration(cfg.GRPCIdleTimeout)}),
 			api.GRPCConnTracking(), grpc.MaxHeaderListSize(uint32(api.EffectiveHTTPLimits(cfg.httpLimits()).MaxHeaderBytes))}
+		var creds credentials.TransportCredentials
 		if d.sec.grpcTLS != nil {
-			opts = append(opts, grpc.Creds(credentials.NewTLS(d.sec.grpcTLS.ServerConfig("h2"))))
+			creds = credentials.NewTLS(d.sec.grpcTLS.ServerConfig("h2"))
 		}
+		opts = append(opts, d.api.GRPCHeaderBudget(cfg.httpLimits(), creds)...)
 		d.grpcSrv = d.api.NewGRPCServer(opts...)
 	}
 	if cfg.HTTPAddr != "" {

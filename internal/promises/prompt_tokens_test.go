@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/internal/testkit/harness"
+	"github.com/kvindex/kvindex/internal/testkit/race"
 )
 
 // cjkSentences is about n bytes of random CJK ideographs in sentences of 1
@@ -73,4 +74,39 @@ func clipBody(s string) string {
 		return s[:300] + "..."
 	}
 	return s
+}
+
+// Issue 35: a prompt that is one pre-tokenized word (an unbroken run of
+// 2.7M CJK ideographs, 8.1 MB, 4.3M tokens) and provably over the token
+// limit is refused before it is merged: a lower bound on its ids
+// (tokenization/bound.go) passes the limit. The test fails above 320 MiB of
+// peak RSS (the daemon, the 8 MB body and its decoded prompt, the bound's 2
+// bytes per byte, the automaton): 197 MB; merged whole before the refusal,
+// as before the bound, the same test peaked at 552 MB.
+func TestPromisePromptTokenLimitOneWord(t *testing.T) {
+	t.Parallel()
+	harness.Heavy(t)
+	d := harness.Start(t, tokenizerFlag(t))
+	chars := 2_700_000
+	if race.Enabled {
+		// the race-built daemon takes minutes over 8.1 MB, past
+		// --http-write-timeout, and the RSS bound is not checked there:
+		// 800k ideographs (~1.3M tokens) still pass the limit
+		chars = 800_000
+	}
+	code, body := scorePrompt(d, cjkRun(chars))
+	if code != http.StatusBadRequest || !strings.Contains(body, "InvalidArgument") || !strings.Contains(body, "limit 1048576") {
+		t.Fatalf("one-word CJK prompt of %d ideographs: %d %s; want 400 InvalidArgument naming the token limit", chars, code, clipBody(body))
+	}
+	if v := d.Metric(`kvindexd_prompt_tokenize_refused_total{reason="too_many_tokens"}`); v != 1 {
+		t.Fatalf(`refused_total{reason="too_many_tokens"} = %v, want 1`, v)
+	}
+	rss := d.PeakRSS()
+	t.Logf("peak RSS %d MB", rss>>20)
+	if rss > 320<<20 && !race.Enabled {
+		t.Errorf("peak RSS %d MB refusing one 8.1 MB word, want below 320 MiB (it was merged)", rss>>20)
+	}
+	if code, body := scorePrompt(d, "a prompt of usual size, 普通の長さ"); code != http.StatusOK {
+		t.Fatalf("normal prompt: %d %s", code, body)
+	}
 }
