@@ -37,13 +37,25 @@ type applierEnv struct {
 
 func newApplierEnv(t *testing.T, cfg blockkeys.KeyConfig) *applierEnv {
 	t.Helper()
+	return newApplierEnvHeld(t, cfg, false)
+}
+
+// newApplierEnvHeld is newApplierEnv whose index, with reportsHeld, reports
+// which keys a pod already held (kvindex.HeldAdder, as the in-memory index
+// does): the applier then counts copies from that answer (holding.go).
+func newApplierEnvHeld(t *testing.T, cfg blockkeys.KeyConfig, reportsHeld bool) *applierEnv {
+	t.Helper()
 	hs, err := blockkeys.NewHasherSet(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &applierEnv{t: t, idx: newFakeIndex(), in: kvindex.NewInterner(), reg: prometheus.NewRegistry(), logs: &bytes.Buffer{}, cfg: cfg}
 	e.m = NewMetrics(e.reg)
-	if e.a, err = New(Config{Index: e.idx, Interner: e.in, Hashers: hs, Metrics: e.m,
+	var idx kvindex.Index = e.idx
+	if reportsHeld {
+		idx = heldFakeIndex{e.idx}
+	}
+	if e.a, err = New(Config{Index: idx, Interner: e.in, Hashers: hs, Metrics: e.m,
 		DigestCacheSize: 1024, AliasCacheSize: 1024,
 		Logger: slog.New(slog.NewTextHandler(&syncWriter{w: e.logs}, nil))}); err != nil {
 		t.Fatal(err)

@@ -143,6 +143,8 @@ var (
 	errBadTier = errors.New("kvindex: invalid tier")
 	errBadPod  = fmt.Errorf("kvindex: pod id beyond %d", MaxPods-1)
 	errFull    = errors.New("kvindex: shard arena exhausted (2^32 words)")
+	// errShortHeld: AddHeld was given fewer held slots than keys.
+	errShortHeld = errors.New("kvindex: AddHeld needs a held slot per key")
 )
 
 // NewMemoryIndex returns an empty in-memory index.
