@@ -109,16 +109,20 @@ type Config struct {
 // a key scratch buffer as large as its largest event, and a few alternate
 // Hashers for diagnosis (at most three per distinct KeyConfig).
 type Applier struct {
-	idx      kvindex.Index
-	in       *kvindex.Interner
-	hashers  *blockkeys.HasherSet
-	m        *Metrics
-	log      *slog.Logger
-	dcSize   int
-	aliasCap int
-	copyCap  int
-	maskCap  int
-	tables   tableBudget // all copy-count and group-mask tables
+	idx kvindex.Index
+	// heldAdder is idx when it reports which keys a pod already held as it
+	// adds them (the in-memory index): copies are then counted only for
+	// blocks stored again (holding.go). nil: counted for every block.
+	heldAdder kvindex.HeldAdder
+	in        *kvindex.Interner
+	hashers   *blockkeys.HasherSet
+	m         *Metrics
+	log       *slog.Logger
+	dcSize    int
+	aliasCap  int
+	copyCap   int
+	maskCap   int
+	tables    tableBudget // all copy-count and group-mask tables
 
 	mu      sync.RWMutex
 	pods    map[podKey]*podState
@@ -165,6 +169,7 @@ type podState struct {
 	overShare  bool            // logged that the pod reached its PodShare
 	ranks      []kvindex.PodID // scratch: the pod's DP ranks, for its share
 	keys       []blockkeys.Key // scratch for Add/Remove
+	held       []bool          // scratch for AddHeld's answer
 	removing   []blockkeys.Key // keys of the current run of BlockRemoved events (removed.go)
 	// answered: the keys the current batch stored or removed, as indexed
 	// (Config.Answered); reset per batch.
@@ -220,6 +225,7 @@ func New(cfg Config) (*Applier, error) {
 		pods: map[podKey]*podState{}, digests: map[kvindex.ModelID]*digestCache{}, alt: map[blockkeys.KeyConfig]*blockkeys.Hasher{},
 		answered: cfg.Answered,
 	}
+	a.heldAdder, _ = cfg.Index.(kvindex.HeldAdder)
 	a.tables.limit, a.tables.gauge = cfg.HoldTableBytes, cfg.Metrics.holdTableBytes
 	if err := a.initLimits(cfg.Limits, cfg.Share); err != nil {
 		return nil, err

@@ -37,13 +37,25 @@ type applierEnv struct {
 
 func newApplierEnv(t *testing.T, cfg blockkeys.KeyConfig) *applierEnv {
 	t.Helper()
+	return newApplierEnvHeld(t, cfg, false)
+}
+
+// newApplierEnvHeld is newApplierEnv whose index, with reportsHeld, reports
+// which keys a pod already held (kvindex.HeldAdder, as the in-memory index
+// does): the applier then counts copies from that answer (holding.go).
+func newApplierEnvHeld(t *testing.T, cfg blockkeys.KeyConfig, reportsHeld bool) *applierEnv {
+	t.Helper()
 	hs, err := blockkeys.NewHasherSet(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &applierEnv{t: t, idx: newFakeIndex(), in: kvindex.NewInterner(), reg: prometheus.NewRegistry(), logs: &bytes.Buffer{}, cfg: cfg}
 	e.m = NewMetrics(e.reg)
-	if e.a, err = New(Config{Index: e.idx, Interner: e.in, Hashers: hs, Metrics: e.m,
+	var idx kvindex.Index = e.idx
+	if reportsHeld {
+		idx = heldFakeIndex{e.idx}
+	}
+	if e.a, err = New(Config{Index: idx, Interner: e.in, Hashers: hs, Metrics: e.m,
 		DigestCacheSize: 1024, AliasCacheSize: 1024,
 		Logger: slog.New(slog.NewTextHandler(&syncWriter{w: e.logs}, nil))}); err != nil {
 		t.Fatal(err)
@@ -260,16 +272,26 @@ func TestApplierSteadyStateDoesNotAllocate(t *testing.T) {
 	if race.Enabled {
 		t.Skip("allocation counts are not meaningful under -race")
 	}
+	// nopIndex: the applier alone; the in-memory index: with its answer
+	// of what a pod held (kvindex.HeldAdder), and a second copy of blocks
+	// 0-3 counted from it in every batch.
+	for _, idx := range []kvindex.Index{nopIndex{}, kvindex.NewMemoryIndex(kvindex.MemoryConfig{})} {
+		testApplierSteadyStateDoesNotAllocate(t, idx)
+	}
+}
+
+func testApplierSteadyStateDoesNotAllocate(t *testing.T, idx kvindex.Index) {
 	cfg := blockkeys.KeyConfig{Algo: blockkeys.AlgoSHA256, Seed: "0", BlockSize: 16}
 	hs, _ := blockkeys.NewHasherSet(cfg, nil)
-	a, err := New(Config{Index: nopIndex{}, Interner: kvindex.NewInterner(), Hashers: hs, DigestCacheSize: 1024, AliasCacheSize: 1024})
+	a, err := New(Config{Index: idx, Interner: kvindex.NewInterner(), Hashers: hs, DigestCacheSize: 1024, AliasCacheSize: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
 	toks := seq(1000, 16*8)
 	for _, engine := range []blockkeys.KeyConfig{cfg, {Algo: blockkeys.AlgoSHA256, Seed: "1", BlockSize: 16}} {
 		eh := engineKeys(t, engine, toks, blockkeys.RequestExtras{LoraName: "x"})
-		evs := []event.Event{stored(eh, toks, 16, 0, 4), stored(eh, toks, 16, 4, 8), {Kind: event.BlockRemoved, BlockHashes: eh}}
+		evs := []event.Event{stored(eh, toks, 16, 0, 4), stored(eh, toks, 16, 4, 8), stored(eh, toks, 16, 0, 4),
+			{Kind: event.BlockRemoved, BlockHashes: eh}, {Kind: event.BlockRemoved, BlockHashes: eh[:4]}}
 		for i := range evs {
 			evs[i].LoraName = "x"
 		}
@@ -278,7 +300,7 @@ func TestApplierSteadyStateDoesNotAllocate(t *testing.T) {
 		b := &event.Batch{Pod: "p-" + engine.Seed, Model: "m", Events: evs}
 		a.Apply(context.Background(), b) // warm: pod state, tables, scratch buffers
 		if n := testing.AllocsPerRun(50, func() { a.Apply(context.Background(), b) }); n != 0 {
-			t.Errorf("seed %s: %v allocs per batch", engine.Seed, n)
+			t.Errorf("%T, seed %s: %v allocs per batch", idx, engine.Seed, n)
 		}
 	}
 }

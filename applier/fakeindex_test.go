@@ -160,3 +160,21 @@ func (f *fakeIndex) log() []string {
 	defer f.mu.Unlock()
 	return append([]string(nil), f.calls...)
 }
+
+// heldFakeIndex is fakeIndex that also reports, as the in-memory index
+// does (kvindex.HeldAdder), which keys the pod already held.
+type heldFakeIndex struct{ *fakeIndex }
+
+func (f heldFakeIndex) AddHeld(_ context.Context, model kvindex.ModelID, pod kvindex.PodID, tier event.Tier, keys []blockkeys.Key, held []bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call(pod, fmt.Sprintf("add pod=%d n=%d", pod, len(keys))); err != nil {
+		return err
+	}
+	for i, k := range keys {
+		e := fakeEntry{model, pod, tier, k}
+		_, held[i] = f.held[e]
+		f.held[e] = struct{}{}
+	}
+	return nil
+}

@@ -2,6 +2,8 @@ package applier
 
 import (
 	"context"
+	"fmt"
+	"math/bits"
 	"testing"
 
 	"github.com/kvindex/kvindex/blockkeys"
@@ -13,14 +15,27 @@ import (
 )
 
 // A hash stored twice (two physical copies) and removed once stays indexed:
-// without remaining_copy_counts the applier counts copies itself.
+// without remaining_copy_counts the applier counts copies itself, in a
+// table of every block (an index that cannot say what a pod held: Redis) or
+// from the index's answer (kvindex.HeldAdder: the in-memory index).
 func TestApplierCopiesCounted(t *testing.T) {
-	e := newApplierEnv(t, cborSeed0)
+	for _, reportsHeld := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reportsHeld=%v", reportsHeld), func(t *testing.T) {
+			testApplierCopiesCounted(t, reportsHeld)
+		})
+	}
+}
+
+func testApplierCopiesCounted(t *testing.T, reportsHeld bool) {
+	e := newApplierEnvHeld(t, cborSeed0, reportsHeld)
 	toks := seq(1, 8)
 	eh := engineKeys(t, cborSeed0, toks, blockkeys.RequestExtras{})
 	e.apply("p", 0, blockkeys.EngineVLLM, stored(eh, toks, 4, 0, 2))
 	e.apply("p", 0, blockkeys.EngineVLLM, stored(eh, toks, 4, 0, 1)) // a second copy of block 0
 	id := e.podID("p", 0)
+	if p := e.pod("p", 0); p.BlocksStored != 2 {
+		t.Fatalf("blocks stored %d, want 2 (the second copy is not a stored block)", p.BlocksStored)
+	}
 	e.apply("p", 0, blockkeys.EngineVLLM, event.Event{Kind: event.BlockRemoved, BlockHashes: eh})
 	if !e.idx.has(id, blockkeys.Key(eh[0])) || e.idx.has(id, blockkeys.Key(eh[1])) {
 		t.Fatalf("after one removal: %v", e.idx.held)
@@ -43,6 +58,64 @@ func TestApplierCopiesCounted(t *testing.T) {
 	if !e.idx.has(id, blockkeys.Key(eh[0])) || e.idx.count(id) != 1 {
 		t.Fatalf("tiers mixed: %v", e.idx.held)
 	}
+	// Three copies in one event and the next: three removals to unindex.
+	e.apply("p", 0, blockkeys.EngineVLLM, event.Event{Kind: event.BlockRemoved, BlockHashes: eh[:1]})
+	e.apply("p", 0, blockkeys.EngineVLLM, stored(eh, toks, 4, 0, 1), stored(eh, toks, 4, 0, 1))
+	e.apply("p", 0, blockkeys.EngineVLLM, stored(eh, toks, 4, 0, 1))
+	for i := 0; i < 3; i++ {
+		if !e.idx.has(id, blockkeys.Key(eh[0])) {
+			t.Fatalf("unindexed after %d of 3 removals", i)
+		}
+		e.apply("p", 0, blockkeys.EngineVLLM, event.Event{Kind: event.BlockRemoved, BlockHashes: eh[:1]})
+	}
+	if e.idx.count(id) != 0 {
+		t.Fatalf("three copies removed but block held: %v", e.idx.held)
+	}
+}
+
+// With an index that reports what a pod already held, the copy table holds
+// only blocks stored more than once: none for a pod whose blocks were each
+// stored once, and an entry leaves once its block is down to one copy. (A
+// table of every block was a memory miss per stored and removed block.)
+func TestApplierCopyTableOnlyHoldsRestoredBlocks(t *testing.T) {
+	e := newApplierEnvHeld(t, cborSeed0, true)
+	toks := seq(1, 100*4)
+	eh := engineKeys(t, cborSeed0, toks, blockkeys.RequestExtras{})
+	e.apply("p", 0, blockkeys.EngineVLLM, stored(eh, toks, 4, 0, 100))
+	pod := e.a.pods[podKey{"p", 0}]
+	if pod.copies != nil {
+		t.Fatalf("a table for blocks stored once: %d entries", tableEntries(pod.copies))
+	}
+	e.apply("p", 0, blockkeys.EngineVLLM, stored(eh, toks, 4, 0, 3)) // blocks 0-2 again
+	if n := tableEntries(pod.copies); n != 3 {
+		t.Fatalf("%d table entries after 3 blocks were stored again, want 3", n)
+	}
+	e.apply("p", 0, blockkeys.EngineVLLM, event.Event{Kind: event.BlockRemoved, BlockHashes: eh[:3]})
+	if n := tableEntries(pod.copies); n != 0 {
+		t.Fatalf("%d table entries once every block is down to one copy, want 0", n)
+	}
+	id := e.podID("p", 0)
+	if e.idx.count(id) != 100 {
+		t.Fatalf("index holds %d blocks, want 100", e.idx.count(id))
+	}
+	e.apply("p", 0, blockkeys.EngineVLLM, event.Event{Kind: event.BlockRemoved, BlockHashes: eh})
+	if e.idx.count(id) != 0 {
+		t.Fatalf("index holds %d blocks after all were removed", e.idx.count(id))
+	}
+	if p := e.pod("p", 0); p.CopiesKept != 3 || p.BlocksStored != 100 || p.BlocksRemoved != 100 {
+		t.Fatalf("copies kept %d, stored %d, removed %d; want 3, 100, 100", p.CopiesKept, p.BlocksStored, p.BlocksRemoved)
+	}
+}
+
+func tableEntries(t *countTable) int {
+	if t == nil {
+		return 0
+	}
+	n := 0
+	for i := range t.sets {
+		n += bits.OnesCount8(uint8(t.sets[i].Valid))
+	}
+	return n
 }
 
 // remaining_copy_counts is the engine's own count: it wins, and a removal

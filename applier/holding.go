@@ -90,7 +90,9 @@ func (pod *podState) removeGroup(ev *event.Event) (bounds bool, bit uint16) {
 // holdStored filters the keys of a stored event down to those that become
 // indexed: a second physical copy of a block is only counted (vLLM), and
 // with several full-attention groups a block waits until all hold it.
-func (a *Applier) holdStored(pod *podState, engine blockkeys.Engine, ev *event.Event, bit uint16, keys []blockkeys.Key, d *batchDelta) []blockkeys.Key {
+// countHeld: the copies are counted after the write instead, from the
+// index's answer (see below); keys is then returned whole.
+func (a *Applier) holdStored(pod *podState, engine blockkeys.Engine, ev *event.Event, bit uint16, keys []blockkeys.Key, d *batchDelta) (_ []blockkeys.Key, countHeld bool) {
 	// Announcements are counted per (block, tier, group) on every tier:
 	// vLLM's block pool announces a hash once per physical GPU block, and
 	// its offloading connector announces a hash once per chunk that holds
@@ -102,8 +104,21 @@ func (a *Applier) holdStored(pod *podState, engine blockkeys.Engine, ev *event.E
 	// proves. On the GPU tier the engine's remaining_copy_counts, once
 	// sent, replace our count.
 	track := countsAnnouncements(pod, engine, ev.Medium)
+	if track && bit == 0 && a.heldAdder != nil {
+		// The index tells, as it adds them, which keys the pod held
+		// already (kvindex.HeldAdder): only those are counted, so the
+		// table holds the blocks stored more than once (a few) and a
+		// key absent from it is one copy, the one indexed. Counting
+		// every block cost a table lookup, a memory miss at scale, per
+		// stored and per removed block (docs/performance.md). Several
+		// full-attention groups keep full counts: a block is indexed
+		// only once every group holds it, which the index cannot tell.
+		// The share (trimToShare) then counts re-stored keys too: at
+		// the share's edge fewer new blocks are indexed, never more.
+		return keys, true
+	}
 	if !track && bit == 0 {
-		return keys
+		return keys, false
 	}
 	all := uint16(1)<<pod.nFull - 1
 	out := keys[:0]
@@ -140,7 +155,27 @@ func (a *Applier) holdStored(pod *podState, engine blockkeys.Engine, ev *event.E
 		}
 		out = append(out, k)
 	}
-	return out
+	return out, false
+}
+
+// countHeldCopy counts one more copy of k, which the index reported the pod
+// already held on ev's tier (holdStored's countHeld): a key the table does
+// not have is the one copy indexed, so it now has two.
+func (a *Applier) countHeldCopy(pod *podState, k blockkeys.Key, ev *event.Event, d *batchDelta) {
+	if pod.copies == nil {
+		pod.copies = newCountTable(a.copyCap, &a.tables)
+	}
+	ck := entryKey(k, ev.Medium, ev.GroupIdx)
+	c, ok := pod.copies.get(ck)
+	if !ok {
+		c = 1
+	}
+	if c < math.MaxUint16 {
+		c++
+	}
+	if pod.copies.put(ck, c) {
+		d.tableEvictions++
+	}
 }
 
 // keepOnRemove reports whether removing copy i of key k leaves the block
@@ -156,7 +191,14 @@ func (a *Applier) keepOnRemove(pod *podState, engine blockkeys.Engine, ev *event
 	case countsAnnouncements(pod, engine, ev.Medium) && pod.copies != nil:
 		ck := entryKey(k, ev.Medium, ev.GroupIdx)
 		if c, held := pod.copies.get(ck); held && c > 1 {
-			pod.copies.put(ck, c-1)
+			if c == 2 && bit == 0 && a.heldAdder != nil {
+				// Counted from the index's answer (holdStored): an
+				// absent key is one copy, so the table keeps only the
+				// blocks held more than once.
+				pod.copies.del(ck)
+			} else {
+				pod.copies.put(ck, c-1)
+			}
 			d.copiesKept++
 			return true
 		}

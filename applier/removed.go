@@ -40,7 +40,7 @@ func (a *Applier) snapshot(ctx context.Context, pod *podState, ev *event.Event, 
 		keys = uncheckedKey(pod, eh, keys)
 	}
 	pod.keys = keys
-	return a.addStored(ctx, pod, ev, keys, d)
+	return a.addStored(ctx, pod, ev, keys, false, d)
 }
 
 // removed queues the keys ev removes from the index in pod.removing; the

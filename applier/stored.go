@@ -37,8 +37,8 @@ func eventExtras(extraKeys *blockkeys.ExtraKeys, ev *event.Event, engine blockke
 // (memory, Redis, a failing one) and can be tested without one.
 func (a *Applier) stored(ctx context.Context, pod *podState, engine blockkeys.Engine, ev *event.Event, d *batchDelta) error {
 	mu := a.lockShare(pod)
-	keys := a.storedKeys(pod, engine, ev, d)
-	err := a.addStored(ctx, pod, ev, keys, d)
+	keys, countHeld := a.storedKeys(pod, engine, ev, d)
+	err := a.addStored(ctx, pod, ev, keys, countHeld, d)
 	unlockShare(mu)
 	if err != nil {
 		return err
@@ -58,29 +58,31 @@ func (a *Applier) stored(ctx context.Context, pod *podState, engine blockkeys.En
 // storedKeys returns the keys ev adds to the index, in the pod's reused key
 // buffer. It writes nothing to the index: it updates what the applier keeps
 // per pod (groups, parity verdicts and hint, digest cache, aliases, copy
-// counts, group masks) and counts into d.
-func (a *Applier) storedKeys(pod *podState, engine blockkeys.Engine, ev *event.Event, d *batchDelta) []blockkeys.Key {
+// counts, group masks) and counts into d. countHeld says that the copies of
+// these keys are to be counted from the index's answer instead (holdStored):
+// addStored then counts a copy for each key the pod already held.
+func (a *Applier) storedKeys(pod *podState, engine blockkeys.Engine, ev *event.Event, d *batchDelta) (keys []blockkeys.Key, countHeld bool) {
 	n := len(ev.BlockHashes)
 	if n == 0 {
-		return nil
+		return nil, false
 	}
 	bounds, bit := pod.storeGroup(ev)
 	switch {
 	case ev.Remote:
 		d.remote += uint64(n)
-		return nil
+		return nil, false
 	case !bounds:
 		d.groupSkipped += uint64(n)
-		return nil
+		return nil, false
 	}
-	keys := a.blockKeys(pod, engine, ev, d)
+	keys = a.blockKeys(pod, engine, ev, d)
 	if a.answered != nil {
 		pod.answered = append(pod.answered, keys...)
 	}
-	keys = a.holdStored(pod, engine, ev, bit, keys, d)
+	keys, countHeld = a.holdStored(pod, engine, ev, bit, keys, d)
 	keys = a.trimToShare(pod, keys)
 	pod.keys = keys
-	return keys
+	return keys, countHeld
 }
 
 // blockKeys maps each block of ev to the key it is indexed under, as the
@@ -264,15 +266,35 @@ func uncheckedKey(pod *podState, eh uint64, keys []blockkeys.Key) []blockkeys.Ke
 }
 
 // addStored writes the keys storedKeys chose: the one index write of a
-// BlockStored (and of a BlockSnapshot's records).
-func (a *Applier) addStored(ctx context.Context, pod *podState, ev *event.Event, keys []blockkeys.Key, d *batchDelta) error {
+// BlockStored (and of a BlockSnapshot's records). With countHeld the index
+// (a HeldAdder) reports which keys the pod already held on the tier, and
+// each of those is one more copy (countHeldCopy); the others are stored.
+func (a *Applier) addStored(ctx context.Context, pod *podState, ev *event.Event, keys []blockkeys.Key, countHeld bool, d *batchDelta) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	if err := a.idx.Add(ctx, pod.modelID, pod.id, ev.Medium, keys); err != nil {
+	if !countHeld {
+		if err := a.idx.Add(ctx, pod.modelID, pod.id, ev.Medium, keys); err != nil {
+			return err
+		}
+		d.stored += uint64(len(keys))
+		return nil
+	}
+	if cap(pod.held) < len(keys) {
+		pod.held = make([]bool, len(keys))
+	}
+	held := pod.held[:len(keys)]
+	if err := a.heldAdder.AddHeld(ctx, pod.modelID, pod.id, ev.Medium, keys, held); err != nil {
 		return err
 	}
-	d.stored += uint64(len(keys))
+	again := 0
+	for i, h := range held {
+		if h {
+			a.countHeldCopy(pod, keys[i], ev, d)
+			again++
+		}
+	}
+	d.stored += uint64(len(keys) - again)
 	return nil
 }
 

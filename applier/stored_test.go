@@ -23,7 +23,7 @@ func TestStoredKeysDecidesWithoutTheIndex(t *testing.T) {
 
 	ev := stored(eh, toks, 4, 0, 3)
 	var d batchDelta
-	keys := e.a.storedKeys(pod, blockkeys.EngineVLLM, &ev, &d)
+	keys, countHeld := e.a.storedKeys(pod, blockkeys.EngineVLLM, &ev, &d)
 	if !slices.Equal(keys, want) {
 		t.Fatalf("keys %x, want our keys %x", keys, want)
 	}
@@ -40,7 +40,7 @@ func TestStoredKeysDecidesWithoutTheIndex(t *testing.T) {
 	}
 
 	e.idx.down = false
-	if err := e.a.addStored(context.Background(), pod, &ev, keys, &d); err != nil {
+	if err := e.a.addStored(context.Background(), pod, &ev, keys, countHeld, &d); err != nil {
 		t.Fatal(err)
 	}
 	if d.stored != 3 || e.idx.count(pod.id) != 3 || !e.idx.has(pod.id, want[2]) {

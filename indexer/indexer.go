@@ -205,9 +205,10 @@ func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
 		}
 		// The applier's writes pass the predictor, which sees every stored
 		// key under the key the index keeps (after aliasing). The wrapper
-		// is an Index and nothing more: the applier's capabilities come
-		// from the backend below, not from the index it writes to.
-		applied = observedIndex{Index: ix.idx, p: ix.pred}
+		// is an Index and nothing more (but a HeldAdder over one): the
+		// applier's capabilities come from the backend below, not from
+		// the index it writes to.
+		applied = observe(ix.idx, ix.pred)
 	}
 	if cfg.ApplierLimits.PodShare > 0 && ix.backend.Share == nil {
 		return nil, errors.New("indexer: a pod share needs an index that accounts entries per pod (the in-memory " +

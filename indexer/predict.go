@@ -266,6 +266,32 @@ func (o observedIndex) Add(ctx context.Context, model kvindex.ModelID, pod kvind
 	return nil
 }
 
+// observedHeldIndex is observedIndex over a backend that reports which keys
+// a pod already held (kvindex.HeldAdder): the applier writes stored blocks
+// through AddHeld then, and the predictor must see those writes too.
+type observedHeldIndex struct {
+	observedIndex
+	h kvindex.HeldAdder
+}
+
+func (o observedHeldIndex) AddHeld(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier event.Tier, keys []blockkeys.Key, held []bool) error {
+	if err := o.h.AddHeld(ctx, model, pod, tier, keys, held); err != nil {
+		return err
+	}
+	o.p.observe(model, keys)
+	return nil
+}
+
+// observe wraps idx so that its successful writes of stored blocks are
+// shown to p, keeping idx's HeldAdder if it has one.
+func observe(idx kvindex.Index, p *predictor) kvindex.Index {
+	o := observedIndex{Index: idx, p: p}
+	if h, ok := idx.(kvindex.HeldAdder); ok {
+		return observedHeldIndex{o, h}
+	}
+	return o
+}
+
 var (
 	descPredSeen      = prometheus.NewDesc("kvindexd_prediction_blocks_seen_total", "Predicted blocks of sampled score requests that an engine stored within the window.", []string{"model"}, nil)
 	descPredMissed    = prometheus.NewDesc("kvindexd_prediction_blocks_missed_total", "Predicted blocks of sampled score requests that no engine stored within the window.", []string{"model"}, nil)

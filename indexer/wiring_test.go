@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvindex/kvindex/applier"
+	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/internal/testkit/wait"
 	"github.com/kvindex/kvindex/kvevents"
 	"github.com/kvindex/kvindex/kvevents/event"
@@ -154,6 +155,42 @@ func TestBuiltInBackendsDeclareEveryCapability(t *testing.T) {
 		}
 		if _, ok := idx.(interface{ Close() error }); ok != (b.Close != nil) {
 			t.Errorf("%T: close declared %v", idx, b.Close != nil)
+		}
+	}
+}
+
+// The in-memory index reports which blocks a pod already held as it adds
+// them (kvindex.HeldAdder), so the applier keeps no copy count for a block
+// stored once; the prediction wrapper (on by default) must pass that on.
+// Without it the daemon kept a copy-count entry per block, a memory miss per
+// stored and per removed block.
+func TestCopiesCountedFromTheIndexBehindThePredictionWrapper(t *testing.T) {
+	for _, rate := range []float64{0, 0.01, 1} {
+		reg := prometheus.NewRegistry()
+		ix := newTestIndexer(t, Config{Registry: reg, Prediction: PredictionConfig{SampleRate: rate}})
+		prompt := seqTokens(1, 8*testBlock)
+		b := &event.Batch{Pod: "pod-a", Model: testModel, Engine: blockkeys.EngineVLLM,
+			Events: []event.Event{storeEvent(prompt, 8, event.TierGPU)}}
+		ix.Sink().Apply(context.Background(), b)
+		if got := gatherValue(t, reg, "kvindexd_hold_table_bytes"); got != 0 {
+			t.Fatalf("rate %v: copy tables of %v bytes for blocks stored once", rate, got)
+		}
+		// A second copy of the blocks is counted: one removal keeps them.
+		ix.Sink().Apply(context.Background(), b)
+		if got := gatherValue(t, reg, "kvindexd_hold_table_bytes"); got == 0 {
+			t.Fatalf("rate %v: no copy table for blocks stored twice", rate)
+		}
+		hashes := b.Events[0].BlockHashes
+		var r Result
+		rm := &event.Batch{Pod: "pod-a", Model: testModel, Engine: blockkeys.EngineVLLM,
+			Events: []event.Event{{Kind: event.BlockRemoved, BlockHashes: hashes}}}
+		ix.Sink().Apply(context.Background(), rm)
+		if got := mustScore(t, ix, &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}, &r); !strings.Contains(got, "pod-a:8/") {
+			t.Fatalf("rate %v: after one of two copies was removed: %s", rate, got)
+		}
+		ix.Sink().Apply(context.Background(), rm)
+		if got := mustScore(t, ix, &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt}, &r); strings.Contains(got, "pod-a") {
+			t.Fatalf("rate %v: after both copies were removed: %s", rate, got)
 		}
 	}
 }

@@ -30,8 +30,10 @@ import (
 // read the sequence, copy the slot and its holders with atomic loads (plain
 // loads on amd64) and retry if the sequence moved. Tables and arenas are
 // replaced, never resized in place, so a reader holding an old one reads
-// stale but memory-safe words and then retries. Lookups never block writers
-// and cost a few loads per key.
+// stale but memory-safe words and then retries. Lookups cost a few loads per
+// key; a reader that failed readSpins times in a row (a writer descheduled
+// mid-change) waits for the shard's lock instead, blocking writers of that
+// shard for one read.
 //
 // Clearing a pod is O(1): ClearPod bumps the pod's epoch. A holder whose epoch
 // differs from its pod's current epoch is invisible to Lookup; it is reclaimed
@@ -143,6 +145,8 @@ var (
 	errBadTier = errors.New("kvindex: invalid tier")
 	errBadPod  = fmt.Errorf("kvindex: pod id beyond %d", MaxPods-1)
 	errFull    = errors.New("kvindex: shard arena exhausted (2^32 words)")
+	// errShortHeld: AddHeld was given fewer held slots than keys.
+	errShortHeld = errors.New("kvindex: AddHeld needs a held slot per key")
 )
 
 // NewMemoryIndex returns an empty in-memory index.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/kvevents/event"
@@ -184,4 +185,55 @@ func TestMemoryIndexConcurrentEviction(t *testing.T) {
 		t.Errorf("stats %+v: want at most 200 entries and some evictions", st)
 	}
 	checkInvariants(t, idx)
+}
+
+// A reader that finds a writer in the middle of a change (the shard's
+// sequence odd) for readSpins tries waits for the writer's lock, and then
+// reads the state the writer left, not a torn one. (It used to yield with
+// runtime.Gosched, which queued it behind every runnable goroutine.)
+func TestMemoryIndexReaderWaitsForAStalledWriter(t *testing.T) {
+	ctx := context.Background()
+	idx := NewMemoryIndex(MemoryConfig{})
+	const m ModelID = 0
+	k := blockkeys.Key(42)
+	if err := idx.Add(ctx, m, 1, event.TierGPU, []blockkeys.Key{k}); err != nil {
+		t.Fatal(err)
+	}
+	salt := modelSalt(m)
+	h := mix64(uint64(k) ^ salt)
+	sh := idx.shardOf(h)
+	// A writer descheduled mid-change: it holds the lock, the sequence odd.
+	sh.mu.Lock()
+	sh.seq.Add(1)
+	done := make(chan []Holder)
+	go func() {
+		var c collect
+		_ = idx.Lookup(ctx, m, []blockkeys.Key{k}, &c)
+		var hs []Holder
+		if len(c.got) > 0 {
+			hs = c.got[0]
+		}
+		done <- hs
+	}()
+	select {
+	case hs := <-done:
+		t.Fatalf("the reader returned %v while the writer was mid-change", hs)
+	case <-time.After(50 * time.Millisecond):
+	}
+	// The writer finishes its change: a second holder.
+	idx.ensurePod(2)
+	epoch := idx.epochOf(2)
+	if _, _, err := sh.add(idx, h, uint64(k)^salt, packHolder(2, epoch, event.TierGPU)); err != nil {
+		t.Fatal(err)
+	}
+	sh.seq.Add(1)
+	sh.mu.Unlock()
+	select {
+	case hs := <-done:
+		if len(hs) != 2 || hs[0].Pod != 1 || hs[1].Pod != 2 {
+			t.Fatalf("the reader saw %v, want pods 1 and 2", hs)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader never returned after the writer unlocked")
+	}
 }

@@ -2,7 +2,6 @@ package kvindex
 
 import (
 	"context"
-	"runtime"
 	"slices"
 	"sync/atomic"
 
@@ -46,32 +45,53 @@ func (idx *MemoryIndex) Lookup(ctx context.Context, model ModelID, keys []blockk
 // read appends a consistent copy of the packed holders of stored key sk
 // (hashed h, in this shard), stale ones included, to dst, and returns the
 // key's value word (ref bit cleared, 0 if the key is absent) and holder-set
-// signature (see head). Lock-free: see MemoryIndex.
+// signature (see head). Lock-free unless writers keep the shard changing
+// (readSpins): see MemoryIndex.
 func (sh *shard) read(h, sk uint64, dst []uint64) (out []uint64, v, sig uint64) {
-	for spins := 0; ; spins++ {
-		s1 := sh.seq.Load()
-		if s1&1 == 0 {
-			v = sh.probe(h, sk) &^ refBit
-			switch {
-			case v == 0:
-				if sh.seq.Load() == s1 {
-					return dst, 0, 0
-				}
-			case v&tagMask == tagInline:
-				if sh.seq.Load() == s1 {
-					return append(dst, v&holderMask), v, v
-				}
-			default:
-				if out, sig, ok := sh.readChunk(v, dst); ok && sh.seq.Load() == s1 {
-					return out, v, sig
-				}
-			}
-		}
-		if spins > 16 {
-			runtime.Gosched() // the writer may have been descheduled
+	for spins := 0; spins < readSpins; spins++ {
+		if out, v, sig, ok := sh.tryRead(h, sk, dst); ok {
+			return out, v, sig
 		}
 	}
+	sh.mu.Lock()
+	out, v, sig, ok := sh.tryRead(h, sk, dst)
+	sh.mu.Unlock()
+	if !ok { // cannot happen: no writer changes the shard now
+		return dst, 0, 0
+	}
+	return out, v, sig
 }
+
+// tryRead is one attempt of read; ok=false: a writer changed the shard
+// meanwhile.
+func (sh *shard) tryRead(h, sk uint64, dst []uint64) (out []uint64, v, sig uint64, ok bool) {
+	s1 := sh.seq.Load()
+	if s1&1 != 0 {
+		return dst, 0, 0, false
+	}
+	v = sh.probe(h, sk) &^ refBit
+	switch {
+	case v == 0:
+		return dst, 0, 0, sh.seq.Load() == s1
+	case v&tagMask == tagInline:
+		return append(dst, v&holderMask), v, v, sh.seq.Load() == s1
+	}
+	out, sig, ok = sh.readChunk(v, dst)
+	if !ok || sh.seq.Load() != s1 {
+		return dst, 0, 0, false
+	}
+	return out, v, sig, true
+}
+
+// readSpins is how many times a reader tries the shard without its lock
+// before it waits for the writer's lock instead (a writer changing the
+// shard without pause, or descheduled in the middle of a change). Yielding
+// (runtime.Gosched) instead put the reader in the global run queue, behind
+// every runnable goroutine: with 2 Ps and the Mooncake replay's 128 query
+// lanes a lookup that yielded took milliseconds (docs/performance.md). A
+// blocked mutex waiter is woken by the unlocking writer. Under the lock
+// the shard's sequence is even and still, so the read succeeds at once.
+const readSpins = 16
 
 // head returns stored key sk's value word (ref bit cleared, 0 if absent)
 // and its holder-set signature, both from one consistent state of the
@@ -79,15 +99,20 @@ func (sh *shard) read(h, sk uint64, dst []uint64) (out []uint64, v, sig uint64) 
 // sum of holderSig; that of an inline holder is the value word itself.
 // Equal signatures mean equal holder sets (a 64-bit hash collision aside).
 func (sh *shard) head(h, sk uint64) (v, sig uint64) {
-	for spins := 0; ; spins++ {
+	for spins := 0; spins < readSpins; spins++ {
 		s1, v := sh.headStart(h, sk)
 		if sig, ok := sh.headFinish(s1, v); ok {
 			return v, sig
 		}
-		if spins > 16 {
-			runtime.Gosched()
-		}
 	}
+	sh.mu.Lock()
+	s1, v := sh.headStart(h, sk)
+	sig, ok := sh.headFinish(s1, v)
+	sh.mu.Unlock()
+	if !ok { // cannot happen: no writer changes the shard now
+		return 0, 0
+	}
+	return v, sig
 }
 
 // headStart and headFinish are one attempt of head, split so that a caller
@@ -132,35 +157,42 @@ func (sh *shard) headFinish(s1, v uint64) (sig uint64, ok bool) {
 // chunkHas reports whether stored key sk still has chunk value v with
 // signature sig, and x among its holders, all in one consistent state.
 func (sh *shard) chunkHas(h, sk, v, sig, x uint64) bool {
-	for spins := 0; ; spins++ {
-		s1 := sh.seq.Load()
-		if s1&1 == 0 {
-			has := false
-			if sh.probe(h, sk)&^refBit == v {
-				c, off := uint64(valCount(v)), v&offMask
-				a := *sh.arena.Load()
-				if off+1+c <= uint64(len(a)) && atomic.LoadUint64(&a[off]) == sig {
-					hs := a[off+1 : off+1+c]
-					lo, hi := 0, len(hs)
-					for lo < hi {
-						m := int(uint(lo+hi) >> 1)
-						if atomic.LoadUint64(&hs[m]) < x {
-							lo = m + 1
-						} else {
-							hi = m
-						}
-					}
-					has = lo < len(hs) && atomic.LoadUint64(&hs[lo]) == x
-				}
-			}
-			if sh.seq.Load() == s1 {
-				return has
-			}
-		}
-		if spins > 16 {
-			runtime.Gosched()
+	for spins := 0; spins < readSpins; spins++ {
+		if has, ok := sh.tryChunkHas(h, sk, v, sig, x); ok {
+			return has
 		}
 	}
+	sh.mu.Lock()
+	has, _ := sh.tryChunkHas(h, sk, v, sig, x) // holds: no writer now
+	sh.mu.Unlock()
+	return has
+}
+
+// tryChunkHas is one attempt of chunkHas; ok=false: a writer changed the
+// shard meanwhile.
+func (sh *shard) tryChunkHas(h, sk, v, sig, x uint64) (has, ok bool) {
+	s1 := sh.seq.Load()
+	if s1&1 != 0 {
+		return false, false
+	}
+	if sh.probe(h, sk)&^refBit == v {
+		c, off := uint64(valCount(v)), v&offMask
+		a := *sh.arena.Load()
+		if off+1+c <= uint64(len(a)) && atomic.LoadUint64(&a[off]) == sig {
+			hs := a[off+1 : off+1+c]
+			lo, hi := 0, len(hs)
+			for lo < hi {
+				m := int(uint(lo+hi) >> 1)
+				if atomic.LoadUint64(&hs[m]) < x {
+					lo = m + 1
+				} else {
+					hi = m
+				}
+			}
+			has = lo < len(hs) && atomic.LoadUint64(&hs[lo]) == x
+		}
+	}
+	return has, sh.seq.Load() == s1
 }
 
 // probe returns the value word of stored key sk (0 if absent). The caller

@@ -305,3 +305,57 @@ func TestMemoryIndexLookupStops(t *testing.T) {
 		t.Errorf("visited %v, want [0 1]: the visitor asked to stop", s.seen)
 	}
 }
+
+// AddHeld reports which keys the pod already held on the tier: not another
+// pod's, not another tier's, not a cleared pod's (stale holders), and a key
+// given twice in one call is held the second time. The applier counts a
+// block's extra copies from this answer (applier/holding.go).
+func TestMemoryIndexAddHeld(t *testing.T) {
+	ctx := context.Background()
+	idx := NewMemoryIndex(MemoryConfig{})
+	const a, b PodID = 1, 2
+	add := func(pod PodID, tier event.Tier, keys ...blockkeys.Key) []bool {
+		t.Helper()
+		held := make([]bool, len(keys)+1) // longer than keys is fine
+		held[len(keys)] = true            // and left alone
+		if err := idx.AddHeld(ctx, 0, pod, tier, keys, held); err != nil {
+			t.Fatal(err)
+		}
+		if !held[len(keys)] {
+			t.Fatal("AddHeld wrote past len(keys)")
+		}
+		return held[:len(keys)]
+	}
+	if got := add(a, event.TierGPU, 1, 2, 3); !slices.Equal(got, []bool{false, false, false}) {
+		t.Fatalf("first add: %v", got)
+	}
+	if got := add(b, event.TierGPU, 1, 4); !slices.Equal(got, []bool{false, false}) {
+		t.Fatalf("another pod's keys reported held: %v", got)
+	}
+	if got := add(a, event.TierCPU, 1); !slices.Equal(got, []bool{false}) {
+		t.Fatalf("another tier's key reported held: %v", got)
+	}
+	if got := add(a, event.TierGPU, 3, 4, 1, 4); !slices.Equal(got, []bool{true, false, true, true}) {
+		t.Fatalf("held %v, want [true false true true]", got)
+	}
+	if n, _ := idx.PodBlocks(ctx, a); n != 4 { // blocks 1-4 (1 on two tiers)
+		t.Fatalf("pod a holds %d blocks, want 4", n)
+	}
+	if err := idx.ClearPod(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if got := add(a, event.TierGPU, 1, 2); !slices.Equal(got, []bool{false, false}) {
+		t.Fatalf("a cleared pod's keys reported held: %v", got)
+	}
+	// Add is AddHeld without the report.
+	if err := idx.Add(ctx, 0, a, event.TierGPU, []blockkeys.Key{2, 5}); err != nil {
+		t.Fatal(err)
+	}
+	if got := add(a, event.TierGPU, 5); !slices.Equal(got, []bool{true}) {
+		t.Fatalf("a key added by Add: %v", got)
+	}
+	if err := idx.AddHeld(ctx, 0, a, event.TierGPU, []blockkeys.Key{6, 7}, make([]bool, 1)); err == nil {
+		t.Fatal("AddHeld with fewer held slots than keys succeeded")
+	}
+	checkInvariants(t, idx)
+}

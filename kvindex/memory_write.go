@@ -13,6 +13,20 @@ import (
 // Add records that pod holds keys on tier. Adding a held (key, pod, tier)
 // again changes nothing but its recency.
 func (idx *MemoryIndex) Add(ctx context.Context, model ModelID, pod PodID, tier event.Tier, keys []blockkeys.Key) error {
+	return idx.AddHeld(ctx, model, pod, tier, keys, nil)
+}
+
+var _ HeldAdder = (*MemoryIndex)(nil)
+
+// AddHeld is Add that reports in held which keys pod already held on tier
+// (HeldAdder); held may be nil when no report is wanted.
+func (idx *MemoryIndex) AddHeld(ctx context.Context, model ModelID, pod PodID, tier event.Tier, keys []blockkeys.Key, held []bool) error {
+	if held != nil {
+		if len(held) < len(keys) {
+			return errShortHeld
+		}
+		clear(held[:len(keys)])
+	}
 	if tier >= event.NumStoredTiers {
 		return errBadTier
 	}
@@ -62,6 +76,8 @@ func (idx *MemoryIndex) Add(ctx context.Context, model ModelID, pod PodID, tier 
 		}
 		if newEntry {
 			dEntries++
+		} else if held != nil {
+			held[i] = true
 		}
 		if newBlock {
 			dBlocks++

@@ -68,6 +68,25 @@ type Index interface {
 	Stats() IndexStats
 }
 
+// HeldAdder is implemented by index backends that can tell, while adding,
+// which keys the pod already held on the tier: the in-memory index reads
+// each key's holders to add to them anyway, so the answer is free there,
+// where Redis would need a read per key (it does not implement it).
+// The applier uses it to count a vLLM pod's extra copies of a block
+// (applier/tables.go) only for blocks stored again, instead of a count per
+// block: a table lookup, a memory miss at scale, per stored and removed
+// block less.
+//
+// AddHeld is Add that also sets held[i] to whether pod held keys[i] on tier
+// before the call (a duplicate within keys is held the second time). It
+// needs len(held) >= len(keys); keys it did not get to (an error, or the pod
+// cleared meanwhile) are reported not held. An index that wraps another and
+// intercepts Add must intercept AddHeld too, or not offer it: the applier
+// writes stored blocks through AddHeld when the index has it.
+type HeldAdder interface {
+	AddHeld(ctx context.Context, model ModelID, pod PodID, tier event.Tier, keys []blockkeys.Key, held []bool) error
+}
+
 // PodBlocksBatcher is implemented by index backends that can answer
 // PodBlocks for many pods at once much cheaper than one call per pod (Redis:
 // one round trip instead of one per pod). Pod listings use it when the index

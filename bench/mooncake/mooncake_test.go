@@ -91,6 +91,20 @@ func TestReplayCountsAgree(t *testing.T) {
 		if r.Service.P50 <= 0 || r.Elapsed <= 0 {
 			t.Errorf("tokens=%v: no timings: %+v", tokens, r)
 		}
+		// The fixed-work mode applies the same events, in one goroutine.
+		a, err := ApplyAll(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.DecodeErrors != 0 || a.Batches != tot.Batches || a.Blocks != tot.StoredBlocks+tot.RemovedBlocks {
+			t.Errorf("tokens=%v: ApplyAll applied %d messages, %d blocks (%d decode errors); the corpus has %d, %d",
+				tokens, a.Batches, a.Blocks, a.DecodeErrors, tot.Batches, tot.StoredBlocks+tot.RemovedBlocks)
+		}
+		for w, n := range c.Resident {
+			if a.PodEntries[w] != int64(n) {
+				t.Errorf("tokens=%v: ApplyAll: worker %d: index %d, engine %d", tokens, w, a.PodEntries[w], n)
+			}
+		}
 	}
 }
 

@@ -172,24 +172,12 @@ func Replay(ctx context.Context, c *Corpus, rc RunConfig) (*Result, error) {
 	runtime.ReadMemStats(&ms)
 	heap0 := int64(ms.HeapAlloc)
 
-	nWorkers := len(c.Resident)
-	capacity := max(int64(kvindex.DefaultMemoryCapacity), 2*int64(nWorkers)*int64(c.Cfg.Capacity))
-	mem := kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: capacity})
-	var interner *kvindex.Interner
-	ix, err := indexer.New(ctx, indexer.Config{Keys: c.Cfg.KeyConfig(),
-		Backend: func(_ context.Context, in *kvindex.Interner) (indexer.Backend, error) {
-			interner = in
-			return indexer.MemoryBackend(mem), nil
-		}})
+	e, err := newEnv(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	defer ix.Close()
-	sink := ix.Sink()
-	pods := make([]string, nWorkers)
-	for w := range pods {
-		pods[w] = "worker-" + strconv.Itoa(w)
-	}
+	defer e.ix.Close()
+	ix, sink, pods := e.ix, e.ix.Sink(), e.pods
 
 	// Lanes are numbered event workers first, then query lanes; each
 	// worker's events go to one event worker, its queries to one lane.
@@ -343,18 +331,53 @@ func Replay(ctx context.Context, c *Corpus, rc RunConfig) (*Result, error) {
 		finish[i] -= sched[i]
 	}
 	r.Service, r.EndToEnd = dist(service), dist(finish)
-	st := mem.Stats()
+	st := e.mem.Stats()
 	r.IndexEntries, r.IndexKeys = st.Entries, st.Keys
-	r.PodEntries = make([]int64, nWorkers)
-	for w, p := range pods {
-		if id, ok := interner.LookupPod(p, 0); ok {
-			r.PodEntries[w] = mem.PodEntries(id)
-		}
-	}
+	r.PodEntries = e.podEntries()
 	service, finish, sched = nil, nil, nil
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	r.HeapBytes = int64(ms.HeapAlloc) - heap0
 	runtime.KeepAlive(ix)
 	return r, nil
+}
+
+// env is a fresh indexer on an in-memory index sized for c, as the daemon
+// would run it, and the workers' pod names.
+type env struct {
+	mem      *kvindex.MemoryIndex
+	ix       *indexer.Indexer
+	interner *kvindex.Interner
+	pods     []string
+}
+
+func newEnv(ctx context.Context, c *Corpus) (*env, error) {
+	nWorkers := len(c.Resident)
+	capacity := max(int64(kvindex.DefaultMemoryCapacity), 2*int64(nWorkers)*int64(c.Cfg.Capacity))
+	e := &env{mem: kvindex.NewMemoryIndex(kvindex.MemoryConfig{Capacity: capacity})}
+	ix, err := indexer.New(ctx, indexer.Config{Keys: c.Cfg.KeyConfig(),
+		Backend: func(_ context.Context, in *kvindex.Interner) (indexer.Backend, error) {
+			e.interner = in
+			return indexer.MemoryBackend(e.mem), nil
+		}})
+	if err != nil {
+		return nil, err
+	}
+	e.ix = ix
+	e.pods = make([]string, nWorkers)
+	for w := range e.pods {
+		e.pods[w] = "worker-" + strconv.Itoa(w)
+	}
+	return e, nil
+}
+
+// podEntries is what the index holds per worker.
+func (e *env) podEntries() []int64 {
+	out := make([]int64, len(e.pods))
+	for w, p := range e.pods {
+		if id, ok := e.interner.LookupPod(p, 0); ok {
+			out[w] = e.mem.PodEntries(id)
+		}
+	}
+	return out
 }

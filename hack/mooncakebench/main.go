@@ -59,6 +59,7 @@ func run() error {
 	short := flag.Bool("short", false, "a few seconds: the synthetic trace's first 400 requests, 16 workers of 1,024 blocks, a short sweep")
 	verbose := flag.Bool("v", false, "print every replay of the sweep")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the replays (with -window: of that one replay)")
+	applyOnly := flag.Int("apply-only", 0, "instead of replays: apply every event message N times in a row on one goroutine, each time into a fresh index (a fixed amount of work; prints CPU ns per event block)")
 	memProfile := flag.String("memprofile", "", "write allocation profiles before (FILE.base) and after the replays")
 	flag.Parse()
 
@@ -170,6 +171,21 @@ func run() error {
 			"%d logical ops, %d block ops (%d request + %d stored + %d removed)\n",
 			inputName(tokens), time.Since(t0).Seconds(), t.Requests, t.StoredEvents, t.RemovedEvents, t.Batches,
 			t.Logical(), t.Blocks(), t.RequestBlocks, t.StoredBlocks, t.RemovedBlocks)
+		if *applyOnly > 0 {
+			for i := 0; i < *applyOnly; i++ {
+				r, err := mooncake.ApplyAll(ctx, c)
+				if err != nil {
+					return err
+				}
+				if err := checkEntries(c, r.PodEntries, r.DecodeErrors); err != nil {
+					return err
+				}
+				fmt.Printf("apply-only %d: %d messages, %d event blocks: CPU %.3fs (%.1f ns/block), wall %.3fs (%s block ops/s)\n",
+					i+1, r.Batches, r.Blocks, r.CPU.Seconds(), float64(r.CPU.Nanoseconds())/float64(r.Blocks),
+					r.Wall.Seconds(), si(float64(r.Blocks)/r.Wall.Seconds()))
+			}
+			continue
+		}
 		for _, p := range procList {
 			runtime.GOMAXPROCS(p)
 			rc := mooncake.RunConfig{EventWorkers: *eventWorkers, QueryLanes: *queryLanes}
@@ -246,12 +262,16 @@ func inputName(tokens bool) string {
 // check fails a replay whose index does not hold, worker by worker,
 // exactly the blocks the mock engines hold at the end of the trace.
 func check(c *mooncake.Corpus, r *mooncake.Result) error {
-	if r.DecodeErrors != 0 {
-		return fmt.Errorf("%d event messages failed to decode", r.DecodeErrors)
+	return checkEntries(c, r.PodEntries, r.DecodeErrors)
+}
+
+func checkEntries(c *mooncake.Corpus, podEntries []int64, decodeErrors int64) error {
+	if decodeErrors != 0 {
+		return fmt.Errorf("%d event messages failed to decode", decodeErrors)
 	}
 	for w, n := range c.Resident {
-		if r.PodEntries[w] != int64(n) {
-			return fmt.Errorf("worker %d: the index holds %d blocks, its engine %d", w, r.PodEntries[w], n)
+		if podEntries[w] != int64(n) {
+			return fmt.Errorf("worker %d: the index holds %d blocks, its engine %d", w, podEntries[w], n)
 		}
 	}
 	return nil

@@ -40,6 +40,19 @@ func (h *HeldIndex) Release() { h.releaseOnce.Do(func() { close(h.release) }) }
 
 // Add waits while the index is held, then adds.
 func (h *HeldIndex) Add(ctx context.Context, m kvindex.ModelID, p kvindex.PodID, t event.Tier, keys []blockkeys.Key) error {
+	h.wait(ctx)
+	return h.MemoryIndex.Add(ctx, m, p, t, keys)
+}
+
+// AddHeld is Add for the applier, which writes stored blocks through it
+// (kvindex.HeldAdder): it waits too.
+func (h *HeldIndex) AddHeld(ctx context.Context, m kvindex.ModelID, p kvindex.PodID, t event.Tier, keys []blockkeys.Key, held []bool) error {
+	h.wait(ctx)
+	return h.MemoryIndex.AddHeld(ctx, m, p, t, keys, held)
+}
+
+// wait blocks while the index is held.
+func (h *HeldIndex) wait(ctx context.Context) {
 	if h.held.Load() {
 		h.enterOnce.Do(func() { close(h.entered) })
 		select { // released, or Apply's context ends (shutdown)
@@ -47,5 +60,4 @@ func (h *HeldIndex) Add(ctx context.Context, m kvindex.ModelID, p kvindex.PodID,
 		case <-ctx.Done():
 		}
 	}
-	return h.MemoryIndex.Add(ctx, m, p, t, keys)
 }
