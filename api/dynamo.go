@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -586,14 +587,84 @@ func (s *Server) handleDynamoWorkers(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// handleDynamoDump answers GET /dump with 501: Dynamo's dump is its radix
-// tree replayed as RouterEvents (parent hash, engine block hash and token
-// hash per block), which peers load to recover. kvindexd's index keeps
-// neither parent links nor token hashes, so it cannot write that dump, and
-// an approximation a Dynamo peer would load as truth is worse than none.
-func (s *Server) handleDynamoDump(w http.ResponseWriter, _ *http.Request) {
-	writeError(w, errorf(codes.Unimplemented, "GET /dump (Dynamo's RouterEvent tree dump) is not served: kvindexd's index keeps "+
-		"no parent links or token hashes to rebuild it from; per-pod block counts are in GET /v1/pods"))
+// handleDynamoDump answers GET /dump as Dynamo's standalone indexer does:
+// {"<model>:<tenant>": {"block_size": N, "events": [RouterEvent, ...]}},
+// each model's GPU-tier blocks as one store event per (block, worker),
+// parents before children, event ids from 0 (indexer.DynamoDump), which a
+// peer applies in order to rebuild its tree. A worker is a pod whose name
+// is an unsigned integer (Dynamo's worker ids; a pod named otherwise, e.g.
+// by --endpoint, cannot be written as one and is left out). Admin scope, as
+// the peer snapshot; one dump streams at a time (503 otherwise).
+func (s *Server) handleDynamoDump(w http.ResponseWriter, r *http.Request) {
+	if !s.adminEnabled() {
+		writeError(w, errAdminOff)
+		return
+	}
+	if !s.dumping.CompareAndSwap(false, true) {
+		writeError(w, errorf(codes.Unavailable, "a GET /dump is already streaming; retry when it ends"))
+		return
+	}
+	defer s.dumping.Store(false)
+	w.Header().Set("Content-Type", "application/json")
+	bw := bufio.NewWriterSize(w, 64<<10)
+	_ = bw.WriteByte('{')
+	first := true
+	var b []byte
+	err := s.idx.DynamoDump(r.Context(), func(model string, blockSize int, evs []indexer.DynamoDumpEvent) error {
+		tn, m := tenant.Split(model)
+		if !first {
+			_ = bw.WriteByte(',')
+		}
+		first = false
+		b = appendString(b[:0], m+":"+orDefault(tn))
+		b = append(b, `:{"block_size":`...)
+		b = strconv.AppendInt(b, int64(blockSize), 10)
+		b = append(b, `,"events":[`...)
+		id := 0
+		for _, e := range evs {
+			worker, err := strconv.ParseUint(e.Pod, 10, 64)
+			if err != nil {
+				continue
+			}
+			if id > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"worker_id":`...)
+			b = strconv.AppendUint(b, worker, 10)
+			b = append(b, `,"event":{"event_id":`...)
+			b = strconv.AppendInt(b, int64(id), 10)
+			b = append(b, `,"data":{"stored":{"parent_hash":`...)
+			if e.Root {
+				b = append(b, "null"...)
+			} else {
+				b = strconv.AppendUint(b, e.Parent, 10)
+			}
+			b = append(b, `,"blocks":[{"block_hash":`...)
+			b = strconv.AppendUint(b, e.BlockHash, 10)
+			b = append(b, `,"tokens_hash":`...)
+			b = strconv.AppendUint(b, e.Local, 10)
+			b = append(b, `,"mm_extra_info":null}]}},"dp_rank":`...)
+			b = strconv.AppendInt(b, int64(e.DPRank), 10)
+			b = append(b, "}}"...)
+			id++
+			if len(b) > 32<<10 {
+				if _, err := bw.Write(b); err != nil {
+					return err
+				}
+				b = b[:0]
+			}
+		}
+		b = append(b, "]}"...)
+		_, err := bw.Write(b)
+		return err
+	})
+	if err != nil {
+		// The status is sent; a cut-short body is what the peer sees.
+		s.log.Warn("GET /dump ended early", "err", err)
+		return
+	}
+	_, _ = bw.WriteString("}\n")
+	_ = bw.Flush()
 }
 
 // modelKnown reports whether model (an internal name, tenant.Model) has an

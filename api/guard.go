@@ -73,6 +73,9 @@ func (s *Server) httpScope(r *http.Request) Scope {
 	case "/register", "/unregister":
 		// Dynamo's runtime subscriptions are endpoint management.
 		return ScopeAdmin
+	case "/dump":
+		// Dynamo's dump is the whole index too, as the peer snapshot.
+		return ScopeAdmin
 	case indexer.PeerSnapshotPath:
 		// the whole index: what every pod holds, for a peer to start from
 		return ScopeAdmin

@@ -147,14 +147,18 @@ func (s *Server) mooncake(w http.ResponseWriter, r *http.Request, byHash bool) {
 }
 
 // dynamoForm tells Dynamo's form of the two calls from Mooncake's: it names
-// model_name and not model. A body that is not JSON is Mooncake's (400
-// either way).
+// model_name and not model. A body that is not JSON is Dynamo's when it
+// spells "model_name" and not "model" (400 either way; the message is
+// Dynamo's then).
 func dynamoForm(body []byte) bool {
 	var probe struct {
 		Model     json.RawMessage `json:"model"`
 		ModelName json.RawMessage `json:"model_name"`
 	}
-	return json.Unmarshal(body, &probe) == nil && probe.ModelName != nil && probe.Model == nil
+	if json.Unmarshal(body, &probe) != nil {
+		return bytes.Contains(body, []byte(`"model_name"`)) && !bytes.Contains(body, []byte(`"model"`))
+	}
+	return probe.ModelName != nil && probe.Model == nil
 }
 
 func parseMooncake(body []byte, byHash bool) (mooncakeRequest, indexer.Query, *Error) {

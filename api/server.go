@@ -142,8 +142,10 @@ type Server struct {
 	// dynReg and dynamo: Dynamo's /register registry and its series
 	// (dynamo.go).
 	dynReg dynRegistry
-	dynamo *dynamoMetrics
-	tr     *tracing.Tracer
+	// dumping is set while a GET /dump streams (one at a time).
+	dumping atomic.Bool
+	dynamo  *dynamoMetrics
+	tr      *tracing.Tracer
 	// bodies is the request body budget (bodybudget.go).
 	bodies *bytebudget.Budget
 	// peerCopy admits one peer copy at a time (peer.go); peerCopies counts them.
