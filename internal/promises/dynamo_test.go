@@ -220,6 +220,29 @@ func TestPromiseDynamoIndexerConformance(t *testing.T) {
 			// stored before its children, tokens_hash Dynamo's hash.
 			checkDump(t, d, modelName, map[string]int{ia + "/" + ra: 5, ib + "/" + rb: 4}, cat(A, C, D, F))
 
+			// b offloads D and F to CPU (vLLM's medium "CPU"): Mooncake's
+			// form counts them for b, Dynamo's does not (its scores read the
+			// device tier), so its answer is unchanged.
+			hs := engineHashes(t, req4)
+			pb.Send(pypub.Batch{Topic: "", Seq: sb, Form: "array", Events: []pypub.Event{{Type: "BlockStored", BlockHashes: hs[2:], ParentHash: &hs[1],
+				TokenIDs: req4[2*blockSize:], BlockSize: blockSize, Medium: "CPU"}}})
+			sb++
+			wait.Until(t, "b's CPU blocks in Mooncake's answer", func() string {
+				code, body := dynPost(t, d, "/query", map[string]any{"token_ids": req4, "model": modelName})
+				var m map[string]map[string]struct {
+					CPU int `json:"CPU"`
+					DP  map[string]int
+				}
+				if code != http.StatusOK || json.Unmarshal([]byte(body), &m) != nil || m["default"][ib].DP[rb] != 4*blockSize {
+					return fmt.Sprintf("%d %s", code, body)
+				}
+				return ""
+			})
+			if code, body := dynPost(t, d, "/query", map[string]any{"token_ids": req4, "model_name": modelName}); code != http.StatusOK ||
+				json.Unmarshal([]byte(body), &got) != nil || got.Scores[ib][rb] != 2*blockSize || got.Scores[ia][ra] != 4*blockSize {
+				t.Errorf("Dynamo's /query after b's CPU blocks: %d %s, want b at %d tokens (GPU only)", code, body, 2*blockSize)
+			}
+
 			// Unregister b (one rank in the DP layout, the instance
 			// otherwise): its blocks leave the answer, a's stay.
 			unreg := map[string]any{"instance_id": tc.idb, "model_name": modelName}
@@ -427,6 +450,31 @@ func TestPromiseDynamoIndexerErrors(t *testing.T) {
 	}
 	if code, body := off.Get("/dump"); code != http.StatusForbidden {
 		t.Errorf("GET /dump without --admin-api: %d %s, want 403 (the whole index, admin scope as the peer snapshot)", code, body)
+	}
+
+	// Dynamo's peer registry: a set of URLs, listed in order, registered
+	// twice as once (201), removed once (200, then 404 "peer not found");
+	// admin scope.
+	peer := map[string]any{"url": "http://10.0.0.9:8090"}
+	for i := 0; i < 2; i++ {
+		if code, body := dynPost(t, d, "/register_peer", peer); code != http.StatusCreated || strings.TrimSpace(body) != `{"status":"ok"}` {
+			t.Errorf("register_peer: %d %s, want 201", code, body)
+		}
+	}
+	if code, body := d.Get("/peers"); code != http.StatusOK || strings.TrimSpace(body) != `["http://10.0.0.9:8090"]` {
+		t.Errorf("GET /peers: %d %s", code, body)
+	}
+	if code, body := dynPost(t, d, "/deregister_peer", peer); code != http.StatusOK {
+		t.Errorf("deregister_peer: %d %s, want 200", code, body)
+	}
+	if code, body := dynPost(t, d, "/deregister_peer", peer); code != http.StatusNotFound || !strings.Contains(body, `"error":"peer not found"`) {
+		t.Errorf("second deregister_peer: %d %s, want 404 peer not found", code, body)
+	}
+	if code, body := d.Get("/peers"); code != http.StatusOK || strings.TrimSpace(body) != `[]` {
+		t.Errorf("GET /peers after: %d %s", code, body)
+	}
+	if code, body := dynPost(t, off, "/register_peer", peer); code != http.StatusForbidden {
+		t.Errorf("register_peer without --admin-api: %d %s, want 403", code, body)
 	}
 
 	// A known model with nothing cached: 200 and empty maps, as Dynamo's.
