@@ -272,20 +272,25 @@ func (v *dynVisitor) Visit(_ int, _ blockkeys.Key, holders []kvindex.Holder) boo
 }
 
 // DynamoScore answers Dynamo's /query_by_hash (locals: Dynamo
-// LocalBlockHashes) and /query (tokens, hashed the Dynamo way with lora's
-// seed, when locals is nil) for model (an internal name, tenant.Model) as
-// Dynamo's standalone indexer answers them on the same events.
+// LocalBlockHashes, walked through the translation table) and /query
+// (tokens, when locals is nil) for model (an internal name, tenant.Model) as
+// Dynamo's standalone indexer answers them on the same events. Tokens are
+// turned into the engine's keys directly (with lora as the engine's
+// adapter), not through the table: the same blocks Dynamo's hashes of them
+// reach, and blocks the table never saw (restored from a snapshot or a
+// peer, or written to a shared Redis index by another daemon) still count.
 func (ix *Indexer) DynamoScore(ctx context.Context, model string, locals []uint64, tokens []uint32, lora string, out *DynamoResult) error {
 	out.Ranks, out.Frequencies = out.Ranks[:0], out.Frequencies[:0]
 	id, ok := ix.in.LookupModel(model)
-	if !ok || ix.dyn == nil {
+	if !ok {
 		return nil
 	}
+	var keys []blockkeys.Key
 	if locals == nil {
-		var buf []byte
-		locals, _ = AppendDynamoHashes(nil, buf, tokens, ix.hashers.For(model).Config().BlockSize, DynamoLoraSeed(lora))
+		keys = ix.hashers.For(model).Keys(nil, tokens, blockkeys.RequestExtras{LoraName: lora})
+	} else {
+		keys = ix.dyn.walk(id, locals, nil)
 	}
-	keys := ix.dyn.walk(id, locals, nil)
 	if len(keys) == 0 {
 		return nil
 	}
