@@ -83,8 +83,6 @@ type dynTable struct {
 	mu      sync.RWMutex
 	edges   map[dynEdge]blockkeys.Key
 	cap     int
-	buf     []byte
-	hashes  []uint64
 	refused int // translations refused since the last sweep
 
 	entries  prometheus.GaugeFunc
@@ -129,22 +127,38 @@ func newDynTable(capacity int, reg *prometheus.Registry, held holderProbe) (*dyn
 // pairs (EAGLE bigrams, which Dynamo's listener at the pinned version does
 // not decode).
 func (t *dynTable) observe(model kvindex.ModelID, blockSize int, evs []event.Event) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	sc := dynScratchPool.Get().(*dynScratch)
+	defer dynScratchPool.Put(sc)
 	for i := range evs {
 		ev := &evs[i]
 		if ev.Kind != event.BlockStored || ev.Bigram || ev.BlockSize != blockSize || len(ev.BlockHashes) == 0 {
 			continue
 		}
+		// Hash outside the lock (the apply workers of other pods share
+		// the table); only the inserts hold it.
 		n := min(len(ev.BlockHashes), len(ev.TokenIDs)/blockSize)
-		t.hashes, t.buf = AppendDynamoHashes(t.hashes[:0], t.buf, ev.TokenIDs[:n*blockSize], blockSize, DynamoLoraSeed(ev.LoraName))
+		sc.hashes, sc.buf = AppendDynamoHashes(sc.hashes[:0], sc.buf, ev.TokenIDs[:n*blockSize], blockSize, DynamoLoraSeed(ev.LoraName))
+		if len(sc.hashes) == 0 {
+			continue
+		}
 		parent, root := ev.ParentHash, !ev.HasParent
-		for j, local := range t.hashes {
+		t.mu.Lock()
+		for j, local := range sc.hashes {
 			t.insertLocked(dynEdge{parent: parent, local: local, model: model, root: root}, blockkeys.Key(ev.BlockHashes[j]))
 			parent, root = ev.BlockHashes[j], false
 		}
+		t.mu.Unlock()
 	}
 }
+
+// dynScratch is observe's per-call scratch space, pooled so concurrent
+// apply workers neither share nor allocate it.
+type dynScratch struct {
+	buf    []byte
+	hashes []uint64
+}
+
+var dynScratchPool = sync.Pool{New: func() any { return new(dynScratch) }}
 
 func (t *dynTable) insertLocked(e dynEdge, k blockkeys.Key) {
 	if old, ok := t.edges[e]; ok {
