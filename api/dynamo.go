@@ -220,15 +220,15 @@ func missingField(name string) *dynReject { return dataReject("missing field `%s
 // dynRequired is a request body that knows its required fields.
 type dynRequired interface{ required() *dynReject }
 
-// decodeDynamoAdmin admits a /register or /unregister call: kvindexd's
-// admin scope and subscriber first (403, 501), then the body as Dynamo's
-// server decodes it.
-func (s *Server) decodeDynamoAdmin(w http.ResponseWriter, r *http.Request, v dynRequired) *dynReject {
+// decodeDynamoAdmin admits an admin call of Dynamo's: kvindexd's admin
+// scope and, for a call that subscribes (/register, /unregister), its
+// subscriber first (403, 501), then the body as Dynamo's server decodes it.
+func (s *Server) decodeDynamoAdmin(w http.ResponseWriter, r *http.Request, v dynRequired, subscribes bool) *dynReject {
 	var e *Error
 	switch {
 	case !s.adminEnabled():
 		e = errAdminOff
-	case s.cfg.Subscriber == nil:
+	case subscribes && s.cfg.Subscriber == nil:
 		e = errorf(codes.Unimplemented, "no event subscriber is running")
 	}
 	if e != nil {
@@ -304,7 +304,7 @@ func orDefault(t string) string {
 
 func (s *Server) handleDynamoRegister(w http.ResponseWriter, r *http.Request) {
 	var req dynRegisterRequest
-	if rej := s.decodeDynamoAdmin(w, r, &req); rej != nil {
+	if rej := s.decodeDynamoAdmin(w, r, &req, true); rej != nil {
 		s.dynamo.rejected.WithLabelValues("invalid").Inc()
 		rej.write(w)
 		return
@@ -438,7 +438,7 @@ func (q *dynUnregisterRequest) required() *dynReject {
 // matched, as Dynamo's.
 func (s *Server) handleDynamoUnregister(w http.ResponseWriter, r *http.Request) {
 	var req dynUnregisterRequest
-	if rej := s.decodeDynamoAdmin(w, r, &req); rej != nil {
+	if rej := s.decodeDynamoAdmin(w, r, &req, true); rej != nil {
 		rej.write(w)
 		return
 	}

@@ -27,8 +27,9 @@ const (
 )
 
 type dynPeers struct {
-	mu   sync.Mutex
-	urls []string // in registration order
+	mu    sync.Mutex
+	urls  []string // in registration order
+	gauge prometheus.GaugeFunc
 }
 
 func newDynPeers(reg *prometheus.Registry, seed []string) (*dynPeers, error) {
@@ -38,11 +39,11 @@ func newDynPeers(reg *prometheus.Registry, seed []string) (*dynPeers, error) {
 			p.urls = append(p.urls, u)
 		}
 	}
-	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	p.gauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kvindexd_dynamo_peers",
 		Help: "Peer URLs in Dynamo's peer registry (--peers, POST /register_peer); at most 256.",
 	}, func() float64 { p.mu.Lock(); defer p.mu.Unlock(); return float64(len(p.urls)) })
-	return p, reg.Register(g)
+	return p, reg.Register(p.gauge)
 }
 
 type dynPeerRequest struct {
@@ -61,7 +62,7 @@ func (q *dynPeerRequest) required() *dynReject {
 // bytes is 400, a 257th peer 409.
 func (s *Server) handleDynamoRegisterPeer(w http.ResponseWriter, r *http.Request) {
 	var req dynPeerRequest
-	if rej := s.decodeDynamoAdmin(w, r, &req); rej != nil {
+	if rej := s.decodeDynamoAdmin(w, r, &req, false); rej != nil {
 		rej.write(w)
 		return
 	}
@@ -87,7 +88,7 @@ func (s *Server) handleDynamoRegisterPeer(w http.ResponseWriter, r *http.Request
 // {"error":"peer not found"}.
 func (s *Server) handleDynamoDeregisterPeer(w http.ResponseWriter, r *http.Request) {
 	var req dynPeerRequest
-	if rej := s.decodeDynamoAdmin(w, r, &req); rej != nil {
+	if rej := s.decodeDynamoAdmin(w, r, &req, false); rej != nil {
 		rej.write(w)
 		return
 	}

@@ -2,9 +2,13 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvindex/kvindex/indexer"
 )
@@ -54,5 +58,45 @@ func TestDynamoQueryForm(t *testing.T) {
 		if code != tc.status || json.Unmarshal(b, &e) != nil || !strings.Contains(e.Error, tc.want) {
 			t.Errorf("%s %s: %d %s, want %d with %q", tc.path, tc.body, code, b, tc.status, tc.want)
 		}
+	}
+}
+
+// TestDynamoPeersCapped: the peer registry is seeded with --peers (once
+// each), holds at most maxPeers URLs of at most maxPeerURL bytes, and
+// counts them in kvindexd_dynamo_peers.
+func TestDynamoPeersCapped(t *testing.T) {
+	st := newStackWith(t, indexer.Config{Keys: testKeys}, func(c *Config) {
+		c.AdminAPI = true
+		c.Peers = []string{"http://a:1", "http://a:1", "http://b:2"}
+	})
+	resp, err := http.Get(st.http.URL + "/peers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(b)) != `["http://a:1","http://b:2"]` {
+		t.Fatalf("seeded: %d %s", resp.StatusCode, b)
+	}
+	for i := 2; i < maxPeers; i++ {
+		if code, b := st.post("/register_peer", fmt.Sprintf(`{"url":"http://p:%d"}`, i)); code != http.StatusCreated {
+			t.Fatalf("peer %d: %d %s", i, code, b)
+		}
+	}
+	if code, b := st.post("/register_peer", `{"url":"http://one-more:1"}`); code != http.StatusConflict || !strings.Contains(string(b), "the limit") {
+		t.Errorf("peer %d: %d %s, want 409", maxPeers+1, code, b)
+	}
+	if code, _ := st.post("/register_peer", `{"url":"http://a:1"}`); code != http.StatusCreated {
+		t.Errorf("a listed peer again: %d, want 201", code)
+	}
+	long := `{"url":"http://` + strings.Repeat("x", maxPeerURL) + `"}`
+	if code, b := st.post("/deregister_peer", `{"url":"http://b:2"}`); code != http.StatusOK {
+		t.Fatalf("deregister: %d %s", code, b)
+	}
+	if code, b := st.post("/register_peer", long); code != http.StatusBadRequest || !strings.Contains(string(b), "more than") {
+		t.Errorf("a long url: %d %s, want 400", code, b)
+	}
+	if got := testutil.ToFloat64(st.srv.dynPeers.gauge); got != maxPeers-1 {
+		t.Errorf("kvindexd_dynamo_peers = %v, want %d", got, maxPeers-1)
 	}
 }
