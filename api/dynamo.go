@@ -29,7 +29,8 @@ import (
 // on the HTTP port so a router written for it works unchanged: POST
 // /register and /unregister (runtime ZMQ subscriptions, admin scope, the
 // same endpoint policy as POST /v1/endpoints), GET /workers, GET /health,
-// GET /dump, and the Dynamo forms of POST /query and /query_by_hash (told
+// GET /dump, its peer registry (dynamo_peers.go), and the Dynamo forms of
+// POST /query and /query_by_hash (told
 // from Mooncake's by model_name, see mooncake.go). The shapes, statuses and
 // error bodies follow Dynamo's server code, lib/kv-router/src/
 // standalone_indexer/server.rs at ai-dynamo/dynamo@bc2583516003 (the
@@ -326,50 +327,45 @@ func (s *Server) handleDynamoRegister(w http.ResponseWriter, r *http.Request) {
 // refuses, 409 for what its registry refuses (a duplicate, a block size
 // other than the model's); 0 = the code's own.
 func (s *Server) dynamoRegister(r *http.Request, q *dynRegisterRequest) (reason string, status int, e *Error) {
-	inst := *q.InstanceID
-	req := struct {
-		Endpoint, ModelName, ReplayEndpoint, Engine string
-		BlockSize                                   int
-		TenantID, RoutingGroup                      *string
-	}{strings.TrimSpace(*q.Endpoint), *q.ModelName, q.ReplayEndpoint, q.Engine, int(*q.BlockSize), q.TenantID, q.RoutingGroup}
+	inst, endpoint, modelName, blockSize := *q.InstanceID, strings.TrimSpace(*q.Endpoint), *q.ModelName, int(*q.BlockSize)
 	switch {
-	case req.Endpoint == "":
+	case endpoint == "":
 		return "invalid", 0, errorf(codes.InvalidArgument, "endpoint is empty (the engine's ZMQ PUB address, e.g. tcp://10.0.0.7:5557)")
-	case req.ModelName == "":
+	case modelName == "":
 		return "invalid", 0, errorf(codes.InvalidArgument, "model_name is empty")
-	case tenant.CheckModel(req.ModelName) != nil:
-		return "invalid", 0, errorf(codes.InvalidArgument, "%v", tenant.CheckModel(req.ModelName))
-	case req.BlockSize == 0:
+	case tenant.CheckModel(modelName) != nil:
+		return "invalid", 0, errorf(codes.InvalidArgument, "%v", tenant.CheckModel(modelName))
+	case blockSize == 0:
 		return "invalid", 0, errorf(codes.InvalidArgument, "block_size must be positive (the engine's block size)")
 	}
 	rank := 0
 	if q.DPRank != nil {
 		rank = int(*q.DPRank)
 	}
-	tn, e := tenantOf(req.TenantID, req.RoutingGroup)
+	tn, e := tenantOf(q.TenantID, q.RoutingGroup)
 	if e != nil {
 		return "tenant", 0, e
 	}
 	tn = orDefault(tn)
-	eng, ok := blockkeys.ParseEngine(req.Engine)
+	eng, ok := blockkeys.ParseEngine(q.Engine)
 	if !ok {
-		return "invalid", 0, errorf(codes.InvalidArgument, "engine %q: want vllm, sglang or trtllm", req.Engine)
+		return "invalid", 0, errorf(codes.InvalidArgument, "engine %q: want vllm, sglang or trtllm", q.Engine)
 	}
-	if err := s.endpointPolicy().CheckEndpoint(r.Context(), req.Endpoint, req.ReplayEndpoint, ""); err != nil {
+	if err := s.endpointPolicy().CheckEndpoint(r.Context(), endpoint, q.ReplayEndpoint, ""); err != nil {
 		return "policy", http.StatusBadRequest, errorf(codes.InvalidArgument, "%v", err)
 	}
-	if bs := s.idx.KeyConfig(req.ModelName).BlockSize; bs != req.BlockSize {
+	if bs := s.idx.KeyConfig(modelName).BlockSize; bs != blockSize {
 		return "block_size", http.StatusConflict, errorf(codes.FailedPrecondition,
-			"block_size %d: model %q is indexed in blocks of %d tokens (--block-size, models.NAME.block_size)", req.BlockSize, req.ModelName, bs)
+			"block_size %d: model %q is indexed in blocks of %d tokens (--block-size, models.NAME.block_size)", blockSize, modelName, bs)
 	}
-	key := dynKey{tenant: tn, model: req.ModelName, instance: inst, rank: rank}
+	key := dynKey{tenant: tn, model: modelName, instance: inst, rank: rank}
 	reg := &s.dynReg
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
 	s.pruneLocked()
 	if _, dup := reg.workers[key]; dup {
 		return "duplicate", http.StatusConflict, errorf(codes.AlreadyExists,
-			"instance %d dp_rank %d is already registered for model %q tenant %q: POST /unregister first", inst, rank, req.ModelName, tn)
+			"instance %d dp_rank %d is already registered for model %q tenant %q: POST /unregister first", inst, rank, modelName, tn)
 	}
 	if n := reg.tenantsLocked(tn); n > s.maxTenants() {
 		return "tenant_limit", http.StatusConflict, errorf(codes.ResourceExhausted,
@@ -381,16 +377,16 @@ func (s *Server) dynamoRegister(r *http.Request, q *dynRegisterRequest) (reason 
 			"%d workers are registered, the limit (--max-streams): POST /unregister some first", len(reg.workers))
 	}
 	pod := strconv.FormatUint(inst, 10)
-	err := s.cfg.Subscriber.AddEndpoint(kvevents.EndpointConfig{Address: req.Endpoint, Pod: pod, Model: tenant.Model(tn, req.ModelName),
-		Engine: eng, ReplayAddress: req.ReplayEndpoint, DPRank: rank, AllTopics: true})
+	err := s.cfg.Subscriber.AddEndpoint(kvevents.EndpointConfig{Address: endpoint, Pod: pod, Model: tenant.Model(tn, modelName),
+		Engine: eng, ReplayAddress: q.ReplayEndpoint, DPRank: rank, AllTopics: true})
 	if err != nil {
 		return "subscribe", http.StatusConflict, errorf(codes.AlreadyExists, "register instance %d dp_rank %d: %v", inst, rank, err)
 	}
 	if reg.workers == nil {
 		reg.workers = make(map[dynKey]dynWorker)
 	}
-	reg.workers[key] = dynWorker{address: req.Endpoint, replay: req.ReplayEndpoint, blockSize: req.BlockSize}
-	s.log.Info("dynamo worker registered", "instance_id", inst, "dp_rank", rank, "model", req.ModelName, "tenant", tn, "endpoint", req.Endpoint, "engine", eng)
+	reg.workers[key] = dynWorker{address: endpoint, replay: q.ReplayEndpoint, blockSize: blockSize}
+	s.log.Info("dynamo worker registered", "instance_id", inst, "dp_rank", rank, "model", modelName, "tenant", tn, "endpoint", endpoint, "engine", eng)
 	return "", 0, nil
 }
 
@@ -450,15 +446,7 @@ func (s *Server) handleDynamoUnregister(w http.ResponseWriter, r *http.Request) 
 }
 
 func (s *Server) dynamoUnregister(q *dynUnregisterRequest) *Error {
-	inst := *q.InstanceID
-	req := struct {
-		ModelName string
-		DPRank    *int
-	}{ModelName: *q.ModelName}
-	if q.DPRank != nil {
-		rank := int(*q.DPRank)
-		req.DPRank = &rank
-	}
+	inst, modelName := *q.InstanceID, *q.ModelName
 	tn, e := tenantOf(q.TenantID, q.RoutingGroup)
 	if e != nil {
 		return e
@@ -469,20 +457,20 @@ func (s *Server) dynamoUnregister(q *dynUnregisterRequest) *Error {
 	s.pruneLocked()
 	var gone []dynKey
 	for k := range reg.workers {
-		if k.model == req.ModelName && k.instance == inst && (req.DPRank == nil || *req.DPRank == k.rank) && (tn == "" || tn == k.tenant) {
+		if k.model == modelName && k.instance == inst && (q.DPRank == nil || int(*q.DPRank) == k.rank) && (tn == "" || tn == k.tenant) {
 			gone = append(gone, k)
 		}
 	}
 	if len(gone) == 0 {
 		what := fmt.Sprintf("instance %d", inst)
-		if req.DPRank != nil {
-			what += fmt.Sprintf(" dp_rank %d", *req.DPRank)
+		if q.DPRank != nil {
+			what += fmt.Sprintf(" dp_rank %d", int(*q.DPRank))
 		}
 		tenants := "any tenant"
 		if tn != "" {
 			tenants = "tenant=" + tn
 		}
-		return errorf(codes.NotFound, "%s is not registered for model=%s %s", what, req.ModelName, tenants)
+		return errorf(codes.NotFound, "%s is not registered for model=%s %s", what, modelName, tenants)
 	}
 	for _, k := range gone {
 		addr := reg.workers[k].address
