@@ -29,7 +29,8 @@ import (
 // sweep drops the entries whose block no pod holds any more, and a
 // translation that still finds no room is refused and counted
 // (kvindexd_dynamo_hashes_refused_total): that block then goes unmatched by
-// Dynamo hashes (and by Dynamo-form token queries), never mismatched.
+// Dynamo hashes and out of the dump, never mismatched. Token queries do not
+// need the table (DynamoScore).
 
 // DynamoSeed is XXH3_SEED of Dynamo's lib/kv-router protocols.rs.
 const DynamoSeed uint64 = 1337
