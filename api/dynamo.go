@@ -1,17 +1,20 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
@@ -26,7 +29,8 @@ import (
 // on the HTTP port so a router written for it works unchanged: POST
 // /register and /unregister (runtime ZMQ subscriptions, admin scope, the
 // same endpoint policy as POST /v1/endpoints), GET /workers, GET /health,
-// GET /dump, and the Dynamo forms of POST /query and /query_by_hash (told
+// GET /dump, its peer registry (dynamo_peers.go), and the Dynamo forms of
+// POST /query and /query_by_hash (told
 // from Mooncake's by model_name, see mooncake.go). The shapes, statuses and
 // error bodies follow Dynamo's server code, lib/kv-router/src/
 // standalone_indexer/server.rs at ai-dynamo/dynamo@bc2583516003 (the
@@ -144,49 +148,131 @@ func dynamoStatus(w http.ResponseWriter, status int) {
 	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 }
 
-// decodeDynamo decodes a small JSON body strictly: an unknown field is a
-// mistake worth a 400 naming it (Dynamo would ignore it silently).
-func decodeDynamo(w http.ResponseWriter, r *http.Request, v any) *Error {
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxRegisterBody)); err != nil {
-		if tooBig := new(http.MaxBytesError); errors.As(err, &tooBig) {
-			return errorf(codes.ResourceExhausted, "read body: %v", err)
-		}
-		return errorf(codes.InvalidArgument, "read body: %v", err)
+// dynReject is a body Dynamo's server refuses before its handler runs:
+// axum's Json extractor answers 415 without a JSON Content-Type, 400 for a
+// body that is not JSON (syntax, or cut short), 422 for JSON that does not
+// fit the request type (a missing field, a wrong type, a number out of
+// range), and 413 past its body limit, each with a plain-text message.
+// Unknown fields are ignored, as serde ignores them.
+type dynReject struct {
+	status int
+	msg    string
+	e      *Error // kvindexd's own refusal (admin scope), written as its JSON error
+}
+
+func (d *dynReject) write(w http.ResponseWriter) {
+	if d.e != nil {
+		writeError(w, d.e)
+		return
 	}
-	dec := json.NewDecoder(&buf)
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
-	if err := dec.Decode(v); err != nil {
-		return errorf(codes.InvalidArgument, "invalid JSON body: %v", err)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(d.status)
+	_, _ = w.Write([]byte(d.msg))
+}
+
+func dataReject(format string, args ...any) *dynReject {
+	return &dynReject{status: http.StatusUnprocessableEntity, msg: "Failed to deserialize the JSON body into the target type: " + fmt.Sprintf(format, args...)}
+}
+
+// jsonContentType is axum's test: application/json or application/*+json,
+// parameters allowed.
+func jsonContentType(r *http.Request) bool {
+	ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil {
+		return false
+	}
+	typ, sub, ok := strings.Cut(ct, "/")
+	return ok && typ == "application" && (sub == "json" || strings.HasSuffix(sub, "+json"))
+}
+
+// readDynamoBody reads a body up to limit bytes (413 past it, as axum's
+// limit).
+func readDynamoBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *dynReject) {
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
+		if tooBig := new(http.MaxBytesError); errors.As(err, &tooBig) {
+			return nil, &dynReject{status: http.StatusRequestEntityTooLarge, msg: "Failed to buffer the request body: length limit exceeded"}
+		}
+		return nil, &dynReject{status: http.StatusBadRequest, msg: "Failed to buffer the request body: " + err.Error()}
+	}
+	return buf.Bytes(), nil
+}
+
+// decodeDynamoJSON decodes body into v as Dynamo's server would accept it
+// (see dynReject): required names the fields that must be present and not
+// null, checked by the caller's pointers.
+func decodeDynamoJSON(r *http.Request, body []byte, v any) *dynReject {
+	if !jsonContentType(r) {
+		return &dynReject{status: http.StatusUnsupportedMediaType, msg: "Expected request with `Content-Type: application/json`"}
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		var syn *json.SyntaxError
+		if errors.As(err, &syn) {
+			return &dynReject{status: http.StatusBadRequest, msg: "Failed to parse the request body as JSON: " + err.Error()}
+		}
+		return dataReject("%v", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	return nil
 }
 
-// parseInstance reads Dynamo's instance_id, an unsigned 64-bit integer.
-func parseInstance(n json.Number) (uint64, *Error) {
-	if n == "" {
-		return 0, errorf(codes.InvalidArgument, "instance_id is required (Dynamo's worker id, an unsigned integer)")
+// missingField is serde's refusal of an absent required field.
+func missingField(name string) *dynReject { return dataReject("missing field `%s`", name) }
+
+// dynRequired is a request body that knows its required fields.
+type dynRequired interface{ required() *dynReject }
+
+// decodeDynamoAdmin admits an admin call of Dynamo's: kvindexd's admin
+// scope and, for a call that subscribes (/register, /unregister), its
+// subscriber first (403, 501), then the body as Dynamo's server decodes it.
+func (s *Server) decodeDynamoAdmin(w http.ResponseWriter, r *http.Request, v dynRequired, subscribes bool) *dynReject {
+	var e *Error
+	switch {
+	case !s.adminEnabled():
+		e = errAdminOff
+	case subscribes && s.cfg.Subscriber == nil:
+		e = errorf(codes.Unimplemented, "no event subscriber is running")
 	}
-	v, err := strconv.ParseUint(n.String(), 10, 64)
-	if err != nil {
-		return 0, errorf(codes.InvalidArgument, "instance_id %s: want an unsigned 64-bit integer", n)
+	if e != nil {
+		return &dynReject{e: e}
 	}
-	return v, nil
+	body, rej := readDynamoBody(w, r, maxRegisterBody)
+	if rej == nil {
+		rej = decodeDynamoJSON(r, body, v)
+	}
+	if rej == nil {
+		rej = v.required()
+	}
+	return rej
 }
 
 type dynRegisterRequest struct {
-	InstanceID     json.Number `json:"instance_id"`
-	Endpoint       string      `json:"endpoint"`
-	ModelName      string      `json:"model_name"`
-	BlockSize      int         `json:"block_size"`
-	TenantID       *string     `json:"tenant_id"`
-	RoutingGroup   *string     `json:"routing_group"`
-	DPRank         *int        `json:"dp_rank"`
-	ReplayEndpoint string      `json:"replay_endpoint"`
+	InstanceID     *uint64 `json:"instance_id"`
+	Endpoint       *string `json:"endpoint"`
+	ModelName      *string `json:"model_name"`
+	BlockSize      *uint32 `json:"block_size"`
+	TenantID       *string `json:"tenant_id"`
+	RoutingGroup   *string `json:"routing_group"`
+	DPRank         *uint32 `json:"dp_rank"`
+	ReplayEndpoint string  `json:"replay_endpoint"`
 	// Engine is kvindexd's own addition: the wire format of the endpoint's
 	// events (default vllm, which Dynamo's listener decodes).
 	Engine string `json:"engine"`
+}
+
+// required reports the first required field of a register body that is
+// missing, in the order serde reports them (declaration order).
+func (q *dynRegisterRequest) required() *dynReject {
+	switch {
+	case q.InstanceID == nil:
+		return missingField("instance_id")
+	case q.Endpoint == nil:
+		return missingField("endpoint")
+	case q.ModelName == nil:
+		return missingField("model_name")
+	case q.BlockSize == nil:
+		return missingField("block_size")
+	}
+	return nil
 }
 
 // tenantOf reads tenant_id and routing_group (Dynamo's later name for the
@@ -218,7 +304,13 @@ func orDefault(t string) string {
 }
 
 func (s *Server) handleDynamoRegister(w http.ResponseWriter, r *http.Request) {
-	reason, status, e := s.dynamoRegister(w, r)
+	var req dynRegisterRequest
+	if rej := s.decodeDynamoAdmin(w, r, &req, true); rej != nil {
+		s.dynamo.rejected.WithLabelValues("invalid").Inc()
+		rej.write(w)
+		return
+	}
+	reason, status, e := s.dynamoRegister(r, &req)
 	if e != nil {
 		s.dynamo.rejected.WithLabelValues(reason).Inc()
 		if status == 0 {
@@ -234,60 +326,46 @@ func (s *Server) handleDynamoRegister(w http.ResponseWriter, r *http.Request) {
 // Dynamo's: 400 for an address its validation (here: the endpoint policy)
 // refuses, 409 for what its registry refuses (a duplicate, a block size
 // other than the model's); 0 = the code's own.
-func (s *Server) dynamoRegister(w http.ResponseWriter, r *http.Request) (reason string, status int, e *Error) {
-	if !s.adminEnabled() {
-		return "invalid", 0, errAdminOff
-	}
-	if s.cfg.Subscriber == nil {
-		return "invalid", 0, errorf(codes.Unimplemented, "no event subscriber is running")
-	}
-	var req dynRegisterRequest
-	if e := decodeDynamo(w, r, &req); e != nil {
-		return "invalid", 0, e
-	}
-	inst, e := parseInstance(req.InstanceID)
-	if e != nil {
-		return "invalid", 0, e
-	}
-	req.Endpoint = strings.TrimSpace(req.Endpoint)
+func (s *Server) dynamoRegister(r *http.Request, q *dynRegisterRequest) (reason string, status int, e *Error) {
+	inst, endpoint, modelName, blockSize := *q.InstanceID, strings.TrimSpace(*q.Endpoint), *q.ModelName, int(*q.BlockSize)
 	switch {
-	case req.Endpoint == "":
-		return "invalid", 0, errorf(codes.InvalidArgument, "endpoint is required (the engine's ZMQ PUB address, e.g. tcp://10.0.0.7:5557)")
-	case req.ModelName == "":
-		return "invalid", 0, errorf(codes.InvalidArgument, "model_name is required")
-	case tenant.CheckModel(req.ModelName) != nil:
-		return "invalid", 0, errorf(codes.InvalidArgument, "%v", tenant.CheckModel(req.ModelName))
-	case req.BlockSize <= 0:
-		return "invalid", 0, errorf(codes.InvalidArgument, "block_size is required and must be positive (the engine's block size)")
+	case endpoint == "":
+		return "invalid", 0, errorf(codes.InvalidArgument, "endpoint is empty (the engine's ZMQ PUB address, e.g. tcp://10.0.0.7:5557)")
+	case modelName == "":
+		return "invalid", 0, errorf(codes.InvalidArgument, "model_name is empty")
+	case tenant.CheckModel(modelName) != nil:
+		return "invalid", 0, errorf(codes.InvalidArgument, "%v", tenant.CheckModel(modelName))
+	case blockSize == 0:
+		return "invalid", 0, errorf(codes.InvalidArgument, "block_size must be positive (the engine's block size)")
 	}
 	rank := 0
-	if req.DPRank != nil {
-		rank = *req.DPRank
+	if q.DPRank != nil {
+		rank = int(*q.DPRank)
 	}
-	tn, e := tenantOf(req.TenantID, req.RoutingGroup)
+	tn, e := tenantOf(q.TenantID, q.RoutingGroup)
 	if e != nil {
 		return "tenant", 0, e
 	}
 	tn = orDefault(tn)
-	eng, ok := blockkeys.ParseEngine(req.Engine)
+	eng, ok := blockkeys.ParseEngine(q.Engine)
 	if !ok {
-		return "invalid", 0, errorf(codes.InvalidArgument, "engine %q: want vllm, sglang or trtllm", req.Engine)
+		return "invalid", 0, errorf(codes.InvalidArgument, "engine %q: want vllm, sglang or trtllm", q.Engine)
 	}
-	if err := s.endpointPolicy().CheckEndpoint(r.Context(), req.Endpoint, req.ReplayEndpoint, ""); err != nil {
+	if err := s.endpointPolicy().CheckEndpoint(r.Context(), endpoint, q.ReplayEndpoint, ""); err != nil {
 		return "policy", http.StatusBadRequest, errorf(codes.InvalidArgument, "%v", err)
 	}
-	if bs := s.idx.KeyConfig(req.ModelName).BlockSize; bs != req.BlockSize {
+	if bs := s.idx.KeyConfig(modelName).BlockSize; bs != blockSize {
 		return "block_size", http.StatusConflict, errorf(codes.FailedPrecondition,
-			"block_size %d: model %q is indexed in blocks of %d tokens (--block-size, models.NAME.block_size)", req.BlockSize, req.ModelName, bs)
+			"block_size %d: model %q is indexed in blocks of %d tokens (--block-size, models.NAME.block_size)", blockSize, modelName, bs)
 	}
-	key := dynKey{tenant: tn, model: req.ModelName, instance: inst, rank: rank}
+	key := dynKey{tenant: tn, model: modelName, instance: inst, rank: rank}
 	reg := &s.dynReg
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
 	s.pruneLocked()
 	if _, dup := reg.workers[key]; dup {
 		return "duplicate", http.StatusConflict, errorf(codes.AlreadyExists,
-			"instance %d dp_rank %d is already registered for model %q tenant %q: POST /unregister first", inst, rank, req.ModelName, tn)
+			"instance %d dp_rank %d is already registered for model %q tenant %q: POST /unregister first", inst, rank, modelName, tn)
 	}
 	if n := reg.tenantsLocked(tn); n > s.maxTenants() {
 		return "tenant_limit", http.StatusConflict, errorf(codes.ResourceExhausted,
@@ -299,16 +377,16 @@ func (s *Server) dynamoRegister(w http.ResponseWriter, r *http.Request) (reason 
 			"%d workers are registered, the limit (--max-streams): POST /unregister some first", len(reg.workers))
 	}
 	pod := strconv.FormatUint(inst, 10)
-	err := s.cfg.Subscriber.AddEndpoint(kvevents.EndpointConfig{Address: req.Endpoint, Pod: pod, Model: tenant.Model(tn, req.ModelName),
-		Engine: eng, ReplayAddress: req.ReplayEndpoint, DPRank: rank, AllTopics: true})
+	err := s.cfg.Subscriber.AddEndpoint(kvevents.EndpointConfig{Address: endpoint, Pod: pod, Model: tenant.Model(tn, modelName),
+		Engine: eng, ReplayAddress: q.ReplayEndpoint, DPRank: rank, AllTopics: true})
 	if err != nil {
 		return "subscribe", http.StatusConflict, errorf(codes.AlreadyExists, "register instance %d dp_rank %d: %v", inst, rank, err)
 	}
 	if reg.workers == nil {
 		reg.workers = make(map[dynKey]dynWorker)
 	}
-	reg.workers[key] = dynWorker{address: req.Endpoint, replay: req.ReplayEndpoint, blockSize: req.BlockSize}
-	s.log.Info("dynamo worker registered", "instance_id", inst, "dp_rank", rank, "model", req.ModelName, "tenant", tn, "endpoint", req.Endpoint, "engine", eng)
+	reg.workers[key] = dynWorker{address: endpoint, replay: q.ReplayEndpoint, blockSize: blockSize}
+	s.log.Info("dynamo worker registered", "instance_id", inst, "dp_rank", rank, "model", modelName, "tenant", tn, "endpoint", endpoint, "engine", eng)
 	return "", 0, nil
 }
 
@@ -331,11 +409,21 @@ func (s *Server) pruneLocked() {
 }
 
 type dynUnregisterRequest struct {
-	InstanceID   json.Number `json:"instance_id"`
-	ModelName    string      `json:"model_name"`
-	TenantID     *string     `json:"tenant_id"`
-	RoutingGroup *string     `json:"routing_group"`
-	DPRank       *int        `json:"dp_rank"`
+	InstanceID   *uint64 `json:"instance_id"`
+	ModelName    *string `json:"model_name"`
+	TenantID     *string `json:"tenant_id"`
+	RoutingGroup *string `json:"routing_group"`
+	DPRank       *uint32 `json:"dp_rank"`
+}
+
+func (q *dynUnregisterRequest) required() *dynReject {
+	switch {
+	case q.InstanceID == nil:
+		return missingField("instance_id")
+	case q.ModelName == nil:
+		return missingField("model_name")
+	}
+	return nil
 }
 
 // handleDynamoUnregister removes an instance's registrations for a model:
@@ -345,32 +433,21 @@ type dynUnregisterRequest struct {
 // streams), as Dynamo removes the worker from its tree. 404 when nothing
 // matched, as Dynamo's.
 func (s *Server) handleDynamoUnregister(w http.ResponseWriter, r *http.Request) {
-	if e := s.dynamoUnregister(w, r); e != nil {
+	var req dynUnregisterRequest
+	if rej := s.decodeDynamoAdmin(w, r, &req, true); rej != nil {
+		rej.write(w)
+		return
+	}
+	if e := s.dynamoUnregister(&req); e != nil {
 		writeError(w, e)
 		return
 	}
 	dynamoStatus(w, http.StatusOK)
 }
 
-func (s *Server) dynamoUnregister(w http.ResponseWriter, r *http.Request) *Error {
-	if !s.adminEnabled() {
-		return errAdminOff
-	}
-	if s.cfg.Subscriber == nil {
-		return errorf(codes.Unimplemented, "no event subscriber is running")
-	}
-	var req dynUnregisterRequest
-	if e := decodeDynamo(w, r, &req); e != nil {
-		return e
-	}
-	inst, e := parseInstance(req.InstanceID)
-	if e != nil {
-		return e
-	}
-	if req.ModelName == "" {
-		return errorf(codes.InvalidArgument, "model_name is required")
-	}
-	tn, e := tenantOf(req.TenantID, req.RoutingGroup)
+func (s *Server) dynamoUnregister(q *dynUnregisterRequest) *Error {
+	inst, modelName := *q.InstanceID, *q.ModelName
+	tn, e := tenantOf(q.TenantID, q.RoutingGroup)
 	if e != nil {
 		return e
 	}
@@ -380,20 +457,20 @@ func (s *Server) dynamoUnregister(w http.ResponseWriter, r *http.Request) *Error
 	s.pruneLocked()
 	var gone []dynKey
 	for k := range reg.workers {
-		if k.model == req.ModelName && k.instance == inst && (req.DPRank == nil || *req.DPRank == k.rank) && (tn == "" || tn == k.tenant) {
+		if k.model == modelName && k.instance == inst && (q.DPRank == nil || int(*q.DPRank) == k.rank) && (tn == "" || tn == k.tenant) {
 			gone = append(gone, k)
 		}
 	}
 	if len(gone) == 0 {
 		what := fmt.Sprintf("instance %d", inst)
-		if req.DPRank != nil {
-			what += fmt.Sprintf(" dp_rank %d", *req.DPRank)
+		if q.DPRank != nil {
+			what += fmt.Sprintf(" dp_rank %d", int(*q.DPRank))
 		}
 		tenants := "any tenant"
 		if tn != "" {
 			tenants = "tenant=" + tn
 		}
-		return errorf(codes.NotFound, "%s is not registered for model=%s %s", what, req.ModelName, tenants)
+		return errorf(codes.NotFound, "%s is not registered for model=%s %s", what, modelName, tenants)
 	}
 	for _, k := range gone {
 		addr := reg.workers[k].address
@@ -498,14 +575,84 @@ func (s *Server) handleDynamoWorkers(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// handleDynamoDump answers GET /dump with 501: Dynamo's dump is its radix
-// tree replayed as RouterEvents (parent hash, engine block hash and token
-// hash per block), which peers load to recover. kvindexd's index keeps
-// neither parent links nor token hashes, so it cannot write that dump, and
-// an approximation a Dynamo peer would load as truth is worse than none.
-func (s *Server) handleDynamoDump(w http.ResponseWriter, _ *http.Request) {
-	writeError(w, errorf(codes.Unimplemented, "GET /dump (Dynamo's RouterEvent tree dump) is not served: kvindexd's index keeps "+
-		"no parent links or token hashes to rebuild it from; per-pod block counts are in GET /v1/pods"))
+// handleDynamoDump answers GET /dump as Dynamo's standalone indexer does:
+// {"<model>:<tenant>": {"block_size": N, "events": [RouterEvent, ...]}},
+// each model's GPU-tier blocks as one store event per (block, worker),
+// parents before children, event ids from 0 (indexer.DynamoDump), which a
+// peer applies in order to rebuild its tree. A worker is a pod whose name
+// is an unsigned integer (Dynamo's worker ids; a pod named otherwise, e.g.
+// by --endpoint, cannot be written as one and is left out). Admin scope, as
+// the peer snapshot; one dump streams at a time (503 otherwise).
+func (s *Server) handleDynamoDump(w http.ResponseWriter, r *http.Request) {
+	if !s.adminEnabled() {
+		writeError(w, errAdminOff)
+		return
+	}
+	if !s.dumping.CompareAndSwap(false, true) {
+		writeError(w, errorf(codes.Unavailable, "a GET /dump is already streaming; retry when it ends"))
+		return
+	}
+	defer s.dumping.Store(false)
+	w.Header().Set("Content-Type", "application/json")
+	bw := bufio.NewWriterSize(w, 64<<10)
+	_ = bw.WriteByte('{')
+	first := true
+	var b []byte
+	err := s.idx.DynamoDump(r.Context(), func(model string, blockSize int, evs []indexer.DynamoDumpEvent) error {
+		tn, m := tenant.Split(model)
+		if !first {
+			_ = bw.WriteByte(',')
+		}
+		first = false
+		b = appendString(b[:0], m+":"+orDefault(tn))
+		b = append(b, `:{"block_size":`...)
+		b = strconv.AppendInt(b, int64(blockSize), 10)
+		b = append(b, `,"events":[`...)
+		id := 0
+		for _, e := range evs {
+			worker, err := strconv.ParseUint(e.Pod, 10, 64)
+			if err != nil {
+				continue
+			}
+			if id > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"worker_id":`...)
+			b = strconv.AppendUint(b, worker, 10)
+			b = append(b, `,"event":{"event_id":`...)
+			b = strconv.AppendInt(b, int64(id), 10)
+			b = append(b, `,"data":{"stored":{"parent_hash":`...)
+			if e.Root {
+				b = append(b, "null"...)
+			} else {
+				b = strconv.AppendUint(b, e.Parent, 10)
+			}
+			b = append(b, `,"blocks":[{"block_hash":`...)
+			b = strconv.AppendUint(b, e.BlockHash, 10)
+			b = append(b, `,"tokens_hash":`...)
+			b = strconv.AppendUint(b, e.Local, 10)
+			b = append(b, `,"mm_extra_info":null}]}},"dp_rank":`...)
+			b = strconv.AppendInt(b, int64(e.DPRank), 10)
+			b = append(b, "}}"...)
+			id++
+			if len(b) > 32<<10 {
+				if _, err := bw.Write(b); err != nil {
+					return err
+				}
+				b = b[:0]
+			}
+		}
+		b = append(b, "]}"...)
+		_, err := bw.Write(b)
+		return err
+	})
+	if err != nil {
+		// The status is sent; a cut-short body is what the peer sees.
+		s.log.Warn("GET /dump ended early", "err", err)
+		return
+	}
+	_, _ = bw.WriteString("}\n")
+	_ = bw.Flush()
 }
 
 // modelKnown reports whether model (an internal name, tenant.Model) has an
@@ -538,88 +685,143 @@ func (s *Server) modelKnown(model string) bool {
 	return false
 }
 
+type dynQueryRequest struct {
+	TokenIDs    *[]uint32 `json:"token_ids"`
+	BlockHashes *[]int64  `json:"block_hashes"`
+	ModelName   *string   `json:"model_name"`
+	TenantID    *string   `json:"tenant_id"`
+	// RoutingGroup is Dynamo's later name for tenant_id.
+	RoutingGroup *string `json:"routing_group"`
+	LoraName     *string `json:"lora_name"`
+}
+
+// dynamoQuery answers Dynamo's POST /query (token_ids) and /query_by_hash
+// (block_hashes: Dynamo's own LocalBlockHashes, as i64) as its standalone
+// indexer does: the body decoded as Dynamo's server decodes it (dynReject),
+// 404 for a (model, tenant) with no worker, then the tree walk over
+// kvindexd's index (indexer.DynamoScore: device tier only).
+func (s *Server) dynamoQuery(w http.ResponseWriter, r *http.Request, body []byte, byHash bool) {
+	start := time.Now()
+	kind := indexer.InputTokens
+	if byHash {
+		kind = indexer.InputHashes
+	}
+	var req dynQueryRequest
+	rej := decodeDynamoJSON(r, body, &req)
+	if rej == nil {
+		switch {
+		case byHash && req.BlockHashes == nil:
+			rej = missingField("block_hashes")
+		case !byHash && req.TokenIDs == nil:
+			rej = missingField("token_ids")
+		case req.ModelName == nil:
+			rej = missingField("model_name")
+		}
+	}
+	if rej != nil {
+		s.metrics.observeRequest(indexer.InputNone, codes.InvalidArgument, 0)
+		rej.write(w)
+		return
+	}
+	raw := tenant.Default
+	if req.TenantID != nil {
+		raw = *req.TenantID
+	} else if req.RoutingGroup != nil {
+		raw = *req.RoutingGroup
+	}
+	tn, e := tenantOf(req.TenantID, req.RoutingGroup)
+	model := tenant.Model(orDefault(tn), *req.ModelName)
+	if e != nil || (orDefault(tn) != tenant.Default && tenant.CheckModel(*req.ModelName) != nil) || !s.modelKnown(model) {
+		// Dynamo's 404 for a (model, tenant) it has no indexer for; a
+		// tenant or model name kvindexd cannot hold has none either.
+		e := errorf(codes.NotFound, "no indexer for model=%s tenant=%s", *req.ModelName, raw)
+		s.metrics.observeRequest(kind, e.Code, 0)
+		writeError(w, e)
+		return
+	}
+	var locals []uint64
+	var tokens []uint32
+	lora := ""
+	if byHash {
+		locals = make([]uint64, len(*req.BlockHashes))
+		for i, h := range *req.BlockHashes {
+			locals[i] = uint64(h) // Dynamo's `h as u64`: the same bits
+		}
+	} else {
+		tokens = *req.TokenIDs
+		if req.LoraName != nil {
+			lora = *req.LoraName
+		}
+	}
+	var res indexer.DynamoResult
+	if err := s.idx.DynamoScore(r.Context(), model, locals, tokens, lora, &res); err != nil {
+		e := fromIndexer(err)
+		s.metrics.observeRequest(kind, e.Code, time.Since(start))
+		writeError(w, e)
+		return
+	}
+	s.metrics.observeRequest(kind, codes.OK, time.Since(start))
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(appendDynamoScores(nil, &res, int64(s.idx.KeyConfig(model).BlockSize), s.treeSizes(r.Context(), &res)))
+}
+
 // appendDynamoScores writes Dynamo's score answer: scores (matched tokens
-// by instance then dp_rank, only ranks matching at least one block, as
-// Dynamo lists only workers its tree walk met), frequencies (per matched
-// block depth, how many (instance, rank) hold the prefix that deep) and
-// tree_sizes (blocks each listed rank holds).
-func appendDynamoScores(b []byte, res *indexer.Result, sizes map[indexer.PodRef]int64) []byte {
-	bs := int64(res.BlockSize)
-	deepest := 0
+// by instance then dp_rank: the nodes of the walked path each rank holds,
+// times the block size), frequencies (per walked node, how many ranks hold
+// it) and tree_sizes (blocks each scored rank holds).
+func appendDynamoScores(b []byte, res *indexer.DynamoResult, blockSize int64, sizes map[indexer.PodRef]int64) []byte {
 	b = append(b, `{"scores":`...)
-	b = appendByRank(b, res, func(pod string, rk indexer.RankScore) int64 {
-		deepest = max(deepest, rk.MatchedBlocks)
-		return int64(rk.MatchedBlocks) * bs
-	})
+	b = appendByRank(b, res, func(rk indexer.DynamoRank) int64 { return int64(rk.Blocks) * blockSize })
 	b = append(b, `,"frequencies":[`...)
-	for d := 0; d < deepest; d++ {
-		if d > 0 {
+	for i, f := range res.Frequencies {
+		if i > 0 {
 			b = append(b, ',')
 		}
-		c := 0
-		for i := range res.Pods {
-			for _, rk := range res.Pods[i].Ranks {
-				if rk.MatchedBlocks > d {
-					c++
-				}
-			}
-		}
-		b = strconv.AppendInt(b, int64(c), 10)
+		b = strconv.AppendInt(b, int64(f), 10)
 	}
 	b = append(b, `],"tree_sizes":`...)
-	b = appendByRank(b, res, func(pod string, rk indexer.RankScore) int64 {
-		return max(sizes[indexer.PodRef{Name: pod, DPRank: rk.DPRank}], 0)
+	b = appendByRank(b, res, func(rk indexer.DynamoRank) int64 {
+		return max(sizes[indexer.PodRef{Name: rk.Pod, DPRank: rk.DPRank}], 0)
 	})
 	return append(b, "}\n"...)
 }
 
-// appendByRank writes {"<pod>": {"<dp_rank>": value, ...}, ...} over the
-// ranks of res that match at least one block (Dynamo lists only the
-// workers its tree walk met).
-func appendByRank(b []byte, res *indexer.Result, value func(pod string, rk indexer.RankScore) int64) []byte {
+// appendByRank writes {"<pod>": {"<dp_rank>": value, ...}, ...}, pods and
+// ranks in the order the walk met them.
+func appendByRank(b []byte, res *indexer.DynamoResult, value func(indexer.DynamoRank) int64) []byte {
 	b = append(b, '{')
-	first := true
-	for i := range res.Pods {
-		p := &res.Pods[i]
-		if p.MatchedBlocks == 0 {
+	done := make([]bool, len(res.Ranks))
+	for i, rk := range res.Ranks {
+		if done[i] {
 			continue
 		}
-		if !first {
+		if b[len(b)-1] != '{' {
 			b = append(b, ',')
 		}
-		first = false
-		b = appendString(b, p.Pod)
+		b = appendString(b, rk.Pod)
 		b = append(b, ":{"...)
-		n := 0
-		for _, rk := range p.Ranks {
-			if rk.MatchedBlocks == 0 {
+		for j := i; j < len(res.Ranks); j++ {
+			if done[j] || res.Ranks[j].Pod != rk.Pod {
 				continue
 			}
-			if n > 0 {
+			if j > i {
 				b = append(b, ',')
 			}
-			n++
+			done[j] = true
 			b = append(b, '"')
-			b = strconv.AppendInt(b, int64(rk.DPRank), 10)
+			b = strconv.AppendInt(b, int64(res.Ranks[j].DPRank), 10)
 			b = append(b, `":`...)
-			b = strconv.AppendInt(b, value(p.Pod, rk), 10)
+			b = strconv.AppendInt(b, value(res.Ranks[j]), 10)
 		}
 		b = append(b, '}')
 	}
 	return append(b, '}')
 }
 
-// treeSizes reads the block count of every (pod, rank) in res that
-// matched: one pod listing (a batched read on Redis).
-func (s *Server) treeSizes(ctx context.Context, res *indexer.Result) map[indexer.PodRef]int64 {
-	want := false
-	for i := range res.Pods {
-		if res.Pods[i].MatchedBlocks > 0 {
-			want = true
-			break
-		}
-	}
-	if !want {
+// treeSizes reads the block count of every scored (pod, rank): one pod
+// listing (a batched read on Redis).
+func (s *Server) treeSizes(ctx context.Context, res *indexer.DynamoResult) map[indexer.PodRef]int64 {
+	if len(res.Ranks) == 0 {
 		return nil
 	}
 	out := map[indexer.PodRef]int64{}

@@ -70,8 +70,12 @@ func (s *Server) httpScope(r *http.Request) Scope {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			return ScopeAdmin
 		}
-	case "/register", "/unregister":
-		// Dynamo's runtime subscriptions are endpoint management.
+	case "/register", "/unregister", "/register_peer", "/deregister_peer", "/peers":
+		// Dynamo's runtime subscriptions are endpoint management, and its
+		// peer registry names whom a restart recovers from.
+		return ScopeAdmin
+	case "/dump":
+		// Dynamo's dump is the whole index too, as the peer snapshot.
 		return ScopeAdmin
 	case indexer.PeerSnapshotPath:
 		// the whole index: what every pod holds, for a peer to start from

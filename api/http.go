@@ -38,6 +38,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /unregister", s.handleDynamoUnregister)
 	mux.HandleFunc("GET /workers", s.handleDynamoWorkers)
 	mux.HandleFunc("GET /dump", s.handleDynamoDump)
+	mux.HandleFunc("POST /register_peer", s.handleDynamoRegisterPeer)
+	mux.HandleFunc("POST /deregister_peer", s.handleDynamoDeregisterPeer)
+	mux.HandleFunc("GET /peers", s.handleDynamoPeers)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		// Dynamo's liveness probe: 200 with no body, whatever the state.
 		w.WriteHeader(http.StatusOK)

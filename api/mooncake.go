@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 
@@ -72,17 +73,23 @@ func (s *Server) handleMooncakeQueryByHash(w http.ResponseWriter, r *http.Reques
 }
 
 func (s *Server) mooncake(w http.ResponseWriter, r *http.Request, byHash bool) {
-	req, q, e := parseMooncake(w, r, byHash)
-	if e != nil {
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes)); err != nil {
+		e := errorf(codes.InvalidArgument, "read body: %v", err)
+		if tooBig := new(http.MaxBytesError); errors.As(err, &tooBig) {
+			e = &Error{Code: codes.ResourceExhausted, Msg: "read body: " + err.Error(), Status: http.StatusRequestEntityTooLarge}
+		}
 		s.metrics.observeRequest(indexer.InputNone, e.Code, 0)
 		writeError(w, e)
 		return
 	}
-	dynamo := req.ModelName != ""
-	if dynamo && !s.modelKnown(q.Model) {
-		// Dynamo's 404 for a (model, tenant) it has no indexer for.
-		e := errorf(codes.NotFound, "no indexer for model=%s tenant=%s", req.Model, req.TenantID)
-		s.metrics.observeRequest(q.Kind, e.Code, 0)
+	if dynamoForm(buf.Bytes()) {
+		s.dynamoQuery(w, r, buf.Bytes(), byHash)
+		return
+	}
+	req, q, e := parseMooncake(buf.Bytes(), byHash)
+	if e != nil {
+		s.metrics.observeRequest(indexer.InputNone, e.Code, 0)
 		writeError(w, e)
 		return
 	}
@@ -101,11 +108,6 @@ func (s *Server) mooncake(w http.ResponseWriter, r *http.Request, byHash bool) {
 		return
 	}
 	defer putResult(res)
-	if dynamo {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(appendDynamoScores(nil, res, s.treeSizes(r.Context(), res)))
-		return
-	}
 	b := append([]byte(`{`), appendString(nil, req.TenantID)...)
 	b = append(b, ":{"...)
 	bs := int64(res.BlockSize)
@@ -144,22 +146,31 @@ func (s *Server) mooncake(w http.ResponseWriter, r *http.Request, byHash bool) {
 	_, _ = w.Write(b)
 }
 
-func parseMooncake(w http.ResponseWriter, r *http.Request, byHash bool) (mooncakeRequest, indexer.Query, *Error) {
-	var req mooncakeRequest
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes)); err != nil {
-		return req, indexer.Query{}, errorf(codes.InvalidArgument, "read body: %v", err)
+// dynamoForm tells Dynamo's form of the two calls from Mooncake's: it names
+// model_name and not model. A body that is not JSON is Dynamo's when it
+// spells "model_name" and not "model" (400 either way; the message is
+// Dynamo's then).
+func dynamoForm(body []byte) bool {
+	var probe struct {
+		Model     json.RawMessage `json:"model"`
+		ModelName json.RawMessage `json:"model_name"`
 	}
-	dec := json.NewDecoder(&buf)
+	if json.Unmarshal(body, &probe) != nil {
+		return bytes.Contains(body, []byte(`"model_name"`)) && !bytes.Contains(body, []byte(`"model"`))
+	}
+	return probe.ModelName != nil && probe.Model == nil
+}
+
+func parseMooncake(body []byte, byHash bool) (mooncakeRequest, indexer.Query, *Error) {
+	var req mooncakeRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		return req, indexer.Query{}, errorf(codes.InvalidArgument, "invalid JSON body: %v", err)
 	}
 	switch {
-	case req.Model != "" && req.ModelName != "":
-		return req, indexer.Query{}, errorf(codes.InvalidArgument, "give model (Mooncake) or model_name (Dynamo), not both")
 	case req.ModelName != "":
-		req.Model = req.ModelName
+		return req, indexer.Query{}, errorf(codes.InvalidArgument, "give model (Mooncake) or model_name (Dynamo), not both")
 	case req.Model == "":
 		return req, indexer.Query{}, errorf(codes.InvalidArgument, "model is required (Mooncake's model, or Dynamo's model_name)")
 	case req.RoutingGroup != nil:

@@ -3,7 +3,7 @@
 // and the HTTP/JSON surface registered in Handler (http.go): the status page
 // at /, /v1/status, /v1/score, /v1/pick, /v1/feedback, Mooncake's /query and
 // /query_by_hash (also in Dynamo's form), Dynamo's /register, /unregister,
-// /workers, /dump and /health, /v1/pods, /v1/models, /v1/endpoints,
+// /workers, /dump, /register_peer, /deregister_peer, /peers and /health, /v1/pods, /v1/models, /v1/endpoints,
 // /metrics, /healthz and /readyz (TestPackageDocNamesEveryRoute keeps this list whole). It is
 // transport only: it decodes requests into
 // indexer.Query values, encodes indexer.Result answers, maps indexer error
@@ -101,6 +101,8 @@ type Config struct {
 	// MaxRegistrations caps the workers registered through Dynamo's POST
 	// /register (0 = DefaultMaxRegistrations; kvindexd passes --max-streams).
 	MaxRegistrations int
+	// Peers seeds Dynamo's peer registry (GET /peers): kvindexd's --peers.
+	Peers []string
 	// MaxTenants caps the tenants besides the default holding Dynamo
 	// registrations (0 = Options.MaxTenants' default; --max-tenants).
 	MaxTenants int
@@ -146,8 +148,12 @@ type Server struct {
 	// dynReg and dynamo: Dynamo's /register registry and its series
 	// (dynamo.go).
 	dynReg dynRegistry
-	dynamo *dynamoMetrics
-	tr     *tracing.Tracer
+	// dynPeers is Dynamo's peer registry (dynamo_peers.go).
+	dynPeers *dynPeers
+	// dumping is set while a GET /dump streams (one at a time).
+	dumping atomic.Bool
+	dynamo  *dynamoMetrics
+	tr      *tracing.Tracer
 	// bodies is the request body budget (bodybudget.go).
 	bodies *bytebudget.Budget
 	// peerCopy admits one peer copy at a time (peer.go); peerCopies counts them.
@@ -177,6 +183,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if s.guardMetrics, err = newGuardMetrics(cfg.Registry); err != nil {
+		return nil, err
+	}
+	if s.dynPeers, err = newDynPeers(cfg.Registry, cfg.Peers); err != nil {
 		return nil, err
 	}
 	if s.dynamo, err = newDynamoMetrics(cfg.Registry, &s.dynReg); err != nil {

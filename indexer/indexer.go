@@ -74,6 +74,10 @@ type Config struct {
 	// Prediction samples scored requests to check that the blocks they
 	// predict are later stored by the engines (see PredictionConfig).
 	Prediction PredictionConfig
+	// DynamoHashCapacity caps the table translating NVIDIA Dynamo's
+	// LocalBlockHashes to engine hashes (dynamo.go); 0 =
+	// DefaultDynamoHashCapacity.
+	DynamoHashCapacity int
 	// Registry receives the applier's and the indexer's metrics; nil = a
 	// private registry.
 	Registry *prometheus.Registry
@@ -133,7 +137,9 @@ type Indexer struct {
 	// Without a subscriber every pod is served: whoever calls Sink's
 	// Apply owns the outcomes it returns.
 	trusted func(kvindex.PodID) bool
-	pick    *picker
+	// dyn translates Dynamo's LocalBlockHashes to engine hashes (dynamo.go).
+	dyn  *dynTable
+	pick *picker
 	// quality counts what picks found and chose, and holds the picks
 	// awaiting the engines' feedback (quality.go).
 	quality *quality
@@ -222,6 +228,9 @@ func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
 		return nil, err
 	}
 	ix.trusted = ix.servable
+	if ix.dyn, err = newDynTable(cfg.DynamoHashCapacity, cfg.Registry, ix.heldAnywhere); err != nil {
+		return nil, err
+	}
 	if ix.pick, err = newPicker(cfg.Pick, ix.sharedSpeculative); err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ func (s eventSink) apply(ctx context.Context, b *event.Batch) event.ApplyOutcome
 		return event.ApplyOutcome{}
 	}
 	o := s.indexer.applier.Apply(ctx, b)
+	s.indexer.observeDynamo(b)
 	s.indexer.reportEvicted()
 	return o
 }

@@ -3,12 +3,14 @@ package promises
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/internal/testkit/harness"
 	"github.com/kvindex/kvindex/internal/testkit/pypub"
 	"github.com/kvindex/kvindex/internal/testkit/wait"
@@ -197,12 +199,48 @@ func TestPromiseDynamoIndexerConformance(t *testing.T) {
 				t.Fatalf("scores %v: want instance %s rank %s above instance %s rank %s", got.Scores, ia, ra, ib, rb)
 			}
 
-			// The same by hash: Dynamo's block_hashes field, here the
-			// engine's block hashes.
-			code, body := dynPost(t, d, "/query_by_hash", map[string]any{"block_hashes": engineHashes(t, req4), "model_name": modelName})
+			// The same by hash: Dynamo's block_hashes are its own
+			// LocalBlockHashes, as its clients compute them (XXH3-64, seed
+			// 1337, of each block's tokens; the function is checked against
+			// hash-wasm's XXH3 in indexer's TestDynamoHashesMatchReference),
+			// sent as i64. The engines' hashes are not Dynamo's: they match
+			// nothing, as on Dynamo.
+			code, body := dynPost(t, d, "/query_by_hash", map[string]any{"block_hashes": dynamoHashes(req4), "model_name": modelName})
 			var byHash dynScores
 			if code != http.StatusOK || json.Unmarshal([]byte(body), &byHash) != nil || fmt.Sprint(byHash) != fmt.Sprint(got) {
 				t.Errorf("POST /query_by_hash: %d %s, want the /query answer %+v", code, body, got)
+			}
+			if code, body := dynPost(t, d, "/query_by_hash", map[string]any{"block_hashes": signed(engineHashes(t, req4)), "model_name": modelName}); code != http.StatusOK ||
+				strings.TrimSpace(body) != `{"scores":{},"frequencies":[],"tree_sizes":{}}` {
+				t.Errorf("POST /query_by_hash with engine hashes: %d %s, want 200 and nothing matched", code, body)
+			}
+
+			// The dump, as _test_router_decisions counts it: 5 store events
+			// for a (A, B, C, D, F), 4 for b (A, C, E, G), each parent
+			// stored before its children, tokens_hash Dynamo's hash.
+			checkDump(t, d, modelName, map[string]int{ia + "/" + ra: 5, ib + "/" + rb: 4}, cat(A, C, D, F))
+
+			// b offloads D and F to CPU (vLLM's medium "CPU"): Mooncake's
+			// form counts them for b, Dynamo's does not (its scores read the
+			// device tier), so its answer is unchanged.
+			hs := engineHashes(t, req4)
+			pb.Send(pypub.Batch{Topic: "", Seq: sb, Form: "array", Events: []pypub.Event{{Type: "BlockStored", BlockHashes: hs[2:], ParentHash: &hs[1],
+				TokenIDs: req4[2*blockSize:], BlockSize: blockSize, Medium: "CPU"}}})
+			sb++
+			wait.Until(t, "b's CPU blocks in Mooncake's answer", func() string {
+				code, body := dynPost(t, d, "/query", map[string]any{"token_ids": req4, "model": modelName})
+				var m map[string]map[string]struct {
+					CPU int `json:"CPU"`
+					DP  map[string]int
+				}
+				if code != http.StatusOK || json.Unmarshal([]byte(body), &m) != nil || m["default"][ib].DP[rb] != 4*blockSize {
+					return fmt.Sprintf("%d %s", code, body)
+				}
+				return ""
+			})
+			if code, body := dynPost(t, d, "/query", map[string]any{"token_ids": req4, "model_name": modelName}); code != http.StatusOK ||
+				json.Unmarshal([]byte(body), &got) != nil || got.Scores[ib][rb] != 2*blockSize || got.Scores[ia][ra] != 4*blockSize {
+				t.Errorf("Dynamo's /query after b's CPU blocks: %d %s, want b at %d tokens (GPU only)", code, body, 2*blockSize)
 			}
 
 			// Unregister b (one rank in the DP layout, the instance
@@ -231,6 +269,80 @@ func TestPromiseDynamoIndexerConformance(t *testing.T) {
 				t.Errorf("after unregister: %s", msg)
 			}
 		})
+	}
+}
+
+// dynamoHashes are Dynamo's LocalBlockHashes of tokens' full blocks, as
+// i64 (Dynamo's QueryByHashRequest.block_hashes).
+func dynamoHashes(tokens []uint32) []int64 {
+	hs, _ := indexer.AppendDynamoHashes(nil, nil, tokens, blockSize, indexer.DynamoSeed)
+	return signed(hs)
+}
+
+func signed(hs []uint64) []int64 {
+	out := make([]int64, len(hs))
+	for i, h := range hs {
+		out[i] = int64(h)
+	}
+	return out
+}
+
+// checkDump reads GET /dump as Dynamo's recovery reads it (a map of
+// "model:tenant" to block_size and RouterEvents) and checks the events per
+// worker/rank, that every event's parent was stored before it for its
+// worker, and that the first blocks of path carry Dynamo's hashes.
+func checkDump(t *testing.T, d *harness.Daemon, modelName string, want map[string]int, path []uint32) {
+	t.Helper()
+	code, body := d.Get("/dump")
+	var dump map[string]struct {
+		BlockSize int `json:"block_size"`
+		Events    []struct {
+			WorkerID uint64 `json:"worker_id"`
+			Event    struct {
+				EventID uint64 `json:"event_id"`
+				Data    struct {
+					Stored *struct {
+						ParentHash *uint64 `json:"parent_hash"`
+						Blocks     []struct {
+							BlockHash  uint64 `json:"block_hash"`
+							TokensHash uint64 `json:"tokens_hash"`
+						} `json:"blocks"`
+					} `json:"stored"`
+				} `json:"data"`
+				DPRank int `json:"dp_rank"`
+			} `json:"event"`
+		} `json:"events"`
+	}
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &dump) != nil {
+		t.Fatalf("GET /dump: %d %s", code, body)
+	}
+	entry, ok := dump[modelName+":default"]
+	if !ok || entry.BlockSize != blockSize {
+		t.Fatalf("GET /dump has no %q with block_size %d: %s", modelName+":default", blockSize, body)
+	}
+	got := map[string]int{}
+	stored := map[string]bool{}
+	locals := map[uint64]uint64{}
+	for i, ev := range entry.Events {
+		st := ev.Event.Data.Stored
+		if st == nil || len(st.Blocks) != 1 || ev.Event.EventID != uint64(i) {
+			t.Fatalf("event %d is not one stored block numbered %d: %s", i, i, body)
+		}
+		w := fmt.Sprintf("%d/%d", ev.WorkerID, ev.Event.DPRank)
+		if st.ParentHash != nil && !stored[fmt.Sprintf("%s/%d", w, *st.ParentHash)] {
+			t.Errorf("event %d of %s names parent %d before storing it", i, w, *st.ParentHash)
+		}
+		stored[fmt.Sprintf("%s/%d", w, st.Blocks[0].BlockHash)] = true
+		locals[st.Blocks[0].BlockHash] = st.Blocks[0].TokensHash
+		got[w]++
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("dump events per worker/rank %v, want %v", got, want)
+	}
+	for i, h := range engineHashes(t, path) {
+		if l := dynamoHashes(path)[i]; locals[h] != uint64(l) {
+			t.Errorf("block %d: tokens_hash %d, want Dynamo's %d", i, locals[h], uint64(l))
+		}
 	}
 }
 
@@ -265,7 +377,6 @@ func TestPromiseDynamoIndexerErrors(t *testing.T) {
 		{"POST", "/register", map[string]any{"instance_id": 6, "endpoint": addr, "model_name": model, "block_size": blockSize, "tenant_id": `team\\a`}, http.StatusBadRequest, "not allowed in a tenant id"},
 		{"POST", "/register", map[string]any{"instance_id": 6, "endpoint": addr, "model_name": `team\\m`, "block_size": blockSize}, http.StatusBadRequest, "backslash is reserved"},
 		{"POST", "/register", map[string]any{"instance_id": 6, "endpoint": addr, "model_name": model, "block_size": blockSize, "tenant_id": "a", "routing_group": "b"}, http.StatusBadRequest, "differ"},
-		{"POST", "/register", map[string]any{"instance_id": -6, "endpoint": addr, "model_name": model, "block_size": blockSize}, http.StatusBadRequest, "unsigned"},
 		{"POST", "/query", map[string]any{"token_ids": prompt(1, 1), "model_name": "no/such-model"}, http.StatusNotFound, "no indexer for model=no/such-model tenant=default"},
 		// A tenant with no worker for the model has no indexer for it, even
 		// though the default tenant has one.
@@ -275,7 +386,6 @@ func TestPromiseDynamoIndexerErrors(t *testing.T) {
 		{"POST", "/unregister", map[string]any{"instance_id": 9, "model_name": model}, http.StatusNotFound, "not registered"},
 		{"POST", "/unregister", map[string]any{"instance_id": 5, "model_name": model, "tenant_id": "team-a"}, http.StatusNotFound, "tenant=team-a"},
 		{"GET", "/workers?tenant_id=a%20b", nil, http.StatusBadRequest, "not allowed in a tenant id"},
-		{"GET", "/dump", nil, http.StatusNotImplemented, "not served"},
 	} {
 		var code int
 		var body string
@@ -289,6 +399,84 @@ func TestPromiseDynamoIndexerErrors(t *testing.T) {
 			t.Errorf("%s %s %v: %d %s, want %d with an error containing %q", c.method, c.path, c.body, code, body, c.status, c.want)
 		}
 	}
+	// Bodies Dynamo's server (axum's Json extractor) refuses before its
+	// handler: 415 without a JSON Content-Type, 400 for what is not JSON,
+	// 422 for JSON of the wrong shape (a missing field, a wrong type, a
+	// number out of range), each a plain-text message; unknown fields are
+	// ignored. (An admin call without a JSON Content-Type is refused by
+	// kvindexd's admin guard first, 415 with its JSON error: checked
+	// below.)
+	for _, c := range []struct {
+		path, ctype, body string
+		status            int
+		want              string
+	}{
+		{"/query", "application/x-www-form-urlencoded", `{"token_ids":[1],"model_name":"m"}`, http.StatusUnsupportedMediaType, "Content-Type: application/json"},
+		{"/register", "application/json", `{"instance_id":6,`, http.StatusBadRequest, "Failed to parse the request body as JSON"},
+		{"/query_by_hash", "application/json; charset=utf-8", `{"block_hashes":[1] "model_name":"m"}`, http.StatusBadRequest, "Failed to parse the request body as JSON"},
+		{"/register", "application/json", `{"instance_id":-6,"endpoint":"` + addr + `","model_name":"m","block_size":16}`, http.StatusUnprocessableEntity, "Failed to deserialize the JSON body"},
+		{"/register", "application/json", `{"instance_id":"6","endpoint":"` + addr + `","model_name":"m","block_size":16}`, http.StatusUnprocessableEntity, "Failed to deserialize the JSON body"},
+		{"/register", "application/json", `{"instance_id":6,"model_name":"m","block_size":16}`, http.StatusUnprocessableEntity, "missing field `endpoint`"},
+		{"/unregister", "application/json", `{"instance_id":6}`, http.StatusUnprocessableEntity, "missing field `model_name`"},
+		{"/query", "application/json", `{"model_name":"m"}`, http.StatusUnprocessableEntity, "missing field `token_ids`"},
+		{"/query", "application/json", `{"model_name":"m","token_ids":[4294967296]}`, http.StatusUnprocessableEntity, "Failed to deserialize the JSON body"},
+		{"/query_by_hash", "application/vnd.api+json", `{"model_name":"m","block_hashes":[18446744073709551615]}`, http.StatusUnprocessableEntity, "Failed to deserialize the JSON body"},
+		{"/query_by_hash", "application/json", `{"model_name":"m","block_hashes":[1.5]}`, http.StatusUnprocessableEntity, "Failed to deserialize the JSON body"},
+	} {
+		req, _ := http.NewRequest("POST", "http://"+d.HTTP+c.path, strings.NewReader(c.body))
+		if c.ctype != "" {
+			req.Header.Set("Content-Type", c.ctype)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || !strings.Contains(string(b), c.want) || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
+			t.Errorf("POST %s %s (%s): %d %q, want %d with %q in plain text", c.path, c.body, c.ctype, resp.StatusCode, b, c.status, c.want)
+		}
+	}
+	if code, body, _ := d.Do("POST", "/register", ""); code != http.StatusUnsupportedMediaType || !strings.Contains(body, "application/json") {
+		t.Errorf("register without a Content-Type: %d %s, want 415", code, body)
+	}
+	// Unknown fields are ignored, as serde ignores them.
+	if code, body := dynPost(t, d, "/register", map[string]any{"instance_id": 7, "endpoint": fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t)),
+		"model_name": model, "block_size": blockSize, "lora_name": "x", "future_field": []int{1}}); code != http.StatusCreated {
+		t.Errorf("register with unknown fields: %d %s, want 201", code, body)
+	}
+	if code, body := dynPost(t, d, "/query", map[string]any{"token_ids": prompt(1, 1), "model_name": model, "cache_salt": "s", "x": 1}); code != http.StatusOK {
+		t.Errorf("query with unknown fields: %d %s, want 200", code, body)
+	}
+	if code, body := off.Get("/dump"); code != http.StatusForbidden {
+		t.Errorf("GET /dump without --admin-api: %d %s, want 403 (the whole index, admin scope as the peer snapshot)", code, body)
+	}
+
+	// Dynamo's peer registry: a set of URLs, listed in order, registered
+	// twice as once (201), removed once (200, then 404 "peer not found");
+	// admin scope.
+	peer := map[string]any{"url": "http://10.0.0.9:8090"}
+	for i := 0; i < 2; i++ {
+		if code, body := dynPost(t, d, "/register_peer", peer); code != http.StatusCreated || strings.TrimSpace(body) != `{"status":"ok"}` {
+			t.Errorf("register_peer: %d %s, want 201", code, body)
+		}
+	}
+	if code, body := d.Get("/peers"); code != http.StatusOK || strings.TrimSpace(body) != `["http://10.0.0.9:8090"]` {
+		t.Errorf("GET /peers: %d %s", code, body)
+	}
+	if code, body := dynPost(t, d, "/deregister_peer", peer); code != http.StatusOK {
+		t.Errorf("deregister_peer: %d %s, want 200", code, body)
+	}
+	if code, body := dynPost(t, d, "/deregister_peer", peer); code != http.StatusNotFound || !strings.Contains(body, `"error":"peer not found"`) {
+		t.Errorf("second deregister_peer: %d %s, want 404 peer not found", code, body)
+	}
+	if code, body := d.Get("/peers"); code != http.StatusOK || strings.TrimSpace(body) != `[]` {
+		t.Errorf("GET /peers after: %d %s", code, body)
+	}
+	if code, body := dynPost(t, off, "/register_peer", peer); code != http.StatusForbidden {
+		t.Errorf("register_peer without --admin-api: %d %s, want 403", code, body)
+	}
+
 	// A known model with nothing cached: 200 and empty maps, as Dynamo's.
 	if code, body := dynPost(t, d, "/query", map[string]any{"token_ids": prompt(1, 2), "model_name": model, "tenant_id": "default"}); code != http.StatusOK ||
 		strings.TrimSpace(body) != `{"scores":{},"frequencies":[],"tree_sizes":{}}` {
@@ -300,7 +488,7 @@ func TestPromiseDynamoIndexerErrors(t *testing.T) {
 	if v := d.Metric(`kvindexd_dynamo_register_rejected_total{reason="duplicate"}`); v != 1 {
 		t.Errorf(`kvindexd_dynamo_register_rejected_total{reason="duplicate"} = %v, want 1`, v)
 	}
-	if v := d.Metric("kvindexd_dynamo_registrations"); v != 1 {
-		t.Errorf("kvindexd_dynamo_registrations = %v, want 1", v)
+	if v := d.Metric("kvindexd_dynamo_registrations"); v != 2 {
+		t.Errorf("kvindexd_dynamo_registrations = %v, want 2", v)
 	}
 }
