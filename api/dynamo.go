@@ -386,6 +386,7 @@ func (s *Server) dynamoRegister(r *http.Request, q *dynRegisterRequest) (reason 
 		reg.workers = make(map[dynKey]dynWorker)
 	}
 	reg.workers[key] = dynWorker{address: endpoint, replay: q.ReplayEndpoint, blockSize: blockSize}
+	s.idx.EnableDynamoHashes()
 	s.log.Info("dynamo worker registered", "instance_id", inst, "dp_rank", rank, "model", modelName, "tenant", tn, "endpoint", endpoint, "engine", eng)
 	return "", 0, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/zeebo/xxh3"
@@ -34,12 +35,6 @@ import (
 
 // DynamoSeed is XXH3_SEED of Dynamo's lib/kv-router protocols.rs.
 const DynamoSeed uint64 = 1337
-
-// DefaultDynamoHashCapacity caps the Dynamo translation table when
-// Config.DynamoHashCapacity is 0: 40 to 80 bytes an entry (the map doubles
-// as it grows; 80 measured at exactly this many, Go 1.26), so at most
-// ~320 MiB, for half the entries the default in-memory index holds.
-const DefaultDynamoHashCapacity = 4 << 20
 
 // DynamoLoraSeed is the XXH3 seed Dynamo hashes a request's blocks with:
 // DynamoSeed, plus xxh3_64(lora_name) (wrapping) for a non-empty adapter.
@@ -82,6 +77,10 @@ type dynEdge struct {
 }
 
 type dynTable struct {
+	// active is set by the first Dynamo registration (EnableDynamoHashes):
+	// until then the apply path pays one atomic load per batch, and a
+	// daemon no Dynamo client uses keeps no table.
+	active  atomic.Bool
 	mu      sync.RWMutex
 	edges   map[dynEdge]blockkeys.Key
 	cap     int
@@ -99,7 +98,7 @@ type holderProbe func(model kvindex.ModelID, key blockkeys.Key) bool
 
 func newDynTable(capacity int, reg *prometheus.Registry, held holderProbe) (*dynTable, error) {
 	if capacity <= 0 {
-		capacity = DefaultDynamoHashCapacity
+		capacity = int(Options.DynamoHashCapacity.Default)
 	}
 	t := &dynTable{edges: make(map[dynEdge]blockkeys.Key), cap: capacity, held: held}
 	t.entries = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -322,10 +321,20 @@ func (ix *Indexer) DynamoScore(ctx context.Context, model string, locals []uint6
 
 // observeDynamo feeds b's stored blocks to the Dynamo translation table.
 func (ix *Indexer) observeDynamo(b *event.Batch) {
-	if ix.dyn == nil || len(b.Events) == 0 {
+	if ix.dyn == nil || len(b.Events) == 0 || !ix.dyn.active.Load() {
 		return
 	}
 	ix.dyn.observe(ix.in.Model(b.Model), ix.hashers.For(b.Model).Config().BlockSize, b.Events)
+}
+
+// EnableDynamoHashes starts filling the Dynamo translation table
+// (/query_by_hash's Dynamo hashes, /dump) from the next applied batch on.
+// The Dynamo API's POST /register calls it: Dynamo's workers are known by
+// registration, so their events come after it.
+func (ix *Indexer) EnableDynamoHashes() {
+	if ix.dyn != nil && !ix.dyn.active.Swap(true) {
+		ix.log.Info("Dynamo LocalBlockHash translation on (first POST /register)", "capacity", ix.dyn.cap)
+	}
 }
 
 // heldAnywhere is the sweep's probe: does any pod hold key for model?

@@ -83,6 +83,18 @@ func TestDynamoScoreWalksLocalHashes(t *testing.T) {
 	ix := newTestIndexer(t, Config{})
 	prompt := seqTokens(100, 6*testBlock)
 	hs := blockHashes(prompt, blockkeys.RequestExtras{})
+	// Before a Dynamo registration the table stays empty: hashes match
+	// nothing (tokens still do), and the dump has no events.
+	apply(ix, "7", 0, storeEvent(prompt, 1, event.TierGPU))
+	var before DynamoResult
+	if err := ix.DynamoScore(context.Background(), testModel, dynLocals(prompt, ""), nil, "", &before); err != nil || dynSummary(&before) != "freq=[]" {
+		t.Fatalf("by hash before EnableDynamoHashes: %s %v", dynSummary(&before), err)
+	}
+	if n := testutil.ToFloat64(ix.dyn.entries); n != 0 {
+		t.Fatalf("%v entries before EnableDynamoHashes", n)
+	}
+	apply(ix, "7", 0, event.Event{Kind: event.BlockRemoved, BlockHashes: hs[:1]})
+	ix.EnableDynamoHashes()
 	// pod-a stores 4 blocks in two events (the second names its parent);
 	// pod-b 6 blocks on CPU; pod-c 2 on GPU, rank 1.
 	apply(ix, "7", 0, event.Event{Kind: event.BlockStored, BlockSize: testBlock, TokenIDs: prompt[:2*testBlock], BlockHashes: hs[:2]})
@@ -175,6 +187,7 @@ func indexOf(s []uint64, v uint64) int {
 func TestDynamoTableCapped(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	ix := newTestIndexer(t, Config{DynamoHashCapacity: 8, Registry: reg})
+	ix.EnableDynamoHashes()
 	a, b := seqTokens(1000, 8*testBlock), seqTokens(5000, 8*testBlock)
 	apply(ix, "7", 0, storeEvent(a, 8, event.TierGPU))
 	if n := testutil.ToFloat64(ix.dyn.entries); n != 8 {

@@ -75,8 +75,9 @@ type Config struct {
 	// predict are later stored by the engines (see PredictionConfig).
 	Prediction PredictionConfig
 	// DynamoHashCapacity caps the table translating NVIDIA Dynamo's
-	// LocalBlockHashes to engine hashes (dynamo.go); 0 =
-	// DefaultDynamoHashCapacity.
+	// LocalBlockHashes to engine hashes (dynamo.go; 0 = the
+	// Options.DynamoHashCapacity default). The table fills only after
+	// EnableDynamoHashes.
 	DynamoHashCapacity int
 	// Registry receives the applier's and the indexer's metrics; nil = a
 	// private registry.

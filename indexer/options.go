@@ -38,6 +38,7 @@ var Options = struct {
 	PeerTimeout                                option.Duration
 	FeedbackCapacity                           option.Int
 	FeedbackTTL                                option.Duration
+	DynamoHashCapacity                         option.Int
 }{
 	BlockSize: option.Int{Name: "block-size", Default: 16, Min: 1, Max: 1 << 16,
 		Help: "vLLM --block-size"},
@@ -95,6 +96,12 @@ var Options = struct {
 	// response is complete.
 	FeedbackTTL: option.Duration{Name: "feedback-ttl", Default: 10 * time.Minute, Range: option.Positive,
 		Help: "how long a pick awaits its engine's feedback before it is dropped, counted"},
+	// 40 to 80 bytes an entry (the map doubles as it grows; 80 measured
+	// at exactly the default, Go 1.26): at most ~320 MiB, for half the
+	// entries the default in-memory index holds. The table fills only
+	// once a worker is registered through Dynamo's POST /register.
+	DynamoHashCapacity: option.Int{Name: "dynamo-hash-capacity", Default: 4 << 20, Min: 1, Max: 1 << 26,
+		Help: "Dynamo API: blocks whose Dynamo LocalBlockHash is translated for /query_by_hash and /dump; filled from the first POST /register on; when full, entries of blocks no pod holds are swept and new ones refused, counted"},
 }
 
 // DefaultConfig is an in-memory indexer with every tunable of Options at its
@@ -119,6 +126,8 @@ func DefaultConfig() Config {
 		Leases:  LeaseConfig{TTL: o.LeaseTTL.Default},
 		Persist: PersistConfig{Interval: o.SnapshotInterval.Default, MaxAge: o.SnapshotMaxAge.Default},
 		Peers:   PeerConfig{MaxBytes: o.PeerMaxBytes.Default, Timeout: o.PeerTimeout.Default},
+
+		DynamoHashCapacity: int(o.DynamoHashCapacity.Default),
 	}
 }
 
@@ -136,6 +145,7 @@ func ValidateConfig(cfg Config) error {
 		o.HistoryCapacity.Check(int64(cfg.Pick.HistoryCapacity)),
 		o.FeedbackCapacity.Check(int64(cfg.Pick.FeedbackCapacity)),
 		o.FeedbackTTL.Check(cfg.Pick.FeedbackTTL),
+		o.DynamoHashCapacity.Check(int64(cfg.DynamoHashCapacity)),
 		o.PredictionSampleRate.Check(cfg.Prediction.SampleRate),
 		o.PredictionCapacity.Check(int64(cfg.Prediction.Capacity)),
 		o.PredictionWindow.Check(cfg.Prediction.Window),
@@ -171,6 +181,7 @@ func (cfg Config) withDefaults() Config {
 	p.HistoryCapacity = orInt(o.HistoryCapacity, p.HistoryCapacity)
 	p.FeedbackCapacity = orInt(o.FeedbackCapacity, p.FeedbackCapacity)
 	p.FeedbackTTL = o.FeedbackTTL.Or(p.FeedbackTTL)
+	cfg.DynamoHashCapacity = orInt(o.DynamoHashCapacity, cfg.DynamoHashCapacity)
 	cfg.Prediction.Window = o.PredictionWindow.Or(cfg.Prediction.Window)
 	cfg.Prediction.Capacity = orInt(o.PredictionCapacity, cfg.Prediction.Capacity)
 	cfg.Leases.TTL = o.LeaseTTL.Or(cfg.Leases.TTL)

@@ -95,6 +95,8 @@ type Config struct {
 	// Picks awaiting their engine's feedback (POST /v1/feedback).
 	FeedbackCapacity int      `json:"feedback_capacity" yaml:"feedback_capacity"`
 	FeedbackTTL      Duration `json:"feedback_ttl" yaml:"feedback_ttl"`
+	// The Dynamo API's LocalBlockHash translation table.
+	DynamoHashCapacity int `json:"dynamo_hash_capacity" yaml:"dynamo_hash_capacity"`
 	// P/D picks' disaggregation decision (routing.PDParams).
 	PickMaxLocalPrefillTokens int `json:"pick_max_local_prefill_tokens" yaml:"pick_max_local_prefill_tokens"`
 	PickMaxPrefillWaiting     int `json:"pick_max_prefill_waiting" yaml:"pick_max_prefill_waiting"`
@@ -182,6 +184,8 @@ func DefaultConfig() Config {
 
 		FeedbackCapacity: ix.Pick.FeedbackCapacity,
 		FeedbackTTL:      Duration(ix.Pick.FeedbackTTL),
+
+		DynamoHashCapacity: ix.DynamoHashCapacity,
 
 		PickMaxLocalPrefillTokens: int(indexer.Options.PDMaxLocalPrefillTokens.Default),
 		PickMaxPrefillWaiting:     int(indexer.Options.PDMaxPrefillWait.Default),
@@ -356,6 +360,7 @@ func flagSet(cfg *Config, configPath *string, out io.Writer) *flag.FlagSet {
 	intOpt(fs, &cfg.HistoryCapacity, indexer.Options.HistoryCapacity)
 	intOpt(fs, &cfg.FeedbackCapacity, indexer.Options.FeedbackCapacity)
 	durationOpt(fs, &cfg.FeedbackTTL, indexer.Options.FeedbackTTL)
+	intOpt(fs, &cfg.DynamoHashCapacity, indexer.Options.DynamoHashCapacity)
 	intOpt(fs, &cfg.PickMaxLocalPrefillTokens, indexer.Options.PDMaxLocalPrefillTokens)
 	intOpt(fs, &cfg.PickMaxPrefillWaiting, indexer.Options.PDMaxPrefillWait)
 	floatOpt(fs, &cfg.PredictionSampleRate, indexer.Options.PredictionSampleRate)

@@ -156,6 +156,7 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 		DigestCacheSize: cfg.DigestCacheSize, KeyCacheSize: cfg.KeyCacheSize, Tokenizer: prompts, Chat: chats, Prediction: cfg.predictionConfig(),
 		ApplierLimits: cfg.LimitsConfig.applier(index.Memory), Registry: d.reg, Logger: log, Pick: pick,
 		Events: &events, Persist: cfg.persistConfig(), Peers: peers, Leases: leases, StorageReaders: storage, Tracer: d.tr,
+		DynamoHashCapacity: cfg.DynamoHashCapacity,
 	})
 	if err != nil {
 		return nil, err
