@@ -42,6 +42,9 @@ import (
 type Subscriber interface {
 	AddEndpoint(ep kvevents.EndpointConfig) error
 	RemoveEndpoint(address string) error
+	// RemoveEndpointPod removes one sharer of an address
+	// (kvevents.EndpointConfig.Share), or the endpoint if it names pod.
+	RemoveEndpointPod(address, pod string) error
 	Endpoints() []kvevents.EndpointStatus
 	Streams() []kvevents.StreamStats
 	// ApplyStall is how long the longest-running current apply has been
