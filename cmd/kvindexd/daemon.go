@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -151,6 +152,7 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	if err != nil {
 		return nil, err
 	}
+	peers.URLs = append(slices.Clip(peers.URLs), cfg.discoverPeers(ctx, log)...)
 	d.idx, err = indexer.New(ctx, indexer.Config{
 		Keys: def, ModelKeys: perModel, Index: idxCfg, TierWeights: &weights,
 		DigestCacheSize: cfg.DigestCacheSize, KeyCacheSize: cfg.KeyCacheSize, Tokenizer: prompts, Chat: chats, Prediction: cfg.predictionConfig(),
