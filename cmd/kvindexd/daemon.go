@@ -172,7 +172,7 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 
 	d.api, err = api.New(api.Config{
 		Indexer: d.idx, Subscriber: d.idx.Subscriber(), Registry: d.reg, Logger: log.With("component", "api"),
-		Auth: d.sec.tokens, MetricsAuth: cfg.MetricsAuth, AdminAPI: cfg.AdminAPI, Endpoints: d.sec.policy,
+		Auth: d.sec.tokens, MetricsAuth: cfg.MetricsAuth, AdminAPI: cfg.AdminAPI, PeerToken: peers.Token, Endpoints: d.sec.policy,
 		MaxBodyBytes: cfg.HTTPMaxBodyBytes, MaxPromptBytes: cfg.MaxPromptBytes, BodyBudgetBytes: cfg.HTTPBodyBudgetBytes, Build: buildInfo(), ApplyStallTimeout: time.Duration(cfg.ApplyStallTimeout),
 		MaxRegistrations: cfg.MaxStreams, MaxTenants: cfg.MaxTenants,
 		Tracer: d.tr,
