@@ -154,7 +154,8 @@ func tenantsIsolated(t *testing.T, d *harness.Daemon) {
 // (kvindexd_kvevents_shared_endpoint_views 1), and each tenant's query
 // counts its own worker only. An (instance_id, dp_rank) registered for one
 // tenant is 409 for another, as Dynamo keys workers by instance alone.
-// Unregistering team-a leaves team-b's worker fed by the same engine.
+// Unregistering team-a leaves team-b's worker fed by the same engine. At
+// most 256 registrations share one address: one more is 409.
 func TestPromiseTenantsShareEngine(t *testing.T) {
 	t.Parallel()
 	pypub.RequirePython(t)
@@ -211,5 +212,25 @@ func TestPromiseTenantsShareEngine(t *testing.T) {
 	}
 	if code, body := dynPost(t, d, "/query", map[string]any{"token_ids": tokens, "model_name": modelName, "tenant_id": "team-a"}); code != http.StatusNotFound {
 		t.Errorf("team-a's query after its only worker left: %d %s, want 404 (no indexer)", code, body)
+	}
+
+	// The cap: 256 registrations share one address (each decodes every
+	// message the engine sends); one more is 409 and not subscribed.
+	for id := 1000; id < 1255; id++ {
+		body := map[string]any{"instance_id": id, "endpoint": addr, "model_name": modelName, "block_size": blockSize, "tenant_id": "team-b"}
+		if code, resp := dynPost(t, d, "/register", body); code != http.StatusCreated {
+			t.Fatalf("register sharer %d of the address: %d %s", id, code, resp)
+		}
+	}
+	if v := d.Metric("kvindexd_kvevents_shared_endpoint_views"); v != 255 {
+		t.Errorf("kvindexd_kvevents_shared_endpoint_views with 256 sharers = %v, want 255", v)
+	}
+	code, body = dynPost(t, d, "/register", map[string]any{"instance_id": 2000, "endpoint": addr, "model_name": modelName,
+		"block_size": blockSize, "tenant_id": "team-b"})
+	if code != http.StatusConflict || !strings.Contains(body, "share this address, the limit") {
+		t.Errorf("a 257th registration of one address: %d %s, want 409 naming the limit", code, body)
+	}
+	if v := d.Metric(`kvindexd_dynamo_register_rejected_total{reason="subscribe"}`); v != 1 {
+		t.Errorf(`kvindexd_dynamo_register_rejected_total{reason="subscribe"} = %v, want 1`, v)
 	}
 }
