@@ -423,12 +423,22 @@ type fakeSubscriber struct {
 
 func (f *fakeSubscriber) AddEndpoint(ep kvevents.EndpointConfig) error {
 	for _, e := range f.eps {
-		if e.Address == ep.Address {
+		if e.Address == ep.Address && !(e.Share && ep.Share && e.Pod != ep.Pod) {
 			return fmt.Errorf("endpoint %q already added", ep.Address)
 		}
 	}
 	f.eps = append(f.eps, ep)
 	return nil
+}
+
+func (f *fakeSubscriber) RemoveEndpointPod(address, pod string) error {
+	for i, e := range f.eps {
+		if e.Address == address && e.Pod == pod {
+			f.eps = append(f.eps[:i], f.eps[i+1:]...)
+			return nil
+		}
+	}
+	return fmt.Errorf("%q pod %q: %w", address, pod, kvevents.ErrUnknownEndpoint)
 }
 
 func (f *fakeSubscriber) RemoveEndpoint(address string) error {

@@ -363,9 +363,15 @@ func (s *Server) dynamoRegister(r *http.Request, q *dynRegisterRequest) (reason 
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
 	s.pruneLocked()
-	if _, dup := reg.workers[key]; dup {
-		return "duplicate", http.StatusConflict, errorf(codes.AlreadyExists,
-			"instance %d dp_rank %d is already registered for model %q tenant %q: POST /unregister first", inst, rank, modelName, tn)
+	// Dynamo keys its workers by instance_id alone: an (instance, rank) is
+	// registered once whatever the model or tenant (a pod here is one
+	// stream per rank). One engine address for several tenants is each
+	// tenant's own instance_id, sharing one subscription (Share below).
+	for k := range reg.workers {
+		if k.instance == inst && k.rank == rank {
+			return "duplicate", http.StatusConflict, errorf(codes.AlreadyExists,
+				"instance %d dp_rank %d is already registered (model %q tenant %q): POST /unregister first", inst, rank, k.model, k.tenant)
+		}
 	}
 	if n := reg.tenantsLocked(tn); n > s.maxTenants() {
 		return "tenant_limit", http.StatusConflict, errorf(codes.ResourceExhausted,
@@ -378,7 +384,7 @@ func (s *Server) dynamoRegister(r *http.Request, q *dynRegisterRequest) (reason 
 	}
 	pod := strconv.FormatUint(inst, 10)
 	err := s.cfg.Subscriber.AddEndpoint(kvevents.EndpointConfig{Address: endpoint, Pod: pod, Model: tenant.Model(tn, modelName),
-		Engine: eng, ReplayAddress: q.ReplayEndpoint, DPRank: rank, AllTopics: true})
+		Engine: eng, ReplayAddress: q.ReplayEndpoint, DPRank: rank, AllTopics: true, Share: true})
 	if err != nil {
 		return "subscribe", http.StatusConflict, errorf(codes.AlreadyExists, "register instance %d dp_rank %d: %v", inst, rank, err)
 	}
@@ -398,12 +404,13 @@ func (s *Server) pruneLocked() {
 	if len(reg.workers) == 0 {
 		return
 	}
-	live := make(map[string]bool)
+	type sub struct{ address, pod string }
+	live := make(map[sub]bool)
 	for _, ep := range s.cfg.Subscriber.Endpoints() {
-		live[ep.Address] = true
+		live[sub{ep.Address, ep.Pod}] = true
 	}
 	for k, wk := range reg.workers {
-		if !live[wk.address] {
+		if !live[sub{wk.address, strconv.FormatUint(k.instance, 10)}] {
 			delete(reg.workers, k)
 		}
 	}
@@ -475,7 +482,7 @@ func (s *Server) dynamoUnregister(q *dynUnregisterRequest) *Error {
 	}
 	for _, k := range gone {
 		addr := reg.workers[k].address
-		if err := s.cfg.Subscriber.RemoveEndpoint(addr); err != nil && !errors.Is(err, kvevents.ErrUnknownEndpoint) {
+		if err := s.cfg.Subscriber.RemoveEndpointPod(addr, strconv.FormatUint(k.instance, 10)); err != nil && !errors.Is(err, kvevents.ErrUnknownEndpoint) {
 			return errorf(codes.Unavailable, "unregister instance %d dp_rank %d: %v", k.instance, k.rank, err)
 		}
 		delete(reg.workers, k)

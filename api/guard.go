@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"mime"
 	"net/http"
 	"strings"
@@ -124,6 +126,9 @@ func (s *Server) authorize(need Scope, token string) (code codes.Code, reason, m
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		need := s.httpScope(r)
+		if s.peerCall(r) {
+			need = ScopeNone // the peer token was checked; it grants this one path
+		}
 		if code, reason, msg := s.authorize(need, bearer(r.Header.Get("Authorization"))); code != codes.OK {
 			s.guardMetrics.denied.WithLabelValues("http", reason).Inc()
 			if code == codes.Unauthenticated {
@@ -189,4 +194,15 @@ func (s *Server) grpcGuard(ctx context.Context, method string) error {
 		return status.Error(code, msg)
 	}
 	return nil
+}
+
+// peerCall reports whether r asks for the peer copy with the peer token
+// (Config.PeerToken), compared in constant time.
+func (s *Server) peerCall(r *http.Request) bool {
+	if s.cfg.PeerToken == "" || r.URL.Path != indexer.PeerSnapshotPath || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
+		return false
+	}
+	got := sha256.Sum256([]byte(bearer(r.Header.Get("Authorization"))))
+	want := sha256.Sum256([]byte(s.cfg.PeerToken))
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }

@@ -43,6 +43,9 @@ import (
 type Subscriber interface {
 	AddEndpoint(ep kvevents.EndpointConfig) error
 	RemoveEndpoint(address string) error
+	// RemoveEndpointPod removes one sharer of an address
+	// (kvevents.EndpointConfig.Share), or the endpoint if it names pod.
+	RemoveEndpointPod(address, pod string) error
 	Endpoints() []kvevents.EndpointStatus
 	Streams() []kvevents.StreamStats
 	// ApplyStall is how long the longest-running current apply has been
@@ -77,6 +80,13 @@ type Config struct {
 	// AddEndpoint, RemoveEndpoint). It is also on when Auth holds an admin
 	// token; otherwise those calls answer PermissionDenied / 403.
 	AdminAPI bool
+	// PeerToken (kvindexd --peer-token-file) is the token replicas send
+	// each other for peer recovery: a caller presenting it may take GET
+	// /v1/admin/snapshot, and nothing else, whether or not the admin API
+	// or a token file is on. Replicas started alike then recover from each
+	// other with one shared secret and no admin token in their token
+	// files. "" = none.
+	PeerToken string
 	// Endpoints checks the addresses given to AddEndpoint; nil accepts any
 	// tcp:// or ipc:// address with a host (DefaultEndpointPolicy).
 	Endpoints *EndpointPolicy

@@ -11,9 +11,12 @@ out=deploy/manifests/kvindexd.yaml
 
 render_default() {
   echo "# Rendered from deploy/helm/kvindexd with its default values by \`make manifests\`"
-  echo "# (helm template kvindexd deploy/helm/kvindexd --namespace kvindex). Do not edit:"
-  echo "# change the chart and re-render. \`kubectl create namespace kvindex && kubectl apply -f\` this file."
-  "$HELM" template kvindexd "$chart" --namespace kvindex
+  echo "# (helm template kvindexd deploy/helm/kvindexd --namespace kvindex"
+  echo "# --set peerRecovery.existingSecret=kvindexd-peer). Do not edit: change the chart and re-render."
+  echo "# The replicas' peer token is not in this file (a rendering cannot keep a random one): create it first,"
+  echo "# \`kubectl create namespace kvindex && kubectl -n kvindex create secret generic kvindexd-peer"
+  echo "# --from-literal=peer-token=\$(head -c 32 /dev/urandom | base64)\`, then \`kubectl apply -f\` this file."
+  "$HELM" template kvindexd "$chart" --namespace kvindex --set peerRecovery.existingSecret=kvindexd-peer
 }
 
 if [ "${1:-}" = "--write" ]; then
@@ -33,6 +36,8 @@ variants=(
   "--set discovery.namespaces={*} --set serviceMonitor.enabled=true"
   "--set discovery.namespaces={llm-a,llm-b} --set tokenizers.volume.persistentVolumeClaim.claimName=tokenizers"
   "--set podDisruptionBudget.enabled=false --set networkPolicy.enabled=false --set service.zmq.enabled=false"
+  "--set peerRecovery.enabled=false"
+  "--set peerRecovery.existingSecret=my-peer-token --set networkPolicy.grpcHTTPFrom[0].podSelector.matchLabels.role=router"
 )
 for v in "${variants[@]}"; do
   # shellcheck disable=SC2086
@@ -47,6 +52,20 @@ fi
 if "$HELM" template kvindexd "$chart" --set discovery.selector= >/dev/null 2>&1; then
   echo "helm template accepted discovery without a selector" >&2; exit 1
 fi
+# Peer recovery: on for more than one in-memory replica (selector, port,
+# token file from the chart's Secret, a Role to list the pods), off for one
+# replica, for Redis and when disabled.
+peer=$("$HELM" template kvindexd "$chart" --namespace kvindex)
+for want in '--peer-selector=app.kubernetes.io/instance=kvindexd,app.kubernetes.io/name=kvindexd' '--peer-port=8080' \
+  '--peer-token-file=/etc/kvindexd-peer/peer-token' 'secretName: kvindexd-peer' 'name: kvindexd-peers' 'peer-token: '; do
+  grep -qF -- "$want" <<<"$peer" || { echo "the default rendering lacks peer recovery's: $want" >&2; exit 1; }
+done
+for v in "--set replicaCount=1" "--set peerRecovery.enabled=false" "--set redis.url=redis://r:6379 --set discovery.enabled=false"; do
+  # shellcheck disable=SC2086
+  if "$HELM" template kvindexd "$chart" $v | grep -qE -- '--peer-|kvindexd-peer'; then
+    echo "peer recovery rendered with: $v" >&2; exit 1
+  fi
+done
 # Autoscaling on affinity pressure: off by default, a KEDA ScaledObject or
 # an HPA on the external metric per listed model, refused without models.
 if "$HELM" template kvindexd "$chart" | grep -qE 'kind: (ScaledObject|HorizontalPodAutoscaler)'; then

@@ -44,6 +44,15 @@ type EndpointConfig struct {
 	// daemon's --topic-filter: Pod names the stream, so the topic need not
 	// (vLLM's default topic is "", which NVIDIA Dynamo's listener reads).
 	AllTopics bool
+	// Share lets this endpoint read through the connection of other Share
+	// endpoints at the same Address instead of being refused as a
+	// duplicate: one engine indexed under several (Pod, Model) names, e.g.
+	// registered for two tenants through NVIDIA Dynamo's /register. Every
+	// sharer gets each message decoded as its own stream; the engine sees
+	// one subscriber. Needs Pod, distinct among the sharers, and the same
+	// Engine, ReplayAddress, SnapshotAddress and AllTopics. At most
+	// MaxEndpointShares endpoints share an address.
+	Share bool
 }
 
 // EndpointStatus describes one socket for listings.
@@ -86,6 +95,19 @@ type source struct {
 	// peer is the connection of the message being handled; only the
 	// socket's reader touches it.
 	peer string
+
+	// Sharing (EndpointConfig.Share, endpoint_share.go). A shared address is
+	// held by a hub: it owns the connection, has no streams of its own and
+	// hands each message to its views, the sources added for the address;
+	// a view's conn is its hub.
+	share bool
+	hub   bool
+	conn  *source
+	views atomic.Pointer[[]*source] // the hub's; replaced, never modified
+	// handling is held while a message (or a catch-up batch) is handed to
+	// the source; removing a view takes it to wait out the one in hand.
+	handling sync.Mutex
+	removed  bool // under handling
 }
 
 // ErrUnknownEndpoint is returned (wrapped) by RemoveEndpoint for an address
@@ -118,14 +140,20 @@ func (s *Subscriber) AddEndpoint(ep EndpointConfig) error {
 	if ep.DPRank < 0 || (ep.DPRank > 0 && ep.DPRank >= s.cfg.MaxDPRanks) {
 		return fmt.Errorf("kvevents: endpoint %q: dp_rank %d outside 0..%d (--max-dp-ranks)", ep.Address, ep.DPRank, s.cfg.MaxDPRanks-1)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, dup := s.endpoints[ep.Address]; dup {
-		return fmt.Errorf("kvevents: endpoint %q already added", ep.Address)
+	if ep.Share && ep.Pod == "" {
+		return fmt.Errorf("kvevents: endpoint %q: a shared endpoint needs a pod name (its messages are told apart by it)", ep.Address)
 	}
 	src := &source{addr: ep.Address, pod: ep.Pod, model: ep.Model, engine: ep.Engine, replay: ep.ReplayAddress,
 		snapshot: ep.SnapshotAddress, role: ep.Role, dpRank: ep.DPRank, noFilter: ep.AllTopics && ep.Pod != "",
-		msgs: s.metrics.MessagesReceived.WithLabelValues("connect")}
+		share: ep.Share, msgs: s.metrics.MessagesReceived.WithLabelValues("connect")}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if prev, dup := s.endpoints[ep.Address]; dup || ep.Share {
+		if !dup || (prev.hub && ep.Share) {
+			return s.addViewLocked(prev, src)
+		}
+		return fmt.Errorf("kvevents: endpoint %q already added", ep.Address)
+	}
 	s.endpoints[ep.Address] = src
 	s.order = append(s.order, ep.Address)
 	if s.running && s.runCtx.Err() == nil {
@@ -138,6 +166,11 @@ func (s *Subscriber) AddEndpoint(ep EndpointConfig) error {
 func (s *Subscriber) startEndpoint(src *source) {
 	ctx, cancel := context.WithCancel(s.runCtx)
 	src.ctx, src.cancel = ctx, cancel
+	if src.hub {
+		for _, v := range *src.views.Load() {
+			v.ctx, v.cancel = context.WithCancel(ctx)
+		}
+	}
 	src.done = make(chan struct{})
 	s.readers.Add(1)
 	go func() {
@@ -150,6 +183,8 @@ func (s *Subscriber) startEndpoint(src *source) {
 // RemoveEndpoint disconnects address and delivers AllBlocksCleared for every
 // stream that arrived through it: nothing more will be heard about those
 // pods, so what the index holds for them can no longer be kept current.
+// Every endpoint sharing the address (EndpointConfig.Share) goes with it;
+// RemoveEndpointPod removes one.
 func (s *Subscriber) RemoveEndpoint(address string) error {
 	s.mu.Lock()
 	src, ok := s.endpoints[address]
@@ -164,23 +199,37 @@ func (s *Subscriber) RemoveEndpoint(address string) error {
 			break
 		}
 	}
-	running, runCtx := s.running, s.runCtx
+	var views []*source
+	if src.hub {
+		views = *src.views.Load()
+		s.sharedViews.Add(-int64(len(views) - 1))
+	}
 	s.mu.Unlock()
 
 	if src.cancel != nil {
 		src.cancel() // also ends a replay exchange or rebuild in progress
 		<-src.done   // no batch of this endpoint is queued after the clears below
 		src.rebuilds.Wait()
+		for _, v := range views {
+			v.rebuilds.Wait()
+		}
 	}
+	return s.clearEndpointStreams(address, "")
+}
 
+// clearEndpointStreams forgets the streams whose latest batch came through
+// address (of pod only, unless pod is "") and queues an AllBlocksCleared for
+// each. Nothing of theirs is in hand or can still be queued.
+func (s *Subscriber) clearEndpointStreams(address, pod string) error {
 	s.mu.Lock()
 	var gone []*stream
 	for k, st := range s.streams {
-		if st.currentStats().Endpoint == address {
+		if st.currentStats().Endpoint == address && (pod == "" || k.pod == pod) {
 			gone = append(gone, st)
 			s.forgetStreamLocked(k)
 		}
 	}
+	running, runCtx := s.running, s.runCtx
 	s.mu.Unlock()
 	if !running {
 		return nil
@@ -194,7 +243,7 @@ func (s *Subscriber) RemoveEndpoint(address string) error {
 		}
 		s.metrics.SyntheticClears.WithLabelValues("endpoint_removed").Inc()
 	}
-	s.log.Info("endpoint removed", "endpoint", address, "streams_cleared", len(gone))
+	s.log.Info("endpoint removed", "endpoint", address, "pod", pod, "streams_cleared", len(gone))
 	return nil
 }
 
@@ -221,6 +270,13 @@ func (s *Subscriber) Endpoints() []EndpointStatus {
 	}
 	for _, a := range s.order {
 		src := s.endpoints[a]
+		if src.hub {
+			for _, v := range *src.views.Load() {
+				out = append(out, EndpointStatus{Address: a, Pod: v.pod, Model: v.model, Role: v.role, Engine: v.engine,
+					ReplayAddress: v.replay, SnapshotAddress: v.snapshot, DPRank: v.dpRank, Connected: src.connected.Load()})
+			}
+			continue
+		}
 		out = append(out, EndpointStatus{Address: a, Pod: src.pod, Model: src.model, Role: src.role, Engine: src.engine,
 			ReplayAddress: src.replay, SnapshotAddress: src.snapshot, DPRank: src.dpRank, Connected: src.connected.Load()})
 	}
@@ -294,6 +350,13 @@ func (s *Subscriber) recvLoop(ctx context.Context, sock *zmtp.Sub, src *source) 
 		}
 		if err != nil {
 			return err
+		}
+		if src.hub {
+			src.msgs.Inc() // once, not per view
+			for _, v := range *src.views.Load() {
+				s.handleView(v, msg.Peer, msg.Frames)
+			}
+			continue
 		}
 		src.peer = msg.Peer
 		if s.handle(ctx, src, msg.Frames) && src.bound {

@@ -100,6 +100,7 @@ type limitMetrics struct {
 	rebuildsQueued  prometheus.GaugeFunc
 	activeStreams   prometheus.GaugeFunc
 	applyStall      prometheus.GaugeFunc
+	sharedViews     prometheus.GaugeFunc
 }
 
 // limits is the Subscriber's bookkeeping for Config's caps; its maps are

@@ -84,7 +84,9 @@ func parseTopic(topic []byte) (pod, model []byte) {
 // passes it to its stream; useful says it was a batch with events that was
 // admitted (what earns a bound connection its slot).
 func (s *Subscriber) handle(ctx context.Context, src *source, frames [][]byte) (useful bool) {
-	src.msgs.Inc()
+	if src.msgs != nil { // nil for a view: its hub counts the message once
+		src.msgs.Inc()
+	}
 	if len(frames) != 3 {
 		s.drop("frame_count")
 		return false

@@ -132,6 +132,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		"(at most --queue-size per worker).", func(s *Subscriber) float64 { return float64(s.activeStreams()) })
 	m.limits.applyStall = gauge("apply_stall_seconds", "How long the longest-running current apply (one batch or forget order) "+
 		"has been running; past --apply-stall-timeout the daemon is not ready.", func(s *Subscriber) float64 { return s.ApplyStall().Seconds() })
+	m.limits.sharedViews = gauge("shared_endpoint_views", "Endpoints reading through the connection of another endpoint at the same "+
+		"address (one engine under several pod names, e.g. registered for two tenants), at most 255 more per address.",
+		func(s *Subscriber) float64 { return float64(s.sharedViews.Load()) })
 	if reg != nil {
 		reg.MustRegister(m.MessagesReceived, m.BatchesDecoded, m.EventsDecoded, m.DecodeErrors, m.DroppedFrames,
 			m.QueueOverflows, m.QueueWaits, m.QueueWaitSeconds, m.SeqGaps, m.MissedBatches, m.Restarts, m.Replays, m.CatchUps, m.CaughtUpBatches, m.Snapshots, m.IgnoredFields,
@@ -139,7 +142,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.SyntheticClears, m.ConnectedEndpoints, m.ShutdownDropped)
 		reg.MustRegister(zmqCollectors(m.ZMQ)...)
 		reg.MustRegister(m.limits.expired, m.limits.logSuppressed, m.limits.streams, m.limits.models, m.limits.queuedBytes, m.limits.applyLag,
-			m.limits.rebuildsQueued, m.limits.activeStreams, m.limits.applyStall)
+			m.limits.rebuildsQueued, m.limits.activeStreams, m.limits.applyStall, m.limits.sharedViews)
 	}
 	return m
 }

@@ -90,7 +90,7 @@ func (s *Subscriber) scheduleRebuild(st *stream) {
 	case rebuildPending:
 		return
 	}
-	src := s.endpoints[st.stats.Endpoint]
+	src := s.sourceLocked(st.stats.Endpoint, st.key.pod)
 	if !s.running || s.runCtx.Err() != nil || src == nil || src.replay == "" || src.snapshot != "" || s.streams[st.key] != st {
 		return
 	}
@@ -161,7 +161,7 @@ func (s *Subscriber) rebuildStream(st *stream) (again bool) {
 	// rebuild queues its batches.
 	s.mu.Lock()
 	st.mu.Lock()
-	src := s.endpoints[st.stats.Endpoint]
+	src := s.sourceLocked(st.stats.Endpoint, st.key.pod)
 	st.mu.Unlock()
 	ok := st.hasSeq && src != nil && src.ctx != nil && src.replay != "" && src.snapshot == "" && s.streams[st.key] == st
 	if ok {

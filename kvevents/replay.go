@@ -90,45 +90,23 @@ func (s *Subscriber) replay(ctx context.Context, st *stream, src *source, model 
 func (s *Subscriber) catchUp(ctx context.Context, src *source) {
 	from, known := s.resumeSeq(src)
 	var got, skipped int
+	targets := src.targets() // a shared address: one exchange, every sharer served
 	err := fetchReplay(ctx, src.replay, from, s.cfg.ReplayTimeout, s.cfg.Transport, s.drop, func(topic []byte, seq uint64, payload []byte) {
-		pod, model := src.pod, src.model
-		var epoch []byte
-		if topic != nil {
-			if !s.topicAllowed(src, topic) {
-				s.drop("topic_filter")
-				return
+		for _, v := range targets {
+			v.handling.Lock()
+			if !v.removed {
+				vctx := ctx
+				if v.conn != nil {
+					vctx = v.ctx
+				}
+				switch s.catchUpBatch(vctx, v, topic, seq, payload) {
+				case caughtUp:
+					got++
+				case unattributed:
+					skipped++
+				}
 			}
-			podB, modelB := parseTopic(topic)
-			_, epoch, _ = splitTopicMeta(topic)
-			if pod == "" {
-				pod = string(podB)
-			}
-			if model == "" {
-				model = string(modelB)
-			}
-		}
-		if pod == "" {
-			skipped++
-			return
-		}
-		b := &event.Batch{Pod: pod, Model: model, Engine: src.engine, Seq: seq}
-		ok, evErrs := s.decode(payload, b, src)
-		if !ok || checkName([]byte(pod), MaxPodNameBytes) != "" || checkName([]byte(model), MaxModelNameBytes) != "" {
-			s.drop("catch_up_rejected")
-			return
-		}
-		if topic == nil && src.model == "" {
-			known, ok := s.streamModel(streamKey{pod, b.DPRank})
-			if !ok {
-				// Indexing it under no model would split the pod
-				// between two models once live batches name it.
-				skipped++
-				return
-			}
-			b.Model = known
-		}
-		if st := s.admitBatch(src, b); st != nil && s.sequence(ctx, st, src, b, evErrs, epoch, fromCatchUp) {
-			got++
+			v.handling.Unlock()
 		}
 	})
 	result := "ok"
@@ -139,6 +117,57 @@ func (s *Subscriber) catchUp(ctx context.Context, src *source) {
 	s.metrics.CaughtUpBatches.Add(float64(got))
 	s.log.Info("caught up from the engine's replay buffer", "endpoint", src.addr, "from", from, "known", known,
 		"batches", got, "unattributed", skipped, "err", err)
+}
+
+// catchUpOutcome is what became of one catch-up reply for one source.
+type catchUpOutcome int
+
+const (
+	caughtUp catchUpOutcome = iota
+	unattributed
+	notSequenced // dropped (counted where dropped) or already held
+)
+
+// catchUpBatch delivers one catch-up reply to src.
+func (s *Subscriber) catchUpBatch(ctx context.Context, src *source, topic []byte, seq uint64, payload []byte) catchUpOutcome {
+	pod, model := src.pod, src.model
+	var epoch []byte
+	if topic != nil {
+		if !s.topicAllowed(src, topic) {
+			s.drop("topic_filter")
+			return notSequenced
+		}
+		podB, modelB := parseTopic(topic)
+		_, epoch, _ = splitTopicMeta(topic)
+		if pod == "" {
+			pod = string(podB)
+		}
+		if model == "" {
+			model = string(modelB)
+		}
+	}
+	if pod == "" {
+		return unattributed
+	}
+	b := &event.Batch{Pod: pod, Model: model, Engine: src.engine, Seq: seq}
+	ok, evErrs := s.decode(payload, b, src)
+	if !ok || checkName([]byte(pod), MaxPodNameBytes) != "" || checkName([]byte(model), MaxModelNameBytes) != "" {
+		s.drop("catch_up_rejected")
+		return notSequenced
+	}
+	if topic == nil && src.model == "" {
+		known, ok := s.streamModel(streamKey{pod, b.DPRank})
+		if !ok {
+			// Indexing it under no model would split the pod
+			// between two models once live batches name it.
+			return unattributed
+		}
+		b.Model = known
+	}
+	if st := s.admitBatch(src, b); st != nil && s.sequence(ctx, st, src, b, evErrs, epoch, fromCatchUp) {
+		return caughtUp
+	}
+	return notSequenced
 }
 
 // streamModel is the model of the stream's last batch, if it had one.

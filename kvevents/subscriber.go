@@ -181,9 +181,12 @@ type Subscriber struct {
 	readers   sync.WaitGroup // one goroutine per socket
 	endpoints map[string]*source
 	order     []string
-	streams   map[streamKey]*stream
-	limits    limits
-	rebuilds  rebuilds
+	// sharedViews counts the endpoints reading through another's
+	// connection (EndpointConfig.Share): views beyond each hub's first.
+	sharedViews atomic.Int64
+	streams     map[streamKey]*stream
+	limits      limits
+	rebuilds    rebuilds
 	// trust is the one owner of whether a pod's entries may be served
 	// (trust.go); completeness lives in each stream's StreamStats.
 	trust trustTable

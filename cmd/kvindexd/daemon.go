@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -151,6 +152,7 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 	if err != nil {
 		return nil, err
 	}
+	peers.URLs = append(slices.Clip(peers.URLs), cfg.discoverPeers(ctx, log)...)
 	d.idx, err = indexer.New(ctx, indexer.Config{
 		Keys: def, ModelKeys: perModel, Index: idxCfg, TierWeights: &weights,
 		DigestCacheSize: cfg.DigestCacheSize, KeyCacheSize: cfg.KeyCacheSize, Tokenizer: prompts, Chat: chats, Prediction: cfg.predictionConfig(),
@@ -171,7 +173,7 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 
 	d.api, err = api.New(api.Config{
 		Indexer: d.idx, Subscriber: d.idx.Subscriber(), Registry: d.reg, Logger: log.With("component", "api"),
-		Auth: d.sec.tokens, MetricsAuth: cfg.MetricsAuth, AdminAPI: cfg.AdminAPI, Endpoints: d.sec.policy,
+		Auth: d.sec.tokens, MetricsAuth: cfg.MetricsAuth, AdminAPI: cfg.AdminAPI, PeerToken: peers.Token, Endpoints: d.sec.policy,
 		MaxBodyBytes: cfg.HTTPMaxBodyBytes, MaxPromptBytes: cfg.MaxPromptBytes, BodyBudgetBytes: cfg.HTTPBodyBudgetBytes, Build: buildInfo(), ApplyStallTimeout: time.Duration(cfg.ApplyStallTimeout),
 		MaxRegistrations: cfg.MaxStreams, MaxTenants: cfg.MaxTenants, Peers: cfg.Peers,
 		Tracer: d.tr,

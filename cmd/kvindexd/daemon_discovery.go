@@ -1,9 +1,15 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -109,4 +115,57 @@ func (d *daemon) setupDiscovery() error {
 	}
 	d.discovery, err = discovery.New(dc, client, d.idx.Subscriber(), d.reg, d.log.With("component", "discovery"))
 	return err
+}
+
+// serviceAccountNamespace is where Kubernetes writes a pod's namespace.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// discoverPeers lists the Ready replicas of --peer-selector (this pod left
+// out) as peer URLs. It runs once, before the index is built: recovery
+// copies one peer's index at start. Any failure is logged and means no
+// discovered peers: the daemon starts cold, as when no peer answers.
+func (c *Config) discoverPeers(ctx context.Context, log *slog.Logger) []string {
+	if c.PeerSelector == "" {
+		return nil
+	}
+	urls, err := c.listPeers(ctx)
+	if err != nil {
+		log.Warn("peer discovery failed: no peers from Kubernetes (cold start unless --peers answers)", "err", err)
+		return nil
+	}
+	log.Info("peers discovered", "selector", c.PeerSelector, "peers", urls)
+	return urls
+}
+
+func (c *Config) listPeers(ctx context.Context) ([]string, error) {
+	pc := discovery.PeerConfig{Namespace: c.PeerNamespace, Selector: c.PeerSelector, Port: c.PeerPort, HTTPS: c.TLSCertFile != ""}
+	if pc.Namespace == "" {
+		b, err := os.ReadFile(serviceAccountNamespace)
+		if err != nil {
+			return nil, fmt.Errorf("--peer-selector needs --peer-namespace outside a pod: %w", err)
+		}
+		pc.Namespace = strings.TrimSpace(string(b))
+	}
+	if pc.Port == 0 {
+		_, port, err := net.SplitHostPort(c.HTTPAddr)
+		if pc.Port, _ = strconv.Atoi(port); err != nil || pc.Port == 0 {
+			return nil, fmt.Errorf("--peer-selector needs --peer-port: --http-addr %q names no TCP port", c.HTTPAddr)
+		}
+	}
+	var err error
+	if pc.Self, err = os.Hostname(); err != nil { // a pod's hostname is its name
+		return nil, err
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", c.Discovery.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("Kubernetes client config: %w", err)
+	}
+	rc.UserAgent = "kvindexd"
+	client, err := corev1client.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(time.Duration(c.PeerTimeout), time.Second))
+	defer cancel()
+	return discovery.PeerURLs(ctx, client, pc)
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
+
 	"github.com/kvindex/kvindex/indexer"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
 )
@@ -25,6 +27,11 @@ type SnapshotConfig struct {
 	PeerTokenFile string   `json:"peer_token_file" yaml:"peer_token_file"`
 	PeerMaxBytes  int64    `json:"peer_max_bytes" yaml:"peer_max_bytes"`
 	PeerTimeout   Duration `json:"peer_timeout" yaml:"peer_timeout"`
+	// PeerSelector finds the peers in Kubernetes: the Ready pods of the
+	// daemon's own workload, listed at start (daemon_discovery.go).
+	PeerSelector  string `json:"peer_selector" yaml:"peer_selector"`
+	PeerNamespace string `json:"peer_namespace" yaml:"peer_namespace"`
+	PeerPort      int    `json:"peer_port" yaml:"peer_port"`
 }
 
 func snapshotFlags(fs *flag.FlagSet, c *SnapshotConfig) {
@@ -33,6 +40,9 @@ func snapshotFlags(fs *flag.FlagSet, c *SnapshotConfig) {
 	durationOpt(fs, &c.SnapshotMaxAge, indexer.Options.SnapshotMaxAge)
 	fs.Var(listFlag{&c.Peers}, "peers", "peer daemons' HTTP base URLs (comma or repeat): a daemon that loads no snapshot at start copies the first live peer's index and resumes the engines' streams where the copy was taken")
 	fs.StringVar(&c.PeerTokenFile, "peer-token-file", c.PeerTokenFile, "with --peers: file holding the bearer token sent to the peers (an admin token in their --auth-token-file)")
+	fs.StringVar(&c.PeerSelector, "peer-selector", c.PeerSelector, "Kubernetes label selector of this daemon's replicas: at start, the Ready ones but this pod are added to --peers (pods list in --peer-namespace; uses --kubeconfig or the in-cluster service account)")
+	fs.StringVar(&c.PeerNamespace, "peer-namespace", c.PeerNamespace, "with --peer-selector: the replicas' namespace (default: this pod's, from its service account)")
+	fs.IntVar(&c.PeerPort, "peer-port", c.PeerPort, "with --peer-selector: the replicas' HTTP port (0 = the port of --http-addr)")
 	int64Opt(fs, &c.PeerMaxBytes, indexer.Options.PeerMaxBytes)
 	durationOpt(fs, &c.PeerTimeout, indexer.Options.PeerTimeout)
 }
@@ -44,13 +54,21 @@ func (c *SnapshotConfig) validateSnapshot(index string) error {
 			return fmt.Errorf("--peers %q: want an http:// or https:// base URL of a peer daemon's HTTP port", p)
 		}
 	}
-	if len(c.Peers) > 0 {
+	if c.PeerPort < 0 || c.PeerPort > 65535 {
+		return fmt.Errorf("--peer-port %d: want 0 (the --http-addr port) or 1..65535", c.PeerPort)
+	}
+	if c.PeerSelector != "" {
+		if _, err := labels.Parse(c.PeerSelector); err != nil {
+			return fmt.Errorf("--peer-selector %q: %w", c.PeerSelector, err)
+		}
+	}
+	if len(c.Peers) > 0 || c.PeerSelector != "" {
 		f, err := redisindex.ParseIndexFlag(index)
 		if err != nil {
 			return err
 		}
 		if !f.Memory {
-			return errors.New("--peers is for the in-memory index (Redis keeps the shared index itself)")
+			return errors.New("--peers and --peer-selector are for the in-memory index (Redis keeps the shared index itself)")
 		}
 	}
 	if c.SnapshotPath == "" {

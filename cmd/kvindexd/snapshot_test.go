@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -115,6 +117,9 @@ func TestPeersConfig(t *testing.T) {
 		{[]string{"--peers", "http://kvindexd-0:8080", "--index", "redis://127.0.0.1:1"}, "in-memory index"},
 		{[]string{"--peers", "http://kvindexd-0:8080", "--peer-max-bytes", "10"}, "peer-max-bytes"},
 		{[]string{"--peers", "http://kvindexd-0:8080", "--peer-timeout", "0s"}, "peer-timeout"},
+		{[]string{"--peer-selector", "app in ("}, "--peer-selector"},
+		{[]string{"--peer-selector", "app=kvindexd", "--index", "redis://127.0.0.1:1"}, "in-memory index"},
+		{[]string{"--peer-selector", "app=kvindexd", "--peer-port", "70000"}, "--peer-port"},
 	} {
 		if _, err := loadConfig(tc.args, noenv, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want an error containing %q", tc.args, err, tc.want)
@@ -137,5 +142,40 @@ func TestPeersConfig(t *testing.T) {
 	cfg.PeerTokenFile = empty
 	if _, err := cfg.peerConfig(); err == nil || !strings.Contains(err.Error(), "empty") {
 		t.Errorf("empty token file: %v", err)
+	}
+}
+
+// --peer-selector lists the replicas once at start; a failure (here an API
+// server that refuses connections, or no port to ask the peers on) leaves
+// no discovered peer, a cold start, rather than a daemon that will not
+// start.
+func TestPeerSelectorFailureStartsCold(t *testing.T) {
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://127.0.0.1:1"}}]
+contexts: [{name: c, context: {cluster: c}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	noenv := func(string) string { return "" }
+	cfg, err := loadConfig([]string{"--peer-selector", "app=kvindexd", "--peer-namespace", "kvindex", "--kubeconfig", kubeconfig,
+		"--peer-timeout", "2s"}, noenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	if got := cfg.discoverPeers(context.Background(), log); got != nil {
+		t.Errorf("peers %v from an unreachable API server", got)
+	}
+	if !strings.Contains(logs.String(), "peer discovery failed") || !strings.Contains(logs.String(), "127.0.0.1:1") {
+		t.Errorf("the failure is not logged with its reason: %s", logs.String())
+	}
+	cfg.HTTPAddr = "unix:///tmp/kvindexd.sock"
+	if _, err := cfg.listPeers(context.Background()); err == nil || !strings.Contains(err.Error(), "--peer-port") {
+		t.Errorf("no TCP port to ask the peers on: %v, want an error naming --peer-port", err)
 	}
 }

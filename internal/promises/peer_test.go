@@ -3,6 +3,7 @@ package promises
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -175,5 +176,40 @@ func TestPromisePeerRecoveryTimeout(t *testing.T) {
 	}
 	if logs := d.Logs.String(); !strings.Contains(logs, "--peer-timeout") || !strings.Contains(logs, "cold start") {
 		t.Errorf("logs do not name the deadline and the cold start:\n%s", harness.LastLines(logs, 10))
+	}
+}
+
+// TestPromisePeerTokenServesCopyOnly: replicas started alike with one
+// --peer-token-file and no token file or admin API (the Helm chart's
+// replicas) recover from each other: the token takes the copy, and nothing
+// else (endpoint management stays off; the copy without it is refused).
+func TestPromisePeerTokenServesCopyOnly(t *testing.T) {
+	t.Parallel()
+	const token = "peer-token-0123456789abcdef"
+	tokenFile := writeFile(t, "peer-token", token+"\n")
+	first := harness.Start(t, "--peer-token-file", tokenFile)
+	a := prompt(66, 8)
+	publish(t, first.Publisher(), "pod-a", model, 0, stored(engineHashes(t, a), a))
+	wait.Until(t, "the live replica indexed pod-a", func() string {
+		if s := first.ScoreTokens(model, a); s["pod-a"] != 8 {
+			return fmt.Sprintf("pod-a: %v", s)
+		}
+		return ""
+	})
+	if code, body := first.Get("/v1/admin/snapshot"); code != http.StatusForbidden {
+		t.Errorf("the copy without the peer token: %d %s, want 403", code, body)
+	}
+	first.Token = token
+	if code, body, _ := first.Do("POST", "/v1/endpoints", `{"address":"tcp://127.0.0.1:1"}`); code != http.StatusForbidden {
+		t.Errorf("POST /v1/endpoints with the peer token: %d %s, want 403 (the token grants the copy only)", code, body)
+	}
+	first.Token = ""
+	second := harness.Start(t, "--peers", "http://"+first.HTTP, "--peer-token-file", tokenFile)
+	if v := second.Metric(`kvindexd_peer_recovery_total{result="ok"}`); v != 1 {
+		t.Fatalf(`kvindexd_peer_recovery_total{result="ok"} = %v, want 1; logs:
+%s`, v, harness.LastLines(second.Logs.String(), 20))
+	}
+	if v := second.Metric("kvindexd_peer_recovery_entries"); v != 8 {
+		t.Errorf("kvindexd_peer_recovery_entries = %v, want 8", v)
 	}
 }

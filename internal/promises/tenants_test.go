@@ -146,3 +146,91 @@ func tenantsIsolated(t *testing.T, d *harness.Daemon) {
 		t.Errorf("team-b after team-a left: %d %s", code, body)
 	}
 }
+
+// TestPromiseTenantsShareEngine: one engine serves two tenants (docs/api.md,
+// NVIDIA Dynamo). Its address is registered for team-a as instance 501 and
+// for team-b as instance 502, as Dynamo accepts it: both are 201, the
+// daemon reads the engine through one subscription
+// (kvindexd_kvevents_shared_endpoint_views 1), and each tenant's query
+// counts its own worker only. An (instance_id, dp_rank) registered for one
+// tenant is 409 for another, as Dynamo keys workers by instance alone.
+// Unregistering team-a leaves team-b's worker fed by the same engine. At
+// most 256 registrations share one address: one more is 409.
+func TestPromiseTenantsShareEngine(t *testing.T) {
+	t.Parallel()
+	pypub.RequirePython(t)
+	d := harness.Start(t, "--admin-api")
+	const modelName = "tenants/one-engine"
+	blocks := dynBlocks()
+	addr := fmt.Sprintf("tcp://127.0.0.1:%d", harness.FreePort(t))
+	pub := pypub.StartPublisher(t, addr, true)
+	ids := map[string]uint64{"team-a": 501, "team-b": 502}
+	want := map[uint64]map[int]string{}
+	for _, tn := range []string{"team-a", "team-b"} {
+		body := map[string]any{"instance_id": ids[tn], "endpoint": addr, "model_name": modelName, "block_size": blockSize, "tenant_id": tn}
+		if code, resp := dynPost(t, d, "/register", body); code != http.StatusCreated {
+			t.Fatalf("register %s's worker at the shared engine address: %d %s, want 201", tn, code, resp)
+		}
+		want[ids[tn]] = map[int]string{0: addr}
+	}
+	code, body := dynPost(t, d, "/register", map[string]any{"instance_id": 501, "endpoint": addr, "model_name": modelName,
+		"block_size": blockSize, "tenant_id": "team-b"})
+	if code != http.StatusConflict || !strings.Contains(body, "already registered") {
+		t.Errorf("register team-a's instance 501 again for team-b: %d %s, want 409 already registered", code, body)
+	}
+	wait.Until(t, "both listeners are active", func() string { return workersActive(d, want) })
+	if v := d.Metric("kvindexd_kvevents_shared_endpoint_views"); v != 1 {
+		t.Errorf("kvindexd_kvevents_shared_endpoint_views = %v, want 1 (the second tenant reads the first one's subscription)", v)
+	}
+	pub.WaitReady(harness.ReadyLimit)
+	var seq uint64
+	dynStore(t, pub, &seq, cat(blocks[0], blocks[1]), 0)
+	tokens := cat(blocks[0], blocks[1], blocks[2])
+	answer := func(tn string, wantBlocks int) string {
+		code, body := dynPost(t, d, "/query", map[string]any{"token_ids": tokens, "model_name": modelName, "tenant_id": tn})
+		var s dynScores
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &s) != nil {
+			return fmt.Sprintf("%d %s", code, body)
+		}
+		id := strconv.FormatUint(ids[tn], 10)
+		if len(s.Scores) != 1 || s.Scores[id]["0"] != wantBlocks*blockSize {
+			return fmt.Sprintf("want only %s with %d blocks: %s", id, wantBlocks, body)
+		}
+		return ""
+	}
+	for _, tn := range []string{"team-a", "team-b"} {
+		wait.Until(t, tn+"'s answer from the shared engine", func() string { return answer(tn, 2) })
+	}
+
+	if code, body := dynPost(t, d, "/unregister", map[string]any{"instance_id": 501, "model_name": modelName, "tenant_id": "team-a"}); code != http.StatusOK {
+		t.Fatalf("unregister team-a's worker: %d %s", code, body)
+	}
+	dynStore(t, pub, &seq, tokens, 2)
+	wait.Until(t, "team-b's worker still fed after team-a left", func() string { return answer("team-b", 3) })
+	if v := d.Metric("kvindexd_kvevents_shared_endpoint_views"); v != 0 {
+		t.Errorf("kvindexd_kvevents_shared_endpoint_views after team-a left = %v, want 0", v)
+	}
+	if code, body := dynPost(t, d, "/query", map[string]any{"token_ids": tokens, "model_name": modelName, "tenant_id": "team-a"}); code != http.StatusNotFound {
+		t.Errorf("team-a's query after its only worker left: %d %s, want 404 (no indexer)", code, body)
+	}
+
+	// The cap: 256 registrations share one address (each decodes every
+	// message the engine sends); one more is 409 and not subscribed.
+	for id := 1000; id < 1255; id++ {
+		body := map[string]any{"instance_id": id, "endpoint": addr, "model_name": modelName, "block_size": blockSize, "tenant_id": "team-b"}
+		if code, resp := dynPost(t, d, "/register", body); code != http.StatusCreated {
+			t.Fatalf("register sharer %d of the address: %d %s", id, code, resp)
+		}
+	}
+	if v := d.Metric("kvindexd_kvevents_shared_endpoint_views"); v != 255 {
+		t.Errorf("kvindexd_kvevents_shared_endpoint_views with 256 sharers = %v, want 255", v)
+	}
+	code, body = dynPost(t, d, "/register", map[string]any{"instance_id": 2000, "endpoint": addr, "model_name": modelName,
+		"block_size": blockSize, "tenant_id": "team-b"})
+	if code != http.StatusConflict || !strings.Contains(body, "share this address, the limit") {
+		t.Errorf("a 257th registration of one address: %d %s, want 409 naming the limit", code, body)
+	}
+	if v := d.Metric(`kvindexd_dynamo_register_rejected_total{reason="subscribe"}`); v != 1 {
+		t.Errorf(`kvindexd_dynamo_register_rejected_total{reason="subscribe"} = %v, want 1`, v)
+	}
+}

@@ -70,3 +70,24 @@ app.kubernetes.io/component: kv-indexer
 {{- define "kvindexd.redisSecret" -}}
 {{- if .Values.redis.existingSecret }}{{ .Values.redis.existingSecret }}{{ else if .Values.redis.url }}{{ include "kvindexd.fullname" . }}-redis{{ end }}
 {{- end }}
+
+{{/*
+Peer recovery is on for more than one replica of the in-memory index
+(a shared Redis index needs no copy): "true" or "".
+*/}}
+{{- define "kvindexd.peerRecovery" -}}
+{{- if and .Values.peerRecovery.enabled (gt (int .Values.replicaCount) 1) (not (include "kvindexd.redisSecret" .)) }}true{{ end }}
+{{- end }}
+
+{{/* The Secret holding the replicas' shared peer token. */}}
+{{- define "kvindexd.peerSecret" -}}
+{{- .Values.peerRecovery.existingSecret | default (printf "%s-peer" (include "kvindexd.fullname" .)) }}
+{{- end }}
+
+{{/* The workload's pod selector as a label selector string (--peer-selector). */}}
+{{- define "kvindexd.peerSelector" -}}
+{{- $l := include "kvindexd.selectorLabels" . | fromYaml -}}
+{{- $out := list -}}
+{{- range $k := keys $l | sortAlpha }}{{ $out = append $out (printf "%s=%s" $k (get $l $k)) }}{{ end -}}
+{{- join "," $out -}}
+{{- end }}
