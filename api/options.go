@@ -18,7 +18,7 @@ import (
 var Options = struct {
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout option.Duration
 	MaxHeaderBytes, HeaderBudget, MaxBodyBytes, BodyBudget    option.Int
-	HTTPMaxConns, GRPCMaxConns                                option.Int
+	HTTPMaxConns, GRPCMaxConns, GRPCMaxStreams                option.Int
 	GRPCIdleTimeout, ApplyStallTimeout                        option.Duration
 	MaxTenants                                                option.Int
 }{
@@ -43,6 +43,12 @@ var Options = struct {
 		Help: "open HTTP connections at most; at the cap a connection with no request in progress gives way to a new one, else it waits in the kernel backlog (0 = no limit)"},
 	GRPCMaxConns: option.Int{Name: "grpc-max-conns", Default: DefaultMaxConns, Min: 0, Max: 1 << 20,
 		Help: "open gRPC connections at most; at the cap a connection with no call in flight gives way to a new one (0 = no limit)"},
+	// gRPC's own default is unlimited: one connection could hold a
+	// goroutine per stream whose request message never comes. 128 is
+	// nginx's http2_max_concurrent_streams (HTTP/2 recommends at least
+	// 100); a router multiplexing more calls opens another connection.
+	GRPCMaxStreams: option.Int{Name: "grpc-max-streams", Default: 128, Min: 1, Max: 1 << 16,
+		Help: "concurrent gRPC calls per connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); a client past it waits for a call to end, a stream opened anyway is refused (REFUSED_STREAM)"},
 	GRPCIdleTimeout: option.Duration{Name: "grpc-idle-timeout", Default: DefaultIdleTimeout, Range: option.Positive,
 		Help: "gRPC connections without a call this long are closed (GOAWAY, then closed within 5 s even if the client ignores it)"},
 	ApplyStallTimeout: option.Duration{Name: "apply-stall-timeout", Default: DefaultApplyStallTimeout, Range: option.NonNegative,

@@ -195,8 +195,10 @@ func newDaemon(ctx context.Context, cfg Config, log *slog.Logger) (_ *daemon, er
 		// (api.LimitListener): the stats handler tells it which are idle.
 		// Headers are capped as on HTTP (gRPC's own default is 16 MB), and
 		// count in HTTP's header budget while they are read, decoded and
-		// their call runs (api.GRPCHeaderBudget).
+		// their call runs (api.GRPCHeaderBudget). Calls per connection are
+		// capped (gRPC's default is unlimited: a goroutine per stream).
 		opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(d.api.GRPCMaxRecvMsgSize()), grpc.ConnectionTimeout(grpcHandshakeTimeout),
+			grpc.MaxConcurrentStreams(uint32(cfg.GRPCMaxStreams)),
 			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: time.Duration(cfg.GRPCIdleTimeout)}),
 			api.GRPCConnTracking(), grpc.MaxHeaderListSize(uint32(api.EffectiveHTTPLimits(cfg.httpLimits()).MaxHeaderBytes))}
 		var creds credentials.TransportCredentials

@@ -37,6 +37,7 @@ type SecurityConfig struct {
 	HTTPMaxConns          int      `json:"http_max_conns" yaml:"http_max_conns"`
 	GRPCMaxConns          int      `json:"grpc_max_conns" yaml:"grpc_max_conns"`
 	GRPCIdleTimeout       Duration `json:"grpc_idle_timeout" yaml:"grpc_idle_timeout"`
+	GRPCMaxStreams        int      `json:"grpc_max_streams" yaml:"grpc_max_streams"`
 }
 
 // defaultSecurity takes the limits' defaults from api.Options.
@@ -54,6 +55,7 @@ func defaultSecurity() SecurityConfig {
 		HTTPMaxConns:          int(o.HTTPMaxConns.Default),
 		GRPCMaxConns:          int(o.GRPCMaxConns.Default),
 		GRPCIdleTimeout:       Duration(o.GRPCIdleTimeout.Default),
+		GRPCMaxStreams:        int(o.GRPCMaxStreams.Default),
 	}
 }
 
@@ -77,6 +79,7 @@ func securityFlags(fs *flag.FlagSet, c *SecurityConfig) {
 	intOpt(fs, &c.HTTPMaxConns, o.HTTPMaxConns)
 	intOpt(fs, &c.GRPCMaxConns, o.GRPCMaxConns)
 	durationOpt(fs, &c.GRPCIdleTimeout, o.GRPCIdleTimeout)
+	intOpt(fs, &c.GRPCMaxStreams, o.GRPCMaxStreams)
 }
 
 func (c *SecurityConfig) validateSecurity() error {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/kvindex/kvindex/indexer"
+	"github.com/kvindex/kvindex/kvevents/discovery"
 	"github.com/kvindex/kvindex/kvindex/redisindex"
 )
 
@@ -42,7 +43,7 @@ func snapshotFlags(fs *flag.FlagSet, c *SnapshotConfig) {
 	fs.StringVar(&c.PeerTokenFile, "peer-token-file", c.PeerTokenFile, "with --peers: file holding the bearer token sent to the peers (an admin token in their --auth-token-file)")
 	fs.StringVar(&c.PeerSelector, "peer-selector", c.PeerSelector, "Kubernetes label selector of this daemon's replicas: at start, the Ready ones but this pod are added to --peers (pods list in --peer-namespace; uses --kubeconfig or the in-cluster service account)")
 	fs.StringVar(&c.PeerNamespace, "peer-namespace", c.PeerNamespace, "with --peer-selector: the replicas' namespace (default: this pod's, from its service account)")
-	fs.IntVar(&c.PeerPort, "peer-port", c.PeerPort, "with --peer-selector: the replicas' HTTP port (0 = the port of --http-addr)")
+	intOpt(fs, &c.PeerPort, discovery.Options.PeerPort)
 	int64Opt(fs, &c.PeerMaxBytes, indexer.Options.PeerMaxBytes)
 	durationOpt(fs, &c.PeerTimeout, indexer.Options.PeerTimeout)
 }
@@ -53,9 +54,6 @@ func (c *SnapshotConfig) validateSnapshot(index string) error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("--peers %q: want an http:// or https:// base URL of a peer daemon's HTTP port", p)
 		}
-	}
-	if c.PeerPort < 0 || c.PeerPort > 65535 {
-		return fmt.Errorf("--peer-port %d: want 0 (the --http-addr port) or 1..65535", c.PeerPort)
 	}
 	if c.PeerSelector != "" {
 		if _, err := labels.Parse(c.PeerSelector); err != nil {

@@ -13,6 +13,7 @@ import (
 // read it.
 var Options = struct {
 	ZMQPort, ReplayPort, DPSize, ServePort, MaxPods option.Int
+	PeerPort                                        option.Int
 	Resync                                          option.Duration
 }{
 	ZMQPort: option.Int{Name: "discover-zmq-port", Default: DefaultZMQPort, Min: 1, Max: 65535,
@@ -25,6 +26,9 @@ var Options = struct {
 		Help: "engines' request port, for pod names; pod annotation " + AnnotationServePort},
 	MaxPods: option.Int{Name: "discover-max-pods", Default: DefaultMaxPods, Min: 1, Max: 1 << 20,
 		Help: "most pods subscribed at once"},
+	// 0: the replicas of one workload listen where this daemon does.
+	PeerPort: option.Int{Name: "peer-port", Default: 0, Min: 0, Max: 65535,
+		Help: "with --peer-selector: the replicas' HTTP port (0 = the port of --http-addr)"},
 	Resync: option.Duration{Name: "discover-resync", Default: DefaultResync, Range: option.Positive,
 		Help: "how often every watched pod is reconciled again"},
 }
