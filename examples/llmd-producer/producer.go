@@ -2,16 +2,20 @@
 // of llm-d's precise-prefix-cache-producer whose match data comes from
 // kvindexd: it consumes the token-producer's TokenizedPrompt, writes each
 // candidate endpoint's PrefixCacheMatchInfo (tier-weighted match, cached
-// block count and per-tier breakdown) under its instance name, and with
-// speculativeIndexing has the daemon hold speculative entries for the
-// scheduler's chosen endpoint(s) in PreRequest. The generic
+// block count and per-tier breakdown, the numbers upstream computes on the
+// same events) under its instance name, and with speculativeIndexing
+// records speculative entries for the scheduler's chosen endpoint(s) in
+// PreRequest, as upstream does (speculative.go), and has the daemon hold
+// them too. The generic
 // prefix-cache-scorer, the P/D decider and the other consumers read it
 // through prefixMatchInfoProducerName as they read the upstream producer.
 //
 // The daemon owns the index, the block hashing and the engines' KV-event
-// subscriptions, so the picker process holds no index: Produce is one Score
-// call per prompt (no side effect), PreRequest one Pick per chosen endpoint
-// and prompt (a Pick holds the request's blocks for the pod it returns).
+// subscriptions, so the picker process holds no index, only its record of
+// speculative entries: Produce is one Score call per prompt (two when
+// speculative entries cover part of an endpoint's run; no side effect),
+// PreRequest one Pick per chosen endpoint and prompt (a Pick holds the
+// request's blocks for the pod it returns).
 //
 // It compiles against mirror/, a copy of the framework's interface surface
 // (see package mirror for the upstream commit and paths); with the real
