@@ -564,3 +564,58 @@ func TestUnavailableIndexMapsTo503(t *testing.T) {
 		t.Fatalf("Ready after a failed check = %v %q", ok, why)
 	}
 }
+
+// tier_runs counts each tier's own run from block 0 (a block on two tiers
+// in both), per pod and per DP rank, the same on both transports; tiers
+// still counts each block once at its best tier.
+func TestScoreTierRunsBothTransports(t *testing.T) {
+	st := newStack(t)
+	prompt := seqTokens(1000, 8*testBlock)
+	st.store("pod-x", 0, event.TierGPU, prompt, 4, blockkeys.RequestExtras{})
+	st.store("pod-x", 0, event.TierCPU, prompt, 6, blockkeys.RequestExtras{})
+	st.store("pod-x", 1, event.TierCPU, prompt, 3, blockkeys.RequestExtras{})
+	ids, _ := json.Marshal(prompt)
+	code, b := st.post("/v1/score", `{"model":"`+testModel+`","token_ids":`+string(ids)+`}`)
+	if code != http.StatusOK {
+		t.Fatalf("POST /v1/score: %d %s", code, b)
+	}
+	type counts map[string]int32
+	var h struct {
+		Pods []struct {
+			Tiers    counts `json:"tiers"`
+			TierRuns counts `json:"tier_runs"`
+			DPRanks  []struct {
+				DPRank   int    `json:"dp_rank"`
+				TierRuns counts `json:"tier_runs"`
+			} `json:"dp_ranks"`
+		} `json:"pods"`
+	}
+	if err := json.Unmarshal(b, &h); err != nil {
+		t.Fatalf("decode %s: %v", b, err)
+	}
+	if len(h.Pods) != 1 || len(h.Pods[0].DPRanks) != 2 {
+		t.Fatalf("answer %s: want pod-x with 2 ranks", b)
+	}
+	p := h.Pods[0]
+	if p.Tiers["gpu"] != 4 || p.Tiers["cpu"] != 2 || p.TierRuns["gpu"] != 4 || p.TierRuns["cpu"] != 6 || p.TierRuns["disk"] != 0 {
+		t.Errorf("HTTP tiers %v tier_runs %v, want gpu 4 cpu 2 and gpu 4 cpu 6", p.Tiers, p.TierRuns)
+	}
+	if r := p.DPRanks[1]; r.DPRank != 1 || r.TierRuns["cpu"] != 3 || r.TierRuns["gpu"] != 0 {
+		t.Errorf("HTTP rank %d tier_runs %v, want cpu 3", r.DPRank, r.TierRuns)
+	}
+	g, err := st.grpc.Score(context.Background(), &kvindexv1.ScoreRequest{Model: testModel,
+		Input: &kvindexv1.ScoreRequest_TokenIds{TokenIds: &kvindexv1.TokenIDs{Ids: prompt}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Pods) != 1 || len(g.Pods[0].DpRanks) != 2 {
+		t.Fatalf("gRPC answer %v: want pod-x with 2 ranks", g)
+	}
+	gp := g.Pods[0]
+	if gp.TierRuns.GetGpu() != 4 || gp.TierRuns.GetCpu() != 6 || gp.Tiers.GetCpu() != 2 {
+		t.Errorf("gRPC tiers %v tier_runs %v", gp.Tiers, gp.TierRuns)
+	}
+	if r := gp.DpRanks[1]; r.DpRank != 1 || r.TierRuns.GetCpu() != 3 || r.TierRuns.GetGpu() != 0 {
+		t.Errorf("gRPC rank %d tier_runs %v, want cpu 3", r.DpRank, r.TierRuns)
+	}
+}

@@ -149,7 +149,7 @@ func toProtoScore(a *indexer.Result) *kvindexv1.ScoreResponse {
 		nRanks += len(a.Pods[i].Ranks)
 	}
 	ranks := make([]kvindexv1.DPRankScore, nRanks)
-	tiers := make([]kvindexv1.TierCounts, len(a.Pods)+nRanks)
+	tiers := make([]kvindexv1.TierCounts, 2*(len(a.Pods)+nRanks)) // tiers and tier_runs
 	rankPtrs := make([]*kvindexv1.DPRankScore, nRanks)
 	r, t := 0, 0
 	for i := range a.Pods {
@@ -162,7 +162,8 @@ func toProtoScore(a *indexer.Result) *kvindexv1.ScoreResponse {
 		ps.Session = p.Session
 		ps.ApplyLagSeconds, ps.Complete, ps.IncompleteReason = p.ApplyLag.Seconds(), p.Complete, p.IncompleteReason
 		ps.Tiers = fillTiers(&tiers[t], &p.Tiers)
-		t++
+		ps.TierRuns = fillTiers(&tiers[t+1], &p.TierRuns)
+		t += 2
 		ps.DpRanks = rankPtrs[r : r : r+len(p.Ranks)]
 		for j := range p.Ranks {
 			rs := &p.Ranks[j]
@@ -171,7 +172,8 @@ func toProtoScore(a *indexer.Result) *kvindexv1.ScoreResponse {
 			pr.MatchedBlocks = int32(rs.MatchedBlocks)
 			pr.Score = rs.Score
 			pr.Tiers = fillTiers(&tiers[t], &rs.Tiers)
-			t++
+			pr.TierRuns = fillTiers(&tiers[t+1], &rs.TierRuns)
+			t += 2
 			ps.DpRanks = append(ps.DpRanks, pr)
 			r++
 		}

@@ -263,6 +263,8 @@ func appendScoreJSON(b []byte, a *indexer.Result) []byte {
 		b = appendFloat(b, p.Score)
 		b = append(b, `,"tiers":`...)
 		b = appendTiers(b, &p.Tiers)
+		b = append(b, `,"tier_runs":`...)
+		b = appendTiers(b, &p.TierRuns)
 		if p.Session {
 			// only answers to a query naming a session say so
 			b = append(b, `,"session":true`...)
@@ -289,6 +291,8 @@ func appendScoreJSON(b []byte, a *indexer.Result) []byte {
 			b = appendFloat(b, r.Score)
 			b = append(b, `,"tiers":`...)
 			b = appendTiers(b, &r.Tiers)
+			b = append(b, `,"tier_runs":`...)
+			b = appendTiers(b, &r.TierRuns)
 			b = append(b, '}')
 		}
 		b = append(b, "]}"...)

@@ -132,6 +132,9 @@ type RankScore struct {
 	MatchedBlocks int
 	Score         float64
 	Tiers         TierCounts
+	// TierRuns: per tier on its own, the run of blocks from block 0 held
+	// on that tier (kvindex.PodScore.TierRuns).
+	TierRuns TierCounts
 }
 
 // PodResult is one pod (all its DP ranks) in a score answer. The pod's match
@@ -142,6 +145,7 @@ type PodResult struct {
 	MatchedTokens int64
 	Score         float64
 	Tiers         TierCounts
+	TierRuns      TierCounts  // the best rank's, see RankScore
 	Ranks         []RankScore // best first; never empty
 	// Session: the query named a session and this pod stored blocks for it.
 	Session bool

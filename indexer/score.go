@@ -359,6 +359,7 @@ func (r *Result) aggregate(in *kvindex.Interner, trusted func(kvindex.PodID) boo
 		single = single && rank == 0
 		e := rankEntry{pod: len(r.names), RankScore: RankScore{DPRank: rank, MatchedBlocks: ps.MatchedBlocks, Score: ps.Score}}
 		copy(e.Tiers[:], ps.TierBlocks[:])
+		copy(e.TierRuns[:], ps.TierRuns[:])
 		r.entries = append(r.entries, e)
 		r.names = append(r.names, name)
 		r.ids = append(r.ids, ps.Pod)
@@ -384,7 +385,7 @@ func (r *Result) aggregate(in *kvindex.Interner, trusted func(kvindex.PodID) boo
 		best := &r.ranks[j]
 		r.Pods = append(r.Pods, PodResult{Pod: r.names[k.entry], Ranks: r.ranks[j : j+1 : j+1],
 			MatchedBlocks: best.MatchedBlocks, MatchedTokens: int64(best.MatchedBlocks) * blockSize,
-			Score: best.Score, Tiers: best.Tiers})
+			Score: best.Score, Tiers: best.Tiers, TierRuns: best.TierRuns})
 	}
 }
 
@@ -495,6 +496,7 @@ func (r *Result) aggregateRanks(blockSize int64) {
 		p.MatchedTokens = int64(best.MatchedBlocks) * blockSize
 		p.Score = best.Score
 		p.Tiers = best.Tiers
+		p.TierRuns = best.TierRuns
 		start = end
 	}
 	slices.SortFunc(r.Pods, func(a, b PodResult) int {

@@ -180,6 +180,9 @@ func (ix *Indexer) creditStorage(model kvindex.ModelID, cands []kvindex.PodID, s
 				i = len(res.Pods) - 1
 			}
 			p := &res.Pods[i]
+			// per-tier runs: the reader can load the source's whole run
+			// from block 0, whatever it holds itself
+			p.TierRuns[event.TierShared] = max(p.TierRuns[event.TierShared], int32(m))
 			if extra := m - p.MatchedBlocks; extra > 0 {
 				p.TierBlocks[event.TierShared] += int32(extra)
 				p.Score += float64(extra) * w

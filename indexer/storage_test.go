@@ -46,6 +46,13 @@ func TestStorageIsASharedTier(t *testing.T) {
 		r.Pods[2].Tiers != (TierCounts{event.TierCPU: 1, event.TierShared: 3}) {
 		t.Fatalf("tiers: %+v %+v", r.Pods[1].Tiers, r.Pods[2].Tiers)
 	}
+	// per-tier runs: every reader can load the storage's 4 blocks, its own
+	// longer run or not
+	if r.Pods[0].TierRuns != (TierCounts{event.TierGPU: 7, event.TierShared: 4}) ||
+		r.Pods[1].TierRuns != (TierCounts{event.TierGPU: 2, event.TierShared: 4}) ||
+		r.Pods[2].TierRuns != (TierCounts{event.TierCPU: 1, event.TierShared: 4}) {
+		t.Fatalf("tier runs: %+v %+v %+v", r.Pods[0].TierRuns, r.Pods[1].TierRuns, r.Pods[2].TierRuns)
+	}
 	// a pods filter still sees the storage; the source itself is never a pod
 	if got := mustScore(t, ix, &Query{Model: testModel, Kind: InputTokens, TokenIDs: prompt, Pods: []string{"pod-b", "SHARED_STORAGE"}}, &r); got != "total=8 pod-b:4/16/2.00[0:4,]" {
 		t.Fatalf("filtered: %s", got)

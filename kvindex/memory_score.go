@@ -269,9 +269,13 @@ func (st *memScore) start(p PodID, t event.Tier) {
 	}
 	switch a.state {
 	case podIdle:
+		// block 0's tiers start the per-tier runs; later blocks narrow
+		// them in recount, so no step is left pending (stepMask)
 		a.state, a.cur = podAlive, t
+		a.runMask, a.stepMask = 1<<t, allTiers
 		st.alive++
 	case podAlive:
+		a.runMask |= 1 << t
 		if st.w[t] > st.w[a.cur] {
 			a.cur = t
 		}
@@ -328,6 +332,7 @@ func (st *memScore) diff(idx *MemoryIndex, i, step int32) {
 func (st *memScore) recount(idx *MemoryIndex, p PodID, i int32, cur []uint64) {
 	a := &st.acc[p]
 	best, any := a.cur, false
+	var held uint8 // tiers p holds block i on
 	for _, h := range cur {
 		if holderPod(h) != p {
 			break
@@ -335,16 +340,20 @@ func (st *memScore) recount(idx *MemoryIndex, p PodID, i int32, cur []uint64) {
 		if !idx.isLive(h) {
 			continue
 		}
-		if t := holderTier(h); !any || st.w[t] > st.w[best] {
+		t := holderTier(h)
+		held |= 1 << t
+		if !any || st.w[t] > st.w[best] {
 			best, any = t, true
 		}
 	}
-	switch {
-	case !any:
+	if !any {
 		a.state, a.end = podDead, i
 		st.dead = append(st.dead, p)
 		st.alive--
-	case best != a.cur:
+		return
+	}
+	a.narrow(i, held)
+	if best != a.cur {
 		a.switchTier(i, best)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"sync"
 
@@ -61,6 +62,12 @@ type PodScore struct {
 	// TierBlocks counts the run's blocks by the tier that was counted for them
 	// (the best-weighted one when a pod holds a block on several tiers).
 	TierBlocks [event.NumTiers]int32
+	// TierRuns is, per tier on its own, the run of consecutive blocks from
+	// block 0 the pod holds on that tier: a block held on two tiers counts
+	// in both, and a tier missing from some block stops counting there even
+	// if the pod's run goes on. llm-d's precise prefix producer reports this
+	// breakdown (matchedBlockCountByTier), so its consumers read it so.
+	TierRuns [event.NumTiers]int32
 }
 
 // ScoreResult is the answer to one Score call. Pods holds only pods with
@@ -111,10 +118,33 @@ func (s *Scorer) Weights() TierWeights { return s.w }
 // podRun is the part of a pod's running match both scoring paths keep.
 // Tier counts are credited lazily, when the pod's best tier changes or its
 // run ends, never per block.
+//
+// The per-tier runs (PodScore.TierRuns) are kept the same way: runMask is
+// the tiers the pod held on every block so far, and a tier's run is
+// written when it leaves the mask (narrow) or the pod's run ends. The
+// generic path sees a block's holders one at a time, so it collects the
+// block's tiers in stepMask and narrows by them only when the next block
+// (or the end) shows the block is complete; the fused path knows a
+// block's tiers at once and keeps stepMask at allTiers.
 type podRun struct {
-	runStart int32 // block where the current run on tier cur began
-	cur      event.Tier
-	tiers    [event.NumTiers]int32
+	runStart  int32 // block where the current run on tier cur began
+	stepStart int32 // block where the tiers in stepMask were seen
+	cur       event.Tier
+	runMask   uint8 // tiers held on every block before stepStart
+	stepMask  uint8 // tiers held on block stepStart (generic path)
+	tiers     [event.NumTiers]int32
+	runs      [event.NumTiers]int32
+}
+
+// allTiers is the tier mask with every tier.
+const allTiers = uint8(1)<<event.NumTiers - 1
+
+// narrow ends, at block i, the runs of the tiers in runMask but not in m.
+func (r *podRun) narrow(i int32, m uint8) {
+	for gone := r.runMask &^ m; gone != 0; gone &= gone - 1 {
+		r.runs[bits.TrailingZeros8(gone)] = i
+	}
+	r.runMask &= m
 }
 
 // switchTier credits the blocks before i to the current tier and continues
@@ -130,6 +160,8 @@ func (r *podRun) switchTier(i int32, t event.Tier) {
 // freshly written narrow fields stall store forwarding).
 func (r *podRun) appendScore(res *ScoreResult, p PodID, matched int32, w *TierWeights) {
 	r.tiers[r.cur] += matched - r.runStart
+	r.narrow(r.stepStart, r.stepMask)
+	r.narrow(matched, 0)
 	res.Pods = append(res.Pods, PodScore{})
 	ps := &res.Pods[len(res.Pods)-1]
 	ps.Pod, ps.MatchedBlocks = p, int(matched)
@@ -137,6 +169,7 @@ func (r *podRun) appendScore(res *ScoreResult, p PodID, matched int32, w *TierWe
 	for t := range r.tiers {
 		n := r.tiers[t]
 		ps.TierBlocks[t] = n
+		ps.TierRuns[t] = r.runs[t]
 		score += float64(n) * w[t]
 	}
 	ps.Score = score
@@ -247,7 +280,7 @@ func (st *scoreState) begin(w *TierWeights, candidates []PodID) {
 		if a.gen == st.gen { // duplicate candidate
 			continue
 		}
-		*a = podAcc{gen: st.gen, last: -1}
+		*a = podAcc{gen: st.gen, last: -1, podRun: podRun{runMask: allTiers}}
 		st.touched = append(st.touched, p)
 	}
 	st.steps = st.steps[:0]
@@ -275,17 +308,23 @@ func (st *scoreState) hold(c, i int32, p PodID, t event.Tier) {
 			return // not a candidate, or its run cannot start at block 0
 		}
 		a = growAcc(&st.acc, p)
-		*a = podAcc{gen: st.gen, last: -1, podRun: podRun{cur: t}}
+		*a = podAcc{gen: st.gen, last: -1, podRun: podRun{cur: t, runMask: allTiers}}
 		st.touched = append(st.touched, p)
 	}
 	switch a.last {
 	case c - 1: // alive: extend
+		if c > 0 {
+			// the previous step's holders are all seen: its tiers are final
+			a.narrow(a.stepStart, a.stepMask)
+		}
+		a.stepStart, a.stepMask = i, 1<<t
 		a.last = c
 		st.alive++
 		if t != a.cur {
 			a.switchTier(i, t)
 		}
 	case c: // same block on another tier or group: keep the best tier
+		a.stepMask |= 1 << t
 		if st.w[t] > st.w[a.cur] {
 			a.switchTier(i, t)
 		}

@@ -37,12 +37,28 @@ func refScore(ref *refIndex, m ModelID, keys []blockkeys.Key, pods []PodID, w Ti
 		for t, n := range ps.TierBlocks {
 			ps.Score += float64(n) * w[t]
 		}
+		ps.TierRuns = refTierRuns(ref, m, keys, p)
 		if ps.MatchedBlocks > 0 {
 			out = append(out, ps)
 		}
 	}
 	slices.SortFunc(out, ComparePodScores)
 	return out
+}
+
+// refTierRuns is PodScore.TierRuns the way llm-d's producer counts it
+// (matchedBlockCountByTier): each tier on its own, blocks from block 0
+// until the first one pod p does not hold on that tier.
+func refTierRuns(ref *refIndex, m ModelID, keys []blockkeys.Key, p PodID) (runs [event.NumTiers]int32) {
+	for t := range event.NumTiers {
+		for _, k := range keys {
+			if !ref.holders[refKey{m, k}][Holder{Pod: p, Tier: t}] {
+				break
+			}
+			runs[t]++
+		}
+	}
+	return runs
 }
 
 // fleetBuilder applies the same operations to a MemoryIndex and a refIndex.

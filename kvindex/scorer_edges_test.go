@@ -42,7 +42,9 @@ func TestScorerGenericTiesAndBadTiers(t *testing.T) {
 	if err := s.Score(ctx, 0, []blockkeys.Key{1, 2, 3}, nil, &res); err != nil {
 		t.Fatal(err)
 	}
-	want := []PodScore{{Pod: 1, MatchedBlocks: 3, Score: 1.5, TierBlocks: [event.NumTiers]int32{event.TierCPU: 2, event.TierDisk: 1}}}
+	want := []PodScore{{Pod: 1, MatchedBlocks: 3, Score: 1.5, TierBlocks: [event.NumTiers]int32{event.TierCPU: 2, event.TierDisk: 1},
+		// per tier on its own: CPU holds all three, disk misses block 1
+		TierRuns: [event.NumTiers]int32{event.TierCPU: 3, event.TierDisk: 1}}}
 	if !samePodScores(res.Pods, want) {
 		t.Fatalf("got %+v\nwant %+v", res.Pods, want)
 	}

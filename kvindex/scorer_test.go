@@ -55,17 +55,17 @@ func TestScorerSemantics(t *testing.T) {
 		{name: "longest prefix per pod",
 			holds: []hold{{1, event.TierGPU, ks(1, 2, 3)}, {2, event.TierGPU, ks(1, 2)}, {3, event.TierGPU, ks(1)}},
 			query: ks(1, 2, 3, 4),
-			want:  []PodScore{{1, 3, 3, gpu(3)}, {2, 2, 2, gpu(2)}, {3, 1, 1, gpu(1)}}},
+			want:  []PodScore{{1, 3, 3, gpu(3), gpu(3)}, {2, 2, 2, gpu(2), gpu(2)}, {3, 1, 1, gpu(1), gpu(1)}}},
 		{name: "a gap ends the run",
 			holds: []hold{{1, event.TierGPU, ks(1, 3, 4)}, {2, event.TierGPU, ks(1, 2)}},
 			query: ks(1, 2, 3, 4),
-			want:  []PodScore{{2, 2, 2, gpu(2)}, {1, 1, 1, gpu(1)}}},
+			want:  []PodScore{{2, 2, 2, gpu(2), gpu(2)}, {1, 1, 1, gpu(1), gpu(1)}}},
 		{name: "pod 0 leaving a shared holder set ends its run",
 			// holder word 0 (pod 0, epoch 0, GPU) once added nothing
 			// to a chunk's signature, so {0,1,3} and {1,3} looked the same
 			holds: []hold{{0, event.TierGPU, ks(1)}, {1, event.TierGPU, ks(1, 2)}, {3, event.TierGPU, ks(1, 2)}},
 			query: ks(1, 2),
-			want:  []PodScore{{1, 2, 2, gpu(2)}, {3, 2, 2, gpu(2)}, {0, 1, 1, gpu(1)}}},
+			want:  []PodScore{{1, 2, 2, gpu(2), gpu(2)}, {3, 2, 2, gpu(2), gpu(2)}, {0, 1, 1, gpu(1), gpu(1)}}},
 		{name: "no block 0 means no match",
 			holds: []hold{{1, event.TierGPU, ks(2, 3)}},
 			query: ks(1, 2, 3),
@@ -73,21 +73,33 @@ func TestScorerSemantics(t *testing.T) {
 		{name: "tier weights",
 			holds: []hold{{1, event.TierCPU, ks(1, 2)}, {2, event.TierDisk, ks(1, 2)}, {3, event.TierExternal, ks(1, 2)}, {4, event.TierGPU, ks(1)}},
 			query: ks(1, 2),
-			want: []PodScore{{1, 2, 1.6, [event.NumTiers]int32{0, 2, 0, 0}}, {2, 2, 1.0, [event.NumTiers]int32{0, 0, 2, 0}},
-				{4, 1, 1.0, gpu(1)}, {3, 2, 0.6, [event.NumTiers]int32{0, 0, 0, 2}}}},
+			want: []PodScore{{1, 2, 1.6, [event.NumTiers]int32{0, 2, 0, 0}, [event.NumTiers]int32{0, 2, 0, 0}}, {2, 2, 1.0, [event.NumTiers]int32{0, 0, 2, 0}, [event.NumTiers]int32{0, 0, 2, 0}},
+				{4, 1, 1.0, gpu(1), gpu(1)}, {3, 2, 0.6, [event.NumTiers]int32{0, 0, 0, 2}, [event.NumTiers]int32{0, 0, 0, 2}}}},
 		{name: "a block on several tiers counts once with the best",
 			holds: []hold{{1, event.TierCPU, ks(1, 2, 3)}, {1, event.TierGPU, ks(2)}, {1, event.TierDisk, ks(3)}},
 			query: ks(1, 2, 3),
-			want:  []PodScore{{1, 3, 0.8 + 1.0 + 0.8, [event.NumTiers]int32{1, 2, 0, 0}}}},
+			// per-tier runs: CPU holds all three, GPU misses block 0
+			want: []PodScore{{1, 3, 0.8 + 1.0 + 0.8, [event.NumTiers]int32{1, 2, 0, 0}, [event.NumTiers]int32{0, 3, 0, 0}}}},
 		{name: "mixed tiers continue the run",
 			holds: []hold{{1, event.TierGPU, ks(1)}, {1, event.TierCPU, ks(2)}, {1, event.TierDisk, ks(3)}},
 			query: ks(1, 2, 3),
-			want:  []PodScore{{1, 3, 2.3, [event.NumTiers]int32{1, 1, 1, 0}}}},
+			// per-tier runs: only GPU holds block 0
+			want: []PodScore{{1, 3, 2.3, [event.NumTiers]int32{1, 1, 1, 0}, [event.NumTiers]int32{1, 0, 0, 0}}}},
+		{name: "tier runs count a block on two tiers in both",
+			// offloaded to CPU as it was written: GPU holds 4, CPU all 6
+			holds: []hold{{1, event.TierGPU, ks(1, 2, 3, 4)}, {1, event.TierCPU, ks(1, 2, 3, 4, 5, 6)}},
+			query: ks(1, 2, 3, 4, 5, 6),
+			want:  []PodScore{{1, 6, 4 + 2*0.8, [event.NumTiers]int32{4, 2, 0, 0}, [event.NumTiers]int32{4, 6, 0, 0}}}},
+		{name: "a CPU-only tail counts in no tier run",
+			holds: []hold{{1, event.TierGPU, ks(1, 2, 3, 4)}, {1, event.TierCPU, ks(3, 4, 5, 6)}, {2, event.TierCPU, ks(1, 2)}, {2, event.TierGPU, ks(2)}},
+			query: ks(1, 2, 3, 4, 5, 6, 7),
+			want: []PodScore{{1, 6, 4 + 2*0.8, [event.NumTiers]int32{4, 2, 0, 0}, [event.NumTiers]int32{4, 0, 0, 0}},
+				{2, 2, 1.8, [event.NumTiers]int32{1, 1, 0, 0}, [event.NumTiers]int32{0, 2, 0, 0}}}},
 		{name: "candidate filter",
 			holds:      []hold{{1, event.TierGPU, ks(1, 2, 3)}, {2, event.TierGPU, ks(1, 2)}, {3, event.TierGPU, ks(1)}},
 			query:      ks(1, 2, 3),
 			candidates: []PodID{3, 2, 2, 9},
-			want:       []PodScore{{2, 2, 2, gpu(2)}, {3, 1, 1, gpu(1)}}},
+			want:       []PodScore{{2, 2, 2, gpu(2), gpu(2)}, {3, 1, 1, gpu(1), gpu(1)}}},
 		{name: "empty candidate list matches nothing",
 			holds:      []hold{{1, event.TierGPU, ks(1)}},
 			query:      ks(1),
@@ -96,16 +108,16 @@ func TestScorerSemantics(t *testing.T) {
 		{name: "dp ranks are separate pods",
 			holds: []hold{{10, event.TierGPU, ks(1, 2, 3)}, {11, event.TierGPU, ks(1)}},
 			query: ks(1, 2, 3),
-			want:  []PodScore{{10, 3, 3, gpu(3)}, {11, 1, 1, gpu(1)}}},
+			want:  []PodScore{{10, 3, 3, gpu(3), gpu(3)}, {11, 1, 1, gpu(1), gpu(1)}}},
 		{name: "cleared pods do not score",
 			holds: []hold{{1, event.TierGPU, ks(1, 2)}, {2, event.TierGPU, ks(1)}},
 			clear: []PodID{1},
 			query: ks(1, 2),
-			want:  []PodScore{{2, 1, 1, gpu(1)}}},
+			want:  []PodScore{{2, 1, 1, gpu(1), gpu(1)}}},
 		{name: "ties: more blocks first, then pod id",
 			holds: []hold{{5, event.TierGPU, ks(1)}, {4, event.TierGPU, ks(1)}, {3, event.TierDisk, ks(1, 2)}},
 			query: ks(1, 2, 3),
-			want:  []PodScore{{3, 2, 1, [event.NumTiers]int32{0, 0, 2, 0}}, {4, 1, 1, gpu(1)}, {5, 1, 1, gpu(1)}}},
+			want:  []PodScore{{3, 2, 1, [event.NumTiers]int32{0, 0, 2, 0}, [event.NumTiers]int32{0, 0, 2, 0}}, {4, 1, 1, gpu(1), gpu(1)}, {5, 1, 1, gpu(1), gpu(1)}}},
 		{name: "empty query",
 			holds: []hold{{1, event.TierGPU, ks(1)}},
 			query: nil,
@@ -151,7 +163,7 @@ func samePodScores(a, b []PodScore) bool {
 	for i := range a {
 		x, y := a[i], b[i]
 		d := x.Score - y.Score
-		if x.Pod != y.Pod || x.MatchedBlocks != y.MatchedBlocks || x.TierBlocks != y.TierBlocks || d > 1e-9 || d < -1e-9 {
+		if x.Pod != y.Pod || x.MatchedBlocks != y.MatchedBlocks || x.TierBlocks != y.TierBlocks || x.TierRuns != y.TierRuns || d > 1e-9 || d < -1e-9 {
 			return false
 		}
 	}
@@ -303,6 +315,7 @@ func TestScorerMatchesReference(t *testing.T) {
 			for ti, n := range ps.TierBlocks {
 				ps.Score += float64(n) * w[ti]
 			}
+			ps.TierRuns = refTierRuns(ref, 0, keys, p)
 			if ps.MatchedBlocks > 0 {
 				want = append(want, ps)
 			}
@@ -422,7 +435,7 @@ func TestScorerEdges(t *testing.T) {
 			t.Errorf("Score with a stray candidate: %v %v", err, res.Pods)
 		}
 		// custom weights: the CPU copy of block 0 is worth more here
-		if !samePodScores(res.Pods, []PodScore{{1, 2, 0.2 + 0.1, [event.NumTiers]int32{1, 1, 0, 0}}}) {
+		if !samePodScores(res.Pods, []PodScore{{1, 2, 0.2 + 0.1, [event.NumTiers]int32{1, 1, 0, 0}, [event.NumTiers]int32{2, 1, 0, 0}}}) {
 			t.Errorf("custom weights: %v", res.Pods)
 		}
 	}

@@ -2,16 +2,20 @@
 // of llm-d's precise-prefix-cache-producer whose match data comes from
 // kvindexd: it consumes the token-producer's TokenizedPrompt, writes each
 // candidate endpoint's PrefixCacheMatchInfo (tier-weighted match, cached
-// block count and per-tier breakdown) under its instance name, and with
-// speculativeIndexing has the daemon hold speculative entries for the
-// scheduler's chosen endpoint(s) in PreRequest. The generic
+// block count and per-tier breakdown, the numbers upstream computes on the
+// same events) under its instance name, and with speculativeIndexing
+// records speculative entries for the scheduler's chosen endpoint(s) in
+// PreRequest, as upstream does (speculative.go), and has the daemon hold
+// them too. The generic
 // prefix-cache-scorer, the P/D decider and the other consumers read it
 // through prefixMatchInfoProducerName as they read the upstream producer.
 //
 // The daemon owns the index, the block hashing and the engines' KV-event
-// subscriptions, so the picker process holds no index: Produce is one Score
-// call per prompt (no side effect), PreRequest one Pick per chosen endpoint
-// and prompt (a Pick holds the request's blocks for the pod it returns).
+// subscriptions, so the picker process holds no index, only its record of
+// speculative entries: Produce is one Score call per prompt (two when
+// speculative entries cover part of an endpoint's run; no side effect),
+// PreRequest one Pick per chosen endpoint and prompt (a Pick holds the
+// request's blocks for the pod it returns).
 //
 // It compiles against mirror/, a copy of the framework's interface surface
 // (see package mirror for the upstream commit and paths); with the real
@@ -24,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"time"
@@ -75,10 +80,17 @@ type Config struct {
 	// the identity llm-d's own index keys pods by) or "name" (the
 	// endpoint's metadata name, the pod name).
 	PodIdentifier string `json:"podIdentifier"`
-	// SpeculativeIndexing: after a routing decision the daemon assumes the
-	// chosen endpoint(s) hold the request's blocks, for its
-	// --speculative-ttl (2s by default, upstream's default too).
+	// SpeculativeIndexing: after a routing decision the producer records
+	// that the chosen endpoint(s) hold the request's blocks, for
+	// SpeculativeTTL, and reports them under the "speculative" tier as
+	// upstream does; the daemon holds them too (for its --speculative-ttl),
+	// so its own Picks see them.
 	SpeculativeIndexing bool `json:"speculativeIndexing"`
+	// SpeculativeTTL is how long a speculative entry lives (Go duration;
+	// "" or not positive = 2s, as upstream).
+	SpeculativeTTL string `json:"speculativeTTL"`
+	// MaxSpeculativeEntries caps the recorded (block, endpoint) entries.
+	MaxSpeculativeEntries int `json:"maxSpeculativeEntries"`
 	// MaxPending caps the requests waiting between Produce and PreRequest.
 	MaxPending int `json:"maxPending"`
 }
@@ -93,6 +105,7 @@ type Producer struct {
 	picker    *client.Client
 	timeout   time.Duration
 	log       *slog.Logger
+	spec      *specRecord // nil without SpeculativeIndexing
 	mu        sync.Mutex
 	pending   map[string]pendingRequest
 	dropped   uint64 // pending state refused at the cap
@@ -105,6 +118,7 @@ type pendingRequest struct {
 	model  string
 	salt   string
 	prompt [][]uint32
+	keys   [][]uint64 // per prompt, specRecord's keys of its scored blocks
 	at     time.Time
 }
 
@@ -163,6 +177,23 @@ func New(name string, cfg Config, log *slog.Logger) (*Producer, error) {
 	default:
 		return nil, fmt.Errorf("podIdentifier %q: want \"address:port\" or \"name\"", cfg.PodIdentifier)
 	}
+	if cfg.MaxSpeculativeEntries == 0 {
+		cfg.MaxSpeculativeEntries = DefaultMaxSpeculativeEntries
+	}
+	if cfg.MaxSpeculativeEntries < 0 {
+		return nil, fmt.Errorf("maxSpeculativeEntries %d is negative", cfg.MaxSpeculativeEntries)
+	}
+	specTTL := DefaultSpeculativeTTL
+	if cfg.SpeculativeTTL != "" {
+		// upstream: a parse error is an error, a non-positive one the default
+		d, err := time.ParseDuration(cfg.SpeculativeTTL)
+		if err != nil {
+			return nil, fmt.Errorf("invalid speculativeTTL %q: %w", cfg.SpeculativeTTL, err)
+		}
+		if d > 0 {
+			specTTL = d
+		}
+	}
 	var timeout time.Duration
 	if cfg.Timeout != "" {
 		d, err := time.ParseDuration(cfg.Timeout)
@@ -185,9 +216,13 @@ func New(name string, cfg Config, log *slog.Logger) (*Producer, error) {
 	if timeout == 0 {
 		timeout = client.DefaultTimeout
 	}
-	return &Producer{name: name, dk: prefix.PrefixCacheMatchInfoDataKey.WithNonEmptyProducerName(name),
+	p := &Producer{name: name, dk: prefix.PrefixCacheMatchInfoDataKey.WithNonEmptyProducerName(name),
 		cfg: cfg, scorer: kvindexv1.NewIndexerClient(conn), conn: conn, picker: picker, timeout: timeout,
-		log: log, pending: map[string]pendingRequest{}}, nil
+		log: log, pending: map[string]pendingRequest{}}
+	if cfg.SpeculativeIndexing {
+		p.spec = newSpecRecord(specTTL, cfg.MaxSpeculativeEntries, rand.Uint64())
+	}
+	return p, nil
 }
 
 // Close releases the daemon connections.
@@ -236,7 +271,8 @@ type match struct {
 }
 
 // Produce writes every candidate's PrefixCacheMatchInfo from the daemon's
-// Score of the request's tokens. A request without tokens is a no-op; an
+// Score of the request's tokens and, with speculativeIndexing, the
+// producer's speculative record. A request without tokens is a no-op; an
 // unreachable daemon or a refused request is an error (the framework then
 // runs without this data, as with the upstream producer's lookup errors).
 func (p *Producer) Produce(ctx context.Context, req *scheduling.InferenceRequest, endpoints []scheduling.Endpoint) error {
@@ -252,6 +288,7 @@ func (p *Producer) Produce(ctx context.Context, req *scheduling.InferenceRequest
 	}
 	matches := map[string]*match{}
 	total, mm := 0, false
+	var keys [][]uint64
 	for _, pr := range prompts {
 		tokens := pr.TokenIDs
 		total += len(tokens) / p.cfg.BlockSize
@@ -261,10 +298,15 @@ func (p *Producer) Produce(ctx context.Context, req *scheduling.InferenceRequest
 			mm = true
 			tokens = tokens[:firstMedia(pr, len(tokens))]
 		}
+		var pk []uint64
+		if p.spec != nil {
+			pk = p.spec.keys(nil, req.TargetModel, salt, tokens, p.cfg.BlockSize)
+			keys = append(keys, pk)
+		}
 		if len(tokens) < p.cfg.BlockSize {
 			continue
 		}
-		if err := p.score(ctx, req.TargetModel, salt, tokens, pods, matches); err != nil {
+		if err := p.score(ctx, req.TargetModel, salt, tokens, pods, pk, matches); err != nil {
 			return err
 		}
 	}
@@ -291,35 +333,104 @@ func (p *Producer) Produce(ctx context.Context, req *scheduling.InferenceRequest
 		for i, pr := range prompts {
 			toks[i] = pr.TokenIDs
 		}
-		p.remember(req.RequestID, pendingRequest{model: req.TargetModel, salt: salt, prompt: toks, at: time.Now()})
+		p.remember(req.RequestID, pendingRequest{model: req.TargetModel, salt: salt, prompt: toks, keys: keys, at: time.Now()})
 	}
 	return nil
 }
 
-// score adds one prompt's Score answer to matches.
-func (p *Producer) score(ctx context.Context, model, salt string, tokens []uint32, pods []string, matches map[string]*match) error {
+// score adds one prompt's numbers to matches: the daemon's Score and, for
+// endpoints with speculative entries (keys: the prompt's specRecord keys,
+// nil without speculativeIndexing), those entries as upstream's Produce
+// counts them. Upstream walks each block's entries; per endpoint, with a
+// the daemon's run and b the speculative run from block 0, that gives:
+//
+//   - the speculative tier: b (matchedBlockCountByTier); the other tiers
+//     are the daemon's tier_runs, the same function's count of them;
+//   - cached blocks: max(a, b) (matchedBlockCount counts a block held on
+//     any tier, speculative included);
+//   - the weighted match: weight 1 on each of blocks 0..b-1 (a speculative
+//     entry weighs 1, no tier weight is above 1 by default, and the scorer
+//     takes a block's best weight), and the confirmed weights of blocks
+//     b..a-1: the daemon's score less its score of the first b blocks, one
+//     more Score call, made only when 0 < b < a.
+func (p *Producer) score(ctx context.Context, model, salt string, tokens []uint32, pods []string, keys []uint64, matches map[string]*match) error {
+	resp, err := p.scoreOnce(ctx, model, salt, tokens, pods)
+	if err != nil {
+		return err
+	}
+	confirmed := map[string]*kvindexv1.PodScore{}
+	for _, ps := range resp.GetPods() {
+		confirmed[ps.GetPod()] = ps
+	}
+	spec := map[string]int{}
+	if keys != nil {
+		for _, pod := range pods {
+			if b := p.spec.run(pod, keys); b > 0 {
+				spec[pod] = b
+			}
+		}
+	}
+	// weighted score of blocks 0..b-1, for the endpoints with 0 < b < a
+	head := map[string]float64{}
+	byRun := map[int][]string{}
+	for pod, b := range spec {
+		if b < int(confirmed[pod].GetMatchedBlocks()) {
+			byRun[b] = append(byRun[b], pod)
+		}
+	}
+	for b, group := range byRun {
+		r, err := p.scoreOnce(ctx, model, salt, tokens[:b*p.cfg.BlockSize], group)
+		if err != nil {
+			return err
+		}
+		for _, ps := range r.GetPods() {
+			head[ps.GetPod()] = ps.GetScore()
+		}
+	}
+	for _, pod := range pods {
+		ps, b := confirmed[pod], spec[pod]
+		if ps == nil && b == 0 {
+			continue
+		}
+		m := matches[pod]
+		if m == nil {
+			m = &match{tiers: map[string]int{}}
+			matches[pod] = m
+		}
+		a := int(ps.GetMatchedBlocks())
+		m.blocks += max(a, b)
+		addTiers(m.tiers, ps.GetTierRuns())
+		switch {
+		case b == 0:
+			m.weighted += ps.GetScore()
+		case b >= a:
+			m.weighted += float64(b)
+		default:
+			m.weighted += float64(b) + ps.GetScore() - head[pod]
+		}
+		if b > 0 {
+			m.tiers[prefix.SpeculativeTierKey] += b
+		}
+	}
+	return nil
+}
+
+// scoreOnce is one Score call, its block size checked.
+func (p *Producer) scoreOnce(ctx context.Context, model, salt string, tokens []uint32, pods []string) (*kvindexv1.ScoreResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	resp, err := p.scorer.Score(ctx, &kvindexv1.ScoreRequest{Model: model, CacheSalt: salt, Pods: pods,
 		Input: &kvindexv1.ScoreRequest_TokenIds{TokenIds: &kvindexv1.TokenIDs{Packed: kvindexv1.PackTokenIDs(tokens)}}})
 	if err != nil {
-		return fmt.Errorf("kvindex score: %w", err)
+		return nil, fmt.Errorf("kvindex score: %w", err)
 	}
 	for _, ps := range resp.GetPods() {
 		if n := ps.GetMatchedBlocks(); n > 0 && ps.GetMatchedTokens() != int64(n)*int64(p.cfg.BlockSize) {
-			return fmt.Errorf("kvindex indexes model %q in blocks of %d tokens, blockSize is %d",
+			return nil, fmt.Errorf("kvindex indexes model %q in blocks of %d tokens, blockSize is %d",
 				model, ps.GetMatchedTokens()/int64(n), p.cfg.BlockSize)
 		}
-		m := matches[ps.GetPod()]
-		if m == nil {
-			m = &match{tiers: map[string]int{}}
-			matches[ps.GetPod()] = m
-		}
-		m.weighted += ps.GetScore()
-		m.blocks += int(ps.GetMatchedBlocks())
-		addTiers(m.tiers, ps.GetTiers())
 	}
-	return nil
+	return resp, nil
 }
 
 // addTiers adds the daemon's per-tier counts under llm-d's lower-case
@@ -350,11 +461,25 @@ func (p *Producer) PreRequest(ctx context.Context, req *scheduling.InferenceRequ
 	targets := []string{}
 	for _, profile := range []string{res.PrimaryProfileName, prefillProfile} {
 		r := res.ProfileResults[profile]
-		if r == nil || len(r.TargetEndpoints) == 0 {
+		id := ""
+		if r != nil && len(r.TargetEndpoints) > 0 {
+			id = p.podID(r.TargetEndpoints[0])
+		}
+		if id == "" {
+			if profile == res.PrimaryProfileName {
+				return nil // upstream seeds nothing, prefill included, without a primary target
+			}
 			continue
 		}
-		if id := p.podID(r.TargetEndpoints[0]); id != "" {
-			targets = append(targets, id)
+		targets = append(targets, id)
+	}
+	// The producer's own record, which Produce reports (as upstream's
+	// index entries): for the same endpoints, with the keys Produce used.
+	for _, pod := range targets {
+		for _, k := range pr.keys {
+			if len(k) > 0 {
+				p.spec.record(pod, k)
+			}
 		}
 	}
 	// Events on: the daemon holds the blocks speculatively (as upstream's
@@ -422,15 +547,26 @@ type State struct {
 	DroppedPending      uint64 `json:"droppedPending"`
 	Holds               uint64 `json:"holds"`
 	HoldFailures        uint64 `json:"holdFailures"`
+	// The speculative record: (block, endpoint) entries held (expired ones
+	// until swept at the cap), the cap, and entries dropped at the cap.
+	SpeculativeEntries    int    `json:"speculativeEntries"`
+	MaxSpeculativeEntries int    `json:"maxSpeculativeEntries"`
+	DroppedSpeculative    uint64 `json:"droppedSpeculative"`
 }
 
 // Stats returns the producer's counters.
 func (p *Producer) Stats() State {
+	var entries int
+	var dropped uint64
+	if p.spec != nil {
+		entries, dropped = p.spec.stats()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return State{KVIndexAddr: p.cfg.KVIndexAddr, SpeculativeIndexing: p.cfg.SpeculativeIndexing,
 		BlockSizeTokens: p.cfg.BlockSize, Pending: len(p.pending), MaxPending: p.cfg.MaxPending,
-		DroppedPending: p.dropped, Holds: p.holds, HoldFailures: p.holdFails}
+		DroppedPending: p.dropped, Holds: p.holds, HoldFailures: p.holdFails,
+		SpeculativeEntries: entries, MaxSpeculativeEntries: p.cfg.MaxSpeculativeEntries, DroppedSpeculative: dropped}
 }
 
 // DumpState implements plugin.StateDumper: counters only, no prompts.

@@ -127,13 +127,16 @@ func TestProducerAgainstDaemon(t *testing.T) {
 	pub := d.Publisher()
 	toks := prompt(1, 10)
 	hs := engineHashes(t, toks)
-	// a: 8 blocks on GPU; b: 6 on CPU; c: 4 on GPU then 2 offloaded to CPU.
+	// a: 8 blocks on GPU; b: 6 on CPU; c: 4 on GPU then 2 only on CPU;
+	// e: 6 on GPU, all of them offloaded to CPU too, and a CPU-only tail
+	// of 2 more.
 	publish(t, pub, "10.0.0.1:8000", 0, storedRun(toks, hs, 0, 8, event.TierGPU))
 	publish(t, pub, "10.0.0.2:8000", 0, storedRun(toks, hs, 0, 6, event.TierCPU))
 	publish(t, pub, "10.0.0.3:8000", 0, storedRun(toks, hs, 0, 4, event.TierGPU), storedRun(toks, hs, 4, 6, event.TierCPU))
+	publish(t, pub, "10.0.0.5:8000", 0, storedRun(toks, hs, 0, 6, event.TierGPU), storedRun(toks, hs, 0, 8, event.TierCPU))
 	wait.Until(t, "the daemon applies the events", func() string {
 		got := d.ScoreTokens(model, toks)
-		want := map[string]int{"10.0.0.1:8000": 8, "10.0.0.2:8000": 6, "10.0.0.3:8000": 6}
+		want := map[string]int{"10.0.0.1:8000": 8, "10.0.0.2:8000": 6, "10.0.0.3:8000": 6, "10.0.0.5:8000": 8}
 		if !maps.Equal(got, want) {
 			return fmt.Sprintf("scores %v, want %v", got, want)
 		}
@@ -141,11 +144,13 @@ func TestProducerAgainstDaemon(t *testing.T) {
 	})
 
 	const name = "precise-prefix-cache-producer" // the instance name the scorer already references
-	p := newProducer(t, name, fmt.Sprintf(`{"kvindexAddr": %q, "speculativeIndexing": true, "timeout": "10s"}`, d.GRPC))
+	// a TTL no slow run outlives; TestSpecRecord checks expiry
+	p := newProducer(t, name, fmt.Sprintf(`{"kvindexAddr": %q, "speculativeIndexing": true, "speculativeTTL": "10m", "timeout": "10s"}`, d.GRPC))
 	if got := p.TypedName(); got != (plugin.TypedName{Type: PluginType, Name: name}) {
 		t.Errorf("TypedName %+v", got)
 	}
-	eps := []scheduling.Endpoint{endpoint("10.0.0.1:8000"), endpoint("10.0.0.2:8000"), endpoint("10.0.0.3:8000"), endpoint("10.0.0.4:8000")}
+	eps := []scheduling.Endpoint{endpoint("10.0.0.1:8000"), endpoint("10.0.0.2:8000"), endpoint("10.0.0.3:8000"), endpoint("10.0.0.4:8000"),
+		endpoint("10.0.0.5:8000")}
 	if err := p.Produce(context.Background(), request("r1", toks), eps); err != nil {
 		t.Fatal(err)
 	}
@@ -167,9 +172,26 @@ func TestProducerAgainstDaemon(t *testing.T) {
 	for _, ps := range sr.GetPods() {
 		daemon[ps.GetPod()] = ps
 	}
-	// Expected tiers, written out (the daemon's answer must agree too).
-	wantTiers := map[string]map[string]int{
-		"10.0.0.1:8000": {"gpu": 8}, "10.0.0.2:8000": {"cpu": 6}, "10.0.0.3:8000": {"gpu": 4, "cpu": 2}, "10.0.0.4:8000": {},
+	// Expected numbers, written out as llm-d-router's producer computes
+	// them (pkg/epp/framework/plugins/requestcontrol/dataproducer/
+	// preciseprefixcache at ebab687927f5): tiers from utils.go
+	// matchedBlockCountByTier (per tier, blocks from block 0 until the
+	// first one the endpoint lacks on that tier; a block on two tiers in
+	// both), cached blocks from matchedBlockCount, the match from
+	// kvblock_scorer.go LongestPrefixScorer (each block at its best tier's
+	// weight, gpu 1 and cpu 0.8 in kvcache/backend.go and our defaults)
+	// truncated by producer.go produceFromBlockKeys. c's CPU blocks follow
+	// a GPU-only prefix, so cpu counts 0; e's CPU copies start at block 0.
+	type want struct {
+		tiers         map[string]int
+		cached, match int
+	}
+	wants := map[string]want{
+		"10.0.0.1:8000": {map[string]int{"gpu": 8}, 8, 8},
+		"10.0.0.2:8000": {map[string]int{"cpu": 6}, 6, 4},           // 6 x 0.8
+		"10.0.0.3:8000": {map[string]int{"gpu": 4}, 6, 5},           // 4 + 2 x 0.8
+		"10.0.0.4:8000": {map[string]int{}, 0, 0},                   // holds nothing
+		"10.0.0.5:8000": {map[string]int{"gpu": 6, "cpu": 8}, 8, 7}, // 6 + 2 x 0.8
 	}
 	for _, ep := range eps {
 		id := ep.String()
@@ -178,14 +200,16 @@ func TestProducerAgainstDaemon(t *testing.T) {
 		if info.TotalBlocks() != int(sr.GetTotalBlocks()) || info.TotalBlocks() != 10 || info.BlockSizeTokens() != blockSize {
 			t.Errorf("%s: total %d blocks of %d, daemon %d", id, info.TotalBlocks(), info.BlockSizeTokens(), sr.GetTotalBlocks())
 		}
-		if info.MatchBlocks() != int(ps.GetScore()) || info.CachedBlockCount() != int(ps.GetMatchedBlocks()) {
-			t.Errorf("%s: match %d cached %d, daemon score %g matched %d", id, info.MatchBlocks(), info.CachedBlockCount(),
-				ps.GetScore(), ps.GetMatchedBlocks())
+		w := wants[id]
+		if info.MatchBlocks() != int(ps.GetScore()) || info.CachedBlockCount() != int(ps.GetMatchedBlocks()) ||
+			info.MatchBlocks() != w.match || info.CachedBlockCount() != w.cached {
+			t.Errorf("%s: match %d cached %d, daemon score %g matched %d, want %d %d", id, info.MatchBlocks(), info.CachedBlockCount(),
+				ps.GetScore(), ps.GetMatchedBlocks(), w.match, w.cached)
 		}
 		daemonTiers := map[string]int{}
-		addTiers(daemonTiers, ps.GetTiers())
-		if got := info.CachedBlocksByTier(); got == nil || !maps.Equal(got, wantTiers[id]) || !maps.Equal(got, daemonTiers) {
-			t.Errorf("%s: tiers %v, daemon %v, want %v", id, got, daemonTiers, wantTiers[id])
+		addTiers(daemonTiers, ps.GetTierRuns())
+		if got := info.CachedBlocksByTier(); got == nil || !maps.Equal(got, w.tiers) || !maps.Equal(got, daemonTiers) {
+			t.Errorf("%s: tiers %v, daemon tier_runs %v, want %v", id, got, daemonTiers, w.tiers)
 		}
 		if info.MM() != nil {
 			t.Errorf("%s: MM set for a text-only request", id)
@@ -196,14 +220,15 @@ func TestProducerAgainstDaemon(t *testing.T) {
 		t.Errorf("weighted matches a=%d b=%d c=%d, want a > c > b > 0", a, b, c)
 	}
 
-	// Scheduling chose 10.0.0.4 (holds nothing) to decode and 10.0.0.2 to
-	// prefill: the daemon now assumes both hold the whole request.
+	// Scheduling chose 10.0.0.4 (holds nothing) to decode and 10.0.0.3 to
+	// prefill: the producer records, and the daemon assumes, that both hold
+	// the whole request.
 	if st := p.Stats(); st.Pending != 1 {
 		t.Fatalf("pending %d, want 1", st.Pending)
 	}
 	res := &scheduling.SchedulingResult{PrimaryProfileName: "decode", ProfileResults: map[string]*scheduling.ProfileRunResult{
 		"decode":  {TargetEndpoints: []scheduling.Endpoint{eps[3]}},
-		"prefill": {TargetEndpoints: []scheduling.Endpoint{eps[1]}},
+		"prefill": {TargetEndpoints: []scheduling.Endpoint{eps[2]}},
 	}}
 	if err := p.PreRequest(context.Background(), request("r1", toks), res); err != nil {
 		t.Fatal(err)
@@ -213,7 +238,7 @@ func TestProducerAgainstDaemon(t *testing.T) {
 	}
 	yes := true // 10.0.0.4 never published: tell the daemon it does, as PreRequest did
 	pr, err := gc.Pick(ctx, &kvindexv1.PickRequest{Model: model, Input: &kvindexv1.PickRequest_TokenIds{TokenIds: &kvindexv1.TokenIDs{Ids: toks}},
-		Candidates: []*kvindexv1.Candidate{{Pod: "10.0.0.4:8000", Events: &yes}, {Pod: "10.0.0.2:8000"}, {Pod: "10.0.0.1:8000"}}})
+		Candidates: []*kvindexv1.Candidate{{Pod: "10.0.0.4:8000", Events: &yes}, {Pod: "10.0.0.3:8000"}, {Pod: "10.0.0.1:8000"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,12 +246,51 @@ func TestProducerAgainstDaemon(t *testing.T) {
 	for _, c := range pr.GetCandidates() {
 		got = append(got, fmt.Sprintf("%s=%d/%d", c.GetPod(), c.GetMatchedBlocks(), c.GetSpeculativeBlocks()))
 	}
-	if want := "10.0.0.4:8000=10/10 10.0.0.2:8000=10/4 10.0.0.1:8000=8/0"; strings.Join(got, " ") != want {
+	if want := "10.0.0.4:8000=10/10 10.0.0.3:8000=10/4 10.0.0.1:8000=8/0"; strings.Join(got, " ") != want {
 		t.Errorf("daemon's pick after PreRequest: %s, want matched/speculative %s", strings.Join(got, " "), want)
 	}
 	// PreRequest of a request it did not produce holds nothing.
 	if err := p.PreRequest(context.Background(), request("r2", toks), res); err != nil || p.Stats().Holds != 2 {
 		t.Errorf("unknown request: err %v, holds %d", err, p.Stats().Holds)
+	}
+
+	// Speculative entries, as upstream's Produce reads the entries its
+	// PreRequest added (prerequest.go PreRequest: the primary and the
+	// "prefill" profile's endpoint, every block of the request): a request
+	// of the first 3 blocks goes to b (6 CPU blocks) too.
+	short := toks[:3*blockSize]
+	if err := p.Produce(context.Background(), request("r3", short), eps); err != nil {
+		t.Fatal(err)
+	}
+	res3 := &scheduling.SchedulingResult{PrimaryProfileName: "default", ProfileResults: map[string]*scheduling.ProfileRunResult{
+		"default": {TargetEndpoints: []scheduling.Endpoint{eps[1]}}}}
+	if err := p.PreRequest(context.Background(), request("r3", short), res3); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.SpeculativeEntries != 10+10+3 || st.DroppedSpeculative != 0 {
+		t.Fatalf("speculative record: %+v", st)
+	}
+	if err := p.Produce(context.Background(), request("r4", toks), eps); err != nil {
+		t.Fatal(err)
+	}
+	// matchedBlockCountByTier counts speculative entries under
+	// "speculative"; matchedBlockCount counts a block held on any tier;
+	// LongestPrefixScorer weighs a speculative entry 1 (it has no device
+	// tier: fillMaxWeights' default) and takes each block's best weight.
+	wants = map[string]want{
+		"10.0.0.1:8000": {map[string]int{"gpu": 8}, 8, 8},
+		"10.0.0.2:8000": {map[string]int{"cpu": 6, "speculative": 3}, 6, 5},    // 3 x 1 + 3 x 0.8
+		"10.0.0.3:8000": {map[string]int{"gpu": 4, "speculative": 10}, 10, 10}, // every block at 1
+		"10.0.0.4:8000": {map[string]int{"speculative": 10}, 10, 10},
+		"10.0.0.5:8000": {map[string]int{"gpu": 6, "cpu": 8}, 8, 7},
+	}
+	for _, ep := range eps {
+		id, info := ep.String(), infoOf(t, ep, name)
+		w := wants[id]
+		if !maps.Equal(info.CachedBlocksByTier(), w.tiers) || info.CachedBlockCount() != w.cached || info.MatchBlocks() != w.match {
+			t.Errorf("%s with speculative entries: tiers %v cached %d match %d, want %v %d %d", id, info.CachedBlocksByTier(),
+				info.CachedBlockCount(), info.MatchBlocks(), w.tiers, w.cached, w.match)
+		}
 	}
 }
 
@@ -261,7 +325,7 @@ func TestProducerErrors(t *testing.T) {
 		t.Error("match info written for a request without tokens")
 	}
 	for _, params := range []string{`{"kvindexAddr": "x", "bogus": 1}`, `{"podIdentifier": "ip"}`, `{"timeout": "-1s"}`,
-		`{"blockSize": -1}`, `{"maxPending": -1}`} {
+		`{"blockSize": -1}`, `{"maxPending": -1}`, `{"speculativeTTL": "soon"}`, `{"maxSpeculativeEntries": -1}`} {
 		if _, err := PluginFactory("z", plugin.StrictDecoder(json.RawMessage(params)), handle{context.Background()}); err == nil {
 			t.Errorf("parameters %s accepted", params)
 		}

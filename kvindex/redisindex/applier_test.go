@@ -281,7 +281,8 @@ func render(in *kvindex.Interner, r kvindex.ScoreResult) string {
 	})
 	out := "total=" + strconv.Itoa(r.TotalBlocks)
 	for _, x := range rows {
-		out += " " + x.name + ":" + strconv.Itoa(x.ps.MatchedBlocks) + "/" + strconv.FormatFloat(x.ps.Score, 'g', -1, 64) + "/" + strconv.Itoa(int(x.ps.TierBlocks[0])) + "," + strconv.Itoa(int(x.ps.TierBlocks[1])) + "," + strconv.Itoa(int(x.ps.TierBlocks[2]))
+		out += " " + x.name + ":" + strconv.Itoa(x.ps.MatchedBlocks) + "/" + strconv.FormatFloat(x.ps.Score, 'g', -1, 64) + "/" + strconv.Itoa(int(x.ps.TierBlocks[0])) + "," + strconv.Itoa(int(x.ps.TierBlocks[1])) + "," + strconv.Itoa(int(x.ps.TierBlocks[2])) +
+			fmt.Sprintf(" runs%v", x.ps.TierRuns)
 	}
 	return out
 }

@@ -412,6 +412,8 @@ type DPRankScore struct {
 	MatchedBlocks int32                  `protobuf:"varint,2,opt,name=matched_blocks,json=matchedBlocks,proto3" json:"matched_blocks,omitempty"`
 	Score         float64                `protobuf:"fixed64,3,opt,name=score,proto3" json:"score,omitempty"`
 	Tiers         *TierCounts            `protobuf:"bytes,4,opt,name=tiers,proto3" json:"tiers,omitempty"`
+	// As PodScore.tier_runs, for this rank.
+	TierRuns      *TierCounts `protobuf:"bytes,5,opt,name=tier_runs,json=tierRuns,proto3" json:"tier_runs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -474,6 +476,13 @@ func (x *DPRankScore) GetTiers() *TierCounts {
 	return nil
 }
 
+func (x *DPRankScore) GetTierRuns() *TierCounts {
+	if x != nil {
+		return x.TierRuns
+	}
+	return nil
+}
+
 type PodScore struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Pod   string                 `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
@@ -496,8 +505,15 @@ type PodScore struct {
 	// incomplete_reason is then that rank's reason, as in PodInfo.
 	Complete         bool   `protobuf:"varint,9,opt,name=complete,proto3" json:"complete,omitempty"`
 	IncompleteReason string `protobuf:"bytes,10,opt,name=incomplete_reason,json=incompleteReason,proto3" json:"incomplete_reason,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Per tier on its own, the best rank's run of consecutive blocks from
+	// block 0 held on that tier: a block on two tiers counts in both, and a
+	// tier stops at its first missing block even where the run goes on on
+	// another tier (tiers counts each block of the run once, at its best
+	// tier). llm-d's precise prefix producer reports this per-tier breakdown.
+	// shared is the storage source's own run for a reader of it.
+	TierRuns      *TierCounts `protobuf:"bytes,11,opt,name=tier_runs,json=tierRuns,proto3" json:"tier_runs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PodScore) Reset() {
@@ -598,6 +614,13 @@ func (x *PodScore) GetIncompleteReason() string {
 		return x.IncompleteReason
 	}
 	return ""
+}
+
+func (x *PodScore) GetTierRuns() *TierCounts {
+	if x != nil {
+		return x.TierRuns
+	}
+	return nil
 }
 
 type ScoreResponse struct {
@@ -2458,12 +2481,13 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\x03cpu\x18\x02 \x01(\x05R\x03cpu\x12\x12\n" +
 	"\x04disk\x18\x03 \x01(\x05R\x04disk\x12\x1a\n" +
 	"\bexternal\x18\x04 \x01(\x05R\bexternal\x12\x16\n" +
-	"\x06shared\x18\x05 \x01(\x05R\x06shared\"\x91\x01\n" +
+	"\x06shared\x18\x05 \x01(\x05R\x06shared\"\xc6\x01\n" +
 	"\vDPRankScore\x12\x17\n" +
 	"\adp_rank\x18\x01 \x01(\x05R\x06dpRank\x12%\n" +
 	"\x0ematched_blocks\x18\x02 \x01(\x05R\rmatchedBlocks\x12\x14\n" +
 	"\x05score\x18\x03 \x01(\x01R\x05score\x12,\n" +
-	"\x05tiers\x18\x04 \x01(\v2\x16.kvindex.v1.TierCountsR\x05tiers\"\xf1\x02\n" +
+	"\x05tiers\x18\x04 \x01(\v2\x16.kvindex.v1.TierCountsR\x05tiers\x123\n" +
+	"\ttier_runs\x18\x05 \x01(\v2\x16.kvindex.v1.TierCountsR\btierRuns\"\xa6\x03\n" +
 	"\bPodScore\x12\x10\n" +
 	"\x03pod\x18\x01 \x01(\tR\x03pod\x12%\n" +
 	"\x0ematched_blocks\x18\x02 \x01(\x05R\rmatchedBlocks\x12%\n" +
@@ -2475,7 +2499,8 @@ const file_kvindex_v1_indexer_proto_rawDesc = "" +
 	"\x11apply_lag_seconds\x18\b \x01(\x01R\x0fapplyLagSeconds\x12\x1a\n" +
 	"\bcomplete\x18\t \x01(\bR\bcomplete\x12+\n" +
 	"\x11incomplete_reason\x18\n" +
-	" \x01(\tR\x10incompleteReason\"\xb9\x01\n" +
+	" \x01(\tR\x10incompleteReason\x123\n" +
+	"\ttier_runs\x18\v \x01(\v2\x16.kvindex.v1.TierCountsR\btierRuns\"\xb9\x01\n" +
 	"\rScoreResponse\x12!\n" +
 	"\ftotal_blocks\x18\x01 \x01(\x05R\vtotalBlocks\x12(\n" +
 	"\x04pods\x18\x02 \x03(\v2\x14.kvindex.v1.PodScoreR\x04pods\x12'\n" +
@@ -2700,40 +2725,42 @@ var file_kvindex_v1_indexer_proto_depIdxs = []int32{
 	0,  // 0: kvindex.v1.ScoreRequest.token_ids:type_name -> kvindex.v1.TokenIDs
 	1,  // 1: kvindex.v1.ScoreRequest.block_hashes:type_name -> kvindex.v1.BlockHashes
 	3,  // 2: kvindex.v1.DPRankScore.tiers:type_name -> kvindex.v1.TierCounts
-	3,  // 3: kvindex.v1.PodScore.tiers:type_name -> kvindex.v1.TierCounts
-	4,  // 4: kvindex.v1.PodScore.dp_ranks:type_name -> kvindex.v1.DPRankScore
-	5,  // 5: kvindex.v1.ScoreResponse.pods:type_name -> kvindex.v1.PodScore
-	8,  // 6: kvindex.v1.ListPodsResponse.pods:type_name -> kvindex.v1.PodInfo
-	10, // 7: kvindex.v1.AddEndpointRequest.endpoint:type_name -> kvindex.v1.Endpoint
-	10, // 8: kvindex.v1.ListEndpointsResponse.endpoints:type_name -> kvindex.v1.Endpoint
-	0,  // 9: kvindex.v1.PickRequest.token_ids:type_name -> kvindex.v1.TokenIDs
-	1,  // 10: kvindex.v1.PickRequest.block_hashes:type_name -> kvindex.v1.BlockHashes
-	17, // 11: kvindex.v1.PickRequest.candidates:type_name -> kvindex.v1.Candidate
-	3,  // 12: kvindex.v1.CandidateResult.tiers:type_name -> kvindex.v1.TierCounts
-	3,  // 13: kvindex.v1.KVSource.tiers:type_name -> kvindex.v1.TierCounts
-	19, // 14: kvindex.v1.PickResponse.candidates:type_name -> kvindex.v1.CandidateResult
-	21, // 15: kvindex.v1.PickResponse.disaggregation:type_name -> kvindex.v1.Disaggregation
-	20, // 16: kvindex.v1.PickResponse.prefill_pod:type_name -> kvindex.v1.PrefillPod
-	22, // 17: kvindex.v1.PickResponse.kv_source:type_name -> kvindex.v1.KVSource
-	2,  // 18: kvindex.v1.Indexer.Score:input_type -> kvindex.v1.ScoreRequest
-	18, // 19: kvindex.v1.Indexer.Pick:input_type -> kvindex.v1.PickRequest
-	24, // 20: kvindex.v1.Indexer.Feedback:input_type -> kvindex.v1.FeedbackRequest
-	7,  // 21: kvindex.v1.Indexer.ListPods:input_type -> kvindex.v1.ListPodsRequest
-	11, // 22: kvindex.v1.Indexer.AddEndpoint:input_type -> kvindex.v1.AddEndpointRequest
-	13, // 23: kvindex.v1.Indexer.RemoveEndpoint:input_type -> kvindex.v1.RemoveEndpointRequest
-	15, // 24: kvindex.v1.Indexer.ListEndpoints:input_type -> kvindex.v1.ListEndpointsRequest
-	6,  // 25: kvindex.v1.Indexer.Score:output_type -> kvindex.v1.ScoreResponse
-	23, // 26: kvindex.v1.Indexer.Pick:output_type -> kvindex.v1.PickResponse
-	25, // 27: kvindex.v1.Indexer.Feedback:output_type -> kvindex.v1.FeedbackResponse
-	9,  // 28: kvindex.v1.Indexer.ListPods:output_type -> kvindex.v1.ListPodsResponse
-	12, // 29: kvindex.v1.Indexer.AddEndpoint:output_type -> kvindex.v1.AddEndpointResponse
-	14, // 30: kvindex.v1.Indexer.RemoveEndpoint:output_type -> kvindex.v1.RemoveEndpointResponse
-	16, // 31: kvindex.v1.Indexer.ListEndpoints:output_type -> kvindex.v1.ListEndpointsResponse
-	25, // [25:32] is the sub-list for method output_type
-	18, // [18:25] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	3,  // 3: kvindex.v1.DPRankScore.tier_runs:type_name -> kvindex.v1.TierCounts
+	3,  // 4: kvindex.v1.PodScore.tiers:type_name -> kvindex.v1.TierCounts
+	4,  // 5: kvindex.v1.PodScore.dp_ranks:type_name -> kvindex.v1.DPRankScore
+	3,  // 6: kvindex.v1.PodScore.tier_runs:type_name -> kvindex.v1.TierCounts
+	5,  // 7: kvindex.v1.ScoreResponse.pods:type_name -> kvindex.v1.PodScore
+	8,  // 8: kvindex.v1.ListPodsResponse.pods:type_name -> kvindex.v1.PodInfo
+	10, // 9: kvindex.v1.AddEndpointRequest.endpoint:type_name -> kvindex.v1.Endpoint
+	10, // 10: kvindex.v1.ListEndpointsResponse.endpoints:type_name -> kvindex.v1.Endpoint
+	0,  // 11: kvindex.v1.PickRequest.token_ids:type_name -> kvindex.v1.TokenIDs
+	1,  // 12: kvindex.v1.PickRequest.block_hashes:type_name -> kvindex.v1.BlockHashes
+	17, // 13: kvindex.v1.PickRequest.candidates:type_name -> kvindex.v1.Candidate
+	3,  // 14: kvindex.v1.CandidateResult.tiers:type_name -> kvindex.v1.TierCounts
+	3,  // 15: kvindex.v1.KVSource.tiers:type_name -> kvindex.v1.TierCounts
+	19, // 16: kvindex.v1.PickResponse.candidates:type_name -> kvindex.v1.CandidateResult
+	21, // 17: kvindex.v1.PickResponse.disaggregation:type_name -> kvindex.v1.Disaggregation
+	20, // 18: kvindex.v1.PickResponse.prefill_pod:type_name -> kvindex.v1.PrefillPod
+	22, // 19: kvindex.v1.PickResponse.kv_source:type_name -> kvindex.v1.KVSource
+	2,  // 20: kvindex.v1.Indexer.Score:input_type -> kvindex.v1.ScoreRequest
+	18, // 21: kvindex.v1.Indexer.Pick:input_type -> kvindex.v1.PickRequest
+	24, // 22: kvindex.v1.Indexer.Feedback:input_type -> kvindex.v1.FeedbackRequest
+	7,  // 23: kvindex.v1.Indexer.ListPods:input_type -> kvindex.v1.ListPodsRequest
+	11, // 24: kvindex.v1.Indexer.AddEndpoint:input_type -> kvindex.v1.AddEndpointRequest
+	13, // 25: kvindex.v1.Indexer.RemoveEndpoint:input_type -> kvindex.v1.RemoveEndpointRequest
+	15, // 26: kvindex.v1.Indexer.ListEndpoints:input_type -> kvindex.v1.ListEndpointsRequest
+	6,  // 27: kvindex.v1.Indexer.Score:output_type -> kvindex.v1.ScoreResponse
+	23, // 28: kvindex.v1.Indexer.Pick:output_type -> kvindex.v1.PickResponse
+	25, // 29: kvindex.v1.Indexer.Feedback:output_type -> kvindex.v1.FeedbackResponse
+	9,  // 30: kvindex.v1.Indexer.ListPods:output_type -> kvindex.v1.ListPodsResponse
+	12, // 31: kvindex.v1.Indexer.AddEndpoint:output_type -> kvindex.v1.AddEndpointResponse
+	14, // 32: kvindex.v1.Indexer.RemoveEndpoint:output_type -> kvindex.v1.RemoveEndpointResponse
+	16, // 33: kvindex.v1.Indexer.ListEndpoints:output_type -> kvindex.v1.ListEndpointsResponse
+	27, // [27:34] is the sub-list for method output_type
+	20, // [20:27] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_kvindex_v1_indexer_proto_init() }
