@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/blockkeys"
+	"github.com/kvindex/kvindex/internal/testkit/enginepub"
 	"github.com/kvindex/kvindex/kvevents/event"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -44,5 +45,24 @@ func TestDecodeBlockStoredSessionID(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got.Events, want) {
 		t.Fatalf("got\n%+v\nwant\n%+v", got.Events, want)
+	}
+}
+
+// The test publisher's vLLM encoder writes session_id in the map form, as
+// vLLM does, and refuses it in the array form, whose position vLLM does
+// not publish: what it sends decodes to the session it was given.
+func TestTestPublisherSessionIDRoundTrip(t *testing.T) {
+	ev := event.Event{Kind: event.BlockStored, BlockHashes: []uint64{7}, TokenIDs: []uint32{1, 2}, BlockSize: 2, SessionID: "sess-9"}
+	b := &event.Batch{Timestamp: 1, Events: []event.Event{ev}}
+	if _, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{}); err == nil {
+		t.Fatal("a session_id in the array form was encoded")
+	}
+	p, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{MapForm: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, st := mustDecode(t, p, blockkeys.EngineVLLM)
+	if st.EventErrors != 0 || len(got.Events) != 1 || got.Events[0].SessionID != "sess-9" {
+		t.Fatalf("decoded %+v, stats %+v", got.Events, st)
 	}
 }

@@ -30,7 +30,8 @@ import (
 // names of 253 bytes (a few of 1 MB) over 1,000 models whose blocks carry
 // token ids (digest caches) with hashes that never match (alias tables),
 // payloads just under the message cap that declare millions of hashes, and
-// 100 MB messages. It reports the daemon's peak RSS and checks it stays
+// 100 MB messages, and 280,000 sessions with 256-byte ids (past the
+// global cap). It reports the daemon's peak RSS and checks it stays
 // under maxPeakRSS (docs/security.md, "Memory bound"), that /metrics and
 // /v1/pods stay small and valid, and that the daemon still serves. It takes
 // a minute and ~1.4 GB: set KVINDEX_MEMORY_BOUND=1 to run it.
@@ -52,7 +53,8 @@ func TestMemoryBoundHostilePublishers(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	sent := 0
 	send := func(p *enginepub.Publisher, topic string, seq uint64, b *event.Batch) {
-		payload, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{})
+		// The map form, as vLLM publishes events with a session_id.
+		payload, err := enginepub.EncodeVLLMBatch(b, enginepub.VLLMEncodeOptions{MapForm: b.Events[0].SessionID != ""})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,6 +84,25 @@ func TestMemoryBoundHostilePublishers(t *testing.T) {
 	}
 	waitReceived(t, base, sent)
 	tables := metricValue(t, base, "kvindexd_hold_table_bytes")
+
+	// Sessions: the same pods store one block per event, each under a new
+	// 256-byte session id (the longest kept), 700 per pod: 280,000 in
+	// all, past the 262,144 of --max-sessions.
+	const sessionsPerPod, sessionsPerBatch = 700, 100
+	for i := 0; i < tablePods; i++ {
+		topic := fmt.Sprintf("kv@table-%03d@org/table-model", i)
+		for s := 0; s < sessionsPerPod; s += sessionsPerBatch {
+			evs := make([]event.Event, sessionsPerBatch)
+			for j := range evs {
+				id := fmt.Sprintf("session-%03d-%04d-", i, s+j)
+				id += strings.Repeat("s", event.MaxSessionIDLen-len(id))
+				evs[j] = event.Event{Kind: event.BlockStored, BlockHashes: []uint64{rng.Uint64()}, BlockSize: 16, SessionID: id}
+			}
+			send(pub, topic, uint64(tableBlocks/perBatch+s/sessionsPerBatch), &event.Batch{Events: evs})
+		}
+	}
+	waitReceived(t, base, sent)
+	sessions := metricValue(t, base, "kvindexd_session_entries")
 
 	// 100k pods of 253-byte names over 1,000 models; 4 blocks each with
 	// token ids and hashes that are not the blocks' keys.
@@ -135,8 +156,11 @@ func TestMemoryBoundHostilePublishers(t *testing.T) {
 	}
 	peak := procStatus(t, d.PID(), "VmHWM")
 	rss := procStatus(t, d.PID(), "VmRSS")
-	t.Logf("RSS at start %d MB, after the flood %d MB, peak %d MB; hold tables %.0f MB; /metrics %d KB in %v, /v1/pods %d KB",
-		rss0>>20, rss>>20, peak>>20, tables/1e6, len(metricsBody)>>10, took.Round(time.Millisecond), len(podsBody)>>10)
+	t.Logf("RSS at start %d MB, after the flood %d MB, peak %d MB; hold tables %.0f MB; %.0f sessions; /metrics %d KB in %v, /v1/pods %d KB",
+		rss0>>20, rss>>20, peak>>20, tables/1e6, sessions, len(metricsBody)>>10, took.Round(time.Millisecond), len(podsBody)>>10)
+	if sessions < 262_144 {
+		t.Errorf("kvindexd_session_entries = %.0f: the session phase should fill --max-sessions (262,144)", sessions)
+	}
 	if tables < 200e6 {
 		t.Errorf("kvindexd_hold_table_bytes = %.0f MB: the table phase should bring the tables near their 256 MiB bound", tables/1e6)
 	}

@@ -128,7 +128,11 @@ func EncodeVLLMBatch(b *event.Batch, opt VLLMEncodeOptions) ([]byte, error) {
 			}
 			n := 10 + tail
 			if opt.MapForm {
-				n = 10 + countSet(ev.GroupKind != event.GroupKindUnknown, ev.SlidingWindow != 0, ev.Remote, ev.Ownership != "")
+				n = 10 + countSet(ev.GroupKind != event.GroupKindUnknown, ev.SlidingWindow != 0, ev.Remote, ev.Ownership != "", ev.SessionID != "")
+			} else if ev.SessionID != "" {
+				// vLLM publishes session_id in its map form only (its
+				// array position is not published): kvevents/decode.go.
+				return nil, fmt.Errorf("enginepub: a session_id needs VLLMEncodeOptions.MapForm")
 			}
 			e.head("BlockStored", n, opt)
 			e.key("block_hashes", opt)
@@ -169,6 +173,10 @@ func EncodeVLLMBatch(b *event.Batch, opt VLLMEncodeOptions) ([]byte, error) {
 			}
 			e.optString("locality", locality, tail >= 3, opt)
 			e.optString("ownership", ev.Ownership, tail >= 4, opt)
+			if opt.MapForm && ev.SessionID != "" {
+				e.key("session_id", opt)
+				e.do(e.enc.EncodeString(ev.SessionID))
+			}
 		case event.BlockRemoved:
 			n := 5 // the tag and four fields
 			if opt.MapForm && !ev.HasRemainingCopies {
