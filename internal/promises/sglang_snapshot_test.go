@@ -268,4 +268,15 @@ func TestPromiseSnapshotAppliedInTurns(t *testing.T) {
 	if n := d.Metric(`kvindexd_kvevents_snapshots_total{result="ok"}`); n != 1 {
 		t.Fatalf("%v snapshots applied", n)
 	}
+	// The memory bound's snapshot term (docs/security.md, "Memory bound"):
+	// the exchange, the decoded records and the half of them indexed.
+	peak := d.PeakRSS()
+	t.Logf("peak RSS %d MB with a %d-record snapshot applied", peak>>20, records)
+	if peak > snapshotPeakRSS {
+		t.Fatalf("peak RSS %d MB, over the %d MB the memory bound allows for one snapshot", peak>>20, snapshotPeakRSS>>20)
+	}
 }
+
+// snapshotPeakRSS bounds the daemon that applied one 4,194,304-record
+// snapshot (TestPromiseSnapshotAppliedInTurns).
+const snapshotPeakRSS = 1 << 30
