@@ -279,4 +279,4 @@ func TestPromiseSnapshotAppliedInTurns(t *testing.T) {
 
 // snapshotPeakRSS bounds the daemon that applied one 4,194,304-record
 // snapshot (TestPromiseSnapshotAppliedInTurns).
-const snapshotPeakRSS = 1 << 30
+const snapshotPeakRSS = 512 << 20
