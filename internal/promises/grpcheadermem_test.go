@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -42,18 +40,25 @@ func hpackInt(b []byte, v int) []byte {
 	return append(b, byte(v))
 }
 
+// grpcCallHeaders is the header block of one gRPC Score call, every field
+// a literal without indexing (so no HPACK state is shared and the block
+// can be sent again as is).
+func grpcCallHeaders() []byte {
+	block := hpackLiteral(nil, ":method", "POST")
+	block = hpackLiteral(block, ":scheme", "http")
+	block = hpackLiteral(block, ":path", "/kvindex.v1.Indexer/Score")
+	block = hpackLiteral(block, ":authority", "kvindexd")
+	block = hpackLiteral(block, "content-type", "application/grpc")
+	return hpackLiteral(block, "te", "trailers")
+}
+
 // grpcHeaderAttack is a client preface, an empty SETTINGS frame and one
 // gRPC call's header block of about size bytes (15 padding fields, ~60 KiB
 // decoded: under --http-max-header-bytes' 64 KiB) in 16 KiB frames. With
 // finish the block ends (END_HEADERS) and the call waits for its request
 // message, which never comes; without it the block never ends.
 func grpcHeaderAttack(size int, finish bool) []byte {
-	block := hpackLiteral(nil, ":method", "POST")
-	block = hpackLiteral(block, ":scheme", "http")
-	block = hpackLiteral(block, ":path", "/kvindex.v1.Indexer/Score")
-	block = hpackLiteral(block, ":authority", "kvindexd")
-	block = hpackLiteral(block, "content-type", "application/grpc")
-	block = hpackLiteral(block, "te", "trailers")
+	block := grpcCallHeaders()
 	for i := 0; len(block) < size; i++ {
 		block = hpackLiteral(block, fmt.Sprintf("x-pad-%d", i), strings.Repeat("a", min(4000, size-len(block))))
 	}
@@ -96,35 +101,12 @@ func TestPromiseGRPCHeaderMemory(t *testing.T) {
 	done := grpcHeaderAttack(60<<10, true)
 	open := grpcHeaderAttack(60<<10, false)
 	const conns = 4000
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var held []net.Conn
-	defer func() {
-		for _, c := range held {
-			c.Close()
+	dialled := flood(t, d.GRPC, conns, func(i int) []byte {
+		if i%2 == 1 {
+			return open
 		}
-	}()
-	for i := range conns {
-		wg.Go(func() {
-			c, err := net.DialTimeout("tcp", d.GRPC, 10*time.Second)
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			held = append(held, c)
-			mu.Unlock()
-			msg := done
-			if i%2 == 1 {
-				msg = open
-			}
-			_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-			_, _ = c.Write(msg)
-		})
-	}
-	wg.Wait()
-	mu.Lock()
-	dialled := len(held)
-	mu.Unlock()
+		return done
+	})
 
 	start := time.Now()
 	if code, body := d.Get("/healthz"); code != http.StatusOK {

@@ -37,14 +37,7 @@ func TestPromiseGRPCMaxStreams(t *testing.T) {
 	if err := fr.WriteSettings(); err != nil {
 		t.Fatal(err)
 	}
-	// The calls' headers: one small header block, re-sent as is (every
-	// field a literal without indexing, so no HPACK state is shared).
-	block := hpackLiteral(nil, ":method", "POST")
-	block = hpackLiteral(block, ":scheme", "http")
-	block = hpackLiteral(block, ":path", "/kvindex.v1.Indexer/Score")
-	block = hpackLiteral(block, ":authority", "kvindexd")
-	block = hpackLiteral(block, "content-type", "application/grpc")
-	block = hpackLiteral(block, "te", "trailers")
+	block := grpcCallHeaders()
 
 	advertised, refused := uint32(0), 0
 	sent := false
@@ -92,14 +85,21 @@ func TestPromiseGRPCMaxStreams(t *testing.T) {
 	}
 	// The connection's 128 calls wait for request messages that never
 	// come; another client is served.
-	conn, err := grpc.NewClient(d.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err := grpcHealthy(d.GRPC); err != nil {
+		t.Fatalf("gRPC health beside a connection at its stream cap: %v", err)
+	}
+}
+
+// grpcHealthy is one gRPC health check on a new client connection to
+// addr, waiting for the connection up to wait.Limit.
+func grpcHealthy(addr string) error {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), wait.Limit)
 	defer cancel()
-	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil {
-		t.Fatalf("gRPC health beside a connection at its stream cap: %v", err)
-	}
+	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+	return err
 }

@@ -2,7 +2,6 @@ package promises
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -34,35 +33,13 @@ func TestPromiseHTTPHeaderMemory(t *testing.T) {
 		fmt.Fprintf(&pad, "X-Pad-%d: %s\r\n", i, strings.Repeat("a", 40))
 	}
 	const conns = 4000
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var open []net.Conn
-	defer func() {
-		for _, c := range open {
-			c.Close()
+	head := "POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n" + pad.String()
+	dialled := flood(t, d.HTTP, conns, func(i int) []byte {
+		if i%2 == 1 {
+			return []byte(head + "\r\n{")
 		}
-	}()
-	for i := range conns {
-		wg.Go(func() {
-			c, err := net.DialTimeout("tcp", d.HTTP, 10*time.Second)
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			open = append(open, c)
-			mu.Unlock()
-			req := "POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n" + pad.String()
-			if i%2 == 1 {
-				req += "\r\n{"
-			}
-			_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-			_, _ = io.WriteString(c, req)
-		})
-	}
-	wg.Wait()
-	mu.Lock()
-	dialled := len(open)
-	mu.Unlock()
+		return []byte(head)
+	})
 	start := time.Now()
 	if code, body := d.Get("/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz during the attack: %d %s", code, body)
@@ -74,4 +51,34 @@ func TestPromiseHTTPHeaderMemory(t *testing.T) {
 	if rss > 512<<20 && !race.Enabled {
 		t.Errorf("peak RSS %d MB with %d connections of 60 KiB headers, want below 512 MiB", rss>>20, conns)
 	}
+}
+
+// flood opens n connections to addr at once, each writing msg(i) and then
+// held open until the test ends; it returns how many were dialled.
+func flood(t *testing.T, addr string, n int, msg func(i int) []byte) int {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var held []net.Conn
+	t.Cleanup(func() {
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	for i := range n {
+		wg.Go(func() {
+			c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+			_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+			_, _ = c.Write(msg(i))
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	return len(held)
 }

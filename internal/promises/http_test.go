@@ -227,14 +227,7 @@ func TestPromiseGRPCMaxConns(t *testing.T) {
 	t.Parallel()
 	d := harness.Start(t, "--grpc-max-conns", "1")
 	held := rawDial(t, d.GRPC)
-	conn, err := grpc.NewClient(d.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), wait.Limit)
-	defer cancel()
-	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil {
+	if err := grpcHealthy(d.GRPC); err != nil {
 		t.Fatalf("gRPC at the cap held by an idle connection: %v", err)
 	}
 	if !closedWithin(held, wait.Limit) {
