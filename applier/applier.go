@@ -49,6 +49,13 @@ type Config struct {
 	// enforces; required when PodShare > 0. It is handed over explicitly
 	// (not discovered on Index) so that wrapping the index cannot lose it.
 	Share ShareAccounting
+	// Held, when set, adds stored blocks to the same index as Index while
+	// reporting which keys the pod already held (the in-memory index):
+	// the applier writes stored blocks through it and counts copies only
+	// for those (holding.go); nil: through Index.Add, copies counted for
+	// every block. Handed over explicitly, like Share: a wrapper of Index
+	// that is not also given here is never bypassed.
+	Held kvindex.HeldAdder
 	// Answered, when set, is told after each batch which keys its
 	// BlockStored and BlockRemoved events answered for the pod: the keys
 	// the index holds them under (after aliasing), not the engine's hashes,
@@ -110,9 +117,8 @@ type Config struct {
 // Hashers for diagnosis (at most three per distinct KeyConfig).
 type Applier struct {
 	idx kvindex.Index
-	// heldAdder is idx when it reports which keys a pod already held as it
-	// adds them (the in-memory index): copies are then counted only for
-	// blocks stored again (holding.go). nil: counted for every block.
+	// heldAdder is Config.Held: copies are then counted only for blocks
+	// stored again (holding.go). nil: counted for every block.
 	heldAdder kvindex.HeldAdder
 	in        *kvindex.Interner
 	hashers   *blockkeys.HasherSet
@@ -223,9 +229,8 @@ func New(cfg Config) (*Applier, error) {
 		idx: cfg.Index, in: cfg.Interner, hashers: cfg.Hashers, m: cfg.Metrics, log: cfg.Logger,
 		dcSize: cfg.DigestCacheSize, aliasCap: cfg.AliasCacheSize, copyCap: cfg.CopyTableSize, maskCap: cfg.GroupMaskTableSize,
 		pods: map[podKey]*podState{}, digests: map[kvindex.ModelID]*digestCache{}, alt: map[blockkeys.KeyConfig]*blockkeys.Hasher{},
-		answered: cfg.Answered,
+		answered: cfg.Answered, heldAdder: cfg.Held,
 	}
-	a.heldAdder, _ = cfg.Index.(kvindex.HeldAdder)
 	a.tables.limit, a.tables.gauge = cfg.HoldTableBytes, cfg.Metrics.holdTableBytes
 	if err := a.initLimits(cfg.Limits, cfg.Share); err != nil {
 		return nil, err

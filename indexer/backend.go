@@ -33,6 +33,10 @@ type Backend struct {
 	// Share accounts entries per pod, for ApplierLimits.PodShare; nil: a
 	// pod share is refused at start.
 	Share applier.ShareAccounting
+	// Held adds stored blocks reporting which keys the pod already held,
+	// so the applier counts copies only for blocks stored again; nil: it
+	// counts every block (applier.Config.Held).
+	Held kvindex.HeldAdder
 	// Lost registers the function the backend calls, with a reason, when it
 	// finds it lost entries behind the daemon's back (Redis restarted,
 	// evicted or was flushed); nil: it cannot. The indexer marks every
@@ -61,7 +65,7 @@ type BackendFunc func(ctx context.Context, in *kvindex.Interner) (Backend, error
 
 // MemoryBackend is the in-process index with every capability it has.
 func MemoryBackend(m *kvindex.MemoryIndex) Backend {
-	return Backend{Index: m, Prefix: m, Share: m, Evicted: m.TakeEvicted, memory: m}
+	return Backend{Index: m, Prefix: m, Share: m, Held: m, Evicted: m.TakeEvicted, memory: m}
 }
 
 // RedisBackend is the shared Redis index with every capability it has. It

@@ -205,17 +205,15 @@ func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
 	}()
 	ix.idx = ix.backend.Index
 	ix.scorer = kvindex.NewScorer(ix.idx, ix.backend.Prefix, weights)
-	applied := ix.idx
+	applied, held := ix.idx, ix.backend.Held
 	if cfg.Prediction.SampleRate > 0 {
 		if ix.pred, err = newPredictor(cfg.Prediction, ix.in, cfg.Registry); err != nil {
 			return nil, err
 		}
 		// The applier's writes pass the predictor, which sees every stored
 		// key under the key the index keeps (after aliasing). The wrapper
-		// is an Index and nothing more (but a HeldAdder over one): the
-		// applier's capabilities come from the backend below, not from
-		// the index it writes to.
-		applied = observe(ix.idx, ix.pred)
+		// wraps both ways of writing: Index.Add and the backend's Held.
+		applied, held = observe(ix.idx, held, ix.pred)
 	}
 	if cfg.ApplierLimits.PodShare > 0 && ix.backend.Share == nil {
 		return nil, errors.New("indexer: a pod share needs an index that accounts entries per pod (the in-memory " +
@@ -224,7 +222,7 @@ func New(ctx context.Context, cfg Config) (_ *Indexer, err error) {
 	if ix.applier, err = applier.New(applier.Config{
 		Index: applied, Interner: ix.in, Hashers: hashers, DigestCacheSize: cfg.DigestCacheSize,
 		Metrics: applier.NewMetrics(cfg.Registry), Logger: cfg.Logger.With("component", "applier"),
-		Limits: cfg.ApplierLimits, Share: ix.backend.Share, Answered: ix.dropAnswered,
+		Limits: cfg.ApplierLimits, Share: ix.backend.Share, Held: held, Answered: ix.dropAnswered,
 	}); err != nil {
 		return nil, err
 	}

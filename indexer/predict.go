@@ -266,15 +266,15 @@ func (o observedIndex) Add(ctx context.Context, model kvindex.ModelID, pod kvind
 	return nil
 }
 
-// observedHeldIndex is observedIndex over a backend that reports which keys
-// a pod already held (kvindex.HeldAdder): the applier writes stored blocks
-// through AddHeld then, and the predictor must see those writes too.
-type observedHeldIndex struct {
-	observedIndex
+// observedHeld is the backend's Held (kvindex.HeldAdder) with its
+// successful writes shown to the predictor too: the applier writes stored
+// blocks through it when the backend has one.
+type observedHeld struct {
 	h kvindex.HeldAdder
+	p *predictor
 }
 
-func (o observedHeldIndex) AddHeld(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier event.Tier, keys []blockkeys.Key, held []bool) error {
+func (o observedHeld) AddHeld(ctx context.Context, model kvindex.ModelID, pod kvindex.PodID, tier event.Tier, keys []blockkeys.Key, held []bool) error {
 	if err := o.h.AddHeld(ctx, model, pod, tier, keys, held); err != nil {
 		return err
 	}
@@ -282,14 +282,13 @@ func (o observedHeldIndex) AddHeld(ctx context.Context, model kvindex.ModelID, p
 	return nil
 }
 
-// observe wraps idx so that its successful writes of stored blocks are
-// shown to p, keeping idx's HeldAdder if it has one.
-func observe(idx kvindex.Index, p *predictor) kvindex.Index {
-	o := observedIndex{Index: idx, p: p}
-	if h, ok := idx.(kvindex.HeldAdder); ok {
-		return observedHeldIndex{o, h}
+// observe wraps idx and held (nil: none) so that their successful writes
+// of stored blocks are shown to p.
+func observe(idx kvindex.Index, held kvindex.HeldAdder, p *predictor) (kvindex.Index, kvindex.HeldAdder) {
+	if held != nil {
+		held = observedHeld{h: held, p: p}
 	}
-	return o
+	return observedIndex{Index: idx, p: p}, held
 }
 
 var (

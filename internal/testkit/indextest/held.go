@@ -44,8 +44,8 @@ func (h *HeldIndex) Add(ctx context.Context, m kvindex.ModelID, p kvindex.PodID,
 	return h.MemoryIndex.Add(ctx, m, p, t, keys)
 }
 
-// AddHeld is Add for the applier, which writes stored blocks through it
-// (kvindex.HeldAdder): it waits too.
+// AddHeld waits too, so the index holds its writes also when it is given
+// as a backend's Held (the applier then writes stored blocks through it).
 func (h *HeldIndex) AddHeld(ctx context.Context, m kvindex.ModelID, p kvindex.PodID, t event.Tier, keys []blockkeys.Key, held []bool) error {
 	h.wait(ctx)
 	return h.MemoryIndex.AddHeld(ctx, m, p, t, keys, held)
