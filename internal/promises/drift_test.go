@@ -224,3 +224,55 @@ func keys(m map[string][]string) []string {
 	}
 	return out
 }
+
+// TestWiringMutantsStillApply keeps hack/mutation/wiring.txt in step with the
+// code it mutates: each mutant's text must occur exactly once in its file (a
+// refactor that moves it would otherwise fail only in CI's mutation slice,
+// after the whole suite), and each test pattern must name tests this package
+// declares.
+func TestWiringMutantsStillApply(t *testing.T) {
+	root, err := harness.FindRepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := os.ReadFile(filepath.Join(root, "hack/mutation/wiring.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := packageTests(t)
+	n := 0
+	for i, line := range strings.Split(string(list), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		n++
+		f := strings.Split(line, "|")
+		if len(f) != 5 {
+			t.Errorf("wiring.txt:%d: %d fields, want 5 (file|text|replacement|tests|what)", i+1, len(f))
+			continue
+		}
+		src, err := os.ReadFile(filepath.Join(root, f[0]))
+		if err != nil {
+			t.Errorf("wiring.txt:%d: %v", i+1, err)
+			continue
+		}
+		if c := strings.Count(string(src), f[1]); c != 1 {
+			t.Errorf("wiring.txt:%d: %q occurs %d times in %s, want exactly once", i+1, f[1], c, f[0])
+		}
+		re, err := regexp.Compile(f[3])
+		if err != nil {
+			t.Errorf("wiring.txt:%d: test pattern %q: %v", i+1, f[3], err)
+			continue
+		}
+		matched := false
+		for name := range ours {
+			matched = matched || re.MatchString(name)
+		}
+		if !matched {
+			t.Errorf("wiring.txt:%d: test pattern %q matches no test of internal/promises", i+1, f[3])
+		}
+	}
+	if n == 0 {
+		t.Fatal("wiring.txt lists no mutants")
+	}
+}
