@@ -243,3 +243,18 @@ func (sh *shard) touch(h uint64) {
 	i := int(h) & (len(t)/slotWords - 1)
 	atomic.LoadUint64(&t[i*slotWords+1])
 }
+
+// touchChunk loads the first word of the chunk that hashed key h's home
+// slot points to, if it points to one (see touchGroup).
+func (sh *shard) touchChunk(h uint64) {
+	t := *sh.tab.Load()
+	i := int(h) & (len(t)/slotWords - 1)
+	v := atomic.LoadUint64(&t[i*slotWords+1])
+	if v&tagMask != tagChunk {
+		return
+	}
+	a := *sh.arena.Load()
+	if off := int(v & offMask); off < len(a) {
+		atomic.LoadUint64(&a[off])
+	}
+}

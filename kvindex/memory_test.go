@@ -354,6 +354,21 @@ func TestMemoryIndexAddHeld(t *testing.T) {
 	if got := add(a, event.TierGPU, 5); !slices.Equal(got, []bool{true}) {
 		t.Fatalf("a key added by Add: %v", got)
 	}
+	// A call longer than one write group (touchGroup): each answer lands on
+	// its own key, across the groups' boundaries.
+	var long, thirds []blockkeys.Key
+	var want []bool
+	for k := blockkeys.Key(100); k < 100+3*writeGroup+5; k++ {
+		long = append(long, k)
+		want = append(want, k%3 == 0)
+		if k%3 == 0 {
+			thirds = append(thirds, k)
+		}
+	}
+	add(a, event.TierGPU, thirds...)
+	if got := add(a, event.TierGPU, long...); !slices.Equal(got, want) {
+		t.Fatalf("long call: held %v, want %v", got, want)
+	}
 	if err := idx.AddHeld(ctx, 0, a, event.TierGPU, []blockkeys.Key{6, 7}, make([]bool, 1)); err == nil {
 		t.Fatal("AddHeld with fewer held slots than keys succeeded")
 	}

@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"context"
+	"errors"
 
 	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/kvevents/event"
@@ -42,53 +43,72 @@ func (idx *MemoryIndex) AddHeld(ctx context.Context, model ModelID, pod PodID, t
 	salt := modelSalt(model)
 	var dEntries, dBlocks int64
 	var err error
-	// Touch the home slots of keys writeAhead ahead (without the lock) so
-	// their cache misses overlap instead of stalling one key at a time. The
-	// touches are atomic loads, which the compiler never drops; ahead keeps
-	// their hashes for when the key's turn comes.
-	var ahead [writeAhead]uint64
-	for j := 0; j < writeAhead && j < len(keys); j++ {
-		ahead[j] = mix64(uint64(keys[j]) ^ salt)
-		idx.shardOf(ahead[j]).touch(ahead[j])
+	var group [writeGroup]uint64
+	for g := 0; g < len(keys) && err == nil; g += writeGroup {
+		ks := keys[g:min(g+writeGroup, len(keys))]
+		hs := group[:len(ks)]
+		idx.touchGroup(ks, salt, hs)
+		for j, k := range ks {
+			if idx.epochOf(pod) != epoch {
+				// Cleared while we were adding: what follows belonged to
+				// the cleared cache and would be invisible anyway.
+				err = errCleared
+				break
+			}
+			sh := idx.shardOf(hs[j])
+			sh.mu.Lock()
+			sh.seq.Add(1)
+			newEntry, newBlock, e := sh.add(idx, hs[j], uint64(k)^salt, hp)
+			sh.seq.Add(1)
+			sh.mu.Unlock()
+			if e != nil {
+				err = e
+				break
+			}
+			if newEntry {
+				dEntries++
+			} else if held != nil {
+				held[g+j] = true
+			}
+			if newBlock {
+				dBlocks++
+			}
+		}
 	}
-	for i, k := range keys {
-		if idx.epochOf(pod) != epoch {
-			// Cleared while we were adding: what follows belonged to the
-			// cleared cache and would be invisible anyway.
-			break
-		}
-		sk := uint64(k) ^ salt
-		h := ahead[i%writeAhead]
-		if j := i + writeAhead; j < len(keys) {
-			hj := mix64(uint64(keys[j]) ^ salt)
-			ahead[j%writeAhead] = hj
-			idx.shardOf(hj).touch(hj)
-		}
-		sh := idx.shardOf(h)
-		sh.mu.Lock()
-		sh.seq.Add(1)
-		newEntry, newBlock, e := sh.add(idx, h, sk, hp)
-		sh.seq.Add(1)
-		sh.mu.Unlock()
-		if e != nil {
-			err = e
-			break
-		}
-		if newEntry {
-			dEntries++
-		} else if held != nil {
-			held[i] = true
-		}
-		if newBlock {
-			dBlocks++
-		}
+	if err == errCleared {
+		err = nil
 	}
 	idx.commit(pod, epoch, dEntries, dBlocks)
 	return err
 }
 
-// writeAhead is how many keys ahead Add touches slots.
-const writeAhead = 4
+// writeGroup is how many keys Add and Remove touch (touchGroup) before
+// changing them one at a time under their shards' locks.
+const writeGroup = 16
+
+// errCleared ends a write loop whose pod was cleared meanwhile; the call
+// itself succeeds (what it skipped would be invisible anyway).
+var errCleared = errors.New("kvindex: pod cleared during the call")
+
+// touchGroup hashes keys (salted) into hs and loads the home slot of each,
+// then, for a slot pointing at a chunk, the chunk's first word: the misses
+// of a group overlap instead of stalling one key at a time. It must run
+// before the group's first lock: an x86 locked instruction waits for every
+// earlier load, so a touch issued between two keys' locks would stall the
+// second lock for its whole miss, and the misses would stay serial. The
+// loads are atomic (their values are unused, and the compiler keeps them)
+// and take no lock: a table or arena replaced meanwhile only makes a touch
+// useless, never wrong.
+func (idx *MemoryIndex) touchGroup(keys []blockkeys.Key, salt uint64, hs []uint64) {
+	for j, k := range keys {
+		h := mix64(uint64(k) ^ salt)
+		hs[j] = h
+		idx.shardOf(h).touch(h)
+	}
+	for _, h := range hs {
+		idx.shardOf(h).touchChunk(h)
+	}
+}
 
 // Remove forgets that pod holds keys on tier. Unknown keys are ignored.
 func (idx *MemoryIndex) Remove(ctx context.Context, model ModelID, pod PodID, tier event.Tier, keys []blockkeys.Key) error {
@@ -106,28 +126,36 @@ func (idx *MemoryIndex) Remove(ctx context.Context, model ModelID, pod PodID, ti
 	salt := modelSalt(model)
 	var dEntries, dBlocks int64
 	var err error
-	for _, k := range keys {
-		if idx.epochOf(pod) != epoch {
-			break
-		}
-		sk := uint64(k) ^ salt
-		h := mix64(sk)
-		sh := idx.shardOf(h)
-		sh.mu.Lock()
-		sh.seq.Add(1)
-		removed, lastOfPod, e := sh.remove(idx, h, sk, hp)
-		sh.seq.Add(1)
-		sh.mu.Unlock()
-		if e != nil {
-			err = e
-			break
-		}
-		if removed {
-			dEntries--
-			if lastOfPod {
-				dBlocks--
+	var group [writeGroup]uint64
+	for g := 0; g < len(keys) && err == nil; g += writeGroup {
+		ks := keys[g:min(g+writeGroup, len(keys))]
+		hs := group[:len(ks)]
+		idx.touchGroup(ks, salt, hs)
+		for j, k := range ks {
+			if idx.epochOf(pod) != epoch {
+				err = errCleared
+				break
+			}
+			sh := idx.shardOf(hs[j])
+			sh.mu.Lock()
+			sh.seq.Add(1)
+			removed, lastOfPod, e := sh.remove(idx, hs[j], uint64(k)^salt, hp)
+			sh.seq.Add(1)
+			sh.mu.Unlock()
+			if e != nil {
+				err = e
+				break
+			}
+			if removed {
+				dEntries--
+				if lastOfPod {
+					dBlocks--
+				}
 			}
 		}
+	}
+	if err == errCleared {
+		err = nil
 	}
 	idx.commit(pod, epoch, dEntries, dBlocks)
 	return err
