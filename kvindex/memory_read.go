@@ -52,6 +52,7 @@ func (sh *shard) read(h, sk uint64, dst []uint64) (out []uint64, v, sig uint64) 
 		if out, v, sig, ok := sh.tryRead(h, sk, dst); ok {
 			return out, v, sig
 		}
+		sh.awaitWriter()
 	}
 	sh.mu.Lock()
 	out, v, sig, ok := sh.tryRead(h, sk, dst)
@@ -85,13 +86,28 @@ func (sh *shard) tryRead(h, sk uint64, dst []uint64) (out []uint64, v, sig uint6
 
 // readSpins is how many times a reader tries the shard without its lock
 // before it waits for the writer's lock instead (a writer changing the
-// shard without pause, or descheduled in the middle of a change). Yielding
-// (runtime.Gosched) instead put the reader in the global run queue, behind
-// every runnable goroutine: with 2 Ps and the Mooncake replay's 128 query
-// lanes a lookup that yielded took milliseconds (docs/performance.md). A
-// blocked mutex waiter is woken by the unlocking writer. Under the lock
-// the shard's sequence is even and still, so the read succeeds at once.
+// shard without pause, or descheduled in the middle of a change). Between
+// tries it waits for the change under way to end (awaitWriter): a writer
+// changes one key at a time, a few hundred nanoseconds, so a reader nearly
+// never needs the lock. Waiting for the lock costs far more than the change:
+// the unlocking writer wakes the reader onto its own P's next slot, where it
+// waits until the writer's goroutine stops, up to a scheduler time slice
+// (milliseconds in the Mooncake replay at GOMAXPROCS 2, docs/performance.md).
+// Yielding (runtime.Gosched) was worse: it puts the reader in the global run
+// queue behind every runnable goroutine. Under the lock the shard's sequence
+// is even and still, so the read succeeds at once.
 const readSpins = 16
+
+// awaitLoads bounds awaitWriter: at most this many loads of the shard's
+// sequence, a few microseconds, per failed try.
+const awaitLoads = 256
+
+// awaitWriter returns once the shard's sequence is even (no change under
+// way) or after awaitLoads loads of it, whichever comes first.
+func (sh *shard) awaitWriter() {
+	for i := 0; i < awaitLoads && sh.seq.Load()&1 != 0; i++ {
+	}
+}
 
 // head returns stored key sk's value word (ref bit cleared, 0 if absent)
 // and its holder-set signature, both from one consistent state of the
@@ -104,6 +120,7 @@ func (sh *shard) head(h, sk uint64) (v, sig uint64) {
 		if sig, ok := sh.headFinish(s1, v); ok {
 			return v, sig
 		}
+		sh.awaitWriter()
 	}
 	sh.mu.Lock()
 	s1, v := sh.headStart(h, sk)
@@ -161,6 +178,7 @@ func (sh *shard) chunkHas(h, sk, v, sig, x uint64) bool {
 		if has, ok := sh.tryChunkHas(h, sk, v, sig, x); ok {
 			return has
 		}
+		sh.awaitWriter()
 	}
 	sh.mu.Lock()
 	has, _ := sh.tryChunkHas(h, sk, v, sig, x) // holds: no writer now

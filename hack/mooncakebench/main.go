@@ -20,6 +20,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	rtrace "runtime/trace"
 	"strconv"
 	"strings"
 	"time"
@@ -59,6 +60,7 @@ func run() error {
 	short := flag.Bool("short", false, "a few seconds: the synthetic trace's first 400 requests, 16 workers of 1,024 blocks, a short sweep")
 	verbose := flag.Bool("v", false, "print every replay of the sweep")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the replays (with -window: of that one replay)")
+	execTrace := flag.String("exectrace", "", "write a Go execution trace of the replays (go tool trace; -pprof=sync or sched shows where queries waited)")
 	applyOnly := flag.Int("apply-only", 0, "instead of replays: apply every event message N times in a row on one goroutine, each time into a fresh index (a fixed amount of work; prints CPU ns per event block)")
 	memProfile := flag.String("memprofile", "", "write allocation profiles before (FILE.base) and after the replays")
 	flag.Parse()
@@ -128,6 +130,29 @@ func run() error {
 			}
 			profiling = true
 			return pprof.StartCPUProfile(f)
+		}
+	}
+	if *execTrace != "" {
+		f, err := os.Create(*execTrace)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		tracing := false
+		defer func() {
+			if tracing {
+				rtrace.Stop()
+			}
+		}()
+		prev := startProfile
+		startProfile = func() error {
+			if !tracing {
+				tracing = true
+				if err := rtrace.Start(f); err != nil {
+					return err
+				}
+			}
+			return prev()
 		}
 	}
 	if *memProfile != "" {

@@ -332,10 +332,21 @@ func hasLabels(labels, want string) bool {
 // Scores asks POST /v1/score and returns matched blocks per pod.
 func (d *Daemon) Scores(req map[string]any) map[string]int {
 	d.t.Helper()
+	m, err := d.TryScores(req)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return m
+}
+
+// TryScores is Scores that returns an answer other than 200 as an error,
+// for a wait.Until that outlasts a backend's failure.
+func (d *Daemon) TryScores(req map[string]any) (map[string]int, error) {
+	d.t.Helper()
 	b, _ := json.Marshal(req)
 	code, body, _ := d.Do("POST", "/v1/score", string(b))
 	if code != http.StatusOK {
-		d.t.Fatalf("/v1/score %s: %d %s", b, code, body)
+		return nil, fmt.Errorf("/v1/score %s: %d %s", b, code, body)
 	}
 	var out struct {
 		Pods []struct {
@@ -344,13 +355,13 @@ func (d *Daemon) Scores(req map[string]any) map[string]int {
 		} `json:"pods"`
 	}
 	if err := json.Unmarshal([]byte(body), &out); err != nil {
-		d.t.Fatalf("/v1/score answer %q: %v", body, err)
+		return nil, fmt.Errorf("/v1/score answer %q: %v", body, err)
 	}
 	m := map[string]int{}
 	for _, p := range out.Pods {
 		m[p.Pod] = p.MatchedBlocks
 	}
-	return m
+	return m, nil
 }
 
 // ScoreTokens is Scores of token ids.
