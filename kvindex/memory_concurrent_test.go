@@ -237,3 +237,43 @@ func TestMemoryIndexReaderWaitsForAStalledWriter(t *testing.T) {
 		t.Fatal("the reader never returned after the writer unlocked")
 	}
 }
+
+// A Remove that read the pod's epoch before a ClearPod reaches its shard
+// after the pod's next Add put the key back under the new epoch: it must
+// leave that holder alone. It used to match holders on pod and tier only,
+// removed the new one, and (its own count skipped, the Add's kept) left the
+// pod's entry counter one above its live holders
+// (TestMemoryIndexConcurrentEviction caught it about once in 2,000 runs).
+func TestMemoryIndexStaleRemoveKeepsTheNewEpochsHolder(t *testing.T) {
+	ctx := context.Background()
+	idx := NewMemoryIndex(MemoryConfig{})
+	const m ModelID = 0
+	const p PodID = 3
+	k := blockkeys.Key(77)
+	if err := idx.Add(ctx, m, p, event.TierGPU, []blockkeys.Key{k}); err != nil {
+		t.Fatal(err)
+	}
+	old := idx.epochOf(p)
+	if err := idx.ClearPod(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := idx.Add(ctx, m, p, event.TierGPU, []blockkeys.Key{k}); err != nil {
+		t.Fatal(err)
+	}
+	// The stale Remove's step under the shard lock, as Remove runs it.
+	sk := uint64(k) ^ modelSalt(m)
+	h := mix64(sk)
+	sh := idx.shardOf(h)
+	sh.mu.Lock()
+	sh.seq.Add(1)
+	removed, _, err := sh.remove(idx, h, sk, packHolder(p, old, event.TierGPU))
+	sh.seq.Add(1)
+	sh.mu.Unlock()
+	if err != nil || removed {
+		t.Fatalf("a remove of the old epoch's holder removed %v (err %v), want false", removed, err)
+	}
+	if n, _ := idx.PodBlocks(ctx, p); n != 1 {
+		t.Fatalf("pod holds %d blocks after the stale remove, want 1", n)
+	}
+	checkInvariants(t, idx)
+}

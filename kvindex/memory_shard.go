@@ -225,7 +225,11 @@ func (sh *shard) remove(idx *MemoryIndex, h, sk, hp uint64) (removed, lastOfPod 
 	w := 0
 	lastOfPod = true
 	for _, x := range hs {
-		if x&holderIdentMask == hp&holderIdentMask {
+		// The epoch counts here: a Remove that read the pod's epoch before
+		// a ClearPod must not remove the holder the pod's next Add put in
+		// after it (same pod and tier, the new epoch). Its count is skipped
+		// (commit), so removing it left the pod's entry counter one high.
+		if x == hp {
 			removed = true
 			continue
 		}
