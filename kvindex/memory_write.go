@@ -2,7 +2,6 @@ package kvindex
 
 import (
 	"context"
-	"errors"
 
 	"github.com/kvindex/kvindex/blockkeys"
 	"github.com/kvindex/kvindex/kvevents/event"
@@ -42,42 +41,21 @@ func (idx *MemoryIndex) AddHeld(ctx context.Context, model ModelID, pod PodID, t
 	hp := packHolder(pod, epoch, tier)
 	salt := modelSalt(model)
 	var dEntries, dBlocks int64
-	var err error
-	var group [writeGroup]uint64
-	for g := 0; g < len(keys) && err == nil; g += writeGroup {
-		ks := keys[g:min(g+writeGroup, len(keys))]
-		hs := group[:len(ks)]
-		idx.touchGroup(ks, salt, hs)
-		for j, k := range ks {
-			if idx.epochOf(pod) != epoch {
-				// Cleared while we were adding: what follows belonged to
-				// the cleared cache and would be invisible anyway.
-				err = errCleared
-				break
-			}
-			sh := idx.shardOf(hs[j])
-			sh.mu.Lock()
-			sh.seq.Add(1)
-			newEntry, newBlock, e := sh.add(idx, hs[j], uint64(k)^salt, hp)
-			sh.seq.Add(1)
-			sh.mu.Unlock()
-			if e != nil {
-				err = e
-				break
-			}
-			if newEntry {
-				dEntries++
-			} else if held != nil {
-				held[g+j] = true
-			}
-			if newBlock {
-				dBlocks++
-			}
+	err := idx.eachLocked(pod, epoch, keys, salt, func(i int, sh *shard, h, sk uint64) error {
+		newEntry, newBlock, err := sh.add(idx, h, sk, hp)
+		if err != nil {
+			return err
 		}
-	}
-	if err == errCleared {
-		err = nil
-	}
+		if newEntry {
+			dEntries++
+		} else if held != nil {
+			held[i] = true
+		}
+		if newBlock {
+			dBlocks++
+		}
+		return nil
+	})
 	idx.commit(pod, epoch, dEntries, dBlocks)
 	return err
 }
@@ -86,9 +64,35 @@ func (idx *MemoryIndex) AddHeld(ctx context.Context, model ModelID, pod PodID, t
 // changing them one at a time under their shards' locks.
 const writeGroup = 16
 
-// errCleared ends a write loop whose pod was cleared meanwhile; the call
-// itself succeeds (what it skipped would be invisible anyway).
-var errCleared = errors.New("kvindex: pod cleared during the call")
+// eachLocked runs change on each of keys (i its index in keys, h its hash,
+// sk the salted key) under its shard's lock with the shard's sequence odd,
+// touching each group of writeGroup keys first (touchGroup). It stops at the
+// first error, or without one once pod's epoch is no longer epoch: cleared
+// meanwhile, what follows belonged to the cleared cache and would be
+// invisible anyway.
+func (idx *MemoryIndex) eachLocked(pod PodID, epoch uint32, keys []blockkeys.Key, salt uint64, change func(i int, sh *shard, h, sk uint64) error) error {
+	var group [writeGroup]uint64
+	for g := 0; g < len(keys); g += writeGroup {
+		ks := keys[g:min(g+writeGroup, len(keys))]
+		hs := group[:len(ks)]
+		idx.touchGroup(ks, salt, hs)
+		for j, k := range ks {
+			if idx.epochOf(pod) != epoch {
+				return nil
+			}
+			sh := idx.shardOf(hs[j])
+			sh.mu.Lock()
+			sh.seq.Add(1)
+			err := change(g+j, sh, hs[j], uint64(k)^salt)
+			sh.seq.Add(1)
+			sh.mu.Unlock()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 // touchGroup hashes keys (salted) into hs and loads the home slot of each,
 // then, for a slot pointing at a chunk, the chunk's first word: the misses
@@ -125,38 +129,16 @@ func (idx *MemoryIndex) Remove(ctx context.Context, model ModelID, pod PodID, ti
 	hp := packHolder(pod, epoch, tier)
 	salt := modelSalt(model)
 	var dEntries, dBlocks int64
-	var err error
-	var group [writeGroup]uint64
-	for g := 0; g < len(keys) && err == nil; g += writeGroup {
-		ks := keys[g:min(g+writeGroup, len(keys))]
-		hs := group[:len(ks)]
-		idx.touchGroup(ks, salt, hs)
-		for j, k := range ks {
-			if idx.epochOf(pod) != epoch {
-				err = errCleared
-				break
-			}
-			sh := idx.shardOf(hs[j])
-			sh.mu.Lock()
-			sh.seq.Add(1)
-			removed, lastOfPod, e := sh.remove(idx, hs[j], uint64(k)^salt, hp)
-			sh.seq.Add(1)
-			sh.mu.Unlock()
-			if e != nil {
-				err = e
-				break
-			}
-			if removed {
-				dEntries--
-				if lastOfPod {
-					dBlocks--
-				}
+	err := idx.eachLocked(pod, epoch, keys, salt, func(_ int, sh *shard, h, sk uint64) error {
+		removed, lastOfPod, err := sh.remove(idx, h, sk, hp)
+		if removed {
+			dEntries--
+			if lastOfPod {
+				dBlocks--
 			}
 		}
-	}
-	if err == errCleared {
-		err = nil
-	}
+		return err
+	})
 	idx.commit(pod, epoch, dEntries, dBlocks)
 	return err
 }
