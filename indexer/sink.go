@@ -23,13 +23,17 @@ func (s eventSink) Apply(ctx context.Context, b *event.Batch) event.ApplyOutcome
 
 // apply runs the batch through the applier, which drops the speculative
 // entries the batch answers (Config.Answered: ix.dropAnswered) by the keys
-// it indexed.
+// it indexed. The Dynamo translation table learns the batch's blocks first:
+// a block the index holds is then always reachable by its Dynamo hash, so
+// /query_by_hash never answers less than /query (observing after the apply
+// left a window where it did). An entry learned for a block the apply then
+// drops matches nothing in the index and is swept like any other.
 func (s eventSink) apply(ctx context.Context, b *event.Batch) event.ApplyOutcome {
 	if s.indexer.refuseStorageClaim(b) {
 		return event.ApplyOutcome{}
 	}
-	o := s.indexer.applier.Apply(ctx, b)
 	s.indexer.observeDynamo(b)
+	o := s.indexer.applier.Apply(ctx, b)
 	s.indexer.reportEvicted()
 	return o
 }
